@@ -1,0 +1,94 @@
+# megatrain build.
+#   make run       set up, build, train the built-in tiny model
+#   make test      set up, build, run every test that needs no GPU
+#   make test-gpu  build and run the GPU tests (on a machine with a GPU)
+#   make bench     build and run the default benchmarks
+
+CC      ?= gcc
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
+BUILD   := build
+CFLAGS  := -std=c11 -O2 -g -Wall -Wextra -Wno-unused-parameter -fopenmp -D_GNU_SOURCE \
+           -Isrc $(EXTRA_CFLAGS)
+LDLIBS  := -fopenmp -lcjson -lpcre2-8 -lutf8proc -lyaml -lm -lpthread
+
+# Sources: everything under src/ except the CLI (linked into the binary) and
+# the CUDA backend (built only when nvcc is present).
+LIB_SRC := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
+CLI_SRC := $(shell find src/cli -name '*.c' | sort)
+CU_SRC  := $(shell find src -name '*.cu' | sort)
+TEST_COMMON_SRC := $(shell find tests/common -name '*.c' | sort)
+CPU_TEST_SRC := $(shell find tests/cpu tests/common -name '*.c' | sort)
+GPU_TEST_SRC := $(shell find tests/gpu tests/common -name '*.c' | sort)
+
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+CPU_TEST_OBJ := $(CPU_TEST_SRC:%.c=$(BUILD)/obj/%.o)
+GPU_TEST_OBJ := $(GPU_TEST_SRC:%.c=$(BUILD)/obj/%.o)
+
+ifneq ($(NVCC),)
+CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
+CFLAGS  += -DMT_HAVE_CUDA -I$(CUDA_HOME)/include
+NVFLAGS := -std=c++17 -O3 -g -lineinfo -arch=sm_90 -Isrc -DMT_HAVE_CUDA -Xcompiler -fopenmp,-Wall
+LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+endif
+
+# Files named *_avx512.c / *_avx2.c hold kernels for one instruction set,
+# chosen at run time; only they are compiled with those extensions.
+$(BUILD)/obj/%_avx512.o: EXTRA_ISA := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mavx2
+$(BUILD)/obj/%_avx2.o: EXTRA_ISA := -mavx2 -mfma -mf16c
+
+.PHONY: all setup build run test test-gpu bench clean fixtures
+
+all: build
+
+build: $(BUILD)/megatrain $(BUILD)/mt_tests
+
+setup:
+	@scripts/setup.sh
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(EXTRA_ISA) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libmegatrain.a: $(LIB_OBJ) $(CU_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/megatrain: $(CLI_OBJ) $(BUILD)/libmegatrain.a
+	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libmegatrain.a $(LDLIBS)
+
+$(BUILD)/mt_tests: $(CPU_TEST_OBJ) $(BUILD)/libmegatrain.a
+	$(CC) -o $@ $(CPU_TEST_OBJ) $(BUILD)/libmegatrain.a $(LDLIBS) -lcriterion
+
+$(BUILD)/mt_gpu_tests: $(GPU_TEST_OBJ) $(BUILD)/libmegatrain.a
+	$(CC) -o $@ $(GPU_TEST_OBJ) $(BUILD)/libmegatrain.a $(LDLIBS) -lcriterion
+
+run: setup
+	@$(MAKE) --no-print-directory $(BUILD)/megatrain
+	$(BUILD)/megatrain train
+
+test: setup
+	@$(MAKE) --no-print-directory build
+	$(BUILD)/mt_tests --jobs 2
+
+test-gpu:
+	@$(MAKE) --no-print-directory $(BUILD)/mt_gpu_tests $(BUILD)/megatrain
+	$(BUILD)/mt_gpu_tests --jobs 1
+
+bench: $(BUILD)/megatrain
+	$(BUILD)/megatrain bench adamw
+
+fixtures:
+	python3 scripts/make_fixtures.py tests/fixtures
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+$(BUILD)/obj/tests/%.o: CFLAGS += -Itests/common

@@ -1,0 +1,74 @@
+/* CPU reference operators, fp32, forward and backward.
+ *
+ * These are the reference every other backend is tested against: plain
+ * loops, OpenMP over the outer (row) loop, no cleverness that could hide a
+ * bug. All arrays are row-major fp32. N is the number of token rows (B*T).
+ * Backward functions ACCUMULATE (+=) into parameter gradients and into
+ * input gradients marked "+=", so that a layer's gradient can be summed
+ * over micro-batches in place. */
+#ifndef MT_BACKEND_CPU_OPS_H
+#define MT_BACKEND_CPU_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MT_IGNORE_INDEX (-100)
+
+/* out (N,C) = wte[tokens[n]] */
+void mt_cpu_embedding_forward(float *out, const int32_t *tokens, const float *wte,
+                              size_t N, size_t C);
+/* dwte (V,C) += scatter of dout (N,C) */
+void mt_cpu_embedding_backward(float *dwte, const float *dout, const int32_t *tokens,
+                               size_t N, size_t C);
+
+/* out (N,C) = inp / rms(inp) * w; rstd (N) may be NULL. */
+void mt_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w,
+                            size_t N, size_t C, float eps);
+/* dinp (N,C) +=, dw (C) += ; rstd from the forward. */
+void mt_cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                             const float *w, const float *rstd, size_t N, size_t C);
+
+/* out (N,OC) = inp (N,IC) @ w (OC,IC)^T + bias (OC, may be NULL) */
+void mt_cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
+                           size_t N, size_t IC, size_t OC);
+/* dinp (N,IC) += (may be NULL), dw (OC,IC) +=, dbias (OC) += (may be NULL) */
+void mt_cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, size_t N, size_t IC, size_t OC);
+
+/* Rotary embedding in place on x (B,T,H,HD), rotate-half convention of
+ * Hugging Face: pairs (i, i + HD/2). cos, sin: (T, HD/2), from
+ * mt_rope_tables. backward applies the inverse rotation to dx in place. */
+void mt_cpu_rope_forward(float *x, const float *cos, const float *sin,
+                         size_t B, size_t T, size_t H, size_t HD);
+void mt_cpu_rope_backward(float *dx, const float *cos, const float *sin,
+                          size_t B, size_t T, size_t H, size_t HD);
+
+/* Causal grouped-query attention. q (B,T,NH,HD), k and v (B,T,NKV,HD),
+ * out (B,T,NH,HD), lse (B,NH,T) the log-sum-exp of each scaled score row,
+ * saved for the backward. Scale 1/sqrt(HD). Query head h uses kv head
+ * h / (NH/NKV). Holds at most one row of scores per thread. */
+void mt_cpu_attention_forward(float *out, float *lse, const float *q, const float *k,
+                              const float *v, size_t B, size_t T, size_t NH, size_t NKV,
+                              size_t HD);
+/* dq, dk, dv are OVERWRITTEN (same shapes as q, k, v). */
+void mt_cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout,
+                               const float *q, const float *k, const float *v,
+                               const float *out, const float *lse, size_t B, size_t T,
+                               size_t NH, size_t NKV, size_t HD);
+
+/* out (N,F) = silu(gate) * up */
+void mt_cpu_swiglu_forward(float *out, const float *gate, const float *up, size_t N, size_t F);
+/* dgate, dup (N,F) OVERWRITTEN */
+void mt_cpu_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                            const float *up, size_t N, size_t F);
+
+/* Cross-entropy over logits (N,V) with integer targets (N); rows whose
+ * target is MT_IGNORE_INDEX contribute nothing. Returns the SUM of the
+ * per-row losses (double). If dlogits is non-NULL it receives
+ * (softmax - onehot) * dscale for valid rows and 0 for ignored rows;
+ * dlogits may alias logits. Callers pass dscale = 1 / (valid tokens in the
+ * whole optimizer step) to get the mean loss's gradient. */
+double mt_cpu_cross_entropy(float *dlogits, const float *logits, const int32_t *targets,
+                            size_t N, size_t V, float dscale);
+
+#endif

@@ -1,0 +1,102 @@
+/* The parameter table: one entry {name, shape, offset} per tensor, grouped
+ * in layers, laid out layer-major in one flat fp32 array.
+ *
+ * Layers are: layer 0 = embedding, layers 1..L = decoder blocks, layer L+1 =
+ * head (final norm and, when untied, lm_head). With tied embeddings the head
+ * reads layer 0's embedding as its output matrix.
+ *
+ * Every tensor starts on a 64-byte boundary inside its layer, and every
+ * layer starts on a 4096-byte boundary, so that one layer is one contiguous,
+ * page-aligned range that moves in one copy. The same table drives the host
+ * store, gradients, checkpoints, transfers and safetensors I/O. */
+#ifndef MT_MODEL_PARAMS_H
+#define MT_MODEL_PARAMS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/config.h"
+
+#define MT_TENSOR_ALIGN 16   /* floats: 64 bytes */
+#define MT_LAYER_ALIGN 1024  /* floats: 4096 bytes */
+
+typedef enum {
+    MT_LAYER_EMBED,
+    MT_LAYER_BLOCK,
+    MT_LAYER_HEAD,
+} mt_layer_kind;
+
+/* Role of a tensor inside its layer. */
+typedef enum {
+    MT_T_EMBED,       /* (V, C)  model.embed_tokens.weight */
+    MT_T_ATTN_NORM,   /* (C)     input_layernorm.weight */
+    MT_T_WQ,          /* (NH*HD, C) */
+    MT_T_BQ,          /* (NH*HD)   qwen2 */
+    MT_T_WK,          /* (NKV*HD, C) */
+    MT_T_BK,          /* (NKV*HD)  qwen2 */
+    MT_T_WV,          /* (NKV*HD, C) */
+    MT_T_BV,          /* (NKV*HD)  qwen2 */
+    MT_T_QNORM,       /* (HD)      qwen3 */
+    MT_T_KNORM,       /* (HD)      qwen3 */
+    MT_T_WO,          /* (C, NH*HD) */
+    MT_T_MLP_NORM,    /* (C)     post_attention_layernorm.weight */
+    MT_T_WGATE,       /* (F, C) */
+    MT_T_WUP,         /* (F, C) */
+    MT_T_WDOWN,       /* (C, F) */
+    MT_T_FINAL_NORM,  /* (C)     model.norm.weight */
+    MT_T_LM_HEAD,     /* (V, C)  lm_head.weight, untied only */
+    MT_T_COUNT
+} mt_role;
+
+#define MT_MAX_LAYER_TENSORS 16
+
+typedef struct mt_tensor_desc {
+    char name[96];     /* Hugging Face name, e.g. model.layers.3.mlp.up_proj.weight */
+    mt_role role;
+    int ndim;          /* 1 or 2 */
+    int64_t shape[2];  /* (rows, cols) as in PyTorch; shape[1] = 1 for 1-D */
+    size_t numel;
+    size_t offset;     /* in floats, from the start of the layer */
+} mt_tensor_desc;
+
+typedef struct mt_layer_desc {
+    mt_layer_kind kind;
+    int block;                        /* decoder block index, -1 otherwise */
+    int n_tensors;
+    mt_tensor_desc tensors[MT_MAX_LAYER_TENSORS];
+    int by_role[MT_T_COUNT];          /* index into tensors, -1 if absent */
+    size_t numel;                     /* padded size of the layer, in floats */
+    size_t offset;                    /* in floats, from the start of the model */
+} mt_layer_desc;
+
+typedef struct mt_param_table {
+    int n_layers;              /* L + 2 */
+    mt_layer_desc *layers;     /* (n_layers) */
+    size_t total;              /* padded floats in the flat layer-major array */
+    int64_t n_params;          /* real parameters, no padding */
+    size_t max_layer_numel;    /* largest layer, for GPU slots */
+} mt_param_table;
+
+/* Builds the table for cfg. Returns -1 with a message if a size overflows. */
+int mt_params_init(mt_param_table *t, const mt_config *cfg, mt_error *err);
+void mt_params_free(mt_param_table *t);
+
+/* Tensor of `role` in layer `layer`, or NULL if that layer has none. */
+const mt_tensor_desc *mt_params_find(const mt_param_table *t, int layer, mt_role role);
+
+/* Looks a tensor up by its Hugging Face name; sets *layer. NULL if unknown. */
+const mt_tensor_desc *mt_params_by_name(const mt_param_table *t, const char *name,
+                                        int *layer);
+
+/* Pointer to a tensor inside a layer's range (base = start of that layer). */
+static inline float *mt_layer_tensor(float *layer_base, const mt_layer_desc *ld,
+                                     mt_role role) {
+    int i = ld->by_role[role];
+    return i < 0 ? NULL : layer_base + ld->tensors[i].offset;
+}
+
+/* The layer index of the head and of decoder block b. */
+static inline int mt_params_head_layer(const mt_param_table *t) { return t->n_layers - 1; }
+static inline int mt_params_block_layer(int b) { return b + 1; }
+
+#endif

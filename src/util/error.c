@@ -1,0 +1,40 @@
+/* Error formatting and the abort path for broken invariants. */
+#include "util/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int mt_errorf(mt_error *err, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+int mt_error_prefix(mt_error *err, const char *fmt, ...) {
+    if (!err) return -1;
+    char prefix[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    char old[sizeof err->msg];
+    memcpy(old, err->msg, sizeof old);
+    snprintf(err->msg, sizeof err->msg, "%s%s", prefix, old);
+    return -1;
+}
+
+void mt_die(const char *file, int line, const char *fmt, ...) {
+    fprintf(stderr, "megatrain: internal error at %s:%d: ", file, line);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    abort();
+}

@@ -1,0 +1,29 @@
+/* Helpers shared by the CPU and GPU test binaries: where fixtures live and
+ * how arrays are compared. */
+#ifndef MT_TESTLIB_H
+#define MT_TESTLIB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Directory of the committed fixtures (tests/fixtures, or $MT_FIXTURES). */
+const char *mt_test_fixtures_dir(void);
+
+/* Directory of the shared data (../shared/data or $MEGATRAIN_SHARED), or
+ * NULL when absent: tests that need it are then skipped, saying so. */
+const char *mt_test_shared_dir(void);
+
+/* ||a - b|| / ||b|| in double. */
+double mt_test_rel_err(const float *a, const float *b, size_t n);
+
+/* max |a - b|. */
+double mt_test_max_abs_err(const float *a, const float *b, size_t n);
+
+/* Fills x with uniform values in [lo, hi) from a fixed seed. */
+void mt_test_fill_uniform(float *x, size_t n, unsigned long long seed, float lo, float hi);
+
+/* A fresh temporary directory (removed by the caller with mt_test_rmtree). */
+char *mt_test_tmpdir(void);
+void mt_test_rmtree(const char *path);
+
+#endif
