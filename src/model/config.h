@@ -45,6 +45,7 @@ typedef struct mt_config {
     bool tie_embeddings;       /* tie_word_embeddings */
     bool qkv_bias;             /* qwen2: q/k/v projections have a bias */
     bool qk_norm;              /* qwen3: per-head RMSNorm on q and k */
+    int64_t sliding_window;    /* 0 = full attention */
     int64_t bos_id;            /* -1 when absent */
     int64_t eos_id;            /* -1 when absent */
 } mt_config;

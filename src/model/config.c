@@ -1,0 +1,338 @@
+/* config.json parsing for the Llama family (llama, mistral, qwen2, qwen3).
+ *
+ * Accepts both the transformers 4 layout (rope_theta + rope_scaling) and the
+ * transformers 5 layout (rope_parameters). Anything that would change the
+ * math in a way megatrain does not implement is refused, naming the field. */
+#include "model/config.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/mem.h"
+
+/* Reads an integer field. Missing: *out = dflt, or an error if dflt < 0
+ * means "required". */
+static int get_int(const cJSON *root, const char *key, int64_t dflt, int64_t *out,
+                   const char *src, mt_error *err) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!it || cJSON_IsNull(it)) {
+        if (dflt == -1)
+            return mt_errorf(err, "%s: required field \"%s\" is missing; add it to config.json",
+                             src, key);
+        *out = dflt;
+        return 0;
+    }
+    if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
+        fabs(it->valuedouble) > 9.0e15)
+        return mt_errorf(err, "%s: field \"%s\" must be an integer", src, key);
+    *out = (int64_t)it->valuedouble;
+    return 0;
+}
+
+static int get_num(const cJSON *root, const char *key, double dflt, double *out,
+                   const char *src, mt_error *err) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!it || cJSON_IsNull(it)) {
+        *out = dflt;
+        return 0;
+    }
+    if (!cJSON_IsNumber(it)) return mt_errorf(err, "%s: field \"%s\" must be a number", src, key);
+    *out = it->valuedouble;
+    return 0;
+}
+
+static int get_bool(const cJSON *root, const char *key, bool dflt, bool *out, const char *src,
+                    mt_error *err) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!it || cJSON_IsNull(it)) {
+        *out = dflt;
+        return 0;
+    }
+    if (!cJSON_IsBool(it)) return mt_errorf(err, "%s: field \"%s\" must be true or false", src, key);
+    *out = cJSON_IsTrue(it);
+    return 0;
+}
+
+/* bos/eos may be an integer or a list of integers (Llama-3.1 lists several
+ * end tokens); the first one is the one we emit. */
+static int get_token_id(const cJSON *root, const char *key, int64_t *out, const char *src,
+                        mt_error *err) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    *out = -1;
+    if (!it || cJSON_IsNull(it)) return 0;
+    if (cJSON_IsArray(it)) it = cJSON_GetArrayItem(it, 0);
+    if (!it) return 0;
+    if (!cJSON_IsNumber(it)) return mt_errorf(err, "%s: field \"%s\" must be an integer", src, key);
+    *out = (int64_t)it->valuedouble;
+    return 0;
+}
+
+static int parse_rope(mt_config *cfg, const cJSON *root, const char *src, mt_error *err) {
+    /* transformers 5 keeps everything in rope_parameters; 4 uses rope_theta
+     * at the top level and rope_scaling for the scaling kind. */
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    const char *field = "rope_parameters";
+    if (!rp || cJSON_IsNull(rp)) {
+        rp = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+        field = "rope_scaling";
+    }
+    if (get_num(root, "rope_theta", 10000.0, &cfg->rope_theta, src, err)) return -1;
+    cfg->rope_kind = MT_ROPE_DEFAULT;
+    if (!rp || cJSON_IsNull(rp)) return 0;
+    if (!cJSON_IsObject(rp)) return mt_errorf(err, "%s: field \"%s\" must be an object", src, field);
+    if (get_num(rp, "rope_theta", cfg->rope_theta, &cfg->rope_theta, src, err)) return -1;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
+    if (!type) type = cJSON_GetObjectItemCaseSensitive(rp, "type");
+    const char *t = cJSON_IsString(type) ? type->valuestring : "default";
+    if (!strcmp(t, "default")) return 0;
+    if (strcmp(t, "llama3") != 0)
+        return mt_errorf(err,
+                         "%s: %s.rope_type \"%s\" is not supported; megatrain supports "
+                         "\"default\" and \"llama3\"",
+                         src, field, t);
+    cfg->rope_kind = MT_ROPE_LLAMA3;
+    int64_t orig = 0;
+    if (get_num(rp, "factor", 8.0, &cfg->rope_factor, src, err) ||
+        get_num(rp, "low_freq_factor", 1.0, &cfg->rope_low_freq_factor, src, err) ||
+        get_num(rp, "high_freq_factor", 4.0, &cfg->rope_high_freq_factor, src, err) ||
+        get_int(rp, "original_max_position_embeddings", 8192, &orig, src, err))
+        return -1;
+    cfg->rope_orig_max_pos = orig;
+    if (!(cfg->rope_factor > 0) || !(cfg->rope_high_freq_factor > cfg->rope_low_freq_factor) ||
+        orig <= 0)
+        return mt_errorf(err,
+                         "%s: %s for llama3 needs factor > 0, high_freq_factor > "
+                         "low_freq_factor and original_max_position_embeddings > 0",
+                         src, field);
+    return 0;
+}
+
+/* Features that exist in these configs but that megatrain does not compute
+ * must be off; each check names the field so the user knows what to change. */
+static int refuse_unsupported(const mt_config *cfg, const cJSON *root, const char *src,
+                              mt_error *err) {
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
+    if (act && !cJSON_IsNull(act) && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu")))
+        return mt_errorf(err, "%s: hidden_act must be \"silu\" (SwiGLU); megatrain does not "
+                         "implement other activations", src);
+    bool b = false;
+    if (cfg->arch != MT_ARCH_QWEN2) {
+        if (get_bool(root, "attention_bias", false, &b, src, err)) return -1;
+        if (b) return mt_errorf(err, "%s: attention_bias = true is not supported for model_type "
+                                "\"%s\"", src, cfg->model_type);
+    }
+    if (get_bool(root, "mlp_bias", false, &b, src, err)) return -1;
+    if (b) return mt_errorf(err, "%s: mlp_bias = true is not supported", src);
+    if (get_bool(root, "use_sliding_window", false, &b, src, err)) return -1;
+    if (b && cfg->arch != MT_ARCH_MISTRAL)
+        return mt_errorf(err, "%s: use_sliding_window = true is not supported; set it to false "
+                         "(full attention)", src);
+    double prf = 1.0;
+    if (get_num(root, "partial_rotary_factor", 1.0, &prf, src, err)) return -1;
+    if (prf != 1.0) return mt_errorf(err, "%s: partial_rotary_factor %g is not supported "
+                                     "(only 1.0)", src, prf);
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (lt && cJSON_IsArray(lt)) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, lt) {
+            if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention"))
+                return mt_errorf(err, "%s: layer_types may only hold \"full_attention\"; "
+                                 "sliding-window layers are not supported", src);
+        }
+    }
+    const char *moe[] = {"num_experts", "num_local_experts", "n_routed_experts"};
+    for (size_t i = 0; i < sizeof moe / sizeof *moe; i++) {
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, moe[i]);
+        if (e && cJSON_IsNumber(e) && e->valuedouble > 0)
+            return mt_errorf(err, "%s: %s is set: mixture-of-experts models are not supported "
+                             "yet", src, moe[i]);
+    }
+    return 0;
+}
+
+int mt_config_parse(mt_config *cfg, const char *json_text, const char *src, mt_error *err) {
+    memset(cfg, 0, sizeof *cfg);
+    cJSON *root = cJSON_Parse(json_text);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return mt_errorf(err, "%s: not a JSON object (is this a Hugging Face config.json?)", src);
+    }
+    int rc = -1;
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (!cJSON_IsString(mt)) {
+        mt_errorf(err, "%s: required field \"model_type\" is missing or not a string", src);
+        goto out;
+    }
+    const char *types[] = {"llama", "mistral", "qwen2", "qwen3"};
+    const mt_arch archs[] = {MT_ARCH_LLAMA, MT_ARCH_MISTRAL, MT_ARCH_QWEN2, MT_ARCH_QWEN3};
+    int found = -1;
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(mt->valuestring, types[i])) found = i;
+    if (found < 0) {
+        mt_errorf(err, "%s: model_type \"%s\" is not supported; megatrain trains llama, mistral, "
+                  "qwen2 and qwen3", src, mt->valuestring);
+        goto out;
+    }
+    cfg->arch = archs[found];
+    snprintf(cfg->model_type, sizeof cfg->model_type, "%s", types[found]);
+
+    double eps = 0;
+    if (get_int(root, "hidden_size", -1, &cfg->C, src, err) ||
+        get_int(root, "num_hidden_layers", -1, &cfg->L, src, err) ||
+        get_int(root, "num_attention_heads", -1, &cfg->NH, src, err) ||
+        get_int(root, "intermediate_size", -1, &cfg->F, src, err) ||
+        get_int(root, "vocab_size", -1, &cfg->V, src, err) ||
+        get_int(root, "num_key_value_heads", cfg->NH, &cfg->NKV, src, err) ||
+        get_int(root, "max_position_embeddings", 2048, &cfg->max_pos, src, err) ||
+        get_num(root, "rms_norm_eps", 1e-6, &eps, src, err) ||
+        get_bool(root, "tie_word_embeddings", false, &cfg->tie_embeddings, src, err) ||
+        get_token_id(root, "bos_token_id", &cfg->bos_id, src, err) ||
+        get_token_id(root, "eos_token_id", &cfg->eos_id, src, err))
+        goto out;
+    cfg->rms_eps = (float)eps;
+    if (cfg->NH <= 0) {
+        mt_errorf(err, "%s: num_attention_heads must be positive", src);
+        goto out;
+    }
+    if (get_int(root, "head_dim", cfg->C / cfg->NH, &cfg->HD, src, err)) goto out;
+    if (cfg->arch == MT_ARCH_MISTRAL || cfg->arch == MT_ARCH_QWEN2) {
+        if (get_int(root, "sliding_window", 0, &cfg->sliding_window, src, err)) goto out;
+    }
+    if (cfg->arch == MT_ARCH_QWEN2) {
+        bool sw = false;
+        if (get_bool(root, "use_sliding_window", false, &sw, src, err)) goto out;
+        if (!sw) cfg->sliding_window = 0;
+    }
+    cfg->qkv_bias = cfg->arch == MT_ARCH_QWEN2;
+    cfg->qk_norm = cfg->arch == MT_ARCH_QWEN3;
+    if (parse_rope(cfg, root, src, err) || refuse_unsupported(cfg, root, src, err)) goto out;
+    rc = mt_config_validate(cfg, src, err);
+out:
+    cJSON_Delete(root);
+    return rc;
+}
+
+int mt_config_validate(const mt_config *c, const char *src, mt_error *err) {
+    struct { const char *name; int64_t v; int64_t max; } dims[] = {
+        {"hidden_size", c->C, 1 << 20},          {"num_hidden_layers", c->L, 100000},
+        {"num_attention_heads", c->NH, 4096},    {"num_key_value_heads", c->NKV, 4096},
+        {"head_dim", c->HD, 4096},               {"intermediate_size", c->F, 1 << 22},
+        {"vocab_size", c->V, 1 << 24},
+    };
+    for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
+        if (dims[i].v <= 0 || dims[i].v > dims[i].max)
+            return mt_errorf(err, "%s: %s = %lld is out of range (1..%lld)", src, dims[i].name,
+                             (long long)dims[i].v, (long long)dims[i].max);
+    if (c->NH % c->NKV)
+        return mt_errorf(err, "%s: num_attention_heads (%lld) must be a multiple of "
+                         "num_key_value_heads (%lld)", src, (long long)c->NH, (long long)c->NKV);
+    if (c->HD % 2)
+        return mt_errorf(err, "%s: head_dim (%lld) must be even for rotary embeddings", src,
+                         (long long)c->HD);
+    if (!(c->rms_eps > 0)) return mt_errorf(err, "%s: rms_norm_eps must be positive", src);
+    if (!(c->rope_theta > 0)) return mt_errorf(err, "%s: rope_theta must be positive", src);
+    return 0;
+}
+
+int mt_config_load(mt_config *cfg, const char *path, mt_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return mt_errorf(err, "%s: cannot open config (does the model directory hold a "
+                             "config.json?)", path);
+    char *buf = NULL;
+    size_t cap = 0, len = 0;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 16384;
+            if (cap > (64u << 20)) {
+                fclose(f);
+                free(buf);
+                return mt_errorf(err, "%s: larger than 64 MB; not a config.json", path);
+            }
+            buf = mt_realloc_or_die(buf, cap);
+        }
+        size_t n = fread(buf + len, 1, cap - len - 1, f);
+        len += n;
+        if (n == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    buf[len] = 0;
+    int rc = bad ? mt_errorf(err, "%s: read error", path) : mt_config_parse(cfg, buf, path, err);
+    free(buf);
+    return rc;
+}
+
+int64_t mt_config_num_params(const mt_config *c) {
+    int64_t q = c->NH * c->HD, kv = c->NKV * c->HD;
+    int64_t block = 2 * c->C + q * c->C + 2 * kv * c->C + c->C * q + 3 * c->F * c->C;
+    if (c->qkv_bias) block += q + 2 * kv;
+    if (c->qk_norm) block += 2 * c->HD;
+    int64_t emb = c->V * c->C;
+    return emb * (c->tie_embeddings ? 1 : 2) + c->C + c->L * block;
+}
+
+char *mt_config_to_json(const mt_config *c) {
+    cJSON *r = cJSON_CreateObject();
+    const char *arch[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+                          "Qwen3ForCausalLM"};
+    cJSON *a = cJSON_AddArrayToObject(r, "architectures");
+    cJSON_AddItemToArray(a, cJSON_CreateString(arch[c->arch]));
+    cJSON_AddStringToObject(r, "model_type", c->model_type);
+    cJSON_AddNumberToObject(r, "hidden_size", (double)c->C);
+    cJSON_AddNumberToObject(r, "num_hidden_layers", (double)c->L);
+    cJSON_AddNumberToObject(r, "num_attention_heads", (double)c->NH);
+    cJSON_AddNumberToObject(r, "num_key_value_heads", (double)c->NKV);
+    cJSON_AddNumberToObject(r, "head_dim", (double)c->HD);
+    cJSON_AddNumberToObject(r, "intermediate_size", (double)c->F);
+    cJSON_AddNumberToObject(r, "vocab_size", (double)c->V);
+    cJSON_AddNumberToObject(r, "max_position_embeddings", (double)c->max_pos);
+    cJSON_AddNumberToObject(r, "rms_norm_eps", c->rms_eps);
+    cJSON_AddStringToObject(r, "hidden_act", "silu");
+    cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tie_embeddings);
+    cJSON_AddNumberToObject(r, "rope_theta", c->rope_theta);
+    if (c->rope_kind == MT_ROPE_LLAMA3) {
+        cJSON *s = cJSON_AddObjectToObject(r, "rope_scaling");
+        cJSON_AddStringToObject(s, "rope_type", "llama3");
+        cJSON_AddNumberToObject(s, "factor", c->rope_factor);
+        cJSON_AddNumberToObject(s, "low_freq_factor", c->rope_low_freq_factor);
+        cJSON_AddNumberToObject(s, "high_freq_factor", c->rope_high_freq_factor);
+        cJSON_AddNumberToObject(s, "original_max_position_embeddings",
+                                (double)c->rope_orig_max_pos);
+    }
+    if (c->arch == MT_ARCH_QWEN2 || c->arch == MT_ARCH_QWEN3)
+        cJSON_AddBoolToObject(r, "use_sliding_window", false);
+    if (c->arch == MT_ARCH_MISTRAL) {
+        if (c->sliding_window > 0) cJSON_AddNumberToObject(r, "sliding_window", (double)c->sliding_window);
+        else cJSON_AddNullToObject(r, "sliding_window");
+    }
+    if (c->bos_id >= 0) cJSON_AddNumberToObject(r, "bos_token_id", (double)c->bos_id);
+    if (c->eos_id >= 0) cJSON_AddNumberToObject(r, "eos_token_id", (double)c->eos_id);
+    cJSON_AddStringToObject(r, "torch_dtype", "float32");
+    char *s = cJSON_Print(r);
+    cJSON_Delete(r);
+    MT_ASSERT(s);
+    return s;
+}
+
+void mt_config_default_tiny(mt_config *c) {
+    memset(c, 0, sizeof *c);
+    c->arch = MT_ARCH_LLAMA;
+    snprintf(c->model_type, sizeof c->model_type, "llama");
+    c->C = 128;
+    c->L = 4;
+    c->NH = 4;
+    c->NKV = 2;
+    c->HD = 32;
+    c->F = 384;
+    c->V = 258; /* 256 bytes + BOS + EOS */
+    c->max_pos = 256;
+    c->rms_eps = 1e-5f;
+    c->rope_theta = 10000.0;
+    c->rope_kind = MT_ROPE_DEFAULT;
+    c->tie_embeddings = true;
+    c->bos_id = 256;
+    c->eos_id = 257;
+}

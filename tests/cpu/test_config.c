@@ -1,0 +1,143 @@
+/* config.json parsing and the parameter table. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "model/config.h"
+#include "model/params.h"
+
+#define BASE                                                                     \
+    "\"hidden_size\": 32, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, " \
+    "\"intermediate_size\": 48, \"vocab_size\": 96"
+
+static int parse(const char *json, mt_config *cfg, mt_error *err) {
+    return mt_config_parse(cfg, json, "config.json", err);
+}
+
+Test(config, llama_with_llama3_rope_v4_layout) {
+    mt_config c;
+    mt_error err;
+    int rc = parse("{\"model_type\": \"llama\", " BASE ", \"num_key_value_heads\": 2, "
+                   "\"rope_theta\": 500000.0, \"rope_scaling\": {\"rope_type\": \"llama3\", "
+                   "\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+                   "\"original_max_position_embeddings\": 8192}, \"eos_token_id\": [7, 9]}",
+                   &c, &err);
+    cr_assert_eq(rc, 0, "%s", err.msg);
+    cr_assert_eq(c.C, 32);
+    cr_assert_eq(c.NKV, 2);
+    cr_assert_eq(c.HD, 8);
+    cr_assert_eq(c.rope_kind, MT_ROPE_LLAMA3);
+    cr_assert_float_eq(c.rope_theta, 500000.0, 0);
+    cr_assert_eq(c.rope_orig_max_pos, 8192);
+    cr_assert_eq(c.eos_id, 7);
+    cr_assert_not(c.qkv_bias);
+}
+
+Test(config, qwen3_v5_rope_parameters_and_head_dim) {
+    mt_config c;
+    mt_error err;
+    int rc = parse("{\"model_type\": \"qwen3\", " BASE ", \"head_dim\": 16, "
+                   "\"num_key_value_heads\": 1, \"tie_word_embeddings\": true, "
+                   "\"layer_types\": [\"full_attention\", \"full_attention\"], "
+                   "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1000000.0}}",
+                   &c, &err);
+    cr_assert_eq(rc, 0, "%s", err.msg);
+    cr_assert_eq(c.HD, 16);
+    cr_assert(c.qk_norm);
+    cr_assert(c.tie_embeddings);
+    cr_assert_float_eq(c.rope_theta, 1e6, 0);
+}
+
+Test(config, refusals_name_the_field) {
+    struct { const char *json; const char *needle; } cases[] = {
+        {"{\"model_type\": \"gpt2\", " BASE "}", "model_type"},
+        {"{\"model_type\": \"llama\", \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+         "\"intermediate_size\": 48, \"vocab_size\": 96}", "hidden_size"},
+        {"{\"model_type\": \"llama\", " BASE ", \"hidden_act\": \"gelu\"}", "hidden_act"},
+        {"{\"model_type\": \"llama\", " BASE ", \"rope_scaling\": {\"rope_type\": \"yarn\"}}",
+         "rope_type"},
+        {"{\"model_type\": \"llama\", " BASE ", \"num_key_value_heads\": 3}",
+         "num_key_value_heads"},
+        {"{\"model_type\": \"llama\", " BASE ", \"attention_bias\": true}", "attention_bias"},
+        {"{\"model_type\": \"llama\", \"hidden_size\": \"big\", \"num_hidden_layers\": 2, "
+         "\"num_attention_heads\": 4, \"intermediate_size\": 48, \"vocab_size\": 96}",
+         "hidden_size"},
+        {"{\"model_type\": \"qwen2\", " BASE ", \"use_sliding_window\": true}",
+         "use_sliding_window"},
+        {"{\"model_type\": \"llama\", " BASE ", \"vocab_size\": 0}", "vocab_size"},
+        {"[1, 2]", "JSON object"},
+        {"{\"model_type\": \"llama\", " BASE, "JSON object"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        mt_config c;
+        mt_error err = {{0}};
+        cr_assert_eq(parse(cases[i].json, &c, &err), -1, "case %zu accepted", i);
+        cr_assert(strstr(err.msg, cases[i].needle), "case %zu: message '%s' lacks '%s'", i,
+                  err.msg, cases[i].needle);
+        cr_assert(strstr(err.msg, "config.json"), "case %zu: message names no input", i);
+    }
+}
+
+Test(config, missing_file_is_a_clear_error) {
+    mt_config c;
+    mt_error err;
+    cr_assert_eq(mt_config_load(&c, "/nonexistent/config.json", &err), -1);
+    cr_assert(strstr(err.msg, "/nonexistent/config.json"));
+}
+
+Test(config, to_json_round_trips) {
+    mt_config a, b;
+    mt_error err;
+    mt_config_default_tiny(&a);
+    a.rope_kind = MT_ROPE_LLAMA3;
+    a.rope_factor = 8;
+    a.rope_low_freq_factor = 1;
+    a.rope_high_freq_factor = 4;
+    a.rope_orig_max_pos = 64;
+    char *s = mt_config_to_json(&a);
+    cr_assert_eq(mt_config_parse(&b, s, "generated", &err), 0, "%s", err.msg);
+    free(s);
+    cr_assert_eq(b.C, a.C);
+    cr_assert_eq(b.L, a.L);
+    cr_assert_eq(b.NKV, a.NKV);
+    cr_assert_eq(b.V, a.V);
+    cr_assert_eq(b.tie_embeddings, a.tie_embeddings);
+    cr_assert_eq(b.rope_kind, MT_ROPE_LLAMA3);
+    cr_assert_eq(b.rope_orig_max_pos, 64);
+    cr_assert_eq(b.bos_id, a.bos_id);
+}
+
+Test(params, layout_is_layer_major_aligned_and_counts_match) {
+    mt_config c;
+    mt_error err;
+    cr_assert_eq(parse("{\"model_type\": \"qwen2\", " BASE ", \"num_key_value_heads\": 2, "
+                       "\"tie_word_embeddings\": true}", &c,
+                       &err), 0, "%s", err.msg);
+    mt_param_table t;
+    cr_assert_eq(mt_params_init(&t, &c, &err), 0);
+    cr_assert_eq(t.n_layers, 4);
+    cr_assert_eq(t.n_params, mt_config_num_params(&c));
+    size_t off = 0;
+    for (int l = 0; l < t.n_layers; l++) {
+        const mt_layer_desc *ld = &t.layers[l];
+        cr_assert_eq(ld->offset, off, "layer %d not contiguous", l);
+        cr_assert_eq(ld->offset % MT_LAYER_ALIGN, 0);
+        size_t end = 0;
+        for (int k = 0; k < ld->n_tensors; k++) {
+            cr_assert_eq(ld->tensors[k].offset % MT_TENSOR_ALIGN, 0);
+            cr_assert_geq(ld->tensors[k].offset, end, "tensors overlap");
+            end = ld->tensors[k].offset + ld->tensors[k].numel;
+        }
+        cr_assert_leq(end, ld->numel);
+        off += ld->numel;
+    }
+    cr_assert_eq(t.total, off);
+    int layer = -1;
+    const mt_tensor_desc *d = mt_params_by_name(&t, "model.layers.1.self_attn.k_proj.bias", &layer);
+    cr_assert_not_null(d);
+    cr_assert_eq(layer, 2);
+    cr_assert_eq(d->shape[0], 2 * 8);
+    cr_assert_null(mt_params_by_name(&t, "model.layers.7.mlp.up_proj.weight", NULL));
+    cr_assert_null(mt_params_find(&t, 3, MT_T_LM_HEAD), "tied model has no lm_head tensor");
+    mt_params_free(&t);
+}
