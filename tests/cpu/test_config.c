@@ -64,7 +64,9 @@ Test(config, refusals_name_the_field) {
          "hidden_size"},
         {"{\"model_type\": \"qwen2\", " BASE ", \"use_sliding_window\": true}",
          "use_sliding_window"},
-        {"{\"model_type\": \"llama\", " BASE ", \"vocab_size\": 0}", "vocab_size"},
+        {"{\"model_type\": \"llama\", \"hidden_size\": 32, \"num_hidden_layers\": 2, "
+         "\"num_attention_heads\": 4, \"intermediate_size\": 48, \"vocab_size\": 0}",
+         "vocab_size"},
         {"[1, 2]", "JSON object"},
         {"{\"model_type\": \"llama\", " BASE, "JSON object"},
     };
