@@ -233,6 +233,8 @@ static void check_shape(shape s, int bf16, double tol_fwd, double tol_bwd) {
     double e;
 #define CHECK(name, got, ref, n, tol)                                                     \
     e = rel_err_d(got, ref, n);                                                           \
+    cr_log_info("%s %s: rel err %.3g (T=%zu NH=%zu NKV=%zu HD=%zu)", mode, name, e, s.T,  \
+                s.NH, s.NKV, s.HD);                                                       \
     cr_expect(e <= tol, "%s %s: rel err %.3g > %.3g (B=%zu T=%zu NH=%zu NKV=%zu HD=%zu)", \
               mode, name, e, tol, s.B, s.T, s.NH, s.NKV, s.HD)
     CHECK("out", r.out, out, nq, tol_fwd);

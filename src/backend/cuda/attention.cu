@@ -116,6 +116,11 @@ __device__ __forceinline__ void mt_attn_cp16(void *dst, const void *src, bool va
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(mt_attn_smem_addr(dst)),
                  "l"(src), "r"(valid ? 16 : 0));
 }
+/* 4-byte async copy (zero-filled when !valid). */
+__device__ __forceinline__ void mt_attn_cp4(void *dst, const void *src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(mt_attn_smem_addr(dst)),
+                 "l"(src), "r"(valid ? 4 : 0));
+}
 __device__ __forceinline__ void mt_attn_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void mt_attn_cp_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
@@ -139,6 +144,14 @@ __device__ __forceinline__ void mt_attn_mma(float c[4], const unsigned a[4], uns
                  "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* 2^x on the special-function unit (rel. error ~2^-22, ex2(-inf) = 0);
+ * the softmax needs no more, and exp2f's range fix-ups cost extra. */
+__device__ __forceinline__ float mt_attn_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
 }
 
 __device__ __forceinline__ unsigned mt_attn_pack(float lo, float hi) {
@@ -233,14 +246,16 @@ template <int R, int C> __device__ __forceinline__ void mt_attn_zero(float x[R][
 /* ------------------------------------------------------------------------ */
 /* bf16 forward                                                              */
 
-template <int HD, int NW> struct mt_attn_fwd_cfg {
-    static constexpr int BR = 16 * NW, BC = 64, SR = HD + 8, NT = 32 * NW;
+/* Each warp owns MT row tiles of 16, so every K and V fragment it loads
+ * from shared memory feeds MT tensor-core products. */
+template <int HD, int NW, int MT> struct mt_attn_fwd_cfg {
+    static constexpr int BR = 16 * NW * MT, BC = 64, SR = HD + 8, NT = 32 * NW;
     static constexpr size_t SMEM = (size_t)(BR + 4 * BC) * SR * sizeof(bf16);
 };
 
-template <int HD, int NW>
+template <int HD, int NW, int MT>
 __global__ void __launch_bounds__(NW * 32) mt_attn_fwd_bf16_kernel(mt_attn_args a) {
-    using C = mt_attn_fwd_cfg<HD, NW>;
+    using C = mt_attn_fwd_cfg<HD, NW, MT>;
     extern __shared__ __align__(16) unsigned char mt_attn_smem[];
     bf16 *sQ = (bf16 *)mt_attn_smem;    // (BR, SR)
     bf16 *sK = sQ + C::BR * C::SR;      // 2 x (BC, SR)
@@ -248,7 +263,7 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_fwd_bf16_kernel(mt_attn_args 
     const int T = a.T, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int qb = gridDim.x - 1 - blockIdx.x; // heaviest (last) query tiles first
     const int h = blockIdx.y, b = blockIdx.z, kvh = h / (a.NH / a.NKV);
-    const int q0 = qb * C::BR;
+    const int q0 = qb * C::BR, wr0 = w * MT * 16; // warp's first row in the tile
     const int64_t ldq = (int64_t)a.NH * HD, ldk = (int64_t)a.NKV * HD;
     const bf16 *gq = (const bf16 *)a.q + ((int64_t)b * T * a.NH + h) * HD;
     const bf16 *gk = (const bf16 *)a.k + ((int64_t)b * T * a.NKV + kvh) * HD;
@@ -262,11 +277,14 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_fwd_bf16_kernel(mt_attn_args 
 
     const float sl2 = a.scale * MT_ATTN_LOG2E;
     const int g = lane >> 2, t4 = lane & 3;
-    const int row_lo = q0 + w * 16 + g, row_hi = row_lo + 8;
-    float o[HD / 8][4];
-    mt_attn_zero<HD / 8, 4>(o);
-    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
-    unsigned qf[HD / 16][4];
+    float o[MT][HD / 8][4];
+    float m[MT][2], l[MT][2]; // running max (log2 domain) and sum, rows g and g+8
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        mt_attn_zero<HD / 8, 4>(o[mt]);
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.f;
+    }
 
     for (int j = 0; j < nkb; j++) {
         const int buf = j & 1;
@@ -281,99 +299,115 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_fwd_bf16_kernel(mt_attn_args 
             mt_attn_cp_wait<0>();
         }
         __syncthreads();
-        if (j == 0) {
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++)
-                mt_attn_frag_a(qf[kk], sQ, C::SR, w * 16, kk * 16, lane);
-        }
         const bf16 *k_s = sK + buf * C::BC * C::SR, *v_s = sV + buf * C::BC * C::SR;
-        float s[C::BC / 8][4];
-        mt_attn_zero<C::BC / 8, 4>(s);
+        float s[MT][C::BC / 8][4];
 #pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++)
+        for (int mt = 0; mt < MT; mt++) mt_attn_zero<C::BC / 8, 4>(s[mt]);
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+            unsigned qf[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+                mt_attn_frag_a(qf[mt], sQ, C::SR, wr0 + mt * 16, kk * 16, lane);
 #pragma unroll
             for (int nn = 0; nn < C::BC / 16; nn++) {
                 unsigned bfr[4];
                 mt_attn_frag_bt(bfr, k_s, C::SR, nn * 16, kk * 16, lane);
-                mt_attn_mma(s[2 * nn], qf[kk], bfr[0], bfr[1]);
-                mt_attn_mma(s[2 * nn + 1], qf[kk], bfr[2], bfr[3]);
-            }
-        // Scale into the log2 domain; mask keys after the query (causal) or past T.
-        const int k0 = j * C::BC;
-        const bool need_mask = k0 + C::BC - 1 > q0 + w * 16 || k0 + C::BC > T;
-        float mx_lo = -INFINITY, mx_hi = -INFINITY;
 #pragma unroll
-        for (int n = 0; n < C::BC / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float x = s[n][e] * sl2;
-                if (need_mask) {
-                    int key = k0 + n * 8 + 2 * t4 + (e & 1), row = e < 2 ? row_lo : row_hi;
-                    if (key > row || key >= T) x = -INFINITY;
+                for (int mt = 0; mt < MT; mt++) {
+                    mt_attn_mma(s[mt][2 * nn], qf[mt], bfr[0], bfr[1]);
+                    mt_attn_mma(s[mt][2 * nn + 1], qf[mt], bfr[2], bfr[3]);
                 }
-                s[n][e] = x;
-                if (e < 2) mx_lo = fmaxf(mx_lo, x); else mx_hi = fmaxf(mx_hi, x);
+            }
+        }
+        const int k0 = j * C::BC;
+        const bool need_mask = k0 + C::BC - 1 > q0 + wr0 || k0 + C::BC > T;
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            const int row_lo = q0 + wr0 + mt * 16 + g;
+            // Mask keys after the query (causal) or past T; max on raw scores
+            // (scale > 0), then p = 2^(s*scale*log2e - m) in one FFMA + EX2.
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int n = 0; n < C::BC / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    if (need_mask) {
+                        const int key = k0 + n * 8 + 2 * t4 + (e & 1), row = row_lo + (e >> 1) * 8;
+                        if (key > row || key >= T) s[mt][n][e] = -INFINITY;
+                    }
+                    mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][n][e]);
+                }
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                const float mn = fmaxf(m[mt][r], mx[r] * sl2);
+                // A row with every key masked so far keeps m = -inf; use 0 to avoid inf - inf.
+                const float mu = mn == -INFINITY ? 0.f : mn;
+                const float alpha = mt_attn_exp2(m[mt][r] - mu);
+                m[mt][r] = mn;
+                float ps = 0.f;
+#pragma unroll
+                for (int n = 0; n < C::BC / 8; n++) {
+                    s[mt][n][2 * r] = mt_attn_exp2(fmaf(s[mt][n][2 * r], sl2, -mu));
+                    s[mt][n][2 * r + 1] = mt_attn_exp2(fmaf(s[mt][n][2 * r + 1], sl2, -mu));
+                    ps += s[mt][n][2 * r] + s[mt][n][2 * r + 1];
+                }
+                l[mt][r] = l[mt][r] * alpha + ps;
+#pragma unroll
+                for (int n = 0; n < HD / 8; n++) {
+                    o[mt][n][2 * r] *= alpha;
+                    o[mt][n][2 * r + 1] *= alpha;
+                }
+            }
+        }
+        // O += P V, each V fragment shared by the warp's MT row tiles.
+#pragma unroll
+        for (int kk = 0; kk < C::BC / 16; kk++) {
+            unsigned pa[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                pa[mt][0] = mt_attn_pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                pa[mt][1] = mt_attn_pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                pa[mt][2] = mt_attn_pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                pa[mt][3] = mt_attn_pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
             }
 #pragma unroll
-        for (int o2 = 1; o2 < 4; o2 <<= 1) {
-            mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, o2));
-            mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, o2));
-        }
-        const float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
-        // A row with every key masked so far keeps m = -inf; use 0 to avoid inf - inf.
-        const float mu_lo = mn_lo == -INFINITY ? 0.f : mn_lo;
-        const float mu_hi = mn_hi == -INFINITY ? 0.f : mn_hi;
-        const float al_lo = exp2f(m_lo - mu_lo), al_hi = exp2f(m_hi - mu_hi);
-        m_lo = mn_lo;
-        m_hi = mn_hi;
-        float ps_lo = 0.f, ps_hi = 0.f;
+            for (int nn = 0; nn < HD / 16; nn++) {
+                unsigned bfr[4];
+                mt_attn_frag_b(bfr, v_s, C::SR, kk * 16, nn * 16, lane);
 #pragma unroll
-        for (int n = 0; n < C::BC / 8; n++) {
-            s[n][0] = exp2f(s[n][0] - mu_lo);
-            s[n][1] = exp2f(s[n][1] - mu_lo);
-            s[n][2] = exp2f(s[n][2] - mu_hi);
-            s[n][3] = exp2f(s[n][3] - mu_hi);
-            ps_lo += s[n][0] + s[n][1];
-            ps_hi += s[n][2] + s[n][3];
+                for (int mt = 0; mt < MT; mt++) {
+                    mt_attn_mma(o[mt][2 * nn], pa[mt], bfr[0], bfr[1]);
+                    mt_attn_mma(o[mt][2 * nn + 1], pa[mt], bfr[2], bfr[3]);
+                }
+            }
         }
-        l_lo = l_lo * al_lo + ps_lo;
-        l_hi = l_hi * al_hi + ps_hi;
-#pragma unroll
-        for (int n = 0; n < HD / 8; n++) {
-            o[n][0] *= al_lo;
-            o[n][1] *= al_lo;
-            o[n][2] *= al_hi;
-            o[n][3] *= al_hi;
-        }
-        mt_attn_mm_regs_b<C::BC, HD>(o, s, v_s, C::SR, lane);
         __syncthreads(); // this buffer is refilled two iterations on
     }
 
-#pragma unroll
-    for (int o2 = 1; o2 < 4; o2 <<= 1) {
-        l_lo += __shfl_xor_sync(0xffffffffu, l_lo, o2);
-        l_hi += __shfl_xor_sync(0xffffffffu, l_hi, o2);
-    }
-    const float inv_lo = 1.f / l_lo, inv_hi = 1.f / l_hi;
     bf16 *go = (bf16 *)a.o + ((int64_t)b * T * a.NH + h) * HD;
     float *gof = a.o_f32 ? a.o_f32 + ((int64_t)b * T * a.NH + h) * HD : nullptr;
 #pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const int row = half ? row_hi : row_lo;
-        if (row >= T) continue;
-        const float inv = half ? inv_hi : inv_lo;
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int n = 0; n < HD / 8; n++) {
-            const int d = n * 8 + 2 * t4;
-            float x0 = o[n][2 * half] * inv, x1 = o[n][2 * half + 1] * inv;
-            *(__nv_bfloat162 *)(go + row * ldq + d) = __floats2bfloat162_rn(x0, x1);
-            if (gof) *(float2 *)(gof + row * ldq + d) = make_float2(x0, x1);
+        for (int r = 0; r < 2; r++) {
+            float lr = l[mt][r];
+            lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+            lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+            const int row = q0 + wr0 + mt * 16 + g + r * 8;
+            if (row >= T) continue;
+            const float inv = 1.f / lr;
+#pragma unroll
+            for (int n = 0; n < HD / 8; n++) {
+                const int d = n * 8 + 2 * t4;
+                const float x0 = o[mt][n][2 * r] * inv, x1 = o[mt][n][2 * r + 1] * inv;
+                *(__nv_bfloat162 *)(go + row * ldq + d) = __floats2bfloat162_rn(x0, x1);
+                if (gof) *(float2 *)(gof + row * ldq + d) = make_float2(x0, x1);
+            }
+            if (t4 == 0) a.lse[((int64_t)b * a.NH + h) * T + row] = m[mt][r] * MT_ATTN_LN2 + logf(lr);
         }
-        if (t4 == 0) {
-            const float m = half ? m_hi : m_lo, l = half ? l_hi : l_lo;
-            a.lse[((int64_t)b * a.NH + h) * T + row] = m * MT_ATTN_LN2 + logf(l);
-        }
-    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -393,7 +427,7 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dkv_bf16_kernel(mt_attn_args 
     bf16 *sV = sK + C::BC * C::SR;         // (BC, SR)
     bf16 *sQ = sV + C::BC * C::SR;         // 2 x (BR, SR)
     bf16 *sO = sQ + 2 * C::BR * C::SR;     // 2 x (BR, SR) dout
-    float *sL = (float *)(sO + 2 * C::BR * C::SR); // 2 x BR lse*log2e (+inf past T)
+    float *sL = (float *)(sO + 2 * C::BR * C::SR); // 2 x BR lse (0 past T)
     float *sD = sL + 2 * C::BR;                    // 2 x BR dsum
     const int T = a.T, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int kb = gridDim.x - 1 - blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
@@ -411,10 +445,12 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dkv_bf16_kernel(mt_attn_args 
         const bf16 *gdo = (const bf16 *)a.dout + ((int64_t)b * T * a.NH + h) * HD;
         mt_attn_load_tile<C::BR, HD, C::NT>(sQ + buf * C::BR * C::SR, gq, ldq, q0, T);
         mt_attn_load_tile<C::BR, HD, C::NT>(sO + buf * C::BR * C::SR, gdo, ldq, q0, T);
+        // Asynchronous too: a plain load here would stall its warps a memory latency.
         for (int r = threadIdx.x; r < C::BR; r += C::NT) {
-            const int64_t i = ((int64_t)b * a.NH + h) * T + q0 + r;
-            sL[buf * C::BR + r] = q0 + r < T ? a.lse[i] * MT_ATTN_LOG2E : INFINITY;
-            sD[buf * C::BR + r] = q0 + r < T ? a.dsum[i] : 0.f;
+            const bool ok = q0 + r < T;
+            const int64_t i = ((int64_t)b * a.NH + h) * T + (ok ? q0 + r : 0);
+            mt_attn_cp4(sL + buf * C::BR + r, a.lse + i, ok);
+            mt_attn_cp4(sD + buf * C::BR + r, a.dsum + i, ok);
         }
     };
     mt_attn_load_tile<C::BC, HD, C::NT>(sK, gk, ldk, k0, T);
@@ -446,14 +482,15 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dkv_bf16_kernel(mt_attn_args 
         float p[C::BR / 8][4];
         mt_attn_zero<C::BR / 8, 4>(p);
         mt_attn_mm_smem_bt<HD, C::BR>(p, sK, C::SR, w * 16, q_s, C::SR, lane);
-        const bool need_mask = q0 < k0 + w * 16 + 15;
+        // Causal mask, and queries past T (their lse reads 0) give P = 0.
+        const bool need_mask = q0 < k0 + w * 16 + 15 || q0 + C::BR > T;
 #pragma unroll
         for (int n = 0; n < C::BR / 8; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int qc = n * 8 + 2 * t4 + (e & 1);
-                float x = exp2f(p[n][e] * sl2 - l_s[qc]);
-                if (need_mask && q0 + qc < (e < 2 ? key_lo : key_hi)) x = 0.f;
+                float x = mt_attn_exp2(fmaf(p[n][e], sl2, -l_s[qc] * MT_ATTN_LOG2E));
+                if (need_mask && (q0 + qc < (e < 2 ? key_lo : key_hi) || q0 + qc >= T)) x = 0.f;
                 p[n][e] = x;
             }
         // dP^T = V dO^T, then dS^T = P^T * (dP^T - D).
@@ -556,7 +593,7 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dq_bf16_kernel(mt_attn_args a
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int key = k0 + n * 8 + 2 * t4 + (e & 1), row = e < 2 ? row_lo : row_hi;
-                float x = exp2f(p[n][e] * sl2 - (e < 2 ? lse_lo : lse_hi));
+                float x = mt_attn_exp2(fmaf(p[n][e], sl2, -(e < 2 ? lse_lo : lse_hi)));
                 if (need_mask && (key > row || key >= T)) x = 0.f;
                 p[n][e] = x;
             }
@@ -589,14 +626,25 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dq_bf16_kernel(mt_attn_args a
 /* ------------------------------------------------------------------------ */
 /* bf16 launchers                                                            */
 
-#define MT_ATTN_FWD_NW 8
+/* Warps per block (and row tiles per warp in the forward); measured
+ * choices in docs/notes/attention.md. Overridable to compare variants. */
+#ifndef MT_ATTN_FWD_NW
+#define MT_ATTN_FWD_NW 4
+#endif
+#ifndef MT_ATTN_FWD_MT
+#define MT_ATTN_FWD_MT 2
+#endif
+#ifndef MT_ATTN_DKV_NW
 #define MT_ATTN_DKV_NW 4
-#define MT_ATTN_DQ_NW 4
+#endif
+#ifndef MT_ATTN_DQ_NW
+#define MT_ATTN_DQ_NW 8
+#endif
 
 template <int HD>
 static int mt_attn_fwd_bf16_launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
-    using C = mt_attn_fwd_cfg<HD, MT_ATTN_FWD_NW>;
-    auto kern = mt_attn_fwd_bf16_kernel<HD, MT_ATTN_FWD_NW>;
+    using C = mt_attn_fwd_cfg<HD, MT_ATTN_FWD_NW, MT_ATTN_FWD_MT>;
+    auto kern = mt_attn_fwd_bf16_kernel<HD, MT_ATTN_FWD_NW, MT_ATTN_FWD_MT>;
     if (mt_attn_set_smem((const void *)kern, C::SMEM, err)) return -1;
     dim3 grid((a.T + C::BR - 1) / C::BR, a.NH, B);
     kern<<<grid, C::NT, C::SMEM, st>>>(a);
