@@ -3,14 +3,15 @@
  *
  * bf16 path (FlashAttention-2 style): a thread block owns a tile of rows and
  * streams the other side's tiles through double-buffered shared memory with
- * cp.async; each warp owns 16 rows and does its products with
- * mma.sync.m16n8k16 (bf16 in, fp32 accumulate), fed by ldmatrix. Softmax
- * runs online in fp32 in the log2 domain (exp2 of pre-scaled scores).
+ * cp.async; each warp owns 16 rows (32 in the forward) and does its
+ * products with mma.sync.m16n8k16 (bf16 in, fp32 accumulate), fed by
+ * ldmatrix. Softmax runs online in fp32 in the log2 domain (one FFMA and one
+ * ex2.approx per score).
  *   forward : blocks over (query tile of 128, head, batch).
  *   backward: D = rowsum(dout * out) first; then dK,dV over (key tile of
  *             64, kv head, batch), looping over the group's query heads and
  *             the query tiles at or after the key tile; then dQ over (query
- *             tile of 64, head, batch), recomputing P. Two passes instead of
+ *             tile of 128, head, batch), recomputing P. Two passes instead of
  *             fp32 atomics on dq: 7 instead of 5 tile products, but the
  *             result is bitwise reproducible and dq needs no zeroing pass.
  * f32 path: plain fp32 FMA, one warp per row, a lane per key of a 32-key
