@@ -1,0 +1,139 @@
+/* Benchmark of the fused attention kernels (backend/cuda/attention.h).
+ *
+ * Build and run (from the repository root):
+ *   nvcc -O3 -std=c++17 -arch=sm_90 -Isrc -o build/attn_bench bench/attn_bench.cu \
+ *        src/backend/cuda/attention.cu src/util/error.c && build/attn_bench
+ *
+ * For each shape: random N(0,1) inputs, 3 warm-up runs, then the median of
+ * 20 timed runs (CUDA events) of the forward and of the backward (the
+ * backward includes its rowsum pass). TFLOPS count causal FLOPs: forward
+ * 4*B*NH*T*T*HD/2 (QK^T and PV over the lower triangle), backward 2.5x. */
+#include <algorithm>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <vector>
+
+#include <cuda_bf16.h>
+
+#include "backend/cuda/attention.h"
+
+#define BENCH_CK(call)                                                                    \
+    do {                                                                                  \
+        cudaError_t e_ = (call);                                                          \
+        if (e_ != cudaSuccess) {                                                          \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                 \
+                    cudaGetErrorString(e_));                                              \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+/* Approximately N(0,1) from a hash (sum of 4 uniforms, rescaled). */
+template <typename T> __global__ void bench_fill(T *x, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float s = 0.f;
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        for (int j = 0; j < 4; j++) {
+            h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
+            s += (h >> 8) * (1.f / 16777216.f);
+        }
+        x[i] = (T)((s - 2.f) * 1.7320508f);
+    }
+}
+
+struct bench_shape { size_t B, T, NH, NKV, HD; int bf16; };
+
+static float median(std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+static void die(const mt_error &err) {
+    fprintf(stderr, "attn_bench: %s\n", err.msg);
+    exit(1);
+}
+
+static void bench_one(const bench_shape &s) {
+    const size_t nq = s.B * s.T * s.NH * s.HD, nk = s.B * s.T * s.NKV * s.HD;
+    const size_t es = s.bf16 ? 2 : 4;
+    void *q, *k, *v, *dout, *out, *scratch;
+    float *lse, *dq, *dk, *dv;
+    BENCH_CK(cudaMalloc(&q, nq * es));
+    BENCH_CK(cudaMalloc(&dout, nq * es));
+    BENCH_CK(cudaMalloc(&out, nq * es));
+    BENCH_CK(cudaMalloc(&k, nk * es));
+    BENCH_CK(cudaMalloc(&v, nk * es));
+    BENCH_CK(cudaMalloc(&lse, s.B * s.NH * s.T * 4));
+    BENCH_CK(cudaMalloc(&dq, nq * 4));
+    BENCH_CK(cudaMalloc(&dk, nk * 4));
+    BENCH_CK(cudaMalloc(&dv, nk * 4));
+    BENCH_CK(cudaMalloc(&scratch, mt_attn_backward_scratch_bytes(s.B, s.T, s.NH)));
+    void *bufs[] = {q, k, v, dout};
+    size_t ns[] = {nq, nk, nk, nq};
+    for (int i = 0; i < 4; i++) {
+        if (s.bf16) bench_fill<__nv_bfloat16><<<1024, 256>>>((__nv_bfloat16 *)bufs[i], ns[i], i + 1);
+        else bench_fill<float><<<1024, 256>>>((float *)bufs[i], ns[i], i + 1);
+    }
+    BENCH_CK(cudaGetLastError());
+    mt_error err;
+    auto fwd = [&]() {
+        int rc = s.bf16 ? mt_attn_forward_bf16((uint16_t *)out, NULL, lse, (uint16_t *)q,
+                                               (uint16_t *)k, (uint16_t *)v, s.B, s.T, s.NH,
+                                               s.NKV, s.HD, 0, &err)
+                        : mt_attn_forward_f32((float *)out, lse, (float *)q, (float *)k,
+                                              (float *)v, s.B, s.T, s.NH, s.NKV, s.HD, 0, &err);
+        if (rc) die(err);
+    };
+    auto bwd = [&]() {
+        int rc = s.bf16 ? mt_attn_backward_bf16(dq, dk, dv, scratch, (uint16_t *)dout,
+                                                (uint16_t *)q, (uint16_t *)k, (uint16_t *)v,
+                                                (uint16_t *)out, lse, s.B, s.T, s.NH, s.NKV,
+                                                s.HD, 0, &err)
+                        : mt_attn_backward_f32(dq, dk, dv, scratch, (float *)dout, (float *)q,
+                                               (float *)k, (float *)v, (float *)out, lse, s.B,
+                                               s.T, s.NH, s.NKV, s.HD, 0, &err);
+        if (rc) die(err);
+    };
+    cudaEvent_t e0, e1;
+    BENCH_CK(cudaEventCreate(&e0));
+    BENCH_CK(cudaEventCreate(&e1));
+    const int warm = 3, reps = s.bf16 ? 20 : 5;
+    float ms[2];
+    for (int pass = 0; pass < 2; pass++) {
+        std::vector<float> t;
+        for (int i = 0; i < warm + reps; i++) {
+            BENCH_CK(cudaEventRecord(e0));
+            if (pass == 0) fwd(); else bwd();
+            BENCH_CK(cudaEventRecord(e1));
+            BENCH_CK(cudaEventSynchronize(e1));
+            float x;
+            BENCH_CK(cudaEventElapsedTime(&x, e0, e1));
+            if (i >= warm) t.push_back(x);
+        }
+        ms[pass] = median(t);
+    }
+    const double fl = 4.0 * s.B * s.NH * (double)s.T * s.T * s.HD / 2;
+    printf("%-5s %5zu %2zu %5zu %3zu/%-3zu %4zu | %8.3f %7.1f | %8.3f %7.1f\n",
+           s.bf16 ? "bf16" : "fp32", s.T, s.B, s.B * s.T, s.NH, s.NKV, s.HD, ms[0],
+           fl / ms[0] * 1e-9, ms[1], 2.5 * fl / ms[1] * 1e-9);
+    fflush(stdout);
+    void *all[] = {q, k, v, dout, out, scratch, lse, dq, dk, dv};
+    for (void *p : all) BENCH_CK(cudaFree(p));
+    BENCH_CK(cudaEventDestroy(e0));
+    BENCH_CK(cudaEventDestroy(e1));
+}
+
+int main(void) {
+    cudaDeviceProp prop;
+    BENCH_CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+    printf("mode      T  B  B*T  NH/NKV   HD |   fwd ms  TFLOPS |   bwd ms  TFLOPS\n");
+    const bench_shape shapes[] = {
+        {8, 2048, 32, 8, 128, 1},  {8, 2048, 32, 32, 128, 1}, {8, 2048, 32, 8, 64, 1},
+        {4, 4096, 32, 8, 128, 1},  {16, 1024, 32, 8, 128, 1}, {2, 8192, 32, 8, 128, 1},
+        {1, 2048, 32, 8, 128, 0},
+    };
+    for (const bench_shape &s : shapes) bench_one(s);
+    return 0;
+}

@@ -1,0 +1,71 @@
+/* Fused causal grouped-query attention on the GPU (flash-attention style).
+ *
+ * Same function as mt_cpu_attention_forward/backward (backend/cpu/ops.h):
+ * q (B,T,NH,HD), k and v (B,T,NKV,HD), out (B,T,NH,HD), lse (B,NH,T) the
+ * natural-log sum-exp of each scaled score row, scale 1/sqrt(HD), causal,
+ * query head h reads kv head h / (NH/NKV). No function here ever holds more
+ * than one tile of scores per thread block: memory is O(B*T*NH*HD).
+ *
+ * Two precisions:
+ *  - bf16: q, k, v, dout, out are bf16 (passed as their 16-bit patterns);
+ *    tensor cores (mma.sync m16n8k16, fp32 accumulation), online softmax in
+ *    fp32. lse and the gradients dq, dk, dv are fp32. HD = 64 or 128.
+ *  - f32: everything fp32, plain FMA (no tensor cores, no TF32); HD <= 256.
+ *
+ * Backward (both precisions) is deterministic: dk, dv come from a kernel
+ * parallel over key blocks (one block owns its keys for every query head of
+ * its kv group, so no atomics), dq from a second kernel parallel over query
+ * blocks that recomputes the probabilities. dq, dk, dv are OVERWRITTEN.
+ * The backward needs scratch of mt_attn_backward_scratch_bytes() bytes.
+ *
+ * All pointers are device pointers; work is queued on `stream` and nothing
+ * is synchronised. Errors (bad shapes, launch failures) return -1 with a
+ * message in err. */
+#ifndef MT_BACKEND_CUDA_ATTENTION_H
+#define MT_BACKEND_CUDA_ATTENTION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+/* util/error.h is C11: give C++ its spelling of _Noreturn and C linkage. */
+#ifndef _Noreturn
+#define _Noreturn [[noreturn]]
+#endif
+extern "C" {
+#endif
+
+#include "util/error.h"
+
+/* Bytes of device scratch the backward needs: one fp32 per (b, h, t). */
+size_t mt_attn_backward_scratch_bytes(size_t B, size_t T, size_t NH);
+
+/* out (B,T,NH,HD) bf16; out_f32 (B,T,NH,HD) fp32 copy of the same values
+ * before rounding, or NULL; lse (B,NH,T). */
+int mt_attn_forward_bf16(uint16_t *out, float *out_f32, float *lse, const uint16_t *q,
+                         const uint16_t *k, const uint16_t *v, size_t B, size_t T, size_t NH,
+                         size_t NKV, size_t HD, cudaStream_t stream, mt_error *err);
+
+/* dq (B,T,NH,HD), dk dv (B,T,NKV,HD) fp32, overwritten. out is the bf16
+ * output of the forward, lse its lse. scratch: see above. */
+int mt_attn_backward_bf16(float *dq, float *dk, float *dv, void *scratch, const uint16_t *dout,
+                          const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                          const uint16_t *out, const float *lse, size_t B, size_t T, size_t NH,
+                          size_t NKV, size_t HD, cudaStream_t stream, mt_error *err);
+
+int mt_attn_forward_f32(float *out, float *lse, const float *q, const float *k, const float *v,
+                        size_t B, size_t T, size_t NH, size_t NKV, size_t HD,
+                        cudaStream_t stream, mt_error *err);
+
+int mt_attn_backward_f32(float *dq, float *dk, float *dv, void *scratch, const float *dout,
+                         const float *q, const float *k, const float *v, const float *out,
+                         const float *lse, size_t B, size_t T, size_t NH, size_t NKV, size_t HD,
+                         cudaStream_t stream, mt_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

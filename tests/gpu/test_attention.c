@@ -1,0 +1,318 @@
+/* Tests of the fused causal GQA attention kernels (backend/cuda/attention.h)
+ * against a double-precision reference that materialises the whole masked
+ * score matrix of each (batch, head). Ragged T (not a multiple of any tile),
+ * GQA, MHA (NH == NKV) and MQA (NKV == 1), both precisions, poisoned outputs,
+ * bitwise determinism and shape errors. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/attention.h"
+#include "testlib.h"
+
+#define CK(call)                                                                 \
+    do {                                                                         \
+        cudaError_t e_ = (call);                                                 \
+        cr_assert_eq(e_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_)); \
+    } while (0)
+
+static void skip_without_gpu(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
+        cr_skip("no CUDA device: attention GPU tests skipped");
+}
+
+/* N(0,1) samples (Box-Muller over a xorshift stream): real q, k, v after
+ * RMSNorm and projection have entries of about this size. */
+static void fill_normal(float *x, size_t n, unsigned long long seed) {
+    unsigned long long s = seed * 0x9E3779B97F4A7C15ull + 7;
+    for (size_t i = 0; i < n; i++) {
+        double u[2];
+        for (int j = 0; j < 2; j++) {
+            s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+            u[j] = ((s >> 11) + 0.5) / 9007199254740992.0;
+        }
+        x[i] = (float)(sqrt(-2 * log(u[0])) * cos(6.283185307179586 * u[1]));
+    }
+}
+
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u); // round to nearest even
+    return (uint16_t)(u >> 16);
+}
+static float from_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+typedef struct shape { size_t B, T, NH, NKV, HD; } shape;
+
+/* Double-precision reference: out, lse, dq, dk, dv (all overwritten). */
+static void ref_attention(const shape *s, const float *q, const float *k, const float *v,
+                          const float *dout, double *out, double *lse, double *dq, double *dk,
+                          double *dv) {
+    const size_t B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, HD = s->HD;
+    const double scale = 1.0 / sqrt((double)HD);
+    double *P = malloc(T * T * sizeof *P), *dP = malloc(T * T * sizeof *dP);
+    memset(dk, 0, B * T * NKV * HD * sizeof *dk);
+    memset(dv, 0, B * T * NKV * HD * sizeof *dv);
+    for (size_t b = 0; b < B; b++)
+        for (size_t h = 0; h < NH; h++) {
+            size_t kh = h / (NH / NKV);
+#define Q(t) (q + ((b * T + (t)) * NH + h) * HD)
+#define DO(t) (dout + ((b * T + (t)) * NH + h) * HD)
+#define KV(x, t) (x + ((b * T + (t)) * NKV + kh) * HD)
+            for (size_t t = 0; t < T; t++) {
+                double m = -INFINITY, l = 0;
+                for (size_t u = 0; u <= t; u++) {
+                    double d = 0;
+                    for (size_t i = 0; i < HD; i++) d += (double)Q(t)[i] * KV(k, u)[i];
+                    P[t * T + u] = d * scale;
+                    if (d * scale > m) m = d * scale;
+                }
+                for (size_t u = 0; u <= t; u++) l += exp(P[t * T + u] - m);
+                lse[(b * NH + h) * T + t] = m + log(l);
+                double *o = out + ((b * T + t) * NH + h) * HD;
+                for (size_t i = 0; i < HD; i++) o[i] = 0;
+                for (size_t u = 0; u <= t; u++) {
+                    P[t * T + u] = exp(P[t * T + u] - m) / l;
+                    for (size_t i = 0; i < HD; i++) o[i] += P[t * T + u] * KV(v, u)[i];
+                }
+                double D = 0;
+                for (size_t i = 0; i < HD; i++) D += (double)DO(t)[i] * o[i];
+                double *g = dq + ((b * T + t) * NH + h) * HD;
+                for (size_t i = 0; i < HD; i++) g[i] = 0;
+                for (size_t u = 0; u <= t; u++) {
+                    double dp = 0;
+                    for (size_t i = 0; i < HD; i++) dp += (double)DO(t)[i] * KV(v, u)[i];
+                    double ds = P[t * T + u] * (dp - D);
+                    dP[t * T + u] = ds;
+                    double *gk = dk + ((b * T + u) * NKV + kh) * HD;
+                    double *gv = dv + ((b * T + u) * NKV + kh) * HD;
+                    for (size_t i = 0; i < HD; i++) {
+                        g[i] += scale * ds * KV(k, u)[i];
+                        gk[i] += scale * ds * Q(t)[i];
+                        gv[i] += P[t * T + u] * DO(t)[i];
+                    }
+                }
+            }
+#undef Q
+#undef DO
+#undef KV
+        }
+    free(P);
+    free(dP);
+}
+
+/* ||got - ref|| / ||ref||, infinite when got holds a NaN (an unwritten,
+ * poisoned element). */
+static double rel_err_d(const float *got, const double *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(got[i])) return INFINITY;
+        num += (got[i] - ref[i]) * (got[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return sqrt(num / den);
+}
+
+typedef struct run_result {
+    float *out, *lse, *dq, *dk, *dv; // host copies
+} run_result;
+
+static void free_result(run_result *r) {
+    free(r->out); free(r->lse); free(r->dq); free(r->dk); free(r->dv);
+}
+
+static void *dev_copy(const void *h, size_t bytes) {
+    void *d = NULL;
+    CK(cudaMalloc(&d, bytes));
+    CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+/* A device buffer filled with 0xFF bytes: NaN in fp32 and in bf16. */
+static void *dev_poison(size_t bytes) {
+    void *d = NULL;
+    CK(cudaMalloc(&d, bytes));
+    CK(cudaMemset(d, 0xFF, bytes));
+    return d;
+}
+static float *host_copy(const void *d, size_t bytes) {
+    float *h = malloc(bytes);
+    CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+/* Runs forward + backward on the GPU. bf16 mode rounds q, k, v, dout to
+ * bf16 in place first (so the reference sees exactly the kernel's inputs)
+ * and returns out as read back through the fp32 copy. */
+static run_result run_gpu(const shape *s, int bf16, float *q, float *k, float *v, float *dout) {
+    const size_t nq = s->B * s->T * s->NH * s->HD, nk = s->B * s->T * s->NKV * s->HD;
+    const size_t nl = s->B * s->NH * s->T;
+    mt_error err = {{0}};
+    run_result r;
+    void *dq_ = dev_poison(nq * 4), *dk_ = dev_poison(nk * 4), *dv_ = dev_poison(nk * 4);
+    void *lse = dev_poison(nl * 4), *out32 = dev_poison(nq * 4);
+    void *scratch = dev_poison(mt_attn_backward_scratch_bytes(s->B, s->T, s->NH));
+    void *iq, *ik, *iv, *ido, *out;
+    if (bf16) {
+        uint16_t *hq = malloc(nq * 2), *hk = malloc(nk * 2), *hv = malloc(nk * 2),
+                 *hdo = malloc(nq * 2);
+        for (size_t i = 0; i < nq; i++) {
+            hq[i] = to_bf16(q[i]); q[i] = from_bf16(hq[i]);
+            hdo[i] = to_bf16(dout[i]); dout[i] = from_bf16(hdo[i]);
+        }
+        for (size_t i = 0; i < nk; i++) {
+            hk[i] = to_bf16(k[i]); k[i] = from_bf16(hk[i]);
+            hv[i] = to_bf16(v[i]); v[i] = from_bf16(hv[i]);
+        }
+        iq = dev_copy(hq, nq * 2); ik = dev_copy(hk, nk * 2); iv = dev_copy(hv, nk * 2);
+        ido = dev_copy(hdo, nq * 2);
+        free(hq); free(hk); free(hv); free(hdo);
+        out = dev_poison(nq * 2);
+        int rc = mt_attn_forward_bf16(out, out32, lse, iq, ik, iv, s->B, s->T, s->NH, s->NKV,
+                                      s->HD, 0, &err);
+        cr_assert_eq(rc, 0, "%s", err.msg);
+        rc = mt_attn_backward_bf16(dq_, dk_, dv_, scratch, ido, iq, ik, iv, out, lse, s->B, s->T,
+                                   s->NH, s->NKV, s->HD, 0, &err);
+        cr_assert_eq(rc, 0, "%s", err.msg);
+        // The bf16 output must be the fp32 one rounded, every element written.
+        uint16_t *ob = malloc(nq * 2);
+        float *of = host_copy(out32, nq * 4);
+        CK(cudaMemcpy(ob, out, nq * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < nq; i++)
+            cr_assert_eq(ob[i], to_bf16(of[i]), "bf16 out[%zu] is not fp32 out rounded", i);
+        free(ob); free(of);
+    } else {
+        iq = dev_copy(q, nq * 4); ik = dev_copy(k, nk * 4); iv = dev_copy(v, nk * 4);
+        ido = dev_copy(dout, nq * 4);
+        out = out32;
+        int rc = mt_attn_forward_f32(out32, lse, iq, ik, iv, s->B, s->T, s->NH, s->NKV, s->HD, 0,
+                                     &err);
+        cr_assert_eq(rc, 0, "%s", err.msg);
+        rc = mt_attn_backward_f32(dq_, dk_, dv_, scratch, ido, iq, ik, iv, out32, lse, s->B,
+                                  s->T, s->NH, s->NKV, s->HD, 0, &err);
+        cr_assert_eq(rc, 0, "%s", err.msg);
+    }
+    CK(cudaDeviceSynchronize());
+    r.out = host_copy(out32, nq * 4);
+    r.lse = host_copy(lse, nl * 4);
+    r.dq = host_copy(dq_, nq * 4);
+    r.dk = host_copy(dk_, nk * 4);
+    r.dv = host_copy(dv_, nk * 4);
+    if (out != out32) CK(cudaFree(out));
+    void *bufs[] = {dq_, dk_, dv_, lse, out32, scratch, iq, ik, iv, ido};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) CK(cudaFree(bufs[i]));
+    return r;
+}
+
+/* Checks one shape in one precision; tol_fwd bounds out and lse, tol_bwd
+ * the gradients (relative L2 errors). */
+static void check_shape(shape s, int bf16, double tol_fwd, double tol_bwd) {
+    skip_without_gpu();
+    const size_t nq = s.B * s.T * s.NH * s.HD, nk = s.B * s.T * s.NKV * s.HD;
+    const size_t nl = s.B * s.NH * s.T;
+    float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *dout = malloc(nq * 4);
+    fill_normal(q, nq, 1 + s.HD);
+    fill_normal(k, nk, 2 + s.NKV);
+    fill_normal(v, nk, 3 + s.T);
+    fill_normal(dout, nq, 4 + s.NH);
+    run_result r = run_gpu(&s, bf16, q, k, v, dout);
+    double *out = malloc(nq * 8), *lse = malloc(nl * 8), *dq = malloc(nq * 8),
+           *dk = malloc(nk * 8), *dv = malloc(nk * 8);
+    ref_attention(&s, q, k, v, dout, out, lse, dq, dk, dv);
+    const char *mode = bf16 ? "bf16" : "fp32";
+    double e;
+#define CHECK(name, got, ref, n, tol)                                                     \
+    e = rel_err_d(got, ref, n);                                                           \
+    cr_log_info("%s %s: rel err %.3g (T=%zu NH=%zu NKV=%zu HD=%zu)", mode, name, e, s.T,  \
+                s.NH, s.NKV, s.HD);                                                       \
+    cr_expect(e <= tol, "%s %s: rel err %.3g > %.3g (B=%zu T=%zu NH=%zu NKV=%zu HD=%zu)", \
+              mode, name, e, tol, s.B, s.T, s.NH, s.NKV, s.HD)
+    CHECK("out", r.out, out, nq, tol_fwd);
+    CHECK("lse", r.lse, lse, nl, tol_fwd);
+    CHECK("dq", r.dq, dq, nq, tol_bwd);
+    CHECK("dk", r.dk, dk, nk, tol_bwd);
+    CHECK("dv", r.dv, dv, nk, tol_bwd);
+#undef CHECK
+    free_result(&r);
+    free(q); free(k); free(v); free(dout);
+    free(out); free(lse); free(dq); free(dk); free(dv);
+}
+
+/* bf16 tolerances. The inputs are exactly bf16 (the reference sees the same
+ * values), so the error comes from rounding P (forward and backward) and dS
+ * to bf16 before their tensor-core products: each rounding is at most 2^-9
+ * = 2e-3 relative, independent across elements, so the L2 error lands at a
+ * few 1e-3. out/lse: 1e-2. Gradients add the bf16-rounded `out` inside
+ * D = rowsum(dout*out) and the cancellation in dP - D: 2e-2. */
+#define BF16_TOL_FWD 1e-2
+#define BF16_TOL_BWD 2e-2
+/* fp32 tolerances: sums of <= 300 products of O(1) terms in fp32 (unit
+ * roundoff 6e-8, error growing ~sqrt(n)) and expf's few-ulp error give
+ * ~1e-6; 1e-5 leaves room for the cancellation in dP - D. */
+#define F32_TOL 1e-5
+
+Test(attention_bf16, gqa_hd64_ragged) { check_shape((shape){2, 67, 4, 2, 64}, 1, BF16_TOL_FWD, BF16_TOL_BWD); }
+Test(attention_bf16, gqa_hd128_ragged) { check_shape((shape){2, 67, 4, 2, 128}, 1, BF16_TOL_FWD, BF16_TOL_BWD); }
+Test(attention_bf16, mha_hd128) { check_shape((shape){2, 67, 4, 4, 128}, 1, BF16_TOL_FWD, BF16_TOL_BWD); }
+Test(attention_bf16, mqa_hd64) { check_shape((shape){2, 67, 4, 1, 64}, 1, BF16_TOL_FWD, BF16_TOL_BWD); }
+/* Several query and key tiles, a ragged last tile, GQA ratio 8. */
+Test(attention_bf16, gqa8_hd128_multi_tile) { check_shape((shape){1, 300, 8, 1, 128}, 1, BF16_TOL_FWD, BF16_TOL_BWD); }
+Test(attention_bf16, gqa4_hd64_multi_tile) { check_shape((shape){2, 193, 8, 2, 64}, 1, BF16_TOL_FWD, BF16_TOL_BWD); }
+
+Test(attention_f32, gqa_hd64_ragged) { check_shape((shape){2, 67, 4, 2, 64}, 0, F32_TOL, F32_TOL); }
+Test(attention_f32, gqa_hd128_ragged) { check_shape((shape){2, 67, 4, 2, 128}, 0, F32_TOL, F32_TOL); }
+Test(attention_f32, mha_hd128) { check_shape((shape){2, 67, 4, 4, 128}, 0, F32_TOL, F32_TOL); }
+Test(attention_f32, mqa_hd64) { check_shape((shape){2, 67, 4, 1, 64}, 0, F32_TOL, F32_TOL); }
+/* Head dims that are not a multiple of the 32-lane split, and the largest. */
+Test(attention_f32, hd80_and_hd256) {
+    check_shape((shape){1, 45, 2, 1, 80}, 0, F32_TOL, F32_TOL);
+    check_shape((shape){1, 70, 2, 2, 256}, 0, F32_TOL, F32_TOL);
+}
+Test(attention_f32, gqa8_multi_tile) { check_shape((shape){1, 300, 8, 1, 64}, 0, F32_TOL, F32_TOL); }
+
+/* Both precisions claim bitwise reproducible forward and backward (no
+ * atomics): two runs on the same inputs must agree to the bit. */
+static void check_deterministic(int bf16) {
+    skip_without_gpu();
+    shape s = {2, 333, 8, 2, bf16 ? 128 : 64};
+    const size_t nq = s.B * s.T * s.NH * s.HD, nk = s.B * s.T * s.NKV * s.HD;
+    const size_t nl = s.B * s.NH * s.T;
+    float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *dout = malloc(nq * 4);
+    fill_normal(q, nq, 11);
+    fill_normal(k, nk, 12);
+    fill_normal(v, nk, 13);
+    fill_normal(dout, nq, 14);
+    run_result a = run_gpu(&s, bf16, q, k, v, dout);
+    run_result b = run_gpu(&s, bf16, q, k, v, dout);
+    cr_assert(!memcmp(a.out, b.out, nq * 4), "out differs between runs");
+    cr_assert(!memcmp(a.lse, b.lse, nl * 4), "lse differs between runs");
+    cr_assert(!memcmp(a.dq, b.dq, nq * 4), "dq differs between runs");
+    cr_assert(!memcmp(a.dk, b.dk, nk * 4), "dk differs between runs");
+    cr_assert(!memcmp(a.dv, b.dv, nk * 4), "dv differs between runs");
+    free_result(&a);
+    free_result(&b);
+    free(q); free(k); free(v); free(dout);
+}
+Test(attention_bf16, deterministic) { check_deterministic(1); }
+Test(attention_f32, deterministic) { check_deterministic(0); }
+
+Test(attention, rejects_bad_shapes) {
+    mt_error err = {{0}};
+    // Shape checks come before any device work, so NULL pointers are fine.
+    cr_assert_eq(mt_attn_forward_bf16(NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 6, 4, 64, 0, &err), -1);
+    cr_assert(strstr(err.msg, "NKV=4"), "message: %s", err.msg);
+    cr_assert_eq(mt_attn_forward_bf16(NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 4, 4, 96, 0, &err), -1);
+    cr_assert(strstr(err.msg, "head_dim"), "message: %s", err.msg);
+    cr_assert_eq(mt_attn_forward_f32(NULL, NULL, NULL, NULL, NULL, 1, 8, 4, 4, 512, 0, &err), -1);
+    cr_assert(strstr(err.msg, "512"), "message: %s", err.msg);
+}
