@@ -458,7 +458,7 @@ Test(cpu_ops, attention_mqa) { check_attention(1, 7, 3, 1, 4); }
 Test(cpu_ops, attention_mha) { check_attention(2, 6, 2, 2, 8); }
 
 Test(cpu_ops, attention_backward_bitwise_independent_of_thread_count) {
-    size_t B = 2, T = 33, NH = 6, NKV = 3, HD = 16;
+    size_t B = 3, T = 65, NH = 6, NKV = 3, HD = 16;
     size_t nq = B * T * NH * HD, nkv = B * T * NKV * HD;
     float *q = randf(nq, 80, -1, 1), *k = randf(nkv, 81, -1, 1), *v = randf(nkv, 82, -1, 1);
     float *dout = randf(nq, 83, -1, 1);

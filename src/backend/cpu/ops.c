@@ -383,7 +383,8 @@ void mt_cpu_attention_backward(float *dq, float *dk, float *dv, const float *dou
                                const float *out, const float *lse, size_t B, size_t T,
                                size_t NH, size_t NKV, size_t HD) {
     MT_ASSERT(NKV > 0 && NH % NKV == 0);
-#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+    // Every (b, kvh) costs the same, so a static split balances the threads.
+#pragma omp parallel for collapse(2) schedule(static)
     for (size_t b = 0; b < B; b++)
         for (size_t kvh = 0; kvh < NKV; kvh++)
             attention_backward_group(dq, dk, dv, dout, q, k, v, out, lse, b, kvh, T, NH,
