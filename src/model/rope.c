@@ -5,8 +5,10 @@
 #include "model/rope.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "util/error.h"
+#include "util/mem.h"
 
 /* transformers' llama3 adjustment (_compute_llama3_parameters): long
  * wavelengths are divided by `factor`, short ones kept, and the band in
@@ -40,7 +42,7 @@ void mt_rope_inv_freq(float *inv_freq, const mt_config *cfg) {
 
 void mt_rope_tables(float *cos, float *sin, const mt_config *cfg, size_t T) {
     size_t half = (size_t)cfg->HD / 2;
-    float inv_freq[half > 0 ? half : 1];  // (HD/2)
+    float *inv_freq = mt_malloc_or_die(half * sizeof(float));  // (HD/2)
     mt_rope_inv_freq(inv_freq, cfg);
     for (size_t t = 0; t < T; t++)
         for (size_t i = 0; i < half; i++) {
@@ -48,4 +50,5 @@ void mt_rope_tables(float *cos, float *sin, const mt_config *cfg, size_t T) {
             cos[t * half + i] = cosf(angle);
             sin[t * half + i] = sinf(angle);
         }
+    free(inv_freq);
 }

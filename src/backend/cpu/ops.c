@@ -131,7 +131,8 @@ typedef struct mm_tile {
     size_t nr, nk, nc;  /* nr <= MM_NB, nc <= MM_OB */
 } mm_tile;
 
-CPU_CLONES static void mm_tile_full(const mm_tile *t) {
+CPU_CLONES
+static void mm_tile_full(const mm_tile *t) {
     float acc[MM_NB][MM_OB];
     for (size_t r = 0; r < MM_NB; r++)
         for (size_t j = 0; j < MM_OB; j++) acc[r][j] = r < t->nr ? t->c[r * t->ldc + j] : 0.0f;
@@ -305,7 +306,8 @@ static inline float dot_f(const float *a, const float *b, size_t n) {
 static float attention_scale(size_t HD) { return (float)(1.0 / sqrt((double)HD)); }
 
 /* One query row: fills o (HD) and returns its lse. att: scratch (t+1). */
-CPU_CLONES static float attention_row(float *o, float *att, const float *qt, const float *kh,
+CPU_CLONES
+static float attention_row(float *o, float *att, const float *qt, const float *kh,
                            const float *vh, size_t t, size_t kv_stride, size_t HD,
                            float scale) {
     float m = -INFINITY;
@@ -354,7 +356,8 @@ void mt_cpu_attention_forward(float *out, float *lse, const float *q, const floa
 /* Backward for the query heads sharing kv head `kvh` of batch row b. One
  * thread owns (b, kvh): it alone writes dk, dv of that head and dq of its
  * query heads, in a fixed order. */
-CPU_CLONES static void attention_backward_group(float *dq, float *dk, float *dv, const float *dout,
+CPU_CLONES
+static void attention_backward_group(float *dq, float *dk, float *dv, const float *dout,
                                      const float *q, const float *k, const float *v,
                                      const float *out, const float *lse, size_t b,
                                      size_t kvh, size_t T, size_t NH, size_t NKV,
@@ -369,22 +372,22 @@ CPU_CLONES static void attention_backward_group(float *dq, float *dk, float *dv,
     for (size_t h = kvh * group; h < (kvh + 1) * group; h++) {
         for (size_t t = 0; t < T; t++) {
             size_t off = b * T * q_stride + t * q_stride + h * HD;
-            const float *qt = q + off, *dot = dout + off, *ot = out + off;  // (HD)
+            const float *qt = q + off, *dyt = dout + off, *ot = out + off;  // (HD)
             float *dqt = dq + off;                                          // (HD)
             float l = lse[(b * NH + h) * T + t];
-            float D = dot_f(dot, ot, HD);
+            float D = dot_f(dyt, ot, HD);
             for (size_t d = 0; d < HD; d++) dqt[d] = 0.0f;
             for (size_t j = 0; j <= t; j++) {
                 const float *kj = kh + j * kv_stride, *vj = vh + j * kv_stride;
                 float *dkj = dkh + j * kv_stride, *dvj = dvh + j * kv_stride;
                 float p = expf(dot_f(qt, kj, HD) * scale - l);
-                float ds = p * (dot_f(dot, vj, HD) - D);
+                float ds = p * (dot_f(dyt, vj, HD) - D);
                 float ds_scaled = ds * scale;
 #pragma omp simd
                 for (size_t d = 0; d < HD; d++) {
                     dqt[d] += ds * kj[d];
                     dkj[d] += ds_scaled * qt[d];
-                    dvj[d] += p * dot[d];
+                    dvj[d] += p * dyt[d];
                 }
             }
             for (size_t d = 0; d < HD; d++) dqt[d] *= scale;
