@@ -9,6 +9,7 @@
 #include "backend/cpu/ops.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -166,14 +167,24 @@ static void mm_tile_run(const mm_tile *t) {
     else mm_tile_edge(t);
 }
 
+/* This thread's share [*lo, *hi) of n items. Each matmul thread keeps the
+ * same rows for all blocks, so the blocks need no barrier between them
+ * (barriers cost whole scheduler ticks when the cores are shared). */
+static void thread_share(size_t n, size_t *lo, size_t *hi) {
+    size_t nt = (size_t)omp_get_num_threads(), id = (size_t)omp_get_thread_num();
+    *lo = n * id / nt;
+    *hi = n * (id + 1) / nt;
+}
+
 void mt_cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
                            size_t N, size_t IC, size_t OC) {
     size_t ngroups = (N + MM_NB - 1) / MM_NB;
 #pragma omp parallel
     {
         float wt[MM_KB * MM_OB];  // (MM_KB, MM_OB) block of w, transposed, per thread
-#pragma omp for schedule(static)
-        for (size_t n = 0; n < N; n++)
+        size_t g0, g1;
+        thread_share(ngroups, &g0, &g1);
+        for (size_t n = g0 * MM_NB; n < min_size(g1 * MM_NB, N); n++)
             for (size_t o = 0; o < OC; o++) out[n * OC + o] = bias ? bias[o] : 0.0f;
         for (size_t ob = 0; ob < OC; ob += MM_OB) {
             size_t nc = min_size(MM_OB, OC - ob);
@@ -181,8 +192,7 @@ void mt_cpu_matmul_forward(float *out, const float *inp, const float *w, const f
                 size_t nk = min_size(MM_KB, IC - kb);
                 for (size_t k = 0; k < nk; k++)
                     for (size_t j = 0; j < nc; j++) wt[k * MM_OB + j] = w[(ob + j) * IC + kb + k];
-#pragma omp for schedule(static)
-                for (size_t g = 0; g < ngroups; g++) {
+                for (size_t g = g0; g < g1; g++) {
                     size_t n0 = g * MM_NB;
                     mm_tile t = {out + n0 * OC + ob, OC, inp + n0 * IC + kb, IC, 1,
                                  wt, MM_OB, min_size(MM_NB, N - n0), nk, nc};
@@ -198,18 +208,18 @@ static void matmul_backward_inp(float *dinp, const float *dout, const float *w, 
                                 size_t IC, size_t OC) {
     size_t ngroups = (N + MM_NB - 1) / MM_NB;
 #pragma omp parallel
-    for (size_t ib = 0; ib < IC; ib += MM_OB) {
-        size_t nc = min_size(MM_OB, IC - ib);
-        for (size_t kb = 0; kb < OC; kb += MM_KB) {
-            size_t nk = min_size(MM_KB, OC - kb);
-#pragma omp for schedule(static)
-            for (size_t g = 0; g < ngroups; g++) {
-                size_t n0 = g * MM_NB;
-                mm_tile t = {dinp + n0 * IC + ib, IC, dout + n0 * OC + kb, OC, 1,
-                             w + kb * IC + ib, IC, min_size(MM_NB, N - n0), nk, nc};
-                mm_tile_run(&t);
-            }
-        }
+    {
+        size_t g0, g1;
+        thread_share(ngroups, &g0, &g1);
+        for (size_t ib = 0; ib < IC; ib += MM_OB)
+            for (size_t kb = 0; kb < OC; kb += MM_KB)
+                for (size_t g = g0; g < g1; g++) {
+                    size_t n0 = g * MM_NB;
+                    mm_tile t = {dinp + n0 * IC + ib, IC, dout + n0 * OC + kb, OC, 1,
+                                 w + kb * IC + ib, IC, min_size(MM_NB, N - n0),
+                                 min_size(MM_KB, OC - kb), min_size(MM_OB, IC - ib)};
+                    mm_tile_run(&t);
+                }
     }
 }
 
@@ -218,18 +228,18 @@ static void matmul_backward_w(float *dw, const float *dout, const float *inp, si
                               size_t IC, size_t OC) {
     size_t ngroups = (OC + MM_NB - 1) / MM_NB;
 #pragma omp parallel
-    for (size_t kb = 0; kb < N; kb += MM_KB) {
-        size_t nk = min_size(MM_KB, N - kb);
-#pragma omp for schedule(static)
-        for (size_t g = 0; g < ngroups; g++) {
-            size_t o0 = g * MM_NB;
-            for (size_t ib = 0; ib < IC; ib += MM_OB) {
-                mm_tile t = {dw + o0 * IC + ib, IC, dout + kb * OC + o0, 1, OC,
-                             inp + kb * IC + ib, IC, min_size(MM_NB, OC - o0), nk,
-                             min_size(MM_OB, IC - ib)};
-                mm_tile_run(&t);
-            }
-        }
+    {
+        size_t g0, g1;
+        thread_share(ngroups, &g0, &g1);
+        for (size_t kb = 0; kb < N; kb += MM_KB)
+            for (size_t g = g0; g < g1; g++)
+                for (size_t ib = 0; ib < IC; ib += MM_OB) {
+                    size_t o0 = g * MM_NB;
+                    mm_tile t = {dw + o0 * IC + ib, IC, dout + kb * OC + o0, 1, OC,
+                                 inp + kb * IC + ib, IC, min_size(MM_NB, OC - o0),
+                                 min_size(MM_KB, N - kb), min_size(MM_OB, IC - ib)};
+                    mm_tile_run(&t);
+                }
     }
 }
 
@@ -435,7 +445,7 @@ void mt_cpu_swiglu_backward(float *dgate, float *dup, const float *dout, const f
  * Cross-entropy. Row losses are summed in row order, a chunk at a time, so
  * the total does not depend on the thread count. */
 
-#define CE_CHUNK 256
+#define CE_CHUNK 4096
 
 /* Loss of one valid row; writes its gradient row when drow != NULL (drow
  * may alias x, so x[target] is read first). */
