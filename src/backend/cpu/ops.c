@@ -296,72 +296,91 @@ void mt_cpu_rope_backward(float *dx, const float *cos, const float *sin, size_t 
 
 /* ------------------------------------------------------------------------
  * Causal GQA attention. Layouts: q, out (B,T,NH,HD); k, v (B,T,NKV,HD);
- * lse (B,NH,T). Softmax in fp32 with the row max subtracted. */
-
-/* a . b as 8 interleaved partial sums combined in a fixed order: the
- * compiler vectorises it, and the result is the same whatever the vector
- * width. Inlined into the callers' AVX2 clones. */
-static inline float dot_f(const float *a, const float *b, size_t n) {
-    float lane[8] = {0};
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-#pragma omp simd
-        for (size_t l = 0; l < 8; l++) lane[l] += a[i + l] * b[i + l];
-    float tail = 0.0f;
-    for (; i < n; i++) tail += a[i] * b[i];
-    return (((lane[0] + lane[4]) + (lane[2] + lane[6])) +
-            ((lane[1] + lane[5]) + (lane[3] + lane[7]))) + tail;
-}
+ * lse (B,NH,T). Softmax in fp32 with the row max subtracted.
+ *
+ * A thread works on one head at a time and first copies that head's keys
+ * (and values, in the backward) transposed to (HD, T), so that a row of
+ * scores is HD vectorised passes over the keys j. Each score is still the
+ * plain sum over d in order, so the bits do not depend on the vector
+ * width. */
 
 static float attention_scale(size_t HD) { return (float)(1.0 / sqrt((double)HD)); }
 
-/* One query row: fills o (HD) and returns its lse. att: scratch (t+1). */
-CPU_CLONES
-static float attention_row(float *o, float *att, const float *qt, const float *kh,
-                           const float *vh, size_t t, size_t kv_stride, size_t HD,
-                           float scale) {
-    float m = -INFINITY;
-    for (size_t j = 0; j <= t; j++) {
-        att[j] = dot_f(qt, kh + j * kv_stride, HD) * scale;
-        if (att[j] > m) m = att[j];
-    }
-    double sum = 0.0;
-    for (size_t d = 0; d < HD; d++) o[d] = 0.0f;
-    for (size_t j = 0; j <= t; j++) {
-        float p = expf(att[j] - m);
-        sum += p;
-        const float *vj = vh + j * kv_stride;
+/* xt (HD, T) = one head of x, whose rows t are at x + t * stride. */
+static void transpose_head(float *xt, const float *x, size_t T, size_t stride, size_t HD) {
+    for (size_t j = 0; j < T; j++)
+        for (size_t d = 0; d < HD; d++) xt[d * T + j] = x[j * stride + d];
+}
+
+/* s[j] = sum over d of a[d] * bt[d][j], for j <= t; bt is (HD, T). */
+static inline void score_row(float *s, const float *a, const float *bt, size_t t, size_t T,
+                             size_t HD) {
+    for (size_t j = 0; j <= t; j++) s[j] = 0.0f;
+    for (size_t d = 0; d < HD; d++) {
+        float ad = a[d];
+        const float *btd = bt + d * T;
 #pragma omp simd
-        for (size_t d = 0; d < HD; d++) o[d] += p * vj[d];
+        for (size_t j = 0; j <= t; j++) s[j] += ad * btd[j];
     }
-    float inv = (float)(1.0 / sum);
-    for (size_t d = 0; d < HD; d++) o[d] *= inv;
-    return m + (float)log(sum);
+}
+
+/* All rows of query head h in batch row b. Scratch: kt (HD, T), att (T). */
+CPU_CLONES
+static void attention_forward_head(float *out, float *lse, const float *q, const float *k,
+                                   const float *v, float *kt, float *att, size_t b, size_t h,
+                                   size_t T, size_t NH, size_t NKV, size_t HD) {
+    size_t q_stride = NH * HD, kv_stride = NKV * HD;
+    size_t kv_off = b * T * kv_stride + h / (NH / NKV) * HD;
+    const float *vh = v + kv_off;
+    float scale = attention_scale(HD);
+    transpose_head(kt, k + kv_off, T, kv_stride, HD);
+    for (size_t t = 0; t < T; t++) {
+        size_t off = (b * T + t) * q_stride + h * HD;
+        float *o = out + off;  // (HD)
+        score_row(att, q + off, kt, t, T, HD);
+        float m = -INFINITY;
+        for (size_t j = 0; j <= t; j++) {
+            att[j] *= scale;
+            m = att[j] > m ? att[j] : m;
+        }
+        double sum = 0.0;
+        for (size_t d = 0; d < HD; d++) o[d] = 0.0f;
+        for (size_t j = 0; j <= t; j++) {
+            float p = expf(att[j] - m);
+            sum += p;
+            const float *vj = vh + j * kv_stride;
+#pragma omp simd
+            for (size_t d = 0; d < HD; d++) o[d] += p * vj[d];
+        }
+        float inv = (float)(1.0 / sum);
+        for (size_t d = 0; d < HD; d++) o[d] *= inv;
+        lse[(b * NH + h) * T + t] = m + (float)log(sum);
+    }
 }
 
 void mt_cpu_attention_forward(float *out, float *lse, const float *q, const float *k,
                               const float *v, size_t B, size_t T, size_t NH, size_t NKV,
                               size_t HD) {
     MT_ASSERT(NKV > 0 && NH % NKV == 0);
-    size_t group = NH / NKV, kv_stride = NKV * HD;
-    float scale = attention_scale(HD);
 #pragma omp parallel
     {
-        float *att = mt_malloc_or_die(T * sizeof(float));  // (T) one score row
-        // Row t costs O(t): dynamic chunks keep the threads balanced.
-#pragma omp for collapse(3) schedule(dynamic, 16)
+        float *kt = mt_malloc_or_die(HD * T * sizeof(float));  // (HD, T)
+        float *att = mt_malloc_or_die(T * sizeof(float));      // (T) one score row
+        // Every (b, h) costs the same, so a static split balances the threads.
+#pragma omp for collapse(2) schedule(static)
         for (size_t b = 0; b < B; b++)
             for (size_t h = 0; h < NH; h++)
-                for (size_t t = 0; t < T; t++) {
-                    size_t row = (b * T + t) * NH + h;
-                    const float *kh = k + b * T * kv_stride + (h / group) * HD;
-                    const float *vh = v + b * T * kv_stride + (h / group) * HD;
-                    lse[(b * NH + h) * T + t] = attention_row(
-                        out + row * HD, att, q + row * HD, kh, vh, t, kv_stride, HD, scale);
-                }
+                attention_forward_head(out, lse, q, k, v, kt, att, b, h, T, NH, NKV, HD);
+        free(kt);
         free(att);
     }
 }
+
+/* Scratch of one thread in the backward. */
+typedef struct attn_scratch {
+    float *kt, *vt;  // (HD, T) this kv head's keys and values, transposed
+    float *p, *ds;   // (T) one row of probabilities and of score gradients
+} attn_scratch;
 
 /* Backward for the query heads sharing kv head `kvh` of batch row b. One
  * thread owns (b, kvh): it alone writes dk, dv of that head and dq of its
@@ -369,30 +388,38 @@ void mt_cpu_attention_forward(float *out, float *lse, const float *q, const floa
 CPU_CLONES
 static void attention_backward_group(float *dq, float *dk, float *dv, const float *dout,
                                      const float *q, const float *k, const float *v,
-                                     const float *out, const float *lse, size_t b,
-                                     size_t kvh, size_t T, size_t NH, size_t NKV,
-                                     size_t HD) {
+                                     const float *out, const float *lse,
+                                     const attn_scratch *sc, size_t b, size_t kvh, size_t T,
+                                     size_t NH, size_t NKV, size_t HD) {
     size_t group = NH / NKV, kv_stride = NKV * HD, q_stride = NH * HD;
     float scale = attention_scale(HD);
     size_t kv_off = b * T * kv_stride + kvh * HD;
-    const float *kh = k + kv_off, *vh = v + kv_off;
+    const float *kh = k + kv_off;
     float *dkh = dk + kv_off, *dvh = dv + kv_off;
+    transpose_head(sc->kt, kh, T, kv_stride, HD);
+    transpose_head(sc->vt, v + kv_off, T, kv_stride, HD);
     for (size_t j = 0; j < T; j++)
         for (size_t d = 0; d < HD; d++) dkh[j * kv_stride + d] = dvh[j * kv_stride + d] = 0.0f;
     for (size_t h = kvh * group; h < (kvh + 1) * group; h++) {
         for (size_t t = 0; t < T; t++) {
-            size_t off = b * T * q_stride + t * q_stride + h * HD;
+            size_t off = (b * T + t) * q_stride + h * HD;
             const float *qt = q + off, *dyt = dout + off, *ot = out + off;  // (HD)
             float *dqt = dq + off;                                          // (HD)
             float l = lse[(b * NH + h) * T + t];
-            float D = dot_f(dyt, ot, HD);
+            float D = 0.0f;  // rowsum(dO * O)
+            for (size_t d = 0; d < HD; d++) D += dyt[d] * ot[d];
+            // P recomputed from q, k and lse; dP = dO V^T; dS = P * (dP - D).
+            score_row(sc->p, qt, sc->kt, t, T, HD);
+            score_row(sc->ds, dyt, sc->vt, t, T, HD);
+            for (size_t j = 0; j <= t; j++) {
+                sc->p[j] = expf(sc->p[j] * scale - l);
+                sc->ds[j] = sc->p[j] * (sc->ds[j] - D);
+            }
             for (size_t d = 0; d < HD; d++) dqt[d] = 0.0f;
             for (size_t j = 0; j <= t; j++) {
-                const float *kj = kh + j * kv_stride, *vj = vh + j * kv_stride;
+                const float *kj = kh + j * kv_stride;
                 float *dkj = dkh + j * kv_stride, *dvj = dvh + j * kv_stride;
-                float p = expf(dot_f(qt, kj, HD) * scale - l);
-                float ds = p * (dot_f(dyt, vj, HD) - D);
-                float ds_scaled = ds * scale;
+                float ds = sc->ds[j], ds_scaled = ds * scale, p = sc->p[j];
 #pragma omp simd
                 for (size_t d = 0; d < HD; d++) {
                     dqt[d] += ds * kj[d];
@@ -410,12 +437,23 @@ void mt_cpu_attention_backward(float *dq, float *dk, float *dv, const float *dou
                                const float *out, const float *lse, size_t B, size_t T,
                                size_t NH, size_t NKV, size_t HD) {
     MT_ASSERT(NKV > 0 && NH % NKV == 0);
-    // Every (b, kvh) costs the same, so a static split balances the threads.
-#pragma omp parallel for collapse(2) schedule(static)
-    for (size_t b = 0; b < B; b++)
-        for (size_t kvh = 0; kvh < NKV; kvh++)
-            attention_backward_group(dq, dk, dv, dout, q, k, v, out, lse, b, kvh, T, NH,
-                                     NKV, HD);
+#pragma omp parallel
+    {
+        attn_scratch sc = {mt_malloc_or_die(HD * T * sizeof(float)),
+                           mt_malloc_or_die(HD * T * sizeof(float)),
+                           mt_malloc_or_die(T * sizeof(float)),
+                           mt_malloc_or_die(T * sizeof(float))};
+        // Every (b, kvh) costs the same, so a static split balances the threads.
+#pragma omp for collapse(2) schedule(static)
+        for (size_t b = 0; b < B; b++)
+            for (size_t kvh = 0; kvh < NKV; kvh++)
+                attention_backward_group(dq, dk, dv, dout, q, k, v, out, lse, &sc, b, kvh, T,
+                                         NH, NKV, HD);
+        free(sc.kt);
+        free(sc.vt);
+        free(sc.p);
+        free(sc.ds);
+    }
 }
 
 /* ------------------------------------------------------------------------
