@@ -46,7 +46,8 @@ void mt_cpu_rope_backward(float *dx, const float *cos, const float *sin,
 /* Causal grouped-query attention. q (B,T,NH,HD), k and v (B,T,NKV,HD),
  * out (B,T,NH,HD), lse (B,NH,T) the log-sum-exp of each scaled score row,
  * saved for the backward. Scale 1/sqrt(HD). Query head h uses kv head
- * h / (NH/NKV). Holds at most one row of scores per thread. */
+ * h / (NH/NKV). Per thread it holds one row of scores and one head's keys
+ * (HD*T floats; and values, in the backward), allocated per call. */
 void mt_cpu_attention_forward(float *out, float *lse, const float *q, const float *k,
                               const float *v, size_t B, size_t T, size_t NH, size_t NKV,
                               size_t HD);

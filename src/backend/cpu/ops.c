@@ -1,0 +1,529 @@
+/* CPU reference operators, fp32 (see ops.h for the contracts).
+ *
+ * Determinism: every output element is computed by exactly one thread, as
+ * one sequential sum in a fixed order, so results are bitwise identical run
+ * to run and for any number of OpenMP threads. There is no parallel
+ * reduction anywhere. The build uses -std=c11, which implies
+ * -ffp-contract=off: no FMA contraction, so a vectorised and a scalar loop
+ * doing the same sum give the same bits. */
+#include "backend/cpu/ops.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/error.h"
+#include "util/mem.h"
+
+static inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+/* Hot loops are compiled for AVX2 and for the baseline, chosen at load
+ * time. Vectorisation never changes the order of a sum here (see dot_f),
+ * and without FMA contraction both versions give the same bits. */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#define CPU_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define CPU_CLONES
+#endif
+
+/* ------------------------------------------------------------------------
+ * Embedding */
+
+void mt_cpu_embedding_forward(float *out, const int32_t *tokens, const float *wte,
+                              size_t N, size_t C) {
+#pragma omp parallel for schedule(static)
+    for (size_t n = 0; n < N; n++) {
+        MT_ASSERT(tokens[n] >= 0);
+        memcpy(out + n * C, wte + (size_t)tokens[n] * C, C * sizeof(float));
+    }
+}
+
+/* Rows of dwte can repeat, so threads split the columns, not the tokens:
+ * each column block is summed over n in order by one thread. */
+#define EMB_CB 16
+
+void mt_cpu_embedding_backward(float *dwte, const float *dout, const int32_t *tokens,
+                               size_t N, size_t C) {
+    size_t nblocks = (C + EMB_CB - 1) / EMB_CB;
+#pragma omp parallel for schedule(static)
+    for (size_t blk = 0; blk < nblocks; blk++) {
+        size_t c0 = blk * EMB_CB, c1 = min_size(c0 + EMB_CB, C);
+        for (size_t n = 0; n < N; n++) {
+            MT_ASSERT(tokens[n] >= 0);
+            float *row = dwte + (size_t)tokens[n] * C;
+            for (size_t c = c0; c < c1; c++) row[c] += dout[n * C + c];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * RMSNorm, as Hugging Face: out = w * (x * rstd), rstd = 1/sqrt(mean(x^2)+eps).
+ * Row sums are taken in double: cheap (C per row) and a better reference. */
+
+static float rmsnorm_rstd(const float *x, size_t C, float eps) {
+    double ss = 0.0;
+    for (size_t c = 0; c < C; c++) ss += (double)x[c] * x[c];
+    return 1.0f / sqrtf((float)(ss / (double)C) + eps);
+}
+
+void mt_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w,
+                            size_t N, size_t C, float eps) {
+#pragma omp parallel for schedule(static)
+    for (size_t n = 0; n < N; n++) {
+        const float *x = inp + n * C;  // (C)
+        float *o = out + n * C;        // (C)
+        float r = rmsnorm_rstd(x, C, eps);
+        for (size_t c = 0; c < C; c++) o[c] = w[c] * (x[c] * r);
+        if (rstd) rstd[n] = r;
+    }
+}
+
+void mt_cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                             const float *w, const float *rstd, size_t N, size_t C) {
+    MT_ASSERT(rstd != NULL);
+    // dx = rstd * (w*dout - x * rstd^2 * mean(w*dout*x))
+#pragma omp parallel for schedule(static)
+    for (size_t n = 0; n < N; n++) {
+        const float *x = inp + n * C, *dy = dout + n * C;  // (C)
+        float *dx = dinp + n * C;                          // (C)
+        float r = rstd[n];
+        double dot = 0.0;
+        for (size_t c = 0; c < C; c++) dot += (double)w[c] * dy[c] * x[c];
+        float k = r * r * (float)(dot / (double)C);
+        for (size_t c = 0; c < C; c++) dx[c] += r * (w[c] * dy[c] - x[c] * k);
+    }
+    // dw += sum over rows of dout * x * rstd; threads split the columns.
+    size_t nblocks = (C + EMB_CB - 1) / EMB_CB;
+#pragma omp parallel for schedule(static)
+    for (size_t blk = 0; blk < nblocks; blk++) {
+        size_t c0 = blk * EMB_CB, c1 = min_size(c0 + EMB_CB, C);
+        double acc[EMB_CB] = {0};
+        for (size_t n = 0; n < N; n++)
+            for (size_t c = c0; c < c1; c++)
+                acc[c - c0] += (double)dout[n * C + c] * inp[n * C + c] * rstd[n];
+        for (size_t c = c0; c < c1; c++) dw[c] += (float)acc[c - c0];
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Matmul. All three products are computed by one tile kernel:
+ *   c (nr, nc) += a (nr, nk) @ b (nk, nc)
+ * over tiles of MM_NB rows and MM_OB columns, with k blocked by MM_KB so
+ * that b's block stays in L1. The MM_NB x MM_OB accumulators live in
+ * registers and the inner loop runs over contiguous columns of b, which the
+ * compiler vectorises. Each element of c stays one sequential sum over k in
+ * increasing order (k blocks are visited in order and each tile starts
+ * from c's current value), whatever the tiling or the thread split. */
+
+#define MM_NB 4    /* rows per register tile */
+#define MM_OB 16   /* columns per register tile (two AVX2 vectors) */
+#define MM_KB 256  /* k per block */
+
+/* a's element (r, k) is a[r * a_rs + k * a_ks], so the same kernel reads
+ * a row-major matrix or a transposed one. */
+typedef struct mm_tile {
+    float *c;
+    size_t ldc;
+    const float *a;
+    size_t a_rs, a_ks;
+    const float *b;
+    size_t ldb;
+    size_t nr, nk, nc;  /* nr <= MM_NB, nc <= MM_OB */
+} mm_tile;
+
+CPU_CLONES
+static void mm_tile_full(const mm_tile *t) {
+    float acc[MM_NB][MM_OB];
+    for (size_t r = 0; r < MM_NB; r++)
+        for (size_t j = 0; j < MM_OB; j++) acc[r][j] = r < t->nr ? t->c[r * t->ldc + j] : 0.0f;
+    for (size_t k = 0; k < t->nk; k++) {
+        const float *bk = t->b + k * t->ldb;
+        // Fully unrolled, so that acc is held in registers.
+#pragma GCC unroll 8
+        for (size_t r = 0; r < MM_NB; r++) {
+            float x = r < t->nr ? t->a[r * t->a_rs + k * t->a_ks] : 0.0f;
+#pragma omp simd
+            for (size_t j = 0; j < MM_OB; j++) acc[r][j] += x * bk[j];
+        }
+    }
+    for (size_t r = 0; r < t->nr; r++)
+        for (size_t j = 0; j < MM_OB; j++) t->c[r * t->ldc + j] = acc[r][j];
+}
+
+/* Same sums, for a tile narrower than MM_OB (b may not be readable past nc). */
+static void mm_tile_edge(const mm_tile *t) {
+    for (size_t r = 0; r < t->nr; r++)
+        for (size_t j = 0; j < t->nc; j++) {
+            float s = t->c[r * t->ldc + j];
+            for (size_t k = 0; k < t->nk; k++)
+                s += t->a[r * t->a_rs + k * t->a_ks] * t->b[k * t->ldb + j];
+            t->c[r * t->ldc + j] = s;
+        }
+}
+
+static void mm_tile_run(const mm_tile *t) {
+    if (t->nc == MM_OB) mm_tile_full(t);
+    else mm_tile_edge(t);
+}
+
+/* This thread's share [*lo, *hi) of n items. Each matmul thread keeps the
+ * same rows for all blocks, so the blocks need no barrier between them
+ * (barriers cost whole scheduler ticks when the cores are shared). */
+static void thread_share(size_t n, size_t *lo, size_t *hi) {
+    size_t nt = (size_t)omp_get_num_threads(), id = (size_t)omp_get_thread_num();
+    *lo = n * id / nt;
+    *hi = n * (id + 1) / nt;
+}
+
+void mt_cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
+                           size_t N, size_t IC, size_t OC) {
+    size_t ngroups = (N + MM_NB - 1) / MM_NB;
+#pragma omp parallel
+    {
+        float wt[MM_KB * MM_OB];  // (MM_KB, MM_OB) block of w, transposed, per thread
+        size_t g0, g1;
+        thread_share(ngroups, &g0, &g1);
+        for (size_t n = g0 * MM_NB; n < min_size(g1 * MM_NB, N); n++)
+            for (size_t o = 0; o < OC; o++) out[n * OC + o] = bias ? bias[o] : 0.0f;
+        for (size_t ob = 0; ob < OC; ob += MM_OB) {
+            size_t nc = min_size(MM_OB, OC - ob);
+            for (size_t kb = 0; kb < IC; kb += MM_KB) {
+                size_t nk = min_size(MM_KB, IC - kb);
+                for (size_t k = 0; k < nk; k++)
+                    for (size_t j = 0; j < nc; j++) wt[k * MM_OB + j] = w[(ob + j) * IC + kb + k];
+                for (size_t g = g0; g < g1; g++) {
+                    size_t n0 = g * MM_NB;
+                    mm_tile t = {out + n0 * OC + ob, OC, inp + n0 * IC + kb, IC, 1,
+                                 wt, MM_OB, min_size(MM_NB, N - n0), nk, nc};
+                    mm_tile_run(&t);
+                }
+            }
+        }
+    }
+}
+
+/* dinp (N,IC) += dout (N,OC) @ w (OC,IC); threads split the rows n. */
+static void matmul_backward_inp(float *dinp, const float *dout, const float *w, size_t N,
+                                size_t IC, size_t OC) {
+    size_t ngroups = (N + MM_NB - 1) / MM_NB;
+#pragma omp parallel
+    {
+        size_t g0, g1;
+        thread_share(ngroups, &g0, &g1);
+        for (size_t ib = 0; ib < IC; ib += MM_OB)
+            for (size_t kb = 0; kb < OC; kb += MM_KB)
+                for (size_t g = g0; g < g1; g++) {
+                    size_t n0 = g * MM_NB;
+                    mm_tile t = {dinp + n0 * IC + ib, IC, dout + n0 * OC + kb, OC, 1,
+                                 w + kb * IC + ib, IC, min_size(MM_NB, N - n0),
+                                 min_size(MM_KB, OC - kb), min_size(MM_OB, IC - ib)};
+                    mm_tile_run(&t);
+                }
+    }
+}
+
+/* dw (OC,IC) += dout^T (OC,N) @ inp (N,IC); threads split the rows o. */
+static void matmul_backward_w(float *dw, const float *dout, const float *inp, size_t N,
+                              size_t IC, size_t OC) {
+    size_t ngroups = (OC + MM_NB - 1) / MM_NB;
+#pragma omp parallel
+    {
+        size_t g0, g1;
+        thread_share(ngroups, &g0, &g1);
+        for (size_t kb = 0; kb < N; kb += MM_KB)
+            for (size_t g = g0; g < g1; g++)
+                for (size_t ib = 0; ib < IC; ib += MM_OB) {
+                    size_t o0 = g * MM_NB;
+                    mm_tile t = {dw + o0 * IC + ib, IC, dout + kb * OC + o0, 1, OC,
+                                 inp + kb * IC + ib, IC, min_size(MM_NB, OC - o0),
+                                 min_size(MM_KB, N - kb), min_size(MM_OB, IC - ib)};
+                    mm_tile_run(&t);
+                }
+    }
+}
+
+void mt_cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, size_t N, size_t IC, size_t OC) {
+    if (dinp) matmul_backward_inp(dinp, dout, w, N, IC, OC);
+    matmul_backward_w(dw, dout, inp, N, IC, OC);
+    if (dbias) {
+        size_t nblocks = (OC + MM_OB - 1) / MM_OB;
+#pragma omp parallel for schedule(static)
+        for (size_t blk = 0; blk < nblocks; blk++) {
+            size_t o0 = blk * MM_OB, o1 = min_size(o0 + MM_OB, OC);
+            float acc[MM_OB];
+            for (size_t o = o0; o < o1; o++) acc[o - o0] = dbias[o];
+            for (size_t n = 0; n < N; n++)
+                for (size_t o = o0; o < o1; o++) acc[o - o0] += dout[n * OC + o];
+            for (size_t o = o0; o < o1; o++) dbias[o] = acc[o - o0];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * RoPE, rotate-half: the pair (x[i], x[i + HD/2]) is rotated by the angle
+ * whose cos/sin are cos[t][i], sin[t][i]. The backward rotates by -angle. */
+
+static void rope_rotate(float *x, const float *cos, const float *sin, size_t B, size_t T,
+                        size_t H, size_t HD, float sign) {
+    size_t half = HD / 2;
+    MT_ASSERT(HD % 2 == 0);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (size_t b = 0; b < B; b++)
+        for (size_t t = 0; t < T; t++) {
+            const float *ct = cos + t * half, *st = sin + t * half;  // (HD/2)
+            for (size_t h = 0; h < H; h++) {
+                float *xh = x + ((b * T + t) * H + h) * HD;  // (HD)
+                for (size_t i = 0; i < half; i++) {
+                    float x1 = xh[i], x2 = xh[i + half], s = sign * st[i];
+                    xh[i] = x1 * ct[i] - x2 * s;
+                    xh[i + half] = x2 * ct[i] + x1 * s;
+                }
+            }
+        }
+}
+
+void mt_cpu_rope_forward(float *x, const float *cos, const float *sin, size_t B, size_t T,
+                         size_t H, size_t HD) {
+    rope_rotate(x, cos, sin, B, T, H, HD, 1.0f);
+}
+
+void mt_cpu_rope_backward(float *dx, const float *cos, const float *sin, size_t B, size_t T,
+                          size_t H, size_t HD) {
+    rope_rotate(dx, cos, sin, B, T, H, HD, -1.0f);
+}
+
+/* ------------------------------------------------------------------------
+ * Causal GQA attention. Layouts: q, out (B,T,NH,HD); k, v (B,T,NKV,HD);
+ * lse (B,NH,T). Softmax in fp32 with the row max subtracted.
+ *
+ * A thread works on one head at a time and first copies that head's keys
+ * (and values, in the backward) transposed to (HD, T), so that a row of
+ * scores is HD vectorised passes over the keys j. Each score is still the
+ * plain sum over d in order, so the bits do not depend on the vector
+ * width. */
+
+static float attention_scale(size_t HD) { return (float)(1.0 / sqrt((double)HD)); }
+
+/* xt (HD, T) = one head of x, whose rows t are at x + t * stride. */
+static void transpose_head(float *xt, const float *x, size_t T, size_t stride, size_t HD) {
+    for (size_t j = 0; j < T; j++)
+        for (size_t d = 0; d < HD; d++) xt[d * T + j] = x[j * stride + d];
+}
+
+/* s[j] = sum over d of a[d] * bt[d][j], for j <= t; bt is (HD, T). */
+static inline void score_row(float *s, const float *a, const float *bt, size_t t, size_t T,
+                             size_t HD) {
+    for (size_t j = 0; j <= t; j++) s[j] = 0.0f;
+    for (size_t d = 0; d < HD; d++) {
+        float ad = a[d];
+        const float *btd = bt + d * T;
+#pragma omp simd
+        for (size_t j = 0; j <= t; j++) s[j] += ad * btd[j];
+    }
+}
+
+/* All rows of query head h in batch row b. Scratch: kt (HD, T), att (T). */
+CPU_CLONES
+static void attention_forward_head(float *out, float *lse, const float *q, const float *k,
+                                   const float *v, float *kt, float *att, size_t b, size_t h,
+                                   size_t T, size_t NH, size_t NKV, size_t HD) {
+    size_t q_stride = NH * HD, kv_stride = NKV * HD;
+    size_t kv_off = b * T * kv_stride + h / (NH / NKV) * HD;
+    const float *vh = v + kv_off;
+    float scale = attention_scale(HD);
+    transpose_head(kt, k + kv_off, T, kv_stride, HD);
+    for (size_t t = 0; t < T; t++) {
+        size_t off = (b * T + t) * q_stride + h * HD;
+        float *o = out + off;  // (HD)
+        score_row(att, q + off, kt, t, T, HD);
+        float m = -INFINITY;
+        for (size_t j = 0; j <= t; j++) {
+            att[j] *= scale;
+            m = att[j] > m ? att[j] : m;
+        }
+        double sum = 0.0;
+        for (size_t d = 0; d < HD; d++) o[d] = 0.0f;
+        for (size_t j = 0; j <= t; j++) {
+            float p = expf(att[j] - m);
+            sum += p;
+            const float *vj = vh + j * kv_stride;
+#pragma omp simd
+            for (size_t d = 0; d < HD; d++) o[d] += p * vj[d];
+        }
+        float inv = (float)(1.0 / sum);
+        for (size_t d = 0; d < HD; d++) o[d] *= inv;
+        lse[(b * NH + h) * T + t] = m + (float)log(sum);
+    }
+}
+
+void mt_cpu_attention_forward(float *out, float *lse, const float *q, const float *k,
+                              const float *v, size_t B, size_t T, size_t NH, size_t NKV,
+                              size_t HD) {
+    MT_ASSERT(NKV > 0 && NH % NKV == 0);
+#pragma omp parallel
+    {
+        float *kt = mt_malloc_or_die(HD * T * sizeof(float));  // (HD, T)
+        float *att = mt_malloc_or_die(T * sizeof(float));      // (T) one score row
+        // Every (b, h) costs the same, so a static split balances the threads.
+#pragma omp for collapse(2) schedule(static)
+        for (size_t b = 0; b < B; b++)
+            for (size_t h = 0; h < NH; h++)
+                attention_forward_head(out, lse, q, k, v, kt, att, b, h, T, NH, NKV, HD);
+        free(kt);
+        free(att);
+    }
+}
+
+/* Scratch of one thread in the backward. */
+typedef struct attn_scratch {
+    float *kt, *vt;  // (HD, T) this kv head's keys and values, transposed
+    float *p, *ds;   // (T) one row of probabilities and of score gradients
+} attn_scratch;
+
+/* Backward for the query heads sharing kv head `kvh` of batch row b. One
+ * thread owns (b, kvh): it alone writes dk, dv of that head and dq of its
+ * query heads, in a fixed order. */
+CPU_CLONES
+static void attention_backward_group(float *dq, float *dk, float *dv, const float *dout,
+                                     const float *q, const float *k, const float *v,
+                                     const float *out, const float *lse,
+                                     const attn_scratch *sc, size_t b, size_t kvh, size_t T,
+                                     size_t NH, size_t NKV, size_t HD) {
+    size_t group = NH / NKV, kv_stride = NKV * HD, q_stride = NH * HD;
+    float scale = attention_scale(HD);
+    size_t kv_off = b * T * kv_stride + kvh * HD;
+    const float *kh = k + kv_off;
+    float *dkh = dk + kv_off, *dvh = dv + kv_off;
+    transpose_head(sc->kt, kh, T, kv_stride, HD);
+    transpose_head(sc->vt, v + kv_off, T, kv_stride, HD);
+    for (size_t j = 0; j < T; j++)
+        for (size_t d = 0; d < HD; d++) dkh[j * kv_stride + d] = dvh[j * kv_stride + d] = 0.0f;
+    for (size_t h = kvh * group; h < (kvh + 1) * group; h++) {
+        for (size_t t = 0; t < T; t++) {
+            size_t off = (b * T + t) * q_stride + h * HD;
+            const float *qt = q + off, *dyt = dout + off, *ot = out + off;  // (HD)
+            float *dqt = dq + off;                                          // (HD)
+            float l = lse[(b * NH + h) * T + t];
+            float D = 0.0f;  // rowsum(dO * O)
+            for (size_t d = 0; d < HD; d++) D += dyt[d] * ot[d];
+            // P recomputed from q, k and lse; dP = dO V^T; dS = P * (dP - D).
+            score_row(sc->p, qt, sc->kt, t, T, HD);
+            score_row(sc->ds, dyt, sc->vt, t, T, HD);
+            for (size_t j = 0; j <= t; j++) {
+                sc->p[j] = expf(sc->p[j] * scale - l);
+                sc->ds[j] = sc->p[j] * (sc->ds[j] - D);
+            }
+            for (size_t d = 0; d < HD; d++) dqt[d] = 0.0f;
+            for (size_t j = 0; j <= t; j++) {
+                const float *kj = kh + j * kv_stride;
+                float *dkj = dkh + j * kv_stride, *dvj = dvh + j * kv_stride;
+                float ds = sc->ds[j], ds_scaled = ds * scale, p = sc->p[j];
+#pragma omp simd
+                for (size_t d = 0; d < HD; d++) {
+                    dqt[d] += ds * kj[d];
+                    dkj[d] += ds_scaled * qt[d];
+                    dvj[d] += p * dyt[d];
+                }
+            }
+            for (size_t d = 0; d < HD; d++) dqt[d] *= scale;
+        }
+    }
+}
+
+void mt_cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout,
+                               const float *q, const float *k, const float *v,
+                               const float *out, const float *lse, size_t B, size_t T,
+                               size_t NH, size_t NKV, size_t HD) {
+    MT_ASSERT(NKV > 0 && NH % NKV == 0);
+#pragma omp parallel
+    {
+        attn_scratch sc = {mt_malloc_or_die(HD * T * sizeof(float)),
+                           mt_malloc_or_die(HD * T * sizeof(float)),
+                           mt_malloc_or_die(T * sizeof(float)),
+                           mt_malloc_or_die(T * sizeof(float))};
+        // Every (b, kvh) costs the same, so a static split balances the threads.
+#pragma omp for collapse(2) schedule(static)
+        for (size_t b = 0; b < B; b++)
+            for (size_t kvh = 0; kvh < NKV; kvh++)
+                attention_backward_group(dq, dk, dv, dout, q, k, v, out, lse, &sc, b, kvh, T,
+                                         NH, NKV, HD);
+        free(sc.kt);
+        free(sc.vt);
+        free(sc.p);
+        free(sc.ds);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * SwiGLU: out = silu(gate) * up, silu(g) = g * sigmoid(g). */
+
+static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+void mt_cpu_swiglu_forward(float *out, const float *gate, const float *up, size_t N, size_t F) {
+    size_t n_el = N * F;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n_el; i++) out[i] = gate[i] * sigmoidf(gate[i]) * up[i];
+}
+
+void mt_cpu_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                            const float *up, size_t N, size_t F) {
+    size_t n_el = N * F;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n_el; i++) {
+        float g = gate[i], s = sigmoidf(g);
+        // d silu(g)/dg = s * (1 + g * (1 - s))
+        dgate[i] = dout[i] * up[i] * s * (1.0f + g * (1.0f - s));
+        dup[i] = dout[i] * g * s;
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Cross-entropy. Row losses are summed in row order, a chunk at a time, so
+ * the total does not depend on the thread count. */
+
+#define CE_CHUNK 4096
+
+/* Loss of one valid row; writes its gradient row when drow != NULL (drow
+ * may alias x, so x[target] is read first). */
+static double cross_entropy_row(float *drow, const float *x, int32_t target, size_t V,
+                                float dscale) {
+    float m = -INFINITY;
+    for (size_t i = 0; i < V; i++) m = x[i] > m ? x[i] : m;
+    double sum = 0.0;
+    for (size_t i = 0; i < V; i++) sum += exp((double)(x[i] - m));
+    float lse = m + (float)log(sum);
+    double loss = (double)lse - (double)x[target];
+    if (drow) {
+        for (size_t i = 0; i < V; i++) {
+            float p = expf(x[i] - lse);
+            drow[i] = (p - (i == (size_t)target ? 1.0f : 0.0f)) * dscale;
+        }
+    }
+    return loss;
+}
+
+double mt_cpu_cross_entropy(float *dlogits, const float *logits, const int32_t *targets,
+                            size_t N, size_t V, float dscale) {
+    double total = 0.0;
+    for (size_t n0 = 0; n0 < N; n0 += CE_CHUNK) {
+        size_t cnt = min_size(CE_CHUNK, N - n0);
+        double loss[CE_CHUNK];
+#pragma omp parallel for schedule(static)
+        for (size_t r = 0; r < cnt; r++) {
+            size_t n = n0 + r;
+            int32_t tgt = targets[n];
+            float *drow = dlogits ? dlogits + n * V : NULL;
+            loss[r] = 0.0;
+            if (tgt == MT_IGNORE_INDEX) {
+                if (drow) memset(drow, 0, V * sizeof(float));
+                continue;
+            }
+            MT_ASSERT(tgt >= 0 && (size_t)tgt < V);
+            loss[r] = cross_entropy_row(drow, logits + n * V, tgt, V, dscale);
+        }
+        for (size_t r = 0; r < cnt; r++) total += loss[r];
+    }
+    return total;
+}

@@ -1,0 +1,54 @@
+/* RoPE tables (see rope.h). Every step mirrors one fp32 tensor operation of
+ * transformers (modeling_rope_utils.py, modeling_llama.py) in the same
+ * order, so that the tables match PyTorch's to the last bit or nearly:
+ * Python scalars become fp32 operands, as PyTorch does for a float tensor. */
+#include "model/rope.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "util/error.h"
+#include "util/mem.h"
+
+/* transformers' llama3 adjustment (_compute_llama3_parameters): long
+ * wavelengths are divided by `factor`, short ones kept, and the band in
+ * between interpolated. `scalar / tensor` is computed by PyTorch as
+ * reciprocal(tensor) * scalar, hence the two roundings below. */
+static float llama3_adjust(float inv, const mt_config *cfg) {
+    float factor = (float)cfg->rope_factor;
+    float low = (float)cfg->rope_low_freq_factor;
+    float old_ctx = (float)cfg->rope_orig_max_pos;
+    float low_wavelen = (float)((double)cfg->rope_orig_max_pos / cfg->rope_low_freq_factor);
+    float high_wavelen = (float)((double)cfg->rope_orig_max_pos / cfg->rope_high_freq_factor);
+    float wavelen = (1.0f / inv) * (float)(2.0 * M_PI);
+    if (wavelen > low_wavelen) return inv / factor;
+    if (wavelen < high_wavelen) return inv;
+    float smooth = ((1.0f / wavelen) * old_ctx - low) /
+                   (float)(cfg->rope_high_freq_factor - cfg->rope_low_freq_factor);
+    return (1.0f - smooth) * inv / factor + smooth * inv;
+}
+
+void mt_rope_inv_freq(float *inv_freq, const mt_config *cfg) {
+    MT_ASSERT(cfg->HD > 0 && cfg->HD % 2 == 0);
+    size_t half = (size_t)cfg->HD / 2;
+    float base = (float)cfg->rope_theta;
+    for (size_t i = 0; i < half; i++) {
+        // base ** (arange(0, HD, 2).float() / HD)
+        float expo = (float)(2 * i) / (float)cfg->HD;
+        float inv = 1.0f / powf(base, expo);
+        inv_freq[i] = cfg->rope_kind == MT_ROPE_LLAMA3 ? llama3_adjust(inv, cfg) : inv;
+    }
+}
+
+void mt_rope_tables(float *cos, float *sin, const mt_config *cfg, size_t T) {
+    size_t half = (size_t)cfg->HD / 2;
+    float *inv_freq = mt_malloc_or_die(half * sizeof(float));  // (HD/2)
+    mt_rope_inv_freq(inv_freq, cfg);
+    for (size_t t = 0; t < T; t++)
+        for (size_t i = 0; i < half; i++) {
+            float angle = (float)t * inv_freq[i];
+            cos[t * half + i] = cosf(angle);
+            sin[t * half + i] = sinf(angle);
+        }
+    free(inv_freq);
+}
