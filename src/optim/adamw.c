@@ -140,6 +140,6 @@ int mt_optim_cpu_init(mt_optim_cpu *cpu, int threads, mt_error *err) {
                                               : MT_ISA_SCALAR;
     }
     if (mt_optim_cpu_init_isa(cpu, isa, threads, err))
-        return mt_error_prefix(err, "MT_ADAMW_ISA=%s: ", forced); // detected ISAs always work
+        return mt_error_prefix(err, "MT_ADAMW_ISA=%s: ", forced ? forced : "");
     return 0;
 }

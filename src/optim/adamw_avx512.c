@@ -6,6 +6,21 @@
 
 #include "optim/kernels.h"
 
+// Software prefetch this many floats (8 KiB) ahead in each stream. On the
+// 16-core device host, 16 threads: none 4.7-6.3, 4 KiB ahead 5.1-6.3, 8 KiB
+// ahead 5.9-6.5 Gparam/s (noisy shared host; same-run comparisons); one
+// thread: 0.88 -> 1.08. Hardware prefetchers alone keep too few lines in
+// flight for 4 read streams. Prefetches past the end of an array do not fault.
+#define PREFETCH_FLOATS 2048
+
+static inline void prefetch_ahead(const float *p, const float *m, const float *v, const float *g,
+                                  size_t i) {
+    _mm_prefetch((const char *)(g + i + PREFETCH_FLOATS), _MM_HINT_T0);
+    _mm_prefetch((const char *)(p + i + PREFETCH_FLOATS), _MM_HINT_T0);
+    _mm_prefetch((const char *)(m + i + PREFETCH_FLOATS), _MM_HINT_T0);
+    _mm_prefetch((const char *)(v + i + PREFETCH_FLOATS), _MM_HINT_T0);
+}
+
 // bf16 bits (round to nearest even, NaN -> 0x7FC0) of 16 floats, in order.
 // Not vcvtneps2bf16: it flushes subnormals, torch's conversion does not.
 static inline __m256i bf16x16(__m512 x) {
@@ -31,6 +46,7 @@ void mt_adamw_kernel_avx512(float *p, float *m, float *v, const float *g, uint16
     const __m512 neg_step_size = _mm512_set1_ps(c->neg_step_size);
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
+        prefetch_ahead(p, m, v, g, i);
         __m512 gi = _mm512_mul_ps(_mm512_loadu_ps(g + i), gscale);
         __m512 pi = _mm512_mul_ps(_mm512_loadu_ps(p + i), decay);
         __m512 mi = _mm512_loadu_ps(m + i);
