@@ -69,7 +69,10 @@ int mt_optim_cpu_init_isa(mt_optim_cpu *cpu, mt_isa isa, int threads, mt_error *
  * p, m, v (n) read and written, g (n) read. gscale multiplies g (the clip
  * coefficient, 1.0f without clipping). weight_decay: the group's decay
  * (0 for norms and biases). bf16_shadow (n) may be NULL; if set it receives
- * bf16(p), round to nearest even, NaN -> 0x7FC0 (as torch's .to(bfloat16)). */
+ * bf16(p), round to nearest even (torch's .to(bfloat16); NaN -> 0x7FC0, where
+ * torch's vector code gives 0xFFFF). Runs on cpu->threads OpenMP threads
+ * from 65536 elements up, below that on the calling thread; the result does
+ * not depend on the split. */
 void mt_adamw_update(const mt_optim_cpu *cpu, float *p, float *m, float *v, const float *g,
                      uint16_t *bf16_shadow, size_t n, const mt_adamw_hparams *h,
                      double weight_decay, float gscale);
