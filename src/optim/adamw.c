@@ -1,0 +1,145 @@
+/* AdamW update: scalar reference kernel, per-step scalars, ISA choice and
+ * the OpenMP split. The vector kernels live in adamw_avx2.c and
+ * adamw_avx512.c and must give the same bits as mt_adamw_kernel_scalar. */
+#include "optim/adamw.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "optim/kernels.h"
+
+// Elements per OpenMP work item: 5 arrays x 32 KiB stay within L2 while a
+// thread works on a block; a multiple of 16 keeps blocks 64-byte aligned.
+#define ADAMW_BLOCK ((size_t)8192)
+// Below this many elements threads cost more than they save.
+#define ADAMW_MIN_PARALLEL ((size_t)65536)
+
+void mt_adamw_kernel_scalar(float *p, float *m, float *v, const float *g, uint16_t *shadow,
+                            size_t n, const mt_adamw_coefs *c, bool stream) {
+    (void)stream;
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] * c->gscale;
+        float pi = p[i] * c->decay;
+        float mi = m[i];
+        mi = fmaf(c->m_weight, gi - mi, c->m_base_is_g ? gi : mi);
+        float vi = fmaf(c->one_minus_beta2 * gi, gi, v[i] * c->beta2);
+        float denom = sqrtf(vi) / c->bc2_sqrt + c->eps;
+        pi = pi + (c->neg_step_size * mi) / denom;
+        p[i] = pi;
+        m[i] = mi;
+        v[i] = vi;
+        if (shadow) shadow[i] = mt_bf16_rne(pi);
+    }
+}
+
+/* The scalars exactly as _single_tensor_adam computes them: Python doubles,
+ * then one rounding to float when ATen reads the Scalar. */
+static mt_adamw_coefs adamw_coefs(const mt_adamw_hparams *h, double weight_decay, float gscale) {
+    MT_ASSERT(h->step >= 1);
+    double step = (double)h->step;
+    double bc1 = 1.0 - pow(h->beta1, step);
+    double bc2 = 1.0 - pow(h->beta2, step);
+    float w = (float)(1.0 - h->beta1);
+    bool small = fabsf(w) < 0.5f; // at::native::is_lerp_weight_small
+    return (mt_adamw_coefs){
+        .gscale = gscale,
+        .decay = (float)(1.0 - h->lr * weight_decay),
+        .m_weight = small ? w : w - 1.0f,
+        .m_base_is_g = !small,
+        .beta2 = (float)h->beta2,
+        .one_minus_beta2 = (float)(1.0 - h->beta2),
+        .bc2_sqrt = (float)pow(bc2, 0.5),
+        .eps = (float)h->eps,
+        .neg_step_size = (float)-(h->lr / bc1),
+    };
+}
+
+static mt_adamw_kernel adamw_kernel(mt_isa isa) {
+    switch (isa) {
+    case MT_ISA_AVX512: return mt_adamw_kernel_avx512;
+    case MT_ISA_AVX2: return mt_adamw_kernel_avx2;
+    default: return mt_adamw_kernel_scalar;
+    }
+}
+
+static bool aligned64(const void *ptr) { return ((uintptr_t)ptr & 63) == 0; }
+
+void mt_adamw_update(const mt_optim_cpu *cpu, float *p, float *m, float *v, const float *g,
+                     uint16_t *bf16_shadow, size_t n, const mt_adamw_hparams *h,
+                     double weight_decay, float gscale) {
+    const mt_adamw_coefs c = adamw_coefs(h, weight_decay, gscale);
+    const mt_adamw_kernel kernel = adamw_kernel(cpu->isa);
+    const bool stream = cpu->stream_stores && aligned64(p) && aligned64(m) && aligned64(v) &&
+                        (!bf16_shadow || aligned64(bf16_shadow));
+    if (n < ADAMW_MIN_PARALLEL) {
+        kernel(p, m, v, g, bf16_shadow, n, &c, stream);
+        return;
+    }
+    const int threads = cpu->threads > 0 ? cpu->threads : omp_get_max_threads();
+    const size_t nblocks = (n + ADAMW_BLOCK - 1) / ADAMW_BLOCK;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (size_t b = 0; b < nblocks; b++) {
+        size_t i = b * ADAMW_BLOCK;
+        size_t len = n - i < ADAMW_BLOCK ? n - i : ADAMW_BLOCK;
+        kernel(p + i, m + i, v + i, g + i, bf16_shadow ? bf16_shadow + i : NULL, len, &c, stream);
+    }
+}
+
+bool mt_isa_supported(mt_isa isa) {
+    __builtin_cpu_init();
+    switch (isa) {
+    case MT_ISA_SCALAR: return true;
+    case MT_ISA_AVX2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case MT_ISA_AVX512:
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("fma");
+    }
+    return false;
+}
+
+const char *mt_isa_name(mt_isa isa) {
+    switch (isa) {
+    case MT_ISA_SCALAR: return "scalar";
+    case MT_ISA_AVX2: return "avx2";
+    case MT_ISA_AVX512: return "avx512";
+    }
+    return "?";
+}
+
+int mt_isa_parse(const char *name, mt_isa *out, mt_error *err) {
+    for (int i = MT_ISA_SCALAR; i <= MT_ISA_AVX512; i++) {
+        if (!strcmp(name, mt_isa_name((mt_isa)i))) {
+            *out = (mt_isa)i;
+            return 0;
+        }
+    }
+    return mt_errorf(err, "unknown instruction set '%s': use scalar, avx2 or avx512", name);
+}
+
+int mt_optim_cpu_init_isa(mt_optim_cpu *cpu, mt_isa isa, int threads, mt_error *err) {
+    if (!mt_isa_supported(isa))
+        return mt_errorf(err, "this CPU lacks the %s instructions: choose another with "
+                              "MT_ADAMW_ISA (scalar, avx2, avx512) or leave it unset",
+                         mt_isa_name(isa));
+    *cpu = (mt_optim_cpu){.isa = isa, .threads = threads, .stream_stores = false};
+    return 0;
+}
+
+int mt_optim_cpu_init(mt_optim_cpu *cpu, int threads, mt_error *err) {
+    const char *forced = getenv("MT_ADAMW_ISA");
+    mt_isa isa;
+    if (forced && *forced) {
+        if (mt_isa_parse(forced, &isa, err)) return mt_error_prefix(err, "MT_ADAMW_ISA: ");
+    } else {
+        isa = mt_isa_supported(MT_ISA_AVX512) ? MT_ISA_AVX512
+              : mt_isa_supported(MT_ISA_AVX2) ? MT_ISA_AVX2
+                                              : MT_ISA_SCALAR;
+    }
+    if (mt_optim_cpu_init_isa(cpu, isa, threads, err))
+        return mt_error_prefix(err, "MT_ADAMW_ISA=%s: ", forced ? forced : "");
+    return 0;
+}
