@@ -50,6 +50,7 @@ typedef struct mt_gemm_key {
 typedef struct mt_gemm_plan {
     mt_gemm_key key;
     int valid;
+    int bias_kernel; /* the epilogue cannot take the bias: a kernel adds it */
     uint64_t last_use;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;

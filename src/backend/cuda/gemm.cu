@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_bf16.h>
+
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_ops.h"
 
@@ -91,31 +93,9 @@ static int ptr_align(const void *p) {
     return al;
 }
 
-static void plan_build(mt_cuda_ctx *ctx, mt_gemm_plan *p, const mt_gemm_key *k) {
-    const mt_gemm_key *key = k;
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t ta = key->transa ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasOperation_t tb = key->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
-                                                sizeof ta));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
-                                                sizeof tb));
-    if (key->has_bias) {
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        cudaDataType_t bt = CUDA_R_32F;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                                    &epi, sizeof epi));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-            p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
-    }
-    /* Stored (rows, cols) of each operand before op(). */
-    int64_t ar = key->transa ? key->k : key->m, ac = key->transa ? key->m : key->k;
-    int64_t br = key->transb ? key->n : key->k, bc = key->transb ? key->k : key->n;
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, cuda_type(key->adt), ar, ac, key->lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, cuda_type(key->bdt), br, bc, key->ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, cuda_type(key->ddt), key->m, key->n,
-                                            key->ldd));
-
+/* Asks the heuristic for the best algorithm of p's descriptors; false if
+ * cuBLASLt offers none. */
+static bool plan_pick_algo(mt_cuda_ctx *ctx, mt_gemm_plan *p, const mt_gemm_key *key) {
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
@@ -131,21 +111,74 @@ static void plan_build(mt_cuda_ctx *ctx, mt_gemm_plan *p, const mt_gemm_key *k) 
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
-
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     ctx->heuristic_queries++;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx->lt, p->desc, p->la, p->lb, p->ld, p->ld,
-                                                pref, 1, &res, &found));
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->lt, p->desc, p->la, p->lb, p->ld,
+                                                       p->ld, pref, 1, &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (found == 0)
+    /* cuBLASLt answers an unsupported combination with NOT_SUPPORTED or
+     * INVALID_VALUE (seen for a bf16 D with an fp32 bias). */
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0) return false;
+    p->algo = res.algo;
+    return true;
+}
+
+static void plan_make_desc(mt_gemm_plan *p, const mt_gemm_key *key, bool bias_epilogue) {
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = key->transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t tb = key->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+                                                sizeof ta));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+                                                sizeof tb));
+    if (bias_epilogue) {
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType_t bt = CUDA_R_32F;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                    &epi, sizeof epi));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    }
+}
+
+static void plan_build(mt_cuda_ctx *ctx, mt_gemm_plan *p, const mt_gemm_key *key) {
+    /* Stored (rows, cols) of each operand before op(). */
+    int64_t ar = key->transa ? key->k : key->m, ac = key->transa ? key->m : key->k;
+    int64_t br = key->transb ? key->n : key->k, bc = key->transb ? key->k : key->n;
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, cuda_type(key->adt), ar, ac, key->lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, cuda_type(key->bdt), br, bc, key->ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, cuda_type(key->ddt), key->m, key->n,
+                                            key->ldd));
+    plan_make_desc(p, key, key->has_bias);
+    p->bias_kernel = 0;
+    bool ok = plan_pick_algo(ctx, p, key);
+    if (!ok && key->has_bias) {
+        /* Not every type combination takes an fp32 bias in the epilogue
+         * (bf16 D does not on some versions): add it with a kernel instead. */
+        cublasLtMatmulDescDestroy(p->desc);
+        plan_make_desc(p, key, false);
+        p->bias_kernel = 1;
+        ok = plan_pick_algo(ctx, p, key);
+    }
+    if (!ok)
         MT_DIE("cuBLASLt has no algorithm for m=%lld n=%lld k=%lld transa=%d transb=%d "
                "types %d,%d->%d bias=%d",
                (long long)key->m, (long long)key->n, (long long)key->k, key->transa,
                key->transb, key->adt, key->bdt, key->ddt, key->has_bias);
-    p->algo = res.algo;
     p->key = *key;
     p->valid = 1;
+}
+
+/* Column-major D (m, n): D[j][i] += bias[i] in fp32, stored in D's type
+ * (for a bf16 D that is a second rounding, after the product's). */
+template <typename T>
+__global__ void add_bias_kernel(T *D, const float *bias, int64_t m, int64_t n, int64_t ldd) {
+    int64_t total = m * n, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += stride) {
+        int64_t i = t % m, j = t / m;
+        D[j * ldd + i] = (T)((float)D[j * ldd + i] + bias[i]);
+    }
 }
 
 /* The cached plan for key, building it (and evicting the least recently
@@ -192,13 +225,23 @@ extern "C" void mt_cuda_gemm_cm(mt_cuda_ctx *ctx, int transa, int transb, int64_
     key.align_b = ptr_align(B);
     key.align_d = ptr_align(D);
     mt_gemm_plan *p = plan_get(ctx, &key);
-    if (bias)
+    if (bias && !p->bias_kernel)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                     &bias, sizeof bias));
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     CUBLAS_CHECK(cublasLtMatmul(ctx->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, D, p->ld,
                                 D, p->ld, &p->algo, ctx->workspace, ctx->workspace_bytes,
                                 ctx->stream));
+    if (bias && p->bias_kernel) {
+        int64_t blocks = MT_CEIL_DIV(m * n, (int64_t)256);
+        unsigned g = (unsigned)(blocks > 65536 ? 65536 : blocks);
+        if (ddt == MT_DT_BF16)
+            add_bias_kernel<__nv_bfloat16><<<g, 256, 0, ctx->stream>>>((__nv_bfloat16 *)D, bias,
+                                                                     m, n, ldd);
+        else
+            add_bias_kernel<float><<<g, 256, 0, ctx->stream>>>((float *)D, bias, m, n, ldd);
+        CUDA_LAUNCH_CHECK();
+    }
 }
 
 extern "C" void mt_cuda_matmul_forward(mt_cuda_ctx *ctx, mt_precision prec, void *out,
