@@ -1,0 +1,174 @@
+/* RMSNorm on the GPU, and the deterministic column sums that its weight
+ * gradient and the bias gradient of a matrix product need.
+ *
+ * Norms: one warp per row, 16-byte loads (C % 4 == 0), fp32 throughout,
+ * the sum of squares reduced with xor shuffles (same order every run).
+ *
+ * Column sums (dw (C) += sum over N rows): float atomics would make the
+ * result depend on scheduling, so the rows are cut into fixed chunks of
+ * COLSUM_ROWS; one kernel writes each chunk's partial sums to scratch
+ * (G, C), a second adds the G partials in chunk order. The reduction tree
+ * depends only on N and C: the same bits on every run and every GPU. */
+#include <cuda_bf16.h>
+
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_ops.h"
+
+#define NORM_WARPS 8    /* rows per block of the norm kernels */
+#define COLSUM_ROWS 256 /* rows per partial sum */
+#define COLSUM_TY 8     /* row lanes per column in the partial kernel */
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ void store4(float *out, float4 v) { *(float4 *)out = v; }
+__device__ __forceinline__ void store4(__nv_bfloat16 *out, float4 v) {
+    *(__nv_bfloat162 *)out = __floats2bfloat162_rn(v.x, v.y);
+    *(__nv_bfloat162 *)(out + 2) = __floats2bfloat162_rn(v.z, v.w);
+}
+
+template <typename OUT>
+__global__ void rmsnorm_fwd_kernel(OUT *out, float *rstd, const float *inp, const float *w,
+                                   size_t N, size_t C, float eps) {
+    size_t row = (size_t)blockIdx.x * NORM_WARPS + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const float *x = inp + row * C;
+    float ss = 0.0f;
+    for (size_t i = (size_t)lane * 4; i < C; i += 128) {
+        float4 v = *(const float4 *)(x + i);
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    float r = rsqrtf(warp_sum(ss) / (float)C + eps);
+    for (size_t i = (size_t)lane * 4; i < C; i += 128) {
+        float4 v = *(const float4 *)(x + i), g = *(const float4 *)(w + i);
+        store4(out + row * C + i,
+               make_float4(v.x * r * g.x, v.y * r * g.y, v.z * r * g.z, v.w * r * g.w));
+    }
+    if (rstd && lane == 0) rstd[row] = r;
+}
+
+static void check_rows(const void *p, size_t C) {
+    MT_ASSERT(C % 4 == 0);
+    MT_ASSERT(((uintptr_t)p & 15) == 0);
+}
+
+extern "C" void mt_cuda_rmsnorm_forward(mt_cuda_ctx *ctx, void *out, mt_dtype out_dt,
+                                        float *rstd, const float *inp, const float *w,
+                                        size_t N, size_t C, float eps) {
+    if (N == 0) return;
+    check_rows(inp, C);
+    check_rows(w, C);
+    check_rows(out, C);
+    unsigned g = (unsigned)MT_CEIL_DIV(N, (size_t)NORM_WARPS);
+    if (out_dt == MT_DT_BF16)
+        rmsnorm_fwd_kernel<__nv_bfloat16><<<g, NORM_WARPS * 32, 0, ctx->stream>>>(
+            (__nv_bfloat16 *)out, rstd, inp, w, N, C, eps);
+    else
+        rmsnorm_fwd_kernel<float><<<g, NORM_WARPS * 32, 0, ctx->stream>>>(
+            (float *)out, rstd, inp, w, N, C, eps);
+    CUDA_LAUNCH_CHECK();
+}
+
+/* dinp_i += r w_i g_i - x_i r^3 / C * sum_j g_j w_j x_j */
+__global__ void rmsnorm_bwd_kernel(float *dinp, const float *dout, const float *inp,
+                                   const float *w, const float *rstd, size_t N, size_t C) {
+    size_t row = (size_t)blockIdx.x * NORM_WARPS + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const float *x = inp + row * C, *g = dout + row * C;
+    float dot = 0.0f;
+    for (size_t i = (size_t)lane * 4; i < C; i += 128) {
+        float4 xv = *(const float4 *)(x + i), gv = *(const float4 *)(g + i),
+               wv = *(const float4 *)(w + i);
+        dot += gv.x * wv.x * xv.x + gv.y * wv.y * xv.y + gv.z * wv.z * xv.z +
+               gv.w * wv.w * xv.w;
+    }
+    float r = rstd[row];
+    float k = warp_sum(dot) * r * r * r / (float)C;
+    float *d = dinp + row * C;
+    for (size_t i = (size_t)lane * 4; i < C; i += 128) {
+        float4 xv = *(const float4 *)(x + i), gv = *(const float4 *)(g + i),
+               wv = *(const float4 *)(w + i), dv = *(float4 *)(d + i);
+        dv.x += r * wv.x * gv.x - xv.x * k;
+        dv.y += r * wv.y * gv.y - xv.y * k;
+        dv.z += r * wv.z * gv.z - xv.z * k;
+        dv.w += r * wv.w * gv.w - xv.w * k;
+        *(float4 *)(d + i) = dv;
+    }
+}
+
+/* partial (G, C): partial[chunk][c] = sum over the chunk's rows of
+ * a[r][c] (* b[r][c] * s[r] when b is non-NULL). Block (32, COLSUM_TY):
+ * 32 consecutive columns (coalesced), COLSUM_TY interleaved row lanes
+ * combined in a fixed order through shared memory. */
+__global__ void colsum_partial_kernel(float *partial, const float *a, const float *b,
+                                      const float *s, size_t N, size_t C) {
+    __shared__ float acc[COLSUM_TY][33];
+    size_t c = (size_t)blockIdx.x * 32 + threadIdx.x;
+    size_t r0 = (size_t)blockIdx.y * COLSUM_ROWS;
+    size_t r1 = r0 + COLSUM_ROWS < N ? r0 + COLSUM_ROWS : N;
+    float sum = 0.0f;
+    if (c < C) {
+        for (size_t r = r0 + threadIdx.y; r < r1; r += COLSUM_TY) {
+            float v = a[r * C + c];
+            if (b) v *= b[r * C + c] * s[r];
+            sum += v;
+        }
+    }
+    acc[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float t = 0.0f;
+        for (int y = 0; y < COLSUM_TY; y++) t += acc[y][threadIdx.x];
+        partial[(size_t)blockIdx.y * C + c] = t;
+    }
+}
+
+__global__ void colsum_final_kernel(float *out, const float *partial, size_t G, size_t C) {
+    size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float t = 0.0f;
+    for (size_t g = 0; g < G; g++) t += partial[g * C + c];
+    out[c] += t;
+}
+
+extern "C" size_t mt_cuda_colsum_scratch_floats(size_t N, size_t C) {
+    return MT_CEIL_DIV(N, (size_t)COLSUM_ROWS) * C;
+}
+
+/* out (C) += column sums of a (N,C), or of a * b * s[row] when b != NULL. */
+static void colsum(mt_cuda_ctx *ctx, float *out, float *scratch, const float *a,
+                   const float *b, const float *s, size_t N, size_t C) {
+    if (N == 0 || C == 0) return;
+    size_t G = MT_CEIL_DIV(N, (size_t)COLSUM_ROWS);
+    MT_ASSERT(G <= 65535);
+    dim3 grid((unsigned)MT_CEIL_DIV(C, (size_t)32), (unsigned)G), block(32, COLSUM_TY);
+    colsum_partial_kernel<<<grid, block, 0, ctx->stream>>>(scratch, a, b, s, N, C);
+    CUDA_LAUNCH_CHECK();
+    colsum_final_kernel<<<(unsigned)MT_CEIL_DIV(C, (size_t)256), 256, 0, ctx->stream>>>(
+        out, scratch, G, C);
+    CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void mt_cuda_rmsnorm_backward(mt_cuda_ctx *ctx, float *dinp, float *dw,
+                                         float *scratch, const float *dout, const float *inp,
+                                         const float *w, const float *rstd, size_t N,
+                                         size_t C) {
+    if (N == 0) return;
+    check_rows(dinp, C);
+    check_rows(dout, C);
+    check_rows(inp, C);
+    check_rows(w, C);
+    unsigned g = (unsigned)MT_CEIL_DIV(N, (size_t)NORM_WARPS);
+    rmsnorm_bwd_kernel<<<g, NORM_WARPS * 32, 0, ctx->stream>>>(dinp, dout, inp, w, rstd, N, C);
+    CUDA_LAUNCH_CHECK();
+    colsum(ctx, dw, scratch, dout, inp, rstd, N, C);
+}
+
+extern "C" void mt_cuda_bias_backward(mt_cuda_ctx *ctx, float *dbias, float *scratch,
+                                      const float *dout, size_t N, size_t OC) {
+    colsum(ctx, dbias, scratch, dout, NULL, NULL, N, OC);
+}
