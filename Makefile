@@ -7,13 +7,13 @@
 CC      ?= gcc
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
 BUILD   := build
-CFLAGS  := -std=c11 -O2 -g -Wall -Wextra -Wno-unused-parameter -fopenmp -D_GNU_SOURCE \
+CFLAGS  := -std=c11 -ffp-contract=off -O2 -g -Wall -Wextra -Wno-unused-parameter -fopenmp -D_GNU_SOURCE \
            -Isrc $(EXTRA_CFLAGS)
 LDLIBS  := -fopenmp -lcjson -lpcre2-8 -lutf8proc -lyaml -lm -lpthread
 
 # Sources: everything under src/ except the CLI (linked into the binary) and
 # the CUDA backend (built only when nvcc is present).
-LIB_SRC := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
+LIB_SRC := $(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/backend/cuda/*' | sort)
 CLI_SRC := $(shell find src/cli -name '*.c' | sort)
 CU_SRC  := $(shell find src -name '*.cu' | sort)
 TEST_COMMON_SRC := $(shell find tests/common -name '*.c' | sort)
@@ -28,6 +28,9 @@ GPU_TEST_OBJ := $(GPU_TEST_SRC:%.c=$(BUILD)/obj/%.o)
 ifneq ($(NVCC),)
 CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
 CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
+# Host code of the CUDA backend: C, compiled only when CUDA is present.
+LIB_SRC += $(shell find src/backend/cuda -name '*.c' | sort)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CFLAGS  += -DMT_HAVE_CUDA -I$(CUDA_HOME)/include
 NVFLAGS := -std=c++17 -O3 -g -lineinfo -arch=sm_90 -Isrc -DMT_HAVE_CUDA -Xcompiler -fopenmp,-Wall
 LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++

@@ -2,21 +2,36 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/commands.h"
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} commands[] = {
+    {"train", mt_cmd_train, "train or fine-tune a model (default: the built-in tiny model)"},
+    {"bench", mt_cmd_bench, "measure speed (adamw)"},
+};
+
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: megatrain <command> [options]\n"
-            "commands:\n"
-            "  train     train or fine-tune a model\n"
-            "  bench     measure speed\n"
-            "run 'megatrain <command> --help' for the options of a command\n");
+    fprintf(f, "usage: megatrain <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\nrun 'megatrain <command> --help' for the options of a command\n");
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
     }
-    fprintf(stderr, "megatrain: unknown command '%s'\n", argv[1]);
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "megatrain: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;
 }

@@ -23,9 +23,15 @@ int mt_error_prefix(mt_error *err, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
-    char old[sizeof err->msg];
-    memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s%s", prefix, old);
+    /* Shift the old message right and put the prefix in front; the result
+     * is cut at the buffer's end. */
+    size_t np = strlen(prefix), cap = sizeof err->msg;
+    if (np >= cap) np = cap - 1;
+    size_t no = strnlen(err->msg, cap - 1);
+    if (np + no >= cap) no = cap - 1 - np;
+    memmove(err->msg + np, err->msg, no);
+    memcpy(err->msg, prefix, np);
+    err->msg[np + no] = 0;
     return -1;
 }
 

@@ -9,6 +9,13 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+#ifndef _Noreturn
+#define _Noreturn [[noreturn]]
+#endif
+extern "C" {
+#endif
+
 typedef struct mt_error {
     char msg[1024];
 } mt_error;
@@ -31,5 +38,9 @@ _Noreturn void mt_die(const char *file, int line, const char *fmt, ...)
     } while (0)
 
 #define MT_DIE(...) mt_die(__FILE__, __LINE__, __VA_ARGS__)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,0 +1,2 @@
+build-cpu/obj/src/util/error.o: src/util/error.c src/util/error.h
+src/util/error.h:

@@ -1,0 +1,369 @@
+/* CPU backend: runs the layer templates of a Llama-family decoder with the
+ * reference operators of ops.h.
+ *
+ * Memory, all allocated at creation:
+ *   ckpt  (n_layers, M, N, C)  input of every layer for every micro-batch
+ *   dx    (M, N, C)            residual-stream gradient per micro-batch
+ *   acts                        one layer's activations for one micro-batch,
+ *                               refilled by the recompute in backward. */
+#include "backend/cpu/backend_cpu.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/ops.h"
+#include "model/rope.h"
+#include "util/mem.h"
+
+#define HEAD_CHUNK 256 /* rows of logits held at once by the head */
+
+typedef struct block_acts {
+    float *xn1, *rstd1;     /* (N, C), (N) */
+    float *q, *k, *v;       /* (N, NH*HD), (N, NKV*HD) x2, after q/k norm and RoPE */
+    float *qpre, *kpre;     /* before q/k norm (qwen3); rstd of it */
+    float *qrstd, *krstd;   /* (N*NH), (N*NKV) */
+    float *att, *lse;       /* (N, NH*HD), (B, NH, T) */
+    float *xmid;            /* (N, C) residual after attention */
+    float *xn2, *rstd2;     /* (N, C), (N) */
+    float *gate, *up, *mlp; /* (N, F) */
+} block_acts;
+
+typedef struct block_grads {
+    float *dbig1, *dbig2, *dbig3; /* (N, F) */
+    float *dq, *dk, *dv;    /* like q, k, v */
+    float *dqn, *dkn;       /* q/k gradients before RoPE (qwen3 norm input) */
+    float *datt;            /* (N, NH*HD) */
+    float *dxn;             /* (N, C) */
+} block_grads;
+
+typedef struct cpu_backend {
+    mt_backend base;
+    const mt_config *cfg;
+    const mt_param_table *t;
+    mt_host_store *store;
+    int max_M;
+    int64_t B, T, N;
+    float *cos, *sin;       /* (T, HD/2) */
+    float *ckpt;            /* (n_layers, M, N, C) */
+    float *dx;              /* (M, N, C) */
+    block_acts a;
+    block_grads d;
+    float *logits;          /* (HEAD_CHUNK, V) */
+    float *xf, *rstdf;      /* (N, C), (N) final norm output */
+    /* per step */
+    const mt_batch *batch;
+    float dscale;
+    int train;
+    double loss_sum;
+    /* bound layer */
+    float *w, *g;
+} cpu_backend;
+
+static float *ckpt_at(cpu_backend *cb, int layer, int mb) {
+    size_t per = (size_t)cb->N * cb->cfg->C;
+    return cb->ckpt + ((size_t)layer * cb->max_M + mb) * per;
+}
+
+static float *dx_at(cpu_backend *cb, int mb) {
+    return cb->dx + (size_t)mb * cb->N * cb->cfg->C;
+}
+
+static float *W(cpu_backend *cb, int layer, mt_role r) {
+    const mt_layer_desc *ld = &cb->t->layers[layer];
+    return mt_layer_tensor(cb->w + ld->offset, ld, r);
+}
+
+static float *G(cpu_backend *cb, int layer, mt_role r) {
+    const mt_layer_desc *ld = &cb->t->layers[layer];
+    return mt_layer_tensor(cb->g + ld->offset, ld, r);
+}
+
+static int cpu_begin_step(mt_backend *be, const mt_batch *batch, float dscale, int train,
+                          mt_error *err) {
+    cpu_backend *cb = (cpu_backend *)be;
+    if (batch->M > cb->max_M || batch->B != cb->B || batch->T != cb->T)
+        return mt_errorf(err, "batch of %d x (%lld, %lld) does not match the backend's "
+                         "%d x (%lld, %lld)", batch->M, (long long)batch->B, (long long)batch->T,
+                         cb->max_M, (long long)cb->B, (long long)cb->T);
+    int64_t n = (int64_t)batch->M * batch->B * batch->T;
+    for (int64_t i = 0; i < n; i++)
+        if (batch->tokens[i] < 0 || batch->tokens[i] >= cb->cfg->V ||
+            (batch->targets[i] != MT_IGNORE_INDEX &&
+             (batch->targets[i] < 0 || batch->targets[i] >= cb->cfg->V)))
+            return mt_errorf(err, "token id out of range [0, %lld) at position %lld of the "
+                             "batch; the tokenizer does not match the model's vocab_size",
+                             (long long)cb->cfg->V, (long long)i);
+    cb->batch = batch;
+    cb->dscale = dscale;
+    cb->train = train;
+    cb->loss_sum = 0;
+    /* Gradients accumulate over micro-batches and, with tied embeddings,
+     * over the head and the embedding: clear them all once per step. */
+    if (train) memset(cb->store->g, 0, cb->t->total * sizeof(float));
+    return 0;
+}
+
+static void cpu_bind_layer(mt_backend *be, int layer, int backward) {
+    cpu_backend *cb = (cpu_backend *)be;
+    /* The host store is the CPU's memory: binding is pointing. */
+    cb->w = cb->store->w;
+    cb->g = cb->store->g;
+}
+
+/* Forward of decoder block `layer` for one micro-batch, keeping every
+ * activation the backward needs in cb->a. */
+static void block_forward(cpu_backend *cb, int layer, const float *x, float *out) {
+    const mt_config *c = cb->cfg;
+    block_acts *a = &cb->a;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
+    mt_cpu_rmsnorm_forward(a->xn1, a->rstd1, x, W(cb, layer, MT_T_ATTN_NORM), N, C, c->rms_eps);
+    float *q = c->qk_norm ? a->qpre : a->q, *k = c->qk_norm ? a->kpre : a->k;
+    mt_cpu_matmul_forward(q, a->xn1, W(cb, layer, MT_T_WQ), W(cb, layer, MT_T_BQ), N, C, Q);
+    mt_cpu_matmul_forward(k, a->xn1, W(cb, layer, MT_T_WK), W(cb, layer, MT_T_BK), N, C, KV);
+    mt_cpu_matmul_forward(a->v, a->xn1, W(cb, layer, MT_T_WV), W(cb, layer, MT_T_BV), N, C, KV);
+    if (c->qk_norm) {
+        mt_cpu_rmsnorm_forward(a->q, a->qrstd, a->qpre, W(cb, layer, MT_T_QNORM), N * c->NH,
+                               c->HD, c->rms_eps);
+        mt_cpu_rmsnorm_forward(a->k, a->krstd, a->kpre, W(cb, layer, MT_T_KNORM), N * c->NKV,
+                               c->HD, c->rms_eps);
+    }
+    mt_cpu_rope_forward(a->q, cb->cos, cb->sin, cb->B, cb->T, c->NH, c->HD);
+    mt_cpu_rope_forward(a->k, cb->cos, cb->sin, cb->B, cb->T, c->NKV, c->HD);
+    mt_cpu_attention_forward(a->att, a->lse, a->q, a->k, a->v, cb->B, cb->T, c->NH, c->NKV, c->HD);
+    mt_cpu_matmul_forward(a->xmid, a->att, W(cb, layer, MT_T_WO), NULL, N, Q, C);
+    for (size_t i = 0; i < N * C; i++) a->xmid[i] += x[i];
+    mt_cpu_rmsnorm_forward(a->xn2, a->rstd2, a->xmid, W(cb, layer, MT_T_MLP_NORM), N, C, c->rms_eps);
+    mt_cpu_matmul_forward(a->gate, a->xn2, W(cb, layer, MT_T_WGATE), NULL, N, C, F);
+    mt_cpu_matmul_forward(a->up, a->xn2, W(cb, layer, MT_T_WUP), NULL, N, C, F);
+    mt_cpu_swiglu_forward(a->mlp, a->gate, a->up, N, F);
+    mt_cpu_matmul_forward(out, a->mlp, W(cb, layer, MT_T_WDOWN), NULL, N, F, C);
+    for (size_t i = 0; i < N * C; i++) out[i] += a->xmid[i];
+}
+
+/* Backward of decoder block `layer`: dx holds dL/d(output) on entry and
+ * dL/d(input) on exit; cb->a must hold this layer's forward activations. */
+static void block_backward(cpu_backend *cb, int layer, const float *x, float *dx) {
+    const mt_config *c = cb->cfg;
+    block_acts *a = &cb->a;
+    block_grads *d = &cb->d;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
+
+    /* MLP: out = xmid + down(silu(gate) * up) */
+    memset(d->dbig1, 0, N * F * sizeof(float));
+    mt_cpu_matmul_backward(d->dbig1, G(cb, layer, MT_T_WDOWN), NULL, dx, a->mlp,
+                           W(cb, layer, MT_T_WDOWN), N, F, C);
+    mt_cpu_swiglu_backward(d->dbig2, d->dbig3, d->dbig1, a->gate, a->up, N, F);
+    memset(d->dxn, 0, N * C * sizeof(float));
+    mt_cpu_matmul_backward(d->dxn, G(cb, layer, MT_T_WGATE), NULL, d->dbig2, a->xn2,
+                           W(cb, layer, MT_T_WGATE), N, C, F);
+    mt_cpu_matmul_backward(d->dxn, G(cb, layer, MT_T_WUP), NULL, d->dbig3, a->xn2,
+                           W(cb, layer, MT_T_WUP), N, C, F);
+    /* dx now becomes dL/d(xmid): the residual path plus the norm's input. */
+    mt_cpu_rmsnorm_backward(dx, G(cb, layer, MT_T_MLP_NORM), d->dxn, a->xmid,
+                            W(cb, layer, MT_T_MLP_NORM), a->rstd2, N, C);
+
+    /* Attention: xmid = x + o_proj(att) */
+    memset(d->datt, 0, N * Q * sizeof(float));
+    mt_cpu_matmul_backward(d->datt, G(cb, layer, MT_T_WO), NULL, dx, a->att, W(cb, layer, MT_T_WO),
+                           N, Q, C);
+    mt_cpu_attention_backward(d->dq, d->dk, d->dv, d->datt, a->q, a->k, a->v, a->att, a->lse,
+                              cb->B, cb->T, c->NH, c->NKV, c->HD);
+    mt_cpu_rope_backward(d->dq, cb->cos, cb->sin, cb->B, cb->T, c->NH, c->HD);
+    mt_cpu_rope_backward(d->dk, cb->cos, cb->sin, cb->B, cb->T, c->NKV, c->HD);
+    float *dq = d->dq, *dk = d->dk;
+    if (c->qk_norm) {
+        memset(d->dqn, 0, N * Q * sizeof(float));
+        memset(d->dkn, 0, N * KV * sizeof(float));
+        mt_cpu_rmsnorm_backward(d->dqn, G(cb, layer, MT_T_QNORM), d->dq, a->qpre,
+                                W(cb, layer, MT_T_QNORM), a->qrstd, N * c->NH, c->HD);
+        mt_cpu_rmsnorm_backward(d->dkn, G(cb, layer, MT_T_KNORM), d->dk, a->kpre,
+                                W(cb, layer, MT_T_KNORM), a->krstd, N * c->NKV, c->HD);
+        dq = d->dqn;
+        dk = d->dkn;
+    }
+    memset(d->dxn, 0, N * C * sizeof(float));
+    mt_cpu_matmul_backward(d->dxn, G(cb, layer, MT_T_WQ), G(cb, layer, MT_T_BQ), dq, a->xn1,
+                           W(cb, layer, MT_T_WQ), N, C, Q);
+    mt_cpu_matmul_backward(d->dxn, G(cb, layer, MT_T_WK), G(cb, layer, MT_T_BK), dk, a->xn1,
+                           W(cb, layer, MT_T_WK), N, C, KV);
+    mt_cpu_matmul_backward(d->dxn, G(cb, layer, MT_T_WV), G(cb, layer, MT_T_BV), d->dv, a->xn1,
+                           W(cb, layer, MT_T_WV), N, C, KV);
+    mt_cpu_rmsnorm_backward(dx, G(cb, layer, MT_T_ATTN_NORM), d->dxn, x,
+                            W(cb, layer, MT_T_ATTN_NORM), a->rstd1, N, C);
+}
+
+static void cpu_forward(mt_backend *be, int layer, int mb) {
+    cpu_backend *cb = (cpu_backend *)be;
+    const int32_t *tok = cb->batch->tokens + (size_t)mb * cb->N;
+    if (layer == 0) {
+        mt_cpu_embedding_forward(ckpt_at(cb, 1, mb), tok, W(cb, 0, MT_T_EMBED), cb->N, cb->cfg->C);
+        return;
+    }
+    block_forward(cb, layer, ckpt_at(cb, layer, mb), ckpt_at(cb, layer + 1, mb));
+}
+
+/* lm_head weights and gradient: untied models have their own, tied ones
+ * use the embedding of layer 0. */
+static void head_matrix(cpu_backend *cb, int head, float **w, float **g) {
+    if (cb->cfg->tie_embeddings) {
+        *w = W(cb, 0, MT_T_EMBED);
+        *g = G(cb, 0, MT_T_EMBED);
+    } else {
+        *w = W(cb, head, MT_T_LM_HEAD);
+        *g = G(cb, head, MT_T_LM_HEAD);
+    }
+}
+
+static void cpu_head(mt_backend *be, int mb) {
+    cpu_backend *cb = (cpu_backend *)be;
+    const mt_config *c = cb->cfg;
+    int head = cb->t->n_layers - 1;
+    size_t N = cb->N, C = c->C, V = c->V;
+    const float *x = ckpt_at(cb, head, mb);
+    const int32_t *tgt = cb->batch->targets + (size_t)mb * N;
+    float *wl, *gl;
+    head_matrix(cb, head, &wl, &gl);
+    mt_cpu_rmsnorm_forward(cb->xf, cb->rstdf, x, W(cb, head, MT_T_FINAL_NORM), N, C, c->rms_eps);
+    float *dxf = cb->d.dxn;
+    if (cb->train) memset(dxf, 0, N * C * sizeof(float));
+    /* Chunks of rows keep at most HEAD_CHUNK x V logits alive. */
+    for (size_t r0 = 0; r0 < N; r0 += HEAD_CHUNK) {
+        size_t R = N - r0 < HEAD_CHUNK ? N - r0 : HEAD_CHUNK;
+        const float *xr = cb->xf + r0 * C;
+        mt_cpu_matmul_forward(cb->logits, xr, wl, NULL, R, C, V);
+        cb->loss_sum += mt_cpu_cross_entropy(cb->train ? cb->logits : NULL, cb->logits,
+                                             tgt + r0, R, V, cb->dscale);
+        if (cb->train)
+            mt_cpu_matmul_backward(dxf + r0 * C, gl, NULL, cb->logits, xr, wl, R, C, V);
+    }
+    if (!cb->train) return;
+    float *dx = dx_at(cb, mb);
+    memset(dx, 0, N * C * sizeof(float));
+    mt_cpu_rmsnorm_backward(dx, G(cb, head, MT_T_FINAL_NORM), dxf, x,
+                            W(cb, head, MT_T_FINAL_NORM), cb->rstdf, N, C);
+}
+
+static void cpu_backward(mt_backend *be, int layer, int mb) {
+    cpu_backend *cb = (cpu_backend *)be;
+    if (layer == 0) {
+        const int32_t *tok = cb->batch->tokens + (size_t)mb * cb->N;
+        mt_cpu_embedding_backward(G(cb, 0, MT_T_EMBED), dx_at(cb, mb), tok, cb->N, cb->cfg->C);
+        return;
+    }
+    /* Recompute: the forward's activations were not kept. */
+    block_forward(cb, layer, ckpt_at(cb, layer, mb), cb->d.dxn);
+    block_backward(cb, layer, ckpt_at(cb, layer, mb), dx_at(cb, mb));
+}
+
+static void cpu_layer_grads_done(mt_backend *be, int layer) {
+    /* The gradient already lives in the host store. */
+}
+
+static double cpu_end_step(mt_backend *be) { return ((cpu_backend *)be)->loss_sum; }
+
+static const mt_backend_ops cpu_ops = {
+    .begin_step = cpu_begin_step,
+    .bind_layer = cpu_bind_layer,
+    .forward = cpu_forward,
+    .head = cpu_head,
+    .backward = cpu_backward,
+    .layer_grads_done = cpu_layer_grads_done,
+    .end_step = cpu_end_step,
+};
+
+static float *alloc_floats(size_t n, size_t *total) {
+    *total += n * sizeof(float);
+    return mt_aligned_alloc_or_die(64, n * sizeof(float));
+}
+
+mt_backend *mt_cpu_backend_create(const mt_config *c, const mt_param_table *t,
+                                  mt_host_store *store, int max_M, int64_t B, int64_t T,
+                                  mt_error *err) {
+    if (max_M <= 0 || B <= 0 || T <= 0)
+        return mt_errorf(err, "micro-batch shape must be positive"), NULL;
+    if (c->max_pos > 0 && T > c->max_pos)
+        return mt_errorf(err, "sequence length %lld exceeds the model's "
+                         "max_position_embeddings %lld; use a shorter --seq-len",
+                         (long long)T, (long long)c->max_pos), NULL;
+    if (c->sliding_window > 0 && T > c->sliding_window)
+        return mt_errorf(err, "sequence length %lld exceeds the model's sliding_window %lld, "
+                         "which megatrain does not implement; use --seq-len <= %lld",
+                         (long long)T, (long long)c->sliding_window,
+                         (long long)c->sliding_window), NULL;
+    cpu_backend *cb = mt_calloc_or_die(1, sizeof *cb);
+    cb->base.ops = &cpu_ops;
+    cb->base.name = "cpu";
+    cb->cfg = c;
+    cb->t = t;
+    cb->store = store;
+    cb->max_M = max_M;
+    cb->B = B;
+    cb->T = T;
+    cb->N = B * T;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F, tot = 0;
+    cb->cos = alloc_floats(T * c->HD / 2, &tot);
+    cb->sin = alloc_floats(T * c->HD / 2, &tot);
+    mt_rope_tables(cb->cos, cb->sin, c, T);
+    cb->ckpt = alloc_floats((size_t)t->n_layers * max_M * N * C, &tot);
+    cb->dx = alloc_floats((size_t)max_M * N * C, &tot);
+    block_acts *a = &cb->a;
+    a->xn1 = alloc_floats(N * C, &tot);
+    a->rstd1 = alloc_floats(N, &tot);
+    a->q = alloc_floats(N * Q, &tot);
+    a->k = alloc_floats(N * KV, &tot);
+    a->v = alloc_floats(N * KV, &tot);
+    a->qpre = alloc_floats(N * Q, &tot);
+    a->kpre = alloc_floats(N * KV, &tot);
+    a->qrstd = alloc_floats(N * c->NH, &tot);
+    a->krstd = alloc_floats(N * c->NKV, &tot);
+    a->att = alloc_floats(N * Q, &tot);
+    a->lse = alloc_floats(N * c->NH, &tot);
+    a->xmid = alloc_floats(N * C, &tot);
+    a->xn2 = alloc_floats(N * C, &tot);
+    a->rstd2 = alloc_floats(N, &tot);
+    a->gate = alloc_floats(N * F, &tot);
+    a->up = alloc_floats(N * F, &tot);
+    a->mlp = alloc_floats(N * F, &tot);
+    block_grads *d = &cb->d;
+    d->dbig1 = alloc_floats(N * F, &tot);
+    d->dbig2 = alloc_floats(N * F, &tot);
+    d->dbig3 = alloc_floats(N * F, &tot);
+    d->dq = alloc_floats(N * Q, &tot);
+    d->dk = alloc_floats(N * KV, &tot);
+    d->dv = alloc_floats(N * KV, &tot);
+    d->dqn = alloc_floats(N * Q, &tot);
+    d->dkn = alloc_floats(N * KV, &tot);
+    d->datt = alloc_floats(N * Q, &tot);
+    d->dxn = alloc_floats(N * C, &tot);
+    cb->logits = alloc_floats((size_t)HEAD_CHUNK * c->V, &tot);
+    cb->xf = alloc_floats(N * C, &tot);
+    cb->rstdf = alloc_floats(N, &tot);
+    (void)tot;
+    return &cb->base;
+}
+
+void mt_cpu_backend_free(mt_backend *be) {
+    if (!be) return;
+    cpu_backend *cb = (cpu_backend *)be;
+    block_acts *a = &cb->a;
+    block_grads *d = &cb->d;
+    float *bufs[] = {cb->cos, cb->sin, cb->ckpt, cb->dx, a->xn1, a->rstd1, a->q, a->k, a->v,
+                     a->qpre, a->kpre, a->qrstd, a->krstd, a->att, a->lse, a->xmid, a->xn2,
+                     a->rstd2, a->gate, a->up, a->mlp, d->dbig1, d->dbig2, d->dbig3, d->dq, d->dk, d->dv,
+                     d->dqn, d->dkn, d->datt, d->dxn, cb->logits, cb->xf, cb->rstdf};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    free(cb);
+}
+
+void mt_cpu_backend_logits(mt_backend *be, int mb, int64_t row, float *logits) {
+    cpu_backend *cb = (cpu_backend *)be;
+    const mt_config *c = cb->cfg;
+    int head = cb->t->n_layers - 1;
+    MT_ASSERT(row >= 0 && row < cb->N && mb >= 0 && mb < cb->max_M);
+    float *wl, *gl;
+    head_matrix(cb, head, &wl, &gl);
+    const float *x = ckpt_at(cb, head, mb) + (size_t)row * c->C;
+    mt_cpu_rmsnorm_forward(cb->xf, cb->rstdf, x, W(cb, head, MT_T_FINAL_NORM), 1, c->C, c->rms_eps);
+    mt_cpu_matmul_forward(logits, cb->xf, wl, NULL, 1, c->C, c->V);
+}

@@ -1,0 +1,22 @@
+/* The CPU reference backend: the whole model in host memory, layers bound
+ * by pointer into the host store, fp32 throughout. */
+#ifndef MT_BACKEND_CPU_BACKEND_H
+#define MT_BACKEND_CPU_BACKEND_H
+
+#include "engine/backend.h"
+#include "host/store.h"
+#include "model/config.h"
+#include "model/params.h"
+
+/* Creates a backend for micro-batches of (B, T) tokens, up to max_M of them
+ * per step. Allocates every buffer now; nothing is allocated per step. */
+mt_backend *mt_cpu_backend_create(const mt_config *cfg, const mt_param_table *t,
+                                  mt_host_store *store, int max_M, int64_t B, int64_t T,
+                                  mt_error *err);
+void mt_cpu_backend_free(mt_backend *be);
+
+/* Logits (V) of token row `row` (0..B*T-1) of micro-batch mb, after a
+ * forward pass (mt_step_eval). For generation. */
+void mt_cpu_backend_logits(mt_backend *be, int mb, int64_t row, float *logits);
+
+#endif

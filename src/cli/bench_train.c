@@ -1,0 +1,244 @@
+/* megatrain bench train: training steps of a synthetic Llama-shaped model
+ * with random weights and tokens, on the GPU streaming engine. Reports
+ * model TFLOPS (SPEC 6: 6 * params * tokens + 12 * layers * hidden * seq
+ * per token, over the whole step time including the optimizer), tokens/s,
+ * the step breakdown, GPU and host memory, and the copy rates. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/commands.h"
+#include "engine/optim_pipeline.h"
+#include "engine/step.h"
+#include "host/store.h"
+#include "model/config.h"
+#include "model/params.h"
+
+#ifdef MT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/backend_cuda.h"
+#endif
+
+typedef struct preset {
+    const char *name;
+    int64_t C, L, NH, NKV, F, V;
+    int tied;
+} preset;
+
+static const preset presets[] = {
+    {"1b", 2048, 16, 32, 8, 8192, 128256, 1},   /* Llama-3.2-1B shape */
+    {"3b", 3072, 28, 24, 8, 8192, 128256, 1},   /* Llama-3.2-3B shape */
+    {"7b", 4096, 32, 32, 32, 11008, 32000, 0},  /* Llama-2-7B shape */
+    {"8b", 4096, 32, 32, 8, 14336, 128256, 0},  /* Llama-3.1-8B shape */
+};
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: megatrain bench train [--preset 1b|3b|7b|8b] [shape options] [options]\n"
+            "  --preset P          model shape (default 7b = Llama-2-7B)\n"
+            "  --layers N --hidden N --heads N --kv-heads N --ffn N --vocab N  override\n"
+            "  --seq-len T         (default 2048)\n"
+            "  --batch-size B      rows per micro-batch (default 8)\n"
+            "  --micro-batches M   per optimizer step (default 4)\n"
+            "  --steps N           timed steps after one warm-up step (default 4)\n"
+            "  --precision P       bf16 | fp32 (default bf16)\n"
+            "  --slots K           GPU weight slots (default 3)\n");
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+#ifdef MT_HAVE_CUDA
+typedef struct gate_timer {
+    mt_optim_pipeline *p;
+    double waited_s;
+} gate_timer;
+
+static void timed_gate(void *ctx, int layer) {
+    gate_timer *g = ctx;
+    double t0 = now_s();
+    mt_optim_pipeline_wait_layer(g->p, layer);
+    g->waited_s += now_s() - t0;
+}
+
+static size_t host_rss_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0, rss = 0;
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &rss) != 2) rss = 0;
+        fclose(f);
+    }
+    return (size_t)rss * 4096;
+}
+#endif
+
+int mt_bench_train(int argc, char **argv) {
+    const preset *ps = &presets[2];
+    int64_t over[6] = {0}; /* layers hidden heads kv ffn vocab */
+    int64_t T = 2048, B = 8, steps = 4;
+    int M = 4, slots = 3, fp32 = 0;
+    static const struct option opts[] = {
+        {"preset", required_argument, 0, 'p'},  {"layers", required_argument, 0, 'L'},
+        {"hidden", required_argument, 0, 'C'},  {"heads", required_argument, 0, 'H'},
+        {"kv-heads", required_argument, 0, 'K'}, {"ffn", required_argument, 0, 'F'},
+        {"vocab", required_argument, 0, 'V'},   {"seq-len", required_argument, 0, 't'},
+        {"batch-size", required_argument, 0, 'b'}, {"micro-batches", required_argument, 0, 'm'},
+        {"steps", required_argument, 0, 's'},   {"precision", required_argument, 0, 'P'},
+        {"slots", required_argument, 0, 'k'},   {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        long long v = optarg ? atoll(optarg) : 0;
+        switch (c) {
+        case 'p':
+            ps = NULL;
+            for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
+                if (!strcmp(optarg, presets[i].name)) ps = &presets[i];
+            if (!ps) {
+                fprintf(stderr, "megatrain bench train: unknown preset '%s' (1b, 3b, 7b, 8b)\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'L': over[0] = v; break;
+        case 'C': over[1] = v; break;
+        case 'H': over[2] = v; break;
+        case 'K': over[3] = v; break;
+        case 'F': over[4] = v; break;
+        case 'V': over[5] = v; break;
+        case 't': T = v; break;
+        case 'b': B = v; break;
+        case 'm': M = (int)v; break;
+        case 's': steps = v; break;
+        case 'k': slots = (int)v; break;
+        case 'P':
+            if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) {
+                fprintf(stderr, "megatrain bench train: --precision must be bf16 or fp32\n");
+                return 2;
+            }
+            fp32 = !strcmp(optarg, "fp32");
+            break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (T <= 0 || B <= 0 || M <= 0 || steps <= 0) {
+        fprintf(stderr, "megatrain bench train: sizes and --steps must be positive\n");
+        return 2;
+    }
+#ifndef MT_HAVE_CUDA
+    fprintf(stderr, "megatrain bench train: this build has no CUDA support\n");
+    return 1;
+#else
+    mt_config cfg;
+    mt_config_default_tiny(&cfg);
+    cfg.C = over[1] ? over[1] : ps->C;
+    cfg.L = over[0] ? over[0] : ps->L;
+    cfg.NH = over[2] ? over[2] : ps->NH;
+    cfg.NKV = over[3] ? over[3] : (over[2] ? cfg.NH : ps->NKV);
+    cfg.F = over[4] ? over[4] : ps->F;
+    cfg.V = over[5] ? over[5] : ps->V;
+    cfg.HD = cfg.C / cfg.NH;
+    cfg.tie_embeddings = ps->tied;
+    cfg.max_pos = T;
+    cfg.rms_eps = 1e-5f;
+    mt_error err;
+    if (mt_config_validate(&cfg, "bench shape", &err)) goto fail;
+    mt_param_table table;
+    if (mt_params_init(&table, &cfg, &err)) goto fail;
+    double tokens = (double)M * B * T;
+    double flops = 6.0 * (double)table.n_params * tokens + 12.0 * cfg.L * cfg.C * T * tokens;
+    printf("model: %.2fB params, L %lld, C %lld, NH %lld, NKV %lld, F %lld, V %lld%s\n",
+           table.n_params / 1e9, (long long)cfg.L, (long long)cfg.C, (long long)cfg.NH,
+           (long long)cfg.NKV, (long long)cfg.F, (long long)cfg.V, cfg.tie_embeddings ? ", tied" : "");
+    printf("step: %d micro-batches x %lld x %lld = %.0f tokens, %s, %d slots\n", M, (long long)B,
+           (long long)T, tokens, fp32 ? "fp32" : "bf16", slots);
+    double t0 = now_s();
+    mt_host_store store;
+    if (mt_host_store_init(&store, &table, &err)) goto fail;
+    mt_host_store_init_random(&store, 1, 0.02f);
+    printf("host store: %.1f GB (%.2f bytes/param), ready in %.1fs\n", store.bytes / 1e9,
+           (double)store.bytes / table.n_params, now_s() - t0);
+    mt_cuda_backend_opts bo = {.precision = fp32 ? MT_GPU_FP32 : MT_GPU_BF16, .slots = slots};
+    t0 = now_s();
+    mt_backend *be = mt_cuda_backend_create(&cfg, &table, &store, M, B, T, &bo, &err);
+    if (!be) goto fail;
+    printf("gpu: %.2f GB allocated, host pinned in %.1fs\n",
+           mt_cuda_backend_device_bytes(be) / 1e9, now_s() - t0);
+    mt_optimizer opt = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
+                        .max_grad_norm = 1.0f};
+    opt.sched = mt_lr_schedule_make(MT_LR_CONSTANT, 1e-5, 0, steps + 1);
+    if (mt_optim_cpu_init(&opt.cpu, 0, &err)) goto fail;
+    mt_optim_pipeline pipe;
+    if (mt_optim_pipeline_init(&pipe, &opt, &store, &err)) goto fail;
+    gate_timer gt = {.p = &pipe};
+    mt_cuda_backend_set_weight_gate(be, timed_gate, &gt);
+
+    size_t n = (size_t)tokens;
+    int32_t *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
+    uint64_t r = 88172645463325252ull;
+    for (size_t i = 0; i < n; i++) {
+        r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+        tok[i] = (int32_t)(r % (uint64_t)cfg.V);
+        tgt[i] = (int32_t)((r >> 32) % (uint64_t)cfg.V);
+    }
+    mt_batch batch = {.M = M, .B = B, .T = T, .tokens = tok, .targets = tgt};
+    printf("%5s %9s %9s %9s %9s %9s %9s %9s %8s %8s\n", "step", "loss", "step_s", "TFLOPS",
+           "tok/s", "fwd_s", "bwd_s", "optwait_s", "H2D_GB/s", "D2H_GB/s");
+    double sum_t = 0, prev = now_s();
+    int timed = 0;
+    for (int64_t s = 0; s <= steps; s++) {
+        gt.waited_s = 0;
+        double loss;
+        if (mt_step_forward_backward(be, table.n_layers, &batch, &loss, &err)) goto fail;
+        mt_cuda_backend_wait_grads(be);
+        const double *sq = mt_cuda_backend_layer_sumsq(be);
+        double total = 0;
+        for (int l = 0; l < table.n_layers; l++) total += sq[l];
+        mt_optim_report rep;
+        mt_optim_pipeline_start(&pipe, total, &rep);
+        double t = now_s(), dt = t - prev;
+        prev = t;
+        mt_cuda_step_times st;
+        mt_cuda_backend_times(be, &st);
+        printf("%5lld %9.4f %9.3f %9.1f %9.0f %9.3f %9.3f %9.3f %8.1f %8.1f%s\n", (long long)s,
+               loss, dt, flops / dt / 1e12, tokens / dt, st.forward_ms / 1e3,
+               st.backward_ms / 1e3, gt.waited_s, st.h2d_bytes / (st.total_ms / 1e3) / 1e9,
+               st.d2h_bytes / (st.total_ms / 1e3) / 1e9, s == 0 ? "  (warm-up)" : "");
+        fflush(stdout);
+        if (s > 0) {
+            sum_t += dt;
+            timed++;
+        }
+    }
+    mt_optim_pipeline_wait_all(&pipe);
+    printf("optimizer: %.3fs per step on the CPU (%.2f Gparam/s), overlapped with the next "
+           "forward\n", pipe.busy_s, table.n_params / pipe.busy_s / 1e9);
+    double avg = sum_t / timed;
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    printf("RESULT model=%.2fB tokens/step=%.0f step_s=%.3f TFLOPS=%.1f tok/s=%.0f "
+           "gpu_alloc_GB=%.2f gpu_used_GB=%.2f host_rss_GB=%.1f host_bytes_per_param=%.2f\n",
+           table.n_params / 1e9, tokens, avg, flops / avg / 1e12, tokens / avg,
+           mt_cuda_backend_device_bytes(be) / 1e9, (tot - fr) / 1e9, host_rss_bytes() / 1e9,
+           (double)store.bytes / table.n_params);
+    mt_optim_pipeline_free(&pipe);
+    mt_cuda_backend_free(be);
+    mt_host_store_free(&store);
+    mt_params_free(&table);
+    free(tok);
+    free(tgt);
+    return 0;
+fail:
+    fprintf(stderr, "megatrain bench train: %s\n", err.msg);
+    return 1;
+#endif
+}

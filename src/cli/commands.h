@@ -1,0 +1,10 @@
+/* Subcommands of the megatrain binary. Each takes argc/argv starting at
+ * the subcommand's name and returns the process exit code. */
+#ifndef MT_CLI_COMMANDS_H
+#define MT_CLI_COMMANDS_H
+
+int mt_cmd_train(int argc, char **argv);
+int mt_cmd_bench(int argc, char **argv);
+int mt_bench_train(int argc, char **argv);
+
+#endif

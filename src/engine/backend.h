@@ -1,0 +1,61 @@
+/* The interface between the step schedule (engine/step.c) and a compute
+ * backend (CPU reference, CUDA streaming).
+ *
+ * The engine owns the ORDER of work: layer-major forward over all
+ * micro-batches, the head's loss and gradient, layer-major backward with
+ * recompute, then the optimizer. A backend owns WHERE things live: weights
+ * (bound per layer), layer-boundary checkpoints (one per layer and
+ * micro-batch), the residual-stream gradient of each micro-batch, and the
+ * per-layer gradient accumulators. The CPU backend binds a layer by pointing
+ * into the host store; the CUDA backend streams it into a GPU slot. */
+#ifndef MT_ENGINE_BACKEND_H
+#define MT_ENGINE_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/error.h"
+
+typedef struct mt_backend mt_backend;
+
+/* One optimizer step's tokens: M micro-batches of (B, T) tokens each. */
+typedef struct mt_batch {
+    int M;                    /* micro-batches */
+    int64_t B, T;             /* rows and sequence length of one micro-batch */
+    const int32_t *tokens;    /* (M, B, T) */
+    const int32_t *targets;   /* (M, B, T); MT_IGNORE_INDEX where no loss */
+} mt_batch;
+
+typedef struct mt_backend_ops {
+    /* Takes the step's tokens and targets; dscale = 1 / valid targets.
+     * train = 0: forward and loss only (evaluation), no gradients. */
+    int (*begin_step)(mt_backend *be, const mt_batch *batch, float dscale, int train,
+                      mt_error *err);
+    /* Makes layer l's weights usable by the calls that follow (forward or
+     * backward pass) and, for backward, its gradient accumulator zero. */
+    void (*bind_layer)(mt_backend *be, int layer, int backward);
+    /* Forward of layer l for micro-batch mb: reads checkpoint l, writes
+     * checkpoint l+1. Layer 0 reads tokens instead. */
+    void (*forward)(mt_backend *be, int layer, int mb);
+    /* The head: loss of micro-batch mb (summed over valid targets) is added
+     * to the step loss; when training, writes the residual gradient of mb
+     * and accumulates the head's weight gradients (with tied embeddings,
+     * into layer 0's accumulator, which backward must not clear). */
+    void (*head)(mt_backend *be, int mb);
+    /* Backward of layer l for mb: recomputes the layer from checkpoint l,
+     * consumes and replaces mb's residual gradient, accumulates weight
+     * gradients. */
+    void (*backward)(mt_backend *be, int layer, int mb);
+    /* Layer l's gradient is complete for this step (all micro-batches):
+     * the backend moves it to where the optimizer reads it. */
+    void (*layer_grads_done)(mt_backend *be, int layer);
+    /* Ends the step; returns the summed loss over valid targets. */
+    double (*end_step)(mt_backend *be);
+} mt_backend_ops;
+
+struct mt_backend {
+    const mt_backend_ops *ops;
+    const char *name;
+};
+
+#endif

@@ -1,0 +1,84 @@
+/* A worker thread that applies AdamW layer by layer and publishes how far
+ * it got; the H2D side waits on that progress. */
+#include "engine/optim_pipeline.h"
+
+#include <time.h>
+
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void *worker(void *arg) {
+    mt_optim_pipeline *p = arg;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->quit && !(p->running && p->done < p->n_layers)) pthread_cond_wait(&p->cv, &p->mu);
+        if (p->quit) break;
+        double t0 = now_s();
+        while (p->done < p->n_layers) {
+            int l = p->done;
+            pthread_mutex_unlock(&p->mu);
+            mt_optimizer_update_layer(p->opt, p->store, l, p->coef, p->lr);
+            pthread_mutex_lock(&p->mu);
+            p->done++;
+            pthread_cond_broadcast(&p->cv);
+        }
+        p->busy_s = now_s() - t0;
+        p->opt->step++;
+        p->running = 0;
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+int mt_optim_pipeline_init(mt_optim_pipeline *p, mt_optimizer *opt, mt_host_store *store,
+                           mt_error *err) {
+    *p = (mt_optim_pipeline){.opt = opt, .store = store, .n_layers = store->table->n_layers};
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    if (pthread_create(&p->thread, NULL, worker, p))
+        return mt_errorf(err, "cannot start the optimizer thread");
+    return 0;
+}
+
+void mt_optim_pipeline_free(mt_optim_pipeline *p) {
+    pthread_mutex_lock(&p->mu);
+    p->quit = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->thread, NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+}
+
+void mt_optim_pipeline_start(mt_optim_pipeline *p, double total_sumsq, mt_optim_report *rep) {
+    mt_optim_pipeline_wait_all(p);
+    mt_optim_report r;
+    mt_optimizer_plan(p->opt, total_sumsq, &r);
+    if (rep) *rep = r;
+    pthread_mutex_lock(&p->mu);
+    p->coef = r.clip_coef;
+    p->lr = r.lr;
+    p->done = 0;
+    p->running = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void mt_optim_pipeline_wait_layer(mt_optim_pipeline *p, int layer) {
+    pthread_mutex_lock(&p->mu);
+    while (p->running && p->done <= layer) pthread_cond_wait(&p->cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void mt_optim_pipeline_wait_all(mt_optim_pipeline *p) {
+    pthread_mutex_lock(&p->mu);
+    while (p->running) pthread_cond_wait(&p->cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void mt_optim_pipeline_gate(void *p, int layer) { mt_optim_pipeline_wait_layer(p, layer); }

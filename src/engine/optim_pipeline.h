@@ -1,0 +1,41 @@
+/* The optimizer running beside the GPU: after a step's backward, a worker
+ * thread updates layers 0, 1, ... in the order the next forward needs them,
+ * and the copy of layer l's weights to the GPU waits only for layer l. */
+#ifndef MT_ENGINE_OPTIM_PIPELINE_H
+#define MT_ENGINE_OPTIM_PIPELINE_H
+
+#include <pthread.h>
+
+#include "engine/optimizer.h"
+
+typedef struct mt_optim_pipeline {
+    mt_optimizer *opt;
+    mt_host_store *store;
+    int n_layers;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int running;      /* an update is in progress */
+    int done;         /* layers of it finished */
+    int quit;
+    float coef;
+    double lr;
+    double busy_s;    /* time the worker spent updating, last step */
+} mt_optim_pipeline;
+
+int mt_optim_pipeline_init(mt_optim_pipeline *p, mt_optimizer *opt, mt_host_store *store,
+                           mt_error *err);
+void mt_optim_pipeline_free(mt_optim_pipeline *p);
+
+/* Starts the update of every layer from the gradient in the store, given
+ * the global sum of squares; fills rep. Returns at once. */
+void mt_optim_pipeline_start(mt_optim_pipeline *p, double total_sumsq, mt_optim_report *rep);
+
+/* Blocks until layer l of the running update is written (no-op when none). */
+void mt_optim_pipeline_wait_layer(mt_optim_pipeline *p, int layer);
+void mt_optim_pipeline_wait_all(mt_optim_pipeline *p);
+
+/* Adapter for mt_cuda_backend_set_weight_gate. */
+void mt_optim_pipeline_gate(void *p, int layer);
+
+#endif

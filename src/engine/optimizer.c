@@ -1,0 +1,44 @@
+/* Optimizer step: exact global clipping needs every layer's gradient norm
+ * before any layer is updated, so the norm pass comes first. */
+#include "engine/optimizer.h"
+
+#include "optim/clip.h"
+
+double mt_optimizer_layer_sumsq(const mt_optimizer *o, const mt_host_store *s, int layer) {
+    const mt_layer_desc *ld = &s->table->layers[layer];
+    /* Padding between tensors is never written by backward and stays 0. */
+    return mt_sumsq(&o->cpu, s->g + ld->offset, ld->numel);
+}
+
+void mt_optimizer_update_layer(const mt_optimizer *o, mt_host_store *s, int layer,
+                               float clip_coef, double lr) {
+    const mt_layer_desc *ld = &s->table->layers[layer];
+    mt_adamw_hparams h = {
+        .lr = lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps, .step = o->step + 1};
+    for (int k = 0; k < ld->n_tensors; k++) {
+        const mt_tensor_desc *td = &ld->tensors[k];
+        size_t off = ld->offset + td->offset;
+        double wd = td->ndim == 2 ? o->weight_decay : 0.0;
+        mt_adamw_update(&o->cpu, s->w + off, s->m + off, s->v + off, s->g + off, NULL, td->numel,
+                        &h, wd, clip_coef);
+    }
+}
+
+void mt_optimizer_plan(const mt_optimizer *o, double total_sumsq, mt_optim_report *rep) {
+    float norm = 0;
+    float coef = mt_clip_coef(total_sumsq, o->max_grad_norm > 0 ? o->max_grad_norm : 0, &norm);
+    if (o->max_grad_norm <= 0) coef = 1.0f;
+    *rep = (mt_optim_report){.grad_norm = norm, .clip_coef = coef,
+                             .lr = mt_lr_at(&o->sched, o->step)};
+}
+
+void mt_optimizer_step(mt_optimizer *o, mt_host_store *s, mt_optim_report *rep) {
+    double sumsq = 0;
+    for (int l = 0; l < s->table->n_layers; l++) sumsq += mt_optimizer_layer_sumsq(o, s, l);
+    mt_optim_report r;
+    mt_optimizer_plan(o, sumsq, &r);
+    for (int l = 0; l < s->table->n_layers; l++)
+        mt_optimizer_update_layer(o, s, l, r.clip_coef, r.lr);
+    o->step++;
+    if (rep) *rep = r;
+}

@@ -1,0 +1,44 @@
+/* The optimizer step over the host store: global gradient norm, clipping
+ * coefficient, learning rate from the schedule, and the fused AdamW update
+ * of every tensor (weight decay on matrices only, like the Hugging Face
+ * Trainer's parameter groups). */
+#ifndef MT_ENGINE_OPTIMIZER_H
+#define MT_ENGINE_OPTIMIZER_H
+
+#include <stdint.h>
+
+#include "host/store.h"
+#include "optim/adamw.h"
+#include "optim/schedule.h"
+
+typedef struct mt_optimizer {
+    mt_optim_cpu cpu;
+    mt_lr_schedule sched;
+    double beta1, beta2, eps;
+    double weight_decay;   /* for 2-D tensors; 1-D (norms, biases) get 0 */
+    float max_grad_norm;   /* <= 0: no clipping */
+    int64_t step;          /* updates done so far */
+} mt_optimizer;
+
+/* Results of one update, for logging. */
+typedef struct mt_optim_report {
+    float grad_norm;  /* before clipping */
+    float clip_coef;  /* 1 when not clipped */
+    double lr;
+} mt_optim_report;
+
+/* Global norm of the gradient of layer l (sum of squares). */
+double mt_optimizer_layer_sumsq(const mt_optimizer *o, const mt_host_store *s, int layer);
+
+/* Updates layer l's tensors with the given coefficient and learning rate. */
+void mt_optimizer_update_layer(const mt_optimizer *o, mt_host_store *s, int layer,
+                               float clip_coef, double lr);
+
+/* Clip coefficient and learning rate of the next update from the global
+ * sum of squares of the gradient. */
+void mt_optimizer_plan(const mt_optimizer *o, double total_sumsq, mt_optim_report *rep);
+
+/* The whole step: norm over all layers, then every layer's update. */
+void mt_optimizer_step(mt_optimizer *o, mt_host_store *s, mt_optim_report *rep);
+
+#endif

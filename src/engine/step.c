@@ -1,0 +1,55 @@
+/* The step schedule of SPEC 1.1: all micro-batches through layer i before
+ * layer i+1 (forward) and before layer i-1 (backward), so each layer's
+ * weights are bound once per pass and its gradient is finished once per
+ * step, whatever the number of micro-batches. */
+#include "engine/step.h"
+
+#include "backend/cpu/ops.h"
+
+int64_t mt_batch_count_valid(const mt_batch *b) {
+    int64_t n = 0, total = (int64_t)b->M * b->B * b->T;
+    for (int64_t i = 0; i < total; i++) n += b->targets[i] != MT_IGNORE_INDEX;
+    return n;
+}
+
+static void forward_layers(mt_backend *be, int n_layers, const mt_batch *batch) {
+    for (int l = 0; l < n_layers - 1; l++) {
+        be->ops->bind_layer(be, l, 0);
+        for (int mb = 0; mb < batch->M; mb++) be->ops->forward(be, l, mb);
+    }
+}
+
+int mt_step_forward_backward(mt_backend *be, int n_layers, const mt_batch *batch, double *loss,
+                             mt_error *err) {
+    int64_t valid = mt_batch_count_valid(batch);
+    if (valid == 0)
+        return mt_errorf(err, "the batch has no target tokens (every label is -100); check the "
+                         "data's loss mask");
+    if (be->ops->begin_step(be, batch, 1.0f / (float)valid, 1, err)) return -1;
+    forward_layers(be, n_layers, batch);
+
+    int head = n_layers - 1;
+    be->ops->bind_layer(be, head, 1);
+    for (int mb = 0; mb < batch->M; mb++) be->ops->head(be, mb);
+    be->ops->layer_grads_done(be, head);
+
+    for (int l = head - 1; l >= 0; l--) {
+        be->ops->bind_layer(be, l, 1);
+        for (int mb = 0; mb < batch->M; mb++) be->ops->backward(be, l, mb);
+        be->ops->layer_grads_done(be, l);
+    }
+    *loss = be->ops->end_step(be) / (double)valid;
+    return 0;
+}
+
+int mt_step_eval(mt_backend *be, int n_layers, const mt_batch *batch, double *loss_sum,
+                 int64_t *n_valid, mt_error *err) {
+    int64_t valid = mt_batch_count_valid(batch);
+    if (be->ops->begin_step(be, batch, valid ? 1.0f / (float)valid : 0.0f, 0, err)) return -1;
+    forward_layers(be, n_layers, batch);
+    be->ops->bind_layer(be, n_layers - 1, 0);
+    for (int mb = 0; mb < batch->M; mb++) be->ops->head(be, mb);
+    *loss_sum = be->ops->end_step(be);
+    *n_valid = valid;
+    return 0;
+}

@@ -1,0 +1,21 @@
+/* One training step's schedule, independent of the backend. */
+#ifndef MT_ENGINE_STEP_H
+#define MT_ENGINE_STEP_H
+
+#include "engine/backend.h"
+
+/* Runs forward (layer-major over micro-batches), the head's loss, and
+ * backward (layer-major, recomputing each layer from its checkpoint).
+ * Gradients of all layers are complete when it returns; the mean loss over
+ * valid targets is stored in *loss. */
+int mt_step_forward_backward(mt_backend *be, int n_layers, const mt_batch *batch, double *loss,
+                             mt_error *err);
+
+/* Forward only (evaluation): returns the summed loss and the valid count. */
+int mt_step_eval(mt_backend *be, int n_layers, const mt_batch *batch, double *loss_sum,
+                 int64_t *n_valid, mt_error *err);
+
+/* Counts targets that are not MT_IGNORE_INDEX. */
+int64_t mt_batch_count_valid(const mt_batch *batch);
+
+#endif

@@ -1,0 +1,82 @@
+/* Host store allocation and random initialisation. */
+#include "host/store.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/mem.h"
+
+#define PAGE 4096
+
+/* First touch in parallel so pages spread over the memory controllers and
+ * the cost of faulting them in is paid by all cores. */
+static void parallel_zero(float *p, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i += PAGE / sizeof(float)) {
+        size_t k = n - i < PAGE / sizeof(float) ? n - i : PAGE / sizeof(float);
+        memset(p + i, 0, k * sizeof(float));
+    }
+}
+
+int mt_host_store_init(mt_host_store *s, const mt_param_table *t, mt_error *err) {
+    memset(s, 0, sizeof *s);
+    s->table = t;
+    size_t bytes;
+    if (!mt_mul_size(t->total, sizeof(float), &bytes))
+        return mt_errorf(err, "model too large for this machine's address space");
+    float **arrays[] = {&s->w, &s->m, &s->v, &s->g};
+    for (size_t i = 0; i < 4; i++) {
+        *arrays[i] = mt_aligned_alloc_try(PAGE, bytes);
+        if (!*arrays[i]) {
+            mt_host_store_free(s);
+            return mt_errorf(err, "host memory: could not allocate %.2f GiB for the model "
+                             "state (4 arrays of %.2f GiB); use a smaller model or a machine "
+                             "with more RAM", 4.0 * bytes / (1 << 30), (double)bytes / (1 << 30));
+        }
+        parallel_zero(*arrays[i], t->total);
+    }
+    s->bytes = 4 * bytes;
+    return 0;
+}
+
+void mt_host_store_free(mt_host_store *s) {
+    free(s->w);
+    free(s->m);
+    free(s->v);
+    free(s->g);
+    memset(s, 0, sizeof *s);
+}
+
+/* A counter-based hash: element i of tensor k of layer l gets the same
+ * value whatever the thread count or visiting order. */
+static uint64_t mix(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+void mt_host_store_init_random(mt_host_store *s, uint64_t seed, float std) {
+    const mt_param_table *t = s->table;
+    /* Uniform on [-a, a] has standard deviation a / sqrt(3). */
+    const float a = std * 1.7320508f;
+    for (int l = 0; l < t->n_layers; l++) {
+        const mt_layer_desc *ld = &t->layers[l];
+        float *base = mt_store_layer(s->w, t, l);
+        for (int k = 0; k < ld->n_tensors; k++) {
+            const mt_tensor_desc *td = &ld->tensors[k];
+            float *p = base + td->offset;
+            if (td->ndim == 1) {
+                int bias = td->role == MT_T_BQ || td->role == MT_T_BK || td->role == MT_T_BV;
+                for (size_t i = 0; i < td->numel; i++) p[i] = bias ? 0.0f : 1.0f;
+                continue;
+            }
+            uint64_t key = mix(seed ^ ((uint64_t)l << 40) ^ ((uint64_t)k << 32));
+#pragma omp parallel for schedule(static)
+            for (size_t i = 0; i < td->numel; i++) {
+                double u = (double)(mix(key + i) >> 11) * (1.0 / 9007199254740992.0);
+                p[i] = (float)((2.0 * u - 1.0) * a);
+            }
+        }
+    }
+}

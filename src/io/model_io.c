@@ -1,0 +1,114 @@
+/* Loading and saving Hugging Face model directories. */
+#include "io/model_io.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "io/safetensors.h"
+#include "util/mem.h"
+
+int mt_model_load_config(mt_config *cfg, const char *dir, mt_error *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    return mt_config_load(cfg, path, err);
+}
+
+/* Tensors some checkpoints carry that hold no parameters. */
+static int ignorable(const char *name, const mt_config *cfg) {
+    if (strstr(name, "rotary_emb.inv_freq")) return 1;
+    /* Tied checkpoints sometimes store the shared matrix twice. */
+    return cfg->tie_embeddings && !strcmp(name, "lm_head.weight");
+}
+
+int mt_model_load_weights(mt_host_store *s, const char *dir, mt_error *err) {
+    const mt_param_table *t = s->table;
+    mt_st_model m;
+    if (mt_st_model_open(&m, dir, err)) return -1;
+    int rc = -1;
+    /* The table's config is not stored in the table; tied-ness shows as
+     * the absence of lm_head in the head layer. */
+    mt_config tied = {.tie_embeddings = mt_params_find(t, t->n_layers - 1, MT_T_LM_HEAD) == NULL};
+    for (int i = 0; i < m.n_tensors; i++) {
+        const char *name = m.tensors[i]->name;
+        if (!mt_params_by_name(t, name, NULL) && !ignorable(name, &tied)) {
+            mt_errorf(err, "%s: tensor \"%s\" is not part of the model that config.json "
+                      "describes; check that config.json belongs to these weights", dir, name);
+            goto out;
+        }
+    }
+    for (int l = 0; l < t->n_layers; l++) {
+        const mt_layer_desc *ld = &t->layers[l];
+        for (int k = 0; k < ld->n_tensors; k++) {
+            const mt_tensor_desc *td = &ld->tensors[k];
+            const mt_st_tensor_info *ti = mt_st_model_find(&m, td->name);
+            if (!ti) {
+                mt_errorf(err, "%s: tensor \"%s\" is missing from the safetensors files",
+                          dir, td->name);
+                goto out;
+            }
+            int shape_ok = ti->ndim == td->ndim && ti->shape[0] == td->shape[0] &&
+                           (td->ndim == 1 || ti->shape[1] == td->shape[1]);
+            if (!shape_ok) {
+                mt_errorf(err, "%s: tensor \"%s\" has shape [%lld%s%lld] but config.json "
+                          "implies [%lld%s%lld]", ti->file, td->name, (long long)ti->shape[0],
+                          ti->ndim > 1 ? ", " : "", ti->ndim > 1 ? (long long)ti->shape[1] : 0LL,
+                          (long long)td->shape[0], td->ndim > 1 ? ", " : "",
+                          td->ndim > 1 ? (long long)td->shape[1] : 0LL);
+                goto out;
+            }
+            float *dst = s->w + ld->offset + td->offset;
+            if (mt_st_read_f32(ti, dst, td->numel, err)) goto out;
+        }
+    }
+    rc = 0;
+out:
+    mt_st_model_close(&m);
+    return rc;
+}
+
+static int make_dir(const char *dir, mt_error *err) {
+    if (mkdir(dir, 0755) == 0 || errno == EEXIST) return 0;
+    return mt_errorf(err, "%s: cannot create directory: %s", dir, strerror(errno));
+}
+
+int mt_model_save(const mt_host_store *s, const mt_config *cfg, const char *dir, mt_dtype dtype,
+                  size_t max_shard_bytes, mt_error *err) {
+    if (make_dir(dir, err)) return -1;
+    const mt_param_table *t = s->table;
+    int n = 0;
+    for (int l = 0; l < t->n_layers; l++) n += t->layers[l].n_tensors;
+    mt_st_write_tensor *wt = mt_calloc_or_die((size_t)n, sizeof *wt);
+    n = 0;
+    for (int l = 0; l < t->n_layers; l++) {
+        const mt_layer_desc *ld = &t->layers[l];
+        for (int k = 0; k < ld->n_tensors; k++) {
+            const mt_tensor_desc *td = &ld->tensors[k];
+            mt_st_write_tensor *w = &wt[n++];
+            w->name = td->name;
+            w->dtype = dtype;
+            w->ndim = td->ndim;
+            w->shape[0] = td->shape[0];
+            w->shape[1] = td->shape[1];
+            w->f32 = s->w + ld->offset + td->offset;
+        }
+    }
+    mt_st_kv meta[] = {{"format", "pt"}};
+    int rc = mt_st_write_sharded(dir, wt, n, meta, 1, max_shard_bytes, err);
+    free(wt);
+    if (rc) return -1;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *json = mt_config_to_json(cfg);
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        free(json);
+        return mt_errorf(err, "%s: cannot write: %s", path, strerror(errno));
+    }
+    int bad = fputs(json, f) < 0;
+    bad |= fclose(f) != 0;
+    free(json);
+    return bad ? mt_errorf(err, "%s: write failed (disk full?)", path) : 0;
+}

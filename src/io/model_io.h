@@ -1,0 +1,28 @@
+/* Hugging Face model directories in and out of the host store, driven by
+ * the parameter table. */
+#ifndef MT_IO_MODEL_IO_H
+#define MT_IO_MODEL_IO_H
+
+#include <stddef.h>
+
+#include "host/store.h"
+#include "io/dtype.h"
+#include "model/config.h"
+#include "util/error.h"
+
+/* Reads dir/config.json into cfg. */
+int mt_model_load_config(mt_config *cfg, const char *dir, mt_error *err);
+
+/* Fills the store's weights from the safetensors of dir (single file or
+ * sharded), converting F32/BF16/F16 to fp32. Every tensor of the table
+ * must be present with its shape; a tensor the table does not know is an
+ * error (it means the config does not describe this checkpoint). */
+int mt_model_load_weights(mt_host_store *s, const char *dir, mt_error *err);
+
+/* Writes config.json and the weights as safetensors shards of at most
+ * max_shard_bytes in dtype (MT_DTYPE_F32 or MT_DTYPE_BF16) into dir (created
+ * if missing). */
+int mt_model_save(const mt_host_store *s, const mt_config *cfg, const char *dir, mt_dtype dtype,
+                  size_t max_shard_bytes, mt_error *err);
+
+#endif
