@@ -123,8 +123,8 @@ static int parse_merges(mt_tokenizer *tok, const cJSON *merges, mt_error *err) {
     int n = cJSON_GetArraySize(merges);
     mt_tok_mergemap_init(&tok->merges, (size_t)n);
     char buf[1024];
-    for (int r = 0; r < n; r++) {
-        const cJSON *m = cJSON_GetArrayItem(merges, r);
+    int r = 0;
+    for (const cJSON *m = merges->child; m; m = m->next, r++) {  // not GetArrayItem: O(n) each
         const char *a, *b;
         if (cJSON_IsString(m)) {  // "a b"
             const char *sp = strchr(m->valuestring, ' ');
