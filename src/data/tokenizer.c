@@ -42,6 +42,7 @@ static inline void ids_push(mt_tok_ids *v, int32_t id) {
 }
 
 static void ids_append(mt_tok_ids *v, const int32_t *ids, size_t n) {
+    if (n == 0) return;  // ids may be NULL then
     ids_reserve(v, n);
     memcpy(v->ids + v->n, ids, n * sizeof *ids);
     v->n += n;

@@ -49,7 +49,7 @@ void mt_tokenizer_free(mt_tokenizer *tok);
 size_t mt_tokenizer_vocab_size(const mt_tokenizer *tok);
 
 /* Id of a token as spelled in tokenizer.json ("<|im_start|>", "Ġthe",
- * "<0x0A>"), or -1 if absent. */
+ * "<0x0A>"), or -1 if absent. A scan of the vocab: look ids up once. */
 int32_t mt_tokenizer_token_id(const mt_tokenizer *tok, const char *token);
 
 /* BOS/EOS ids (tokenizer_config.json, else the template), -1 if unknown. */

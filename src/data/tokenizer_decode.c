@@ -31,6 +31,7 @@ static void tl_free(toklist *t) {
 
 /* Appends bytes to the string being built (the last, open one). */
 static void tl_add(toklist *t, const char *s, size_t len) {
+    if (len == 0) return;  // s may be NULL then
     if (t->len + len > t->cap) {
         t->cap = (t->len + len) * 2 + 64;
         t->buf = mt_realloc_or_die(t->buf, t->cap);

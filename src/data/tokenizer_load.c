@@ -89,7 +89,7 @@ static int unsupported(mt_error *err, const char *where, const char *what) {
 
 /* ---- model ---- */
 
-static int add_vocab_token(mt_tokenizer *tok, const char *s, int32_t id) {
+static void add_vocab_token(mt_tokenizer *tok, const char *s, int32_t id) {
     char stack[256];
     size_t len = strlen(s);
     char *raw = len <= sizeof stack ? stack : mt_malloc_or_die(len);
@@ -101,7 +101,6 @@ static int add_vocab_token(mt_tokenizer *tok, const char *s, int32_t id) {
         memcpy(raw, s, len);
     if (ok) mt_tok_strmap_put(&tok->vocab, raw, raw_len, id);
     if (raw != stack) free(raw);
-    return 0;
 }
 
 /* One vocab token's key bytes as the BPE sees them; -1 if not in vocab. */
@@ -376,7 +375,7 @@ static int cmp_added(const void *pa, const void *pb) {
 }
 
 static void addedset_finish(mt_tok_addedset *s) {
-    qsort(s->tok, s->n, sizeof *s->tok, cmp_added);
+    if (s->n) qsort(s->tok, s->n, sizeof *s->tok, cmp_added);
     size_t k = 0;
     for (int c = 0; c < 257; c++) {
         while (k < s->n && (unsigned char)s->tok[k].content[0] < c) k++;
