@@ -41,7 +41,7 @@ endif
 $(BUILD)/obj/%_avx512.o: EXTRA_ISA := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mavx2
 $(BUILD)/obj/%_avx2.o: EXTRA_ISA := -mavx2 -mfma -mf16c
 
-.PHONY: all setup build run test test-gpu bench clean fixtures
+.PHONY: all setup build run test test-gpu gpu-bundle bench clean fixtures
 
 all: build
 
@@ -79,9 +79,18 @@ test: setup
 	@$(MAKE) --no-print-directory build
 	$(BUILD)/mt_tests --jobs 2
 
+# On a GPU machine without the build dependencies, the binaries built
+# elsewhere (make gpu-bundle) are used as they are.
 test-gpu:
-	@$(MAKE) --no-print-directory $(BUILD)/mt_gpu_tests $(BUILD)/megatrain
-	$(BUILD)/mt_gpu_tests --jobs 1
+	@if scripts/setup.sh --check; then \
+	    $(MAKE) --no-print-directory $(BUILD)/mt_gpu_tests $(BUILD)/megatrain; \
+	else echo "test-gpu: build dependencies absent here; running the binaries in $(BUILD)/"; fi
+	LD_LIBRARY_PATH=$(BUILD)/lib:$$LD_LIBRARY_PATH $(BUILD)/mt_gpu_tests --jobs 1
+
+# Builds the GPU test binary and the CLI and copies the non-CUDA shared
+# libraries they load into build/lib, for running on a bare GPU machine.
+gpu-bundle: $(BUILD)/mt_gpu_tests $(BUILD)/megatrain
+	scripts/bundle_libs.sh $(BUILD)/mt_gpu_tests $(BUILD)/megatrain
 
 bench: $(BUILD)/megatrain
 	$(BUILD)/megatrain bench adamw

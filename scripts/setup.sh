@@ -8,6 +8,10 @@ for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
+if [ "${1:-}" = "--check" ]; then
+    echo "megatrain setup: missing Debian packages: ${missing[*]}" >&2
+    exit 1
+fi
 if [ "$(id -u)" -ne 0 ]; then
     echo "megatrain setup: missing Debian packages: ${missing[*]}" >&2
     echo "  install them with: sudo apt-get install ${missing[*]}" >&2

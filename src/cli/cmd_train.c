@@ -37,7 +37,7 @@ static void train_usage(FILE *f) {
             "Trains the built-in tiny Llama-architecture model on built-in English text\n"
             "(byte-level vocabulary) on the CPU, then prints a generated sample.\n\n"
             "  --steps N           optimizer steps (default 300)\n"
-            "  --lr X              peak learning rate (default 3e-3)\n"
+            "  --lr X              peak learning rate (default 1e-2)\n"
             "  --warmup N          warmup steps (default 30)\n"
             "  --schedule S        cosine | linear | constant (default cosine)\n"
             "  --weight-decay X    AdamW decoupled decay on matrices (default 0.1)\n"
@@ -74,7 +74,7 @@ static int parse_f64(const char *flag, const char *s, double min, double *out) {
 }
 
 static int parse_opts(int argc, char **argv, train_opts *o) {
-    *o = (train_opts){.steps = 300, .warmup = 30, .B = 8, .T = 64, .M = 2, .lr = 3e-3,
+    *o = (train_opts){.steps = 300, .warmup = 30, .B = 8, .T = 64, .M = 2, .lr = 1e-2,
                       .weight_decay = 0.1, .max_grad_norm = 1.0f, .seed = 1,
                       .schedule = "cosine", .log_every = 10, .sample_tokens = 120};
     static const struct option opts[] = {

@@ -321,12 +321,12 @@ void mt_config_default_tiny(mt_config *c) {
     memset(c, 0, sizeof *c);
     c->arch = MT_ARCH_LLAMA;
     snprintf(c->model_type, sizeof c->model_type, "llama");
-    c->C = 128;
-    c->L = 4;
+    c->C = 64;
+    c->L = 2;
     c->NH = 4;
     c->NKV = 2;
-    c->HD = 32;
-    c->F = 384;
+    c->HD = 16;
+    c->F = 192;
     c->V = 258; /* 256 bytes + BOS + EOS */
     c->max_pos = 256;
     c->rms_eps = 1e-5f;

@@ -16,6 +16,7 @@
 #include "engine/step.h"
 #include "io/model_io.h"
 #include "io/safetensors.h"
+#include "fixture.h"
 #include "testlib.h"
 
 /* Tolerances. The reference is PyTorch fp32 on the CPU; we are fp32 too,
@@ -33,100 +34,10 @@
  * absolute; we bound relative error over each tensor. */
 #define TOL_TRAJ 2e-4
 
-typedef struct fixture {
-    char dir[512];
-    mt_config cfg;
-    mt_param_table table;
-    mt_host_store store;
-    mt_st_file ref;
-    int64_t B, T;
-} fixture;
-
-static void fixture_open(fixture *f, const char *name) {
-    mt_error err;
-    snprintf(f->dir, sizeof f->dir, "%s/models/%s", mt_test_fixtures_dir(), name);
-    cr_assert_eq(mt_model_load_config(&f->cfg, f->dir, &err), 0, "%s", err.msg);
-    cr_assert_eq(mt_params_init(&f->table, &f->cfg, &err), 0, "%s", err.msg);
-    cr_assert_eq(mt_host_store_init(&f->store, &f->table, &err), 0, "%s", err.msg);
-    cr_assert_eq(mt_model_load_weights(&f->store, f->dir, &err), 0, "%s", err.msg);
-    char path[640];
-    snprintf(path, sizeof path, "%s/reference.safetensors", f->dir);
-    cr_assert_eq(mt_st_open(&f->ref, path, &err), 0, "%s", err.msg);
-    const mt_st_tensor_info *ids = mt_st_find(&f->ref, "input_ids");
-    cr_assert_not_null(ids);
-    f->B = ids->shape[0];
-    f->T = ids->shape[1];
-}
-
-static void fixture_close(fixture *f) {
-    mt_st_close(&f->ref);
-    mt_host_store_free(&f->store);
-    mt_params_free(&f->table);
-}
-
-static float *ref_f32(fixture *f, const char *name, size_t *n) {
-    const mt_st_tensor_info *t = mt_st_find(&f->ref, name);
-    cr_assert_not_null(t, "reference tensor %s missing", name);
-    float *x = malloc(t->numel * sizeof *x);
-    mt_error err;
-    cr_assert_eq(mt_st_read_f32(t, x, t->numel, &err), 0, "%s", err.msg);
-    if (n) *n = t->numel;
-    return x;
-}
-
-static int32_t *ref_i32(fixture *f, const char *name, size_t offset, size_t count) {
-    const mt_st_tensor_info *t = mt_st_find(&f->ref, name);
-    cr_assert_not_null(t, "reference tensor %s missing", name);
-    int64_t *x = malloc(t->numel * sizeof *x);
-    mt_error err;
-    cr_assert_eq(mt_st_read_i64(t, x, t->numel, &err), 0, "%s", err.msg);
-    cr_assert_leq(offset + count, t->numel);
-    int32_t *y = malloc(count * sizeof *y);
-    for (size_t i = 0; i < count; i++) y[i] = (int32_t)x[offset + i];
-    free(x);
-    return y;
-}
-
-/* Compares every parameter of the store (weights, grads, m or v: `array`)
- * against reference tensors named prefix + HF name. With mask_noise, the
- * elements whose gradient was pure rounding noise in the reference
- * (sqrt(final v) < 1e-5: Adam turns such noise into lr-sized steps of
- * arbitrary sign; docs/fixtures.md) are left out. */
-static void compare_params_masked(fixture *f, const float *array, const char *prefix, double tol,
-                                  const char *what, int mask_noise) {
-    for (int l = 0; l < f->table.n_layers; l++) {
-        const mt_layer_desc *ld = &f->table.layers[l];
-        for (int k = 0; k < ld->n_tensors; k++) {
-            const mt_tensor_desc *td = &ld->tensors[k];
-            char key[160];
-            snprintf(key, sizeof key, "%s%s", prefix, td->name);
-            size_t n;
-            float *ref = ref_f32(f, key, &n);
-            cr_assert_eq(n, td->numel, "%s: size of %s", f->dir, key);
-            float *ours = malloc(n * sizeof *ours);
-            memcpy(ours, array + ld->offset + td->offset, n * sizeof *ours);
-            if (mask_noise) {
-                snprintf(key, sizeof key, "final_exp_avg_sq.%s", td->name);
-                float *v = ref_f32(f, key, NULL);
-                for (size_t i = 0; i < n; i++)
-                    if (sqrtf(v[i]) < 1e-5f) ours[i] = ref[i];
-                free(v);
-            }
-            double e = mt_test_rel_err(ours, ref, n);
-            free(ours);
-            cr_assert_lt(e, tol, "%s: %s of %s: rel err %.3g > %.3g", f->dir, what, td->name, e,
-                         tol);
-            free(ref);
-        }
-    }
-}
-
-static void compare_params(fixture *f, const float *array, const char *prefix, double tol,
+static void compare_params(mt_fixture *f, const float *array, const char *prefix, double tol,
                            const char *what) {
-    compare_params_masked(f, array, prefix, tol, what, 0);
+    mt_fixture_compare(f, array, prefix, tol, what, 0);
 }
-
-static const char *models[] = {"llama_gqa", "qwen2_bias_tied", "qwen3_qknorm_mqa", "mistral"};
 
 static int model_index[] = {0, 1, 2, 3};
 
@@ -135,12 +46,12 @@ ParameterizedTestParameters(hf, logits_loss_and_gradients) {
 }
 
 ParameterizedTest(int *which, hf, logits_loss_and_gradients) {
-    fixture f;
-    fixture_open(&f, models[*which]);
+    mt_fixture f;
+    mt_fixture_open(&f, mt_fixture_models[*which]);
     mt_error err;
     size_t N = (size_t)(f.B * f.T);
-    int32_t *tok = ref_i32(&f, "input_ids", 0, N);
-    int32_t *tgt = ref_i32(&f, "targets", 0, N);
+    int32_t *tok = mt_fixture_i32(&f, "input_ids", 0, N);
+    int32_t *tgt = mt_fixture_i32(&f, "targets", 0, N);
 
     /* One micro-batch of B rows, and B micro-batches of one row: the
      * layer-major accumulation must give the same gradients. */
@@ -153,9 +64,9 @@ ParameterizedTest(int *which, hf, logits_loss_and_gradients) {
         double loss;
         cr_assert_eq(mt_step_forward_backward(be, f.table.n_layers, &b, &loss, &err), 0, "%s",
                      err.msg);
-        float *ref_loss = ref_f32(&f, "loss", NULL);
+        float *ref_loss = mt_fixture_f32(&f, "loss", NULL);
         cr_assert_lt(fabs(loss - ref_loss[0]) / fabs(ref_loss[0]), TOL_LOSS,
-                     "%s (M=%d): loss %.8f vs HF %.8f", models[*which], M, loss, ref_loss[0]);
+                     "%s (M=%d): loss %.8f vs HF %.8f", mt_fixture_models[*which], M, loss, ref_loss[0]);
         free(ref_loss);
         compare_params(&f, f.store.g, "grad.", TOL_GRAD, "gradient");
 
@@ -165,13 +76,13 @@ ParameterizedTest(int *which, hf, logits_loss_and_gradients) {
             int64_t nv;
             cr_assert_eq(mt_step_eval(be, f.table.n_layers, &b, &sum, &nv, &err), 0);
             size_t nl;
-            float *ref = ref_f32(&f, "logits", &nl);
+            float *ref = mt_fixture_f32(&f, "logits", &nl);
             cr_assert_eq(nl, N * (size_t)f.cfg.V);
             float *ours = malloc(nl * sizeof *ours);
             for (size_t r = 0; r < N; r++)
                 mt_cpu_backend_logits(be, 0, (int64_t)r, ours + r * f.cfg.V);
             double e = mt_test_rel_err(ours, ref, nl);
-            cr_assert_lt(e, TOL_LOGITS, "%s: logits rel err %.3g", models[*which], e);
+            cr_assert_lt(e, TOL_LOGITS, "%s: logits rel err %.3g", mt_fixture_models[*which], e);
             free(ours);
             free(ref);
         }
@@ -179,7 +90,7 @@ ParameterizedTest(int *which, hf, logits_loss_and_gradients) {
     }
     free(tok);
     free(tgt);
-    fixture_close(&f);
+    mt_fixture_close(&f);
 }
 
 static double json_num(cJSON *root, const char *key) {
@@ -193,8 +104,8 @@ ParameterizedTestParameters(hf, five_step_adamw_trajectory) {
 }
 
 ParameterizedTest(int *which, hf, five_step_adamw_trajectory) {
-    fixture f;
-    fixture_open(&f, models[*which]);
+    mt_fixture f;
+    mt_fixture_open(&f, mt_fixture_models[*which]);
     mt_error err;
     char path[640];
     snprintf(path, sizeof path, "%s/train.json", f.dir);
@@ -226,20 +137,20 @@ ParameterizedTest(int *which, hf, five_step_adamw_trajectory) {
     size_t N = (size_t)(f.B * f.T);
     mt_backend *be = mt_cpu_backend_create(&f.cfg, &f.table, &f.store, 1, f.B, f.T, &err);
     cr_assert_not_null(be, "%s", err.msg);
-    float *losses = ref_f32(&f, "train.losses", NULL);
-    float *norms = ref_f32(&f, "train.grad_norms", NULL);
-    float *lrs = ref_f32(&f, "train.lrs", NULL);
+    float *losses = mt_fixture_f32(&f, "train.losses", NULL);
+    float *norms = mt_fixture_f32(&f, "train.grad_norms", NULL);
+    float *lrs = mt_fixture_f32(&f, "train.lrs", NULL);
     int clipped = 0;
     for (int64_t s = 0; s < S; s++) {
-        int32_t *tok = ref_i32(&f, "train.input_ids", (size_t)s * N, N);
-        int32_t *tgt = ref_i32(&f, "train.targets", (size_t)s * N, N);
+        int32_t *tok = mt_fixture_i32(&f, "train.input_ids", (size_t)s * N, N);
+        int32_t *tgt = mt_fixture_i32(&f, "train.targets", (size_t)s * N, N);
         mt_batch b = {.M = 1, .B = f.B, .T = f.T, .tokens = tok, .targets = tgt};
         double loss;
         cr_assert_eq(mt_step_forward_backward(be, f.table.n_layers, &b, &loss, &err), 0);
         mt_optim_report rep;
         mt_optimizer_step(&opt, &f.store, &rep);
         cr_assert_lt(fabs(loss - losses[s]) / fabs(losses[s]), TOL_TRAJ,
-                     "%s step %lld: loss %.7f vs HF %.7f", models[*which], (long long)s, loss,
+                     "%s step %lld: loss %.7f vs HF %.7f", mt_fixture_models[*which], (long long)s, loss,
                      losses[s]);
         cr_assert_lt(fabs(rep.grad_norm - norms[s]) / norms[s], TOL_GRAD,
                      "step %lld: grad norm %.6f vs HF %.6f", (long long)s, rep.grad_norm, norms[s]);
@@ -251,12 +162,12 @@ ParameterizedTest(int *which, hf, five_step_adamw_trajectory) {
         free(tgt);
     }
     cr_assert_gt(clipped, 0, "the fixture must exercise clipping");
-    compare_params_masked(&f, f.store.w, "final.", TOL_TRAJ, "weight after 5 steps", 1);
+    mt_fixture_compare(&f, f.store.w, "final.", TOL_TRAJ, "weight after 5 steps", 1);
     compare_params(&f, f.store.m, "final_exp_avg.", TOL_TRAJ, "Adam m after 5 steps");
     compare_params(&f, f.store.v, "final_exp_avg_sq.", TOL_TRAJ, "Adam v after 5 steps");
     free(losses);
     free(norms);
     free(lrs);
     mt_cpu_backend_free(be);
-    fixture_close(&f);
+    mt_fixture_close(&f);
 }

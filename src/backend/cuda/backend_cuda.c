@@ -77,7 +77,14 @@ typedef struct cuda_backend {
     cudaEvent_t gacc_drained[2];
     cudaEvent_t grad_ready;
     float *gacc_embed;  /* tied models: layer 0's gradient, alive all backward */
-    float *ckpt, *dx;
+    cudaEvent_t embed_drained;
+    float *ckpt, *dx;   /* ckpt: (n_layers, M, N, C) on the GPU, or NULL with host checkpoints */
+    /* Host checkpoints: layer inputs live in h_ckpt (pinned); the GPU keeps
+     * two (M, N, C) buffers, the input and the output of the layer at hand,
+     * chosen by layer parity. */
+    float *h_ckpt, *dck[2];
+    cudaEvent_t dck_saved[2], dck_loaded[2], dck_free[2], dck_written[2];
+    int attn_bf16;      /* bf16 flash kernel (HD 64/128); else fp32 attention */
     float *cos, *sin;
     int32_t *tokens, *targets, *emb_order, *emb_bounds;
     size_t *emb_groups; /* host (M) */
@@ -139,7 +146,12 @@ static void plan(cuda_backend *cb, bump *b) {
     }
     cb->gacc[0] = TAKE_F(b, lw);
     cb->gacc[1] = TAKE_F(b, lw);
-    cb->ckpt = TAKE_F(b, (size_t)t->n_layers * cb->max_M * N * C);
+    if (cb->o.host_checkpoints) {
+        cb->dck[0] = TAKE_F(b, (size_t)cb->max_M * N * C);
+        cb->dck[1] = TAKE_F(b, (size_t)cb->max_M * N * C);
+    } else {
+        cb->ckpt = TAKE_F(b, (size_t)t->n_layers * cb->max_M * N * C);
+    }
     cb->dx = TAKE_F(b, (size_t)cb->max_M * N * C);
     cb->cos = TAKE_F(b, cb->T * c->HD / 2);
     cb->sin = TAKE_F(b, cb->T * c->HD / 2);
@@ -166,7 +178,8 @@ static void plan(cuda_backend *cb, bump *b) {
     a->q_op = take_op(b, cb, N * Q, a->q32);
     a->k_op = take_op(b, cb, N * KV, a->k32);
     a->v_op = take_op(b, cb, N * KV, a->v32);
-    a->att32 = bf ? NULL : TAKE_F(b, N * Q);
+    cb->attn_bf16 = bf && (c->HD == 64 || c->HD == 128);
+    a->att32 = cb->attn_bf16 ? NULL : TAKE_F(b, N * Q);
     a->att_op = bf ? take(b, N * Q * 2) : a->att32;
     a->lse = TAKE_F(b, N * c->NH);
     a->xmid = TAKE_F(b, N * C);
@@ -340,6 +353,7 @@ static int cu_begin_step(mt_backend *be, const mt_batch *batch, float dscale, in
     CUDA_CHECK(cudaMemcpyAsync(cb->emb_bounds, cb->h_bounds, (size_t)batch->M * (N + 1) * 4,
                                cudaMemcpyHostToDevice, cb->s_comp));
     CUDA_CHECK(cudaMemsetAsync(cb->loss_dev, 0, sizeof(double), cb->s_comp));
+    if (train && c->tie_embeddings) CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->embed_drained, 0));
     if (train && c->tie_embeddings)
         CUDA_CHECK(cudaMemsetAsync(cb->gacc_embed, 0, cb->t->layers[0].numel * sizeof(float),
                                    cb->s_comp));
@@ -362,10 +376,13 @@ static int cu_begin_step(mt_backend *be, const mt_batch *batch, float dscale, in
     return 0;
 }
 
+static void checkpoint_traffic(cuda_backend *cb, int layer, int backward);
+
 static void cu_bind_layer(mt_backend *be, int layer, int backward) {
     cuda_backend *cb = (cuda_backend *)be;
     MT_ASSERT(cb->cur < cb->seq_len && cb->seq[cb->cur] == layer);
     release_bound(cb);
+    if (cb->o.host_checkpoints) checkpoint_traffic(cb, layer, backward);
     if (layer == cb->t->n_layers - 1) CUDA_CHECK(cudaEventRecord(cb->ev_fwd_end, cb->s_comp));
     /* Keep K-1 layers in flight ahead of the one in use. */
     int ahead = cb->cur + cb->o.slots - 1;
@@ -388,7 +405,46 @@ static void cu_bind_layer(mt_backend *be, int layer, int backward) {
 }
 
 static float *ckpt_at(cuda_backend *cb, int layer, int mb) {
-    return cb->ckpt + ((size_t)layer * cb->max_M + mb) * cb->N * cb->cfg->C;
+    size_t per = cb->N * cb->cfg->C;
+    if (cb->o.host_checkpoints) return cb->dck[layer % 2] + (size_t)mb * per;
+    return cb->ckpt + ((size_t)layer * cb->max_M + mb) * per;
+}
+
+/* Host checkpoints: checkpoint l lives in dck[l % 2] on the GPU while
+ * layers l-1 (writing it) and l (reading it) run, and in h_ckpt otherwise.
+ * Forward saves each layer's input as the next layer starts; backward loads
+ * layer l-1's input while layer l computes. Events order the buffer reuse. */
+static void checkpoint_traffic(cuda_backend *cb, int layer, int backward) {
+    int head = cb->t->n_layers - 1;
+    size_t per = (size_t)cb->batch->M * cb->N * cb->cfg->C;
+    float *host = cb->h_ckpt + (size_t)layer * cb->max_M * cb->N * cb->cfg->C;
+    if (!backward || layer == head) {
+        if (layer >= 1) { /* checkpoint `layer` is complete: save it */
+            int b = layer % 2;
+            CUDA_CHECK(cudaEventRecord(cb->dck_written[b], cb->s_comp));
+            CUDA_CHECK(cudaStreamWaitEvent(cb->s_d2h, cb->dck_written[b], 0));
+            CUDA_CHECK(cudaMemcpyAsync(host, cb->dck[b], per * sizeof(float),
+                                       cudaMemcpyDeviceToHost, cb->s_d2h));
+            CUDA_CHECK(cudaEventRecord(cb->dck_saved[b], cb->s_d2h));
+            cb->d2h_bytes += (double)per * sizeof(float);
+        }
+        /* this layer overwrites the other buffer: its old content must be saved */
+        if (layer < head) CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->dck_saved[(layer + 1) % 2], 0));
+        return;
+    }
+    if (layer >= 1 && layer < head - 1)
+        CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->dck_loaded[layer % 2], 0));
+    if (layer >= 2) { /* bring layer-1's input into the buffer layer+1 used */
+        int b = (layer - 1) % 2;
+        float *src = cb->h_ckpt + (size_t)(layer - 1) * cb->max_M * cb->N * cb->cfg->C;
+        CUDA_CHECK(cudaEventRecord(cb->dck_free[b], cb->s_comp));
+        CUDA_CHECK(cudaStreamWaitEvent(cb->s_h2d, cb->dck_free[b], 0));
+        CUDA_CHECK(cudaStreamWaitEvent(cb->s_h2d, cb->dck_saved[b], 0));
+        CUDA_CHECK(cudaMemcpyAsync(cb->dck[b], src, per * sizeof(float), cudaMemcpyHostToDevice,
+                                   cb->s_h2d));
+        CUDA_CHECK(cudaEventRecord(cb->dck_loaded[b], cb->s_h2d));
+        cb->h2d_bytes += (double)per * sizeof(float);
+    }
 }
 
 static float *dx_at(cuda_backend *cb, int mb) {
@@ -399,7 +455,7 @@ static void to_op(cuda_backend *cb, void *dst, const float *src, size_t n) {
     if (cb->prec == MT_PREC_BF16) mt_cuda_cast_f32_to_bf16(cb->ctx, dst, src, n);
 }
 
-static mt_dtype op_dt(const cuda_backend *cb) { return mt_prec_operand_dtype(cb->prec); }
+static mt_dt op_dt(const cuda_backend *cb) { return mt_prec_operand_dtype(cb->prec); }
 
 static void attn_check(int rc, const mt_error *err) {
     if (rc) MT_DIE("attention: %s", err->msg);
@@ -430,15 +486,18 @@ static void block_forward(cuda_backend *cb, int layer, const float *x, float *ou
     }
     mt_cuda_rope_forward(ctx, a->q32, cb->cos, cb->sin, cb->B, cb->T, c->NH, c->HD);
     mt_cuda_rope_forward(ctx, a->k32, cb->cos, cb->sin, cb->B, cb->T, c->NKV, c->HD);
-    if (p == MT_PREC_BF16) {
+    if (cb->attn_bf16) {
         to_op(cb, a->q_op, a->q32, N * Q);
         to_op(cb, a->k_op, a->k32, N * KV);
         to_op(cb, a->v_op, a->v32, N * KV);
         attn_check(mt_attn_forward_bf16(a->att_op, NULL, a->lse, a->q_op, a->k_op, a->v_op, cb->B,
                                         cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
     } else {
+        /* fp32 mode, or head sizes the bf16 kernel lacks: fp32 attention,
+         * its output rounded for the bf16 o_proj product. */
         attn_check(mt_attn_forward_f32(a->att32, a->lse, a->q32, a->k32, a->v32, cb->B, cb->T,
                                        c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
+        to_op(cb, a->att_op, a->att32, N * Q);
     }
     mt_cuda_matmul_forward(ctx, p, a->xmid, MT_DT_F32, a->att_op, W_op(cb, s, layer, MT_T_WO),
                            NULL, N, Q, C);
@@ -484,7 +543,7 @@ static void block_backward(cuda_backend *cb, int layer, const float *x, float *d
     to_op(cb, dx_op, dx, N * C);
     mt_cuda_matmul_backward(ctx, p, a->datt32, false, G(cb, g, layer, MT_T_WO), dx_op,
                             a->att_op, W_op(cb, s, layer, MT_T_WO), N, Q, C);
-    if (p == MT_PREC_BF16) {
+    if (cb->attn_bf16) {
         to_op(cb, a->datt_op, a->datt32, N * Q);
         attn_check(mt_attn_backward_bf16(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt_op,
                                          a->q_op, a->k_op, a->v_op, a->att_op, a->lse, cb->B,
@@ -602,8 +661,9 @@ static void cu_layer_grads_done(mt_backend *be, int layer) {
     CUDA_CHECK(cudaMemcpyAsync(cb->store->g + ld->offset, cb->g_cur, ld->numel * sizeof(float),
                                cudaMemcpyDeviceToHost, cb->s_d2h));
     cb->d2h_bytes += (double)ld->numel * sizeof(float);
-    if (!uses_embed_slot(cb, layer))
-        CUDA_CHECK(cudaEventRecord(cb->gacc_drained[cb->gbuf], cb->s_d2h));
+    CUDA_CHECK(cudaEventRecord(uses_embed_slot(cb, layer) ? cb->embed_drained
+                                                          : cb->gacc_drained[cb->gbuf],
+                               cb->s_d2h));
 }
 
 static double cu_end_step(mt_backend *be) {
@@ -730,6 +790,24 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
         CUDA_CHECK(cudaEventRecord(cb->gacc_drained[i], cb->s_d2h));
     }
     make_event(&cb->grad_ready, 0);
+    make_event(&cb->embed_drained, 0);
+    CUDA_CHECK(cudaEventRecord(cb->embed_drained, cb->s_d2h));
+    for (int i = 0; i < 2; i++) {
+        make_event(&cb->dck_saved[i], 0);
+        make_event(&cb->dck_loaded[i], 0);
+        make_event(&cb->dck_free[i], 0);
+        make_event(&cb->dck_written[i], 0);
+        CUDA_CHECK(cudaEventRecord(cb->dck_saved[i], cb->s_d2h));
+    }
+    if (cb->o.host_checkpoints) {
+        size_t bytes = (size_t)t->n_layers * max_M * cb->N * c->C * sizeof(float);
+        if (cudaMallocHost((void **)&cb->h_ckpt, bytes) != cudaSuccess) {
+            mt_errorf(err, "host checkpoints: cannot pin %.2f GiB; use GPU checkpoints or a "
+                      "smaller batch", (double)bytes / (1 << 30));
+            mt_cuda_backend_free(&cb->base);
+            return NULL;
+        }
+    }
     make_event(&cb->ev_start, 1);
     make_event(&cb->ev_fwd_end, 1);
     make_event(&cb->ev_end, 1);
@@ -759,6 +837,9 @@ void mt_cuda_backend_free(mt_backend *be) {
     if (cb->s_comp) {
         CUDA_CHECK(cudaDeviceSynchronize());
         pin_store(cb, 0, NULL);
+        /* Unregistering ranges that were never registered (creation failed
+         * half way) reports an error we expect: clear it. */
+        (void)cudaGetLastError();
     }
     if (cb->ctx) mt_cuda_ctx_free(cb->ctx);
     if (cb->ctx_h2d) mt_cuda_ctx_free(cb->ctx_h2d);
@@ -768,7 +849,9 @@ void mt_cuda_backend_free(mt_backend *be) {
     }
     cudaEvent_t evs[] = {cb->embed_slot.ready, cb->embed_slot.free, cb->gacc_drained[0],
                          cb->gacc_drained[1], cb->grad_ready, cb->ev_start, cb->ev_fwd_end,
-                         cb->ev_end, cb->ev_d2h_end};
+                         cb->ev_end, cb->ev_d2h_end, cb->dck_saved[0], cb->dck_saved[1],
+                         cb->dck_loaded[0], cb->dck_loaded[1], cb->dck_free[0], cb->dck_free[1],
+                         cb->dck_written[0], cb->dck_written[1], cb->embed_drained};
     for (size_t i = 0; i < sizeof evs / sizeof *evs; i++)
         if (evs[i]) cudaEventDestroy(evs[i]);
     if (cb->s_h2d) cudaStreamDestroy(cb->s_h2d);
@@ -776,6 +859,7 @@ void mt_cuda_backend_free(mt_backend *be) {
     if (cb->s_d2h) cudaStreamDestroy(cb->s_d2h);
     if (cb->h_loss) cudaFreeHost(cb->h_loss);
     if (cb->h_sumsq) cudaFreeHost(cb->h_sumsq);
+    if (cb->h_ckpt) cudaFreeHost(cb->h_ckpt);
     cudaFree(cb->dev_base);
     free(cb->h_order);
     free(cb->h_bounds);

@@ -19,6 +19,7 @@ typedef struct mt_cuda_backend_opts {
     mt_gpu_precision precision;
     int slots;            /* weight slots in the ring, >= 2 (default 3) */
     int head_chunk;       /* rows of logits held at once (default 4096) */
+    int host_checkpoints; /* keep layer inputs in pinned host memory, not on the GPU */
 } mt_cuda_backend_opts;
 
 /* Called (on the thread that drives the step) before layer l's weights are

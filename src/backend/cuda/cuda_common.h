@@ -42,7 +42,7 @@
 typedef struct mt_gemm_key {
     int transa, transb;
     int64_t m, n, k, lda, ldb, ldd;
-    int adt, bdt, ddt;        /* mt_dtype */
+    int adt, bdt, ddt;        /* mt_dt */
     int has_bias, accumulate; /* beta = 1 when accumulate */
     int align_a, align_b, align_d;
 } mt_gemm_key;

@@ -40,10 +40,10 @@ extern "C" {
 typedef enum { MT_PREC_FP32 = 0, MT_PREC_BF16 = 1 } mt_precision;
 
 /* Element type of one buffer. */
-typedef enum { MT_DT_F32 = 0, MT_DT_BF16 = 1 } mt_dtype;
+typedef enum { MT_DT_F32 = 0, MT_DT_BF16 = 1 } mt_dt;
 
 /* Matrix-product operand type of a precision. */
-static inline mt_dtype mt_prec_operand_dtype(mt_precision p) {
+static inline mt_dt mt_prec_operand_dtype(mt_precision p) {
     return p == MT_PREC_BF16 ? MT_DT_BF16 : MT_DT_F32;
 }
 
@@ -74,7 +74,7 @@ void mt_cuda_cast_bf16_to_f32(mt_cuda_ctx *ctx, float *out, const uint16_t *inp,
 /* out (N,OC) = inp (N,IC) @ w (OC,IC)^T + bias (OC, fp32, may be NULL).
  * out_dt: MT_DT_F32, or MT_DT_BF16 (bf16 precision only) to feed the next
  * bf16 product directly. */
-void mt_cuda_matmul_forward(mt_cuda_ctx *ctx, mt_precision prec, void *out, mt_dtype out_dt,
+void mt_cuda_matmul_forward(mt_cuda_ctx *ctx, mt_precision prec, void *out, mt_dt out_dt,
                             const void *inp, const void *w, const float *bias, size_t N,
                             size_t IC, size_t OC);
 
@@ -97,7 +97,7 @@ void mt_cuda_bias_backward(mt_cuda_ctx *ctx, float *dbias, float *scratch, const
 
 /* out (N,C) fp32 = wte[tokens[n]]; wte (V,C) of type wte_dt. */
 void mt_cuda_embedding_forward(mt_cuda_ctx *ctx, float *out, const int32_t *tokens,
-                               const void *wte, mt_dtype wte_dt, size_t N, size_t C);
+                               const void *wte, mt_dt wte_dt, size_t N, size_t C);
 
 /* HOST function. Groups the rows of tokens (N) by token id for a
  * deterministic backward: order (N) lists row indices sorted by (token,
@@ -117,7 +117,7 @@ void mt_cuda_embedding_backward(mt_cuda_ctx *ctx, float *dwte, const float *dout
 /* ---- RMSNorm (C % 4 == 0, 16-byte aligned rows) ---- */
 
 /* out (N,C) = inp / rms(inp) * w, of type out_dt; rstd (N) may be NULL. */
-void mt_cuda_rmsnorm_forward(mt_cuda_ctx *ctx, void *out, mt_dtype out_dt, float *rstd,
+void mt_cuda_rmsnorm_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt, float *rstd,
                              const float *inp, const float *w, size_t N, size_t C, float eps);
 
 /* dinp (N,C) +=, dw (C) += ; rstd from the forward; scratch of
@@ -135,7 +135,7 @@ void mt_cuda_rope_backward(mt_cuda_ctx *ctx, float *dx, const float *cos, const 
 /* ---- SwiGLU ---- */
 
 /* out (N,F) = silu(gate) * up, of type out_dt. */
-void mt_cuda_swiglu_forward(mt_cuda_ctx *ctx, void *out, mt_dtype out_dt, const float *gate,
+void mt_cuda_swiglu_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt, const float *gate,
                             const float *up, size_t N, size_t F);
 /* dgate, dup (N,F) OVERWRITTEN. */
 void mt_cuda_swiglu_backward(mt_cuda_ctx *ctx, float *dgate, float *dup, const float *dout,

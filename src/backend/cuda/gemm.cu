@@ -245,7 +245,7 @@ extern "C" void mt_cuda_gemm_cm(mt_cuda_ctx *ctx, int transa, int transb, int64_
 }
 
 extern "C" void mt_cuda_matmul_forward(mt_cuda_ctx *ctx, mt_precision prec, void *out,
-                                       mt_dtype out_dt, const void *inp, const void *w,
+                                       mt_dt out_dt, const void *inp, const void *w,
                                        const float *bias, size_t N, size_t IC, size_t OC) {
     int dt = mt_prec_operand_dtype(prec);
     MT_ASSERT(prec == MT_PREC_BF16 || out_dt == MT_DT_F32);

@@ -121,7 +121,7 @@ __global__ void swiglu_fwd_kernel(OUT *out, const float *gate, const float *up, 
     }
 }
 
-extern "C" void mt_cuda_swiglu_forward(mt_cuda_ctx *ctx, void *out, mt_dtype out_dt,
+extern "C" void mt_cuda_swiglu_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt,
                                        const float *gate, const float *up, size_t N, size_t F) {
     size_t n = N * F;
     if (n == 0) return;

@@ -36,7 +36,7 @@ __global__ void embedding_fwd_vec_kernel(float4 *out, const int32_t *tokens, con
 }
 
 extern "C" void mt_cuda_embedding_forward(mt_cuda_ctx *ctx, float *out, const int32_t *tokens,
-                                          const void *wte, mt_dtype wte_dt, size_t N, size_t C) {
+                                          const void *wte, mt_dt wte_dt, size_t N, size_t C) {
     if (N * C == 0) return;
     const unsigned threads = 256;
     bool vec = wte_dt == MT_DT_F32 && C % 4 == 0 && ((uintptr_t)out & 15) == 0 &&

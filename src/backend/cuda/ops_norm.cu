@@ -55,7 +55,7 @@ static void check_rows(const void *p, size_t C) {
     MT_ASSERT(((uintptr_t)p & 15) == 0);
 }
 
-extern "C" void mt_cuda_rmsnorm_forward(mt_cuda_ctx *ctx, void *out, mt_dtype out_dt,
+extern "C" void mt_cuda_rmsnorm_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt,
                                         float *rstd, const float *inp, const float *w,
                                         size_t N, size_t C, float eps) {
     if (N == 0) return;

@@ -1,8 +1,0 @@
-build-cpu/obj/src/io/safetensors_write.o: src/io/safetensors_write.c \
- src/io/safetensors.h src/io/dtype.h src/util/error.h src/io/file.h \
- src/util/mem.h
-src/io/safetensors.h:
-src/io/dtype.h:
-src/util/error.h:
-src/io/file.h:
-src/util/mem.h:

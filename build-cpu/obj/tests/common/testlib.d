@@ -1,3 +1,0 @@
-build-cpu/obj/tests/common/testlib.o: tests/common/testlib.c \
- tests/common/testlib.h
-tests/common/testlib.h:

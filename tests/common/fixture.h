@@ -1,0 +1,43 @@
+/* The HF reference fixtures of scripts/make_fixtures.py, loaded for tests:
+ * the model into a host store, and the reference tensors by name. */
+#ifndef MT_TEST_FIXTURE_H
+#define MT_TEST_FIXTURE_H
+
+#include <stdint.h>
+
+#include "host/store.h"
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "model/params.h"
+
+typedef struct mt_fixture {
+    char dir[512];
+    mt_config cfg;
+    mt_param_table table;
+    mt_host_store store;
+    mt_st_file ref;
+    int64_t B, T;
+} mt_fixture;
+
+extern const char *mt_fixture_models[4];
+
+/* Loads tests/fixtures/models/<name>; asserts on any failure. */
+void mt_fixture_open(mt_fixture *f, const char *name);
+void mt_fixture_close(mt_fixture *f);
+/* Reloads the model weights and clears m and v (a fresh start). */
+void mt_fixture_reset(mt_fixture *f);
+
+/* Reference tensor as fp32 (malloc'd); *n its size (may be NULL). */
+float *mt_fixture_f32(mt_fixture *f, const char *name, size_t *n);
+/* count int32 values from an integer reference tensor, from offset. */
+int32_t *mt_fixture_i32(mt_fixture *f, const char *name, size_t offset, size_t count);
+
+/* Compares every parameter of `array` (a store array: w, g, m or v) with the
+ * reference tensors prefix + HF name, by relative L2 error per tensor.
+ * mask_noise: leave out elements whose reference gradient was rounding
+ * noise (sqrt(final_exp_avg_sq) < 1e-5; docs/fixtures.md). Returns the
+ * largest error seen and asserts it is below tol. */
+double mt_fixture_compare(mt_fixture *f, const float *array, const char *prefix, double tol,
+                          const char *what, int mask_noise);
+
+#endif
