@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "engine/optim_pipeline.h"
 #include "engine/step.h"
+#include "engine/trace.h"
 #include "host/store.h"
 #include "model/config.h"
 #include "model/params.h"
@@ -45,7 +46,11 @@ static void usage(FILE *f) {
             "  --micro-batches M   per optimizer step (default 4)\n"
             "  --steps N           timed steps after one warm-up step (default 4)\n"
             "  --precision P       bf16 | fp32 (default bf16)\n"
-            "  --slots K           GPU weight slots (default 3)\n");
+            "  --slots K           GPU weight slots (default 3)\n"
+            "  --host-checkpoints  keep layer inputs in host memory, not on the GPU\n"
+            "  --keep-layers N     layers whose activations skip the recompute (-1 = as many\n"
+            "                      as fit, the default; 0 = recompute all)\n"
+            "  --trace FILE        write a Chrome trace (chrome://tracing) of the timed steps\n");
 }
 
 static double now_s(void) {
@@ -82,7 +87,8 @@ int mt_bench_train(int argc, char **argv) {
     const preset *ps = &presets[2];
     int64_t over[6] = {0}; /* layers hidden heads kv ffn vocab */
     int64_t T = 2048, B = 8, steps = 4;
-    int M = 4, slots = 3, fp32 = 0;
+    int M = 4, slots = 3, fp32 = 0, host_ckpt = 0, keep = -1;
+    const char *trace_path = NULL;
     static const struct option opts[] = {
         {"preset", required_argument, 0, 'p'},  {"layers", required_argument, 0, 'L'},
         {"hidden", required_argument, 0, 'C'},  {"heads", required_argument, 0, 'H'},
@@ -91,6 +97,8 @@ int mt_bench_train(int argc, char **argv) {
         {"batch-size", required_argument, 0, 'b'}, {"micro-batches", required_argument, 0, 'm'},
         {"steps", required_argument, 0, 's'},   {"precision", required_argument, 0, 'P'},
         {"slots", required_argument, 0, 'k'},   {"help", no_argument, 0, 'h'},
+        {"host-checkpoints", no_argument, 0, 'c'}, {"trace", required_argument, 0, 'T'},
+        {"keep-layers", required_argument, 0, 'K' + 256},
         {0, 0, 0, 0},
     };
     optind = 1;
@@ -119,6 +127,9 @@ int mt_bench_train(int argc, char **argv) {
         case 'm': M = (int)v; break;
         case 's': steps = v; break;
         case 'k': slots = (int)v; break;
+        case 'c': host_ckpt = 1; break;
+        case 'K' + 256: keep = (int)v; break;
+        case 'T': trace_path = optarg; break;
         case 'P':
             if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) {
                 fprintf(stderr, "megatrain bench train: --precision must be bf16 or fp32\n");
@@ -167,12 +178,14 @@ int mt_bench_train(int argc, char **argv) {
     mt_host_store_init_random(&store, 1, 0.02f);
     printf("host store: %.1f GB (%.2f bytes/param), ready in %.1fs\n", store.bytes / 1e9,
            (double)store.bytes / table.n_params, now_s() - t0);
-    mt_cuda_backend_opts bo = {.precision = fp32 ? MT_GPU_FP32 : MT_GPU_BF16, .slots = slots};
+    mt_cuda_backend_opts bo = {.precision = fp32 ? MT_GPU_FP32 : MT_GPU_BF16, .slots = slots,
+                               .host_checkpoints = host_ckpt, .keep_layers = keep};
     t0 = now_s();
     mt_backend *be = mt_cuda_backend_create(&cfg, &table, &store, M, B, T, &bo, &err);
     if (!be) goto fail;
-    printf("gpu: %.2f GB allocated, host pinned in %.1fs\n",
-           mt_cuda_backend_device_bytes(be) / 1e9, now_s() - t0);
+    printf("gpu: %.2f GB allocated, %d of %lld layers keep their activations, host pinned in "
+           "%.1fs\n", mt_cuda_backend_device_bytes(be) / 1e9, mt_cuda_backend_kept_layers(be),
+           (long long)cfg.L, now_s() - t0);
     mt_optimizer opt = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
                         .max_grad_norm = 1.0f};
     opt.sched = mt_lr_schedule_make(MT_LR_CONSTANT, 1e-5, 0, steps + 1);
@@ -195,8 +208,10 @@ int mt_bench_train(int argc, char **argv) {
            "tok/s", "fwd_s", "bwd_s", "optwait_s", "H2D_GB/s", "D2H_GB/s");
     double sum_t = 0, prev = now_s();
     int timed = 0;
+    mt_trace trace = {0};
     for (int64_t s = 0; s <= steps; s++) {
         gt.waited_s = 0;
+        if (trace_path && s == 1) mt_cuda_backend_set_trace(be, &trace);
         double loss;
         if (mt_step_forward_backward(be, table.n_layers, &batch, &loss, &err)) goto fail;
         mt_cuda_backend_wait_grads(be);
@@ -204,6 +219,14 @@ int mt_bench_train(int argc, char **argv) {
         double total = 0;
         for (int l = 0; l < table.n_layers; l++) total += sq[l];
         mt_optim_report rep;
+        mt_optim_pipeline_wait_all(&pipe);
+        if (trace_path && s >= 2)
+            for (int l = 0; l < table.n_layers; l++) {
+                char name[32];
+                snprintf(name, sizeof name, "adamw L%d", l);
+                mt_trace_add(&trace, MT_TRACK_OPTIMIZER, name, pipe.t0_us[l],
+                             pipe.t1_us[l] - pipe.t0_us[l]);
+            }
         mt_optim_pipeline_start(&pipe, total, &rep);
         double t = now_s(), dt = t - prev;
         prev = t;
@@ -220,6 +243,11 @@ int mt_bench_train(int argc, char **argv) {
         }
     }
     mt_optim_pipeline_wait_all(&pipe);
+    if (trace_path) {
+        if (mt_trace_write(&trace, trace_path, &err)) goto fail;
+        printf("trace: %zu spans written to %s\n", trace.n, trace_path);
+        mt_trace_free(&trace);
+    }
     printf("optimizer: %.3fs per step on the CPU (%.2f Gparam/s), overlapped with the next "
            "forward\n", pipe.busy_s, table.n_params / pipe.busy_s / 1e9);
     double avg = sum_t / timed;

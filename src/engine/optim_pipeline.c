@@ -2,7 +2,11 @@
  * it got; the H2D side waits on that progress. */
 #include "engine/optim_pipeline.h"
 
+#include <stdlib.h>
 #include <time.h>
+
+#include "engine/trace.h"
+#include "util/mem.h"
 
 
 static double now_s(void) {
@@ -21,7 +25,9 @@ static void *worker(void *arg) {
         while (p->done < p->n_layers) {
             int l = p->done;
             pthread_mutex_unlock(&p->mu);
+            p->t0_us[l] = mt_trace_now_us();
             mt_optimizer_update_layer(p->opt, p->store, l, p->coef, p->lr);
+            p->t1_us[l] = mt_trace_now_us();
             pthread_mutex_lock(&p->mu);
             p->done++;
             pthread_cond_broadcast(&p->cv);
@@ -38,6 +44,8 @@ static void *worker(void *arg) {
 int mt_optim_pipeline_init(mt_optim_pipeline *p, mt_optimizer *opt, mt_host_store *store,
                            mt_error *err) {
     *p = (mt_optim_pipeline){.opt = opt, .store = store, .n_layers = store->table->n_layers};
+    p->t0_us = mt_calloc_or_die((size_t)p->n_layers, sizeof *p->t0_us);
+    p->t1_us = mt_calloc_or_die((size_t)p->n_layers, sizeof *p->t1_us);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     if (pthread_create(&p->thread, NULL, worker, p))
@@ -53,6 +61,8 @@ void mt_optim_pipeline_free(mt_optim_pipeline *p) {
     pthread_join(p->thread, NULL);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
+    free(p->t0_us);
+    free(p->t1_us);
 }
 
 void mt_optim_pipeline_start(mt_optim_pipeline *p, double total_sumsq, mt_optim_report *rep) {

@@ -21,6 +21,7 @@ typedef struct mt_optim_pipeline {
     float coef;
     double lr;
     double busy_s;    /* time the worker spent updating, last step */
+    double *t0_us, *t1_us; /* (n_layers) when each layer's update ran, last step */
 } mt_optim_pipeline;
 
 int mt_optim_pipeline_init(mt_optim_pipeline *p, mt_optimizer *opt, mt_host_store *store,

@@ -21,6 +21,8 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/engine_kernels.h"
+#include "backend/cuda/ops_fused.h"
+#include "engine/trace.h"
 #include "model/rope.h"
 #include "util/mem.h"
 
@@ -45,6 +47,7 @@ typedef struct acts {
     float *xmid;
     void *xn2_op; float *rstd2;
     float *gate32, *up32; void *mlp_op;
+    uint16_t *gate16, *up16;  /* fast path */
     float *xtmp;        /* recompute's unused output */
     /* backward */
     void *dx_op;
@@ -85,6 +88,10 @@ typedef struct cuda_backend {
     float *h_ckpt, *dck[2];
     cudaEvent_t dck_saved[2], dck_loaded[2], dck_free[2], dck_written[2];
     int attn_bf16;      /* bf16 flash kernel (HD 64/128); else fp32 attention */
+    /* bf16 fast path (no q/k norm, no biases, flash attention): products
+     * write bf16 and RoPE/SwiGLU work on bf16, as PyTorch's autocast does,
+     * instead of fp32 intermediates and separate casts. */
+    int fast;
     float *cos, *sin;
     int32_t *tokens, *targets, *emb_order, *emb_bounds;
     size_t *emb_groups; /* host (M) */
@@ -92,6 +99,9 @@ typedef struct cuda_backend {
     double *loss_dev, *sumsq_dev, *sumsq_scratch;
     double *h_loss, *h_sumsq; /* pinned */
     acts a;
+    acts *kept;         /* (n_keep * max_M) forward activations kept for backward */
+    int n_keep;         /* layers kept: the last n_keep decoder blocks */
+    size_t keep_unit_bytes;
     /* step state */
     int train;
     float dscale;
@@ -107,7 +117,32 @@ typedef struct cuda_backend {
     cudaEvent_t ev_start, ev_fwd_end, ev_end, ev_d2h_end;
     double h2d_bytes, d2h_bytes;
     mt_cuda_step_times times;
+    /* timeline (optional): spans between pairs of events, resolved at the
+     * end of the step against ev_base, whose host time is trace_base_us */
+    mt_trace *trace;
+    cudaEvent_t *tev;       /* (2 * TRACE_SPANS) */
+    struct { int track; char name[32]; } tspan[512];
+    int n_tspans;
+    cudaEvent_t ev_base;
+    double trace_base_us;
+    int span_open;          /* compute span of the bound layer */
 } cuda_backend;
+
+#define TRACE_SPANS 512
+
+/* Starts a span on `stream`; returns its index or -1 (tracing off/full). */
+static int span_begin(cuda_backend *cb, cudaStream_t stream, int track, const char *fmt, int a) {
+    if (!cb->trace || cb->n_tspans >= TRACE_SPANS) return -1;
+    int i = cb->n_tspans++;
+    cb->tspan[i].track = track;
+    snprintf(cb->tspan[i].name, sizeof cb->tspan[i].name, fmt, a);
+    CUDA_CHECK(cudaEventRecord(cb->tev[2 * i], stream));
+    return i;
+}
+
+static void span_end(cuda_backend *cb, cudaStream_t stream, int i) {
+    if (cb->trace && i >= 0) CUDA_CHECK(cudaEventRecord(cb->tev[2 * i + 1], stream));
+}
 
 /* ---- memory plan ---- */
 
@@ -179,20 +214,28 @@ static void plan(cuda_backend *cb, bump *b) {
     a->k_op = take_op(b, cb, N * KV, a->k32);
     a->v_op = take_op(b, cb, N * KV, a->v32);
     cb->attn_bf16 = bf && (c->HD == 64 || c->HD == 128);
+    cb->fast = cb->attn_bf16 && !c->qk_norm && !c->qkv_bias && c->HD % 8 == 0;
     a->att32 = cb->attn_bf16 ? NULL : TAKE_F(b, N * Q);
     a->att_op = bf ? take(b, N * Q * 2) : a->att32;
     a->lse = TAKE_F(b, N * c->NH);
     a->xmid = TAKE_F(b, N * C);
     a->xn2_op = take(b, N * C * op_size(cb));
     a->rstd2 = TAKE_F(b, N);
-    a->gate32 = TAKE_F(b, N * F);
-    a->up32 = TAKE_F(b, N * F);
+    if (cb->fast) {
+        a->gate16 = take(b, N * F * 2);
+        a->up16 = take(b, N * F * 2);
+    } else {
+        a->gate32 = TAKE_F(b, N * F);
+        a->up32 = TAKE_F(b, N * F);
+    }
     a->mlp_op = take(b, N * F * op_size(cb));
     a->xtmp = TAKE_F(b, N * C);
     a->dx_op = bf ? take(b, N * C * 2) : NULL; /* fp32: the dx of the micro-batch */
     a->dmlp32 = TAKE_F(b, N * F);
-    a->dgate32 = TAKE_F(b, N * F);
-    a->dup32 = TAKE_F(b, N * F);
+    if (!cb->fast) {
+        a->dgate32 = TAKE_F(b, N * F);
+        a->dup32 = TAKE_F(b, N * F);
+    }
     a->dgate_op = take_op(b, cb, N * F, a->dgate32);
     a->dup_op = take_op(b, cb, N * F, a->dup32);
     a->dxn32 = TAKE_F(b, N * C);
@@ -222,6 +265,32 @@ static void plan(cuda_backend *cb, bump *b) {
     a->row_loss = TAKE_F(b, N);
     size_t R = (size_t)cb->o.head_chunk < N ? (size_t)cb->o.head_chunk : N;
     a->head_scratch = take(b, mt_cuda_lm_head_scratch_bytes(cb->prec, R, c->V));
+    size_t before = b->used;
+    for (int u = 0; u < cb->n_keep * cb->max_M; u++) {
+        acts *k = &cb->kept[u];
+        k->xn1_op = take(b, N * C * 2);
+        k->rstd1 = TAKE_F(b, N);
+        k->q_op = take(b, N * Q * 2);
+        k->k_op = take(b, N * KV * 2);
+        k->v_op = take(b, N * KV * 2);
+        k->att_op = take(b, N * Q * 2);
+        k->lse = TAKE_F(b, N * c->NH);
+        k->xmid = TAKE_F(b, N * C);
+        k->xn2_op = take(b, N * C * 2);
+        k->rstd2 = TAKE_F(b, N);
+        k->gate16 = take(b, N * F * 2);
+        k->up16 = take(b, N * F * 2);
+        k->mlp_op = take(b, N * F * 2);
+    }
+    if (cb->n_keep) cb->keep_unit_bytes = (b->used - before) / ((size_t)cb->n_keep * cb->max_M);
+}
+
+/* Bytes of one kept (layer, micro-batch) unit of forward activations. */
+static size_t keep_unit_bytes(const cuda_backend *cb) {
+    const mt_config *c = cb->cfg;
+    size_t N = cb->N, Q = c->NH * c->HD, KV = c->NKV * c->HD;
+    return N * (c->C * 2 * 2 + c->C * 4 + (Q * 2 + KV * 2) * 2 + 3 * c->F * 2 + 8 + c->NH * 4) +
+           13 * 256;
 }
 
 static void default_opts(mt_cuda_backend_opts *o, const mt_cuda_backend_opts *in) {
@@ -269,9 +338,11 @@ static void upload(cuda_backend *cb, slot *s, int layer) {
     const mt_layer_desc *ld = &cb->t->layers[layer];
     if (cb->gate) cb->gate(cb->gate_ctx, layer);
     CUDA_CHECK(cudaStreamWaitEvent(cb->s_h2d, s->free, 0));
+    int sp = span_begin(cb, cb->s_h2d, MT_TRACK_H2D, "weights L%d", layer);
     CUDA_CHECK(cudaMemcpyAsync(s->w32, cb->store->w + ld->offset, ld->numel * sizeof(float),
                                cudaMemcpyHostToDevice, cb->s_h2d));
     if (cb->prec == MT_PREC_BF16) mt_cuda_cast_f32_to_bf16(cb->ctx_h2d, s->w16, s->w32, ld->numel);
+    span_end(cb, cb->s_h2d, sp);
     CUDA_CHECK(cudaEventRecord(s->ready, cb->s_h2d));
     cb->h2d_bytes += (double)ld->numel * sizeof(float);
     s->layer = layer;
@@ -315,6 +386,8 @@ static slot *bound_slot(cuda_backend *cb) {
 
 static void release_bound(cuda_backend *cb) {
     if (cb->bound < 0) return;
+    span_end(cb, cb->s_comp, cb->span_open);
+    cb->span_open = -1;
     CUDA_CHECK(cudaEventRecord(bound_slot(cb)->free, cb->s_comp));
     cb->bound = -1;
 }
@@ -367,6 +440,8 @@ static int cu_begin_step(mt_backend *be, const mt_batch *batch, float dscale, in
     cb->issued = 0;
     cb->bound = -1;
     cb->h2d_bytes = cb->d2h_bytes = 0;
+    cb->n_tspans = 0;
+    cb->span_open = -1;
     /* Weights changed since the last step: nothing resident is valid. */
     for (int k = 0; k < cb->o.slots; k++) {
         cb->slots[k].layer = -1;
@@ -390,6 +465,11 @@ static void cu_bind_layer(mt_backend *be, int layer, int backward) {
     MT_ASSERT(cb->issued > cb->cur);
     cb->bound = cb->slot_of[cb->cur];
     CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, bound_slot(cb)->ready, 0));
+    cb->span_open = span_begin(cb, cb->s_comp, MT_TRACK_COMPUTE,
+                               layer == cb->t->n_layers - 1 ? "head (L%d)"
+                               : backward                     ? "bwd L%d"
+                                                              : "fwd L%d",
+                               layer);
     cb->cur++;
     if (!backward) return;
     if (uses_embed_slot(cb, layer)) {
@@ -423,8 +503,10 @@ static void checkpoint_traffic(cuda_backend *cb, int layer, int backward) {
             int b = layer % 2;
             CUDA_CHECK(cudaEventRecord(cb->dck_written[b], cb->s_comp));
             CUDA_CHECK(cudaStreamWaitEvent(cb->s_d2h, cb->dck_written[b], 0));
+            int sp = span_begin(cb, cb->s_d2h, MT_TRACK_D2H, "save ckpt %d", layer);
             CUDA_CHECK(cudaMemcpyAsync(host, cb->dck[b], per * sizeof(float),
                                        cudaMemcpyDeviceToHost, cb->s_d2h));
+            span_end(cb, cb->s_d2h, sp);
             CUDA_CHECK(cudaEventRecord(cb->dck_saved[b], cb->s_d2h));
             cb->d2h_bytes += (double)per * sizeof(float);
         }
@@ -440,8 +522,10 @@ static void checkpoint_traffic(cuda_backend *cb, int layer, int backward) {
         CUDA_CHECK(cudaEventRecord(cb->dck_free[b], cb->s_comp));
         CUDA_CHECK(cudaStreamWaitEvent(cb->s_h2d, cb->dck_free[b], 0));
         CUDA_CHECK(cudaStreamWaitEvent(cb->s_h2d, cb->dck_saved[b], 0));
+        int sp = span_begin(cb, cb->s_h2d, MT_TRACK_H2D, "load ckpt %d", layer - 1);
         CUDA_CHECK(cudaMemcpyAsync(cb->dck[b], src, per * sizeof(float), cudaMemcpyHostToDevice,
                                    cb->s_h2d));
+        span_end(cb, cb->s_h2d, sp);
         CUDA_CHECK(cudaEventRecord(cb->dck_loaded[b], cb->s_h2d));
         cb->h2d_bytes += (double)per * sizeof(float);
     }
@@ -461,7 +545,99 @@ static void attn_check(int rc, const mt_error *err) {
     if (rc) MT_DIE("attention: %s", err->msg);
 }
 
+/* The bf16 fast path of block_forward (see cuda_backend.fast). */
+static void block_forward_fast(cuda_backend *cb, acts *a, int layer, const float *x, float *out) {
+    const mt_config *c = cb->cfg;
+    slot *s = bound_slot(cb);
+    mt_cuda_ctx *ctx = cb->ctx;
+    cudaStream_t st = cb->s_comp;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
+    mt_precision p = MT_PREC_BF16;
+    mt_error err;
+    mt_cuda_rmsnorm_forward(ctx, a->xn1_op, MT_DT_BF16, a->rstd1, x,
+                            W32(cb, s, layer, MT_T_ATTN_NORM), N, C, c->rms_eps);
+    mt_cuda_matmul_forward(ctx, p, a->q_op, MT_DT_BF16, a->xn1_op, W_op(cb, s, layer, MT_T_WQ),
+                           NULL, N, C, Q);
+    mt_cuda_matmul_forward(ctx, p, a->k_op, MT_DT_BF16, a->xn1_op, W_op(cb, s, layer, MT_T_WK),
+                           NULL, N, C, KV);
+    mt_cuda_matmul_forward(ctx, p, a->v_op, MT_DT_BF16, a->xn1_op, W_op(cb, s, layer, MT_T_WV),
+                           NULL, N, C, KV);
+    mt_cuda_rope_forward_bf16(st, a->q_op, cb->cos, cb->sin, cb->B, cb->T, c->NH, c->HD);
+    mt_cuda_rope_forward_bf16(st, a->k_op, cb->cos, cb->sin, cb->B, cb->T, c->NKV, c->HD);
+    attn_check(mt_attn_forward_bf16(a->att_op, NULL, a->lse, a->q_op, a->k_op, a->v_op, cb->B,
+                                    cb->T, c->NH, c->NKV, c->HD, st, &err), &err);
+    mt_cuda_matmul_forward(ctx, p, a->xmid, MT_DT_F32, a->att_op, W_op(cb, s, layer, MT_T_WO),
+                           NULL, N, Q, C);
+    mt_cuda_residual_add(ctx, a->xmid, a->xmid, x, N * C);
+    mt_cuda_rmsnorm_forward(ctx, a->xn2_op, MT_DT_BF16, a->rstd2, a->xmid,
+                            W32(cb, s, layer, MT_T_MLP_NORM), N, C, c->rms_eps);
+    mt_cuda_matmul_forward(ctx, p, a->gate16, MT_DT_BF16, a->xn2_op,
+                           W_op(cb, s, layer, MT_T_WGATE), NULL, N, C, F);
+    mt_cuda_matmul_forward(ctx, p, a->up16, MT_DT_BF16, a->xn2_op, W_op(cb, s, layer, MT_T_WUP),
+                           NULL, N, C, F);
+    mt_cuda_swiglu_forward_bf16(st, a->mlp_op, a->gate16, a->up16, N * F);
+    mt_cuda_matmul_forward(ctx, p, out, MT_DT_F32, a->mlp_op, W_op(cb, s, layer, MT_T_WDOWN),
+                           NULL, N, F, C);
+    mt_cuda_residual_add(ctx, out, out, a->xmid, N * C);
+}
+
+/* Forward activations are read from f (the scratch after a recompute, or a
+ * kept unit); gradient buffers come from the scratch. */
+static void block_backward_fast(cuda_backend *cb, const acts *f, int layer, const float *x,
+                                float *dx) {
+    const mt_config *c = cb->cfg;
+    acts *a = &cb->a;
+    slot *s = bound_slot(cb);
+    mt_cuda_ctx *ctx = cb->ctx;
+    cudaStream_t st = cb->s_comp;
+    float *g = cb->g_cur;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
+    mt_precision p = MT_PREC_BF16;
+    mt_error err;
+    to_op(cb, a->dx_op, dx, N * C);
+    mt_cuda_matmul_backward(ctx, p, a->dmlp32, false, G(cb, g, layer, MT_T_WDOWN), a->dx_op,
+                            f->mlp_op, W_op(cb, s, layer, MT_T_WDOWN), N, F, C);
+    mt_cuda_swiglu_backward_bf16(st, a->dgate_op, a->dup_op, a->dmlp32, f->gate16, f->up16, N * F);
+    mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WGATE), a->dgate_op,
+                            f->xn2_op, W_op(cb, s, layer, MT_T_WGATE), N, C, F);
+    mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WUP), a->dup_op,
+                            f->xn2_op, W_op(cb, s, layer, MT_T_WUP), N, C, F);
+    mt_cuda_rmsnorm_backward(ctx, dx, G(cb, g, layer, MT_T_MLP_NORM), a->colsum, a->dxn32,
+                             f->xmid, W32(cb, s, layer, MT_T_MLP_NORM), f->rstd2, N, C);
+    to_op(cb, a->dx_op, dx, N * C);
+    mt_cuda_matmul_backward(ctx, p, a->datt32, false, G(cb, g, layer, MT_T_WO), a->dx_op,
+                            f->att_op, W_op(cb, s, layer, MT_T_WO), N, Q, C);
+    to_op(cb, a->datt_op, a->datt32, N * Q);
+    attn_check(mt_attn_backward_bf16(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt_op,
+                                     f->q_op, f->k_op, f->v_op, f->att_op, f->lse, cb->B, cb->T,
+                                     c->NH, c->NKV, c->HD, st, &err), &err);
+    mt_cuda_rope_backward_to_bf16(st, a->dq_op, a->dq32, cb->cos, cb->sin, cb->B, cb->T, c->NH,
+                                  c->HD);
+    mt_cuda_rope_backward_to_bf16(st, a->dk_op, a->dk32, cb->cos, cb->sin, cb->B, cb->T, c->NKV,
+                                  c->HD);
+    to_op(cb, a->dv_op, a->dv32, N * KV);
+    mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WQ), a->dq_op,
+                            f->xn1_op, W_op(cb, s, layer, MT_T_WQ), N, C, Q);
+    mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WK), a->dk_op,
+                            f->xn1_op, W_op(cb, s, layer, MT_T_WK), N, C, KV);
+    mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WV), a->dv_op,
+                            f->xn1_op, W_op(cb, s, layer, MT_T_WV), N, C, KV);
+    mt_cuda_rmsnorm_backward(ctx, dx, G(cb, g, layer, MT_T_ATTN_NORM), a->colsum, a->dxn32, x,
+                             W32(cb, s, layer, MT_T_ATTN_NORM), f->rstd1, N, C);
+}
+
+/* The kept activation unit of (layer, mb), or NULL. */
+static acts *kept_unit(cuda_backend *cb, int layer, int mb) {
+    int first = (int)cb->cfg->L - cb->n_keep + 1; /* layer index of the first kept block */
+    if (!cb->n_keep || layer < first || layer > (int)cb->cfg->L) return NULL;
+    return &cb->kept[(layer - first) * cb->max_M + mb];
+}
+
 static void block_forward(cuda_backend *cb, int layer, const float *x, float *out) {
+    if (cb->fast) {
+        block_forward_fast(cb, &cb->a, layer, x, out);
+        return;
+    }
     const mt_config *c = cb->cfg;
     acts *a = &cb->a;
     slot *s = bound_slot(cb);
@@ -515,6 +691,10 @@ static void block_forward(cuda_backend *cb, int layer, const float *x, float *ou
 }
 
 static void block_backward(cuda_backend *cb, int layer, const float *x, float *dx) {
+    if (cb->fast) {
+        block_backward_fast(cb, &cb->a, layer, x, dx);
+        return;
+    }
     const mt_config *c = cb->cfg;
     acts *a = &cb->a;
     slot *s = bound_slot(cb);
@@ -596,7 +776,9 @@ static void cu_forward(mt_backend *be, int layer, int mb) {
                                   cb->cfg->C);
         return;
     }
-    block_forward(cb, layer, ckpt_at(cb, layer, mb), ckpt_at(cb, layer + 1, mb));
+    acts *k = cb->train ? kept_unit(cb, layer, mb) : NULL;
+    if (k) block_forward_fast(cb, k, layer, ckpt_at(cb, layer, mb), ckpt_at(cb, layer + 1, mb));
+    else block_forward(cb, layer, ckpt_at(cb, layer, mb), ckpt_at(cb, layer + 1, mb));
 }
 
 /* The output matrix and its gradient: the head's own, or layer 0's. */
@@ -646,6 +828,11 @@ static void cu_backward(mt_backend *be, int layer, int mb) {
                                    cb->cfg->C);
         return;
     }
+    acts *k = kept_unit(cb, layer, mb);
+    if (k) { /* activations kept since the forward: no recompute */
+        block_backward_fast(cb, k, layer, ckpt_at(cb, layer, mb), dx_at(cb, mb));
+        return;
+    }
     block_forward(cb, layer, ckpt_at(cb, layer, mb), cb->a.xtmp);
     block_backward(cb, layer, ckpt_at(cb, layer, mb), dx_at(cb, mb));
 }
@@ -658,8 +845,10 @@ static void cu_layer_grads_done(mt_backend *be, int layer) {
     mt_cuda_sumsq(cb->s_comp, cb->sumsq_dev + layer, cb->sumsq_scratch, cb->g_cur, ld->numel);
     CUDA_CHECK(cudaEventRecord(cb->grad_ready, cb->s_comp));
     CUDA_CHECK(cudaStreamWaitEvent(cb->s_d2h, cb->grad_ready, 0));
+    int sp = span_begin(cb, cb->s_d2h, MT_TRACK_D2H, "grads L%d", layer);
     CUDA_CHECK(cudaMemcpyAsync(cb->store->g + ld->offset, cb->g_cur, ld->numel * sizeof(float),
                                cudaMemcpyDeviceToHost, cb->s_d2h));
+    span_end(cb, cb->s_d2h, sp);
     cb->d2h_bytes += (double)ld->numel * sizeof(float);
     CUDA_CHECK(cudaEventRecord(uses_embed_slot(cb, layer) ? cb->embed_drained
                                                           : cb->gacc_drained[cb->gbuf],
@@ -683,6 +872,17 @@ static double cu_end_step(mt_backend *be) {
     CUDA_CHECK(cudaEventElapsedTime(&tot, cb->ev_start, cb->ev_end));
     cb->times = (mt_cuda_step_times){.forward_ms = fwd, .backward_ms = tot - fwd, .total_ms = tot,
                                      .h2d_bytes = cb->h2d_bytes, .d2h_bytes = cb->d2h_bytes};
+    if (cb->trace) {
+        CUDA_CHECK(cudaEventSynchronize(cb->ev_d2h_end));
+        CUDA_CHECK(cudaStreamSynchronize(cb->s_h2d));
+        for (int i = 0; i < cb->n_tspans; i++) {
+            float a = 0, b = 0;
+            CUDA_CHECK(cudaEventElapsedTime(&a, cb->ev_base, cb->tev[2 * i]));
+            CUDA_CHECK(cudaEventElapsedTime(&b, cb->ev_base, cb->tev[2 * i + 1]));
+            mt_trace_add(cb->trace, cb->tspan[i].track, cb->tspan[i].name,
+                         cb->trace_base_us + a * 1e3, (b - a) * 1e3);
+        }
+    }
     return *cb->h_loss;
 }
 
@@ -757,6 +957,20 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
     }
     bump b = {0};
     plan(cb, &b);
+    if (cb->fast && cb->o.keep_layers != 0) {
+        /* Keep whole layers (all micro-batches) with what memory is left,
+         * less a margin for cuBLAS and the CUDA context. */
+        size_t fr = 0, tot = 0;
+        CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
+        size_t margin = (size_t)4 << 30, per_layer = keep_unit_bytes(cb) * (size_t)max_M;
+        int fit = fr > b.used + margin ? (int)((fr - b.used - margin) / per_layer) : 0;
+        int want = cb->o.keep_layers < 0 ? (int)c->L : cb->o.keep_layers;
+        cb->n_keep = want < fit ? want : fit;
+        if (cb->n_keep > (int)c->L) cb->n_keep = (int)c->L;
+        cb->kept = mt_calloc_or_die((size_t)(cb->n_keep ? cb->n_keep : 1) * max_M, sizeof *cb->kept);
+        b = (bump){0};
+        plan(cb, &b);
+    }
     cb->dev_bytes = b.used;
     cudaError_t e = cudaMalloc((void **)&cb->dev_base, b.used);
     if (e != cudaSuccess) {
@@ -860,11 +1074,31 @@ void mt_cuda_backend_free(mt_backend *be) {
     if (cb->h_loss) cudaFreeHost(cb->h_loss);
     if (cb->h_sumsq) cudaFreeHost(cb->h_sumsq);
     if (cb->h_ckpt) cudaFreeHost(cb->h_ckpt);
+    if (cb->tev) {
+        for (int i = 0; i < 2 * TRACE_SPANS; i++) cudaEventDestroy(cb->tev[i]);
+        cudaEventDestroy(cb->ev_base);
+        free(cb->tev);
+    }
     cudaFree(cb->dev_base);
     free(cb->h_order);
     free(cb->h_bounds);
     free(cb->emb_groups);
+    free(cb->kept);
     free(cb);
+}
+
+void mt_cuda_backend_set_trace(mt_backend *be, mt_trace *trace) {
+    cuda_backend *cb = (cuda_backend *)be;
+    if (!cb->tev) {
+        cb->tev = mt_calloc_or_die(2 * TRACE_SPANS, sizeof *cb->tev);
+        for (int i = 0; i < 2 * TRACE_SPANS; i++) make_event(&cb->tev[i], 1);
+        make_event(&cb->ev_base, 1);
+    }
+    /* One moment seen by both clocks: the event, then the host, at once. */
+    CUDA_CHECK(cudaEventRecord(cb->ev_base, cb->s_comp));
+    CUDA_CHECK(cudaEventSynchronize(cb->ev_base));
+    cb->trace_base_us = mt_trace_now_us();
+    cb->trace = trace;
 }
 
 void mt_cuda_backend_set_weight_gate(mt_backend *be, mt_weight_gate_fn fn, void *ctx) {
@@ -886,6 +1120,8 @@ void mt_cuda_backend_times(mt_backend *be, mt_cuda_step_times *t) {
 }
 
 size_t mt_cuda_backend_device_bytes(mt_backend *be) { return ((cuda_backend *)be)->dev_bytes; }
+
+int mt_cuda_backend_kept_layers(mt_backend *be) { return ((cuda_backend *)be)->n_keep; }
 
 void mt_cuda_backend_logits(mt_backend *be, int mb, int64_t row, float *logits) {
     cuda_backend *cb = (cuda_backend *)be;

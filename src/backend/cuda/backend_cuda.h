@@ -20,6 +20,10 @@ typedef struct mt_cuda_backend_opts {
     int slots;            /* weight slots in the ring, >= 2 (default 3) */
     int head_chunk;       /* rows of logits held at once (default 4096) */
     int host_checkpoints; /* keep layer inputs in pinned host memory, not on the GPU */
+    /* Layers whose forward activations stay on the GPU until their
+     * backward, which then skips the recompute (bf16 fast path only).
+     * -1: as many as fit in the GPU memory left after everything else. */
+    int keep_layers;
 } mt_cuda_backend_opts;
 
 /* Called (on the thread that drives the step) before layer l's weights are
@@ -40,6 +44,12 @@ void mt_cuda_backend_free(mt_backend *be);
 
 void mt_cuda_backend_set_weight_gate(mt_backend *be, mt_weight_gate_fn fn, void *ctx);
 
+/* Records every later step's copies and layer computations into trace
+ * (the caller writes it out with mt_trace_write). Costs a few hundred
+ * events per step and a synchronisation at its end. */
+struct mt_trace;
+void mt_cuda_backend_set_trace(mt_backend *be, struct mt_trace *trace);
+
 /* Squared L2 norm of each layer's gradient of the last step (n_layers),
  * computed on the GPU before the gradient left it. Valid after end_step. */
 const double *mt_cuda_backend_layer_sumsq(mt_backend *be);
@@ -53,6 +63,9 @@ typedef struct mt_cuda_step_times {
     double h2d_bytes, d2h_bytes;
 } mt_cuda_step_times;
 void mt_cuda_backend_times(mt_backend *be, mt_cuda_step_times *t);
+
+/* Decoder layers whose activations are kept instead of recomputed. */
+int mt_cuda_backend_kept_layers(mt_backend *be);
 
 /* Peak device memory the backend allocated, bytes. */
 size_t mt_cuda_backend_device_bytes(mt_backend *be);
