@@ -50,7 +50,9 @@ static void usage(FILE *f) {
             "  --host-checkpoints  keep layer inputs in host memory, not on the GPU\n"
             "  --keep-layers N     layers whose activations skip the recompute (-1 = as many\n"
             "                      as fit, the default; 0 = recompute all)\n"
-            "  --trace FILE        write a Chrome trace (chrome://tracing) of the timed steps\n");
+            "  --trace FILE        write a Chrome trace (chrome://tracing) of the timed steps\n"
+            "  --grads gpu|host    where gradients wait for the optimizer (default gpu:\n"
+            "                      12 host bytes per parameter; host: 16, flat GPU memory)\n");
 }
 
 static double now_s(void) {
@@ -72,6 +74,12 @@ static void timed_gate(void *ctx, int layer) {
     g->waited_s += now_s() - t0;
 }
 
+static const float *grads_begin(void *be, int layer) {
+    return mt_cuda_backend_grads_begin(be, layer);
+}
+
+static void grads_wait(void *be, int layer) { mt_cuda_backend_grads_wait(be, layer); }
+
 static size_t host_rss_bytes(void) {
     FILE *f = fopen("/proc/self/statm", "r");
     long pages = 0, rss = 0;
@@ -87,7 +95,7 @@ int mt_bench_train(int argc, char **argv) {
     const preset *ps = &presets[2];
     int64_t over[6] = {0}; /* layers hidden heads kv ffn vocab */
     int64_t T = 2048, B = 8, steps = 4;
-    int M = 4, slots = 3, fp32 = 0, host_ckpt = 0, keep = -1;
+    int M = 4, slots = 3, fp32 = 0, host_ckpt = 0, keep = -1, gpu_grads = 1;
     const char *trace_path = NULL;
     static const struct option opts[] = {
         {"preset", required_argument, 0, 'p'},  {"layers", required_argument, 0, 'L'},
@@ -99,6 +107,7 @@ int mt_bench_train(int argc, char **argv) {
         {"slots", required_argument, 0, 'k'},   {"help", no_argument, 0, 'h'},
         {"host-checkpoints", no_argument, 0, 'c'}, {"trace", required_argument, 0, 'T'},
         {"keep-layers", required_argument, 0, 'K' + 256},
+        {"grads", required_argument, 0, 'G' + 256},
         {0, 0, 0, 0},
     };
     optind = 1;
@@ -129,6 +138,13 @@ int mt_bench_train(int argc, char **argv) {
         case 'k': slots = (int)v; break;
         case 'c': host_ckpt = 1; break;
         case 'K' + 256: keep = (int)v; break;
+        case 'G' + 256:
+            if (strcmp(optarg, "gpu") && strcmp(optarg, "host")) {
+                fprintf(stderr, "megatrain bench train: --grads must be gpu or host\n");
+                return 2;
+            }
+            gpu_grads = !strcmp(optarg, "gpu");
+            break;
         case 'T': trace_path = optarg; break;
         case 'P':
             if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) {
@@ -174,12 +190,13 @@ int mt_bench_train(int argc, char **argv) {
            (long long)T, tokens, fp32 ? "fp32" : "bf16", slots);
     double t0 = now_s();
     mt_host_store store;
-    if (mt_host_store_init(&store, &table, &err)) goto fail;
+    if (mt_host_store_create(&store, &table, !gpu_grads, &err)) goto fail;
     mt_host_store_init_random(&store, 1, 0.02f);
     printf("host store: %.1f GB (%.2f bytes/param), ready in %.1fs\n", store.bytes / 1e9,
            (double)store.bytes / table.n_params, now_s() - t0);
     mt_cuda_backend_opts bo = {.precision = fp32 ? MT_GPU_FP32 : MT_GPU_BF16, .slots = slots,
-                               .host_checkpoints = host_ckpt, .keep_layers = keep};
+                               .host_checkpoints = host_ckpt, .keep_layers = keep,
+                               .gpu_grads = gpu_grads};
     t0 = now_s();
     mt_backend *be = mt_cuda_backend_create(&cfg, &table, &store, M, B, T, &bo, &err);
     if (!be) goto fail;
@@ -191,7 +208,8 @@ int mt_bench_train(int argc, char **argv) {
     opt.sched = mt_lr_schedule_make(MT_LR_CONSTANT, 1e-5, 0, steps + 1);
     if (mt_optim_cpu_init(&opt.cpu, 0, &err)) goto fail;
     mt_optim_pipeline pipe;
-    if (mt_optim_pipeline_init(&pipe, &opt, &store, &err)) goto fail;
+    mt_grad_source src = {be, grads_begin, grads_wait};
+    if (mt_optim_pipeline_init(&pipe, &opt, &store, &src, &err)) goto fail;
     gate_timer gt = {.p = &pipe};
     mt_cuda_backend_set_weight_gate(be, timed_gate, &gt);
 
@@ -214,7 +232,7 @@ int mt_bench_train(int argc, char **argv) {
         if (trace_path && s == 1) mt_cuda_backend_set_trace(be, &trace);
         double loss;
         if (mt_step_forward_backward(be, table.n_layers, &batch, &loss, &err)) goto fail;
-        mt_cuda_backend_wait_grads(be);
+        if (!gpu_grads) mt_cuda_backend_wait_grads(be);
         const double *sq = mt_cuda_backend_layer_sumsq(be);
         double total = 0;
         for (int l = 0; l < table.n_layers; l++) total += sq[l];

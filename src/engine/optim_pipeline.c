@@ -15,6 +15,15 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static const float *grad_begin(mt_optim_pipeline *p, int layer) {
+    if (p->src.begin) return p->src.begin(p->src.ctx, layer);
+    return p->store->g + p->store->table->layers[layer].offset;
+}
+
+static void grad_wait(mt_optim_pipeline *p, int layer) {
+    if (p->src.wait) p->src.wait(p->src.ctx, layer);
+}
+
 static void *worker(void *arg) {
     mt_optim_pipeline *p = arg;
     pthread_mutex_lock(&p->mu);
@@ -22,11 +31,15 @@ static void *worker(void *arg) {
         while (!p->quit && !(p->running && p->done < p->n_layers)) pthread_cond_wait(&p->cv, &p->mu);
         if (p->quit) break;
         double t0 = now_s();
+        const float *g = grad_begin(p, 0);
         while (p->done < p->n_layers) {
             int l = p->done;
             pthread_mutex_unlock(&p->mu);
             p->t0_us[l] = mt_trace_now_us();
-            mt_optimizer_update_layer(p->opt, p->store, l, p->coef, p->lr);
+            grad_wait(p, l);
+            const float *next = l + 1 < p->n_layers ? grad_begin(p, l + 1) : NULL;
+            mt_optimizer_update_layer(p->opt, p->store, l, g, p->coef, p->lr);
+            g = next;
             p->t1_us[l] = mt_trace_now_us();
             pthread_mutex_lock(&p->mu);
             p->done++;
@@ -42,8 +55,9 @@ static void *worker(void *arg) {
 }
 
 int mt_optim_pipeline_init(mt_optim_pipeline *p, mt_optimizer *opt, mt_host_store *store,
-                           mt_error *err) {
+                           const mt_grad_source *src, mt_error *err) {
     *p = (mt_optim_pipeline){.opt = opt, .store = store, .n_layers = store->table->n_layers};
+    if (src) p->src = *src;
     p->t0_us = mt_calloc_or_die((size_t)p->n_layers, sizeof *p->t0_us);
     p->t1_us = mt_calloc_or_die((size_t)p->n_layers, sizeof *p->t1_us);
     pthread_mutex_init(&p->mu, NULL);

@@ -8,9 +8,19 @@
 
 #include "engine/optimizer.h"
 
+/* Where the worker finds layer l's gradient: begin(l) starts making it
+ * available and returns where it will be, wait(l) blocks until it is.
+ * Two layers may be in flight (l and l+1). NULL: the store's g array. */
+typedef struct mt_grad_source {
+    void *ctx;
+    const float *(*begin)(void *ctx, int layer);
+    void (*wait)(void *ctx, int layer);
+} mt_grad_source;
+
 typedef struct mt_optim_pipeline {
     mt_optimizer *opt;
     mt_host_store *store;
+    mt_grad_source src;
     int n_layers;
     pthread_t thread;
     pthread_mutex_t mu;
@@ -25,7 +35,7 @@ typedef struct mt_optim_pipeline {
 } mt_optim_pipeline;
 
 int mt_optim_pipeline_init(mt_optim_pipeline *p, mt_optimizer *opt, mt_host_store *store,
-                           mt_error *err);
+                           const mt_grad_source *src, mt_error *err);
 void mt_optim_pipeline_free(mt_optim_pipeline *p);
 
 /* Starts the update of every layer from the gradient in the store, given

@@ -30,9 +30,10 @@ typedef struct mt_optim_report {
 /* Global norm of the gradient of layer l (sum of squares). */
 double mt_optimizer_layer_sumsq(const mt_optimizer *o, const mt_host_store *s, int layer);
 
-/* Updates layer l's tensors with the given coefficient and learning rate. */
+/* Updates layer l's tensors with the given coefficient and learning rate;
+ * g is layer l's gradient, laid out like the layer's range of the store. */
 void mt_optimizer_update_layer(const mt_optimizer *o, mt_host_store *s, int layer,
-                               float clip_coef, double lr);
+                               const float *g, float clip_coef, double lr);
 
 /* Clip coefficient and learning rate of the next update from the global
  * sum of squares of the gradient. */

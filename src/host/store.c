@@ -19,23 +19,29 @@ static void parallel_zero(float *p, size_t n) {
 }
 
 int mt_host_store_init(mt_host_store *s, const mt_param_table *t, mt_error *err) {
+    return mt_host_store_create(s, t, 1, err);
+}
+
+int mt_host_store_create(mt_host_store *s, const mt_param_table *t, int grads, mt_error *err) {
     memset(s, 0, sizeof *s);
     s->table = t;
     size_t bytes;
     if (!mt_mul_size(t->total, sizeof(float), &bytes))
         return mt_errorf(err, "model too large for this machine's address space");
     float **arrays[] = {&s->w, &s->m, &s->v, &s->g};
-    for (size_t i = 0; i < 4; i++) {
+    size_t n_arrays = grads ? 4 : 3;
+    for (size_t i = 0; i < n_arrays; i++) {
         *arrays[i] = mt_aligned_alloc_try(PAGE, bytes);
         if (!*arrays[i]) {
             mt_host_store_free(s);
             return mt_errorf(err, "host memory: could not allocate %.2f GiB for the model "
-                             "state (4 arrays of %.2f GiB); use a smaller model or a machine "
-                             "with more RAM", 4.0 * bytes / (1 << 30), (double)bytes / (1 << 30));
+                             "state (%zu arrays of %.2f GiB); use a smaller model or a machine "
+                             "with more RAM", (double)n_arrays * bytes / (1 << 30), n_arrays,
+                             (double)bytes / (1 << 30));
         }
         parallel_zero(*arrays[i], t->total);
     }
-    s->bytes = 4 * bytes;
+    s->bytes = n_arrays * bytes;
     return 0;
 }
 

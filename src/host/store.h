@@ -16,12 +16,16 @@ typedef struct mt_host_store {
     float *w;   /* (total) master weights */
     float *m;   /* (total) Adam first moment */
     float *v;   /* (total) Adam second moment */
-    float *g;   /* (total) gradient of the current step */
+    float *g;   /* (total) gradient of the current step, or NULL */
     size_t bytes;
 } mt_host_store;
 
-/* Allocates and zero-fills all arrays. Fails with a message giving the
- * bytes needed when memory is short. */
+/* Allocates and zero-fills w, m, v and, if grads, g (without it g is NULL:
+ * the gradient waits on the GPU). Fails with a message giving the bytes
+ * needed when memory is short. */
+int mt_host_store_create(mt_host_store *s, const mt_param_table *t, int grads, mt_error *err);
+
+/* mt_host_store_create with the gradient array. */
 int mt_host_store_init(mt_host_store *s, const mt_param_table *t, mt_error *err);
 void mt_host_store_free(mt_host_store *s);
 

@@ -135,7 +135,7 @@ static void train(mt_fixture *f, int gpu, mt_gpu_precision prec, int steps, doub
         mt_cuda_backend_opts o = {.precision = prec};
         be = mt_cuda_backend_create(&f->cfg, &f->table, &f->store, M, B, T, &o, &err);
         cr_assert_not_null(be, "%s", err.msg);
-        cr_assert_eq(mt_optim_pipeline_init(&pipe, &opt, &f->store, &err), 0);
+        cr_assert_eq(mt_optim_pipeline_init(&pipe, &opt, &f->store, NULL, &err), 0);
         mt_cuda_backend_set_weight_gate(be, mt_optim_pipeline_gate, &pipe);
     } else {
         be = mt_cpu_backend_create(&f->cfg, &f->table, &f->store, M, B, T, &err);

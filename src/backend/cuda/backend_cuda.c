@@ -80,6 +80,10 @@ typedef struct cuda_backend {
     cudaEvent_t gacc_drained[2];
     cudaEvent_t grad_ready;
     float *gacc_embed;  /* tied models: layer 0's gradient, alive all backward */
+    float *gacc_all;    /* gpu_grads: (total) every layer's gradient */
+    float *h_stage[2];  /* gpu_grads: pinned staging for the optimizer */
+    cudaStream_t s_fetch;
+    cudaEvent_t fetched[2];
     cudaEvent_t embed_drained;
     float *ckpt, *dx;   /* ckpt: (n_layers, M, N, C) on the GPU, or NULL with host checkpoints */
     /* Host checkpoints: layer inputs live in h_ckpt (pinned); the GPU keeps
@@ -177,10 +181,15 @@ static void plan(cuda_backend *cb, bump *b) {
         size_t ne = t->layers[0].numel;
         cb->embed_slot.w32 = TAKE_F(b, ne);
         cb->embed_slot.w16 = bf ? take(b, ne * 2) : NULL;
-        cb->gacc_embed = TAKE_F(b, ne);
     }
-    cb->gacc[0] = TAKE_F(b, lw);
-    cb->gacc[1] = TAKE_F(b, lw);
+    if (cb->o.gpu_grads) {
+        cb->gacc_all = TAKE_F(b, t->total);
+        if (c->tie_embeddings) cb->gacc_embed = cb->gacc_all + t->layers[0].offset;
+    } else {
+        if (c->tie_embeddings) cb->gacc_embed = TAKE_F(b, t->layers[0].numel);
+        cb->gacc[0] = TAKE_F(b, lw);
+        cb->gacc[1] = TAKE_F(b, lw);
+    }
     if (cb->o.host_checkpoints) {
         cb->dck[0] = TAKE_F(b, (size_t)cb->max_M * N * C);
         cb->dck[1] = TAKE_F(b, (size_t)cb->max_M * N * C);
@@ -426,10 +435,11 @@ static int cu_begin_step(mt_backend *be, const mt_batch *batch, float dscale, in
     CUDA_CHECK(cudaMemcpyAsync(cb->emb_bounds, cb->h_bounds, (size_t)batch->M * (N + 1) * 4,
                                cudaMemcpyHostToDevice, cb->s_comp));
     CUDA_CHECK(cudaMemsetAsync(cb->loss_dev, 0, sizeof(double), cb->s_comp));
-    if (train && c->tie_embeddings) CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->embed_drained, 0));
-    if (train && c->tie_embeddings)
+    if (train && c->tie_embeddings && !cb->o.gpu_grads) {
+        CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->embed_drained, 0));
         CUDA_CHECK(cudaMemsetAsync(cb->gacc_embed, 0, cb->t->layers[0].numel * sizeof(float),
                                    cb->s_comp));
+    }
     /* The bind order of the step: forward 0..L, the head, backward L..0. */
     int nl = cb->t->n_layers, n = 0;
     for (int l = 0; l < nl; l++) cb->seq[n++] = l;
@@ -474,6 +484,19 @@ static void cu_bind_layer(mt_backend *be, int layer, int backward) {
     if (!backward) return;
     if (uses_embed_slot(cb, layer)) {
         cb->g_cur = cb->gacc_embed;
+        return;
+    }
+    if (cb->o.gpu_grads) {
+        /* The optimizer fetched the last step's gradient of this layer
+         * before its forward could bind it (weight gate), so clearing it
+         * now is safe; a tied embedding is cleared with the head, its
+         * first contributor. */
+        cb->g_cur = cb->gacc_all + cb->t->layers[layer].offset;
+        CUDA_CHECK(cudaMemsetAsync(cb->g_cur, 0, cb->t->layers[layer].numel * sizeof(float),
+                                   cb->s_comp));
+        if (cb->cfg->tie_embeddings && layer == cb->t->n_layers - 1)
+            CUDA_CHECK(cudaMemsetAsync(cb->gacc_embed, 0,
+                                       cb->t->layers[0].numel * sizeof(float), cb->s_comp));
         return;
     }
     /* Alternate accumulators; wait until this one's last drain finished. */
@@ -843,6 +866,7 @@ static void cu_layer_grads_done(mt_backend *be, int layer) {
     /* With tied embeddings the head's matrix gradient lives in layer 0's
      * accumulator, which drains when layer 0 is done. */
     mt_cuda_sumsq(cb->s_comp, cb->sumsq_dev + layer, cb->sumsq_scratch, cb->g_cur, ld->numel);
+    if (cb->o.gpu_grads) return; /* the optimizer fetches it */
     CUDA_CHECK(cudaEventRecord(cb->grad_ready, cb->s_comp));
     CUDA_CHECK(cudaStreamWaitEvent(cb->s_d2h, cb->grad_ready, 0));
     int sp = span_begin(cb, cb->s_d2h, MT_TRACK_D2H, "grads L%d", layer);
@@ -913,8 +937,9 @@ static int pin_store(cuda_backend *cb, int on, mt_error *err) {
     const mt_param_table *t = cb->t;
     for (int l = 0; l < t->n_layers; l++) {
         const mt_layer_desc *ld = &t->layers[l];
-        float *arrays[] = {cb->store->w + ld->offset, cb->store->g + ld->offset};
+        float *arrays[] = {cb->store->w + ld->offset, cb->store->g ? cb->store->g + ld->offset : NULL};
         for (int i = 0; i < 2; i++) {
+            if (!arrays[i]) continue;
             if (!on) {
                 cudaHostUnregister(arrays[i]);
                 continue;
@@ -936,6 +961,8 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
         return mt_errorf(err, "no CUDA GPU is visible; use --device cpu"), NULL;
     if (max_M <= 0 || B <= 0 || T <= 0)
         return mt_errorf(err, "micro-batch shape must be positive"), NULL;
+    if (!(o && o->gpu_grads) && !store->g)
+        return mt_errorf(err, "internal: host gradients need a host store with a g array"), NULL;
     if (c->HD % 4 || c->C % 4)
         return mt_errorf(err, "the CUDA backend needs hidden_size and head_dim divisible by 4"),
                NULL;
@@ -1004,6 +1031,13 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
         CUDA_CHECK(cudaEventRecord(cb->gacc_drained[i], cb->s_d2h));
     }
     make_event(&cb->grad_ready, 0);
+    if (cb->o.gpu_grads) {
+        CUDA_CHECK(cudaStreamCreateWithFlags(&cb->s_fetch, cudaStreamNonBlocking));
+        for (int i = 0; i < 2; i++) {
+            make_event(&cb->fetched[i], 0);
+            CUDA_CHECK(cudaMallocHost((void **)&cb->h_stage[i], t->max_layer_numel * sizeof(float)));
+        }
+    }
     make_event(&cb->embed_drained, 0);
     CUDA_CHECK(cudaEventRecord(cb->embed_drained, cb->s_d2h));
     for (int i = 0; i < 2; i++) {
@@ -1074,6 +1108,11 @@ void mt_cuda_backend_free(mt_backend *be) {
     if (cb->h_loss) cudaFreeHost(cb->h_loss);
     if (cb->h_sumsq) cudaFreeHost(cb->h_sumsq);
     if (cb->h_ckpt) cudaFreeHost(cb->h_ckpt);
+    for (int i = 0; i < 2; i++) {
+        if (cb->h_stage[i]) cudaFreeHost(cb->h_stage[i]);
+        if (cb->fetched[i]) cudaEventDestroy(cb->fetched[i]);
+    }
+    if (cb->s_fetch) cudaStreamDestroy(cb->s_fetch);
     if (cb->tev) {
         for (int i = 0; i < 2 * TRACE_SPANS; i++) cudaEventDestroy(cb->tev[i]);
         cudaEventDestroy(cb->ev_base);
@@ -1109,6 +1148,24 @@ void mt_cuda_backend_set_weight_gate(mt_backend *be, mt_weight_gate_fn fn, void 
 
 const double *mt_cuda_backend_layer_sumsq(mt_backend *be) {
     return ((cuda_backend *)be)->h_sumsq;
+}
+
+const float *mt_cuda_backend_grads_begin(mt_backend *be, int layer) {
+    cuda_backend *cb = (cuda_backend *)be;
+    const mt_layer_desc *ld = &cb->t->layers[layer];
+    if (!cb->o.gpu_grads) return cb->store->g + ld->offset;
+    float *dst = cb->h_stage[layer % 2];
+    /* ev_end (the step's last compute) has completed before the optimizer
+     * runs, so the accumulators are final. */
+    CUDA_CHECK(cudaMemcpyAsync(dst, cb->gacc_all + ld->offset, ld->numel * sizeof(float),
+                               cudaMemcpyDeviceToHost, cb->s_fetch));
+    CUDA_CHECK(cudaEventRecord(cb->fetched[layer % 2], cb->s_fetch));
+    return dst;
+}
+
+void mt_cuda_backend_grads_wait(mt_backend *be, int layer) {
+    cuda_backend *cb = (cuda_backend *)be;
+    if (cb->o.gpu_grads) CUDA_CHECK(cudaEventSynchronize(cb->fetched[layer % 2]));
 }
 
 void mt_cuda_backend_wait_grads(mt_backend *be) {

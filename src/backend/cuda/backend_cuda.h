@@ -24,6 +24,12 @@ typedef struct mt_cuda_backend_opts {
      * backward, which then skips the recompute (bf16 fast path only).
      * -1: as many as fit in the GPU memory left after everything else. */
     int keep_layers;
+    /* Where gradients wait for the optimizer. 0: the host store's g array
+     * (GPU memory independent of depth; 16 host bytes per parameter).
+     * 1: one fp32 accumulator per parameter on the GPU, fetched by the
+     * optimizer layer by layer (12 host bytes per parameter; GPU memory
+     * grows by 4 bytes per parameter). */
+    int gpu_grads;
 } mt_cuda_backend_opts;
 
 /* Called (on the thread that drives the step) before layer l's weights are
@@ -56,6 +62,13 @@ const double *mt_cuda_backend_layer_sumsq(mt_backend *be);
 
 /* Waits until every gradient copy of the last step has reached the host. */
 void mt_cuda_backend_wait_grads(mt_backend *be);
+
+/* gpu_grads mode: starts copying layer l's gradient into one of two pinned
+ * staging buffers (by the parity of l) and returns it; call
+ * mt_cuda_backend_grads_wait before reading it. Safe from another thread
+ * than the one driving the step. In host mode it returns the store's g. */
+const float *mt_cuda_backend_grads_begin(mt_backend *be, int layer);
+void mt_cuda_backend_grads_wait(mt_backend *be, int layer);
 
 /* Per-step timings in ms of the last step, measured with events. */
 typedef struct mt_cuda_step_times {
