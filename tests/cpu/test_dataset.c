@@ -1,0 +1,455 @@
+/* Data pipeline tests: formats, loss masks, chat rendering against
+ * transformers (fixture from scripts/make_chat_fixture.py), packing,
+ * shuffling, resume, malformed lines, .mtok round trip and corruption.
+ * Every comparison is exact: tokens and bytes have no tolerance. */
+#include <criterion/criterion.h>
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/chat.h"
+#include "data/dataset.h"
+#include "io/file.h"
+#include "testlib.h"
+
+static char *write_tmp(const char *dir, const char *name, const char *text) {
+    char *p = mt_path_join(dir, name);
+    FILE *f = fopen(p, "wb");
+    cr_assert(f);
+    fwrite(text, 1, strlen(text), f);
+    fclose(f);
+    return p;
+}
+
+static mt_dataset *open_data(const char *path, const char *format, const mt_tokenizer *tok,
+                             int64_t vocab, int skip, mt_error *err) {
+    mt_data_opts o = {.path = path, .format = format, .skip_bad_lines = skip, .seed = 7, .epochs = 2};
+    return mt_dataset_open(&o, tok, vocab, err);
+}
+
+/* Corpus tokens and loss flags of a dataset, in file order. */
+static void corpus_of(const mt_dataset *d, int32_t *ids, int *keep, size_t n) {
+    const mt_mtok *m = mt_dataset_corpus(d);
+    cr_assert_eq(m->n_tokens, n);
+    for (size_t i = 0; i < n; i++) ids[i] = (int32_t)mt_mtok_token(m, i), keep[i] = mt_mtok_trainable(m, i);
+}
+
+Test(dataset, text_and_completion_with_byte_tokenizer) {
+    char *dir = mt_test_tmpdir();
+    mt_tokenizer *tok = mt_tokenizer_bytes();
+    mt_error err = {{0}};
+    char *p = write_tmp(dir, "t.jsonl", "{\"text\": \"ab\"}\n{\"text\": \"c\"}\n");
+    mt_dataset *d = open_data(p, "auto", tok, 258, 0, &err);
+    cr_assert(d, "%s", err.msg);
+    int32_t ids[7], want[7] = {256, 'a', 'b', 257, 256, 'c', 257};
+    int keep[7];
+    corpus_of(d, ids, keep, 7);
+    for (int i = 0; i < 7; i++) cr_expect(ids[i] == want[i] && keep[i], "token %d", i);
+    mt_data_stats s = mt_dataset_stats(d);
+    cr_expect(s.documents == 2 && s.tokens == 7 && s.trainable == 7 && !strcmp(s.format, "text"));
+    mt_dataset_free(d);
+    free(p);
+
+    p = write_tmp(dir, "c.jsonl", "{\"prompt\": \"ab\", \"completion\": \"cd\"}\n");
+    d = open_data(p, "auto", tok, 258, 0, &err);
+    cr_assert(d, "%s", err.msg);
+    int32_t want2[6] = {256, 'a', 'b', 'c', 'd', 257};
+    int keep2[6] = {0, 0, 0, 1, 1, 1};  // loss on the completion and its EOS only
+    corpus_of(d, ids, keep, 6);
+    for (int i = 0; i < 6; i++) cr_expect(ids[i] == want2[i] && keep[i] == keep2[i], "token %d", i);
+    cr_expect_eq(mt_dataset_stats(d).trainable, 3);
+    int32_t x[5], y[5];
+    cr_assert_eq(mt_dataset_next_batch(d, 1, 5, x, y), 0);
+    int32_t wy[5] = {-100, -100, 'c', 'd', 257};  // targets of inputs BOS a b c d
+    for (int i = 0; i < 5; i++) cr_expect(x[i] == want2[i] && y[i] == wy[i], "position %d", i);
+    mt_dataset_free(d);
+    free(p);
+    mt_tokenizer_free(tok);
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+/* tiny_sp (SentencePiece-style): the completion split must not change ids. */
+Test(dataset, completion_ids_equal_whole_text_encoding) {
+    char *dir = mt_test_tmpdir();
+    char *tp = mt_path_join(mt_test_fixtures_dir(), "tokenizer/tiny_sp.json");
+    mt_error err = {{0}};
+    mt_tokenizer *tok = mt_tokenizer_load(tp, &err);
+    cr_assert(tok, "%s", err.msg);
+    char *p = write_tmp(dir, "c.jsonl", "{\"prompt\": \"The jury said\", \"completion\": \" the city was fine.\"}\n");
+    mt_dataset *d = open_data(p, "completion", tok, (int64_t)mt_tokenizer_vocab_size(tok), 0, &err);
+    cr_assert(d, "%s", err.msg);
+    int32_t *whole;
+    size_t n;
+    const char *all = "The jury said the city was fine.";
+    cr_assert_eq(mt_tokenizer_encode(tok, all, strlen(all), false, &whole, &n, &err), 0);
+    const mt_mtok *m = mt_dataset_corpus(d);
+    size_t has_bos = mt_tokenizer_bos_id(tok) >= 0, has_eos = mt_tokenizer_eos_id(tok) >= 0;
+    cr_assert(has_bos, "tiny_sp has <s> as BOS");
+    cr_assert_eq(m->n_tokens, n + has_bos + has_eos, "BOS + text (+ EOS)");
+    for (size_t i = 0; i < n; i++) cr_expect_eq((int32_t)mt_mtok_token(m, i + 1), whole[i]);
+    // The trainable tokens decode to the completion.
+    int32_t tr[64];
+    size_t k = 0;
+    for (size_t i = 0; i + has_eos < m->n_tokens; i++)
+        if (mt_mtok_trainable(m, i)) tr[k++] = (int32_t)mt_mtok_token(m, i);
+    char *s = mt_tokenizer_decode(tok, tr, k, false);
+    cr_expect(strstr(s, "city was fine.") && !strstr(s, "jury"), "trainable text: '%s'", s);
+    free(s);
+    free(whole);
+    mt_dataset_free(d);
+    mt_tokenizer_free(tok);
+    free(p), free(tp);
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+/* ---- chat rendering vs transformers ---- */
+
+static cJSON *load_json(const char *rel) {
+    char *p = mt_path_join(mt_test_fixtures_dir(), rel), *buf;
+    size_t len;
+    mt_error err;
+    cr_assert_eq(mt_read_file(p, &buf, &len, &err), 0, "%s", err.msg);
+    cJSON *j = cJSON_Parse(buf);
+    cr_assert(j);
+    free(buf), free(p);
+    return j;
+}
+
+Test(dataset, chat_rendering_matches_transformers) {
+    cJSON *fx = load_json("data/chat_render.json");
+    const cJSON *convs = cJSON_GetObjectItem(fx, "conversations"), *c;
+    mt_chat_out out = {0};
+    int checked = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(fx, "cases")) {
+        const char *fam = cJSON_GetObjectItem(c, "family")->valuestring;
+        int ci = cJSON_GetObjectItem(c, "conversation")->valueint;
+        const cJSON *conv = cJSON_GetArrayItem(convs, ci), *m;
+        mt_chat_msg msgs[16];
+        size_t n = 0;
+        cJSON_ArrayForEach(m, conv) {
+            const char *s = cJSON_GetObjectItem(m, "content")->valuestring;
+            msgs[n++] = (mt_chat_msg){cJSON_GetObjectItem(m, "role")->valuestring, s, strlen(s)};
+        }
+        mt_chat_template t;
+        mt_error err = {{0}};
+        cr_assert_eq(mt_chat_template_parse(fam, &t, &err), 0);
+        int rc = mt_chat_render(t, msgs, n, &out, &err);
+        if (cJSON_GetObjectItem(c, "error")) {
+            cr_expect_eq(rc, -1, "%s #%d: transformers refuses it", fam, ci);
+            continue;
+        }
+        cr_assert_eq(rc, 0, "%s #%d: %s", fam, ci, err.msg);
+        const char *want = cJSON_GetObjectItem(c, "text")->valuestring;
+        cr_expect(out.len == strlen(want) && !memcmp(out.text, want, out.len),
+                  "%s #%d:\n got '%s'\nwant '%s'", fam, ci, out.text, want);
+        // Loss spans: maximal runs of train pieces.
+        size_t spans[16][2], ns = 0;
+        for (size_t i = 0; i < out.n_pieces; i++) {
+            if (!out.pieces[i].train) continue;
+            size_t a = out.pieces[i].off, b = a + out.pieces[i].len;
+            if (ns && spans[ns - 1][1] == a) spans[ns - 1][1] = b;
+            else spans[ns][0] = a, spans[ns][1] = b, ns++;
+        }
+        const cJSON *ws = cJSON_GetObjectItem(c, "spans"), *w;
+        cr_expect_eq((size_t)cJSON_GetArraySize(ws), ns, "%s #%d: number of spans", fam, ci);
+        size_t i = 0;
+        cJSON_ArrayForEach(w, ws) {
+            if (i < ns)
+                cr_expect(spans[i][0] == (size_t)cJSON_GetArrayItem(w, 0)->valueint &&
+                          spans[i][1] == (size_t)cJSON_GetArrayItem(w, 1)->valueint,
+                          "%s #%d: span %zu is [%zu,%zu)", fam, ci, i, spans[i][0], spans[i][1]);
+            i++;
+        }
+        checked++;
+    }
+    cr_expect_geq(checked, 17, "every family rendered");
+    mt_chat_out_free(&out);
+    cJSON_Delete(fx);
+}
+
+/* Chat data through the real tokenizers: ids equal HF's ids of the whole
+ * rendered text; the trainable tokens are the spans' tokens. */
+Test(dataset, chat_ids_match_hf_real_tokenizers) {
+    const char *shared = mt_test_shared_dir();
+    if (!shared) cr_skip_test("MEGATRAIN_SHARED not set: real tokenizers absent");
+    cJSON *fx = load_json("data/chat_render.json");
+    const cJSON *convs = cJSON_GetObjectItem(fx, "conversations"), *c;
+    char *dir = mt_test_tmpdir();
+    const char *fams[] = {"llama3", "qwen", "llama2", "mistral"}, *dirs[] = {"llama3", "qwen3", "llama2", "llama2"};
+    for (int f = 0; f < 4; f++) {
+        char rel[256];
+        snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer.json", dirs[f]);
+        char *tp = mt_path_join(shared, rel);
+        mt_error err = {{0}};
+        mt_tokenizer *tok = mt_tokenizer_load(tp, &err);
+        cr_assert(tok, "%s", err.msg);
+        cJSON_ArrayForEach(c, cJSON_GetObjectItem(fx, "cases")) {
+            if (strcmp(cJSON_GetObjectItem(c, "family")->valuestring, fams[f]) || cJSON_GetObjectItem(c, "error"))
+                continue;
+            cJSON *line = cJSON_CreateObject();
+            cJSON_AddItemToObject(line, "messages", cJSON_Duplicate(cJSON_GetArrayItem(convs, cJSON_GetObjectItem(c, "conversation")->valueint), 1));
+            char *js = cJSON_PrintUnformatted(line), *p = write_tmp(dir, "chat.jsonl", js);
+            mt_data_opts o = {.path = p, .format = "auto", .chat_template = fams[f], .epochs = 1};
+            mt_dataset *d = mt_dataset_open(&o, tok, (int64_t)mt_tokenizer_vocab_size(tok), &err);
+            cr_assert(d, "%s: %s", fams[f], err.msg);
+            const mt_mtok *m = mt_dataset_corpus(d);
+            const cJSON *ids = cJSON_GetObjectItem(c, "ids");
+            cr_expect_eq(m->n_tokens, (uint64_t)cJSON_GetArraySize(ids), "%s: %s", fams[f], js);
+            for (uint64_t i = 0; i < m->n_tokens && i < (uint64_t)cJSON_GetArraySize(ids); i++)
+                cr_expect_eq(mt_mtok_token(m, i), (uint32_t)cJSON_GetArrayItem(ids, (int)i)->valueint,
+                             "%s token %llu of %s", fams[f], (unsigned long long)i, js);
+            cr_expect_gt(m->n_trainable, 0);
+            cr_expect_lt(m->n_trainable, m->n_tokens);
+            mt_dataset_free(d);
+            free(js), free(p);
+            cJSON_Delete(line);
+        }
+        mt_tokenizer_free(tok);
+        free(tp);
+    }
+    mt_test_rmtree(dir);
+    free(dir);
+    cJSON_Delete(fx);
+}
+
+/* ---- packing, shuffle, epochs, resume ---- */
+
+static char *many_docs(const char *dir, int n) {
+    size_t cap = (size_t)n * 64;
+    char *s = malloc(cap), *q = s;
+    for (int i = 0; i < n; i++) q += sprintf(q, "{\"text\": \"doc %d %.*s\"}\n", i, i % 17, "abcdefghijklmnopq");
+    char *p = write_tmp(dir, "many.jsonl", s);
+    free(s);
+    return p;
+}
+
+Test(dataset, packing_keeps_every_token_once_per_epoch) {
+    char *dir = mt_test_tmpdir(), *p = many_docs(dir, 50);
+    mt_tokenizer *tok = mt_tokenizer_bytes();
+    mt_error err = {{0}};
+    mt_dataset *d = open_data(p, "text", tok, 258, 0, &err);
+    cr_assert(d, "%s", err.msg);
+    const mt_mtok *m = mt_dataset_corpus(d);
+    const int64_t T = 7, R = mt_dataset_rows_per_epoch(d, T);
+    cr_assert_eq(R, (int64_t)m->n_tokens / (T + 1));
+    int64_t corpus_count[258] = {0};
+    for (uint64_t i = 0; i < m->n_tokens; i++) corpus_count[mt_mtok_token(m, i)]++;
+    int32_t x[7], y[7], first[2][7];
+    for (int e = 0; e < 2; e++) {
+        int64_t seen[258] = {0};
+        for (int64_t r = 0; r < R; r++) {
+            cr_assert_eq(mt_dataset_next_batch(d, 1, T, x, y), 0);
+            if (r == 0) memcpy(first[e], x, sizeof x);
+            for (int t = 0; t < T; t++) seen[x[t]]++;
+            seen[y[T - 1]]++;  // the row's last token (every target has loss in "text")
+            for (int t = 0; t + 1 < T; t++) cr_assert_eq(y[t], x[t + 1]);
+        }
+        // Only the final partial row (< T+1 tokens) is dropped.
+        int64_t missing = 0;
+        for (int v = 0; v < 258; v++) {
+            cr_assert_leq(seen[v], corpus_count[v], "token %d repeated in epoch %d", v, e);
+            missing += corpus_count[v] - seen[v];
+        }
+        cr_expect_eq(missing, (int64_t)m->n_tokens - R * (T + 1));
+    }
+    cr_expect(memcmp(first[0], first[1], sizeof x), "epochs are shuffled differently");
+    cr_expect_eq(mt_dataset_next_batch(d, 1, T, x, y), 1, "two epochs, then end of data");
+    mt_dataset_free(d);
+    // Same seed: same order.
+    mt_dataset *d2 = open_data(p, "text", tok, 258, 0, &err);
+    cr_assert_eq(mt_dataset_next_batch(d2, 1, T, x, y), 0);
+    cr_expect(!memcmp(x, first[0], sizeof x));
+    mt_dataset_free(d2);
+    mt_tokenizer_free(tok);
+    free(p);
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+Test(dataset, resume_position_reproduces_batches) {
+    char *dir = mt_test_tmpdir(), *p = many_docs(dir, 40);
+    mt_tokenizer *tok = mt_tokenizer_bytes();
+    mt_error err = {{0}};
+    mt_dataset *a = open_data(p, "text", tok, 258, 0, &err);
+    cr_assert(a, "%s", err.msg);
+    enum { B = 3, T = 16, N = 20 };  // 20 batches cross the epoch boundary (R = 40 rows)
+    int32_t xa[N][B * T], ya[N][B * T], x[B * T], y[B * T];
+    mt_data_pos saved = {0};
+    int n = 0;
+    for (; n < N && mt_dataset_next_batch(a, B, T, xa[n], ya[n]) == 0; n++)
+        if (n == 9) saved = mt_dataset_get_pos(a);
+    cr_assert_gt(n, 14);
+    mt_dataset *b = open_data(p, "text", tok, 258, 0, &err);
+    mt_dataset_set_pos(b, saved);
+    for (int i = 10; i < n; i++) {
+        cr_assert_eq(mt_dataset_next_batch(b, B, T, x, y), 0);
+        cr_expect(!memcmp(x, xa[i], sizeof x) && !memcmp(y, ya[i], sizeof y), "batch %d", i);
+    }
+    cr_expect_eq(mt_dataset_next_batch(b, B, T, x, y), mt_dataset_next_batch(a, B, T, x, y));
+    mt_dataset_free(a), mt_dataset_free(b);
+    mt_tokenizer_free(tok);
+    free(p);
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+/* ---- errors ---- */
+
+Test(dataset, malformed_lines_name_file_line_field) {
+    char *dir = mt_test_tmpdir();
+    mt_tokenizer *tok = mt_tokenizer_bytes();
+    struct { const char *fmt, *line2, *expect; } cases[] = {
+        {"text", "{\"text\": ", "not valid JSON"},
+        {"text", "{\"txt\": \"x\"}", "\"text\" is missing"},
+        {"text", "{\"text\": 3}", "\"text\" is not a string"},
+        {"completion", "{\"prompt\": \"x\"}", "\"completion\" is missing"},
+        {"chat", "{\"messages\": []}", "\"messages\" is empty"},
+        {"chat", "{\"messages\": [{\"role\": \"robot\", \"content\": \"x\"}]}", "'robot'"},
+        {"chat", "{\"messages\": [{\"role\": \"user\"}]}", "\"content\" of messages[0] is missing"},
+    };
+    const char *good[] = {"{\"text\": \"ok\"}", "{\"prompt\": \"a\", \"completion\": \"b\"}",
+                          "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}"};
+    mt_tokenizer *sp = NULL;
+    char *tp = mt_path_join(mt_test_fixtures_dir(), "tokenizer/tiny_sp.json");
+    mt_error err = {{0}};
+    sp = mt_tokenizer_load(tp, &err);
+    cr_assert(sp);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *g = !strcmp(cases[i].fmt, "text") ? good[0] : !strcmp(cases[i].fmt, "completion") ? good[1] : good[2];
+        const mt_tokenizer *t = !strcmp(cases[i].fmt, "chat") ? sp : tok;
+        char text[512];
+        snprintf(text, sizeof text, "%s\n%s\n%s\n", g, cases[i].line2, g);
+        char *p = write_tmp(dir, "bad.jsonl", text), want[600];
+        snprintf(want, sizeof want, "%s:2: ", p);
+        mt_dataset *d = open_data(p, "auto", t, (int64_t)mt_tokenizer_vocab_size(t), 0, &err);
+        cr_expect(!d, "case %zu accepted", i);
+        cr_expect(strstr(err.msg, want) && strstr(err.msg, cases[i].expect), "case %zu: %s", i, err.msg);
+        mt_dataset_free(d);
+        d = open_data(p, "auto", t, (int64_t)mt_tokenizer_vocab_size(t), 1, &err);
+        cr_assert(d, "case %zu: %s", i, err.msg);
+        cr_expect(mt_dataset_stats(d).skipped_lines == 1 && mt_dataset_stats(d).documents == 2);
+        cr_expect(strstr(mt_dataset_first_skipped(d), want), "case %zu", i);
+        mt_dataset_free(d);
+        free(p);
+    }
+    char *p = write_tmp(dir, "empty.jsonl", "");
+    cr_expect(!open_data(p, "auto", tok, 258, 1, &err) && strstr(err.msg, "empty"), "%s", err.msg);
+    free(p);
+    p = write_tmp(dir, "allbad.jsonl", "{\"text\": 1}\n");
+    cr_expect(!open_data(p, "text", tok, 258, 1, &err) && strstr(err.msg, "no usable documents"), "%s", err.msg);
+    free(p);
+    p = write_tmp(dir, "v.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"aZ\"}\n");
+    // A model of 256 ids lacks the byte tokenizer's BOS (256): the first bad token.
+    cr_expect(!open_data(p, "text", tok, 256, 0, &err) && strstr(err.msg, "token id 256 (\"<s>\")") &&
+              strstr(err.msg, ".jsonl:1:"), "%s", err.msg);
+    free(p), free(tp);
+    mt_tokenizer_free(sp);
+    mt_tokenizer_free(tok);
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+/* ---- .mtok ---- */
+
+static void batches_equal(mt_dataset *a, mt_dataset *b, int64_t T) {
+    int32_t xa[4 * 64], ya[4 * 64], xb[4 * 64], yb[4 * 64];
+    int n = 0;
+    for (;; n++) {
+        int ra = mt_dataset_next_batch(a, 4, T, xa, ya), rb = mt_dataset_next_batch(b, 4, T, xb, yb);
+        cr_assert_eq(ra, rb);
+        if (ra) break;
+        cr_assert(!memcmp(xa, xb, sizeof(int32_t) * 4 * T) && !memcmp(ya, yb, sizeof(int32_t) * 4 * T), "batch %d", n);
+    }
+    cr_expect_gt(n, 1);
+}
+
+Test(dataset, mtok_round_trip_and_corruption) {
+    char *dir = mt_test_tmpdir();
+    char *tp = mt_path_join(mt_test_fixtures_dir(), "tokenizer/tiny_sp.json");
+    mt_error err = {{0}};
+    mt_tokenizer *tok = mt_tokenizer_load(tp, &err);
+    cr_assert(tok);
+    char text[8192], *q = text;
+    for (int i = 0; i < 40; i++)
+        q += sprintf(q, "{\"messages\": [{\"role\": \"user\", \"content\": \"question %d\"}, "
+                        "{\"role\": \"assistant\", \"content\": \"the answer is %d\"}]}\n", i, i * 7);
+    char *p = write_tmp(dir, "chat.jsonl", text), *out = mt_path_join(dir, "chat.mtok");
+    int64_t V = (int64_t)mt_tokenizer_vocab_size(tok);
+    mt_dataset *a = open_data(p, "auto", tok, V, 0, &err);
+    cr_assert(a, "%s", err.msg);
+    cr_expect(!strcmp(mt_dataset_stats(a).chat_template, "llama2"));
+    cr_assert_eq(mt_mtok_write(out, mt_dataset_corpus(a), &err), 0, "%s", err.msg);
+    mt_dataset *b = open_data(out, "auto", NULL, V, 0, &err);
+    cr_assert(b, "%s", err.msg);
+    mt_data_stats sa = mt_dataset_stats(a), sb = mt_dataset_stats(b);
+    cr_expect(sa.documents == sb.documents && sa.tokens == sb.tokens && sa.trainable == sb.trainable);
+    cr_expect(sa.trainable < sa.tokens);
+    batches_equal(a, b, 16);
+    mt_dataset_free(a), mt_dataset_free(b);
+    // The model's vocabulary is smaller than the file's ids.
+    cr_expect(!open_data(out, "tokens", NULL, 5, 0, &err) && strstr(err.msg, "outside the model"), "%s", err.msg);
+
+    char *img;
+    size_t len;
+    cr_assert_eq(mt_read_file(out, &img, &len, &err), 0);
+    struct { size_t off; uint8_t val; size_t trunc; const char *expect; } bad[] = {
+        {0, 'X', 0, "magic"},          {4, 9, 0, "version"},
+        {12, 4, 0, "token_bytes"},     {24, 200, 0, "does not match its header"},
+        {0, 0, 1, "magic"},        {0, 0, len - 10, "truncated"},
+        {40, 3, 0, "flags"},           {48, 1, 0, "trainable"},
+        {64 + 8 + 7, 0x7F, 0, "negative length"},  // offsets[1] high byte
+    };
+    char *bp = mt_path_join(dir, "bad.mtok");
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *c = malloc(len);
+        memcpy(c, img, len);
+        if (!bad[i].trunc) c[bad[i].off] = (char)(c[bad[i].off] + bad[i].val);
+        FILE *f = fopen(bp, "wb");
+        fwrite(c, 1, bad[i].trunc ? bad[i].trunc : len, f);
+        fclose(f);
+        mt_mtok m;
+        cr_expect_eq(mt_mtok_open(bp, &m, &err), -1, "case %zu accepted", i);
+        cr_expect(strstr(err.msg, bad[i].expect) && strstr(err.msg, bp), "case %zu: %s", i, err.msg);
+        free(c);
+    }
+    // A token id past vocab_size.
+    const uint64_t *hdr = (const uint64_t *)img;
+    size_t tok0 = 64 + 8 * (hdr[3] + 1);
+    img[tok0] = (char)0xFF, img[tok0 + 1] = (char)0xFF;
+    FILE *f = fopen(bp, "wb");
+    fwrite(img, 1, len, f);
+    fclose(f);
+    mt_mtok m;
+    cr_expect(mt_mtok_open(bp, &m, &err) == -1 && strstr(err.msg, "65535"), "%s", err.msg);
+    free(img), free(bp), free(p), free(out), free(tp);
+    mt_tokenizer_free(tok);
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+/* brown.jsonl with Llama-3: HF's id count (fixture) plus BOS and EOS per document. */
+Test(dataset, brown_llama3_token_count_matches_hf) {
+    const char *shared = mt_test_shared_dir();
+    if (!shared) cr_skip_test("MEGATRAIN_SHARED not set: real tokenizers absent");
+    cJSON *fx = load_json("data/brown_llama3_count.json");
+    char *tp = mt_path_join(shared, "tokenizers/llama3/tokenizer.json");
+    char *dp = mt_path_join(shared, "corpus/brown.jsonl");
+    mt_error err = {{0}};
+    mt_tokenizer *tok = mt_tokenizer_load(tp, &err);
+    cr_assert(tok, "%s", err.msg);
+    mt_dataset *d = open_data(dp, "auto", tok, (int64_t)mt_tokenizer_vocab_size(tok), 0, &err);
+    cr_assert(d, "%s", err.msg);
+    int64_t docs = cJSON_GetObjectItem(fx, "documents")->valueint;
+    int64_t ids = (int64_t)cJSON_GetObjectItem(fx, "ids_without_special")->valuedouble;
+    mt_data_stats s = mt_dataset_stats(d);
+    cr_expect_eq(s.documents, docs);
+    cr_expect_eq(s.tokens, ids + 2 * docs);
+    cr_expect_eq(s.trainable, s.tokens);
+    mt_dataset_free(d);
+    mt_tokenizer_free(tok);
+    free(tp), free(dp);
+    cJSON_Delete(fx);
+}
