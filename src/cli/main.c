@@ -10,7 +10,8 @@ static const struct {
     const char *help;
 } commands[] = {
     {"train", mt_cmd_train, "train or fine-tune a model (default: the built-in tiny model)"},
-    {"bench", mt_cmd_bench, "measure speed (adamw)"},
+    {"bench", mt_cmd_bench, "measure speed (train, adamw)"},
+    {"tokenize", mt_cmd_tokenize, "pre-tokenize a JSONL corpus to .mtok"},
 };
 
 static void usage(FILE *f) {

@@ -120,7 +120,11 @@ static void make_batch(const mt_config *cfg, int64_t n, uint64_t seed, int32_t *
 
 /* Trains `steps` steps; GPU runs use the optimizer pipeline overlapped
  * with the next step's forward, the CPU run the plain optimizer step. */
-static void train(mt_fixture *f, int gpu, mt_gpu_precision prec, int steps, double *losses) {
+static const float *src_begin(void *be, int layer) { return mt_cuda_backend_grads_begin(be, layer); }
+static void src_wait(void *be, int layer) { mt_cuda_backend_grads_wait(be, layer); }
+
+static void train(mt_fixture *f, int gpu, mt_gpu_precision prec, int gpu_grads, int steps,
+                  double *losses) {
     mt_error err;
     mt_fixture_reset(f);
     int M = 2;
@@ -132,10 +136,11 @@ static void train(mt_fixture *f, int gpu, mt_gpu_precision prec, int steps, doub
     mt_backend *be;
     mt_optim_pipeline pipe;
     if (gpu) {
-        mt_cuda_backend_opts o = {.precision = prec};
+        mt_cuda_backend_opts o = {.precision = prec, .gpu_grads = gpu_grads};
         be = mt_cuda_backend_create(&f->cfg, &f->table, &f->store, M, B, T, &o, &err);
         cr_assert_not_null(be, "%s", err.msg);
-        cr_assert_eq(mt_optim_pipeline_init(&pipe, &opt, &f->store, NULL, &err), 0);
+        mt_grad_source src = {be, src_begin, src_wait};
+        cr_assert_eq(mt_optim_pipeline_init(&pipe, &opt, &f->store, gpu_grads ? &src : NULL, &err), 0);
         mt_cuda_backend_set_weight_gate(be, mt_optim_pipeline_gate, &pipe);
     } else {
         be = mt_cpu_backend_create(&f->cfg, &f->table, &f->store, M, B, T, &err);
@@ -148,7 +153,7 @@ static void train(mt_fixture *f, int gpu, mt_gpu_precision prec, int steps, doub
         cr_assert_eq(mt_step_forward_backward(be, f->table.n_layers, &b, &losses[s], &err), 0,
                      "%s", err.msg);
         if (gpu) {
-            mt_cuda_backend_wait_grads(be);
+            if (!gpu_grads) mt_cuda_backend_wait_grads(be);
             const double *sq = mt_cuda_backend_layer_sumsq(be);
             double total = 0;
             for (int l = 0; l < f->table.n_layers; l++) total += sq[l];
@@ -168,16 +173,17 @@ static void train(mt_fixture *f, int gpu, mt_gpu_precision prec, int steps, doub
     free(tgt);
 }
 
-Test(engine, twenty_steps_follow_the_cpu_and_repeat_exactly) {
+Test(engine, twenty_steps_follow_the_cpu_and_repeat_exactly, .timeout = 120) {
     need_gpu();
     enum { S = 20 };
     mt_fixture f;
     mt_fixture_open(&f, "qwen2_bias_tied");
-    double cpu[S], g32[S], g16[S], g16b[S];
-    train(&f, 0, MT_GPU_FP32, S, cpu);
-    train(&f, 1, MT_GPU_FP32, S, g32);
-    train(&f, 1, MT_GPU_BF16, S, g16);
-    train(&f, 1, MT_GPU_BF16, S, g16b);
+    double cpu[S], g32[S], g16[S], g16b[S], g16g[S];
+    train(&f, 0, MT_GPU_FP32, 0, S, cpu);
+    train(&f, 1, MT_GPU_FP32, 0, S, g32);
+    train(&f, 1, MT_GPU_BF16, 0, S, g16);
+    train(&f, 1, MT_GPU_BF16, 0, S, g16b);
+    train(&f, 1, MT_GPU_BF16, 1, S, g16g); /* gradients kept on the GPU */
     for (int s = 0; s < S; s++) {
         /* fp32: summation order only, amplified a little by 20 Adam steps;
          * bf16: the fixture's bf16-vs-fp32 loss distance (3e-3) grows over
@@ -188,6 +194,8 @@ Test(engine, twenty_steps_follow_the_cpu_and_repeat_exactly) {
                      g16[s], cpu[s]);
         cr_assert_eq(g16[s], g16b[s], "step %d: two identical runs differ: %.9g vs %.9g", s,
                      g16[s], g16b[s]);
+        cr_assert_eq(g16[s], g16g[s], "step %d: GPU-resident gradients change the loss: %.9g vs "
+                     "%.9g", s, g16[s], g16g[s]);
     }
     cr_assert_lt(cpu[S - 1], cpu[0], "training lowers the loss");
     mt_fixture_close(&f);
