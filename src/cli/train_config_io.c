@@ -200,12 +200,11 @@ char *mt_train_config_to_json(const mt_train_config *cfg) {
         const void *p = (const char *)cfg + o->offset;
         char text[MT_TC_STR];
         mt_tc_format(cfg, o, text, sizeof text);
-        switch (o->type) {
-        case MT_TC_INT: cJSON_AddNumberToObject(root, o->name, (double)*(const int64_t *)p); break;
-        case MT_TC_FLOAT: cJSON_AddNumberToObject(root, o->name, *(const double *)p); break;
-        case MT_TC_BOOL: cJSON_AddBoolToObject(root, o->name, *(const bool *)p); break;
-        default: cJSON_AddStringToObject(root, o->name, text); break;
-        }
+        /* Numbers as our own exact text: cJSON prints 15 digits when they
+         * come close, which loses the last bit of a double. */
+        if (o->type == MT_TC_INT || o->type == MT_TC_FLOAT) cJSON_AddRawToObject(root, o->name, text);
+        else if (o->type == MT_TC_BOOL) cJSON_AddBoolToObject(root, o->name, *(const bool *)p);
+        else cJSON_AddStringToObject(root, o->name, text);
     }
     char *s = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
