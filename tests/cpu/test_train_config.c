@@ -286,3 +286,26 @@ Test(train_config, saved_yaml_reloads_through_flags) {
     mt_test_rmtree(dir);
     free(dir);
 }
+
+Test(train_config, examples_and_docs_cover_the_table) {
+    static const char *const examples[] = {"examples/tiny.yaml", "examples/llama3-sft.yaml",
+                                           "examples/continued-pretraining.yaml"};
+    for (size_t i = 0; i < sizeof examples / sizeof *examples; i++) {
+        mt_train_config cfg;
+        mt_error err;
+        mt_train_config_defaults(&cfg);
+        cr_assert_eq(mt_train_config_load_yaml(&cfg, examples[i], &err), 0, "%s", err.msg);
+        mt_train_config_resolve(&cfg);
+        cr_assert_eq(mt_train_config_validate(&cfg, &err), 0, "%s", err.msg);
+    }
+    FILE *f = fopen("docs/config.md", "rb");
+    cr_assert(f, "docs/config.md missing (tests run from the repository root)");
+    static char doc[1 << 16];
+    doc[fread(doc, 1, sizeof doc - 1, f)] = 0;
+    fclose(f);
+    for (size_t i = 0; i < mt_tc_n_options; i++) {
+        char row[80];
+        snprintf(row, sizeof row, "| `%s` |", mt_tc_options[i].name);
+        cr_assert(strstr(doc, row), "docs/config.md has no row for %s", mt_tc_options[i].name);
+    }
+}
