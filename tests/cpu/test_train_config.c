@@ -211,8 +211,6 @@ Test(train_config, help_lists_every_option) {
             if (*p == '_') *p = '-';
         if (mt_tc_options[i].type == MT_TC_BOOL) flag[strlen(flag) - 1] = 0;
         cr_assert(strstr(text, flag), "--help lacks %s", flag);
-        cr_assert(strstr(text, mt_tc_options[i].help) || mt_tc_options[i].help[0],
-                  "--help lacks the help of %s", flag);
     }
     free(text);
 }
