@@ -22,6 +22,8 @@ GPU_TEST_SRC := $(shell find tests/gpu tests/common -name '*.c' | sort)
 
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+# The CLI without main(), for the tests of its parts (train config, plot).
+CLI_LIB_OBJ := $(filter-out $(BUILD)/obj/src/cli/main.o,$(CLI_OBJ))
 CPU_TEST_OBJ := $(CPU_TEST_SRC:%.c=$(BUILD)/obj/%.o)
 GPU_TEST_OBJ := $(GPU_TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
@@ -65,8 +67,12 @@ $(BUILD)/libmegatrain.a: $(LIB_OBJ) $(CU_OBJ)
 $(BUILD)/megatrain: $(CLI_OBJ) $(BUILD)/libmegatrain.a
 	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libmegatrain.a $(LDLIBS)
 
-$(BUILD)/mt_tests: $(CPU_TEST_OBJ) $(BUILD)/libmegatrain.a
-	$(CC) -o $@ $(CPU_TEST_OBJ) $(BUILD)/libmegatrain.a $(LDLIBS) -lcriterion
+$(BUILD)/libmegatrain_cli.a: $(CLI_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/mt_tests: $(CPU_TEST_OBJ) $(BUILD)/libmegatrain_cli.a $(BUILD)/libmegatrain.a
+	$(CC) -o $@ $(CPU_TEST_OBJ) $(BUILD)/libmegatrain_cli.a $(BUILD)/libmegatrain.a $(LDLIBS) -lcriterion
 
 $(BUILD)/mt_gpu_tests: $(GPU_TEST_OBJ) $(BUILD)/libmegatrain.a
 	$(CC) -o $@ $(GPU_TEST_OBJ) $(BUILD)/libmegatrain.a $(LDLIBS) -lcriterion

@@ -1,0 +1,198 @@
+/* megatrain plot: draws loss (and learning rate, on a second axis) against
+ * step from a metrics.jsonl into a PNG, with gnuplot run as a child process
+ * that reads its script, data inline, on stdin. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "util/error.h"
+#include "util/mem.h"
+
+extern char **environ;
+
+typedef struct series {
+    double *step, *loss, *lr; // (n,) each; lr NAN where absent
+    size_t n, cap;
+    int has_lr;
+} series;
+
+static void series_push(series *s, double step, double loss, double lr) {
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 256;
+        s->step = mt_realloc_or_die(s->step, s->cap * sizeof *s->step);
+        s->loss = mt_realloc_or_die(s->loss, s->cap * sizeof *s->loss);
+        s->lr = mt_realloc_or_die(s->lr, s->cap * sizeof *s->lr);
+    }
+    s->step[s->n] = step, s->loss[s->n] = loss, s->lr[s->n] = lr;
+    s->n++;
+    s->has_lr |= !isnan(lr);
+}
+
+static void series_free(series *s) {
+    free(s->step);
+    free(s->loss);
+    free(s->lr);
+}
+
+/* Rows of metrics.jsonl with a step and a loss; other lines are skipped,
+ * a malformed one with a warning (a run killed mid-write leaves one). */
+static int read_series(const char *path, series *s, mt_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return mt_errorf(err, "'%s': %s (give the metrics.jsonl of a run's out directory)", path,
+                         strerror(errno));
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    for (int lineno = 1; (len = getline(&line, &cap, f)) >= 0; lineno++) {
+        cJSON *j = cJSON_ParseWithLength(line, (size_t)len);
+        if (!j) {
+            if (strspn(line, " \t\r\n") != (size_t)len)
+                fprintf(stderr, "megatrain plot: warning: %s:%d is not JSON, skipped\n", path,
+                        lineno);
+            continue;
+        }
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step");
+        const cJSON *lo = cJSON_GetObjectItemCaseSensitive(j, "loss");
+        const cJSON *lr = cJSON_GetObjectItemCaseSensitive(j, "lr");
+        if (cJSON_IsNumber(st) && cJSON_IsNumber(lo))
+            series_push(s, st->valuedouble, lo->valuedouble,
+                        cJSON_IsNumber(lr) ? lr->valuedouble : NAN);
+        cJSON_Delete(j);
+    }
+    free(line);
+    fclose(f);
+    if (s->n == 0)
+        return mt_errorf(err, "'%s' has no rows with \"step\" and \"loss\" (is it a megatrain "
+                              "metrics.jsonl? a run logs every log_every steps)", path);
+    return 0;
+}
+
+/* s as a gnuplot single-quoted string ('' stands for '). */
+static void gp_quote(FILE *f, const char *s) {
+    fputc('\'', f);
+    for (; *s; s++) {
+        if (*s == '\'') fputc('\'', f);
+        if (*s != '\n') fputc(*s, f);
+    }
+    fputc('\'', f);
+}
+
+static void write_script(FILE *f, const series *s, const char *out, const char *title) {
+    fprintf(f, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
+               "  set terminal pngcairo size 1000,600 noenhanced font 'sans,11'\n"
+               "} else {\n  set terminal png size 1000,600 noenhanced\n}\n");
+    fprintf(f, "set output ");
+    gp_quote(f, out);
+    fprintf(f, "\nset title ");
+    gp_quote(f, title);
+    fprintf(f, "\nset xlabel 'step'\nset ylabel 'loss'\nset grid\nset key top right\n"
+               "set datafile missing '?'\nset ytics nomirror\n");
+    if (s->has_lr)
+        fprintf(f, "set y2label 'learning rate'\nset y2tics\nset format y2 '%%.1e'\n");
+    fprintf(f, "$data << EOD\n");
+    for (size_t i = 0; i < s->n; i++) {
+        fprintf(f, "%.17g %.9g ", s->step[i], s->loss[i]);
+        if (isnan(s->lr[i])) fprintf(f, "?\n");
+        else fprintf(f, "%.9g\n", s->lr[i]);
+    }
+    fprintf(f, "EOD\nplot $data using 1:2 with lines lw 2 lc rgb '#1f77b4' title 'loss' axes x1y1");
+    if (s->has_lr)
+        fprintf(f, ", $data using 1:3 with lines lw 1 dt 2 lc rgb '#d62728' title 'lr' axes x1y2");
+    fprintf(f, "\nset output\n");
+}
+
+/* Runs gnuplot with the script on its stdin and waits for it. */
+static int run_gnuplot(const series *s, const char *out, const char *title, mt_error *err) {
+    int fds[2];
+    if (pipe(fds)) return mt_errorf(err, "pipe: %s", strerror(errno));
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[0], 0);
+    posix_spawn_file_actions_addclose(&fa, fds[1]);
+    pid_t pid;
+    char *args[] = {"gnuplot", NULL};
+    int rc = posix_spawnp(&pid, "gnuplot", &fa, NULL, args, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[0]);
+    if (rc) {
+        close(fds[1]);
+        if (rc == ENOENT)
+            return mt_errorf(err, "gnuplot not found on PATH; install it (Debian/Ubuntu: "
+                                  "apt-get install gnuplot-nox)");
+        return mt_errorf(err, "starting gnuplot: %s", strerror(rc));
+    }
+    /* If gnuplot dies early, a write must fail with EPIPE, not kill us. */
+    void (*old)(int) = signal(SIGPIPE, SIG_IGN);
+    FILE *f = fdopen(fds[1], "w");
+    write_script(f, s, out, title);
+    fclose(f);
+    signal(SIGPIPE, old);
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    if (!WIFEXITED(status) || WEXITSTATUS(status))
+        return mt_errorf(err, "gnuplot failed (its message is above) writing '%s'", out);
+    struct stat st;
+    if (stat(out, &st) || st.st_size == 0)
+        return mt_errorf(err, "gnuplot wrote no image to '%s' (is the directory writable?)", out);
+    return 0;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: megatrain plot METRICS.jsonl [-o OUT.png] [--title T]\n"
+               "Draws loss (and learning rate, right axis) against step with gnuplot.\n"
+               "  -o, --output OUT.png  image to write (default loss.png next to METRICS)\n"
+               "  --title T             title (default the metrics path)\n");
+}
+
+/* Default output: loss.png in the directory of the metrics file. */
+static char *default_out(const char *metrics) {
+    const char *slash = strrchr(metrics, '/');
+    size_t dir = slash ? (size_t)(slash - metrics) + 1 : 0;
+    char *out = mt_malloc_or_die(dir + sizeof "loss.png");
+    memcpy(out, metrics, dir);
+    strcpy(out + dir, "loss.png");
+    return out;
+}
+
+int mt_cmd_plot(int argc, char **argv) {
+    const char *in = NULL, *out = NULL, *title = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        const char **dst = !strcmp(a, "-o") || !strcmp(a, "--output") ? &out
+                           : !strcmp(a, "--title")                    ? &title : NULL;
+        if (dst && i + 1 < argc) *dst = argv[++i];
+        else if (dst || a[0] == '-' || in) {
+            fprintf(stderr, "megatrain plot: %s '%s'\n", dst ? "missing value after" :
+                    a[0] == '-' ? "unknown option" : "more than one input:", a);
+            usage(stderr);
+            return 2;
+        } else in = a;
+    }
+    if (!in) {
+        usage(stderr);
+        return 2;
+    }
+    char *own_out = out ? NULL : default_out(in);
+    series s = {0};
+    mt_error err;
+    int rc = read_series(in, &s, &err) || run_gnuplot(&s, out ? out : own_out, title ? title : in, &err);
+    if (rc) fprintf(stderr, "megatrain plot: %s\n", err.msg);
+    else printf("megatrain plot: %zu points -> %s\n", s.n, out ? out : own_out);
+    series_free(&s);
+    free(own_out);
+    return rc ? 1 : 0;
+}

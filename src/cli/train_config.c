@@ -1,0 +1,505 @@
+/* The option table of `megatrain train` and what is driven by it: defaults,
+ * setting a value from text (type and range checks), command-line flags,
+ * --help, the tiny-model defaults and validation. YAML and JSON live in
+ * train_config_io.c. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cli/train_config_internal.h"
+
+#define OFF(field) offsetof(mt_train_config, field)
+/* Integers must survive a round trip through JSON numbers (doubles). */
+#define INT_MAX_EXACT 9007199254740992.0
+#define AT_LEAST(x) {x, INT_MAX_EXACT, false, false}
+#define NONNEG {0, NAN, false, false}
+#define ANY {NAN, NAN, false, false}
+
+static const char *const data_formats[] = {"auto", "text", "completion", "chat", "tokens", NULL};
+static const char *const chat_templates[] = {"auto", "llama3", "qwen", "llama2", "mistral", NULL};
+static const char *const schedules[] = {"cosine", "linear", "constant", NULL};
+static const char *const dtypes[] = {"bf16", "fp32", NULL};
+static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
+
+const mt_tc_option mt_tc_options[] = {
+    {"model", MT_TC_STRING, OFF(model), "", NULL, ANY, NULL, "DIR", "Model and data",
+     "Hugging Face model directory (config.json + safetensors); empty: the built-in tiny model"},
+    {"tokenizer", MT_TC_STRING, OFF(tokenizer), "", NULL, ANY, NULL, "PATH", NULL,
+     "tokenizer.json; empty: <model>/tokenizer.json, or bytes for the tiny model"},
+    {"data", MT_TC_STRING, OFF(data), "", NULL, ANY, NULL, "PATH", NULL,
+     "training data: .jsonl or pre-tokenized .mtok; empty: built-in English text"},
+    {"data_format", MT_TC_ENUM, OFF(data_format), "auto", NULL, ANY, data_formats, NULL, NULL,
+     "JSONL layout: text, prompt/completion, chat messages, or tokens; auto: detect"},
+    {"chat_template", MT_TC_ENUM, OFF(chat_template), "auto", NULL, ANY, chat_templates, NULL,
+     NULL, "chat format of the model; auto: from the model's type"},
+    {"skip_bad_lines", MT_TC_BOOL, OFF(skip_bad_lines), "false", NULL, ANY, NULL, NULL, NULL,
+     "skip malformed data lines (counted) instead of stopping"},
+
+    {"seq_len", MT_TC_INT, OFF(seq_len), "2048", "64", AT_LEAST(1), NULL, NULL, "Batch",
+     "tokens per row (T)"},
+    {"batch_size", MT_TC_INT, OFF(batch_size), "8", NULL, AT_LEAST(1), NULL, NULL, NULL,
+     "rows per micro-batch (B)"},
+    {"micro_batches", MT_TC_INT, OFF(micro_batches), "4", "2", AT_LEAST(1), NULL, NULL, NULL,
+     "micro-batches per optimizer step (gradient accumulation)"},
+    {"steps", MT_TC_INT, OFF(steps), "0", "300", AT_LEAST(0), NULL, NULL, NULL,
+     "optimizer steps; 0: as many as `epochs` passes over the data take"},
+    {"epochs", MT_TC_INT, OFF(epochs), "1", NULL, AT_LEAST(1), NULL, NULL, NULL,
+     "passes over the data when steps is 0"},
+
+    {"lr", MT_TC_FLOAT, OFF(lr), "1e-5", "1e-2", NONNEG, NULL, NULL, "Optimizer (AdamW)",
+     "peak learning rate"},
+    {"min_lr_ratio", MT_TC_FLOAT, OFF(min_lr_ratio), "0", NULL, {0, 1, false, false}, NULL,
+     NULL, NULL, "cosine floor as a fraction of lr"},
+    {"schedule", MT_TC_ENUM, OFF(schedule), "cosine", NULL, ANY, schedules, NULL, NULL,
+     "learning-rate schedule after warmup"},
+    {"warmup_steps", MT_TC_INT, OFF(warmup_steps), "100", "30", AT_LEAST(0), NULL, NULL, NULL,
+     "linear warmup steps"},
+    {"weight_decay", MT_TC_FLOAT, OFF(weight_decay), "0", "0.1", NONNEG, NULL, NULL, NULL,
+     "decoupled weight decay on matrices"},
+    {"beta1", MT_TC_FLOAT, OFF(beta1), "0.9", NULL, {0, 1, false, true}, NULL, NULL, NULL,
+     "Adam first-moment decay"},
+    {"beta2", MT_TC_FLOAT, OFF(beta2), "0.95", NULL, {0, 1, false, true}, NULL, NULL, NULL,
+     "Adam second-moment decay"},
+    {"eps", MT_TC_FLOAT, OFF(eps), "1e-8", NULL, {0, NAN, true, false}, NULL, NULL, NULL,
+     "Adam epsilon"},
+    {"max_grad_norm", MT_TC_FLOAT, OFF(max_grad_norm), "1.0", NULL, NONNEG, NULL, NULL, NULL,
+     "clip the global gradient norm to this; 0: off"},
+    {"seed", MT_TC_INT, OFF(seed), "1234", "1", AT_LEAST(0), NULL, NULL, NULL,
+     "seed of initialisation and data order"},
+
+    {"out", MT_TC_STRING, OFF(out), "runs/megatrain", "runs/tiny", ANY, NULL, "DIR",
+     "Output", "run directory: final HF model, checkpoints, metrics.jsonl, config.yaml"},
+    {"save_every", MT_TC_INT, OFF(save_every), "500", NULL, AT_LEAST(0), NULL, NULL, NULL,
+     "steps between resume checkpoints; 0: only at the end or on a signal"},
+    {"keep_last", MT_TC_INT, OFF(keep_last), "2", NULL, AT_LEAST(1), NULL, NULL, NULL,
+     "resume checkpoints kept"},
+    {"save_dtype", MT_TC_ENUM, OFF(save_dtype), "bf16", NULL, ANY, dtypes, NULL, NULL,
+     "dtype of the final HF model"},
+    {"resume", MT_TC_STRING, OFF(resume), "", NULL, ANY, NULL, "PATH|auto", NULL,
+     "resume from a checkpoint directory, or auto: the latest one in out"},
+
+    {"device", MT_TC_ENUM, OFF(device), "auto", NULL, ANY, devices, NULL, "Device",
+     "where to train; auto: cuda when present, else cpu"},
+    {"precision", MT_TC_ENUM, OFF(precision), "bf16", NULL, ANY, dtypes, NULL, NULL,
+     "matrix products in bf16 (fp32 accumulation) or all fp32"},
+    {"host_checkpoints", MT_TC_BOOL, OFF(host_checkpoints), "false", NULL, ANY, NULL, NULL,
+     NULL, "keep layer activations in host RAM (longer sequences, more PCIe traffic)"},
+
+    {"log_every", MT_TC_INT, OFF(log_every), "10", NULL, AT_LEAST(1), NULL, NULL, "Logging",
+     "progress line and metrics.jsonl row every N steps"},
+    {"sample_tokens", MT_TC_INT, OFF(sample_tokens), "0", "120", AT_LEAST(0), NULL, NULL, NULL,
+     "greedy sample of N tokens printed after training; 0: none"},
+};
+const size_t mt_tc_n_options = sizeof mt_tc_options / sizeof *mt_tc_options;
+_Static_assert(sizeof mt_tc_options / sizeof *mt_tc_options <= MT_TC_MAX_OPTIONS,
+               "raise MT_TC_MAX_OPTIONS");
+/* Enums are set through an int. */
+_Static_assert(sizeof(mt_lr_kind) == sizeof(int) && sizeof(mt_data_format) == sizeof(int),
+               "enum fields must be int-sized");
+
+/* Suggestions for keys of other trainers (HF Trainer, axolotl, torchtune). */
+static const char *const aliases[][2] = {
+    {"learning_rate", "lr"}, {"max_steps", "steps"}, {"num_epochs", "epochs"},
+    {"num_train_epochs", "epochs"}, {"gradient_accumulation_steps", "micro_batches"},
+    {"micro_batch_size", "batch_size"}, {"per_device_train_batch_size", "batch_size"},
+    {"sequence_len", "seq_len"}, {"max_seq_length", "seq_len"}, {"max_seq_len", "seq_len"},
+    {"output_dir", "out"}, {"warmup", "warmup_steps"}, {"lr_scheduler", "schedule"},
+    {"lr_scheduler_type", "schedule"}, {"model_name_or_path", "model"}, {"base_model", "model"},
+    {"dataset", "data"}, {"datasets", "data"}, {"adam_beta1", "beta1"},
+    {"adam_beta2", "beta2"}, {"adam_epsilon", "eps"}, {"save_steps", "save_every"},
+    {"save_total_limit", "keep_last"}, {"logging_steps", "log_every"},
+    {"resume_from_checkpoint", "resume"}, {"gradient_clipping", "max_grad_norm"},
+    {"bf16", "precision"}, {"dtype", "precision"},
+};
+
+/* key with '-' read as '_', into buf; false when too long. */
+static bool normalize_key(const char *key, char *buf, size_t n) {
+    size_t i = 0;
+    for (; key[i]; i++) {
+        if (i + 1 >= n) return false;
+        buf[i] = key[i] == '-' ? '_' : (char)tolower((unsigned char)key[i]);
+    }
+    buf[i] = 0;
+    return true;
+}
+
+const mt_tc_option *mt_tc_find(const char *key) {
+    char k[64];
+    if (!normalize_key(key, k, sizeof k)) return NULL;
+    for (size_t i = 0; i < mt_tc_n_options; i++)
+        if (!strcmp(k, mt_tc_options[i].name)) return &mt_tc_options[i];
+    return NULL;
+}
+
+static size_t edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b), row[64];
+    if (lb >= 64) return (size_t)-1;
+    for (size_t j = 0; j <= lb; j++) row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[lb];
+}
+
+const char *mt_tc_suggest(const char *key) {
+    char k[64];
+    if (!normalize_key(key, k, sizeof k)) return NULL;
+    for (size_t i = 0; i < sizeof aliases / sizeof *aliases; i++)
+        if (!strcmp(k, aliases[i][0])) return aliases[i][1];
+    const char *best = NULL;
+    size_t best_d = (size_t)-1;
+    for (size_t i = 0; i < mt_tc_n_options; i++) {
+        size_t d = edit_distance(k, mt_tc_options[i].name);
+        if (d < best_d) best_d = d, best = mt_tc_options[i].name;
+    }
+    /* Typos: a couple of edits, or a third of a long name. */
+    size_t limit = strlen(k) / 3 > 2 ? strlen(k) / 3 : 2;
+    return best_d <= limit ? best : NULL;
+}
+
+static void *field(mt_train_config *cfg, const mt_tc_option *o) { return (char *)cfg + o->offset; }
+static const void *cfield(const mt_train_config *cfg, const mt_tc_option *o) {
+    return (const char *)cfg + o->offset;
+}
+
+static void list_choices(const mt_tc_option *o, char *buf, size_t n) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; o->choices[i] && used < n; i++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%s", i ? ", " : "", o->choices[i]);
+}
+
+static int check_range(const mt_tc_option *o, double v, const char *text, const char *label,
+                       mt_error *err) {
+    const mt_tc_range *r = &o->range;
+    bool low = !isnan(r->lo) && (r->lo_open ? v <= r->lo : v < r->lo);
+    bool high = !isnan(r->hi) && (r->hi_open ? v >= r->hi : v > r->hi);
+    if (!low && !high) return 0;
+    if (!isnan(r->lo) && !isnan(r->hi) && r->hi != INT_MAX_EXACT)
+        return mt_errorf(err, "%s: must be %s %g and %s %g, got %s", label,
+                         r->lo_open ? ">" : ">=", r->lo, r->hi_open ? "<" : "<=", r->hi, text);
+    if (high)
+        return mt_errorf(err, "%s: must be at most %.0f, got %s", label, r->hi, text);
+    return mt_errorf(err, "%s: must be %s %g, got %s", label, r->lo_open ? ">" : ">=", r->lo,
+                     text);
+}
+
+static int parse_bool(const char *s, bool *out) {
+    static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
+    for (int i = 0; i < 4; i++) {
+        if (!strcasecmp(s, yes[i])) return *out = true, 0;
+        if (!strcasecmp(s, no[i])) return *out = false, 0;
+    }
+    return -1;
+}
+
+/* Integers may be written 1000 or 1e3, not 2.5. */
+static int parse_int(const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(v) || v != floor(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_float(const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || !isfinite(v) || (errno && v != 0)) return -1;
+    *out = v;
+    return 0;
+}
+
+int mt_tc_set(mt_train_config *cfg, const mt_tc_option *o, const char *value, const char *label,
+              mt_error *err) {
+    double v;
+    switch (o->type) {
+    case MT_TC_STRING:
+        if (strlen(value) >= MT_TC_STR)
+            return mt_errorf(err, "%s: value is longer than %d bytes", label, MT_TC_STR - 1);
+        strcpy(field(cfg, o), value);
+        break;
+    case MT_TC_INT:
+        if (parse_int(value, &v))
+            return mt_errorf(err, "%s: expected an integer, got '%s'", label, value);
+        if (check_range(o, v, value, label, err)) return -1;
+        *(int64_t *)field(cfg, o) = (int64_t)v;
+        break;
+    case MT_TC_FLOAT:
+        if (parse_float(value, &v))
+            return mt_errorf(err, "%s: expected a number (like 1e-5 or 0.1), got '%s'", label,
+                             value);
+        if (check_range(o, v, value, label, err)) return -1;
+        *(double *)field(cfg, o) = v;
+        break;
+    case MT_TC_BOOL:
+        if (parse_bool(value, field(cfg, o)))
+            return mt_errorf(err, "%s: expected true or false, got '%s'", label, value);
+        break;
+    case MT_TC_ENUM: {
+        int i = 0;
+        while (o->choices[i] && strcasecmp(o->choices[i], value)) i++;
+        if (!o->choices[i]) {
+            char list[256];
+            list_choices(o, list, sizeof list);
+            return mt_errorf(err, "%s: unknown value '%s' (allowed: %s)", label, value, list);
+        }
+        *(int *)field(cfg, o) = i;
+        break;
+    }
+    }
+    cfg->given[o - mt_tc_options] = true;
+    return 0;
+}
+
+/* Shortest text that reads back to exactly v, with a '.' so that YAML
+ * readers of other tools see a float ("1.0e-05", "0.0"). */
+static void format_double(double v, char *buf, size_t n) {
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    if (strchr(buf, '.') || strchr(buf, 'n') || strchr(buf, 'i')) return;
+    char *e = strchr(buf, 'e');
+    char tail[32];
+    snprintf(tail, sizeof tail, "%s", e ? e : "");
+    if (e) *e = 0;
+    size_t len = strlen(buf);
+    snprintf(buf + len, n - len, ".0%s", tail);
+}
+
+void mt_tc_format(const mt_train_config *cfg, const mt_tc_option *o, char *buf, size_t n) {
+    const void *p = cfield(cfg, o);
+    switch (o->type) {
+    case MT_TC_STRING: snprintf(buf, n, "%s", (const char *)p); break;
+    case MT_TC_INT: snprintf(buf, n, "%lld", (long long)*(const int64_t *)p); break;
+    case MT_TC_FLOAT: format_double(*(const double *)p, buf, n); break;
+    case MT_TC_BOOL: snprintf(buf, n, "%s", *(const bool *)p ? "true" : "false"); break;
+    case MT_TC_ENUM: snprintf(buf, n, "%s", o->choices[*(const int *)p]); break;
+    }
+}
+
+void mt_train_config_defaults(mt_train_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    for (size_t i = 0; i < mt_tc_n_options; i++) {
+        mt_error err;
+        if (mt_tc_set(cfg, &mt_tc_options[i], mt_tc_options[i].def, mt_tc_options[i].name, &err))
+            MT_DIE("bad default in the option table: %s", err.msg);
+    }
+    memset(cfg->given, 0, sizeof cfg->given);
+}
+
+int mt_train_config_set(mt_train_config *cfg, const char *key, const char *value,
+                        const char *where, mt_error *err) {
+    char label[MT_TC_STR + 64];
+    snprintf(label, sizeof label, "%s%s%s", where ? where : "", where ? ": " : "", key);
+    const mt_tc_option *o = mt_tc_find(key);
+    if (o) return mt_tc_set(cfg, o, value, label, err);
+    const char *s = mt_tc_suggest(key);
+    if (s) return mt_errorf(err, "%s: unknown key (did you mean '%s'?)", label, s);
+    return mt_errorf(err, "%s: unknown key (run 'megatrain train --help' for the list)", label);
+}
+
+void mt_train_config_resolve(mt_train_config *cfg) {
+    if (!cfg->model[0]) {
+        for (size_t i = 0; i < mt_tc_n_options; i++) {
+            const mt_tc_option *o = &mt_tc_options[i];
+            if (cfg->given[i] || !o->tiny_def) continue;
+            mt_error err;
+            if (mt_tc_set(cfg, o, o->tiny_def, o->name, &err))
+                MT_DIE("bad tiny default in the option table: %s", err.msg);
+            cfg->given[i] = false;
+        }
+    } else if (!cfg->tokenizer[0]) {
+        char path[MT_TC_STR + 32];
+        snprintf(path, sizeof path, "%s/tokenizer.json", cfg->model);
+        if (strlen(path) < MT_TC_STR) strcpy(cfg->tokenizer, path);
+    }
+}
+
+int mt_train_config_validate(const mt_train_config *cfg, mt_error *err) {
+    for (size_t i = 0; i < mt_tc_n_options; i++) {
+        const mt_tc_option *o = &mt_tc_options[i];
+        char text[64];
+        if (o->type == MT_TC_INT || o->type == MT_TC_FLOAT) {
+            mt_tc_format(cfg, o, text, sizeof text);
+            double v = o->type == MT_TC_INT ? (double)*(const int64_t *)cfield(cfg, o)
+                                            : *(const double *)cfield(cfg, o);
+            if (!isfinite(v)) return mt_errorf(err, "%s: must be a finite number", o->name);
+            if (check_range(o, v, text, o->name, err)) return -1;
+        } else if (o->type == MT_TC_ENUM) {
+            int v = *(const int *)cfield(cfg, o), n = 0;
+            while (o->choices[n]) n++;
+            if (v < 0 || v >= n) return mt_errorf(err, "%s: enum value %d out of range", o->name, v);
+        } else if (o->type == MT_TC_STRING && !memchr(cfield(cfg, o), 0, MT_TC_STR)) {
+            return mt_errorf(err, "%s: string not terminated", o->name);
+        }
+    }
+    if (!cfg->data[0] && cfg->data_format != MT_DATA_AUTO && cfg->data_format != MT_DATA_TEXT)
+        return mt_errorf(err, "data_format: '%s' needs a data file (set data: FILE)",
+                         mt_data_format_name(cfg->data_format));
+    if (!cfg->out[0])
+        return mt_errorf(err, "out: the run directory must not be empty (e.g. out: runs/my-run)");
+    return 0;
+}
+
+/* --help --------------------------------------------------------------- */
+
+/* text in words after column `indent` (where the cursor is), up to `width`. */
+static void print_wrapped(FILE *f, const char *text, int indent, int width) {
+    int col = indent;
+    while (*text) {
+        int len = (int)strcspn(text, " ");
+        if (col > indent && col + 1 + len > width) fprintf(f, "\n%*s", col = indent, "");
+        fprintf(f, " %.*s", len, text);
+        col += len + 1;
+        text += len + (text[len] == ' ');
+    }
+    fputc('\n', f);
+}
+
+static void option_usage(FILE *f, const mt_tc_option *o) {
+    char flag[96], meta[160];
+    for (size_t i = 0; i <= strlen(o->name); i++)
+        flag[i] = o->name[i] == '_' ? '-' : o->name[i];
+    if (o->type == MT_TC_BOOL) {
+        snprintf(meta, sizeof meta, "--[no-]%s", flag);
+    } else {
+        char choices[128] = "";
+        if (o->type == MT_TC_ENUM) {
+            size_t used = 0;
+            for (int i = 0; o->choices[i]; i++)
+                used += (size_t)snprintf(choices + used, sizeof choices - used, "%s%s",
+                                         i ? "|" : "", o->choices[i]);
+        }
+        const char *m = o->meta ? o->meta
+                        : o->type == MT_TC_ENUM ? choices
+                        : o->type == MT_TC_INT  ? "N" : o->type == MT_TC_FLOAT ? "X" : "S";
+        snprintf(meta, sizeof meta, "--%s %s", flag, m);
+    }
+    char text[512];
+    int n = snprintf(text, sizeof text, "%s (default %s", o->help, o->def[0] ? o->def : "none");
+    if (o->tiny_def) snprintf(text + n, sizeof text - (size_t)n, "; tiny model %s", o->tiny_def);
+    strcat(text, ")");
+    fprintf(f, "  %-30s", meta);
+    if (strlen(meta) > 30) fprintf(f, "\n  %-30s", "");
+    print_wrapped(f, text, 32, 80);
+}
+
+void mt_train_config_usage(FILE *f) {
+    fprintf(f,
+            "usage: megatrain train [--config FILE.yaml] [options]\n"
+            "Trains (fine-tunes) a Llama-family model; with no model, the built-in tiny model\n"
+            "on built-in English text. Options come from defaults, then the YAML config file\n"
+            "(flat keys: `seq_len: 2048`, '_' or '-'), then these flags, which win.\n\n"
+            "  %-30s read options from a YAML file first\n"
+            "  %-30s this text\n",
+            "--config FILE", "--help");
+    for (size_t i = 0; i < mt_tc_n_options; i++) {
+        if (mt_tc_options[i].section) fprintf(f, "\n%s:\n", mt_tc_options[i].section);
+        option_usage(f, &mt_tc_options[i]);
+    }
+}
+
+/* Flags ----------------------------------------------------------------- */
+
+static bool is_flag(const char *a, const char *name) {
+    size_t n = strlen(name);
+    return !strncmp(a, name, n) && (a[n] == 0 || a[n] == '=');
+}
+
+/* The --config file, wherever it appears; NULL if none. */
+static int find_config(int argc, char **argv, const char **path, mt_error *err) {
+    *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!is_flag(argv[i], "--config")) continue;
+        if (*path) return mt_errorf(err, "--config: given twice; merge the files into one");
+        if (argv[i][8] == '=') *path = argv[i] + 9;
+        else if (i + 1 < argc) *path = argv[++i];
+        else return mt_errorf(err, "--config needs a file (--config run.yaml)");
+    }
+    return 0;
+}
+
+static int unknown_flag(const char *name, mt_error *err) {
+    const char *s = mt_tc_suggest(name);
+    char flag[96] = "";
+    for (size_t i = 0; s && i <= strlen(s) && i < sizeof flag; i++)
+        flag[i] = s[i] == '_' ? '-' : s[i];
+    if (s) return mt_errorf(err, "unknown option '--%s' (did you mean '--%s'?)", name, flag);
+    return mt_errorf(err, "unknown option '--%s' (run 'megatrain train --help' for the list)",
+                     name);
+}
+
+/* One flag at argv[*i]; advances *i past its value. */
+static int parse_flag(mt_train_config *cfg, int argc, char **argv, int *i, mt_error *err) {
+    const char *a = argv[*i];
+    if (a[0] != '-' || a[1] != '-')
+        return mt_errorf(err, "unexpected argument '%s' (options start with --; a config file "
+                              "is given with --config FILE)", a);
+    char name[128];
+    const char *eq = strchr(a, '='), *value = eq ? eq + 1 : NULL;
+    size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+    if (len >= sizeof name) return mt_errorf(err, "unknown option '%.60s...'", a);
+    memcpy(name, a + 2, len);
+    name[len] = 0;
+    const mt_tc_option *o = mt_tc_find(name);
+    char label[160];
+    snprintf(label, sizeof label, "--%s", name);
+    if (!o && !strncmp(name, "no-", 3) && !value) {
+        o = mt_tc_find(name + 3);
+        if (o && o->type == MT_TC_BOOL) return mt_tc_set(cfg, o, "false", label, err);
+        o = NULL;
+    }
+    if (!o) return unknown_flag(name, err);
+    if (o->type == MT_TC_BOOL && !value) return mt_tc_set(cfg, o, "true", label, err);
+    if (!value) {
+        if (*i + 1 >= argc || !strncmp(argv[*i + 1], "--", 2))
+            return mt_errorf(err, "%s needs a value (e.g. %s %s)", label, label, o->def[0] ? o->def : "VALUE");
+        value = argv[++*i];
+    }
+    return mt_tc_set(cfg, o, value, label, err);
+}
+
+int mt_train_config_parse_args(mt_train_config *cfg, int argc, char **argv, mt_error *err) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            mt_train_config_usage(stdout);
+            return 1;
+        }
+    mt_train_config_defaults(cfg);
+    const char *path;
+    if (find_config(argc, argv, &path, err)) return -1;
+    if (path && mt_train_config_load_yaml(cfg, path, err)) return -1;
+    for (int i = 1; i < argc; i++) {
+        if (is_flag(argv[i], "--config")) {
+            i += argv[i][8] != '=';
+            continue;
+        }
+        if (parse_flag(cfg, argc, argv, &i, err)) return -1;
+    }
+    mt_train_config_resolve(cfg);
+    return mt_train_config_validate(cfg, err);
+}
+
+/* Enum names ------------------------------------------------------------ */
+
+const char *mt_data_format_name(mt_data_format v) { return data_formats[v]; }
+const char *mt_chat_template_name(mt_chat_template v) { return chat_templates[v]; }
+const char *mt_device_kind_name(mt_device_kind v) { return devices[v]; }
+const char *mt_precision_name(mt_precision v) { return dtypes[v]; }
+const char *mt_save_dtype_name(mt_save_dtype v) { return dtypes[v]; }

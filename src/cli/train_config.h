@@ -1,0 +1,122 @@
+/* The configuration of `megatrain train`: one struct holding every option.
+ *
+ * One table (train_config.c: `options`) of {name, type, default, tiny-model
+ * default, range, help} drives everything: the defaults, the YAML config
+ * file keys, the command-line flags, the --help text, validation and the
+ * YAML/JSON written back. Precedence: defaults < config file < flags.
+ *
+ * Keys are flat, as in HF / axolotl / torchtune configs (`lr: 1e-5`); a key
+ * may be spelt with '_' or '-', a flag is the key with dashes
+ * (`--batch-size 8`, `--batch-size=8`, booleans `--skip-bad-lines` /
+ * `--no-skip-bad-lines`). docs/config.md is the user's manual. */
+#ifndef MT_CLI_TRAIN_CONFIG_H
+#define MT_CLI_TRAIN_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "optim/schedule.h"
+#include "util/error.h"
+
+/* Longest path or string value, terminator included. */
+#define MT_TC_STR 1024
+/* Room for the options of the table (a static assert keeps it large enough). */
+#define MT_TC_MAX_OPTIONS 48
+
+typedef enum mt_data_format {
+    MT_DATA_AUTO, MT_DATA_TEXT, MT_DATA_COMPLETION, MT_DATA_CHAT, MT_DATA_TOKENS
+} mt_data_format;
+typedef enum mt_chat_template {
+    MT_CHAT_AUTO, MT_CHAT_LLAMA3, MT_CHAT_QWEN, MT_CHAT_LLAMA2, MT_CHAT_MISTRAL
+} mt_chat_template;
+typedef enum mt_save_dtype { MT_SAVE_BF16, MT_SAVE_FP32 } mt_save_dtype;
+typedef enum mt_device_kind { MT_DEVICE_AUTO, MT_DEVICE_CPU, MT_DEVICE_CUDA } mt_device_kind;
+typedef enum mt_precision { MT_PRECISION_BF16, MT_PRECISION_FP32 } mt_precision;
+
+typedef struct mt_train_config {
+    /* model and data */
+    char model[MT_TC_STR];          // HF model directory; "" = built-in tiny model
+    char tokenizer[MT_TC_STR];      // tokenizer.json; "" = <model>/tokenizer.json or bytes
+    char data[MT_TC_STR];           // .jsonl or .mtok; "" = built-in text
+    mt_data_format data_format;
+    mt_chat_template chat_template;
+    bool skip_bad_lines;
+    /* batch shape and length */
+    int64_t seq_len;                // T
+    int64_t batch_size;             // B, rows per micro-batch
+    int64_t micro_batches;          // M, per optimizer step
+    int64_t steps;                  // optimizer steps; 0 = from epochs
+    int64_t epochs;
+    /* optimizer and schedule */
+    double lr, min_lr_ratio;
+    mt_lr_kind schedule;            // same order as cosine|linear|constant
+    int64_t warmup_steps;
+    double weight_decay, beta1, beta2, eps, max_grad_norm;
+    int64_t seed;
+    /* output and checkpoints */
+    char out[MT_TC_STR];
+    int64_t save_every, keep_last;
+    mt_save_dtype save_dtype;
+    char resume[MT_TC_STR];         // "" = fresh run, "auto" = latest in out/, or a path
+    /* device */
+    mt_device_kind device;
+    mt_precision precision;
+    bool host_checkpoints;
+    /* logging */
+    int64_t log_every;
+    int64_t sample_tokens;
+    /* Which options were given by the config file or a flag (by table index),
+     * so that the built-in tiny model can pick its own defaults for the rest. */
+    bool given[MT_TC_MAX_OPTIONS];
+} mt_train_config;
+
+/* Every option at its default (the defaults for a real model). */
+void mt_train_config_defaults(mt_train_config *cfg);
+
+/* Sets one option from text, as in the config file or on the command line.
+ * `key` may use '_' or '-'. `where` prefixes error messages ("run.yaml:7",
+ * "--lr"); NULL for just the key. Checks the type and the range. */
+int mt_train_config_set(mt_train_config *cfg, const char *key, const char *value,
+                        const char *where, mt_error *err);
+
+/* Reads a flat YAML mapping of options over cfg. Errors name path:line. */
+int mt_train_config_load_yaml(mt_train_config *cfg, const char *path, mt_error *err);
+
+/* The whole of `megatrain train`'s argument parsing: defaults, then the
+ * --config file (wherever it appears), then the flags in order, then
+ * mt_train_config_resolve and mt_train_config_validate. argv[0] is the
+ * subcommand name. Returns 0, 1 when --help was printed to stdout (the
+ * caller exits 0), or -1 with err filled. */
+int mt_train_config_parse_args(mt_train_config *cfg, int argc, char **argv, mt_error *err);
+
+/* Fills what depends on other options: with no model, options not given
+ * take the built-in tiny model's defaults (steps 300, lr 1e-2, ...); with a
+ * model and no tokenizer, tokenizer = <model>/tokenizer.json. */
+void mt_train_config_resolve(mt_train_config *cfg);
+
+/* Range of every option and consistency between options. */
+int mt_train_config_validate(const mt_train_config *cfg, mt_error *err);
+
+/* The effective config as YAML (loadable by mt_train_config_load_yaml) and
+ * as a JSON object (for checkpoint trainer state). malloc'd; free(). */
+char *mt_train_config_to_yaml(const mt_train_config *cfg);
+char *mt_train_config_to_json(const mt_train_config *cfg);
+
+/* Reads a JSON object written by mt_train_config_to_json over cfg. */
+int mt_train_config_from_json(mt_train_config *cfg, const char *json, mt_error *err);
+
+/* Writes to_yaml to path (the run's out/config.yaml). */
+int mt_train_config_save_yaml(const mt_train_config *cfg, const char *path, mt_error *err);
+
+/* The --help text of `megatrain train`, generated from the option table. */
+void mt_train_config_usage(FILE *f);
+
+/* Names of enum values as written in configs ("cosine", "bf16", ...). */
+const char *mt_data_format_name(mt_data_format v);
+const char *mt_chat_template_name(mt_chat_template v);
+const char *mt_device_kind_name(mt_device_kind v);
+const char *mt_precision_name(mt_precision v);
+const char *mt_save_dtype_name(mt_save_dtype v);
+
+#endif

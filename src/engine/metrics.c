@@ -1,0 +1,205 @@
+/* metrics.jsonl writer (with truncation on resume) and the progress line. */
+#include "engine/metrics.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/mem.h"
+
+mt_metrics_row mt_metrics_row_make(int64_t step) {
+    return (mt_metrics_row){.step = step, .epoch = NAN, .loss = NAN, .lr = NAN,
+                            .grad_norm = NAN, .tokens = -1, .tokens_per_s = NAN, .tflops = NAN,
+                            .step_time_s = NAN, .gpu_mem_gb = NAN, .host_mem_gb = NAN,
+                            .h2d_gbps = NAN, .d2h_gbps = NAN, .eta_s = NAN};
+}
+
+/* JSON ------------------------------------------------------------------- */
+
+static size_t put(char *buf, size_t n, size_t used, const char *fmt, const char *key, double v) {
+    if (!isfinite(v) || used >= n) return used;
+    return used + (size_t)snprintf(buf + used, n - used, fmt, key, v);
+}
+
+void mt_metrics_format_json(const mt_metrics_row *r, char *buf, size_t n) {
+    /* %.9g: every float32 (loss, norms) exactly; doubles to 9 digits. */
+    static const char *G = ",\"%s\":%.9g";
+    size_t u = (size_t)snprintf(buf, n, "{\"step\":%lld", (long long)r->step);
+    u = put(buf, n, u, G, "epoch", r->epoch);
+    u = put(buf, n, u, G, "loss", r->loss);
+    u = put(buf, n, u, G, "lr", r->lr);
+    u = put(buf, n, u, G, "grad_norm", r->grad_norm);
+    if (r->tokens >= 0 && u < n)
+        u += (size_t)snprintf(buf + u, n - u, ",\"tokens\":%lld", (long long)r->tokens);
+    u = put(buf, n, u, G, "tokens_per_s", r->tokens_per_s);
+    u = put(buf, n, u, G, "tflops", r->tflops);
+    u = put(buf, n, u, G, "step_time_s", r->step_time_s);
+    u = put(buf, n, u, G, "gpu_mem_gb", r->gpu_mem_gb);
+    u = put(buf, n, u, G, "host_mem_gb", r->host_mem_gb);
+    u = put(buf, n, u, G, "h2d_gbps", r->h2d_gbps);
+    u = put(buf, n, u, G, "d2h_gbps", r->d2h_gbps);
+    u = put(buf, n, u, G, "eta_s", r->eta_s);
+    if (u < n) snprintf(buf + u, n - u, "}");
+}
+
+/* Writer ----------------------------------------------------------------- */
+
+static char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    size_t cap = 0;
+    *len = 0;
+    for (;;) {
+        if (*len + 65536 > cap) buf = mt_realloc_or_die(buf, cap = (*len + 65536) * 2);
+        size_t got = fread(buf + *len, 1, cap - *len - 1, f);
+        *len += got;
+        if (got == 0) break;
+    }
+    fclose(f);
+    buf[*len] = 0;
+    return buf;
+}
+
+/* Keeps a line unless it is torn (no newline) or logs a step > keep_step. */
+static bool keep_line(const char *line, size_t len, bool terminated, int64_t keep_step) {
+    if (!terminated) return false;
+    cJSON *j = cJSON_ParseWithLength(line, len);
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "step");
+    bool keep = !cJSON_IsNumber(s) || s->valuedouble <= (double)keep_step;
+    cJSON_Delete(j);
+    return keep;
+}
+
+static int rewrite(const char *path, const char *data, size_t len, mt_error *err) {
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return mt_errorf(err, "metrics: writing '%s': %s", tmp, strerror(errno));
+    bool bad = fwrite(data, 1, len, f) != len || fflush(f) || fsync(fileno(f));
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path)) {
+        unlink(tmp);
+        return mt_errorf(err, "metrics: rewriting '%s': %s (disk full?)", path, strerror(errno));
+    }
+    return 0;
+}
+
+/* Drops the lines after keep_step from an existing file. */
+static int truncate_after(const char *path, int64_t keep_step, mt_error *err) {
+    size_t len;
+    char *buf = read_all(path, &len);
+    if (!buf) return 0; // no file yet
+    char *out = mt_malloc_or_die(len + 1);
+    size_t kept = 0;
+    bool dropped = false;
+    for (size_t pos = 0; pos < len;) {
+        char *nl = memchr(buf + pos, '\n', len - pos);
+        size_t end = nl ? (size_t)(nl - buf) + 1 : len;
+        if (keep_line(buf + pos, end - pos, nl != NULL, keep_step)) {
+            memcpy(out + kept, buf + pos, end - pos);
+            kept += end - pos;
+        } else {
+            dropped = true;
+        }
+        pos = end;
+    }
+    int rc = dropped ? rewrite(path, out, kept, err) : 0;
+    free(out);
+    free(buf);
+    return rc;
+}
+
+int mt_metrics_open(mt_metrics_writer *w, const char *path, int64_t keep_step, mt_error *err) {
+    memset(w, 0, sizeof *w);
+    if (strlen(path) >= sizeof w->path)
+        return mt_errorf(err, "metrics: path too long: %s", path);
+    snprintf(w->path, sizeof w->path, "%s", path);
+    if (truncate_after(path, keep_step, err)) return -1;
+    w->f = fopen(path, "ab");
+    if (!w->f)
+        return mt_errorf(err, "metrics: opening '%s': %s (is the out directory writable?)", path,
+                         strerror(errno));
+    return 0;
+}
+
+int mt_metrics_write(mt_metrics_writer *w, const mt_metrics_row *row, mt_error *err) {
+    char line[768];
+    mt_metrics_format_json(row, line, sizeof line);
+    if (fprintf(w->f, "%s\n", line) < 0 || fflush(w->f))
+        return mt_errorf(err, "metrics: writing '%s': %s (disk full?)", w->path, strerror(errno));
+    return 0;
+}
+
+void mt_metrics_close(mt_metrics_writer *w) {
+    if (w->f) fclose(w->f);
+    w->f = NULL;
+}
+
+/* Progress line ----------------------------------------------------------- */
+
+void mt_format_duration(double s, char *buf, size_t n) {
+    if (!isfinite(s) || s < 0) {
+        snprintf(buf, n, "?");
+        return;
+    }
+    long long t = llround(s);
+    if (t < 60) snprintf(buf, n, "%llds", t);
+    else if (t < 3600) snprintf(buf, n, "%lldm%02llds", t / 60, t % 60);
+    else if (t < 86400) snprintf(buf, n, "%lldh%02lldm", t / 3600, t % 3600 / 60);
+    else snprintf(buf, n, "%lldd%02lldh", t / 86400, t % 86400 / 3600);
+}
+
+/* Three significant digits, enough to read a rate at a glance. */
+static void format_3sig(double v, char *buf, size_t n) {
+    snprintf(buf, n, v < 10 ? "%.2f" : v < 100 ? "%.1f" : "%.0f", v);
+}
+
+static void format_rate(double v, char *buf, size_t n) {
+    char num[32];
+    const char *unit = v >= 1e6 ? "M" : v >= 1e3 ? "k" : "";
+    format_3sig(v >= 1e6 ? v / 1e6 : v >= 1e3 ? v / 1e3 : v, num, sizeof num);
+    snprintf(buf, n, "%s%s", num, unit);
+}
+
+typedef struct line_buf {
+    char *buf;
+    size_t n, used;
+} line_buf;
+
+static void add(line_buf *l, const char *fmt, const char *a) {
+    if (l->used >= l->n) return;
+    l->used += (size_t)snprintf(l->buf + l->used, l->n - l->used, " | ");
+    if (l->used >= l->n) return;
+    l->used += (size_t)snprintf(l->buf + l->used, l->n - l->used, fmt, a);
+}
+
+void mt_progress_format(const mt_metrics_row *r, int64_t total_steps, char *buf, size_t n) {
+    line_buf l = {buf, n, 0};
+    char t[48];
+    if (total_steps > 0)
+        l.used = (size_t)snprintf(buf, n, "step %lld/%lld", (long long)r->step,
+                                  (long long)total_steps);
+    else
+        l.used = (size_t)snprintf(buf, n, "step %lld", (long long)r->step);
+#define FIELD(cond, fmt, ...)                        \
+    if (cond) {                                      \
+        snprintf(t, sizeof t, __VA_ARGS__);          \
+        add(&l, fmt, t);                             \
+    }
+    FIELD(!isnan(r->loss), "loss %s", "%.4f", r->loss);
+    FIELD(!isnan(r->lr), "lr %s", "%.2g", r->lr);
+    FIELD(!isnan(r->grad_norm), "grad norm %s", "%.3f", r->grad_norm);
+#undef FIELD
+    if (!isnan(r->tokens_per_s)) format_rate(r->tokens_per_s, t, sizeof t), add(&l, "%s tok/s", t);
+    if (!isnan(r->tflops)) format_3sig(r->tflops, t, sizeof t), add(&l, "%s TFLOPS", t);
+    if (!isnan(r->gpu_mem_gb)) format_3sig(r->gpu_mem_gb, t, sizeof t), add(&l, "gpu %s GB", t);
+    if (!isnan(r->host_mem_gb)) format_3sig(r->host_mem_gb, t, sizeof t), add(&l, "host %s GB", t);
+    if (!isnan(r->h2d_gbps)) snprintf(t, sizeof t, "%.1f", r->h2d_gbps), add(&l, "H2D %s GB/s", t);
+    if (!isnan(r->d2h_gbps)) snprintf(t, sizeof t, "%.1f", r->d2h_gbps), add(&l, "D2H %s GB/s", t);
+    if (!isnan(r->eta_s)) mt_format_duration(r->eta_s, t, sizeof t), add(&l, "ETA %s", t);
+}

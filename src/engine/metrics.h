@@ -1,0 +1,61 @@
+/* Training metrics: metrics.jsonl (one JSON object per logged step) and the
+ * progress line printed to the terminal.
+ *
+ * A row holds every metric; a field that does not apply (no GPU, no ETA
+ * yet) is NAN (or -1 for tokens) and is left out of both the JSON line and
+ * the progress line. JSON has no NaN, so a non-finite value is left out too.
+ *
+ * The file is appended to, so that a resumed run continues it: opening it
+ * for a run that resumes after step S first drops any line with step > S
+ * (written after the checkpoint it resumes from), and any torn last line,
+ * so that the file never holds a step twice. */
+#ifndef MT_ENGINE_METRICS_H
+#define MT_ENGINE_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "util/error.h"
+
+typedef struct mt_metrics_row {
+    int64_t step;         // optimizer steps done (1 after the first)
+    double epoch;         // passes over the data, fractional
+    double loss, lr, grad_norm;
+    int64_t tokens;       // tokens seen so far; -1 = not applicable
+    double tokens_per_s, tflops, step_time_s;
+    double gpu_mem_gb, host_mem_gb; // GB = 1e9 bytes
+    double h2d_gbps, d2h_gbps;      // GB/s
+    double eta_s;
+} mt_metrics_row;
+
+/* A row with only `step` set: every other field absent. */
+mt_metrics_row mt_metrics_row_make(int64_t step);
+
+typedef struct mt_metrics_writer {
+    FILE *f;
+    char path[1024];
+} mt_metrics_writer;
+
+/* Opens path for appending after dropping the lines with step > keep_step
+ * (0 for a fresh run: the file starts empty; the resume step otherwise).
+ * Rewrites the file atomically (temp file, fsync, rename) when it drops. */
+int mt_metrics_open(mt_metrics_writer *w, const char *path, int64_t keep_step, mt_error *err);
+
+/* Appends one JSON line and flushes it. */
+int mt_metrics_write(mt_metrics_writer *w, const mt_metrics_row *row, mt_error *err);
+
+void mt_metrics_close(mt_metrics_writer *w);
+
+/* The JSON object of a row, without newline, into buf (512 bytes suffice). */
+void mt_metrics_format_json(const mt_metrics_row *row, char *buf, size_t n);
+
+/* The progress line, e.g. `step 120/1000 | loss 2.3412 | lr 9.8e-06 |
+ * grad norm 0.412 | 41.2k tok/s | 412 TFLOPS | gpu 52.1 GB | host 108 GB |
+ * H2D 7.1 GB/s | D2H 6.9 GB/s | ETA 1h02m`. total_steps <= 0: no "/total". */
+void mt_progress_format(const mt_metrics_row *row, int64_t total_steps, char *buf, size_t n);
+
+/* A duration for humans: 42s, 12m05s, 1h02m, 3d04h; "?" when not finite. */
+void mt_format_duration(double seconds, char *buf, size_t n);
+
+#endif
