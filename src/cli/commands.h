@@ -7,5 +7,6 @@ int mt_cmd_train(int argc, char **argv);
 int mt_cmd_bench(int argc, char **argv);
 int mt_bench_train(int argc, char **argv);
 int mt_cmd_tokenize(int argc, char **argv);
+int mt_cmd_plot(int argc, char **argv);
 
 #endif

@@ -12,6 +12,7 @@ static const struct {
     {"train", mt_cmd_train, "train or fine-tune a model (default: the built-in tiny model)"},
     {"bench", mt_cmd_bench, "measure speed (train, adamw)"},
     {"tokenize", mt_cmd_tokenize, "pre-tokenize a JSONL corpus to .mtok"},
+    {"plot", mt_cmd_plot, "draw the loss curve of a metrics.jsonl to a PNG"},
 };
 
 static void usage(FILE *f) {

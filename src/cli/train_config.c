@@ -98,7 +98,7 @@ const size_t mt_tc_n_options = sizeof mt_tc_options / sizeof *mt_tc_options;
 _Static_assert(sizeof mt_tc_options / sizeof *mt_tc_options <= MT_TC_MAX_OPTIONS,
                "raise MT_TC_MAX_OPTIONS");
 /* Enums are set through an int. */
-_Static_assert(sizeof(mt_lr_kind) == sizeof(int) && sizeof(mt_data_format) == sizeof(int),
+_Static_assert(sizeof(mt_lr_kind) == sizeof(int) && sizeof(mt_tc_data_format) == sizeof(int),
                "enum fields must be int-sized");
 
 /* Suggestions for keys of other trainers (HF Trainer, axolotl, torchtune). */
@@ -349,9 +349,9 @@ int mt_train_config_validate(const mt_train_config *cfg, mt_error *err) {
             return mt_errorf(err, "%s: string not terminated", o->name);
         }
     }
-    if (!cfg->data[0] && cfg->data_format != MT_DATA_AUTO && cfg->data_format != MT_DATA_TEXT)
+    if (!cfg->data[0] && cfg->data_format != MT_TC_DATA_AUTO && cfg->data_format != MT_TC_DATA_TEXT)
         return mt_errorf(err, "data_format: '%s' needs a data file (set data: FILE)",
-                         mt_data_format_name(cfg->data_format));
+                         mt_tc_data_format_name(cfg->data_format));
     if (!cfg->out[0])
         return mt_errorf(err, "out: the run directory must not be empty (e.g. out: runs/my-run)");
     return 0;
@@ -498,8 +498,8 @@ int mt_train_config_parse_args(mt_train_config *cfg, int argc, char **argv, mt_e
 
 /* Enum names ------------------------------------------------------------ */
 
-const char *mt_data_format_name(mt_data_format v) { return data_formats[v]; }
-const char *mt_chat_template_name(mt_chat_template v) { return chat_templates[v]; }
+const char *mt_tc_data_format_name(mt_tc_data_format v) { return data_formats[v]; }
+const char *mt_tc_chat_template_name(mt_tc_chat_template v) { return chat_templates[v]; }
 const char *mt_device_kind_name(mt_device_kind v) { return devices[v]; }
-const char *mt_precision_name(mt_precision v) { return dtypes[v]; }
+const char *mt_tc_precision_name(mt_tc_precision v) { return dtypes[v]; }
 const char *mt_save_dtype_name(mt_save_dtype v) { return dtypes[v]; }

@@ -24,23 +24,23 @@
 /* Room for the options of the table (a static assert keeps it large enough). */
 #define MT_TC_MAX_OPTIONS 48
 
-typedef enum mt_data_format {
-    MT_DATA_AUTO, MT_DATA_TEXT, MT_DATA_COMPLETION, MT_DATA_CHAT, MT_DATA_TOKENS
-} mt_data_format;
-typedef enum mt_chat_template {
-    MT_CHAT_AUTO, MT_CHAT_LLAMA3, MT_CHAT_QWEN, MT_CHAT_LLAMA2, MT_CHAT_MISTRAL
-} mt_chat_template;
+typedef enum mt_tc_data_format {
+    MT_TC_DATA_AUTO, MT_TC_DATA_TEXT, MT_TC_DATA_COMPLETION, MT_TC_DATA_CHAT, MT_TC_DATA_TOKENS
+} mt_tc_data_format;
+typedef enum mt_tc_chat_template {
+    MT_TC_CHAT_AUTO, MT_TC_CHAT_LLAMA3, MT_TC_CHAT_QWEN, MT_TC_CHAT_LLAMA2, MT_TC_CHAT_MISTRAL
+} mt_tc_chat_template;
 typedef enum mt_save_dtype { MT_SAVE_BF16, MT_SAVE_FP32 } mt_save_dtype;
 typedef enum mt_device_kind { MT_DEVICE_AUTO, MT_DEVICE_CPU, MT_DEVICE_CUDA } mt_device_kind;
-typedef enum mt_precision { MT_PRECISION_BF16, MT_PRECISION_FP32 } mt_precision;
+typedef enum mt_tc_precision { MT_TC_PRECISION_BF16, MT_TC_PRECISION_FP32 } mt_tc_precision;
 
 typedef struct mt_train_config {
     /* model and data */
     char model[MT_TC_STR];          // HF model directory; "" = built-in tiny model
     char tokenizer[MT_TC_STR];      // tokenizer.json; "" = <model>/tokenizer.json or bytes
     char data[MT_TC_STR];           // .jsonl or .mtok; "" = built-in text
-    mt_data_format data_format;
-    mt_chat_template chat_template;
+    mt_tc_data_format data_format;
+    mt_tc_chat_template chat_template;
     bool skip_bad_lines;
     /* batch shape and length */
     int64_t seq_len;                // T
@@ -61,7 +61,7 @@ typedef struct mt_train_config {
     char resume[MT_TC_STR];         // "" = fresh run, "auto" = latest in out/, or a path
     /* device */
     mt_device_kind device;
-    mt_precision precision;
+    mt_tc_precision precision;
     bool host_checkpoints;
     /* logging */
     int64_t log_every;
@@ -113,10 +113,10 @@ int mt_train_config_save_yaml(const mt_train_config *cfg, const char *path, mt_e
 void mt_train_config_usage(FILE *f);
 
 /* Names of enum values as written in configs ("cosine", "bf16", ...). */
-const char *mt_data_format_name(mt_data_format v);
-const char *mt_chat_template_name(mt_chat_template v);
+const char *mt_tc_data_format_name(mt_tc_data_format v);
+const char *mt_tc_chat_template_name(mt_tc_chat_template v);
 const char *mt_device_kind_name(mt_device_kind v);
-const char *mt_precision_name(mt_precision v);
+const char *mt_tc_precision_name(mt_tc_precision v);
 const char *mt_save_dtype_name(mt_save_dtype v);
 
 #endif

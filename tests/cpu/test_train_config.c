@@ -67,7 +67,7 @@ Test(train_config, defaults_for_a_real_model) {
     cr_assert_eq(cfg.lr, 1e-5);
     cr_assert_eq(cfg.beta2, 0.95);
     cr_assert_eq(cfg.schedule, MT_LR_COSINE);
-    cr_assert_eq(cfg.precision, MT_PRECISION_BF16);
+    cr_assert_eq(cfg.precision, MT_TC_PRECISION_BF16);
     cr_assert_str_eq(cfg.tokenizer, "m/llama/tokenizer.json");
     cr_assert_eq(cfg.sample_tokens, 0);
 }
@@ -111,7 +111,7 @@ Test(train_config, flag_forms) {
     cr_assert_eq(parse(&cfg, &err, args), 0, "%s", err.msg);
     cr_assert(cfg.host_checkpoints);
     cr_assert(cfg.skip_bad_lines);
-    cr_assert_eq(cfg.precision, MT_PRECISION_FP32);
+    cr_assert_eq(cfg.precision, MT_TC_PRECISION_FP32);
     cr_assert_eq(cfg.device, MT_DEVICE_CPU);
     cr_assert_eq(cfg.steps, 1000);
 }
@@ -191,7 +191,7 @@ Test(train_config, validate_catches_programmatic_values) {
     cr_assert_eq(mt_train_config_validate(&cfg, &err), -1);
     cr_assert(strstr(err.msg, "keep_last"), "%s", err.msg);
     mt_train_config_defaults(&cfg);
-    cfg.data_format = MT_DATA_CHAT;
+    cfg.data_format = MT_TC_DATA_CHAT;
     cr_assert_eq(mt_train_config_validate(&cfg, &err), -1);
     cr_assert(strstr(err.msg, "data"), "%s", err.msg);
 }
@@ -224,15 +224,15 @@ static void unusual_config(mt_train_config *cfg) {
     strcpy(cfg->data, "data/a.jsonl");
     strcpy(cfg->out, "runs/x'y");
     strcpy(cfg->resume, "auto");
-    cfg->data_format = MT_DATA_CHAT;
-    cfg->chat_template = MT_CHAT_MISTRAL;
+    cfg->data_format = MT_TC_DATA_CHAT;
+    cfg->chat_template = MT_TC_CHAT_MISTRAL;
     cfg->skip_bad_lines = true;
     cfg->seq_len = 4096, cfg->batch_size = 3, cfg->micro_batches = 5, cfg->steps = 12345;
     cfg->epochs = 3, cfg->warmup_steps = 7, cfg->seed = 9007199254740991LL;
     cfg->lr = 1.0 / 3e5, cfg->min_lr_ratio = 0.1, cfg->weight_decay = 0.01;
     cfg->beta1 = 0.85, cfg->beta2 = 0.999, cfg->eps = 1e-12, cfg->max_grad_norm = 0;
     cfg->schedule = MT_LR_CONSTANT, cfg->save_dtype = MT_SAVE_FP32;
-    cfg->device = MT_DEVICE_CUDA, cfg->precision = MT_PRECISION_FP32;
+    cfg->device = MT_DEVICE_CUDA, cfg->precision = MT_TC_PRECISION_FP32;
     cfg->host_checkpoints = true, cfg->save_every = 0, cfg->keep_last = 4;
     cfg->log_every = 1, cfg->sample_tokens = 5;
 }
