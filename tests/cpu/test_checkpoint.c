@@ -596,8 +596,9 @@ Test(checkpoint, sigkill_in_the_middle_of_a_large_write_leaves_previous_loadable
     char *ck = mt_path_join(out, "checkpoints"), tmp_name[64];
     snprintf(tmp_name, sizeof tmp_name, ".tmp-step-00000002-%ld", (long)pid);
     char *tdir = mt_path_join(ck, tmp_name);
-    struct timespec nap = {0, 200 * 1000};  /* 0.2 ms between looks */
-    for (int i = 0; i < 300000 && partial_file_size(tdir) < (1 << 20); i++) nanosleep(&nap, NULL);
+    struct timespec nap = {0, 200 * 1000};  /* 0.2 ms between looks, for 30 s at most */
+    time_t deadline = time(NULL) + 30;
+    while (partial_file_size(tdir) < (1 << 20) && time(NULL) < deadline) nanosleep(&nap, NULL);
     cr_assert_geq(partial_file_size(tdir), 1 << 20, "the child never started writing");
     kill_and_reap(pid);
     assert_recovers_after_crash(out, &md, pid);
