@@ -1,0 +1,82 @@
+/* Resume checkpoints: everything needed to continue a run exactly where it
+ * stopped (fp32 master weights, Adam m and v, the trainer's own state),
+ * written so that a crash at any moment never destroys the last good one.
+ *
+ * Layout (docs/checkpoints.md):
+ *   <out>/checkpoints/step-%08lld/
+ *       config.json            the model config (a Hugging Face config)
+ *       model.safetensors      fp32 weights under HF names: the directory is
+ *                              also a model transformers can load
+ *       optimizer.safetensors  "exp_avg.<hf name>" (m), "exp_avg_sq.<hf name>" (v)
+ *       trainer_state.json     {"format", "layout_version", "step", "trainer": <caller's object>}
+ *       COMPLETE               written last: step and the byte size of every file
+ *
+ * A save writes all of it into <out>/checkpoints/.tmp-step-<n>-<pid>/, fsyncs
+ * each file and the directory, renames it to step-<n> and fsyncs the parent.
+ * Only then are older checkpoints pruned (keep the newest K) together with
+ * the .tmp-* directories of processes that no longer exist. Nothing whose
+ * name does not match those two patterns is ever removed. */
+#ifndef MT_IO_CHECKPOINT_H
+#define MT_IO_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "host/store.h"
+#include "model/config.h"
+#include "util/error.h"
+
+#define MT_CHECKPOINT_FORMAT "megatrain-checkpoint"
+#define MT_CHECKPOINT_LAYOUT_VERSION 1
+
+/* Called after each file of a save is complete in the temporary directory
+ * (file = "config.json", "model.safetensors", ...; tmp_dir = where it is).
+ * Returning -1 (with err filled) aborts the save as a failed write would.
+ * With parallel writes it runs on the writer threads. For tests and
+ * progress display. */
+typedef int (*mt_checkpoint_hook)(void *ctx, const char *tmp_dir, const char *file,
+                                  mt_error *err);
+
+typedef struct mt_checkpoint_opts {
+    int keep_last;             /* keep the newest K complete checkpoints; <= 0 keeps all */
+    int parallel;              /* write weights and optimizer state on two threads */
+    mt_checkpoint_hook hook;   /* may be NULL */
+    void *hook_ctx;
+} mt_checkpoint_opts;
+
+/* Saves step `step` of the model in s (described by cfg) with the trainer
+ * state state_json (a JSON object, stored verbatim) under
+ * out_dir/checkpoints/, creating directories as needed, then prunes. On
+ * success the final directory is copied to saved_path (if not NULL). On
+ * failure the temporary directory is removed, earlier checkpoints are
+ * untouched, and err names the path and the system's reason. */
+int mt_checkpoint_save_opts(const char *out_dir, int64_t step, const mt_host_store *s,
+                            const mt_config *cfg, const char *state_json,
+                            const mt_checkpoint_opts *opts, char *saved_path, size_t cap,
+                            mt_error *err);
+
+/* The same with default options (parallel writes) and keep_last. */
+int mt_checkpoint_save(const char *out_dir, int64_t step, const mt_host_store *s,
+                       const mt_config *cfg, const char *state_json, int keep_last,
+                       char *saved_path, size_t cap, mt_error *err);
+
+/* Resolves what a user passes to --resume: a checkpoint directory itself,
+ * a checkpoints directory, or a run's out directory (then its checkpoints/).
+ * Picks the complete checkpoint with the highest step; temporary and
+ * incomplete directories are ignored. Fails with a message saying where it
+ * looked when there is none. */
+int mt_checkpoint_find_latest(const char *path, char *found, size_t cap, mt_error *err);
+
+/* Loads ckpt_dir into s (w, m, v; g untouched). Checks the COMPLETE marker
+ * and the file sizes it records, that config.json equals cfg (naming the
+ * first differing field), and that every tensor of s's table is present in
+ * F32 with its shape and nothing else is. *state_json receives the caller's
+ * object exactly as it was saved (malloc'd; free it). */
+int mt_checkpoint_load(const char *ckpt_dir, mt_host_store *s, const mt_config *cfg,
+                       char **state_json, mt_error *err);
+
+/* Removes stale temporary directories and all but the newest keep_last
+ * complete checkpoints in out_dir/checkpoints (what a save does at its end). */
+int mt_checkpoint_prune(const char *out_dir, int keep_last, mt_error *err);
+
+#endif

@@ -1,0 +1,242 @@
+/* Checkpoint directories: recognising names (step-%08lld, .tmp-step-<n>-<pid>),
+ * finding the newest complete checkpoint, pruning, and the directory
+ * operations of a save (mkdir -p, fsync, atomic publish, removal). Only
+ * directories whose names match those two patterns are ever removed. */
+#include "io/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/checkpoint_internal.h"
+#include "io/file.h"
+#include "util/mem.h"
+
+/* ---- names -------------------------------------------------------------- */
+
+/* Parses a run of 1..18 decimal digits at *p (advancing it). */
+static int parse_digits(const char **p, int64_t *out) {
+    const char *s = *p;
+    int64_t v = 0;
+    int n = 0;
+    for (; *s >= '0' && *s <= '9' && n < 18; s++, n++) v = v * 10 + (*s - '0');
+    if (n == 0 || (*s >= '0' && *s <= '9')) return 0;
+    *p = s;
+    *out = v;
+    return 1;
+}
+
+/* "step-<digits>" exactly. */
+static int parse_step_name(const char *name, int64_t *step) {
+    if (strncmp(name, "step-", 5) != 0) return 0;
+    const char *p = name + 5;
+    return parse_digits(&p, step) && *p == '\0';
+}
+
+/* ".tmp-step-<digits>-<pid>" exactly. */
+static int parse_tmp_name(const char *name, int64_t *pid) {
+    if (strncmp(name, ".tmp-step-", 10) != 0) return 0;
+    const char *p = name + 10;
+    int64_t step;
+    if (!parse_digits(&p, &step) || *p++ != '-') return 0;
+    return parse_digits(&p, pid) && *p == '\0';
+}
+
+static int is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int has_file(const char *dir, const char *name) {
+    char *p = mt_path_join(dir, name);
+    int r = mt_file_exists(p);
+    free(p);
+    return r;
+}
+
+/* ---- directory operations ----------------------------------------------- */
+
+int mt_ckpt_fsync_dir(const char *path, mt_error *err) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    int rc = 0;
+    if (fd < 0 || fsync(fd) != 0)
+        rc = mt_errorf(err, "%s: cannot sync directory: %s", path, strerror(errno));
+    if (fd >= 0) close(fd);
+    return rc;
+}
+
+int mt_ckpt_mkdirs(const char *path, mt_error *err) {
+    if (is_dir(path)) return 0;
+    char *p = mt_strdup_or_die(path);
+    int rc = 0;
+    for (char *s = p + 1; rc == 0; s++) {
+        if (*s != '/' && *s != '\0') continue;
+        char c = *s;
+        *s = '\0';
+        if (mkdir(p, 0755) == 0) {
+            char *parent = mt_strdup_or_die(p);
+            char *slash = strrchr(parent, '/');
+            if (slash) slash[slash == parent] = '\0';
+            rc = mt_ckpt_fsync_dir(slash ? parent : ".", err);
+            free(parent);
+        } else if (errno != EEXIST || !is_dir(p)) {
+            rc = mt_errorf(err, "%s: cannot create directory: %s", p,
+                           errno == EEXIST ? "it exists but is not a directory" : strerror(errno));
+        }
+        *s = c;
+        if (c == '\0') break;
+    }
+    free(p);
+    return rc;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    return remove(path) != 0 && errno != ENOENT;
+}
+
+int mt_ckpt_rmtree(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
+    return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : -1;
+}
+
+int mt_ckpt_publish(const char *tmp, const char *final, mt_error *err) {
+    if (rename(tmp, final) == 0) return 0;
+    if (errno != ENOTEMPTY && errno != EEXIST)
+        return mt_errorf(err, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+    /* The same step saved again (a resumed run): swap, then drop the old. */
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) != 0) {
+        /* No atomic exchange on this file system: older steps still exist
+         * should we crash between these two calls. */
+        if (mt_ckpt_rmtree(final) != 0 || rename(tmp, final) != 0)
+            return mt_errorf(err, "cannot replace %s with %s: %s", final, tmp, strerror(errno));
+        return 0;
+    }
+    mt_ckpt_rmtree(tmp);
+    return 0;
+}
+
+/* ---- listing ------------------------------------------------------------ */
+
+typedef struct ckpt_list {
+    int64_t *steps;   /* (n) complete checkpoints, ascending */
+    int n;
+    char **stale;     /* (n_stale) .tmp-* directories of processes that are gone */
+    int n_stale;
+} ckpt_list;
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void push(void **arr, int *n, size_t elem, const void *x) {
+    *arr = mt_realloc_or_die(*arr, ((size_t)*n + 1) * elem);
+    memcpy((char *)*arr + (size_t)*n * elem, x, elem);
+    (*n)++;
+}
+
+/* A .tmp directory is stale when its process no longer exists. A reused
+ * pid only delays the cleanup; a directory written from another host on a
+ * shared file system looks alive or dead by accident, so do not share a
+ * checkpoint directory between hosts while they save. */
+static int tmp_is_stale(int64_t pid) {
+    if (pid <= 0 || pid == (int64_t)getpid()) return 0;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+static int list_dir(const char *ck, ckpt_list *out, mt_error *err) {
+    memset(out, 0, sizeof *out);
+    DIR *d = opendir(ck);
+    if (!d) return mt_errorf(err, "%s: cannot list: %s", ck, strerror(errno));
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int64_t step, pid;
+        char *p = mt_path_join(ck, e->d_name);
+        if (parse_step_name(e->d_name, &step) && is_dir(p) && has_file(p, "COMPLETE"))
+            push((void **)&out->steps, &out->n, sizeof step, &step);
+        if (parse_tmp_name(e->d_name, &pid) && is_dir(p) && tmp_is_stale(pid)) {
+            char *q = mt_strdup_or_die(p);
+            push((void **)&out->stale, &out->n_stale, sizeof q, &q);
+        }
+        free(p);
+    }
+    closedir(d);
+    if (out->n) qsort(out->steps, (size_t)out->n, sizeof *out->steps, cmp_i64);
+    return 0;
+}
+
+static void list_free(ckpt_list *l) {
+    for (int i = 0; i < l->n_stale; i++) free(l->stale[i]);
+    free(l->stale);
+    free(l->steps);
+}
+
+static char *step_path(const char *ck, int64_t step) {
+    char name[64];
+    snprintf(name, sizeof name, "step-%08lld", (long long)step);
+    return mt_path_join(ck, name);
+}
+
+/* ---- public ------------------------------------------------------------- */
+
+int mt_checkpoint_find_latest(const char *path, char *found, size_t cap, mt_error *err) {
+    if (!is_dir(path))
+        return mt_errorf(err, "%s: not a directory; --resume takes a checkpoint directory, a "
+                         "checkpoints directory or a run's output directory", path);
+    if (has_file(path, "COMPLETE") || has_file(path, "trainer_state.json")) {
+        if (!has_file(path, "COMPLETE"))
+            return mt_errorf(err, "%s: incomplete checkpoint (no COMPLETE marker: its save was "
+                             "interrupted); pass its parent directory to pick the newest "
+                             "complete one", path);
+        snprintf(found, cap, "%s", path);
+        return 0;
+    }
+    char *sub = mt_path_join(path, "checkpoints");
+    char *ck = is_dir(sub) ? sub : mt_strdup_or_die(path);
+    if (ck != sub) free(sub);
+    ckpt_list l;
+    int rc = list_dir(ck, &l, err);
+    if (rc == 0 && l.n == 0)
+        rc = mt_errorf(err, "%s: no complete checkpoint here (looked for step-NNNNNNNN/COMPLETE); "
+                       "check the path given to --resume", ck);
+    if (rc == 0) {
+        char *p = step_path(ck, l.steps[l.n - 1]);
+        snprintf(found, cap, "%s", p);
+        free(p);
+    }
+    list_free(&l);
+    free(ck);
+    return rc;
+}
+
+int mt_checkpoint_prune(const char *out_dir, int keep_last, mt_error *err) {
+    char *ck = mt_path_join(out_dir, "checkpoints");
+    if (!is_dir(ck)) {
+        free(ck);
+        return 0;  /* nothing saved yet */
+    }
+    ckpt_list l;
+    int rc = list_dir(ck, &l, err);
+    for (int i = 0; i < l.n_stale && rc == 0; i++)
+        if (mt_ckpt_rmtree(l.stale[i]) != 0)
+            rc = mt_errorf(err, "%s: cannot remove stale temporary directory: %s", l.stale[i],
+                           strerror(errno));
+    for (int i = 0; keep_last > 0 && i < l.n - keep_last && rc == 0; i++) {
+        char *p = step_path(ck, l.steps[i]);
+        if (mt_ckpt_rmtree(p) != 0)
+            rc = mt_errorf(err, "%s: cannot remove old checkpoint: %s", p, strerror(errno));
+        free(p);
+    }
+    if (rc == 0) rc = mt_ckpt_fsync_dir(ck, err);
+    list_free(&l);
+    free(ck);
+    return rc;
+}
