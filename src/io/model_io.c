@@ -101,7 +101,7 @@ int mt_model_save(const mt_host_store *s, const mt_config *cfg, const char *dir,
     if (rc) return -1;
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    char *json = mt_config_to_json(cfg);
+    char *json = mt_config_to_json_dtype(cfg, dtype == MT_DTYPE_BF16 ? "bfloat16" : "float32");
     FILE *f = fopen(path, "wb");
     if (!f) {
         free(json);

@@ -274,7 +274,9 @@ int64_t mt_config_num_params(const mt_config *c) {
     return emb * (c->tie_embeddings ? 1 : 2) + c->C + c->L * block;
 }
 
-char *mt_config_to_json(const mt_config *c) {
+char *mt_config_to_json(const mt_config *c) { return mt_config_to_json_dtype(c, "float32"); }
+
+char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
     cJSON *r = cJSON_CreateObject();
     const char *arch[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
                           "Qwen3ForCausalLM"};
@@ -310,7 +312,7 @@ char *mt_config_to_json(const mt_config *c) {
     }
     if (c->bos_id >= 0) cJSON_AddNumberToObject(r, "bos_token_id", (double)c->bos_id);
     if (c->eos_id >= 0) cJSON_AddNumberToObject(r, "eos_token_id", (double)c->eos_id);
-    cJSON_AddStringToObject(r, "torch_dtype", "float32");
+    cJSON_AddStringToObject(r, "torch_dtype", torch_dtype);
     char *s = cJSON_Print(r);
     cJSON_Delete(r);
     MT_ASSERT(s);

@@ -62,6 +62,9 @@ int mt_config_load(mt_config *cfg, const char *path, mt_error *err);
 /* Writes cfg as a Hugging Face config.json (loadable by transformers).
  * Returns a malloc'd string. */
 char *mt_config_to_json(const mt_config *cfg);
+/* The same with torch_dtype set to the dtype the weights are saved in
+ * ("float32", "bfloat16"). */
+char *mt_config_to_json_dtype(const mt_config *cfg, const char *torch_dtype);
 
 /* The built-in tiny model used by `make run` (byte-level vocabulary). */
 void mt_config_default_tiny(mt_config *cfg);

@@ -1,0 +1,58 @@
+/* A model ready to run on one backend (CPU or CUDA), for the commands that
+ * build one: train, generate, eval. */
+#ifndef MT_CLI_RUNNER_H
+#define MT_CLI_RUNNER_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "data/tokenizer.h"
+#include "engine/backend.h"
+#include "host/store.h"
+#include "model/config.h"
+#include "model/params.h"
+
+typedef struct mt_runner {
+    mt_backend *be;
+    int gpu;           /* the backend is CUDA */
+    int gpu_grads;     /* CUDA: gradients wait on the GPU */
+    int n_layers;
+    int64_t B, T;
+    int M;
+} mt_runner;
+
+typedef struct mt_runner_opts {
+    int device;        /* 0 auto, 1 cpu, 2 cuda */
+    int fp32;          /* GPU precision fp32 instead of bf16 */
+    int host_checkpoints;
+    int train;         /* gradients needed: decides the gradient home */
+} mt_runner_opts;
+
+/* Whether the GPU path would be used for `device` (0 auto, 1 cpu, 2 cuda);
+ * -1 with a message when cuda is asked for and absent. */
+int mt_runner_pick_gpu(int device, mt_error *err);
+
+/* Creates the backend for M micro-batches of (B, T). With a GPU and
+ * opts->train, gradients stay on the GPU when they fit there (the store
+ * then needs no g array: call mt_runner_store_needs_grads first). */
+int mt_runner_init(mt_runner *r, const mt_config *cfg, const mt_param_table *t,
+                   mt_host_store *store, int M, int64_t B, int64_t T, const mt_runner_opts *o,
+                   mt_error *err);
+void mt_runner_free(mt_runner *r);
+
+/* Decides, before the store exists, whether it needs its gradient array. */
+int mt_runner_store_needs_grads(const mt_config *cfg, const mt_param_table *t, int M, int64_t B,
+                                int64_t T, const mt_runner_opts *o);
+
+/* Logits (V) of row `row` of micro-batch 0 after mt_step_eval. */
+void mt_runner_logits(const mt_runner *r, int64_t row, float *logits);
+
+/* Generates up to n_new tokens after `prompt` (greedy when temperature is
+ * 0, else temperature and top-p sampling), writing the text to out as it
+ * goes; stops at the tokenizer's end-of-sequence token. The runner must
+ * have M = 1, B = 1. */
+int mt_generate(mt_runner *r, const mt_config *cfg, const mt_tokenizer *tok, const char *prompt,
+                int n_new, double temperature, double top_p, uint64_t seed, FILE *out,
+                mt_error *err);
+
+#endif
