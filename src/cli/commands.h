@@ -8,5 +8,8 @@ int mt_cmd_bench(int argc, char **argv);
 int mt_bench_train(int argc, char **argv);
 int mt_cmd_tokenize(int argc, char **argv);
 int mt_cmd_plot(int argc, char **argv);
+int mt_cmd_generate(int argc, char **argv);
+int mt_cmd_eval(int argc, char **argv);
+int mt_cmd_init(int argc, char **argv);
 
 #endif

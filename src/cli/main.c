@@ -10,8 +10,11 @@ static const struct {
     const char *help;
 } commands[] = {
     {"train", mt_cmd_train, "train or fine-tune a model (default: the built-in tiny model)"},
+    {"init", mt_cmd_init, "create a new model with random weights (HF directory)"},
     {"bench", mt_cmd_bench, "measure speed (train, adamw)"},
     {"tokenize", mt_cmd_tokenize, "pre-tokenize a JSONL corpus to .mtok"},
+    {"generate", mt_cmd_generate, "continue a prompt with a model"},
+    {"eval", mt_cmd_eval, "loss and perplexity of a model on a data file"},
     {"plot", mt_cmd_plot, "draw the loss curve of a metrics.jsonl to a PNG"},
 };
 

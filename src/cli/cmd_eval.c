@@ -1,0 +1,137 @@
+/* megatrain eval: mean loss and perplexity of a model on a data file. */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cli/runner.h"
+#include "data/dataset.h"
+#include "engine/step.h"
+#include "io/model_io.h"
+#include "util/mem.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: megatrain eval --model DIR --data FILE [options]\n"
+            "  --model DIR         a Hugging Face model directory\n"
+            "  --data FILE         .jsonl (text, prompt/completion, chat) or .mtok\n"
+            "  --tokenizer PATH    tokenizer.json (default: DIR/tokenizer.json)\n"
+            "  --format F          auto | text | completion | chat | tokens (default auto)\n"
+            "  --chat-template C   auto | llama3 | qwen | llama2 | mistral (default auto)\n"
+            "  --seq-len T         (default 1024)\n"
+            "  --batch-size B      rows per forward pass (default 4)\n"
+            "  --max-batches N     stop after N batches, 0 = the whole file (default 0)\n"
+            "  --device D          auto | cpu | cuda (default auto)\n"
+            "  --precision P       bf16 | fp32, on the GPU (default bf16)\n");
+}
+
+int mt_cmd_eval(int argc, char **argv) {
+    const char *model = NULL, *data = NULL, *tokpath = NULL, *format = "auto",
+               *chat = "auto", *device = "auto", *precision = "bf16";
+    long T = 1024, B = 4, max_batches = 0;
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},      {"data", required_argument, 0, 'D'},
+        {"tokenizer", required_argument, 0, 't'},  {"format", required_argument, 0, 'f'},
+        {"chat-template", required_argument, 0, 'c'}, {"seq-len", required_argument, 0, 'T'},
+        {"batch-size", required_argument, 0, 'b'}, {"max-batches", required_argument, 0, 'n'},
+        {"device", required_argument, 0, 'd'},     {"precision", required_argument, 0, 'p'},
+        {"help", no_argument, 0, 'h'},             {0, 0, 0, 0},
+    };
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        char *end = NULL;
+        switch (c) {
+        case 'm': model = optarg; break;
+        case 'D': data = optarg; break;
+        case 't': tokpath = optarg; break;
+        case 'f': format = optarg; break;
+        case 'c': chat = optarg; break;
+        case 'd': device = optarg; break;
+        case 'p': precision = optarg; break;
+        case 'T': T = strtol(optarg, &end, 10); break;
+        case 'b': B = strtol(optarg, &end, 10); break;
+        case 'n': max_batches = strtol(optarg, &end, 10); break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+        if (end && *end) {
+            fprintf(stderr, "megatrain eval: '%s' is not a number\n", optarg);
+            return 2;
+        }
+    }
+    if (!model || !data) {
+        fprintf(stderr, "megatrain eval: --model DIR and --data FILE are required\n");
+        usage(stderr);
+        return 2;
+    }
+    int dev = !strcmp(device, "cpu") ? 1 : !strcmp(device, "cuda") ? 2 : !strcmp(device, "auto") ? 0 : -1;
+    if (dev < 0 || T < 1 || B < 1 || max_batches < 0 ||
+        (strcmp(precision, "bf16") && strcmp(precision, "fp32"))) {
+        fprintf(stderr, "megatrain eval: check --device (auto|cpu|cuda), --precision "
+                "(bf16|fp32), --seq-len >= 1, --batch-size >= 1\n");
+        return 2;
+    }
+    mt_error err;
+    mt_config cfg;
+    mt_param_table t = {0};
+    mt_host_store s = {0};
+    mt_tokenizer *tok = NULL;
+    mt_dataset *ds = NULL;
+    mt_runner r = {0};
+    int32_t *tokens = NULL, *targets = NULL;
+    char tp[4200];
+    int rc = 1;
+    if (!tokpath) {
+        snprintf(tp, sizeof tp, "%s/tokenizer.json", model);
+        tokpath = tp;
+    }
+    if (mt_model_load_config(&cfg, model, &err) || mt_params_init(&t, &cfg, &err) ||
+        mt_host_store_create(&s, &t, 0, &err) || mt_model_load_weights(&s, model, &err))
+        goto out;
+    if (T > cfg.max_pos) {
+        mt_errorf(&err, "--seq-len %ld exceeds the model's max_position_embeddings %lld", T,
+                  (long long)cfg.max_pos);
+        goto out;
+    }
+    tok = !strcmp(tokpath, "bytes") ? mt_tokenizer_bytes() : mt_tokenizer_load(tokpath, &err);
+    if (!tok) goto out;
+    mt_data_opts o = {.path = data, .format = format, .chat_template = chat, .seed = 1, .epochs = 1};
+    if (!(ds = mt_dataset_open(&o, tok, cfg.V, &err))) goto out;
+    mt_runner_opts ro = {.device = dev, .fp32 = !strcmp(precision, "fp32")};
+    if (mt_runner_init(&r, &cfg, &t, &s, 1, B, T, &ro, &err)) goto out;
+    tokens = mt_malloc_or_die((size_t)(B * T) * sizeof *tokens);
+    targets = mt_malloc_or_die((size_t)(B * T) * sizeof *targets);
+    double sum = 0;
+    int64_t count = 0, batches = 0;
+    while ((!max_batches || batches < max_batches) &&
+           mt_dataset_next_batch(ds, B, T, tokens, targets) == 0) {
+        mt_batch b = {.M = 1, .B = B, .T = T, .tokens = tokens, .targets = targets};
+        double ls;
+        int64_t nv;
+        if (mt_step_eval(r.be, t.n_layers, &b, &ls, &nv, &err)) goto out;
+        sum += ls;
+        count += nv;
+        batches++;
+    }
+    if (!count) {
+        mt_errorf(&err, "%s: no full batch of %ld x %ld tokens with a loss; lower --seq-len or "
+                  "--batch-size", data, B, T);
+        goto out;
+    }
+    printf("eval: %s on %s: %lld tokens in %lld batches, loss %.6f, perplexity %.4f\n", model,
+           data, (long long)count, (long long)batches, sum / count, exp(sum / count));
+    rc = 0;
+out:
+    if (rc) fprintf(stderr, "megatrain eval: %s\n", err.msg);
+    mt_runner_free(&r);
+    if (ds) mt_dataset_free(ds);
+    if (tok) mt_tokenizer_free(tok);
+    free(tokens);
+    free(targets);
+    mt_host_store_free(&s);
+    mt_params_free(&t);
+    return rc;
+}

@@ -1,0 +1,106 @@
+/* megatrain generate: text from a model, to eyeball what it learned. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cli/runner.h"
+#include "io/model_io.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: megatrain generate --model DIR [options] [PROMPT]\n"
+            "  --model DIR         a Hugging Face model directory (ours or any other)\n"
+            "  --tokenizer PATH    tokenizer.json (default: DIR/tokenizer.json)\n"
+            "  --prompt TEXT       the text to continue (or give it as the last argument)\n"
+            "  --max-new-tokens N  (default 64)\n"
+            "  --temperature X     0 = greedy (default 0.8)\n"
+            "  --top-p X           nucleus sampling (default 0.95)\n"
+            "  --seed N            sampling seed (default 1)\n"
+            "  --context N         tokens of context (default min(512, max positions))\n"
+            "  --device D          auto | cpu | cuda (default auto)\n");
+}
+
+int mt_cmd_generate(int argc, char **argv) {
+    const char *model = NULL, *tokpath = NULL, *prompt = NULL, *device = "auto";
+    long n_new = 64, seed = 1, context = 0;
+    double temperature = 0.8, top_p = 0.95;
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},       {"tokenizer", required_argument, 0, 't'},
+        {"prompt", required_argument, 0, 'p'},      {"max-new-tokens", required_argument, 0, 'n'},
+        {"temperature", required_argument, 0, 'T'}, {"top-p", required_argument, 0, 'P'},
+        {"seed", required_argument, 0, 's'},        {"context", required_argument, 0, 'c'},
+        {"device", required_argument, 0, 'd'},      {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        char *end = NULL;
+        switch (c) {
+        case 'm': model = optarg; break;
+        case 't': tokpath = optarg; break;
+        case 'p': prompt = optarg; break;
+        case 'd': device = optarg; break;
+        case 'n': n_new = strtol(optarg, &end, 10); break;
+        case 's': seed = strtol(optarg, &end, 10); break;
+        case 'c': context = strtol(optarg, &end, 10); break;
+        case 'T': temperature = strtod(optarg, &end); break;
+        case 'P': top_p = strtod(optarg, &end); break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+        if (end && *end) {
+            fprintf(stderr, "megatrain generate: '%s' is not a number\n", optarg);
+            return 2;
+        }
+    }
+    if (!prompt && optind < argc) prompt = argv[optind];
+    if (!model) {
+        fprintf(stderr, "megatrain generate: --model DIR is required\n");
+        usage(stderr);
+        return 2;
+    }
+    if (n_new < 0 || temperature < 0 || top_p <= 0 || top_p > 1 || context < 0) {
+        fprintf(stderr, "megatrain generate: need --max-new-tokens >= 0, --temperature >= 0, "
+                "0 < --top-p <= 1, --context >= 0\n");
+        return 2;
+    }
+    int dev = !strcmp(device, "cpu") ? 1 : !strcmp(device, "cuda") ? 2 : !strcmp(device, "auto") ? 0 : -1;
+    if (dev < 0) {
+        fprintf(stderr, "megatrain generate: --device must be auto, cpu or cuda\n");
+        return 2;
+    }
+    mt_error err;
+    mt_config cfg;
+    mt_param_table t = {0};
+    mt_host_store s = {0};
+    mt_tokenizer *tok = NULL;
+    mt_runner r = {0};
+    char tp[4200];
+    int rc = 1;
+    if (!tokpath) {
+        snprintf(tp, sizeof tp, "%s/tokenizer.json", model);
+        tokpath = tp;
+    }
+    if (mt_model_load_config(&cfg, model, &err) || mt_params_init(&t, &cfg, &err) ||
+        mt_host_store_create(&s, &t, 0, &err) || mt_model_load_weights(&s, model, &err))
+        goto out;
+    tok = !strcmp(tokpath, "bytes") ? mt_tokenizer_bytes() : mt_tokenizer_load(tokpath, &err);
+    if (!tok) goto out;
+    int64_t T = context ? context : (cfg.max_pos < 512 ? cfg.max_pos : 512);
+    mt_runner_opts ro = {.device = dev};
+    if (mt_runner_init(&r, &cfg, &t, &s, 1, 1, T, &ro, &err)) goto out;
+    if (mt_generate(&r, &cfg, tok, prompt ? prompt : "", (int)n_new, temperature, top_p,
+                    (uint64_t)seed, stdout, &err))
+        goto out;
+    rc = 0;
+out:
+    if (rc) fprintf(stderr, "megatrain generate: %s\n", err.msg);
+    mt_runner_free(&r);
+    if (tok) mt_tokenizer_free(tok);
+    mt_host_store_free(&s);
+    mt_params_free(&t);
+    return rc;
+}

@@ -1,0 +1,157 @@
+/* megatrain init: a new Llama-architecture model with random weights, as a
+ * Hugging Face directory (config.json, model.safetensors, tokenizer files),
+ * to pre-train from scratch with `megatrain train --model DIR`. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/commands.h"
+#include "data/tokenizer.h"
+#include "host/store.h"
+#include "io/model_io.h"
+#include "model/config.h"
+#include "model/params.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: megatrain init --tokenizer PATH --out DIR [shape options]\n"
+            "  --tokenizer PATH    tokenizer.json; sets the vocabulary and BOS/EOS ids, and is\n"
+            "                      copied into DIR with the tokenizer_config.json beside it\n"
+            "  --out DIR           the new model directory (must not exist yet)\n"
+            "  --hidden N          (default 1024)\n"
+            "  --layers N          (default 12)\n"
+            "  --heads N           (default 16)\n"
+            "  --kv-heads N        (default 4)\n"
+            "  --ffn N             (default 2816)\n"
+            "  --max-pos N         max_position_embeddings (default 2048)\n"
+            "  --rope-theta X      (default 500000)\n"
+            "  --untied            separate lm_head (default: tied to the embedding)\n"
+            "  --std X             init standard deviation of matrices (default 0.02)\n"
+            "  --seed N            (default 1)\n");
+}
+
+static int copy_file(const char *from, const char *to) {
+    FILE *a = fopen(from, "rb");
+    if (!a) return -1;
+    FILE *b = fopen(to, "wb");
+    int rc = b ? 0 : -1;
+    char buf[1 << 16];
+    size_t n;
+    while (b && (n = fread(buf, 1, sizeof buf, a)) > 0)
+        if (fwrite(buf, 1, n, b) != n) rc = -1;
+    fclose(a);
+    if (b && fclose(b)) rc = -1;
+    return rc;
+}
+
+int mt_cmd_init(int argc, char **argv) {
+    const char *tokpath = NULL, *out = NULL;
+    long long hidden = 1024, layers = 12, heads = 16, kv = 4, ffn = 2816, max_pos = 2048,
+              seed = 1;
+    double theta = 500000.0, std = 0.02;
+    int untied = 0;
+    static const struct option opts[] = {
+        {"tokenizer", required_argument, 0, 't'}, {"out", required_argument, 0, 'o'},
+        {"hidden", required_argument, 0, 'C'},    {"layers", required_argument, 0, 'L'},
+        {"heads", required_argument, 0, 'H'},     {"kv-heads", required_argument, 0, 'K'},
+        {"ffn", required_argument, 0, 'F'},       {"max-pos", required_argument, 0, 'P'},
+        {"rope-theta", required_argument, 0, 'r'}, {"untied", no_argument, 0, 'u'},
+        {"std", required_argument, 0, 's'},       {"seed", required_argument, 0, 'S'},
+        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
+    };
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        char *end = NULL;
+        switch (c) {
+        case 't': tokpath = optarg; break;
+        case 'o': out = optarg; break;
+        case 'C': hidden = strtoll(optarg, &end, 10); break;
+        case 'L': layers = strtoll(optarg, &end, 10); break;
+        case 'H': heads = strtoll(optarg, &end, 10); break;
+        case 'K': kv = strtoll(optarg, &end, 10); break;
+        case 'F': ffn = strtoll(optarg, &end, 10); break;
+        case 'P': max_pos = strtoll(optarg, &end, 10); break;
+        case 'S': seed = strtoll(optarg, &end, 10); break;
+        case 'r': theta = strtod(optarg, &end); break;
+        case 's': std = strtod(optarg, &end); break;
+        case 'u': untied = 1; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+        if (end && *end) {
+            fprintf(stderr, "megatrain init: '%s' is not a number\n", optarg);
+            return 2;
+        }
+    }
+    if (!tokpath || !out) {
+        fprintf(stderr, "megatrain init: --tokenizer PATH and --out DIR are required\n");
+        usage(stderr);
+        return 2;
+    }
+    struct stat st;
+    if (stat(out, &st) == 0) {
+        fprintf(stderr, "megatrain init: %s already exists; choose a new --out directory "
+                "(nothing was written)\n", out);
+        return 2;
+    }
+    mt_error err;
+    mt_tokenizer *tok = mt_tokenizer_load(tokpath, &err);
+    if (!tok) {
+        fprintf(stderr, "megatrain init: %s\n", err.msg);
+        return 1;
+    }
+    mt_config cfg;
+    mt_config_default_tiny(&cfg);
+    cfg.C = hidden;
+    cfg.L = layers;
+    cfg.NH = heads;
+    cfg.NKV = kv;
+    cfg.HD = heads > 0 ? hidden / heads : 0;
+    cfg.F = ffn;
+    cfg.V = (int64_t)mt_tokenizer_vocab_size(tok);
+    cfg.max_pos = max_pos;
+    cfg.rope_theta = theta;
+    cfg.rms_eps = 1e-5f;
+    cfg.tie_embeddings = !untied;
+    cfg.bos_id = mt_tokenizer_bos_id(tok);
+    cfg.eos_id = mt_tokenizer_eos_id(tok);
+    mt_tokenizer_free(tok);
+    mt_param_table t = {0};
+    mt_host_store s = {0};
+    int rc = 1;
+    if (hidden % (heads > 0 ? heads : 1)) {
+        mt_errorf(&err, "--hidden %lld is not a multiple of --heads %lld", hidden, heads);
+        goto out;
+    }
+    if (mt_config_validate(&cfg, "the model shape", &err) || mt_params_init(&t, &cfg, &err) ||
+        mt_host_store_create(&s, &t, 0, &err))
+        goto out;
+    mt_host_store_init_random(&s, (uint64_t)seed, (float)std);
+    if (mt_model_save(&s, &cfg, out, MT_DTYPE_F32, (size_t)5 << 30, &err)) goto out;
+    char dir[4096], from[4200], to[4200];
+    snprintf(dir, sizeof dir, "%s", tokpath);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+    snprintf(to, sizeof to, "%s/tokenizer.json", out);
+    if (copy_file(tokpath, to)) {
+        mt_errorf(&err, "%s: cannot write (%s)", to, strerror(errno));
+        goto out;
+    }
+    snprintf(from, sizeof from, "%s/tokenizer_config.json", dir);
+    snprintf(to, sizeof to, "%s/tokenizer_config.json", out);
+    copy_file(from, to); /* optional */
+    printf("init: %s: llama, %.1fM parameters (hidden %lld, %lld layers, %lld/%lld heads, ffn "
+           "%lld, vocab %lld%s)\n", out, t.n_params / 1e6, hidden, layers, heads, kv, ffn,
+           (long long)cfg.V, cfg.tie_embeddings ? ", tied" : "");
+    rc = 0;
+out:
+    if (rc) fprintf(stderr, "megatrain init: %s\n", err.msg);
+    mt_host_store_free(&s);
+    mt_params_free(&t);
+    return rc;
+}
