@@ -1,0 +1,202 @@
+/* The training run end to end on the CPU: exact resume, fine-tuning an HF
+ * directory on JSONL data, stopping on SIGTERM with a checkpoint, and the
+ * errors a user meets first. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/train_config.h"
+#include "cli/trainer.h"
+#include "host/store.h"
+#include "io/checkpoint.h"
+#include "io/model_io.h"
+#include "model/params.h"
+#include "testlib.h"
+
+int mt_cmd_init(int argc, char **argv);
+
+/* A config from command-line style arguments. */
+static void config(mt_train_config *tc, const char *out, const char *extra) {
+    char buf[2048];
+    snprintf(buf, sizeof buf, "train --out %s --sample-tokens 0 --log-every 1000 %s", out, extra);
+    char *argv[64];
+    int argc = 0;
+    for (char *tok = strtok(buf, " "); tok && argc < 63; tok = strtok(NULL, " ")) argv[argc++] = tok;
+    mt_error err;
+    cr_assert_eq(mt_train_config_parse_args(tc, argc, argv, &err), 0, "%s", err.msg);
+}
+
+static char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s missing", path);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)len + 1);
+    cr_assert_eq(fread(buf, 1, (size_t)len, f), (size_t)len);
+    buf[len] = 0;
+    fclose(f);
+    if (n) *n = (size_t)len;
+    return buf;
+}
+
+static void assert_same_file(const char *a, const char *b) {
+    size_t na, nb;
+    char *x = slurp(a, &na), *y = slurp(b, &nb);
+    cr_assert_eq(na, nb, "%s and %s differ in size", a, b);
+    cr_assert_eq(memcmp(x, y, na), 0, "%s and %s differ", a, b);
+    free(x);
+    free(y);
+}
+
+Test(trainer, resume_gives_the_same_losses_and_weights_bitwise, .timeout = 120) {
+    char *dir = mt_test_tmpdir(), a[256], b[256], path[1024];
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    mt_train_config tc;
+    mt_error err;
+    config(&tc, a, "--steps 12 --save-every 6 --save-dtype fp32");
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    /* b: the same run, then its end is lost and it resumes from step 6 */
+    config(&tc, b, "--steps 12 --save-every 6 --save-dtype fp32");
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    snprintf(path, sizeof path, "rm -rf %s/checkpoints/step-00000012 %s/model", b, b);
+    cr_assert_eq(system(path), 0);
+    config(&tc, b, "--steps 12 --save-every 6 --save-dtype fp32 --resume auto");
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    char pa[1024], pb[1024];
+    snprintf(pa, sizeof pa, "%s/model/model.safetensors", a);
+    snprintf(pb, sizeof pb, "%s/model/model.safetensors", b);
+    assert_same_file(pa, pb);
+    /* metrics: the same losses, each step once (timings differ) */
+    snprintf(pa, sizeof pa, "%s/metrics.jsonl", a);
+    snprintf(pb, sizeof pb, "%s/metrics.jsonl", b);
+    char *ma = slurp(pa, NULL), *mb = slurp(pb, NULL);
+    int lines = 0;
+    for (char *la = ma, *lb = mb; *la && *lb; lines++) {
+        const char *lossa = strstr(la, "\"loss\""), *lossb = strstr(lb, "\"loss\"");
+        cr_assert(lossa && lossb);
+        cr_assert_eq(strncmp(lossa, lossb, 24), 0, "line %d: %.24s vs %.24s", lines, lossa, lossb);
+        char *ea = strchr(la, '\n'), *eb = strchr(lb, '\n');
+        cr_assert(ea && eb, "line %d is not terminated", lines);
+        la = ea + 1;
+        lb = eb + 1;
+        cr_assert_eq(!*la, !*lb, "metrics have different line counts");
+    }
+    cr_assert_eq(lines, 12, "12 steps logged once each, got %d", lines);
+    free(ma);
+    free(mb);
+    /* changing what decides the batches is refused, naming the option */
+    config(&tc, b, "--steps 12 --seq-len 32 --resume auto");
+    cr_assert_eq(mt_train(&tc, &err), -1);
+    cr_assert(strstr(err.msg, "seq_len"), "%s", err.msg);
+    mt_test_rmtree(dir);
+}
+
+Test(trainer, fine_tunes_an_hf_directory_on_completion_data, .timeout = 120) {
+    char *dir = mt_test_tmpdir(), model[256], data[256], out[256], tok[256];
+    snprintf(model, sizeof model, "%s/model", dir);
+    snprintf(data, sizeof data, "%s/sft.jsonl", dir);
+    snprintf(out, sizeof out, "%s/run", dir);
+    snprintf(tok, sizeof tok, "%s/tokenizer/tiny_bytelevel.json", mt_test_fixtures_dir());
+    char *init_argv[] = {"init", "--tokenizer", tok, "--out", model, "--hidden", "64",
+                         "--layers", "2", "--heads", "4", "--kv-heads", "2", "--ffn", "128",
+                         "--max-pos", "64"};
+    cr_assert_eq(mt_cmd_init(17, init_argv), 0);
+    FILE *f = fopen(data, "w");
+    for (int i = 0; i < 40; i++)
+        fprintf(f, "{\"prompt\": \"What is %d plus %d? \", \"completion\": \"It is %d.\"}\n",
+                i, i + 1, 2 * i + 1);
+    fclose(f);
+    mt_train_config tc;
+    mt_error err;
+    char extra[1024];
+    snprintf(extra, sizeof extra, "--model %s --data %s --seq-len 32 "
+             "--batch-size 2 --micro-batches 2 --epochs 2 --lr 1e-3 --warmup-steps 2 "
+             "--device cpu --save-dtype fp32", model, data);
+    config(&tc, out, extra);
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    /* The saved model is an HF directory with the trained weights. */
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s/model", out);
+    mt_config cfg;
+    cr_assert_eq(mt_model_load_config(&cfg, saved, &err), 0, "%s", err.msg);
+    mt_param_table t;
+    mt_host_store s0, s1;
+    cr_assert_eq(mt_params_init(&t, &cfg, &err), 0);
+    cr_assert_eq(mt_host_store_create(&s0, &t, 0, &err), 0);
+    cr_assert_eq(mt_host_store_create(&s1, &t, 0, &err), 0);
+    cr_assert_eq(mt_model_load_weights(&s0, model, &err), 0, "%s", err.msg);
+    cr_assert_eq(mt_model_load_weights(&s1, saved, &err), 0, "%s", err.msg);
+    cr_assert_neq(memcmp(s0.w, s1.w, t.total * sizeof(float)), 0, "training changed nothing");
+    char tj[1100];
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", saved);
+    struct stat st;
+    cr_assert_eq(stat(tj, &st), 0, "the tokenizer is copied next to the model");
+    mt_host_store_free(&s0);
+    mt_host_store_free(&s1);
+    mt_params_free(&t);
+    mt_test_rmtree(dir);
+}
+
+Test(trainer, sigterm_saves_a_checkpoint_and_resume_continues, .timeout = 120) {
+    char *dir = mt_test_tmpdir(), out[512], metrics[600];
+    snprintf(out, sizeof out, "%s/run", dir);
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        mt_train_config tc;
+        mt_error err;
+        config(&tc, out, "--steps 100000 --save-every 0");
+        _exit(mt_train(&tc, &err) == 1 ? 42 : 1);
+    }
+    /* wait for a few steps, then ask it to stop */
+    for (int i = 0; i < 600; i++) {
+        FILE *f = fopen(metrics, "r");
+        int n = 0;
+        char line[4096];
+        while (f && fgets(line, sizeof line, f)) n++;
+        if (f) fclose(f);
+        if (n >= 3) break;
+        usleep(50000);
+    }
+    kill(pid, SIGTERM);
+    int status;
+    waitpid(pid, &status, 0);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 42,
+              "the run stops cleanly (status %d)", status);
+    char found[1024];
+    mt_error err;
+    cr_assert_eq(mt_checkpoint_find_latest(out, found, sizeof found, &err), 0, "%s", err.msg);
+    mt_train_config tc;
+    char extra[64];
+    int step = atoi(strrchr(found, '-') + 1);
+    cr_assert_gt(step, 2);
+    snprintf(extra, sizeof extra, "--steps %d --save-every 0 --resume auto", step + 2);
+    config(&tc, out, extra);
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    mt_test_rmtree(dir);
+}
+
+Test(trainer, clear_errors_for_bad_inputs) {
+    char *dir = mt_test_tmpdir(), out[512];
+    snprintf(out, sizeof out, "%s/run", dir);
+    mt_train_config tc;
+    mt_error err;
+    config(&tc, out, "--data /nonexistent/train.jsonl --steps 3");
+    cr_assert_eq(mt_train(&tc, &err), -1);
+    cr_assert(strstr(err.msg, "/nonexistent/train.jsonl"), "%s", err.msg);
+    config(&tc, out, "--model /nonexistent/model --steps 3");
+    cr_assert_eq(mt_train(&tc, &err), -1);
+    cr_assert(strstr(err.msg, "/nonexistent/model"), "%s", err.msg);
+    config(&tc, out, "--resume /nonexistent/ckpt --steps 3");
+    cr_assert_eq(mt_train(&tc, &err), -1);
+    cr_assert(strstr(err.msg, "/nonexistent/ckpt"), "%s", err.msg);
+    mt_test_rmtree(dir);
+}
