@@ -10,6 +10,7 @@
 #include "data/dataset.h"
 #include "engine/step.h"
 #include "io/model_io.h"
+#include "io/safetensors.h"
 #include "util/mem.h"
 
 static void usage(FILE *f) {
@@ -24,12 +25,28 @@ static void usage(FILE *f) {
             "  --batch-size B      rows per forward pass (default 4)\n"
             "  --max-batches N     stop after N batches, 0 = the whole file (default 0)\n"
             "  --device D          auto | cpu | cuda (default auto)\n"
-            "  --precision P       bf16 | fp32, on the GPU (default bf16)\n");
+            "  --precision P       bf16 | fp32, on the GPU (default bf16)\n"
+            "  --dump-logits FILE  write the first row's input ids and logits as safetensors\n"
+            "                      (to compare with another implementation)\n");
+}
+
+/* Row 0's input ids (T) and logits (T, V) of the batch just evaluated. */
+static int dump_logits(const mt_runner *r, const mt_config *cfg, const int32_t *tokens, long T,
+                       const char *path, mt_error *err) {
+    float *logits = mt_malloc_or_die((size_t)T * cfg->V * sizeof(float));
+    for (long t = 0; t < T; t++) mt_runner_logits(r, t, logits + (size_t)t * cfg->V);
+    mt_st_write_tensor w[2] = {
+        {.name = "input_ids", .dtype = MT_DTYPE_I32, .ndim = 1, .shape = {T}, .raw = tokens},
+        {.name = "logits", .dtype = MT_DTYPE_F32, .ndim = 2, .shape = {T, cfg->V}, .f32 = logits},
+    };
+    int rc = mt_st_write(path, w, 2, NULL, 0, err);
+    free(logits);
+    return rc;
 }
 
 int mt_cmd_eval(int argc, char **argv) {
     const char *model = NULL, *data = NULL, *tokpath = NULL, *format = "auto",
-               *chat = "auto", *device = "auto", *precision = "bf16";
+               *chat = "auto", *device = "auto", *precision = "bf16", *dump = NULL;
     long T = 1024, B = 4, max_batches = 0;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},      {"data", required_argument, 0, 'D'},
@@ -37,6 +54,7 @@ int mt_cmd_eval(int argc, char **argv) {
         {"chat-template", required_argument, 0, 'c'}, {"seq-len", required_argument, 0, 'T'},
         {"batch-size", required_argument, 0, 'b'}, {"max-batches", required_argument, 0, 'n'},
         {"device", required_argument, 0, 'd'},     {"precision", required_argument, 0, 'p'},
+        {"dump-logits", required_argument, 0, 'L'},
         {"help", no_argument, 0, 'h'},             {0, 0, 0, 0},
     };
     optind = 1;
@@ -51,6 +69,7 @@ int mt_cmd_eval(int argc, char **argv) {
         case 'c': chat = optarg; break;
         case 'd': device = optarg; break;
         case 'p': precision = optarg; break;
+        case 'L': dump = optarg; break;
         case 'T': T = strtol(optarg, &end, 10); break;
         case 'b': B = strtol(optarg, &end, 10); break;
         case 'n': max_batches = strtol(optarg, &end, 10); break;
@@ -114,6 +133,7 @@ int mt_cmd_eval(int argc, char **argv) {
         if (mt_step_eval(r.be, t.n_layers, &b, &ls, &nv, &err)) goto out;
         sum += ls;
         count += nv;
+        if (dump && batches == 0 && dump_logits(&r, &cfg, tokens, T, dump, &err)) goto out;
         batches++;
     }
     if (!count) {

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs the README's walkthrough exactly as written (the block after the
+# "walkthrough" marker), except that the first `train` is interrupted with
+# SIGINT after $STOP_AFTER seconds, as a user pressing Ctrl-C would.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STOP_AFTER=${STOP_AFTER:-25}
+block=$(awk '/<!-- walkthrough -->/{f=1; next} f && /^```sh/{g=1; next} g && /^```/{exit} g' README.md)
+trains=0
+while IFS= read -r line; do
+    [[ -z "$line" || "$line" == \#* ]] && continue
+    # On a GPU machine without the build dependencies (or gnuplot), the
+    # prebuilt binaries are used and the plot is drawn elsewhere.
+    if [[ "$line" == "make build" && -n "${SKIP_BUILD:-}" ]]; then echo "\$ $line (skipped: prebuilt)"; continue; fi
+    if [[ "$line" == "build/megatrain plot "* && -n "${SKIP_PLOT:-}" ]]; then echo "\$ $line (skipped)"; continue; fi
+    echo "\$ $line"
+    if [[ "$line" == "build/megatrain train "* && $trains -eq 0 ]]; then
+        trains=1
+        set +e
+        timeout -s INT "$STOP_AFTER" bash -c "$line"
+        rc=$?
+        set -e
+        # 130: stopped by the signal after saving a checkpoint
+        [[ $rc -eq 130 ]] || { echo "walkthrough: expected the interrupted run to exit 130, got $rc"; exit 1; }
+        continue
+    fi
+    bash -c "$line"
+done <<< "$block"
