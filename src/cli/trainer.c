@@ -62,21 +62,6 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int mkdir_p(const char *path, mt_error *err) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(buf, 0755) && errno != EEXIST)
-            return mt_errorf(err, "%s: cannot create directory: %s", buf, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) && errno != EEXIST)
-        return mt_errorf(err, "%s: cannot create directory: %s", buf, strerror(errno));
-    return 0;
-}
-
 /* ---- model, tokenizer, data ---- */
 
 static int load_config(run *R, mt_error *err) {
@@ -379,7 +364,7 @@ static void report(run *R, double loss, const mt_optim_report *rep, double dt, d
 
 static int setup(run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
-    if (mkdir_p(tc->out, err) || load_config(R, err) ||
+    if (mt_mkdirs(tc->out, err) || load_config(R, err) ||
         mt_params_init(&R->table, &R->cfg, err))
         return -1;
     if (tc->resume[0]) {

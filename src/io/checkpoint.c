@@ -193,7 +193,7 @@ static int write_all_files(const char *tmp, int64_t step, const mt_host_store *s
     if (rc == 0) rc = write_state(tmp, step, state_json, err);
     if (rc == 0) rc = run_hook(o, tmp, "trainer_state.json", err);
     if (rc == 0) rc = write_complete(tmp, step, err);
-    if (rc == 0) rc = mt_ckpt_fsync_dir(tmp, err);
+    if (rc == 0) rc = mt_fsync_dir(tmp, err);
     return rc;
 }
 
@@ -208,7 +208,7 @@ int mt_checkpoint_save_opts(const char *out_dir, int64_t step, const mt_host_sto
     snprintf(name, sizeof name, "step-%08lld", (long long)step);
     snprintf(tmp_name, sizeof tmp_name, ".tmp-%s-%ld", name, (long)getpid());
     char *final = mt_path_join(ck, name), *tmp = mt_path_join(ck, tmp_name);
-    int rc = mt_ckpt_mkdirs(ck, err);
+    int rc = mt_mkdirs(ck, err);
     if (rc == 0) {
         mt_ckpt_rmtree(tmp);  /* left by an earlier failed attempt of this process */
         if (mkdir(tmp, 0755) != 0)
@@ -217,7 +217,7 @@ int mt_checkpoint_save_opts(const char *out_dir, int64_t step, const mt_host_sto
     int made_tmp = rc == 0;
     if (rc == 0) rc = write_all_files(tmp, step, s, cfg, state_json, o, err);
     if (rc == 0) rc = mt_ckpt_publish(tmp, final, err);
-    if (rc == 0) rc = mt_ckpt_fsync_dir(ck, err);
+    if (rc == 0) rc = mt_fsync_dir(ck, err);
     if (rc != 0 && made_tmp) mt_ckpt_rmtree(tmp);
     if (rc == 0 && saved_path) snprintf(saved_path, cap, "%s", final);
     /* The new checkpoint is durable; a failed prune only leaves extra

@@ -49,10 +49,7 @@ static int parse_tmp_name(const char *name, int64_t *pid) {
     return parse_digits(&p, pid) && *p == '\0';
 }
 
-static int is_dir(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
+static int is_dir(const char *path) { return mt_is_dir(path); }
 
 static int has_file(const char *dir, const char *name) {
     char *p = mt_path_join(dir, name);
@@ -62,40 +59,6 @@ static int has_file(const char *dir, const char *name) {
 }
 
 /* ---- directory operations ----------------------------------------------- */
-
-int mt_ckpt_fsync_dir(const char *path, mt_error *err) {
-    int fd = open(path, O_RDONLY | O_DIRECTORY);
-    int rc = 0;
-    if (fd < 0 || fsync(fd) != 0)
-        rc = mt_errorf(err, "%s: cannot sync directory: %s", path, strerror(errno));
-    if (fd >= 0) close(fd);
-    return rc;
-}
-
-int mt_ckpt_mkdirs(const char *path, mt_error *err) {
-    if (is_dir(path)) return 0;
-    char *p = mt_strdup_or_die(path);
-    int rc = 0;
-    for (char *s = p + 1; rc == 0; s++) {
-        if (*s != '/' && *s != '\0') continue;
-        char c = *s;
-        *s = '\0';
-        if (mkdir(p, 0755) == 0) {
-            char *parent = mt_strdup_or_die(p);
-            char *slash = strrchr(parent, '/');
-            if (slash) slash[slash == parent] = '\0';
-            rc = mt_ckpt_fsync_dir(slash ? parent : ".", err);
-            free(parent);
-        } else if (errno != EEXIST || !is_dir(p)) {
-            rc = mt_errorf(err, "%s: cannot create directory: %s", p,
-                           errno == EEXIST ? "it exists but is not a directory" : strerror(errno));
-        }
-        *s = c;
-        if (c == '\0') break;
-    }
-    free(p);
-    return rc;
-}
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
     return remove(path) != 0 && errno != ENOENT;
@@ -235,7 +198,7 @@ int mt_checkpoint_prune(const char *out_dir, int keep_last, mt_error *err) {
             rc = mt_errorf(err, "%s: cannot remove old checkpoint: %s", p, strerror(errno));
         free(p);
     }
-    if (rc == 0) rc = mt_ckpt_fsync_dir(ck, err);
+    if (rc == 0) rc = mt_fsync_dir(ck, err);
     list_free(&l);
     free(ck);
     return rc;

@@ -5,12 +5,6 @@
 
 #include "util/error.h"
 
-/* mkdir -p path (0755), fsyncing each parent whose entry it adds. */
-int mt_ckpt_mkdirs(const char *path, mt_error *err);
-
-/* fsync a directory so that renames and creations inside it are durable. */
-int mt_ckpt_fsync_dir(const char *path, mt_error *err);
-
 /* Removes path and everything below it, never following symlinks.
  * Best effort: returns -1 if anything stayed. */
 int mt_ckpt_rmtree(const char *path);

@@ -110,3 +110,43 @@ void mt_atomic_abort(mt_atomic_file *f) {
     free(f->path);
     free(f->tmp);
 }
+
+int mt_is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int mt_fsync_dir(const char *path, mt_error *err) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    int rc = 0;
+    if (fd < 0 || fsync(fd) != 0)
+        rc = mt_errorf(err, "%s: cannot sync directory: %s", path, strerror(errno));
+    if (fd >= 0) close(fd);
+    return rc;
+}
+
+int mt_mkdirs(const char *path, mt_error *err) {
+    if (mt_is_dir(path)) return 0;
+    char *p = mt_strdup_or_die(path);
+    int rc = 0;
+    for (char *s = p + 1; rc == 0; s++) {
+        if (*s != '/' && *s != '\0') continue;
+        char c = *s;
+        *s = '\0';
+        if (mkdir(p, 0755) == 0) {
+            char *parent = mt_strdup_or_die(p);
+            char *slash = strrchr(parent, '/');
+            if (slash) slash[slash == parent] = '\0';
+            rc = mt_fsync_dir(slash ? parent : ".", err);
+            free(parent);
+        } else if (errno != EEXIST || !mt_is_dir(p)) {
+            rc = mt_errorf(err, "%s: cannot create directory: %s", p,
+                           errno == EEXIST ? "it exists but is not a directory" : strerror(errno));
+        }
+        *s = c;
+        if (c == '\0') break;
+    }
+    free(p);
+    return rc;
+}
+

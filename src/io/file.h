@@ -40,4 +40,13 @@ int mt_atomic_commit(mt_atomic_file *f, mt_error *err);
 /* Closes and removes the temporary; path is untouched. */
 void mt_atomic_abort(mt_atomic_file *f);
 
+/* Whether path is a directory. */
+int mt_is_dir(const char *path);
+
+/* fsync a directory, so that entries created or renamed in it survive a crash. */
+int mt_fsync_dir(const char *path, mt_error *err);
+
+/* mkdir -p path (0755), fsyncing each parent whose entry it adds. */
+int mt_mkdirs(const char *path, mt_error *err);
+
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "io/file.h"
 #include "io/safetensors.h"
 #include "util/mem.h"
 
@@ -69,14 +70,9 @@ out:
     return rc;
 }
 
-static int make_dir(const char *dir, mt_error *err) {
-    if (mkdir(dir, 0755) == 0 || errno == EEXIST) return 0;
-    return mt_errorf(err, "%s: cannot create directory: %s", dir, strerror(errno));
-}
-
 int mt_model_save(const mt_host_store *s, const mt_config *cfg, const char *dir, mt_dtype dtype,
                   size_t max_shard_bytes, mt_error *err) {
-    if (make_dir(dir, err)) return -1;
+    if (mt_mkdirs(dir, err)) return -1;
     const mt_param_table *t = s->table;
     int n = 0;
     for (int l = 0; l < t->n_layers; l++) n += t->layers[l].n_tensors;

@@ -422,6 +422,9 @@ static int cu_begin_step(mt_backend *be, const mt_batch *batch, float dscale, in
                                        &cb->emb_groups[mb], batch->tokens + mb * N, N, c->V, err))
             return -1;
     }
+    if (train && !cb->o.gpu_grads && !cb->store->g)
+        return mt_errorf(err, "training with gradients on the host needs a host store with a "
+                         "gradient array (internal: create the store with grads)");
     cb->batch = batch;
     cb->train = train;
     cb->dscale = dscale;
@@ -961,8 +964,6 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
         return mt_errorf(err, "no CUDA GPU is visible; use --device cpu"), NULL;
     if (max_M <= 0 || B <= 0 || T <= 0)
         return mt_errorf(err, "micro-batch shape must be positive"), NULL;
-    if (!(o && o->gpu_grads) && !store->g)
-        return mt_errorf(err, "internal: host gradients need a host store with a g array"), NULL;
     if (c->HD % 4 || c->C % 4)
         return mt_errorf(err, "the CUDA backend needs hidden_size and head_dim divisible by 4"),
                NULL;
