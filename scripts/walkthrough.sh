@@ -4,7 +4,7 @@
 # SIGINT after $STOP_AFTER seconds, as a user pressing Ctrl-C would.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STOP_AFTER=${STOP_AFTER:-25}
+STOP_AFTER=${STOP_AFTER:-12}
 block=$(awk '/<!-- walkthrough -->/{f=1; next} f && /^```sh/{g=1; next} g && /^```/{exit} g' README.md)
 trains=0
 while IFS= read -r line; do
@@ -17,7 +17,7 @@ while IFS= read -r line; do
     if [[ "$line" == "build/megatrain train "* && $trains -eq 0 ]]; then
         trains=1
         set +e
-        timeout -s INT "$STOP_AFTER" bash -c "$line"
+        timeout --preserve-status -s INT "$STOP_AFTER" bash -c "$line"
         rc=$?
         set -e
         # 130: stopped by the signal after saving a checkpoint
