@@ -17,10 +17,12 @@ while IFS= read -r line; do
     if [[ "$line" == "build/megatrain train "* && $trains -eq 0 ]]; then
         trains=1
         set +e
-        timeout --preserve-status -s INT "$STOP_AFTER" bash -c "$line"
+        timeout --foreground --preserve-status -s INT "$STOP_AFTER" bash -c "$line"
         rc=$?
         set -e
-        # 130: stopped by the signal after saving a checkpoint
+        # --foreground: one SIGINT to megatrain alone, as one Ctrl-C is
+        # (plain timeout signals the process group too: a second SIGINT
+        # means "quit now"). 130: stopped after saving a checkpoint.
         [[ $rc -eq 130 ]] || { echo "walkthrough: expected the interrupted run to exit 130, got $rc"; exit 1; }
         continue
     fi
