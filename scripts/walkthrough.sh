@@ -17,13 +17,16 @@ while IFS= read -r line; do
     if [[ "$line" == "build/megatrain train "* && $trains -eq 0 ]]; then
         trains=1
         set +e
-        timeout --foreground --preserve-status -s INT "$STOP_AFTER" bash -c "$line"
-        rc=$?
+        log=$(mktemp)
+        timeout --foreground --preserve-status -s INT "$STOP_AFTER" bash -c "$line" | tee "$log"
+        rc=${PIPESTATUS[0]}
         set -e
         # --foreground: one SIGINT to megatrain alone, as one Ctrl-C is
         # (plain timeout signals the process group too: a second SIGINT
         # means "quit now"). 130: stopped after saving a checkpoint.
         [[ $rc -eq 130 ]] || { echo "walkthrough: expected the interrupted run to exit 130, got $rc"; exit 1; }
+        grep -q "saving a checkpoint" "$log" || { echo "walkthrough: the interrupted run saved no checkpoint"; exit 1; }
+        rm -f "$log"
         continue
     fi
     bash -c "$line"
