@@ -92,7 +92,7 @@ int mt_cmd_generate(int argc, char **argv) {
     int64_t T = context ? context : (cfg.max_pos < 512 ? cfg.max_pos : 512);
     mt_runner_opts ro = {.device = dev};
     if (mt_runner_init(&r, &cfg, &t, &s, 1, 1, T, &ro, &err)) goto out;
-    if (mt_generate(&r, &cfg, tok, prompt ? prompt : "", (int)n_new, temperature, top_p,
+    if (mt_generate(&r, &cfg, tok, prompt ? prompt : "", true, (int)n_new, temperature, top_p,
                     (uint64_t)seed, stdout, &err))
         goto out;
     rc = 0;

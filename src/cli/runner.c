@@ -149,12 +149,12 @@ static int32_t pick(float *logits, int64_t V, double temperature, double top_p, 
 }
 
 int mt_generate(mt_runner *r, const mt_config *cfg, const mt_tokenizer *tok, const char *prompt,
-                int n_new, double temperature, double top_p, uint64_t seed, FILE *out,
-                mt_error *err) {
+                bool add_special, int n_new, double temperature, double top_p, uint64_t seed,
+                FILE *out, mt_error *err) {
     MT_ASSERT(r->M == 1 && r->B == 1);
     int32_t *ids = NULL;
     size_t n = 0;
-    if (mt_tokenizer_encode(tok, prompt, strlen(prompt), true, &ids, &n, err)) return -1;
+    if (mt_tokenizer_encode(tok, prompt, strlen(prompt), add_special, &ids, &n, err)) return -1;
     int64_t T = r->T, V = cfg->V;
     size_t cap = n + (size_t)n_new + 1;
     ids = mt_realloc_or_die(ids, cap * sizeof *ids);

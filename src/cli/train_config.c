@@ -45,7 +45,7 @@ const mt_tc_option mt_tc_options[] = {
      "rows per micro-batch (B)"},
     {"micro_batches", MT_TC_INT, OFF(micro_batches), "4", "2", AT_LEAST(1), NULL, NULL, NULL,
      "micro-batches per optimizer step (gradient accumulation)"},
-    {"steps", MT_TC_INT, OFF(steps), "0", "300", AT_LEAST(0), NULL, NULL, NULL,
+    {"steps", MT_TC_INT, OFF(steps), "0", "800", AT_LEAST(0), NULL, NULL, NULL,
      "optimizer steps; 0: as many as `epochs` passes over the data take"},
     {"epochs", MT_TC_INT, OFF(epochs), "1", NULL, AT_LEAST(1), NULL, NULL, NULL,
      "passes over the data when steps is 0"},

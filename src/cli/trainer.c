@@ -475,8 +475,9 @@ static void sample(run *R) {
         return;
     }
     printf("sample: ");
-    if (mt_generate(&g, &R->cfg, R->tok, R->data ? "The" : "The old man", (int)tc->sample_tokens,
-                    0.0, 1.0, 1, stdout, &err))
+    /* the built-in text is raw bytes without BOS; datasets start with BOS */
+    if (mt_generate(&g, &R->cfg, R->tok, R->data ? "The" : "The old man", R->data != NULL,
+                    (int)tc->sample_tokens, 0.0, 1.0, 1, stdout, &err))
         fprintf(stderr, "megatrain: sample: %s\n", err.msg);
     mt_runner_free(&g);
 }
