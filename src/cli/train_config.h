@@ -91,7 +91,7 @@ int mt_train_config_load_yaml(mt_train_config *cfg, const char *path, mt_error *
 int mt_train_config_parse_args(mt_train_config *cfg, int argc, char **argv, mt_error *err);
 
 /* Fills what depends on other options: with no model, options not given
- * take the built-in tiny model's defaults (steps 300, lr 1e-2, ...); with a
+ * take the built-in tiny model's defaults (steps 800, lr 1e-2, ...); with a
  * model and no tokenizer, tokenizer = <model>/tokenizer.json. */
 void mt_train_config_resolve(mt_train_config *cfg);
 

@@ -78,7 +78,7 @@ Test(train_config, tiny_model_defaults_only_where_not_given) {
     const char *args[] = {"--seq-len", "128", NULL};
     cr_assert_eq(parse(&cfg, &err, args), 0, "%s", err.msg);
     cr_assert_eq(cfg.seq_len, 128); // given: kept
-    cr_assert_eq(cfg.steps, 300);   // tiny default
+    cr_assert_eq(cfg.steps, 800);   // tiny default
     cr_assert_eq(cfg.lr, 1e-2);
     cr_assert_str_eq(cfg.tokenizer, "");
 }
