@@ -9,7 +9,6 @@
 #include "cli/runner.h"
 #include "data/dataset.h"
 #include "engine/step.h"
-#include "io/model_io.h"
 #include "io/safetensors.h"
 #include "util/mem.h"
 
@@ -86,7 +85,7 @@ int mt_cmd_eval(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    int dev = !strcmp(device, "cpu") ? 1 : !strcmp(device, "cuda") ? 2 : !strcmp(device, "auto") ? 0 : -1;
+    int dev = mt_runner_parse_device(device);
     if (dev < 0 || T < 1 || B < 1 || max_batches < 0 ||
         (strcmp(precision, "bf16") && strcmp(precision, "fp32"))) {
         fprintf(stderr, "megatrain eval: check --device (auto|cpu|cuda), --precision "
@@ -94,33 +93,22 @@ int mt_cmd_eval(int argc, char **argv) {
         return 2;
     }
     mt_error err;
-    mt_config cfg;
-    mt_param_table t = {0};
-    mt_host_store s = {0};
-    mt_tokenizer *tok = NULL;
+    mt_loaded_model m = {0};
     mt_dataset *ds = NULL;
     mt_runner r = {0};
     int32_t *tokens = NULL, *targets = NULL;
-    char tp[4200];
     int rc = 1;
-    if (!tokpath) {
-        snprintf(tp, sizeof tp, "%s/tokenizer.json", model);
-        tokpath = tp;
-    }
-    if (mt_model_load_config(&cfg, model, &err) || mt_params_init(&t, &cfg, &err) ||
-        mt_host_store_create(&s, &t, 0, &err) || mt_model_load_weights(&s, model, &err))
-        goto out;
+    if (mt_loaded_model_open(&m, model, tokpath, &err)) goto out;
+    const mt_config cfg = m.cfg;
     if (T > cfg.max_pos) {
         mt_errorf(&err, "--seq-len %ld exceeds the model's max_position_embeddings %lld", T,
                   (long long)cfg.max_pos);
         goto out;
     }
-    tok = !strcmp(tokpath, "bytes") ? mt_tokenizer_bytes() : mt_tokenizer_load(tokpath, &err);
-    if (!tok) goto out;
     mt_data_opts o = {.path = data, .format = format, .chat_template = chat, .seed = 1, .epochs = 1};
-    if (!(ds = mt_dataset_open(&o, tok, cfg.V, &err))) goto out;
+    if (!(ds = mt_dataset_open(&o, m.tok, cfg.V, &err))) goto out;
     mt_runner_opts ro = {.device = dev, .fp32 = !strcmp(precision, "fp32")};
-    if (mt_runner_init(&r, &cfg, &t, &s, 1, B, T, &ro, &err)) goto out;
+    if (mt_runner_init(&r, &m.cfg, &m.table, &m.store, 1, B, T, &ro, &err)) goto out;
     tokens = mt_malloc_or_die((size_t)(B * T) * sizeof *tokens);
     targets = mt_malloc_or_die((size_t)(B * T) * sizeof *targets);
     double sum = 0;
@@ -130,7 +118,7 @@ int mt_cmd_eval(int argc, char **argv) {
         mt_batch b = {.M = 1, .B = B, .T = T, .tokens = tokens, .targets = targets};
         double ls;
         int64_t nv;
-        if (mt_step_eval(r.be, t.n_layers, &b, &ls, &nv, &err)) goto out;
+        if (mt_step_eval(r.be, m.table.n_layers, &b, &ls, &nv, &err)) goto out;
         sum += ls;
         count += nv;
         if (dump && batches == 0 && dump_logits(&r, &cfg, tokens, T, dump, &err)) goto out;
@@ -148,10 +136,8 @@ out:
     if (rc) fprintf(stderr, "megatrain eval: %s\n", err.msg);
     mt_runner_free(&r);
     if (ds) mt_dataset_free(ds);
-    if (tok) mt_tokenizer_free(tok);
     free(tokens);
     free(targets);
-    mt_host_store_free(&s);
-    mt_params_free(&t);
+    mt_loaded_model_close(&m);
     return rc;
 }

@@ -6,7 +6,6 @@
 
 #include "cli/commands.h"
 #include "cli/runner.h"
-#include "io/model_io.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -67,40 +66,26 @@ int mt_cmd_generate(int argc, char **argv) {
                 "0 < --top-p <= 1, --context >= 0\n");
         return 2;
     }
-    int dev = !strcmp(device, "cpu") ? 1 : !strcmp(device, "cuda") ? 2 : !strcmp(device, "auto") ? 0 : -1;
+    int dev = mt_runner_parse_device(device);
     if (dev < 0) {
         fprintf(stderr, "megatrain generate: --device must be auto, cpu or cuda\n");
         return 2;
     }
     mt_error err;
-    mt_config cfg;
-    mt_param_table t = {0};
-    mt_host_store s = {0};
-    mt_tokenizer *tok = NULL;
+    mt_loaded_model m = {0};
     mt_runner r = {0};
-    char tp[4200];
     int rc = 1;
-    if (!tokpath) {
-        snprintf(tp, sizeof tp, "%s/tokenizer.json", model);
-        tokpath = tp;
-    }
-    if (mt_model_load_config(&cfg, model, &err) || mt_params_init(&t, &cfg, &err) ||
-        mt_host_store_create(&s, &t, 0, &err) || mt_model_load_weights(&s, model, &err))
-        goto out;
-    tok = !strcmp(tokpath, "bytes") ? mt_tokenizer_bytes() : mt_tokenizer_load(tokpath, &err);
-    if (!tok) goto out;
-    int64_t T = context ? context : (cfg.max_pos < 512 ? cfg.max_pos : 512);
+    if (mt_loaded_model_open(&m, model, tokpath, &err)) goto out;
+    int64_t T = context ? context : (m.cfg.max_pos < 512 ? m.cfg.max_pos : 512);
     mt_runner_opts ro = {.device = dev};
-    if (mt_runner_init(&r, &cfg, &t, &s, 1, 1, T, &ro, &err)) goto out;
-    if (mt_generate(&r, &cfg, tok, prompt ? prompt : "", true, (int)n_new, temperature, top_p,
+    if (mt_runner_init(&r, &m.cfg, &m.table, &m.store, 1, 1, T, &ro, &err)) goto out;
+    if (mt_generate(&r, &m.cfg, m.tok, prompt ? prompt : "", true, (int)n_new, temperature, top_p,
                     (uint64_t)seed, stdout, &err))
         goto out;
     rc = 0;
 out:
     if (rc) fprintf(stderr, "megatrain generate: %s\n", err.msg);
     mt_runner_free(&r);
-    if (tok) mt_tokenizer_free(tok);
-    mt_host_store_free(&s);
-    mt_params_free(&t);
+    mt_loaded_model_close(&m);
     return rc;
 }

@@ -8,6 +8,7 @@
 #include "backend/cpu/backend_cpu.h"
 #include "backend/cpu/ops.h"
 #include "engine/step.h"
+#include "io/model_io.h"
 #include "util/mem.h"
 
 #ifdef MT_HAVE_CUDA
@@ -16,6 +17,38 @@
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/cuda_ops.h"
 #endif
+
+int mt_loaded_model_open(mt_loaded_model *m, const char *dir, const char *tokpath, mt_error *err) {
+    memset(m, 0, sizeof *m);
+    char tp[4200];
+    if (!tokpath) {
+        snprintf(tp, sizeof tp, "%s/tokenizer.json", dir);
+        tokpath = tp;
+    }
+    if (mt_model_load_config(&m->cfg, dir, err) || mt_params_init(&m->table, &m->cfg, err) ||
+        mt_host_store_create(&m->store, &m->table, 0, err) ||
+        mt_model_load_weights(&m->store, dir, err)) {
+        mt_loaded_model_close(m);
+        return -1;
+    }
+    m->tok = !strcmp(tokpath, "bytes") ? mt_tokenizer_bytes() : mt_tokenizer_load(tokpath, err);
+    if (!m->tok) {
+        mt_loaded_model_close(m);
+        return -1;
+    }
+    return 0;
+}
+
+void mt_loaded_model_close(mt_loaded_model *m) {
+    if (m->tok) mt_tokenizer_free(m->tok);
+    mt_host_store_free(&m->store);
+    mt_params_free(&m->table);
+    memset(m, 0, sizeof *m);
+}
+
+int mt_runner_parse_device(const char *name) {
+    return !strcmp(name, "auto") ? 0 : !strcmp(name, "cpu") ? 1 : !strcmp(name, "cuda") ? 2 : -1;
+}
 
 int mt_runner_pick_gpu(int device, mt_error *err) {
 #ifdef MT_HAVE_CUDA

@@ -29,6 +29,23 @@ typedef struct mt_runner_opts {
     int train;         /* gradients needed: decides the gradient home */
 } mt_runner_opts;
 
+/* A model loaded for inference: config, parameter table, weights (no
+ * gradient array) and tokenizer. */
+typedef struct mt_loaded_model {
+    mt_config cfg;
+    mt_param_table table;
+    mt_host_store store;
+    mt_tokenizer *tok;
+} mt_loaded_model;
+
+/* Loads the HF directory dir and its tokenizer (tokpath; NULL means
+ * dir/tokenizer.json; "bytes" the built-in byte tokenizer). */
+int mt_loaded_model_open(mt_loaded_model *m, const char *dir, const char *tokpath, mt_error *err);
+void mt_loaded_model_close(mt_loaded_model *m);
+
+/* "auto" -> 0, "cpu" -> 1, "cuda" -> 2, anything else -> -1. */
+int mt_runner_parse_device(const char *name);
+
 /* Whether the GPU path would be used for `device` (0 auto, 1 cpu, 2 cuda);
  * -1 with a message when cuda is asked for and absent. */
 int mt_runner_pick_gpu(int device, mt_error *err);
