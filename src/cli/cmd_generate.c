@@ -18,19 +18,23 @@ static void usage(FILE *f) {
             "  --top-p X           nucleus sampling (default 0.95)\n"
             "  --seed N            sampling seed (default 1)\n"
             "  --context N         tokens of context (default min(512, max positions))\n"
-            "  --device D          auto | cpu | cuda (default auto)\n");
+            "  --device D          auto | cpu | cuda (default auto)\n"
+            "  --no-bos            do not add the tokenizer's special tokens (BOS) to the prompt\n"
+            "                      (for models trained on raw text, like the built-in demo)\n");
 }
 
 int mt_cmd_generate(int argc, char **argv) {
     const char *model = NULL, *tokpath = NULL, *prompt = NULL, *device = "auto";
     long n_new = 64, seed = 1, context = 0;
     double temperature = 0.8, top_p = 0.95;
+    int add_special = 1;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},       {"tokenizer", required_argument, 0, 't'},
         {"prompt", required_argument, 0, 'p'},      {"max-new-tokens", required_argument, 0, 'n'},
         {"temperature", required_argument, 0, 'T'}, {"top-p", required_argument, 0, 'P'},
         {"seed", required_argument, 0, 's'},        {"context", required_argument, 0, 'c'},
         {"device", required_argument, 0, 'd'},      {"help", no_argument, 0, 'h'},
+        {"no-bos", no_argument, 0, 'B'},
         {0, 0, 0, 0},
     };
     optind = 1;
@@ -47,6 +51,7 @@ int mt_cmd_generate(int argc, char **argv) {
         case 'c': context = strtol(optarg, &end, 10); break;
         case 'T': temperature = strtod(optarg, &end); break;
         case 'P': top_p = strtod(optarg, &end); break;
+        case 'B': add_special = 0; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -79,7 +84,7 @@ int mt_cmd_generate(int argc, char **argv) {
     int64_t T = context ? context : (m.cfg.max_pos < 512 ? m.cfg.max_pos : 512);
     mt_runner_opts ro = {.device = dev};
     if (mt_runner_init(&r, &m.cfg, &m.table, &m.store, 1, 1, T, &ro, &err)) goto out;
-    if (mt_generate(&r, &m.cfg, m.tok, prompt ? prompt : "", true, (int)n_new, temperature, top_p,
+    if (mt_generate(&r, &m.cfg, m.tok, prompt ? prompt : "", add_special, (int)n_new, temperature, top_p,
                     (uint64_t)seed, stdout, &err))
         goto out;
     rc = 0;
