@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device session: GPU tests, then the benchmarks; logs under $OUT.
+# On a GPU machine: the GPU tests, then the benchmarks; logs go to $OUT (default below).
 # Usage: scripts/device_run.sh [bench arguments for 'megatrain bench train' ...]
 set -uo pipefail
 OUT=${OUT:-/tmp/megatrain-out}
