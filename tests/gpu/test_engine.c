@@ -201,19 +201,26 @@ Test(engine, twenty_steps_follow_the_cpu_and_repeat_exactly, .timeout = 120) {
     mt_fixture_close(&f);
 }
 
+/* A small Llama-shaped config: head dim 64 selects the bf16 flash kernel. */
+static mt_config small_config(int64_t C, int64_t NH, int64_t NKV, int64_t F, int64_t V,
+                              int64_t L, int64_t T) {
+    mt_config c;
+    mt_config_default_tiny(&c);
+    c.C = C;
+    c.NH = NH;
+    c.NKV = NKV;
+    c.HD = C / NH;
+    c.F = F;
+    c.V = V;
+    c.L = L;
+    c.max_pos = T;
+    return c;
+}
+
 /* GPU memory in use after one bf16 step of a model of `layers` layers. */
 static size_t used_after_step(int layers) {
     mt_error err;
-    mt_config cfg;
-    mt_config_default_tiny(&cfg);
-    cfg.C = 512;
-    cfg.NH = 8;
-    cfg.NKV = 8;
-    cfg.HD = 64;
-    cfg.F = 1536;
-    cfg.V = 1024;
-    cfg.L = layers;
-    cfg.max_pos = 256;
+    mt_config cfg = small_config(512, 8, 8, 1536, 1024, layers, 256);
     mt_param_table t;
     mt_host_store s;
     cr_assert_eq(mt_params_init(&t, &cfg, &err), 0);
@@ -308,20 +315,11 @@ Test(engine, flash_attention_paths_match_the_cpu_reference) {
     const mt_arch archs[] = {MT_ARCH_LLAMA, MT_ARCH_QWEN3, MT_ARCH_QWEN2};
     const char *names[] = {"llama", "qwen3", "qwen2"};
     for (int i = 0; i < 3; i++) {
-        mt_config c;
-        mt_config_default_tiny(&c);
+        mt_config c = small_config(256, 4, 2, 512, 512, 2, 128);
         c.arch = archs[i];
         snprintf(c.model_type, sizeof c.model_type, "%s", names[i]);
         c.qk_norm = archs[i] == MT_ARCH_QWEN3;
         c.qkv_bias = archs[i] == MT_ARCH_QWEN2;
-        c.C = 256;
-        c.NH = 4;
-        c.NKV = 2;
-        c.HD = 64;
-        c.F = 512;
-        c.V = 512;
-        c.L = 2;
-        c.max_pos = 128;
         c.tie_embeddings = i == 1;
         double lc, lg, worst;
         /* fp32: same bounds as the fixture tests (summation order only). */
@@ -344,16 +342,7 @@ Test(engine, flash_attention_paths_match_the_cpu_reference) {
 Test(engine, kept_activations_equal_recompute_bitwise) {
     need_gpu();
     mt_error err;
-    mt_config c;
-    mt_config_default_tiny(&c);
-    c.C = 256;
-    c.NH = 4;
-    c.NKV = 2;
-    c.HD = 64;
-    c.F = 512;
-    c.V = 512;
-    c.L = 3;
-    c.max_pos = 128;
+    mt_config c = small_config(256, 4, 2, 512, 512, 3, 128);
     mt_param_table t;
     mt_host_store s;
     cr_assert_eq(mt_params_init(&t, &c, &err), 0);
