@@ -293,6 +293,35 @@ static void bpe_word(mt_tok_encoder *e, const char *w, size_t len, mt_tok_ids *o
     if (len <= CACHE_MAX_KEY && n > 0) cache_put(e, w, len, h, out->ids + first, out->n - first);
 }
 
+/* With tok->sp_chunks, cuts a word before each "▁" that follows another
+ * char and encodes the chunks alone: the same ids (mt_tok_sp_chunks_exact
+ * says why), but short chunks hit the cache and the merge heap stays small.
+ * Without it a SentencePiece-style document is one word. */
+static void bpe_chunks(mt_tok_encoder *e, const char *w, size_t len, mt_tok_ids *out) {
+    if (!e->tok->sp_chunks) {
+        bpe_word(e, w, len, out);
+        return;
+    }
+    const size_t k = MT_TOK_SP_MARK_LEN;
+    size_t start = 0, i = 1;
+    while (i + k <= len) {
+        const char *m = memchr(w + i, MT_TOK_SP_MARK[0], len - k + 1 - i);
+        if (!m) break;
+        i = (size_t)(m - w);
+        if (memcmp(m, MT_TOK_SP_MARK, k) != 0) {
+            i++;
+            continue;
+        }
+        bool after_mark = i >= k && memcmp(m - k, MT_TOK_SP_MARK, k) == 0;
+        if (!after_mark) {
+            bpe_word(e, w + start, i - start, out);
+            start = i;
+        }
+        i += k;
+    }
+    bpe_word(e, w + start, len - start, out);
+}
+
 /* ---- pre-tokenization ---- */
 
 static int split_words(mt_tok_encoder *e, size_t level, const char *s, size_t len, mt_tok_ids *out,
@@ -302,7 +331,7 @@ static inline int word_or_split(mt_tok_encoder *e, size_t level, const char *s, 
                                 mt_tok_ids *out, mt_error *err) {
     if (len == 0) return 0;
     if (level == e->tok->n_splits) {
-        bpe_word(e, s, len, out);
+        bpe_chunks(e, s, len, out);
         return 0;
     }
     return split_words(e, level, s, len, out, err);
