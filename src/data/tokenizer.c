@@ -7,9 +7,11 @@
  * BPE follows HF `tokenizers` exactly: the word starts as one symbol per
  * char (per byte for byte-level), then the adjacent pair of lowest merge
  * rank (leftmost on ties) is merged until no pair has a rank. A min-heap of
- * (rank, position) with lazy deletion makes that O(n log n), which matters
- * for Llama-2 where a whole document is one word. Each encoder keeps a cache
- * of recent words -> ids, which is what makes byte-level text fast. */
+ * (rank, position) with lazy deletion makes that O(n log n). Llama-2 has no
+ * pre-tokenizer, so a whole document is one word; when the vocab allows it
+ * (checked at load) such a word is cut before each "▁" that follows another
+ * char, with identical ids. Each encoder keeps a cache of recent words (or
+ * chunks) -> ids, which is what makes encoding fast. */
 #include "data/tokenizer_internal.h"
 
 #include <stdio.h>
