@@ -7,9 +7,11 @@
  * BPE follows HF `tokenizers` exactly: the word starts as one symbol per
  * char (per byte for byte-level), then the adjacent pair of lowest merge
  * rank (leftmost on ties) is merged until no pair has a rank. A min-heap of
- * (rank, position) with lazy deletion makes that O(n log n), which matters
- * for Llama-2 where a whole document is one word. Each encoder keeps a cache
- * of recent words -> ids, which is what makes byte-level text fast. */
+ * (rank, position) with lazy deletion makes that O(n log n). Llama-2 has no
+ * pre-tokenizer, so a whole document is one word; when the vocab allows it
+ * (checked at load) such a word is cut before each "▁" that follows another
+ * char, with identical ids. Each encoder keeps a cache of recent words (or
+ * chunks) -> ids, which is what makes encoding fast. */
 #include "data/tokenizer_internal.h"
 
 #include <stdio.h>
@@ -79,10 +81,15 @@ static size_t utf8_invalid_at(const char *s, size_t len) {
 
 /* ---- per-thread encoder ---- */
 
-#define CACHE_SLOTS (1u << 14)
-#define CACHE_MAX_KEY 64           // longer words are rare and not worth caching
-#define CACHE_KEY_BYTES (1u << 18)
-#define CACHE_IDS (1u << 16)
+/* The cache starts small (a one-shot encoder clears it once) and doubles
+ * when full up to CACHE_MAX_SLOTS, then starts over. Llama-2 chunks keep
+ * punctuation ("▁word,"), so brown.jsonl has ~100k distinct ones: 2^14 slots
+ * thrashed, 2^17 (about 7 MB per encoder at most) keep most of them. */
+#define CACHE_MIN_SLOTS (1u << 14)
+#define CACHE_MAX_SLOTS (1u << 17)
+#define CACHE_MAX_KEY 64      // longer words are rare and not worth caching
+#define CACHE_KEY_PER_SLOT 16 // key bytes and ids per slot: ample for words
+#define CACHE_IDS_PER_SLOT 4  // of a few bytes and tokens
 
 typedef struct cache_slot {
     uint64_t hash;
@@ -101,17 +108,46 @@ struct mt_tok_encoder {
     size_t sym_cap;
     uint64_t *heap;  // (heap_cap) (rank << 32 | position), min at heap[0]
     size_t heap_cap;
-    cache_slot *cache;  // (CACHE_SLOTS)
-    size_t cache_n;
-    char *cache_keys;  // (CACHE_KEY_BYTES)
+    cache_slot *cache;  // (cache_slots), a power of two
+    size_t cache_slots, cache_n;
+    char *cache_keys;  // (cache_slots * CACHE_KEY_PER_SLOT)
     size_t cache_keys_len;
-    int32_t *cache_ids;  // (CACHE_IDS)
+    int32_t *cache_ids;  // (cache_slots * CACHE_IDS_PER_SLOT)
     size_t cache_ids_len;
 };
 
 static void cache_clear(mt_tok_encoder *e) {
-    for (size_t i = 0; i < CACHE_SLOTS; i++) e->cache[i].ids_off = UINT32_MAX;
+    for (size_t i = 0; i < e->cache_slots; i++) e->cache[i].ids_off = UINT32_MAX;
     e->cache_n = e->cache_keys_len = e->cache_ids_len = 0;
+}
+
+/* Sizes the cache for slots entries and empties it. */
+static void cache_alloc(mt_tok_encoder *e, size_t slots) {
+    e->cache_slots = slots;
+    e->cache = mt_realloc_or_die(e->cache, slots * sizeof *e->cache);
+    e->cache_keys = mt_realloc_or_die(e->cache_keys, slots * CACHE_KEY_PER_SLOT);
+    e->cache_ids = mt_realloc_or_die(e->cache_ids, slots * CACHE_IDS_PER_SLOT * sizeof *e->cache_ids);
+    cache_clear(e);
+}
+
+static size_t cache_free_slot(const mt_tok_encoder *e, uint64_t h) {
+    size_t mask = e->cache_slots - 1, i = h & mask;
+    while (e->cache[i].ids_off != UINT32_MAX) i = (i + 1) & mask;
+    return i;
+}
+
+/* Doubles the table; keys and ids keep their offsets in the grown arenas. */
+static void cache_grow(mt_tok_encoder *e) {
+    cache_slot *old = e->cache;
+    size_t n_old = e->cache_slots, n = e->cache_n, keys = e->cache_keys_len, ids = e->cache_ids_len;
+    e->cache = NULL;
+    cache_alloc(e, n_old * 2);
+    for (size_t i = 0; i < n_old; i++)
+        if (old[i].ids_off != UINT32_MAX) e->cache[cache_free_slot(e, old[i].hash)] = old[i];
+    free(old);
+    e->cache_n = n;
+    e->cache_keys_len = keys;
+    e->cache_ids_len = ids;
 }
 
 mt_tok_encoder *mt_tok_encoder_new(const mt_tokenizer *tok) {
@@ -123,10 +159,7 @@ mt_tok_encoder *mt_tok_encoder_new(const mt_tokenizer *tok) {
     e->jit = pcre2_jit_stack_create(32 * 1024, 1024 * 1024, NULL);
     if (!e->md || !e->mctx || !e->jit) MT_DIE("out of memory creating PCRE2 match state");
     pcre2_jit_stack_assign(e->mctx, NULL, e->jit);
-    e->cache = mt_malloc_or_die(CACHE_SLOTS * sizeof *e->cache);
-    e->cache_keys = mt_malloc_or_die(CACHE_KEY_BYTES);
-    e->cache_ids = mt_malloc_or_die(CACHE_IDS * sizeof *e->cache_ids);
-    cache_clear(e);
+    cache_alloc(e, CACHE_MIN_SLOTS);
     return e;
 }
 
@@ -148,7 +181,8 @@ void mt_tok_encoder_free(mt_tok_encoder *e) {
 }
 
 static const cache_slot *cache_get(const mt_tok_encoder *e, const char *w, size_t len, uint64_t h) {
-    for (size_t i = h & (CACHE_SLOTS - 1);; i = (i + 1) & (CACHE_SLOTS - 1)) {
+    size_t mask = e->cache_slots - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
         const cache_slot *s = &e->cache[i];
         if (s->ids_off == UINT32_MAX) return NULL;
         if (s->hash == h && s->key_len == len && memcmp(e->cache_keys + s->key_off, w, len) == 0) return s;
@@ -156,11 +190,14 @@ static const cache_slot *cache_get(const mt_tok_encoder *e, const char *w, size_
 }
 
 static void cache_put(mt_tok_encoder *e, const char *w, size_t len, uint64_t h, const int32_t *ids, size_t n) {
-    if (e->cache_n * 2 >= CACHE_SLOTS || e->cache_keys_len + len > CACHE_KEY_BYTES ||
-        e->cache_ids_len + n > CACHE_IDS)
-        cache_clear(e);  // full: start over rather than track recency
-    size_t i = h & (CACHE_SLOTS - 1);
-    while (e->cache[i].ids_off != UINT32_MAX) i = (i + 1) & (CACHE_SLOTS - 1);
+    if (e->cache_n * 2 >= e->cache_slots || e->cache_keys_len + len > e->cache_slots * CACHE_KEY_PER_SLOT ||
+        e->cache_ids_len + n > e->cache_slots * CACHE_IDS_PER_SLOT) {
+        if (e->cache_slots < CACHE_MAX_SLOTS)
+            cache_grow(e);
+        else
+            cache_clear(e);  // full: start over rather than track recency
+    }
+    size_t i = cache_free_slot(e, h);
     memcpy(e->cache_keys + e->cache_keys_len, w, len);
     memcpy(e->cache_ids + e->cache_ids_len, ids, n * sizeof *ids);
     e->cache[i] = (cache_slot){.hash = h, .key_off = (uint32_t)e->cache_keys_len,
@@ -293,6 +330,35 @@ static void bpe_word(mt_tok_encoder *e, const char *w, size_t len, mt_tok_ids *o
     if (len <= CACHE_MAX_KEY && n > 0) cache_put(e, w, len, h, out->ids + first, out->n - first);
 }
 
+/* With tok->sp_chunks, cuts a word before each "▁" that follows another
+ * char and encodes the chunks alone: the same ids (mt_tok_sp_chunks_exact
+ * says why), but short chunks hit the cache and the merge heap stays small.
+ * Without it a SentencePiece-style document is one word. */
+static void bpe_chunks(mt_tok_encoder *e, const char *w, size_t len, mt_tok_ids *out) {
+    if (!e->tok->sp_chunks) {
+        bpe_word(e, w, len, out);
+        return;
+    }
+    const size_t k = MT_TOK_SP_MARK_LEN;
+    size_t start = 0, i = 1;
+    while (i + k <= len) {
+        const char *m = memchr(w + i, MT_TOK_SP_MARK[0], len - k + 1 - i);
+        if (!m) break;
+        i = (size_t)(m - w);
+        if (memcmp(m, MT_TOK_SP_MARK, k) != 0) {
+            i++;
+            continue;
+        }
+        bool after_mark = i >= k && memcmp(m - k, MT_TOK_SP_MARK, k) == 0;
+        if (!after_mark) {
+            bpe_word(e, w + start, i - start, out);
+            start = i;
+        }
+        i += k;
+    }
+    bpe_word(e, w + start, len - start, out);
+}
+
 /* ---- pre-tokenization ---- */
 
 static int split_words(mt_tok_encoder *e, size_t level, const char *s, size_t len, mt_tok_ids *out,
@@ -302,7 +368,7 @@ static inline int word_or_split(mt_tok_encoder *e, size_t level, const char *s, 
                                 mt_tok_ids *out, mt_error *err) {
     if (len == 0) return 0;
     if (level == e->tok->n_splits) {
-        bpe_word(e, s, len, out);
+        bpe_chunks(e, s, len, out);
         return 0;
     }
     return split_words(e, level, s, len, out, err);

@@ -109,6 +109,7 @@ struct mt_tokenizer {
     mt_tok_strmap vocab;
     mt_tok_mergemap merges;
     bool byte_level, ignore_merges, byte_fallback, fuse_unk;
+    bool sp_chunks;            // words may be cut before a "▁" (see mt_tok_sp_chunks_exact)
     int32_t unk_id;            // -1: none
     int32_t byte_ids[256];     // byte_level: id of each single byte, -1 absent
     int32_t fallback_ids[256]; // id of "<0xNN>", -1 absent
@@ -132,6 +133,15 @@ struct mt_tokenizer {
 /* tokenizer_load.c */
 int mt_tok_parse(mt_tokenizer *tok, const char *json, size_t len, const char *path, mt_error *err);
 void mt_tok_read_config(mt_tokenizer *tok, const char *tokenizer_path);
+
+/* The SentencePiece marker "▁" (U+2581) in UTF-8. */
+#define MT_TOK_SP_MARK "\xE2\x96\x81"
+#define MT_TOK_SP_MARK_LEN 3
+
+/* Whether cutting a BPE word just before each "▁" that follows a char other
+ * than "▁", and encoding the chunks alone, gives the same ids as the whole
+ * word; the reasoning is at the definition (tokenizer_load.c). */
+bool mt_tok_sp_chunks_exact(const mt_tokenizer *tok);
 
 /* ByteLevel alphabet: byte -> code point and back (-1 if not an image). */
 uint32_t mt_tok_byte_to_cp(uint8_t b);

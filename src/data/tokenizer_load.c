@@ -439,6 +439,50 @@ static void build_id_table(mt_tokenizer *tok, const cJSON *vocab) {
     free(str);
 }
 
+/* ---- SentencePiece chunking ---- */
+
+/* True when s[i..] starts with "▁" and the char before it is not "▁". */
+static bool mark_after_other(const char *s, size_t i) {
+    const size_t k = MT_TOK_SP_MARK_LEN;
+    return i > 0 && memcmp(s + i, MT_TOK_SP_MARK, k) == 0 && (i < k || memcmp(s + i - k, MT_TOK_SP_MARK, k) != 0);
+}
+
+static bool has_mark_after_other(const char *s, size_t len) {
+    for (size_t i = 1; i + MT_TOK_SP_MARK_LEN <= len; i++)
+        if (mark_after_other(s, i)) return true;
+    return false;
+}
+
+/* Let p be a place in a word where "▁" follows a char c other than "▁".
+ * Initial symbols: "▁" is in the vocab, so the "▁" at p is a symbol of its
+ * own; a pending <unk> is emitted before it (fuse_unk never joins across p)
+ * and byte fallback is per char. So the word's initial symbols are its
+ * chunks' initial symbols, concatenated. Merges: the pair (x, y) merges into
+ * the vocab token spelled x+y (parse_merges looks it up). Across p, y's
+ * spelling starts with "▁" and x's ends with c, or with the end of "<0xNN>"
+ * or of the <unk> token; none is "▁" (checked), so x+y would be a token with
+ * "▁" after another char, and there is none (checked): no pair across p
+ * ever merges. Within a chunk the pair of lowest rank (leftmost on ties) is
+ * then the same as alone, so each chunk merges exactly as on its own.
+ * ignore_merges is excluded: a chunk that is a token would be emitted whole
+ * where the whole word is not. Byte-level vocabularies are excluded: they
+ * are pre-tokenized anyway and no corpus test covers them. */
+bool mt_tok_sp_chunks_exact(const mt_tokenizer *tok) {
+    if (tok->is_bytes || tok->byte_level || tok->ignore_merges) return false;
+    if (mt_tok_strmap_get(&tok->vocab, MT_TOK_SP_MARK, MT_TOK_SP_MARK_LEN) < 0) return false;
+    const mt_tok_strmap *v = &tok->vocab;
+    for (size_t i = 0; i <= v->mask; i++) {
+        const mt_tok_strslot *sl = &v->slots[i];
+        if (sl->val < 0) continue;
+        const char *key = v->arena + sl->off;
+        if (has_mark_after_other(key, sl->len)) return false;
+        if (sl->val == tok->unk_id && sl->len >= MT_TOK_SP_MARK_LEN &&
+            memcmp(key + sl->len - MT_TOK_SP_MARK_LEN, MT_TOK_SP_MARK, MT_TOK_SP_MARK_LEN) == 0)
+            return false;
+    }
+    return true;
+}
+
 /* ---- entry points ---- */
 
 static int parse_root(mt_tokenizer *tok, const cJSON *root, mt_error *err) {
@@ -465,6 +509,7 @@ static int parse_root(mt_tokenizer *tok, const cJSON *root, mt_error *err) {
     build_id_table(tok, cJSON_GetObjectItemCaseSensitive(c, "vocab"));
     tok->bos_id = tok->n_prefix ? tok->prefix_ids[0] : -1;
     tok->eos_id = -1;
+    tok->sp_chunks = mt_tok_sp_chunks_exact(tok);
     return 0;
 }
 
