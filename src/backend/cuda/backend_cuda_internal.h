@@ -1,0 +1,187 @@
+/* Internals of the CUDA streaming backend, shared by its files:
+ * backend_cuda.c (streams, slots, the step), backend_cuda_plan.c (the GPU
+ * memory plan) and layers_cuda.c (the layer templates). Not a public
+ * interface: use backend_cuda.h. */
+#ifndef MT_BACKEND_CUDA_INTERNAL_H
+#define MT_BACKEND_CUDA_INTERNAL_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cuda/backend_cuda.h"
+#include "backend/cuda/cuda_common.h"
+#include "engine/trace.h"
+
+#define MAX_SLOTS 8
+
+typedef struct slot {
+    int layer;          /* -1 when empty or stale */
+    int64_t last_use;   /* index in the bind sequence of its last assigned use */
+    float *w32;         /* (max_layer_numel) */
+    uint16_t *w16;      /* (max_layer_numel) bf16 mode only */
+    cudaEvent_t ready;  /* h2d: copy and cast done */
+    cudaEvent_t free;   /* compute: last use done */
+} slot;
+
+/* One layer, one micro-batch. "_op" buffers hold matrix-product operands:
+ * bf16 in bf16 mode, and the same memory as their fp32 source in fp32 mode. */
+typedef struct acts {
+    void *xn1_op; float *rstd1;
+    float *q32, *k32, *v32, *qpre32, *kpre32, *qrstd, *krstd;
+    void *q_op, *k_op, *v_op;
+    void *att_op; float *att32; float *lse;
+    float *xmid;
+    void *xn2_op; float *rstd2;
+    float *gate32, *up32; void *mlp_op;
+    uint16_t *gate16, *up16;  /* fast path */
+    float *xtmp;        /* recompute's unused output */
+    /* backward */
+    void *dx_op;
+    float *dmlp32, *dgate32, *dup32; void *dgate_op, *dup_op;
+    float *dxn32;
+    float *datt32; void *datt_op;
+    float *dq32, *dk32, *dv32, *dqn32, *dkn32; void *dq_op, *dk_op, *dv_op;
+    float *colsum;
+    void *attn_scratch;
+    /* head */
+    void *xf_op; float *rstdf; float *dxf32; float *row_loss; void *head_scratch;
+} acts;
+
+typedef struct cuda_backend {
+    mt_backend base;
+    const mt_config *cfg;
+    const mt_param_table *t;
+    mt_host_store *store;
+    mt_cuda_backend_opts o;
+    mt_precision prec;
+    int max_M;
+    int64_t B, T, N;
+    cudaStream_t s_h2d, s_comp, s_d2h;
+    mt_cuda_ctx *ctx, *ctx_h2d;
+    char *dev_base;
+    size_t dev_bytes;
+    slot slots[MAX_SLOTS];
+    slot embed_slot;    /* tied models: layer 0 stays for the head */
+    float *gacc[2];
+    cudaEvent_t gacc_drained[2];
+    cudaEvent_t grad_ready;
+    float *gacc_embed;  /* tied models: layer 0's gradient, alive all backward */
+    float *gacc_all;    /* gpu_grads: (total) every layer's gradient */
+    float *h_stage[2];  /* gpu_grads: pinned staging for the optimizer */
+    cudaStream_t s_fetch;
+    cudaEvent_t fetched[2];
+    cudaEvent_t embed_drained;
+    float *ckpt, *dx;   /* ckpt: (n_layers, M, N, C) on the GPU, or NULL with host checkpoints */
+    /* Host checkpoints: layer inputs live in h_ckpt (pinned); the GPU keeps
+     * two (M, N, C) buffers, the input and the output of the layer at hand,
+     * chosen by layer parity. */
+    float *h_ckpt, *dck[2];
+    cudaEvent_t dck_saved[2], dck_loaded[2], dck_free[2], dck_written[2];
+    int attn_bf16;      /* bf16 flash kernel (HD 64/128); else fp32 attention */
+    /* bf16 fast path (no q/k norm, no biases, flash attention): products
+     * write bf16 and RoPE/SwiGLU work on bf16, as PyTorch's autocast does,
+     * instead of fp32 intermediates and separate casts. */
+    int fast;
+    float *cos, *sin;
+    int32_t *tokens, *targets, *emb_order, *emb_bounds;
+    size_t *emb_groups; /* host (M) */
+    int32_t *h_order, *h_bounds;
+    double *loss_dev, *sumsq_dev, *sumsq_scratch;
+    double *h_loss, *h_sumsq; /* pinned */
+    acts a;
+    acts *kept;         /* (n_keep * max_M) forward activations kept for backward */
+    int n_keep;         /* layers kept: the last n_keep decoder blocks */
+    size_t keep_unit_bytes;
+    /* step state */
+    int train;
+    float dscale;
+    const mt_batch *batch;
+    int seq[4096];
+    int seq_len, cur, issued;
+    int slot_of[4096];
+    int bound;          /* slot index of the bound layer, MAX_SLOTS = embed slot, -1 none */
+    int gbuf;           /* gacc in use */
+    float *g_cur;       /* accumulator of the bound layer */
+    mt_weight_gate_fn gate;
+    void *gate_ctx;
+    cudaEvent_t ev_start, ev_fwd_end, ev_end, ev_d2h_end;
+    double h2d_bytes, d2h_bytes;
+    mt_cuda_step_times times;
+    /* timeline (optional): spans between pairs of events, resolved at the
+     * end of the step against ev_base, whose host time is trace_base_us */
+    mt_trace *trace;
+    cudaEvent_t *tev;       /* (2 * TRACE_SPANS) */
+    struct { int track; char name[32]; } tspan[512];
+    int n_tspans;
+    cudaEvent_t ev_base;
+    double trace_base_us;
+    int span_open;          /* compute span of the bound layer */
+} cuda_backend;
+
+
+/* A bump allocator over one device allocation; with base NULL it only
+ * counts, so the same plan sizes and then carves the memory. */
+typedef struct bump { char *base; size_t used; } bump;
+
+/* The GPU memory plan (backend_cuda_plan.c). */
+void mt_cuda_default_opts(mt_cuda_backend_opts *o, const mt_cuda_backend_opts *in);
+void mt_cuda_plan(cuda_backend *cb, bump *b);
+size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb);
+
+/* The layer templates (layers_cuda.c). Forward writes its activations into
+ * a (the scratch cb->a, or a kept unit); backward reads them from f and
+ * takes its gradient buffers from the scratch. */
+acts *mt_cuda_kept_unit(cuda_backend *cb, int layer, int mb);
+void mt_cuda_block_forward(cuda_backend *cb, acts *a, int layer, const float *x, float *out);
+void mt_cuda_block_backward(cuda_backend *cb, const acts *f, int layer, const float *x,
+                            float *dx);
+
+/* ---- accessors ---- */
+
+static inline void *W_op(const cuda_backend *cb, const slot *s, int layer, mt_role r) {
+    const mt_layer_desc *ld = &cb->t->layers[layer];
+    int i = ld->by_role[r];
+    if (i < 0) return NULL;
+    size_t off = ld->tensors[i].offset;
+    return cb->prec == MT_PREC_BF16 ? (void *)(s->w16 + off) : (void *)(s->w32 + off);
+}
+
+static inline float *W32(const cuda_backend *cb, const slot *s, int layer, mt_role r) {
+    const mt_layer_desc *ld = &cb->t->layers[layer];
+    int i = ld->by_role[r];
+    return i < 0 ? NULL : s->w32 + ld->tensors[i].offset;
+}
+
+static inline float *G(const cuda_backend *cb, float *gacc, int layer, mt_role r) {
+    const mt_layer_desc *ld = &cb->t->layers[layer];
+    int i = ld->by_role[r];
+    return i < 0 ? NULL : gacc + ld->tensors[i].offset;
+}
+
+static inline slot *bound_slot(cuda_backend *cb) {
+    return cb->bound == MAX_SLOTS ? &cb->embed_slot : &cb->slots[cb->bound];
+}
+
+static inline float *ckpt_at(cuda_backend *cb, int layer, int mb) {
+    size_t per = cb->N * cb->cfg->C;
+    if (cb->o.host_checkpoints) return cb->dck[layer % 2] + (size_t)mb * per;
+    return cb->ckpt + ((size_t)layer * cb->max_M + mb) * per;
+}
+
+static inline float *dx_at(cuda_backend *cb, int mb) {
+    return cb->dx + (size_t)mb * cb->N * cb->cfg->C;
+}
+
+static inline void to_op(cuda_backend *cb, void *dst, const float *src, size_t n) {
+    if (cb->prec == MT_PREC_BF16) mt_cuda_cast_f32_to_bf16(cb->ctx, dst, src, n);
+}
+
+static inline mt_dt op_dt(const cuda_backend *cb) { return mt_prec_operand_dtype(cb->prec); }
+
+static inline void attn_check(int rc, const mt_error *err) {
+    if (rc) MT_DIE("attention: %s", err->msg);
+}
+
+
+#endif

@@ -1,0 +1,178 @@
+/* The GPU memory plan of the streaming backend: every buffer, carved from
+ * one allocation at creation (nothing is allocated per step). The same
+ * function sizes the allocation (bump with no base) and carves it. */
+#include <stdlib.h>
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/backend_cuda_internal.h"
+#include "backend/cuda/engine_kernels.h"
+#include "util/mem.h"
+
+
+static void *take(bump *b, size_t bytes) {
+    size_t at = mt_round_up(b->used, 256);
+    b->used = at + bytes;
+    return b->base ? b->base + at : NULL;
+}
+#define TAKE_F(b, n) ((float *)take((b), (size_t)(n) * sizeof(float)))
+
+static size_t op_size(const cuda_backend *cb) { return cb->prec == MT_PREC_BF16 ? 2 : 4; }
+
+/* An operand buffer: in fp32 mode it is the fp32 buffer itself. */
+static void *take_op(bump *b, const cuda_backend *cb, size_t n, float *f32_alias) {
+    if (cb->prec != MT_PREC_BF16 && f32_alias) return f32_alias;
+    return take(b, n * op_size(cb));
+}
+
+void mt_cuda_plan(cuda_backend *cb, bump *b) {
+    const mt_config *c = cb->cfg;
+    const mt_param_table *t = cb->t;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
+    size_t lw = t->max_layer_numel;
+    int bf = cb->prec == MT_PREC_BF16;
+    for (int k = 0; k < cb->o.slots; k++) {
+        cb->slots[k].w32 = TAKE_F(b, lw);
+        cb->slots[k].w16 = bf ? take(b, lw * 2) : NULL;
+    }
+    if (c->tie_embeddings) {
+        size_t ne = t->layers[0].numel;
+        cb->embed_slot.w32 = TAKE_F(b, ne);
+        cb->embed_slot.w16 = bf ? take(b, ne * 2) : NULL;
+    }
+    if (cb->o.gpu_grads) {
+        cb->gacc_all = TAKE_F(b, t->total);
+        if (c->tie_embeddings) cb->gacc_embed = cb->gacc_all + t->layers[0].offset;
+    } else {
+        if (c->tie_embeddings) cb->gacc_embed = TAKE_F(b, t->layers[0].numel);
+        cb->gacc[0] = TAKE_F(b, lw);
+        cb->gacc[1] = TAKE_F(b, lw);
+    }
+    if (cb->o.host_checkpoints) {
+        cb->dck[0] = TAKE_F(b, (size_t)cb->max_M * N * C);
+        cb->dck[1] = TAKE_F(b, (size_t)cb->max_M * N * C);
+    } else {
+        cb->ckpt = TAKE_F(b, (size_t)t->n_layers * cb->max_M * N * C);
+    }
+    cb->dx = TAKE_F(b, (size_t)cb->max_M * N * C);
+    cb->cos = TAKE_F(b, cb->T * c->HD / 2);
+    cb->sin = TAKE_F(b, cb->T * c->HD / 2);
+    cb->tokens = take(b, (size_t)cb->max_M * N * 4);
+    cb->targets = take(b, (size_t)cb->max_M * N * 4);
+    cb->emb_order = take(b, (size_t)cb->max_M * N * 4);
+    cb->emb_bounds = take(b, (size_t)cb->max_M * (N + 1) * 4);
+    cb->loss_dev = take(b, sizeof(double));
+    cb->sumsq_dev = take(b, (size_t)t->n_layers * sizeof(double));
+    cb->sumsq_scratch = take(b, MT_SUMSQ_PARTIALS * sizeof(double));
+
+    acts *a = &cb->a;
+    a->rstd1 = TAKE_F(b, N);
+    a->xn1_op = take(b, N * C * op_size(cb));
+    a->q32 = TAKE_F(b, N * Q);
+    a->k32 = TAKE_F(b, N * KV);
+    a->v32 = TAKE_F(b, N * KV);
+    if (c->qk_norm) {
+        a->qpre32 = TAKE_F(b, N * Q);
+        a->kpre32 = TAKE_F(b, N * KV);
+        a->qrstd = TAKE_F(b, N * c->NH);
+        a->krstd = TAKE_F(b, N * c->NKV);
+    }
+    a->q_op = take_op(b, cb, N * Q, a->q32);
+    a->k_op = take_op(b, cb, N * KV, a->k32);
+    a->v_op = take_op(b, cb, N * KV, a->v32);
+    cb->attn_bf16 = bf && (c->HD == 64 || c->HD == 128);
+    cb->fast = cb->attn_bf16 && !c->qk_norm && !c->qkv_bias && c->HD % 8 == 0;
+    a->att32 = cb->attn_bf16 ? NULL : TAKE_F(b, N * Q);
+    a->att_op = bf ? take(b, N * Q * 2) : a->att32;
+    a->lse = TAKE_F(b, N * c->NH);
+    a->xmid = TAKE_F(b, N * C);
+    a->xn2_op = take(b, N * C * op_size(cb));
+    a->rstd2 = TAKE_F(b, N);
+    if (cb->fast) {
+        a->gate16 = take(b, N * F * 2);
+        a->up16 = take(b, N * F * 2);
+    } else {
+        a->gate32 = TAKE_F(b, N * F);
+        a->up32 = TAKE_F(b, N * F);
+    }
+    a->mlp_op = take(b, N * F * op_size(cb));
+    a->xtmp = TAKE_F(b, N * C);
+    a->dx_op = bf ? take(b, N * C * 2) : NULL; /* fp32: the dx of the micro-batch */
+    a->dmlp32 = TAKE_F(b, N * F);
+    if (!cb->fast) {
+        a->dgate32 = TAKE_F(b, N * F);
+        a->dup32 = TAKE_F(b, N * F);
+    }
+    a->dgate_op = take_op(b, cb, N * F, a->dgate32);
+    a->dup_op = take_op(b, cb, N * F, a->dup32);
+    a->dxn32 = TAKE_F(b, N * C);
+    a->datt32 = TAKE_F(b, N * Q);
+    a->datt_op = take_op(b, cb, N * Q, a->datt32);
+    a->dq32 = TAKE_F(b, N * Q);
+    a->dk32 = TAKE_F(b, N * KV);
+    a->dv32 = TAKE_F(b, N * KV);
+    if (c->qk_norm) {
+        a->dqn32 = TAKE_F(b, N * Q);
+        a->dkn32 = TAKE_F(b, N * KV);
+    }
+    a->dq_op = bf ? take(b, N * Q * 2) : NULL;
+    a->dk_op = bf ? take(b, N * KV * 2) : NULL;
+    a->dv_op = take_op(b, cb, N * KV, a->dv32);
+    size_t cs = mt_cuda_colsum_scratch_floats(N, C);
+    size_t shapes[][2] = {{N, Q}, {N, KV}, {N * c->NH, c->HD}, {N * c->NKV, c->HD}};
+    for (size_t i = 0; i < 4; i++) {
+        size_t s = mt_cuda_colsum_scratch_floats(shapes[i][0], shapes[i][1]);
+        if (s > cs) cs = s;
+    }
+    a->colsum = TAKE_F(b, cs);
+    a->attn_scratch = take(b, mt_attn_backward_scratch_bytes(cb->B, cb->T, c->NH));
+    a->xf_op = take(b, N * C * op_size(cb));
+    a->rstdf = TAKE_F(b, N);
+    a->dxf32 = TAKE_F(b, N * C);
+    a->row_loss = TAKE_F(b, N);
+    size_t R = (size_t)cb->o.head_chunk < N ? (size_t)cb->o.head_chunk : N;
+    a->head_scratch = take(b, mt_cuda_lm_head_scratch_bytes(cb->prec, R, c->V));
+    size_t before = b->used;
+    for (int u = 0; u < cb->n_keep * cb->max_M; u++) {
+        acts *k = &cb->kept[u];
+        k->xn1_op = take(b, N * C * 2);
+        k->rstd1 = TAKE_F(b, N);
+        k->q_op = take(b, N * Q * 2);
+        k->k_op = take(b, N * KV * 2);
+        k->v_op = take(b, N * KV * 2);
+        k->att_op = take(b, N * Q * 2);
+        k->lse = TAKE_F(b, N * c->NH);
+        k->xmid = TAKE_F(b, N * C);
+        k->xn2_op = take(b, N * C * 2);
+        k->rstd2 = TAKE_F(b, N);
+        k->gate16 = take(b, N * F * 2);
+        k->up16 = take(b, N * F * 2);
+        k->mlp_op = take(b, N * F * 2);
+    }
+    if (cb->n_keep) cb->keep_unit_bytes = (b->used - before) / ((size_t)cb->n_keep * cb->max_M);
+}
+
+/* Bytes of one kept (layer, micro-batch) unit of forward activations. */
+size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb) {
+    const mt_config *c = cb->cfg;
+    size_t N = cb->N, Q = c->NH * c->HD, KV = c->NKV * c->HD;
+    return N * (c->C * 2 * 2 + c->C * 4 + (Q * 2 + KV * 2) * 2 + 3 * c->F * 2 + 8 + c->NH * 4) +
+           13 * 256;
+}
+
+void mt_cuda_default_opts(mt_cuda_backend_opts *o, const mt_cuda_backend_opts *in) {
+    *o = in ? *in : (mt_cuda_backend_opts){.precision = MT_GPU_BF16};
+    if (o->slots < 2) o->slots = 3;
+    if (o->slots > MAX_SLOTS) o->slots = MAX_SLOTS;
+    if (o->head_chunk <= 0) o->head_chunk = 4096;
+}
+
+size_t mt_cuda_backend_bytes(const mt_config *cfg, const mt_param_table *t, int max_M,
+                             int64_t B, int64_t T, const mt_cuda_backend_opts *in) {
+    cuda_backend cb = {.cfg = cfg, .t = t, .max_M = max_M, .B = B, .T = T, .N = B * T};
+    mt_cuda_default_opts(&cb.o, in);
+    cb.prec = cb.o.precision == MT_GPU_BF16 ? MT_PREC_BF16 : MT_PREC_FP32;
+    bump b = {0};
+    mt_cuda_plan(&cb, &b);
+    return b.used;
+}
+

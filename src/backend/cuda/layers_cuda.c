@@ -1,0 +1,241 @@
+/* The layer templates of the CUDA backend: a Llama-family decoder block's
+ * forward and backward on the weights of the bound slot, for one
+ * micro-batch. Stateless: binding a layer is pointing at a slot. */
+#include "backend/cuda/attention.h"
+#include "backend/cuda/backend_cuda_internal.h"
+#include "backend/cuda/ops_fused.h"
+
+/* The bf16 fast path of block_forward (see cuda_backend.fast). */
+static void block_forward_fast(cuda_backend *cb, acts *a, int layer, const float *x, float *out) {
+    const mt_config *c = cb->cfg;
+    slot *s = bound_slot(cb);
+    mt_cuda_ctx *ctx = cb->ctx;
+    cudaStream_t st = cb->s_comp;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
+    mt_precision p = MT_PREC_BF16;
+    mt_error err;
+    mt_cuda_rmsnorm_forward(ctx, a->xn1_op, MT_DT_BF16, a->rstd1, x,
+                            W32(cb, s, layer, MT_T_ATTN_NORM), N, C, c->rms_eps);
+    mt_cuda_matmul_forward(ctx, p, a->q_op, MT_DT_BF16, a->xn1_op, W_op(cb, s, layer, MT_T_WQ),
+                           NULL, N, C, Q);
+    mt_cuda_matmul_forward(ctx, p, a->k_op, MT_DT_BF16, a->xn1_op, W_op(cb, s, layer, MT_T_WK),
+                           NULL, N, C, KV);
+    mt_cuda_matmul_forward(ctx, p, a->v_op, MT_DT_BF16, a->xn1_op, W_op(cb, s, layer, MT_T_WV),
+                           NULL, N, C, KV);
+    mt_cuda_rope_forward_bf16(st, a->q_op, cb->cos, cb->sin, cb->B, cb->T, c->NH, c->HD);
+    mt_cuda_rope_forward_bf16(st, a->k_op, cb->cos, cb->sin, cb->B, cb->T, c->NKV, c->HD);
+    attn_check(mt_attn_forward_bf16(a->att_op, NULL, a->lse, a->q_op, a->k_op, a->v_op, cb->B,
+                                    cb->T, c->NH, c->NKV, c->HD, st, &err), &err);
+    mt_cuda_matmul_forward(ctx, p, a->xmid, MT_DT_F32, a->att_op, W_op(cb, s, layer, MT_T_WO),
+                           NULL, N, Q, C);
+    mt_cuda_residual_add(ctx, a->xmid, a->xmid, x, N * C);
+    mt_cuda_rmsnorm_forward(ctx, a->xn2_op, MT_DT_BF16, a->rstd2, a->xmid,
+                            W32(cb, s, layer, MT_T_MLP_NORM), N, C, c->rms_eps);
+    mt_cuda_matmul_forward(ctx, p, a->gate16, MT_DT_BF16, a->xn2_op,
+                           W_op(cb, s, layer, MT_T_WGATE), NULL, N, C, F);
+    mt_cuda_matmul_forward(ctx, p, a->up16, MT_DT_BF16, a->xn2_op, W_op(cb, s, layer, MT_T_WUP),
+                           NULL, N, C, F);
+    mt_cuda_swiglu_forward_bf16(st, a->mlp_op, a->gate16, a->up16, N * F);
+    mt_cuda_matmul_forward(ctx, p, out, MT_DT_F32, a->mlp_op, W_op(cb, s, layer, MT_T_WDOWN),
+                           NULL, N, F, C);
+    mt_cuda_residual_add(ctx, out, out, a->xmid, N * C);
+}
+
+/* Forward activations are read from f (the scratch after a recompute, or a
+ * kept unit); gradient buffers come from the scratch. */
+static void block_backward_fast(cuda_backend *cb, const acts *f, int layer, const float *x,
+                                float *dx) {
+    const mt_config *c = cb->cfg;
+    acts *a = &cb->a;
+    slot *s = bound_slot(cb);
+    mt_cuda_ctx *ctx = cb->ctx;
+    cudaStream_t st = cb->s_comp;
+    float *g = cb->g_cur;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
+    mt_precision p = MT_PREC_BF16;
+    mt_error err;
+    to_op(cb, a->dx_op, dx, N * C);
+    mt_cuda_matmul_backward(ctx, p, a->dmlp32, false, G(cb, g, layer, MT_T_WDOWN), a->dx_op,
+                            f->mlp_op, W_op(cb, s, layer, MT_T_WDOWN), N, F, C);
+    mt_cuda_swiglu_backward_bf16(st, a->dgate_op, a->dup_op, a->dmlp32, f->gate16, f->up16, N * F);
+    mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WGATE), a->dgate_op,
+                            f->xn2_op, W_op(cb, s, layer, MT_T_WGATE), N, C, F);
+    mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WUP), a->dup_op,
+                            f->xn2_op, W_op(cb, s, layer, MT_T_WUP), N, C, F);
+    mt_cuda_rmsnorm_backward(ctx, dx, G(cb, g, layer, MT_T_MLP_NORM), a->colsum, a->dxn32,
+                             f->xmid, W32(cb, s, layer, MT_T_MLP_NORM), f->rstd2, N, C);
+    to_op(cb, a->dx_op, dx, N * C);
+    mt_cuda_matmul_backward(ctx, p, a->datt32, false, G(cb, g, layer, MT_T_WO), a->dx_op,
+                            f->att_op, W_op(cb, s, layer, MT_T_WO), N, Q, C);
+    to_op(cb, a->datt_op, a->datt32, N * Q);
+    attn_check(mt_attn_backward_bf16(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt_op,
+                                     f->q_op, f->k_op, f->v_op, f->att_op, f->lse, cb->B, cb->T,
+                                     c->NH, c->NKV, c->HD, st, &err), &err);
+    mt_cuda_rope_backward_to_bf16(st, a->dq_op, a->dq32, cb->cos, cb->sin, cb->B, cb->T, c->NH,
+                                  c->HD);
+    mt_cuda_rope_backward_to_bf16(st, a->dk_op, a->dk32, cb->cos, cb->sin, cb->B, cb->T, c->NKV,
+                                  c->HD);
+    to_op(cb, a->dv_op, a->dv32, N * KV);
+    mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WQ), a->dq_op,
+                            f->xn1_op, W_op(cb, s, layer, MT_T_WQ), N, C, Q);
+    mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WK), a->dk_op,
+                            f->xn1_op, W_op(cb, s, layer, MT_T_WK), N, C, KV);
+    mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WV), a->dv_op,
+                            f->xn1_op, W_op(cb, s, layer, MT_T_WV), N, C, KV);
+    mt_cuda_rmsnorm_backward(ctx, dx, G(cb, g, layer, MT_T_ATTN_NORM), a->colsum, a->dxn32, x,
+                             W32(cb, s, layer, MT_T_ATTN_NORM), f->rstd1, N, C);
+}
+
+/* The kept activation unit of (layer, mb), or NULL. */
+acts *mt_cuda_kept_unit(cuda_backend *cb, int layer, int mb) {
+    int first = (int)cb->cfg->L - cb->n_keep + 1; /* layer index of the first kept block */
+    if (!cb->n_keep || layer < first || layer > (int)cb->cfg->L) return NULL;
+    return &cb->kept[(layer - first) * cb->max_M + mb];
+}
+
+/* The general path: fp32 intermediates (fp32 mode, q/k norm, biases, or
+ * head sizes without the bf16 flash kernel); activations in cb->a. */
+static void block_forward_general(cuda_backend *cb, int layer, const float *x, float *out) {
+    const mt_config *c = cb->cfg;
+    acts *a = &cb->a;
+    slot *s = bound_slot(cb);
+    mt_cuda_ctx *ctx = cb->ctx;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
+    mt_precision p = cb->prec;
+    mt_error err;
+    mt_cuda_rmsnorm_forward(ctx, a->xn1_op, op_dt(cb), a->rstd1, x,
+                            W32(cb, s, layer, MT_T_ATTN_NORM), N, C, c->rms_eps);
+    float *q = c->qk_norm ? a->qpre32 : a->q32, *k = c->qk_norm ? a->kpre32 : a->k32;
+    mt_cuda_matmul_forward(ctx, p, q, MT_DT_F32, a->xn1_op, W_op(cb, s, layer, MT_T_WQ),
+                           W32(cb, s, layer, MT_T_BQ), N, C, Q);
+    mt_cuda_matmul_forward(ctx, p, k, MT_DT_F32, a->xn1_op, W_op(cb, s, layer, MT_T_WK),
+                           W32(cb, s, layer, MT_T_BK), N, C, KV);
+    mt_cuda_matmul_forward(ctx, p, a->v32, MT_DT_F32, a->xn1_op, W_op(cb, s, layer, MT_T_WV),
+                           W32(cb, s, layer, MT_T_BV), N, C, KV);
+    if (c->qk_norm) {
+        mt_cuda_rmsnorm_forward(ctx, a->q32, MT_DT_F32, a->qrstd, a->qpre32,
+                                W32(cb, s, layer, MT_T_QNORM), N * c->NH, c->HD, c->rms_eps);
+        mt_cuda_rmsnorm_forward(ctx, a->k32, MT_DT_F32, a->krstd, a->kpre32,
+                                W32(cb, s, layer, MT_T_KNORM), N * c->NKV, c->HD, c->rms_eps);
+    }
+    mt_cuda_rope_forward(ctx, a->q32, cb->cos, cb->sin, cb->B, cb->T, c->NH, c->HD);
+    mt_cuda_rope_forward(ctx, a->k32, cb->cos, cb->sin, cb->B, cb->T, c->NKV, c->HD);
+    if (cb->attn_bf16) {
+        to_op(cb, a->q_op, a->q32, N * Q);
+        to_op(cb, a->k_op, a->k32, N * KV);
+        to_op(cb, a->v_op, a->v32, N * KV);
+        attn_check(mt_attn_forward_bf16(a->att_op, NULL, a->lse, a->q_op, a->k_op, a->v_op, cb->B,
+                                        cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
+    } else {
+        /* fp32 mode, or head sizes the bf16 kernel lacks: fp32 attention,
+         * its output rounded for the bf16 o_proj product. */
+        attn_check(mt_attn_forward_f32(a->att32, a->lse, a->q32, a->k32, a->v32, cb->B, cb->T,
+                                       c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
+        to_op(cb, a->att_op, a->att32, N * Q);
+    }
+    mt_cuda_matmul_forward(ctx, p, a->xmid, MT_DT_F32, a->att_op, W_op(cb, s, layer, MT_T_WO),
+                           NULL, N, Q, C);
+    mt_cuda_residual_add(ctx, a->xmid, a->xmid, x, N * C);
+    mt_cuda_rmsnorm_forward(ctx, a->xn2_op, op_dt(cb), a->rstd2, a->xmid,
+                            W32(cb, s, layer, MT_T_MLP_NORM), N, C, c->rms_eps);
+    mt_cuda_matmul_forward(ctx, p, a->gate32, MT_DT_F32, a->xn2_op,
+                           W_op(cb, s, layer, MT_T_WGATE), NULL, N, C, F);
+    mt_cuda_matmul_forward(ctx, p, a->up32, MT_DT_F32, a->xn2_op, W_op(cb, s, layer, MT_T_WUP),
+                           NULL, N, C, F);
+    mt_cuda_swiglu_forward(ctx, a->mlp_op, op_dt(cb), a->gate32, a->up32, N, F);
+    mt_cuda_matmul_forward(ctx, p, out, MT_DT_F32, a->mlp_op, W_op(cb, s, layer, MT_T_WDOWN),
+                           NULL, N, F, C);
+    mt_cuda_residual_add(ctx, out, out, a->xmid, N * C);
+}
+
+static void block_backward_general(cuda_backend *cb, int layer, const float *x, float *dx) {
+    const mt_config *c = cb->cfg;
+    acts *a = &cb->a;
+    slot *s = bound_slot(cb);
+    mt_cuda_ctx *ctx = cb->ctx;
+    float *g = cb->g_cur;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
+    mt_precision p = cb->prec;
+    mt_error err;
+    void *dx_op = p == MT_PREC_BF16 ? a->dx_op : dx;
+
+    /* MLP: out = xmid + down(silu(gate) * up) */
+    to_op(cb, dx_op, dx, N * C);
+    mt_cuda_matmul_backward(ctx, p, a->dmlp32, false, G(cb, g, layer, MT_T_WDOWN), dx_op,
+                            a->mlp_op, W_op(cb, s, layer, MT_T_WDOWN), N, F, C);
+    mt_cuda_swiglu_backward(ctx, a->dgate32, a->dup32, a->dmlp32, a->gate32, a->up32, N, F);
+    to_op(cb, a->dgate_op, a->dgate32, N * F);
+    to_op(cb, a->dup_op, a->dup32, N * F);
+    mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WGATE), a->dgate_op,
+                            a->xn2_op, W_op(cb, s, layer, MT_T_WGATE), N, C, F);
+    mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WUP), a->dup_op,
+                            a->xn2_op, W_op(cb, s, layer, MT_T_WUP), N, C, F);
+    mt_cuda_rmsnorm_backward(ctx, dx, G(cb, g, layer, MT_T_MLP_NORM), a->colsum, a->dxn32,
+                             a->xmid, W32(cb, s, layer, MT_T_MLP_NORM), a->rstd2, N, C);
+
+    /* Attention: xmid = x + o_proj(att) */
+    to_op(cb, dx_op, dx, N * C);
+    mt_cuda_matmul_backward(ctx, p, a->datt32, false, G(cb, g, layer, MT_T_WO), dx_op,
+                            a->att_op, W_op(cb, s, layer, MT_T_WO), N, Q, C);
+    if (cb->attn_bf16) {
+        to_op(cb, a->datt_op, a->datt32, N * Q);
+        attn_check(mt_attn_backward_bf16(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt_op,
+                                         a->q_op, a->k_op, a->v_op, a->att_op, a->lse, cb->B,
+                                         cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
+    } else {
+        attn_check(mt_attn_backward_f32(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt32,
+                                        a->q32, a->k32, a->v32, a->att32, a->lse, cb->B, cb->T,
+                                        c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
+    }
+    mt_cuda_rope_backward(ctx, a->dq32, cb->cos, cb->sin, cb->B, cb->T, c->NH, c->HD);
+    mt_cuda_rope_backward(ctx, a->dk32, cb->cos, cb->sin, cb->B, cb->T, c->NKV, c->HD);
+    float *dq = a->dq32, *dk = a->dk32;
+    if (c->qk_norm) {
+        CUDA_CHECK(cudaMemsetAsync(a->dqn32, 0, N * Q * sizeof(float), cb->s_comp));
+        CUDA_CHECK(cudaMemsetAsync(a->dkn32, 0, N * KV * sizeof(float), cb->s_comp));
+        mt_cuda_rmsnorm_backward(ctx, a->dqn32, G(cb, g, layer, MT_T_QNORM), a->colsum, a->dq32,
+                                 a->qpre32, W32(cb, s, layer, MT_T_QNORM), a->qrstd, N * c->NH,
+                                 c->HD);
+        mt_cuda_rmsnorm_backward(ctx, a->dkn32, G(cb, g, layer, MT_T_KNORM), a->colsum, a->dk32,
+                                 a->kpre32, W32(cb, s, layer, MT_T_KNORM), a->krstd, N * c->NKV,
+                                 c->HD);
+        dq = a->dqn32;
+        dk = a->dkn32;
+    }
+    if (c->qkv_bias) {
+        mt_cuda_bias_backward(ctx, G(cb, g, layer, MT_T_BQ), a->colsum, dq, N, Q);
+        mt_cuda_bias_backward(ctx, G(cb, g, layer, MT_T_BK), a->colsum, dk, N, KV);
+        mt_cuda_bias_backward(ctx, G(cb, g, layer, MT_T_BV), a->colsum, a->dv32, N, KV);
+    }
+    void *dq_op = p == MT_PREC_BF16 ? a->dq_op : dq, *dk_op = p == MT_PREC_BF16 ? a->dk_op : dk;
+    to_op(cb, dq_op, dq, N * Q);
+    to_op(cb, dk_op, dk, N * KV);
+    to_op(cb, a->dv_op, a->dv32, N * KV);
+    mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WQ), dq_op, a->xn1_op,
+                            W_op(cb, s, layer, MT_T_WQ), N, C, Q);
+    mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WK), dk_op, a->xn1_op,
+                            W_op(cb, s, layer, MT_T_WK), N, C, KV);
+    mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WV), a->dv_op,
+                            a->xn1_op, W_op(cb, s, layer, MT_T_WV), N, C, KV);
+    mt_cuda_rmsnorm_backward(ctx, dx, G(cb, g, layer, MT_T_ATTN_NORM), a->colsum, a->dxn32, x,
+                             W32(cb, s, layer, MT_T_ATTN_NORM), a->rstd1, N, C);
+}
+
+void mt_cuda_block_forward(cuda_backend *cb, acts *a, int layer, const float *x, float *out) {
+    if (cb->fast) {
+        block_forward_fast(cb, a, layer, x, out);
+        return;
+    }
+    MT_ASSERT(a == &cb->a); /* activations are kept on the fast path only */
+    block_forward_general(cb, layer, x, out);
+}
+
+void mt_cuda_block_backward(cuda_backend *cb, const acts *f, int layer, const float *x,
+                            float *dx) {
+    if (cb->fast) {
+        block_backward_fast(cb, f, layer, x, dx);
+        return;
+    }
+    MT_ASSERT(f == &cb->a);
+    block_backward_general(cb, layer, x, dx);
+}
