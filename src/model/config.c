@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/file.h"
 #include "util/mem.h"
 
 /* Reads an integer field. Missing: *out = dflt, or an error if dflt < 0
@@ -238,29 +239,12 @@ int mt_config_validate(const mt_config *c, const char *src, mt_error *err) {
 }
 
 int mt_config_load(mt_config *cfg, const char *path, mt_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return mt_errorf(err, "%s: cannot open config (does the model directory hold a "
-                             "config.json?)", path);
     char *buf = NULL;
-    size_t cap = 0, len = 0;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 16384;
-            if (cap > (64u << 20)) {
-                fclose(f);
-                free(buf);
-                return mt_errorf(err, "%s: larger than 64 MB; not a config.json", path);
-            }
-            buf = mt_realloc_or_die(buf, cap);
-        }
-        size_t n = fread(buf + len, 1, cap - len - 1, f);
-        len += n;
-        if (n == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    buf[len] = 0;
-    int rc = bad ? mt_errorf(err, "%s: read error", path) : mt_config_parse(cfg, buf, path, err);
+    size_t len = 0;
+    if (mt_read_file(path, &buf, &len, err))
+        return mt_error_prefix(err, "cannot read the model config (does the directory hold a "
+                               "config.json?): ");
+    int rc = mt_config_parse(cfg, buf, path, err);
     free(buf);
     return rc;
 }

@@ -12,10 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/file.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "optim/kernels.h"
 #include "optim/schedule.h"
+#include "io/file.h"
 #include "testlib.h"
 #include "util/mem.h"
 
@@ -27,17 +29,13 @@ typedef struct fixture {
     size_t count;
 } fixture;
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot open %s (run scripts/make_optim_fixture.py)", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = mt_malloc_or_die((size_t)n + 1);
-    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = 0;
-    fclose(f);
-    *len = (size_t)n;
+static char *read_file(const char *path, size_t *n) {
+    char *buf = NULL;
+    size_t len = 0;
+    mt_error err;
+    cr_assert_eq(mt_read_file(path, &buf, &len, &err), 0, "%s (run scripts/make_optim_fixture.py)",
+                 err.msg);
+    if (n) *n = len;
     return buf;
 }
 

@@ -16,6 +16,7 @@
 #include "io/checkpoint.h"
 #include "io/model_io.h"
 #include "model/params.h"
+#include "io/file.h"
 #include "testlib.h"
 
 int mt_cmd_init(int argc, char **argv);
@@ -32,16 +33,11 @@ static void config(mt_train_config *tc, const char *out, const char *extra) {
 }
 
 static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s missing", path);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)len + 1);
-    cr_assert_eq(fread(buf, 1, (size_t)len, f), (size_t)len);
-    buf[len] = 0;
-    fclose(f);
-    if (n) *n = (size_t)len;
+    char *buf = NULL;
+    size_t len = 0;
+    mt_error err;
+    cr_assert_eq(mt_read_file(path, &buf, &len, &err), 0, "%s", err.msg);
+    if (n) *n = len;
     return buf;
 }
 
