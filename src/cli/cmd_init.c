@@ -1,7 +1,6 @@
 /* megatrain init: a new Llama-architecture model with random weights, as a
  * Hugging Face directory (config.json, model.safetensors, tokenizer files),
  * to pre-train from scratch with `megatrain train --model DIR`. */
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,20 +30,6 @@ static void usage(FILE *f) {
             "  --untied            separate lm_head (default: tied to the embedding)\n"
             "  --std X             init standard deviation of matrices (default 0.02)\n"
             "  --seed N            (default 1)\n");
-}
-
-static int copy_file(const char *from, const char *to) {
-    FILE *a = fopen(from, "rb");
-    if (!a) return -1;
-    FILE *b = fopen(to, "wb");
-    int rc = b ? 0 : -1;
-    char buf[1 << 16];
-    size_t n;
-    while (b && (n = fread(buf, 1, sizeof buf, a)) > 0)
-        if (fwrite(buf, 1, n, b) != n) rc = -1;
-    fclose(a);
-    if (b && fclose(b)) rc = -1;
-    return rc;
 }
 
 int mt_cmd_init(int argc, char **argv) {
@@ -132,19 +117,7 @@ int mt_cmd_init(int argc, char **argv) {
         goto out;
     mt_host_store_init_random(&s, (uint64_t)seed, (float)std);
     if (mt_model_save(&s, &cfg, out, MT_DTYPE_F32, (size_t)5 << 30, &err)) goto out;
-    char dir[4096], from[4200], to[4200];
-    snprintf(dir, sizeof dir, "%s", tokpath);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = 0;
-    else snprintf(dir, sizeof dir, ".");
-    snprintf(to, sizeof to, "%s/tokenizer.json", out);
-    if (copy_file(tokpath, to)) {
-        mt_errorf(&err, "%s: cannot write (%s)", to, strerror(errno));
-        goto out;
-    }
-    snprintf(from, sizeof from, "%s/tokenizer_config.json", dir);
-    snprintf(to, sizeof to, "%s/tokenizer_config.json", out);
-    copy_file(from, to); /* optional */
+    if (mt_model_copy_tokenizer(tokpath, out, &err)) goto out;
     printf("init: %s: llama, %.1fM parameters (hidden %lld, %lld layers, %lld/%lld heads, ffn "
            "%lld, vocab %lld%s)\n", out, t.n_params / 1e6, hidden, layers, heads, kv, ffn,
            (long long)cfg.V, cfg.tie_embeddings ? ", tied" : "");

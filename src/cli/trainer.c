@@ -247,32 +247,6 @@ static int save_checkpoint(run *R, mt_error *err) {
     return rc;
 }
 
-/* Copies the tokenizer files next to the final model, so the directory
- * loads with AutoTokenizer too. */
-static void copy_tokenizer_files(const run *R, const char *dir) {
-    const char *files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                           "generation_config.json"};
-    char src_dir[4096];
-    snprintf(src_dir, sizeof src_dir, "%s", R->tc->tokenizer);
-    char *slash = strrchr(src_dir, '/');
-    if (slash) *slash = 0;
-    else snprintf(src_dir, sizeof src_dir, ".");
-    if (!R->tc->tokenizer[0] || !strcmp(R->tc->tokenizer, "bytes")) return;
-    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-        char from[4200], to[4200];
-        snprintf(from, sizeof from, "%s/%s", src_dir, files[i]);
-        snprintf(to, sizeof to, "%s/%s", dir, files[i]);
-        FILE *a = fopen(from, "rb");
-        if (!a) continue;
-        FILE *b = fopen(to, "wb");
-        char buf[1 << 16];
-        size_t n;
-        while (b && (n = fread(buf, 1, sizeof buf, a)) > 0) fwrite(buf, 1, n, b);
-        fclose(a);
-        if (b) fclose(b);
-    }
-}
-
 static int save_model(run *R, mt_error *err) {
     if (R->pipe_on) mt_optim_pipeline_wait_all(&R->pipe);
     char dir[4096];
@@ -280,7 +254,9 @@ static int save_model(run *R, mt_error *err) {
     double t0 = now_s();
     mt_dtype dt = R->tc->save_dtype == MT_SAVE_FP32 ? MT_DTYPE_F32 : MT_DTYPE_BF16;
     if (mt_model_save(&R->store, &R->cfg, dir, dt, (size_t)5 << 30, err)) return -1;
-    copy_tokenizer_files(R, dir);
+    if (R->tc->tokenizer[0] && strcmp(R->tc->tokenizer, "bytes") &&
+        mt_model_copy_tokenizer(R->tc->tokenizer, dir, err))
+        return -1;
     printf("model: %s (%s, %.1fs)\n", dir, mt_save_dtype_name(R->tc->save_dtype), now_s() - t0);
     return 0;
 }

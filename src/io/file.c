@@ -150,3 +150,22 @@ int mt_mkdirs(const char *path, mt_error *err) {
     return rc;
 }
 
+
+int mt_copy_file(const char *from, const char *to, mt_error *err) {
+    FILE *a = fopen(from, "rb");
+    if (!a) return mt_errorf(err, "%s: cannot open: %s", from, strerror(errno));
+    FILE *b = fopen(to, "wb");
+    if (!b) {
+        fclose(a);
+        return mt_errorf(err, "%s: cannot create: %s", to, strerror(errno));
+    }
+    char buf[1 << 16];
+    size_t n;
+    int rc = 0;
+    while (rc == 0 && (n = fread(buf, 1, sizeof buf, a)) > 0)
+        if (fwrite(buf, 1, n, b) != n) rc = mt_errorf(err, "%s: write failed (disk full?)", to);
+    if (rc == 0 && ferror(a)) rc = mt_errorf(err, "%s: read error", from);
+    fclose(a);
+    if (fclose(b) && rc == 0) rc = mt_errorf(err, "%s: write failed (disk full?)", to);
+    return rc;
+}

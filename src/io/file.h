@@ -40,6 +40,10 @@ int mt_atomic_commit(mt_atomic_file *f, mt_error *err);
 /* Closes and removes the temporary; path is untouched. */
 void mt_atomic_abort(mt_atomic_file *f);
 
+/* Copies the file from to the path to (created or truncated). -1 with a
+ * message naming the file that failed. */
+int mt_copy_file(const char *from, const char *to, mt_error *err);
+
 /* Whether path is a directory. */
 int mt_is_dir(const char *path);
 

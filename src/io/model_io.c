@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "io/file.h"
 #include "io/safetensors.h"
@@ -107,4 +108,23 @@ int mt_model_save(const mt_host_store *s, const mt_config *cfg, const char *dir,
     bad |= fclose(f) != 0;
     free(json);
     return bad ? mt_errorf(err, "%s: write failed (disk full?)", path) : 0;
+}
+
+int mt_model_copy_tokenizer(const char *tokenizer_json, const char *dir, mt_error *err) {
+    char to[4200], from[4200], src_dir[4096];
+    snprintf(to, sizeof to, "%s/tokenizer.json", dir);
+    if (mt_copy_file(tokenizer_json, to, err)) return -1;
+    snprintf(src_dir, sizeof src_dir, "%s", tokenizer_json);
+    char *slash = strrchr(src_dir, '/');
+    if (slash) *slash = 0;
+    else snprintf(src_dir, sizeof src_dir, ".");
+    const char *sidecars[] = {"tokenizer_config.json", "special_tokens_map.json",
+                              "generation_config.json"};
+    for (size_t i = 0; i < sizeof sidecars / sizeof *sidecars; i++) {
+        snprintf(from, sizeof from, "%s/%s", src_dir, sidecars[i]);
+        if (access(from, R_OK)) continue; /* optional */
+        snprintf(to, sizeof to, "%s/%s", dir, sidecars[i]);
+        if (mt_copy_file(from, to, err)) return -1;
+    }
+    return 0;
 }

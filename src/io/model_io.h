@@ -25,4 +25,10 @@ int mt_model_load_weights(mt_host_store *s, const char *dir, mt_error *err);
 int mt_model_save(const mt_host_store *s, const mt_config *cfg, const char *dir, mt_dtype dtype,
                   size_t max_shard_bytes, mt_error *err);
 
+/* Puts the tokenizer next to a saved model, so the directory loads with
+ * AutoTokenizer too: tokenizer_json becomes dir/tokenizer.json, and the
+ * tokenizer_config.json, special_tokens_map.json and generation_config.json
+ * found beside it are copied when present. */
+int mt_model_copy_tokenizer(const char *tokenizer_json, const char *dir, mt_error *err);
+
 #endif
