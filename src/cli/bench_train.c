@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "engine/optim_pipeline.h"
 #include "engine/step.h"
@@ -113,7 +114,7 @@ int mt_bench_train(int argc, char **argv) {
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        long long v = optarg ? atoll(optarg) : 0;
+        int bad = 0;
         switch (c) {
         case 'p':
             ps = NULL;
@@ -125,19 +126,19 @@ int mt_bench_train(int argc, char **argv) {
                 return 2;
             }
             break;
-        case 'L': over[0] = v; break;
-        case 'C': over[1] = v; break;
-        case 'H': over[2] = v; break;
-        case 'K': over[3] = v; break;
-        case 'F': over[4] = v; break;
-        case 'V': over[5] = v; break;
-        case 't': T = v; break;
-        case 'b': B = v; break;
-        case 'm': M = (int)v; break;
-        case 's': steps = v; break;
-        case 'k': slots = (int)v; break;
+        case 'L': over[0] = mt_arg_ll(optarg, &bad); break;
+        case 'C': over[1] = mt_arg_ll(optarg, &bad); break;
+        case 'H': over[2] = mt_arg_ll(optarg, &bad); break;
+        case 'K': over[3] = mt_arg_ll(optarg, &bad); break;
+        case 'F': over[4] = mt_arg_ll(optarg, &bad); break;
+        case 'V': over[5] = mt_arg_ll(optarg, &bad); break;
+        case 't': T = mt_arg_ll(optarg, &bad); break;
+        case 'b': B = mt_arg_ll(optarg, &bad); break;
+        case 'm': M = (int)mt_arg_ll(optarg, &bad); break;
+        case 's': steps = mt_arg_ll(optarg, &bad); break;
+        case 'k': slots = (int)mt_arg_ll(optarg, &bad); break;
         case 'c': host_ckpt = 1; break;
-        case 'K' + 256: keep = (int)v; break;
+        case 'K' + 256: keep = (int)mt_arg_ll(optarg, &bad); break;
         case 'G' + 256:
             if (strcmp(optarg, "gpu") && strcmp(optarg, "host")) {
                 fprintf(stderr, "megatrain bench train: --grads must be gpu or host\n");
@@ -155,6 +156,10 @@ int mt_bench_train(int argc, char **argv) {
             break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "megatrain bench train: '%s' is not a number\n", optarg);
+            return 2;
         }
     }
     if (T <= 0 || B <= 0 || M <= 0 || steps <= 0) {

@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "data/tokenizer.h"
 #include "io/file.h"
@@ -111,14 +112,14 @@ int mt_cmd_bench(int argc, char **argv) {
     optind = 2;
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        char *end = NULL;
+        int bad = 0;
         switch (c) {
-        case 'p': params = strtoll(optarg, &end, 10); break;
-        case 't': threads = (int)strtol(optarg, &end, 10); break;
+        case 'p': params = mt_arg_ll(optarg, &bad); break;
+        case 't': threads = (int)mt_arg_ll(optarg, &bad); break;
         case 'h': bench_usage(stdout); return 0;
         default: bench_usage(stderr); return 2;
         }
-        if (end && *end) {
+        if (bad) {
             fprintf(stderr, "megatrain bench: '%s' is not a number\n", optarg);
             return 2;
         }

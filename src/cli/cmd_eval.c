@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/runner.h"
 #include "data/dataset.h"
@@ -59,7 +60,7 @@ int mt_cmd_eval(int argc, char **argv) {
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        char *end = NULL;
+        int bad = 0;
         switch (c) {
         case 'm': model = optarg; break;
         case 'D': data = optarg; break;
@@ -69,13 +70,13 @@ int mt_cmd_eval(int argc, char **argv) {
         case 'd': device = optarg; break;
         case 'p': precision = optarg; break;
         case 'L': dump = optarg; break;
-        case 'T': T = strtol(optarg, &end, 10); break;
-        case 'b': B = strtol(optarg, &end, 10); break;
-        case 'n': max_batches = strtol(optarg, &end, 10); break;
+        case 'T': T = mt_arg_ll(optarg, &bad); break;
+        case 'b': B = mt_arg_ll(optarg, &bad); break;
+        case 'n': max_batches = mt_arg_ll(optarg, &bad); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
-        if (end && *end) {
+        if (bad) {
             fprintf(stderr, "megatrain eval: '%s' is not a number\n", optarg);
             return 2;
         }

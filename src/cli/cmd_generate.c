@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/runner.h"
 
@@ -40,22 +41,22 @@ int mt_cmd_generate(int argc, char **argv) {
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        char *end = NULL;
+        int bad = 0;
         switch (c) {
         case 'm': model = optarg; break;
         case 't': tokpath = optarg; break;
         case 'p': prompt = optarg; break;
         case 'd': device = optarg; break;
-        case 'n': n_new = strtol(optarg, &end, 10); break;
-        case 's': seed = strtol(optarg, &end, 10); break;
-        case 'c': context = strtol(optarg, &end, 10); break;
-        case 'T': temperature = strtod(optarg, &end); break;
-        case 'P': top_p = strtod(optarg, &end); break;
+        case 'n': n_new = mt_arg_ll(optarg, &bad); break;
+        case 's': seed = mt_arg_ll(optarg, &bad); break;
+        case 'c': context = mt_arg_ll(optarg, &bad); break;
+        case 'T': temperature = mt_arg_d(optarg, &bad); break;
+        case 'P': top_p = mt_arg_d(optarg, &bad); break;
         case 'B': add_special = 0; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
-        if (end && *end) {
+        if (bad) {
             fprintf(stderr, "megatrain generate: '%s' is not a number\n", optarg);
             return 2;
         }

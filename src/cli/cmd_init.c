@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "data/tokenizer.h"
 #include "host/store.h"
@@ -50,24 +51,24 @@ int mt_cmd_init(int argc, char **argv) {
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        char *end = NULL;
+        int bad = 0;
         switch (c) {
         case 't': tokpath = optarg; break;
         case 'o': out = optarg; break;
-        case 'C': hidden = strtoll(optarg, &end, 10); break;
-        case 'L': layers = strtoll(optarg, &end, 10); break;
-        case 'H': heads = strtoll(optarg, &end, 10); break;
-        case 'K': kv = strtoll(optarg, &end, 10); break;
-        case 'F': ffn = strtoll(optarg, &end, 10); break;
-        case 'P': max_pos = strtoll(optarg, &end, 10); break;
-        case 'S': seed = strtoll(optarg, &end, 10); break;
-        case 'r': theta = strtod(optarg, &end); break;
-        case 's': std = strtod(optarg, &end); break;
+        case 'C': hidden = mt_arg_ll(optarg, &bad); break;
+        case 'L': layers = mt_arg_ll(optarg, &bad); break;
+        case 'H': heads = mt_arg_ll(optarg, &bad); break;
+        case 'K': kv = mt_arg_ll(optarg, &bad); break;
+        case 'F': ffn = mt_arg_ll(optarg, &bad); break;
+        case 'P': max_pos = mt_arg_ll(optarg, &bad); break;
+        case 'S': seed = mt_arg_ll(optarg, &bad); break;
+        case 'r': theta = mt_arg_d(optarg, &bad); break;
+        case 's': std = mt_arg_d(optarg, &bad); break;
         case 'u': untied = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
-        if (end && *end) {
+        if (bad) {
             fprintf(stderr, "megatrain init: '%s' is not a number\n", optarg);
             return 2;
         }

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "io/model_io.h"
 #include "model/config.h"
@@ -60,21 +61,26 @@ int mt_cmd_plan(int argc, char **argv) {
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        int bad = 0;
         switch (c) {
         case 'm': model = optarg; break;
-        case 'C': C = atoll(optarg); break;
-        case 'L': L = atoll(optarg); break;
-        case 'H': NH = atoll(optarg); break;
-        case 'K': NKV = atoll(optarg); break;
-        case 'F': F = atoll(optarg); break;
-        case 'V': V = atoll(optarg); break;
-        case 't': T = atoll(optarg); break;
-        case 'b': B = atoll(optarg); break;
-        case 'n': M = atoll(optarg); break;
-        case 'r': host_gb = atof(optarg); break;
-        case 'g': gpu_gb = atof(optarg); break;
+        case 'C': C = mt_arg_ll(optarg, &bad); break;
+        case 'L': L = mt_arg_ll(optarg, &bad); break;
+        case 'H': NH = mt_arg_ll(optarg, &bad); break;
+        case 'K': NKV = mt_arg_ll(optarg, &bad); break;
+        case 'F': F = mt_arg_ll(optarg, &bad); break;
+        case 'V': V = mt_arg_ll(optarg, &bad); break;
+        case 't': T = mt_arg_ll(optarg, &bad); break;
+        case 'b': B = mt_arg_ll(optarg, &bad); break;
+        case 'n': M = mt_arg_ll(optarg, &bad); break;
+        case 'r': host_gb = mt_arg_d(optarg, &bad); break;
+        case 'g': gpu_gb = mt_arg_d(optarg, &bad); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "megatrain plan: '%s' is not a number\n", optarg);
+            return 2;
         }
     }
     mt_error err;

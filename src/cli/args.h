@@ -1,0 +1,10 @@
+/* Numbers on the command line: the whole argument must be the number. */
+#ifndef MT_CLI_ARGS_H
+#define MT_CLI_ARGS_H
+
+/* The integer (or number) in text; sets *bad (left alone otherwise) when
+ * text is empty, has trailing characters or is out of range. */
+long long mt_arg_ll(const char *text, int *bad);
+double mt_arg_d(const char *text, int *bad);
+
+#endif
