@@ -11,6 +11,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "util/sys.h"
 #include "engine/optim_pipeline.h"
 #include "engine/step.h"
 #include "engine/trace.h"
@@ -56,12 +57,6 @@ static void usage(FILE *f) {
             "                      12 host bytes per parameter; host: 16, flat GPU memory)\n");
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 #ifdef MT_HAVE_CUDA
 typedef struct gate_timer {
     mt_optim_pipeline *p;
@@ -70,9 +65,9 @@ typedef struct gate_timer {
 
 static void timed_gate(void *ctx, int layer) {
     gate_timer *g = ctx;
-    double t0 = now_s();
+    double t0 = mt_now_s();
     mt_optim_pipeline_wait_layer(g->p, layer);
-    g->waited_s += now_s() - t0;
+    g->waited_s += mt_now_s() - t0;
 }
 
 static const float *grads_begin(void *be, int layer) {
@@ -81,15 +76,6 @@ static const float *grads_begin(void *be, int layer) {
 
 static void grads_wait(void *be, int layer) { mt_cuda_backend_grads_wait(be, layer); }
 
-static size_t host_rss_bytes(void) {
-    FILE *f = fopen("/proc/self/statm", "r");
-    long pages = 0, rss = 0;
-    if (f) {
-        if (fscanf(f, "%ld %ld", &pages, &rss) != 2) rss = 0;
-        fclose(f);
-    }
-    return (size_t)rss * 4096;
-}
 #endif
 
 int mt_bench_train(int argc, char **argv) {
@@ -193,21 +179,21 @@ int mt_bench_train(int argc, char **argv) {
            (long long)cfg.NKV, (long long)cfg.F, (long long)cfg.V, cfg.tie_embeddings ? ", tied" : "");
     printf("step: %d micro-batches x %lld x %lld = %.0f tokens, %s, %d slots\n", M, (long long)B,
            (long long)T, tokens, fp32 ? "fp32" : "bf16", slots);
-    double t0 = now_s();
+    double t0 = mt_now_s();
     mt_host_store store;
     if (mt_host_store_create(&store, &table, !gpu_grads, &err)) goto fail;
     mt_host_store_init_random(&store, 1, 0.02f);
     printf("host store: %.1f GB (%.2f bytes/param), ready in %.1fs\n", store.bytes / 1e9,
-           (double)store.bytes / table.n_params, now_s() - t0);
+           (double)store.bytes / table.n_params, mt_now_s() - t0);
     mt_cuda_backend_opts bo = {.precision = fp32 ? MT_GPU_FP32 : MT_GPU_BF16, .slots = slots,
                                .host_checkpoints = host_ckpt, .keep_layers = keep,
                                .gpu_grads = gpu_grads};
-    t0 = now_s();
+    t0 = mt_now_s();
     mt_backend *be = mt_cuda_backend_create(&cfg, &table, &store, M, B, T, &bo, &err);
     if (!be) goto fail;
     printf("gpu: %.2f GB allocated, %d of %lld layers keep their activations, host pinned in "
            "%.1fs\n", mt_cuda_backend_device_bytes(be) / 1e9, mt_cuda_backend_kept_layers(be),
-           (long long)cfg.L, now_s() - t0);
+           (long long)cfg.L, mt_now_s() - t0);
     mt_optimizer opt = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
                         .max_grad_norm = 1.0f};
     opt.sched = mt_lr_schedule_make(MT_LR_CONSTANT, 1e-5, 0, steps + 1);
@@ -229,7 +215,7 @@ int mt_bench_train(int argc, char **argv) {
     mt_batch batch = {.M = M, .B = B, .T = T, .tokens = tok, .targets = tgt};
     printf("%5s %9s %9s %9s %9s %9s %9s %9s %8s %8s\n", "step", "loss", "step_s", "TFLOPS",
            "tok/s", "fwd_s", "bwd_s", "optwait_s", "H2D_GB/s", "D2H_GB/s");
-    double sum_t = 0, prev = now_s();
+    double sum_t = 0, prev = mt_now_s();
     int timed = 0;
     mt_trace trace = {0};
     for (int64_t s = 0; s <= steps; s++) {
@@ -251,7 +237,7 @@ int mt_bench_train(int argc, char **argv) {
                              pipe.t1_us[l] - pipe.t0_us[l]);
             }
         mt_optim_pipeline_start(&pipe, total, &rep);
-        double t = now_s(), dt = t - prev;
+        double t = mt_now_s(), dt = t - prev;
         prev = t;
         mt_cuda_step_times st;
         mt_cuda_backend_times(be, &st);
@@ -279,7 +265,7 @@ int mt_bench_train(int argc, char **argv) {
     printf("RESULT model=%.2fB tokens/step=%.0f step_s=%.3f TFLOPS=%.1f tok/s=%.0f "
            "gpu_alloc_GB=%.2f gpu_used_GB=%.2f host_rss_GB=%.1f host_bytes_per_param=%.2f\n",
            table.n_params / 1e9, tokens, avg, flops / avg / 1e12, tokens / avg,
-           mt_cuda_backend_device_bytes(be) / 1e9, (tot - fr) / 1e9, host_rss_bytes() / 1e9,
+           mt_cuda_backend_device_bytes(be) / 1e9, (tot - fr) / 1e9, mt_host_rss_bytes() / 1e9,
            (double)store.bytes / table.n_params);
     mt_optim_pipeline_free(&pipe);
     mt_cuda_backend_free(be);

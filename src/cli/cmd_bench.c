@@ -9,6 +9,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "util/sys.h"
 #include "data/tokenizer.h"
 #include "io/file.h"
 #include "optim/adamw.h"
@@ -23,12 +24,6 @@ static void bench_usage(FILE *f) {
             "  adamw     fused CPU AdamW update: Gparam/s and GB/s\n"
             "  --params  parameters to update (default 268435456)\n"
             "  --threads threads (default: all cores)\n");
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* Encoding speed on one core: every line's "text" (or the whole line when
@@ -71,7 +66,7 @@ static int bench_tokenizer(int argc, char **argv) {
     mt_tok_encoder *enc = mt_tok_encoder_new(tok);
     mt_tok_ids ids = {0};
     size_t tokens = 0;
-    double t0 = now_s();
+    double t0 = mt_now_s();
     for (size_t i = 0; i < n; i++) {
         ids.n = 0;
         if (mt_tok_encode(enc, texts[i], strlen(texts[i]), false, &ids, &err)) {
@@ -80,7 +75,7 @@ static int bench_tokenizer(int argc, char **argv) {
         }
         tokens += ids.n;
     }
-    double dt = now_s() - t0;
+    double dt = mt_now_s() - t0;
     printf("tokenizer %s on %s: %zu documents, %.1f MB, %zu tokens in %.3fs: %.1f MB/s, %.2f M "
            "tokens/s (one core)\n", tokpath, data, n, bytes / 1e6, tokens, dt, bytes / dt / 1e6,
            tokens / dt / 1e6);

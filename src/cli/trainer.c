@@ -31,6 +31,7 @@
 #include "model/params.h"
 #include "util/mem.h"
 #include "util/signals.h"
+#include "util/sys.h"
 
 #ifdef MT_HAVE_CUDA
 #include "backend/cuda/backend_cuda.h"
@@ -55,12 +56,6 @@ typedef struct run {
     mt_metrics_writer mw;
     char ckpt_dir[4096];     /* the checkpoint resumed from, if any */
 } run;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---- model, tokenizer, data ---- */
 
@@ -239,11 +234,11 @@ out:
 static int save_checkpoint(run *R, mt_error *err) {
     if (R->pipe_on) mt_optim_pipeline_wait_all(&R->pipe);
     char *js = state_json(R), path[4096];
-    double t0 = now_s();
+    double t0 = mt_now_s();
     int rc = mt_checkpoint_save(R->tc->out, R->step, &R->store, &R->cfg, js,
                                 (int)R->tc->keep_last, path, sizeof path, err);
     free(js);
-    if (!rc) printf("checkpoint: %s (%.1fs)\n", path, now_s() - t0);
+    if (!rc) printf("checkpoint: %s (%.1fs)\n", path, mt_now_s() - t0);
     return rc;
 }
 
@@ -251,27 +246,18 @@ static int save_model(run *R, mt_error *err) {
     if (R->pipe_on) mt_optim_pipeline_wait_all(&R->pipe);
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/model", R->tc->out);
-    double t0 = now_s();
+    double t0 = mt_now_s();
     mt_dtype dt = R->tc->save_dtype == MT_SAVE_FP32 ? MT_DTYPE_F32 : MT_DTYPE_BF16;
     if (mt_model_save(&R->store, &R->cfg, dir, dt, (size_t)5 << 30, err)) return -1;
     if (R->tc->tokenizer[0] && strcmp(R->tc->tokenizer, "bytes") &&
         mt_model_copy_tokenizer(R->tc->tokenizer, dir, err))
         return -1;
-    printf("model: %s (%s, %.1fs)\n", dir, mt_save_dtype_name(R->tc->save_dtype), now_s() - t0);
+    printf("model: %s (%s, %.1fs)\n", dir, mt_save_dtype_name(R->tc->save_dtype),
+           mt_now_s() - t0);
     return 0;
 }
 
 /* ---- the loop ---- */
-
-static double host_rss_gb(void) {
-    FILE *f = fopen("/proc/self/statm", "r");
-    long a = 0, rss = 0;
-    if (f) {
-        if (fscanf(f, "%ld %ld", &a, &rss) != 2) rss = 0;
-        fclose(f);
-    }
-    return rss * 4096.0 / 1e9;
-}
 
 #ifdef MT_HAVE_CUDA
 static const float *grads_begin(void *be, int l) { return mt_cuda_backend_grads_begin(be, l); }
@@ -312,7 +298,7 @@ static void report(run *R, double loss, const mt_optim_report *rep, double dt, d
     row.tokens_per_s = tokens / dt;
     row.tflops = (6.0 * (double)R->table.n_params * tokens +
                   12.0 * R->cfg.L * R->cfg.C * tc->seq_len * tokens) / dt / 1e12;
-    row.host_mem_gb = host_rss_gb();
+    row.host_mem_gb = mt_host_rss_bytes() / 1e9;
     row.eta_s = t_run / (double)steps_run * (double)(R->total_steps - R->step);
     if (R->data) {
         mt_data_pos p = mt_dataset_get_pos(R->data);
@@ -466,7 +452,7 @@ int mt_train(const mt_train_config *tc, mt_error *err) {
     printf("train: %lld steps of %lld x %lld x %lld tokens, lr %g (%s), out %s\n",
            (long long)R.total_steps, (long long)tc->micro_batches, (long long)tc->batch_size,
            (long long)tc->seq_len, tc->lr, mt_lr_kind_name(tc->schedule), tc->out);
-    double t_start = now_s(), t_prev = t_start, first = NAN, last = NAN;
+    double t_start = mt_now_s(), t_prev = t_start, first = NAN, last = NAN;
     int64_t start_step = R.step;
     int interrupted = 0;
     while (R.step < R.total_steps) {
@@ -485,7 +471,7 @@ int mt_train(const mt_train_config *tc, mt_error *err) {
         }
         R.step++;
         R.tokens_seen += tc->micro_batches * tc->batch_size * tc->seq_len;
-        double t = now_s();
+        double t = mt_now_s();
         report(&R, loss, &rep, t - t_prev, t - t_start, R.step - start_step);
         t_prev = t;
         if (isnan(first)) first = loss;
@@ -505,7 +491,7 @@ int mt_train(const mt_train_config *tc, mt_error *err) {
         goto out;
     }
     printf("train: loss %.4f -> %.4f in %lld steps, %.1fs\n", first, last,
-           (long long)(R.step - start_step), now_s() - t_start);
+           (long long)(R.step - start_step), mt_now_s() - t_start);
     if ((tc->save_every > 0 && save_checkpoint(&R, err)) || save_model(&R, err)) goto out;
     sample(&R);
     rc = 0;

@@ -1,0 +1,13 @@
+/* What the process asks of the system: a monotonic clock, its memory. */
+#ifndef MT_UTIL_SYS_H
+#define MT_UTIL_SYS_H
+
+#include <stddef.h>
+
+/* Seconds on a monotonic clock (for durations). */
+double mt_now_s(void);
+
+/* Resident set size of this process in bytes (0 if unknown). */
+size_t mt_host_rss_bytes(void);
+
+#endif
