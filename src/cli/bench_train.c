@@ -23,6 +23,8 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/backend_cuda.h"
+#include "backend/cuda/planner.h"
+#include "cli/runner.h"
 #endif
 
 typedef struct preset {
@@ -53,8 +55,15 @@ static void usage(FILE *f) {
             "  --keep-layers N     layers whose activations skip the recompute (-1 = as many\n"
             "                      as fit, the default; 0 = recompute all)\n"
             "  --trace FILE        write a Chrome trace (chrome://tracing) of the timed steps\n"
-            "  --grads gpu|host    where gradients wait for the optimizer (default gpu:\n"
-            "                      12 host bytes per parameter; host: 16, flat GPU memory)\n");
+            "placement (default: the planner's, within the budgets):\n"
+            "  --gpu-mem GB        GPU memory the run may take, context included (default: free)\n"
+            "  --host-mem GB       host RAM the run may take (default: MemTotal less max(4 GB, 4%%))\n"
+            "  --host-grad-dtype D fp32 | bf16 for gradients waiting on the host (default: fp32\n"
+            "                      when it fits, else bf16)\n"
+            "  --placement all-gpu every gradient and checkpoint on the GPU\n"
+            "  --calibration FILE  rates for the step-time model (megatrain calibrate); default:\n"
+            "                      a short probe of this machine\n"
+            "  --grads gpu|host    force where every gradient waits (no planner)\n");
 }
 
 #ifdef MT_HAVE_CUDA
@@ -70,7 +79,7 @@ static void timed_gate(void *ctx, int layer) {
     g->waited_s += mt_now_s() - t0;
 }
 
-static const float *grads_begin(void *be, int layer) {
+static mt_grad_view grads_begin(void *be, int layer) {
     return mt_cuda_backend_grads_begin(be, layer);
 }
 
@@ -82,8 +91,10 @@ int mt_bench_train(int argc, char **argv) {
     const preset *ps = &presets[2];
     int64_t over[6] = {0}; /* layers hidden heads kv ffn vocab */
     int64_t T = 2048, B = 8, steps = 4;
-    int M = 4, slots = 3, fp32 = 0, host_ckpt = 0, keep = -1, gpu_grads = 1;
-    const char *trace_path = NULL;
+    int M = 4, slots = 3, fp32 = 0, host_ckpt = 0, keep = -1, gpu_grads = -1, all_gpu = 0;
+    int grad_dtype = -1;
+    double gpu_mem = 0, host_mem = 0;
+    const char *trace_path = NULL, *calib = NULL;
     static const struct option opts[] = {
         {"preset", required_argument, 0, 'p'},  {"layers", required_argument, 0, 'L'},
         {"hidden", required_argument, 0, 'C'},  {"heads", required_argument, 0, 'H'},
@@ -95,6 +106,11 @@ int mt_bench_train(int argc, char **argv) {
         {"host-checkpoints", no_argument, 0, 'c'}, {"trace", required_argument, 0, 'T'},
         {"keep-layers", required_argument, 0, 'K' + 256},
         {"grads", required_argument, 0, 'G' + 256},
+        {"gpu-mem", required_argument, 0, 'g' + 256},
+        {"host-mem", required_argument, 0, 'h' + 256},
+        {"host-grad-dtype", required_argument, 0, 'd' + 256},
+        {"placement", required_argument, 0, 'p' + 256},
+        {"calibration", required_argument, 0, 'c' + 256},
         {0, 0, 0, 0},
     };
     optind = 1;
@@ -133,6 +149,23 @@ int mt_bench_train(int argc, char **argv) {
             gpu_grads = !strcmp(optarg, "gpu");
             break;
         case 'T': trace_path = optarg; break;
+        case 'g' + 256: gpu_mem = mt_arg_d(optarg, &bad); break;
+        case 'h' + 256: host_mem = mt_arg_d(optarg, &bad); break;
+        case 'c' + 256: calib = optarg; break;
+        case 'd' + 256:
+            if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) {
+                fprintf(stderr, "megatrain bench train: --host-grad-dtype must be fp32 or bf16\n");
+                return 2;
+            }
+            grad_dtype = !strcmp(optarg, "bf16");
+            break;
+        case 'p' + 256:
+            if (strcmp(optarg, "all-gpu") && strcmp(optarg, "auto")) {
+                fprintf(stderr, "megatrain bench train: --placement must be auto or all-gpu\n");
+                return 2;
+            }
+            all_gpu = !strcmp(optarg, "all-gpu");
+            break;
         case 'P':
             if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) {
                 fprintf(stderr, "megatrain bench train: --precision must be bf16 or fp32\n");
@@ -148,8 +181,8 @@ int mt_bench_train(int argc, char **argv) {
             return 2;
         }
     }
-    if (T <= 0 || B <= 0 || M <= 0 || steps <= 0) {
-        fprintf(stderr, "megatrain bench train: sizes and --steps must be positive\n");
+    if (T <= 0 || B <= 0 || M <= 0 || steps <= 0 || gpu_mem < 0 || host_mem < 0) {
+        fprintf(stderr, "megatrain bench train: sizes, budgets and --steps must be positive\n");
         return 2;
     }
 #ifndef MT_HAVE_CUDA
@@ -179,18 +212,35 @@ int mt_bench_train(int argc, char **argv) {
            (long long)cfg.NKV, (long long)cfg.F, (long long)cfg.V, cfg.tie_embeddings ? ", tied" : "");
     printf("step: %d micro-batches x %lld x %lld = %.0f tokens, %s, %d slots\n", M, (long long)B,
            (long long)T, tokens, fp32 ? "fp32" : "bf16", slots);
+    mt_cuda_backend_opts bo;
+    mt_plan plan = {0};
+    mt_plan_request req = {0};
+    int manual = gpu_grads >= 0 || host_ckpt;
+    if (manual) { /* the old global switches, for comparisons */
+        bo = (mt_cuda_backend_opts){.precision = fp32 ? MT_GPU_FP32 : MT_GPU_BF16, .slots = slots,
+                                    .host_checkpoints = host_ckpt, .keep_layers = keep,
+                                    .gpu_grads = gpu_grads != 0,
+                                    .host_grad_bf16 = grad_dtype == 1};
+    } else {
+        if (mt_runner_plan_cuda(&req, &plan, &cfg, &table, M, B, T, fp32, gpu_mem, host_mem,
+                           grad_dtype, keep, all_gpu, slots, calib, stdout, &err))
+            goto fail;
+        if (!plan.fits) {
+            fprintf(stderr, "megatrain bench train: the run does not fit: %s\n", plan.why);
+            return 1;
+        }
+        mt_plan_backend_opts(&plan, &req, &bo);
+    }
     double t0 = mt_now_s();
     mt_host_store store;
-    if (mt_host_store_create(&store, &table, !gpu_grads, &err)) goto fail;
+    if (mt_host_store_create(&store, &table, 0, &err)) goto fail;
     mt_host_store_init_random(&store, 1, 0.02f);
     printf("host store: %.1f GB (%.2f bytes/param), ready in %.1fs\n", store.bytes / 1e9,
            (double)store.bytes / table.n_params, mt_now_s() - t0);
-    mt_cuda_backend_opts bo = {.precision = fp32 ? MT_GPU_FP32 : MT_GPU_BF16, .slots = slots,
-                               .host_checkpoints = host_ckpt, .keep_layers = keep,
-                               .gpu_grads = gpu_grads};
     t0 = mt_now_s();
     mt_backend *be = mt_cuda_backend_create(&cfg, &table, &store, M, B, T, &bo, &err);
     if (!be) goto fail;
+    size_t pinned = mt_cuda_backend_host_bytes(&cfg, &table, M, B, T, &bo);
     printf("gpu: %.2f GB allocated, %d of %lld layers keep their activations, host pinned in "
            "%.1fs\n", mt_cuda_backend_device_bytes(be) / 1e9, mt_cuda_backend_kept_layers(be),
            (long long)cfg.L, mt_now_s() - t0);
@@ -223,7 +273,6 @@ int mt_bench_train(int argc, char **argv) {
         if (trace_path && s == 1) mt_cuda_backend_set_trace(be, &trace);
         double loss;
         if (mt_step_forward_backward(be, table.n_layers, &batch, &loss, &err)) goto fail;
-        if (!gpu_grads) mt_cuda_backend_wait_grads(be);
         const double *sq = mt_cuda_backend_layer_sumsq(be);
         double total = 0;
         for (int l = 0; l < table.n_layers; l++) total += sq[l];
@@ -262,11 +311,20 @@ int mt_bench_train(int argc, char **argv) {
     double avg = sum_t / timed;
     size_t fr = 0, tot = 0;
     cudaMemGetInfo(&fr, &tot);
+    double hbpp = (double)(store.bytes + pinned) / table.n_params;
+    if (!manual)
+        printf("predicted step %.3f s, measured %.3f s (%+.1f%%)\n", plan.pred.step, avg,
+               100.0 * (plan.pred.step - avg) / avg);
+    if (gpu_mem > 0 && (double)(tot - fr) > gpu_mem * 1e9)
+        printf("BUDGET EXCEEDED: the GPU holds %.2f GB, the budget is %.2f GB\n",
+               (tot - fr) / 1e9, gpu_mem);
     printf("RESULT model=%.2fB tokens/step=%.0f step_s=%.3f TFLOPS=%.1f tok/s=%.0f "
-           "gpu_alloc_GB=%.2f gpu_used_GB=%.2f host_rss_GB=%.1f host_bytes_per_param=%.2f\n",
+           "gpu_alloc_GB=%.2f gpu_used_GB=%.2f host_rss_GB=%.1f host_bytes_per_param=%.2f "
+           "predicted_step_s=%.3f\n",
            table.n_params / 1e9, tokens, avg, flops / avg / 1e12, tokens / avg,
            mt_cuda_backend_device_bytes(be) / 1e9, (tot - fr) / 1e9, mt_host_rss_bytes() / 1e9,
-           (double)store.bytes / table.n_params);
+           hbpp, manual ? 0.0 : plan.pred.step);
+    mt_plan_free(&plan);
     mt_optim_pipeline_free(&pipe);
     mt_cuda_backend_free(be);
     mt_host_store_free(&store);

@@ -1,10 +1,10 @@
-/* megatrain plan: what a run needs (host bytes, pinned bytes, GPU bytes)
- * against what this machine has, before allocating anything; refuses with
- * the numbers and what to change when it does not fit. */
+/* megatrain plan: the placement the planner chooses for a run (where each
+ * layer's gradient and checkpoint live, which layers keep activations),
+ * the bytes per tier and the predicted step, against this machine or a
+ * described one; refuses, before allocating anything, what fits nowhere. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <math.h>
 #include <string.h>
 
 #include "cli/args.h"
@@ -12,43 +12,36 @@
 #include "io/model_io.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "model/presets.h"
 
 #ifdef MT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/planner.h"
 #endif
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: megatrain plan (--model DIR | --hidden N --layers N --heads N --kv-heads N\n"
-            "                        --ffn N --vocab N) [batch options]\n"
+            "usage: megatrain plan (--model DIR | --preset NAME | --hidden N --layers N --heads N\n"
+            "                       [--kv-heads N] --ffn N [--vocab N]) [options]\n"
+            "  --preset NAME       a published shape: %s\n"
             "  --seq-len T --batch-size B --micro-batches M   (default 2048, 8, 4)\n"
-            "  --host-ram-gb X   host RAM to plan for (default: this machine's MemTotal)\n"
-            "  --gpu-gb X        GPU memory to plan for (default: this GPU's free memory, or 139)\n");
+            "  --precision P       bf16 | fp32 (default bf16)\n"
+            "  --gpu-mem GB        GPU memory for the run (default: this GPU's free memory, or 139)\n"
+            "  --host-mem GB       host RAM for the run (default: MemTotal less max(4 GB, 4%%))\n"
+            "  --host-grad-dtype D auto | fp32 | bf16 (default auto: fp32 when it fits)\n"
+            "a machine for the step-time model (default: the H200 rates of SPEC 6):\n"
+            "  --calibration FILE  rates written by megatrain calibrate\n"
+            "  --pcie-gbs X --gemm-tflops X --attn-tflops X --adam-gparams X   override rates\n",
+            mt_preset_names());
 }
-
-static double meminfo_gb(const char *key) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    double kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, key, strlen(key))) kb = atof(line + strlen(key) + 1);
-    if (f) fclose(f);
-    return kb * 1024 / 1e9;
-}
-
-typedef struct option_plan {
-    const char *name;
-    int gpu_grads, host_ckpt;
-    double host, pinned, gpu;
-} option_plan;
 
 int mt_cmd_plan(int argc, char **argv) {
-    const char *model = NULL;
+    const char *model = NULL, *preset = NULL, *calib = NULL;
     long long C = 0, L = 0, NH = 0, NKV = 0, F = 0, V = 32000, T = 2048, B = 8, M = 4;
-    double host_gb = 0, gpu_gb = 0;
+    double host_gb = 0, gpu_gb = 0, pcie = 0, gemm = 0, attn = 0, adam = 0;
+    int fp32 = 0, gdt = -1;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},  {"hidden", required_argument, 0, 'C'},
         {"layers", required_argument, 0, 'L'}, {"heads", required_argument, 0, 'H'},
@@ -56,6 +49,11 @@ int mt_cmd_plan(int argc, char **argv) {
         {"vocab", required_argument, 0, 'V'},  {"seq-len", required_argument, 0, 't'},
         {"batch-size", required_argument, 0, 'b'}, {"micro-batches", required_argument, 0, 'n'},
         {"host-ram-gb", required_argument, 0, 'r'}, {"gpu-gb", required_argument, 0, 'g'},
+        {"host-mem", required_argument, 0, 'r'}, {"gpu-mem", required_argument, 0, 'g'},
+        {"preset", required_argument, 0, 'p'},  {"precision", required_argument, 0, 'P'},
+        {"host-grad-dtype", required_argument, 0, 'd'}, {"calibration", required_argument, 0, 'c'},
+        {"pcie-gbs", required_argument, 0, 1},  {"gemm-tflops", required_argument, 0, 2},
+        {"attn-tflops", required_argument, 0, 3}, {"adam-gparams", required_argument, 0, 4},
         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
     };
     optind = 1;
@@ -64,6 +62,8 @@ int mt_cmd_plan(int argc, char **argv) {
         int bad = 0;
         switch (c) {
         case 'm': model = optarg; break;
+        case 'p': preset = optarg; break;
+        case 'c': calib = optarg; break;
         case 'C': C = mt_arg_ll(optarg, &bad); break;
         case 'L': L = mt_arg_ll(optarg, &bad); break;
         case 'H': NH = mt_arg_ll(optarg, &bad); break;
@@ -75,6 +75,24 @@ int mt_cmd_plan(int argc, char **argv) {
         case 'n': M = mt_arg_ll(optarg, &bad); break;
         case 'r': host_gb = mt_arg_d(optarg, &bad); break;
         case 'g': gpu_gb = mt_arg_d(optarg, &bad); break;
+        case 1: pcie = mt_arg_d(optarg, &bad); break;
+        case 2: gemm = mt_arg_d(optarg, &bad); break;
+        case 3: attn = mt_arg_d(optarg, &bad); break;
+        case 4: adam = mt_arg_d(optarg, &bad); break;
+        case 'P':
+            if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) {
+                fprintf(stderr, "megatrain plan: --precision must be bf16 or fp32\n");
+                return 2;
+            }
+            fp32 = !strcmp(optarg, "fp32");
+            break;
+        case 'd':
+            if (strcmp(optarg, "auto") && strcmp(optarg, "fp32") && strcmp(optarg, "bf16")) {
+                fprintf(stderr, "megatrain plan: --host-grad-dtype must be auto, fp32 or bf16\n");
+                return 2;
+            }
+            gdt = !strcmp(optarg, "auto") ? -1 : !strcmp(optarg, "bf16");
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -83,6 +101,12 @@ int mt_cmd_plan(int argc, char **argv) {
             return 2;
         }
     }
+    if (T < 1 || B < 1 || M < 1 || host_gb < 0 || gpu_gb < 0 || pcie < 0 || gemm < 0 ||
+        attn < 0 || adam < 0) {
+        fprintf(stderr, "megatrain plan: --seq-len, --batch-size, --micro-batches must be >= 1 "
+                "and rates and budgets positive\n");
+        return 2;
+    }
     mt_error err;
     mt_config cfg;
     if (model) {
@@ -90,10 +114,18 @@ int mt_cmd_plan(int argc, char **argv) {
             fprintf(stderr, "megatrain plan: %s\n", err.msg);
             return 1;
         }
+    } else if (preset) {
+        const mt_preset *p = mt_preset_find(preset);
+        if (!p) {
+            fprintf(stderr, "megatrain plan: unknown preset '%s' (%s)\n", preset,
+                    mt_preset_names());
+            return 2;
+        }
+        mt_preset_config(p, T, &cfg);
     } else {
         if (!C || !L || !NH || !F) {
-            fprintf(stderr, "megatrain plan: give --model DIR, or --hidden, --layers, --heads and "
-                    "--ffn\n");
+            fprintf(stderr, "megatrain plan: give --model DIR, --preset NAME, or --hidden, "
+                    "--layers, --heads and --ffn\n");
             return 2;
         }
         mt_config_default_tiny(&cfg);
@@ -107,73 +139,77 @@ int mt_cmd_plan(int argc, char **argv) {
         cfg.tie_embeddings = 0;
         cfg.max_pos = T;
     }
-    if (T < 1 || B < 1 || M < 1) {
-        fprintf(stderr, "megatrain plan: --seq-len, --batch-size, --micro-batches must be >= 1\n");
-        return 2;
-    }
+    if (T > cfg.max_pos) cfg.max_pos = T;
     mt_param_table t;
     if (mt_config_validate(&cfg, model ? model : "the shape", &err) ||
         mt_params_init(&t, &cfg, &err)) {
         fprintf(stderr, "megatrain plan: %s\n", err.msg);
         return 1;
     }
-    double P = (double)t.n_params, tokens = (double)(M * B * T);
-    double ckpt = (double)t.n_layers * tokens * cfg.C * 4;
-    if (!host_gb) host_gb = meminfo_gb("MemTotal:");
-    int have_gpu = 0;
-#ifdef MT_HAVE_CUDA
-    if (!gpu_gb && mt_cuda_device_count() > 0) {
+#ifndef MT_HAVE_CUDA
+    mt_params_free(&t);
+    fprintf(stderr, "megatrain plan: this build has no CUDA support (the plan sizes the CUDA "
+            "backend); build with nvcc on the PATH\n");
+    return 1;
+#else
+    mt_plan_request req = {.cfg = &cfg, .t = &t, .M = (int)M, .B = B, .T = T,
+                           .precision = fp32 ? MT_GPU_FP32 : MT_GPU_BF16,
+                           .host_grad_dtype = gdt, .keep_layers = -1};
+    const char *gpu_src = "given";
+    if (!gpu_gb) {
         size_t fr = 0, tot = 0;
-        if (cudaMemGetInfo(&fr, &tot) == cudaSuccess) {
+        if (mt_cuda_device_count() > 0 && cudaMemGetInfo(&fr, &tot) == cudaSuccess) {
             gpu_gb = fr / 1e9;
-            have_gpu = 1;
+            gpu_src = "free on this GPU";
+        } else {
+            gpu_gb = 139;
+            gpu_src = "assumed: no GPU here";
         }
     }
-#endif
-    if (!gpu_gb) gpu_gb = 139;
+    req.gpu_budget = gpu_gb * 1e9;
+    req.host_budget = host_gb ? host_gb * 1e9 : mt_plan_default_host_budget();
+    if (calib) {
+        if (mt_rates_load(&req.rates, calib, &err)) {
+            fprintf(stderr, "megatrain plan: %s\n", err.msg);
+            mt_params_free(&t);
+            return 1;
+        }
+    } else {
+        mt_rates_default(&req.rates);
+    }
+    if (pcie) req.rates.h2d_gbs = req.rates.d2h_gbs = pcie;
+    if (gemm) req.rates.gemm_tflops = gemm;
+    if (attn) req.rates.attn_fwd_tflops = attn, req.rates.attn_bwd_tflops = attn * 0.7;
+    if (adam) req.rates.adam_gparams = adam;
+    if (pcie || gemm || attn || adam)
+        snprintf(req.rates.source + strlen(req.rates.source),
+                 sizeof req.rates.source - strlen(req.rates.source), ", flags");
     printf("model: %s, %.2fB parameters, %lld layers, hidden %lld, ffn %lld, vocab %lld\n",
-           model ? model : "shape from flags", P / 1e9, (long long)cfg.L, (long long)cfg.C,
-           (long long)cfg.F, (long long)cfg.V);
-    printf("step: %lld x %lld x %lld = %.0f tokens; layer checkpoints %.1f GB\n", M, B, T, tokens,
-           ckpt / 1e9);
-    printf("machine: host %.1f GB%s, GPU %.1f GB%s\n\n", host_gb,
-           argc && host_gb == meminfo_gb("MemTotal:") ? " (MemTotal)" : "", gpu_gb,
-           have_gpu ? " free" : " (assumed)");
-    option_plan plans[4] = {
-        {"gradients on GPU, checkpoints on GPU", 1, 0, 0, 0, 0},
-        {"gradients on host, checkpoints on GPU", 0, 0, 0, 0, 0},
-        {"gradients on GPU, checkpoints on host", 1, 1, 0, 0, 0},
-        {"gradients on host, checkpoints on host", 0, 1, 0, 0, 0},
-    };
-    int best = -1;
-    printf("%-42s %10s %10s %10s  %s\n", "placement", "host GB", "pinned GB", "GPU GB", "fits");
-    for (int i = 0; i < 4; i++) {
-        option_plan *p = &plans[i];
-        p->host = P * (p->gpu_grads ? 12 : 16) + (p->host_ckpt ? ckpt : 0);
-        p->pinned = P * (p->gpu_grads ? 4 : 8) + (p->host_ckpt ? ckpt : 0);
-#ifdef MT_HAVE_CUDA
-        mt_cuda_backend_opts bo = {.precision = MT_GPU_BF16, .gpu_grads = p->gpu_grads,
-                                   .host_checkpoints = p->host_ckpt};
-        p->gpu = (double)mt_cuda_backend_bytes(&cfg, &t, (int)M, B, T, &bo);
-#else
-        p->gpu = NAN;
-#endif
-        /* 4 GB of host and 2 GB of GPU stay for the system and CUDA */
-        int fits = p->host / 1e9 + 4 <= host_gb && p->gpu / 1e9 + 2 <= gpu_gb;
-        printf("%-42s %10.1f %10.1f %10.1f  %s\n", p->name, p->host / 1e9, p->pinned / 1e9,
-               p->gpu / 1e9, fits ? "yes" : "no");
-        if (fits && best < 0) best = i;
+           model ? model : preset ? preset : "shape from flags", t.n_params / 1e9,
+           (long long)cfg.L, (long long)cfg.C, (long long)cfg.F, (long long)cfg.V);
+    printf("step: %lld x %lld x %lld = %lld tokens; checkpoints %.2f GB per layer\n", M, B, T,
+           M * B * T, (double)(M * B * T) * cfg.C * 4 / 1e9);
+    printf("budgets: GPU %.1f GB (%s), host %.1f GB%s\n", gpu_gb, gpu_src,
+           req.host_budget / 1e9, host_gb ? "" : " (MemTotal less max(4 GB, 4%))");
+    mt_plan plan;
+    int rc = mt_plan_make(&req, &plan, &err);
+    if (rc) {
+        fprintf(stderr, "megatrain plan: %s\n", err.msg);
+    } else if (!plan.fits) {
+        printf("\nmegatrain plan: this run does not fit: %s\n", plan.why);
+        rc = 1;
+    } else {
+        mt_plan_print(&plan, &req, stdout);
+        double tok = (double)(M * B * T);
+        double flops = 6.0 * (double)t.n_params * tok + 12.0 * cfg.L * cfg.C * T * tok;
+        printf("PLAN model=%.2fB host_GB=%.1f gpu_GB=%.1f host_bytes_per_param=%.2f "
+               "step_s=%.2f TFLOPS=%.0f host_grads=%s kept=%d\n", t.n_params / 1e9,
+               plan.host_bytes / 1e9, plan.gpu_bytes / 1e9,
+               (plan.store_bytes + plan.pinned_bytes) / (double)t.n_params, plan.pred.step,
+               flops / plan.pred.step / 1e12, plan.host_grad_bf16 ? "bf16" : "fp32", plan.n_keep);
     }
+    mt_plan_free(&plan);
     mt_params_free(&t);
-    if (best < 0) {
-        printf("\nmegatrain plan: this run does not fit: the smallest host need is %.1f GB "
-               "(%.1f available) and the smallest GPU need %.1f GB (%.1f available); use fewer "
-               "tokens per step (--batch-size, --micro-batches, --seq-len) for the GPU, a "
-               "smaller model or more RAM for the host\n",
-               plans[3].host < plans[1].host ? plans[3].host / 1e9 : plans[1].host / 1e9, host_gb,
-               plans[3].gpu / 1e9, gpu_gb);
-        return 1;
-    }
-    printf("\nplan: %s\n", plans[best].name);
-    return 0;
+    return rc;
+#endif
 }

@@ -16,6 +16,8 @@
 
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/planner.h"
+#include "util/sys.h"
 #endif
 
 int mt_loaded_model_open(mt_loaded_model *m, const char *dir, const char *tokpath, mt_error *err) {
@@ -64,28 +66,82 @@ int mt_runner_pick_gpu(int device, mt_error *err) {
 }
 
 #ifdef MT_HAVE_CUDA
-/* Gradients go to the GPU when the backend with them still leaves 2 GiB. */
-static int gpu_grads_fit(const mt_config *cfg, const mt_param_table *t, int M, int64_t B,
-                         int64_t T, const mt_runner_opts *o) {
-    mt_cuda_backend_opts bo = {.precision = o->fp32 ? MT_GPU_FP32 : MT_GPU_BF16,
-                               .host_checkpoints = o->host_checkpoints, .gpu_grads = 1};
-    size_t need = mt_cuda_backend_bytes(cfg, t, M, B, T, &bo), fr = 0, tot = 0;
-    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) return 0;
-    return need + ((size_t)2 << 30) < fr;
+struct mt_runner_plan {
+    mt_plan_request req;
+    mt_plan plan;
+};
+
+int mt_runner_plan_cuda(mt_plan_request *req, mt_plan *plan, const mt_config *cfg,
+                   const mt_param_table *t, int M, int64_t B, int64_t T, int fp32,
+                   double gpu_mem_gb, double host_mem_gb, int grad_dtype, int keep, int all_gpu,
+                   int slots, const char *calib, FILE *log, mt_error *err) {
+    *req = (mt_plan_request){.cfg = cfg, .t = t, .M = M, .B = B, .T = T,
+                             .precision = fp32 ? MT_GPU_FP32 : MT_GPU_BF16,
+                             .host_grad_dtype = grad_dtype, .keep_layers = keep,
+                             .all_gpu = all_gpu, .slots = slots};
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess)
+        return mt_errorf(err, "cannot read the GPU's free memory");
+    /* default: what is free less 2 GB (fragmentation, other users); the
+     * context already took its share of what is free, and the budget's
+     * context reserve covers the libraries' workspaces */
+    req->gpu_budget = gpu_mem_gb > 0 ? gpu_mem_gb * 1e9
+                                     : (double)fr - 2e9 + (double)MT_CUDA_CONTEXT_RESERVE;
+    if (gpu_mem_gb > 0 && gpu_mem_gb * 1e9 > (double)fr + MT_CUDA_CONTEXT_RESERVE)
+        return mt_errorf(err, "--gpu-mem %.1f is more than this GPU has free (%.1f GB); lower it",
+                         gpu_mem_gb, fr / 1e9);
+    req->host_budget = host_mem_gb > 0 ? host_mem_gb * 1e9 : mt_plan_default_host_budget();
+    double t0 = mt_now_s();
+    if (calib) {
+        if (mt_rates_load(&req->rates, calib, err)) return -1;
+    } else if (mt_rates_probe(&req->rates, cfg, M, B, T, req->precision, err)) {
+        return -1;
+    }
+    if (log && !calib)
+        fprintf(log, "probe: H2D %.1f GB/s, D2H %.1f GB/s (%.0f%% each with both busy), CPU "
+                "AdamW %.2f Gparam/s, layer fwd %.1f ms, bwd %.1f ms (%.1f kept), head %.1f ms "
+                "(%.1fs)\n", req->rates.h2d_gbs, req->rates.d2h_gbs, 100 * req->rates.duplex,
+                req->rates.adam_gparams, req->rates.layer_fwd_s * 1e3,
+                req->rates.layer_bwd_s * 1e3, req->rates.layer_bwd_kept_s * 1e3,
+                req->rates.head_s * (double)cfg->V / req->rates.probe_V * 1e3, mt_now_s() - t0);
+    if (mt_plan_make(req, plan, err)) return -1;
+    if (log && plan->fits) mt_plan_print(plan, req, log);
+    return 0;
 }
 #endif
 
-int mt_runner_store_needs_grads(const mt_config *cfg, const mt_param_table *t, int M, int64_t B,
-                                int64_t T, const mt_runner_opts *o) {
-    if (!o->train) return 0;
-    mt_error err;
-    int gpu = mt_runner_pick_gpu(o->device, &err);
-    if (gpu <= 0) return 1;
+int mt_runner_plan_make(mt_runner_plan **out, const mt_config *cfg, const mt_param_table *t,
+                        int M, int64_t B, int64_t T, const mt_runner_opts *o, FILE *log,
+                        mt_error *err) {
+    *out = NULL;
+    int gpu = mt_runner_pick_gpu(o->device, err);
+    if (gpu < 0) return -1;
+    if (!gpu || !o->train || o->host_checkpoints) return 0;
 #ifdef MT_HAVE_CUDA
-    return !gpu_grads_fit(cfg, t, M, B, T, o);
+    mt_runner_plan *p = mt_calloc_or_die(1, sizeof *p);
+    if (mt_runner_plan_cuda(&p->req, &p->plan, cfg, t, M, B, T, o->fp32, o->gpu_mem_gb,
+                       o->host_mem_gb, o->host_grad_dtype, -1, 0, 0, o->calibration, log, err)) {
+        free(p);
+        return -1;
+    }
+    if (!p->plan.fits) {
+        mt_errorf(err, "the run does not fit: %s", p->plan.why);
+        mt_runner_plan_free(p);
+        return -1;
+    }
+    *out = p;
+    return 0;
 #else
-    return 1;
+    return 0;
 #endif
+}
+
+void mt_runner_plan_free(mt_runner_plan *p) {
+    if (!p) return;
+#ifdef MT_HAVE_CUDA
+    mt_plan_free(&p->plan);
+#endif
+    free(p);
 }
 
 int mt_runner_init(mt_runner *r, const mt_config *cfg, const mt_param_table *t,
@@ -104,10 +160,10 @@ int mt_runner_init(mt_runner *r, const mt_config *cfg, const mt_param_table *t,
     }
 #ifdef MT_HAVE_CUDA
     r->gpu = 1;
-    r->gpu_grads = o->train && !store->g;
     mt_cuda_backend_opts bo = {.precision = o->fp32 ? MT_GPU_FP32 : MT_GPU_BF16,
                                .host_checkpoints = o->host_checkpoints,
-                               .gpu_grads = r->gpu_grads, .keep_layers = o->train ? -1 : 0};
+                               .keep_layers = o->train ? -1 : 0};
+    if (o->plan) mt_plan_backend_opts(&o->plan->plan, &o->plan->req, &bo);
     r->be = mt_cuda_backend_create(cfg, t, store, M, B, T, &bo, err);
     return r->be ? 0 : -1;
 #else

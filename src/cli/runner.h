@@ -16,17 +16,24 @@
 typedef struct mt_runner {
     mt_backend *be;
     int gpu;           /* the backend is CUDA */
-    int gpu_grads;     /* CUDA: gradients wait on the GPU */
     int n_layers;
     int64_t B, T;
     int M;
 } mt_runner;
 
+/* The placement of a CUDA training run (the planner's), made before the
+ * host store exists. */
+typedef struct mt_runner_plan mt_runner_plan;
+
 typedef struct mt_runner_opts {
     int device;        /* 0 auto, 1 cpu, 2 cuda */
     int fp32;          /* GPU precision fp32 instead of bf16 */
-    int host_checkpoints;
-    int train;         /* gradients needed: decides the gradient home */
+    int host_checkpoints; /* no planner: every checkpoint on the host */
+    int train;         /* gradients needed */
+    double gpu_mem_gb, host_mem_gb; /* budgets, 0: the machine's */
+    int host_grad_dtype;            /* -1 planner's choice, 0 fp32, 1 bf16 */
+    const char *calibration;        /* rates file, or NULL: probe this machine */
+    const mt_runner_plan *plan;     /* from mt_runner_plan_make, or NULL */
 } mt_runner_opts;
 
 /* A model loaded for inference: config, parameter table, weights (no
@@ -50,17 +57,33 @@ int mt_runner_parse_device(const char *name);
  * -1 with a message when cuda is asked for and absent. */
 int mt_runner_pick_gpu(int device, mt_error *err);
 
-/* Creates the backend for M micro-batches of (B, T). With a GPU and
- * opts->train, gradients stay on the GPU when they fit there (the store
- * then needs no g array: call mt_runner_store_needs_grads first). */
+/* Creates the backend for M micro-batches of (B, T): on the GPU with
+ * o->plan's placement when given. */
 int mt_runner_init(mt_runner *r, const mt_config *cfg, const mt_param_table *t,
                    mt_host_store *store, int M, int64_t B, int64_t T, const mt_runner_opts *o,
                    mt_error *err);
 void mt_runner_free(mt_runner *r);
 
-/* Decides, before the store exists, whether it needs its gradient array. */
-int mt_runner_store_needs_grads(const mt_config *cfg, const mt_param_table *t, int M, int64_t B,
-                                int64_t T, const mt_runner_opts *o);
+/* For training on the GPU: chooses the placement within the budgets and
+ * prints it to log; -1 with the planner's refusal (which budget, by how
+ * much, the cheapest change) when nothing fits. *out is NULL on the CPU
+ * (whose store then needs its gradient array). */
+int mt_runner_plan_make(mt_runner_plan **out, const mt_config *cfg, const mt_param_table *t,
+                        int M, int64_t B, int64_t T, const mt_runner_opts *o, FILE *log,
+                        mt_error *err);
+void mt_runner_plan_free(mt_runner_plan *p);
+
+#ifdef MT_HAVE_CUDA
+struct mt_plan;
+struct mt_plan_request;
+/* The planning step itself, for the commands that drive the CUDA backend
+ * directly (bench train): budgets in GB (0: the machine's), rates from
+ * calib or a probe. */
+int mt_runner_plan_cuda(struct mt_plan_request *req, struct mt_plan *plan, const mt_config *cfg,
+                   const mt_param_table *t, int M, int64_t B, int64_t T, int fp32,
+                   double gpu_mem_gb, double host_mem_gb, int grad_dtype, int keep,
+                   int all_gpu, int slots, const char *calib, FILE *log, mt_error *err);
+#endif
 
 /* Logits (V) of row `row` of micro-batch 0 after mt_step_eval. */
 void mt_runner_logits(const mt_runner *r, int64_t row, float *logits);

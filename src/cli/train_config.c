@@ -24,6 +24,7 @@ static const char *const chat_templates[] = {"auto", "llama3", "qwen", "llama2",
 static const char *const schedules[] = {"cosine", "linear", "constant", NULL};
 static const char *const dtypes[] = {"bf16", "fp32", NULL};
 static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
+static const char *const grad_dtypes[] = {"auto", "fp32", "bf16", NULL};
 
 const mt_tc_option mt_tc_options[] = {
     {"model", MT_TC_STRING, OFF(model), "", NULL, ANY, NULL, "DIR", "Model and data",
@@ -87,7 +88,17 @@ const mt_tc_option mt_tc_options[] = {
     {"precision", MT_TC_ENUM, OFF(precision), "bf16", NULL, ANY, dtypes, NULL, NULL,
      "matrix products in bf16 (fp32 accumulation) or all fp32"},
     {"host_checkpoints", MT_TC_BOOL, OFF(host_checkpoints), "false", NULL, ANY, NULL, NULL,
-     NULL, "keep layer activations in host RAM (longer sequences, more PCIe traffic)"},
+     NULL, "every layer checkpoint in host RAM, no planner (longer sequences, more PCIe "
+     "traffic)"},
+    {"gpu_mem", MT_TC_FLOAT, OFF(gpu_mem), "0", NULL, NONNEG, NULL, "GB", NULL,
+     "GPU memory the run may take, CUDA context included; 0: what is free"},
+    {"host_mem", MT_TC_FLOAT, OFF(host_mem), "0", NULL, NONNEG, NULL, "GB", NULL,
+     "host RAM the run may take; 0: MemTotal less max(4 GB, 4%)"},
+    {"host_grad_dtype", MT_TC_ENUM, OFF(host_grad_dtype), "auto", NULL, ANY, grad_dtypes, NULL,
+     NULL, "gradients waiting in host RAM: fp32, or bf16 (14 bytes/param); auto: fp32 when it "
+     "fits"},
+    {"calibration", MT_TC_STRING, OFF(calibration), "", NULL, ANY, NULL, "PATH", NULL,
+     "machine rates for the planner (megatrain calibrate); empty: a short probe"},
 
     {"log_every", MT_TC_INT, OFF(log_every), "10", NULL, AT_LEAST(1), NULL, NULL, "Logging",
      "progress line and metrics.jsonl row every N steps"},

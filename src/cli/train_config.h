@@ -63,6 +63,9 @@ typedef struct mt_train_config {
     mt_device_kind device;
     mt_tc_precision precision;
     bool host_checkpoints;
+    double gpu_mem, host_mem;       // GB; 0 = the machine's
+    int host_grad_dtype;            // auto | fp32 | bf16
+    char calibration[MT_TC_STR];    // "" = probe
     /* logging */
     int64_t log_every;
     int64_t sample_tokens;

@@ -48,6 +48,7 @@ typedef struct run {
     size_t text_len;
     uint64_t rng;
     mt_runner r;
+    mt_runner_plan *plan;    /* CUDA training: the placement */
     mt_optimizer opt;
     mt_optim_pipeline pipe;
     int pipe_on;
@@ -260,7 +261,7 @@ static int save_model(run *R, mt_error *err) {
 /* ---- the loop ---- */
 
 #ifdef MT_HAVE_CUDA
-static const float *grads_begin(void *be, int l) { return mt_cuda_backend_grads_begin(be, l); }
+static mt_grad_view grads_begin(void *be, int l) { return mt_cuda_backend_grads_begin(be, l); }
 static void grads_wait(void *be, int l) { mt_cuda_backend_grads_wait(be, l); }
 #endif
 
@@ -276,7 +277,6 @@ static int train_step(run *R, double *loss, mt_optim_report *rep, mt_error *err)
         return 0;
     }
 #ifdef MT_HAVE_CUDA
-    if (!R->r.gpu_grads) mt_cuda_backend_wait_grads(R->r.be);
     const double *sq = mt_cuda_backend_layer_sumsq(R->r.be);
     double total = 0;
     for (int l = 0; l < R->table.n_layers; l++) total += sq[l];
@@ -338,10 +338,16 @@ static int setup(run *R, mt_error *err) {
     int M = (int)tc->micro_batches;
     mt_runner_opts ro = {.device = tc->device == MT_DEVICE_CPU ? 1 : tc->device == MT_DEVICE_CUDA ? 2 : 0,
                          .fp32 = tc->precision == MT_TC_PRECISION_FP32,
-                         .host_checkpoints = tc->host_checkpoints, .train = 1};
-    if (mt_runner_pick_gpu(ro.device, err) < 0) return -1;
-    int grads = mt_runner_store_needs_grads(&R->cfg, &R->table, M, tc->batch_size, tc->seq_len, &ro);
-    if (mt_host_store_create(&R->store, &R->table, grads, err)) return -1;
+                         .host_checkpoints = tc->host_checkpoints, .train = 1,
+                         .gpu_mem_gb = tc->gpu_mem, .host_mem_gb = tc->host_mem,
+                         .host_grad_dtype = tc->host_grad_dtype - 1,
+                         .calibration = tc->calibration[0] ? tc->calibration : NULL};
+    if (mt_runner_plan_make(&R->plan, &R->cfg, &R->table, M, tc->batch_size, tc->seq_len, &ro,
+                            stdout, err))
+        return -1;
+    ro.plan = R->plan;
+    /* the CPU backend and the planner-less GPU path read the store's g */
+    if (mt_host_store_create(&R->store, &R->table, !R->plan, err)) return -1;
     printf("model: %s %s, %.2fM parameters, %lld layers, hidden %lld, vocab %lld\n",
            tc->model[0] ? tc->model : "built-in", R->cfg.model_type, R->table.n_params / 1e6,
            (long long)R->cfg.L, (long long)R->cfg.C, (long long)R->cfg.V);
@@ -385,16 +391,14 @@ static int setup(run *R, mt_error *err) {
 #ifdef MT_HAVE_CUDA
     if (R->r.gpu) {
         mt_grad_source src = {R->r.be, grads_begin, grads_wait};
-        if (mt_optim_pipeline_init(&R->pipe, &R->opt, &R->store, R->r.gpu_grads ? &src : NULL,
-                                   err))
+        if (mt_optim_pipeline_init(&R->pipe, &R->opt, &R->store, &src, err))
             return -1;
         R->pipe_on = 1;
         mt_cuda_backend_set_weight_gate(R->r.be, mt_optim_pipeline_gate, &R->pipe);
     }
 #endif
-    printf("device: %s%s%s, host store %.1f GB (%.1f bytes/param)\n", R->r.gpu ? "cuda" : "cpu",
+    printf("device: %s%s, host store %.1f GB (%.1f bytes/param)\n", R->r.gpu ? "cuda" : "cpu",
            R->r.gpu ? (tc->precision == MT_TC_PRECISION_FP32 ? " fp32" : " bf16") : "",
-           R->r.gpu ? (R->r.gpu_grads ? ", gradients on the GPU" : ", gradients on the host") : "",
            R->store.bytes / 1e9, (double)R->store.bytes / (double)R->table.n_params);
     size_t n = (size_t)(tc->micro_batches * tc->batch_size * tc->seq_len);
     R->tokens = mt_malloc_or_die(n * sizeof *R->tokens);
@@ -412,6 +416,8 @@ static void teardown(run *R) {
         mt_optim_pipeline_free(&R->pipe);
     }
     mt_runner_free(&R->r);
+    mt_runner_plan_free(R->plan);
+    R->plan = NULL;
     if (R->mw.f) mt_metrics_close(&R->mw);
     if (R->data) mt_dataset_free(R->data);
     if (R->tok) mt_tokenizer_free(R->tok);

@@ -15,9 +15,9 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static const float *grad_begin(mt_optim_pipeline *p, int layer) {
+static mt_grad_view grad_begin(mt_optim_pipeline *p, int layer) {
     if (p->src.begin) return p->src.begin(p->src.ctx, layer);
-    return p->store->g + p->store->table->layers[layer].offset;
+    return mt_grad_f32(p->store->g + p->store->table->layers[layer].offset);
 }
 
 static void grad_wait(mt_optim_pipeline *p, int layer) {
@@ -31,13 +31,13 @@ static void *worker(void *arg) {
         while (!p->quit && !(p->running && p->done < p->n_layers)) pthread_cond_wait(&p->cv, &p->mu);
         if (p->quit) break;
         double t0 = now_s();
-        const float *g = grad_begin(p, 0);
+        mt_grad_view g = grad_begin(p, 0);
         while (p->done < p->n_layers) {
             int l = p->done;
             pthread_mutex_unlock(&p->mu);
             p->t0_us[l] = mt_trace_now_us();
             grad_wait(p, l);
-            const float *next = l + 1 < p->n_layers ? grad_begin(p, l + 1) : NULL;
+            mt_grad_view next = l + 1 < p->n_layers ? grad_begin(p, l + 1) : (mt_grad_view){0};
             mt_optimizer_update_layer(p->opt, p->store, l, g, p->coef, p->lr);
             g = next;
             p->t1_us[l] = mt_trace_now_us();

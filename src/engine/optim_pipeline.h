@@ -13,7 +13,7 @@
  * Two layers may be in flight (l and l+1). NULL: the store's g array. */
 typedef struct mt_grad_source {
     void *ctx;
-    const float *(*begin)(void *ctx, int layer);
+    mt_grad_view (*begin)(void *ctx, int layer);
     void (*wait)(void *ctx, int layer);
 } mt_grad_source;
 

@@ -11,7 +11,7 @@ double mt_optimizer_layer_sumsq(const mt_optimizer *o, const mt_host_store *s, i
 }
 
 void mt_optimizer_update_layer(const mt_optimizer *o, mt_host_store *s, int layer,
-                               const float *g, float clip_coef, double lr) {
+                               mt_grad_view g, float clip_coef, double lr) {
     const mt_layer_desc *ld = &s->table->layers[layer];
     mt_adamw_hparams h = {
         .lr = lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps, .step = o->step + 1};
@@ -19,8 +19,12 @@ void mt_optimizer_update_layer(const mt_optimizer *o, mt_host_store *s, int laye
         const mt_tensor_desc *td = &ld->tensors[k];
         size_t off = ld->offset + td->offset;
         double wd = td->ndim == 2 ? o->weight_decay : 0.0;
-        mt_adamw_update(&o->cpu, s->w + off, s->m + off, s->v + off, g + td->offset, NULL,
-                        td->numel, &h, wd, clip_coef);
+        if (g.bf16)
+            mt_adamw_update_g16(&o->cpu, s->w + off, s->m + off, s->v + off,
+                                (const uint16_t *)g.p + td->offset, td->numel, &h, wd, clip_coef);
+        else
+            mt_adamw_update(&o->cpu, s->w + off, s->m + off, s->v + off,
+                            (const float *)g.p + td->offset, NULL, td->numel, &h, wd, clip_coef);
     }
 }
 
@@ -38,7 +42,8 @@ void mt_optimizer_step(mt_optimizer *o, mt_host_store *s, mt_optim_report *rep) 
     mt_optim_report r;
     mt_optimizer_plan(o, sumsq, &r);
     for (int l = 0; l < s->table->n_layers; l++)
-        mt_optimizer_update_layer(o, s, l, s->g + s->table->layers[l].offset, r.clip_coef, r.lr);
+        mt_optimizer_update_layer(o, s, l, mt_grad_f32(s->g + s->table->layers[l].offset),
+                                  r.clip_coef, r.lr);
     o->step++;
     if (rep) *rep = r;
 }

@@ -27,13 +27,23 @@ typedef struct mt_optim_report {
     double lr;
 } mt_optim_report;
 
+/* One layer's gradient as the optimizer reads it: fp32, or bf16 when it
+ * waited on the host rounded (laid out like the layer's range of the
+ * store either way). */
+typedef struct mt_grad_view {
+    const void *p;
+    int bf16;
+} mt_grad_view;
+
+static inline mt_grad_view mt_grad_f32(const float *g) { return (mt_grad_view){g, 0}; }
+
 /* Global norm of the gradient of layer l (sum of squares). */
 double mt_optimizer_layer_sumsq(const mt_optimizer *o, const mt_host_store *s, int layer);
 
-/* Updates layer l's tensors with the given coefficient and learning rate;
- * g is layer l's gradient, laid out like the layer's range of the store. */
+/* Updates layer l's tensors with the given coefficient and learning rate
+ * from layer l's gradient g. */
 void mt_optimizer_update_layer(const mt_optimizer *o, mt_host_store *s, int layer,
-                               const float *g, float clip_coef, double lr);
+                               mt_grad_view g, float clip_coef, double lr);
 
 /* Clip coefficient and learning rate of the next update from the global
  * sum of squares of the gradient. */

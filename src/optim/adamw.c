@@ -87,6 +87,46 @@ void mt_adamw_update(const mt_optim_cpu *cpu, float *p, float *m, float *v, cons
     }
 }
 
+/* Widens bf16 bits to fp32 (exact: bf16 is the top half of an fp32). */
+static void widen_bf16(float *out, const uint16_t *in, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        union { uint32_t u; float f; } b = {(uint32_t)in[i] << 16};
+        out[i] = b.f;
+    }
+}
+
+/* One block of the bf16-gradient update on the calling thread: widened in
+ * pieces that stay in L1 beside the kernel's streams. */
+#define G16_PIECE ((size_t)2048)
+static void update_g16_block(mt_adamw_kernel kernel, float *p, float *m, float *v,
+                             const uint16_t *g16, size_t n, const mt_adamw_coefs *c) {
+    float g[G16_PIECE] __attribute__((aligned(64)));
+    for (size_t i = 0; i < n; i += G16_PIECE) {
+        size_t len = n - i < G16_PIECE ? n - i : G16_PIECE;
+        widen_bf16(g, g16 + i, len);
+        kernel(p + i, m + i, v + i, g, NULL, len, c, false);
+    }
+}
+
+void mt_adamw_update_g16(const mt_optim_cpu *cpu, float *p, float *m, float *v,
+                         const uint16_t *g16, size_t n, const mt_adamw_hparams *h,
+                         double weight_decay, float gscale) {
+    const mt_adamw_coefs c = adamw_coefs(h, weight_decay, gscale);
+    const mt_adamw_kernel kernel = adamw_kernel(cpu->isa);
+    if (n < ADAMW_MIN_PARALLEL) {
+        update_g16_block(kernel, p, m, v, g16, n, &c);
+        return;
+    }
+    const int threads = cpu->threads > 0 ? cpu->threads : omp_get_max_threads();
+    const size_t nblocks = (n + ADAMW_BLOCK - 1) / ADAMW_BLOCK;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (size_t b = 0; b < nblocks; b++) {
+        size_t i = b * ADAMW_BLOCK;
+        size_t len = n - i < ADAMW_BLOCK ? n - i : ADAMW_BLOCK;
+        update_g16_block(kernel, p + i, m + i, v + i, g16 + i, len, &c);
+    }
+}
+
 bool mt_isa_supported(mt_isa isa) {
     __builtin_cpu_init();
     switch (isa) {

@@ -120,11 +120,12 @@ static void make_batch(const mt_config *cfg, int64_t n, uint64_t seed, int32_t *
 
 /* Trains `steps` steps; GPU runs use the optimizer pipeline overlapped
  * with the next step's forward, the CPU run the plain optimizer step. */
-static const float *src_begin(void *be, int layer) { return mt_cuda_backend_grads_begin(be, layer); }
+static mt_grad_view src_begin(void *be, int layer) { return mt_cuda_backend_grads_begin(be, layer); }
 static void src_wait(void *be, int layer) { mt_cuda_backend_grads_wait(be, layer); }
 
-static void train(mt_fixture *f, int gpu, mt_gpu_precision prec, int gpu_grads, int steps,
-                  double *losses) {
+/* homes (or NULL: gpu_grads for every layer) and bf16 host gradients. */
+static void train_placed(mt_fixture *f, int gpu, mt_gpu_precision prec, int gpu_grads,
+                         const mt_layer_home *homes, int grad_bf16, int steps, double *losses) {
     mt_error err;
     mt_fixture_reset(f);
     int M = 2;
@@ -136,11 +137,12 @@ static void train(mt_fixture *f, int gpu, mt_gpu_precision prec, int gpu_grads, 
     mt_backend *be;
     mt_optim_pipeline pipe;
     if (gpu) {
-        mt_cuda_backend_opts o = {.precision = prec, .gpu_grads = gpu_grads};
+        mt_cuda_backend_opts o = {.precision = prec, .gpu_grads = gpu_grads, .homes = homes,
+                                  .host_grad_bf16 = grad_bf16};
         be = mt_cuda_backend_create(&f->cfg, &f->table, &f->store, M, B, T, &o, &err);
         cr_assert_not_null(be, "%s", err.msg);
         mt_grad_source src = {be, src_begin, src_wait};
-        cr_assert_eq(mt_optim_pipeline_init(&pipe, &opt, &f->store, gpu_grads ? &src : NULL, &err), 0);
+        cr_assert_eq(mt_optim_pipeline_init(&pipe, &opt, &f->store, &src, &err), 0);
         mt_cuda_backend_set_weight_gate(be, mt_optim_pipeline_gate, &pipe);
     } else {
         be = mt_cpu_backend_create(&f->cfg, &f->table, &f->store, M, B, T, &err);
@@ -153,7 +155,6 @@ static void train(mt_fixture *f, int gpu, mt_gpu_precision prec, int gpu_grads, 
         cr_assert_eq(mt_step_forward_backward(be, f->table.n_layers, &b, &losses[s], &err), 0,
                      "%s", err.msg);
         if (gpu) {
-            if (!gpu_grads) mt_cuda_backend_wait_grads(be);
             const double *sq = mt_cuda_backend_layer_sumsq(be);
             double total = 0;
             for (int l = 0; l < f->table.n_layers; l++) total += sq[l];
@@ -171,6 +172,11 @@ static void train(mt_fixture *f, int gpu, mt_gpu_precision prec, int gpu_grads, 
     }
     free(tok);
     free(tgt);
+}
+
+static void train(mt_fixture *f, int gpu, mt_gpu_precision prec, int gpu_grads, int steps,
+                  double *losses) {
+    train_placed(f, gpu, prec, gpu_grads, NULL, 0, steps, losses);
 }
 
 Test(engine, twenty_steps_follow_the_cpu_and_repeat_exactly, .timeout = 120) {
@@ -371,4 +377,103 @@ Test(engine, kept_activations_equal_recompute_bitwise) {
     free(tgt);
     mt_host_store_free(&s);
     mt_params_free(&t);
+}
+
+/* Where a gradient waits and where a checkpoint lives changes no
+ * arithmetic: any mix gives the all-GPU losses bit for bit (fp32 host
+ * gradients), for a tied model (qwen2 fixture: the embedding's gradient is
+ * shared with the head) and an untied one. bf16 host gradients round each
+ * layer's gradient once (relative 2^-9); over 20 Adam steps the loss stays
+ * within the bf16-mode bound of the test above, and the drift from the
+ * fp32-gradient run is logged for docs/placement.md. */
+Test(engine, mixed_placements_match_all_gpu_bitwise, .timeout = 180) {
+    need_gpu();
+    enum { S = 20 };
+    const char *models[] = {"qwen2_bias_tied", "llama_gqa"};
+    for (int mi = 0; mi < 2; mi++) {
+        mt_fixture f;
+        mt_fixture_open(&f, models[mi]);
+        int nl = f.table.n_layers;
+        mt_layer_home *mix = calloc((size_t)nl, sizeof *mix), *inv = calloc((size_t)nl, sizeof *inv);
+        for (int l = 0; l < nl; l++) {
+            mix[l] = (mt_layer_home){.grad_host = l % 2, .ckpt_host = l % 3 == 1};
+            inv[l] = (mt_layer_home){.grad_host = !(l % 2), .ckpt_host = l % 3 != 1};
+        }
+        double all_gpu[S], a[S], b[S], g16[S], cpu[S];
+        train(&f, 0, MT_GPU_FP32, 0, S, cpu);
+        train(&f, 1, MT_GPU_FP32, 1, S, all_gpu);
+        train_placed(&f, 1, MT_GPU_FP32, 0, mix, 0, S, a);
+        train_placed(&f, 1, MT_GPU_FP32, 0, inv, 0, S, b);
+        train_placed(&f, 1, MT_GPU_FP32, 0, mix, 1, S, g16);
+        double drift = 0, drift_cpu = 0;
+        for (int s = 0; s < S; s++) {
+            cr_assert_eq(a[s], all_gpu[s], "%s step %d: mixed placement %.9g vs all-GPU %.9g",
+                         models[mi], s, a[s], all_gpu[s]);
+            cr_assert_eq(b[s], all_gpu[s], "%s step %d: inverse placement %.9g vs all-GPU %.9g",
+                         models[mi], s, b[s], all_gpu[s]);
+            double d = fabs(g16[s] - all_gpu[s]) / all_gpu[s];
+            if (d > drift) drift = d;
+            double dc = fabs(all_gpu[s] - cpu[s]) / cpu[s];
+            if (dc > drift_cpu) drift_cpu = dc;
+            /* the bf16-mode bound of twenty_steps_follow_the_cpu */
+            cr_assert_lt(d, 2e-2, "%s step %d: bf16 host gradients %.7f vs fp32 %.7f", models[mi],
+                         s, g16[s], all_gpu[s]);
+        }
+        cr_log_info("%s, fp32, 20 steps: max relative loss drift, bf16 host gradients vs fp32: "
+                    "%.3g; fp32 GPU vs CPU: %.3g", models[mi], drift, drift_cpu);
+        printf("placement-drift %s bf16_vs_fp32 %.3g gpu_vs_cpu %.3g\n", models[mi], drift,
+               drift_cpu);
+        free(mix);
+        free(inv);
+        mt_fixture_close(&f);
+    }
+}
+
+/* A GPU budget is a ceiling on everything the process holds on the device,
+ * as cudaMemGetInfo sees it, and the backend fills it with kept layers. */
+Test(engine, gpu_budget_is_never_exceeded) {
+    need_gpu();
+    mt_error err;
+    mt_config cfg = small_config(1024, 8, 8, 4096, 4096, 8, 512);
+    mt_param_table t;
+    mt_host_store s;
+    cr_assert_eq(mt_params_init(&t, &cfg, &err), 0);
+    cr_assert_eq(mt_host_store_create(&s, &t, 0, &err), 0);
+    mt_host_store_init_random(&s, 3, 0.02f);
+    int M = 2;
+    int64_t B = 4, T = 512, n = M * B * T;
+    size_t tot;
+    /* the smallest placement, plus room for two kept layers, plus the context reserve */
+    mt_cuda_backend_opts probe = {.precision = MT_GPU_BF16, .gpu_grads = 0, .host_checkpoints = 1};
+    size_t need = mt_cuda_backend_bytes(&cfg, &t, M, B, T, &probe);
+    size_t budget = need + MT_CUDA_CONTEXT_RESERVE + (size_t)(0.6 * (double)(need));
+    mt_cuda_backend_opts o = probe;
+    o.keep_layers = -1;
+    o.gpu_budget = budget;
+    mt_backend *be = mt_cuda_backend_create(&cfg, &t, &s, M, B, T, &o, &err);
+    cr_assert_not_null(be, "%s", err.msg);
+    int32_t *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
+    make_batch(&cfg, n, 9, tok, tgt);
+    mt_batch b = {.M = M, .B = B, .T = T, .tokens = tok, .targets = tgt};
+    double loss;
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(mt_step_forward_backward(be, t.n_layers, &b, &loss, &err), 0, "%s", err.msg);
+    mt_cuda_backend_wait_grads(be);
+    size_t fr;
+    cr_assert_eq(cudaMemGetInfo(&fr, &tot), cudaSuccess);
+    size_t used = tot - fr; /* the whole device, context included (nothing else runs) */
+    cr_log_info("budget %.1f MB, device in use %.1f MB, backend %.1f MB, %d kept layers",
+                budget / 1e6, used / 1e6, mt_cuda_backend_device_bytes(be) / 1e6,
+                mt_cuda_backend_kept_layers(be));
+    cr_assert_leq(used, budget, "device in use %zu > budget %zu", used, budget);
+    cr_assert_gt(mt_cuda_backend_kept_layers(be), 0, "the budget's room went unused");
+    /* a budget below the smallest placement is refused, not exceeded */
+    mt_cuda_backend_free(be);
+    o.gpu_budget = need / 2;
+    cr_assert_null(mt_cuda_backend_create(&cfg, &t, &s, M, B, T, &o, &err));
+    cr_assert(strstr(err.msg, "GPU budget"), "%s", err.msg);
+    mt_host_store_free(&s);
+    mt_params_free(&t);
+    free(tok);
+    free(tgt);
 }

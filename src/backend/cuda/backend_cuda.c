@@ -3,11 +3,13 @@
  * GPU memory, all taken at creation from one allocation:
  *   slots[K]   a ring of weight slots, each one layer: fp32 (as copied from
  *              the host store) and, in bf16 mode, its bf16 cast
- *   gacc[2]    fp32 gradient accumulators: layer l accumulates in one while
- *              the other's previous layer drains to the host; or, with
- *              gpu_grads, one accumulator per parameter (gacc_all) that the
- *              optimizer fetches layer by layer
- *   ckpt       (n_layers, M, N, C) fp32 layer inputs, per micro-batch
+ *   gradients  per layer (mt_layer_home), where they wait for the
+ *              optimizer: host-waiting layers accumulate in gacc[2] by
+ *              turns and drain to the host once per step (fp32, or rounded
+ *              to bf16 on the GPU first); GPU-waiting layers each keep an
+ *              fp32 accumulator in gacc_all that the optimizer fetches
+ *   ckpt       per layer: fp32 layer inputs (M, N, C) on the GPU, or in
+ *              pinned host memory visiting dck[2]
  *   dx         (M, N, C) fp32 residual-stream gradient, per micro-batch
  *   acts/grads one layer's activations and gradients for one micro-batch,
  *              and kept forward activations of the last layers
@@ -123,9 +125,6 @@ static int cu_begin_step(mt_backend *be, const mt_batch *batch, float dscale, in
                                        &cb->emb_groups[mb], batch->tokens + mb * N, N, c->V, err))
             return -1;
     }
-    if (train && !cb->o.gpu_grads && !cb->store->g)
-        return mt_errorf(err, "training with gradients on the host needs a host store with a "
-                         "gradient array (internal: create the store with grads)");
     cb->batch = batch;
     cb->train = train;
     cb->dscale = dscale;
@@ -139,7 +138,7 @@ static int cu_begin_step(mt_backend *be, const mt_batch *batch, float dscale, in
     CUDA_CHECK(cudaMemcpyAsync(cb->emb_bounds, cb->h_bounds, (size_t)batch->M * (N + 1) * 4,
                                cudaMemcpyHostToDevice, cb->s_comp));
     CUDA_CHECK(cudaMemsetAsync(cb->loss_dev, 0, sizeof(double), cb->s_comp));
-    if (train && c->tie_embeddings && !cb->o.gpu_grads) {
+    if (train && c->tie_embeddings && cb->home[0].grad_host) {
         CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->embed_drained, 0));
         CUDA_CHECK(cudaMemsetAsync(cb->gacc_embed, 0, cb->t->layers[0].numel * sizeof(float),
                                    cb->s_comp));
@@ -162,6 +161,7 @@ static int cu_begin_step(mt_backend *be, const mt_batch *batch, float dscale, in
         cb->slots[k].last_use = -1;
     }
     cb->embed_slot.layer = -1;
+    cb->dck_holds[0] = cb->dck_holds[1] = -1;
     return 0;
 }
 
@@ -171,7 +171,7 @@ static void cu_bind_layer(mt_backend *be, int layer, int backward) {
     cuda_backend *cb = (cuda_backend *)be;
     MT_ASSERT(cb->cur < cb->seq_len && cb->seq[cb->cur] == layer);
     release_bound(cb);
-    if (cb->o.host_checkpoints) checkpoint_traffic(cb, layer, backward);
+    if (cb->n_host_ckpt) checkpoint_traffic(cb, layer, backward);
     if (layer == cb->t->n_layers - 1) CUDA_CHECK(cudaEventRecord(cb->ev_fwd_end, cb->s_comp));
     /* Keep K-1 layers in flight ahead of the one in use. */
     int ahead = cb->cur + cb->o.slots - 1;
@@ -186,21 +186,22 @@ static void cu_bind_layer(mt_backend *be, int layer, int backward) {
                                layer);
     cb->cur++;
     if (!backward) return;
+    /* A GPU-waiting tied embedding is cleared with the head, its first
+     * contributor (a host-waiting one at the start of the step). */
+    if (cb->cfg->tie_embeddings && layer == cb->t->n_layers - 1 && !cb->home[0].grad_host)
+        CUDA_CHECK(cudaMemsetAsync(cb->gacc_embed, 0, cb->t->layers[0].numel * sizeof(float),
+                                   cb->s_comp));
     if (uses_embed_slot(cb, layer)) {
         cb->g_cur = cb->gacc_embed;
         return;
     }
-    if (cb->o.gpu_grads) {
+    if (!cb->home[layer].grad_host) {
         /* The optimizer fetched the last step's gradient of this layer
          * before its forward could bind it (weight gate), so clearing it
-         * now is safe; a tied embedding is cleared with the head, its
-         * first contributor. */
-        cb->g_cur = cb->gacc_all + cb->t->layers[layer].offset;
+         * now is safe. */
+        cb->g_cur = cb->gacc_all + cb->goff[layer];
         CUDA_CHECK(cudaMemsetAsync(cb->g_cur, 0, cb->t->layers[layer].numel * sizeof(float),
                                    cb->s_comp));
-        if (cb->cfg->tie_embeddings && layer == cb->t->n_layers - 1)
-            CUDA_CHECK(cudaMemsetAsync(cb->gacc_embed, 0,
-                                       cb->t->layers[0].numel * sizeof(float), cb->s_comp));
         return;
     }
     /* Alternate accumulators; wait until this one's last drain finished. */
@@ -213,43 +214,59 @@ static void cu_bind_layer(mt_backend *be, int layer, int backward) {
 
 /* Host checkpoints: checkpoint l lives in dck[l % 2] on the GPU while
  * layers l-1 (writing it) and l (reading it) run, and in h_ckpt otherwise.
- * Forward saves each layer's input as the next layer starts; backward loads
- * layer l-1's input while layer l computes. Events order the buffer reuse. */
-static void checkpoint_traffic(cuda_backend *cb, int layer, int backward) {
-    int head = cb->t->n_layers - 1;
+ * Forward saves each host checkpoint as the layer that reads it starts;
+ * backward loads layer l-1's input while layer l computes, unless dck still
+ * holds it. Events order the buffer reuse. */
+static void save_checkpoint(cuda_backend *cb, int layer) {
+    int b = layer % 2;
     size_t per = (size_t)cb->batch->M * cb->N * cb->cfg->C;
-    float *host = cb->h_ckpt + (size_t)layer * cb->max_M * cb->N * cb->cfg->C;
+    float *host = cb->h_ckpt + (size_t)cb->ck_idx[layer] * cb->max_M * cb->N * cb->cfg->C;
+    CUDA_CHECK(cudaEventRecord(cb->dck_written[b], cb->s_comp));
+    CUDA_CHECK(cudaStreamWaitEvent(cb->s_d2h, cb->dck_written[b], 0));
+    int sp = span_begin(cb, cb->s_d2h, MT_TRACK_D2H, "save ckpt %d", layer);
+    CUDA_CHECK(cudaMemcpyAsync(host, cb->dck[b], per * sizeof(float), cudaMemcpyDeviceToHost,
+                               cb->s_d2h));
+    span_end(cb, cb->s_d2h, sp);
+    CUDA_CHECK(cudaEventRecord(cb->dck_saved[b], cb->s_d2h));
+    cb->d2h_bytes += (double)per * sizeof(float);
+}
+
+static void load_checkpoint(cuda_backend *cb, int layer) {
+    int b = layer % 2;
+    size_t per = (size_t)cb->batch->M * cb->N * cb->cfg->C;
+    const float *src = cb->h_ckpt + (size_t)cb->ck_idx[layer] * cb->max_M * cb->N * cb->cfg->C;
+    CUDA_CHECK(cudaEventRecord(cb->dck_free[b], cb->s_comp));
+    CUDA_CHECK(cudaStreamWaitEvent(cb->s_h2d, cb->dck_free[b], 0));
+    CUDA_CHECK(cudaStreamWaitEvent(cb->s_h2d, cb->dck_saved[b], 0));
+    int sp = span_begin(cb, cb->s_h2d, MT_TRACK_H2D, "load ckpt %d", layer);
+    CUDA_CHECK(cudaMemcpyAsync(cb->dck[b], src, per * sizeof(float), cudaMemcpyHostToDevice,
+                               cb->s_h2d));
+    span_end(cb, cb->s_h2d, sp);
+    CUDA_CHECK(cudaEventRecord(cb->dck_loaded[b], cb->s_h2d));
+    cb->h2d_bytes += (double)per * sizeof(float);
+    cb->dck_holds[b] = layer;
+}
+
+static void checkpoint_traffic(cuda_backend *cb, int layer, int backward) {
+    const mt_layer_home *h = cb->home;
+    int head = cb->t->n_layers - 1;
     if (!backward || layer == head) {
-        if (layer >= 1) { /* checkpoint `layer` is complete: save it */
-            int b = layer % 2;
-            CUDA_CHECK(cudaEventRecord(cb->dck_written[b], cb->s_comp));
-            CUDA_CHECK(cudaStreamWaitEvent(cb->s_d2h, cb->dck_written[b], 0));
-            int sp = span_begin(cb, cb->s_d2h, MT_TRACK_D2H, "save ckpt %d", layer);
-            CUDA_CHECK(cudaMemcpyAsync(host, cb->dck[b], per * sizeof(float),
-                                       cudaMemcpyDeviceToHost, cb->s_d2h));
-            span_end(cb, cb->s_d2h, sp);
-            CUDA_CHECK(cudaEventRecord(cb->dck_saved[b], cb->s_d2h));
-            cb->d2h_bytes += (double)per * sizeof(float);
+        if (layer >= 1 && h[layer].ckpt_host) save_checkpoint(cb, layer);
+        /* this layer writes checkpoint layer+1: a host one overwrites the
+         * other buffer, whose old content must be saved */
+        if (layer < head && h[layer + 1].ckpt_host) {
+            CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->dck_saved[(layer + 1) % 2], 0));
+            cb->dck_holds[(layer + 1) % 2] = layer + 1;
         }
-        /* this layer overwrites the other buffer: its old content must be saved */
-        if (layer < head) CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->dck_saved[(layer + 1) % 2], 0));
         return;
     }
-    if (layer >= 1 && layer < head - 1)
+    if (layer >= 1 && h[layer].ckpt_host) {
+        if (cb->dck_holds[layer % 2] != layer) load_checkpoint(cb, layer); /* not prefetched */
         CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->dck_loaded[layer % 2], 0));
-    if (layer >= 2) { /* bring layer-1's input into the buffer layer+1 used */
-        int b = (layer - 1) % 2;
-        float *src = cb->h_ckpt + (size_t)(layer - 1) * cb->max_M * cb->N * cb->cfg->C;
-        CUDA_CHECK(cudaEventRecord(cb->dck_free[b], cb->s_comp));
-        CUDA_CHECK(cudaStreamWaitEvent(cb->s_h2d, cb->dck_free[b], 0));
-        CUDA_CHECK(cudaStreamWaitEvent(cb->s_h2d, cb->dck_saved[b], 0));
-        int sp = span_begin(cb, cb->s_h2d, MT_TRACK_H2D, "load ckpt %d", layer - 1);
-        CUDA_CHECK(cudaMemcpyAsync(cb->dck[b], src, per * sizeof(float), cudaMemcpyHostToDevice,
-                                   cb->s_h2d));
-        span_end(cb, cb->s_h2d, sp);
-        CUDA_CHECK(cudaEventRecord(cb->dck_loaded[b], cb->s_h2d));
-        cb->h2d_bytes += (double)per * sizeof(float);
     }
+    /* prefetch the next host checkpoint the backward reads (layer-1's) */
+    if (layer >= 2 && h[layer - 1].ckpt_host && cb->dck_holds[(layer - 1) % 2] != layer - 1)
+        load_checkpoint(cb, layer - 1);
 }
 
 static void cu_forward(mt_backend *be, int layer, int mb) {
@@ -321,23 +338,45 @@ static void cu_backward(mt_backend *be, int layer, int mb) {
     mt_cuda_block_backward(cb, k, layer, ckpt_at(cb, layer, mb), dx_at(cb, mb));
 }
 
+/* Where layer l's gradient waits on the host. */
+static void *host_grad_at(cuda_backend *cb, int layer) {
+    if (cb->grads_to_store) return cb->store->g + cb->t->layers[layer].offset;
+    size_t es = cb->o.host_grad_bf16 ? 2 : 4;
+    return (char *)cb->h_grad + cb->h_goff[layer] * es;
+}
+
 static void cu_layer_grads_done(mt_backend *be, int layer) {
     cuda_backend *cb = (cuda_backend *)be;
     const mt_layer_desc *ld = &cb->t->layers[layer];
     /* With tied embeddings the head's matrix gradient lives in layer 0's
-     * accumulator, which drains when layer 0 is done. */
+     * accumulator, which drains when layer 0 is done. The norm is taken
+     * from the fp32 accumulation, before any rounding. */
     mt_cuda_sumsq(cb->s_comp, cb->sumsq_dev + layer, cb->sumsq_scratch, cb->g_cur, ld->numel);
-    if (cb->o.gpu_grads) return; /* the optimizer fetches it */
+    if (!cb->home[layer].grad_host) return; /* the optimizer fetches it */
+    cudaEvent_t acc_drained = uses_embed_slot(cb, layer) ? cb->embed_drained
+                                                         : cb->gacc_drained[cb->gbuf];
+    const void *src = cb->g_cur;
+    size_t bytes = ld->numel * sizeof(float);
+    cudaEvent_t src_drained = acc_drained;
+    if (cb->o.host_grad_bf16) {
+        /* Round on the GPU into a stage buffer; the accumulator is free
+         * once the cast ran, the stage once its copy ran. */
+        int b = cb->sbuf ^= 1;
+        CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->stage_drained[b], 0));
+        mt_cuda_cast_f32_to_bf16(cb->ctx, cb->g16_stage[b], cb->g_cur, ld->numel);
+        CUDA_CHECK(cudaEventRecord(acc_drained, cb->s_comp));
+        src = cb->g16_stage[b];
+        bytes = ld->numel * 2;
+        src_drained = cb->stage_drained[b];
+    }
     CUDA_CHECK(cudaEventRecord(cb->grad_ready, cb->s_comp));
     CUDA_CHECK(cudaStreamWaitEvent(cb->s_d2h, cb->grad_ready, 0));
     int sp = span_begin(cb, cb->s_d2h, MT_TRACK_D2H, "grads L%d", layer);
-    CUDA_CHECK(cudaMemcpyAsync(cb->store->g + ld->offset, cb->g_cur, ld->numel * sizeof(float),
-                               cudaMemcpyDeviceToHost, cb->s_d2h));
-    span_end(cb, cb->s_d2h, sp);
-    cb->d2h_bytes += (double)ld->numel * sizeof(float);
-    CUDA_CHECK(cudaEventRecord(uses_embed_slot(cb, layer) ? cb->embed_drained
-                                                          : cb->gacc_drained[cb->gbuf],
+    CUDA_CHECK(cudaMemcpyAsync(host_grad_at(cb, layer), src, bytes, cudaMemcpyDeviceToHost,
                                cb->s_d2h));
+    span_end(cb, cb->s_d2h, sp);
+    cb->d2h_bytes += (double)bytes;
+    CUDA_CHECK(cudaEventRecord(src_drained, cb->s_d2h));
 }
 
 static double cu_end_step(mt_backend *be) {
@@ -411,6 +450,17 @@ static int pin_store(cuda_backend *cb, int on, mt_error *err) {
     return 0;
 }
 
+/* Pinned host memory for the backend's own buffers, or a message saying
+ * what it was for and how much. */
+static int pinned_alloc(void **p, size_t bytes, const char *what, mt_error *err) {
+    if (cudaMallocHost(p, bytes) == cudaSuccess) return 0;
+    (void)cudaGetLastError();
+    *p = NULL;
+    return mt_errorf(err, "%s: cannot pin %.2f GB of host memory; lower --host-mem so the "
+                     "planner keeps more on the GPU, or use fewer tokens per step", what,
+                     bytes / 1e9);
+}
+
 static void make_event(cudaEvent_t *e, int timing) {
     CUDA_CHECK(cudaEventCreateWithFlags(e, timing ? cudaEventDefault : cudaEventDisableTiming));
 }
@@ -441,15 +491,26 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
         free(cb);
         return mt_errorf(err, "too many layers (%d) for the CUDA backend", t->n_layers), NULL;
     }
+    mt_cuda_resolve_homes(cb);
     bump b = {0};
     mt_cuda_plan(cb, &b);
+    size_t fr = 0, tot = 0;
+    CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
+    /* A budget counts everything on the device: the context's share is
+     * already gone from what is free, so compare our part with the rest. */
+    size_t avail = fr;
+    if (cb->o.gpu_budget) {
+        size_t ours = cb->o.gpu_budget > MT_CUDA_CONTEXT_RESERVE
+                          ? cb->o.gpu_budget - MT_CUDA_CONTEXT_RESERVE : 0;
+        if (ours < avail) avail = ours;
+    }
     if (cb->fast && cb->o.keep_layers != 0) {
         /* Keep whole layers (all micro-batches) with what memory is left,
-         * less a margin for cuBLAS and the CUDA context. */
-        size_t fr = 0, tot = 0;
-        CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
-        size_t margin = (size_t)4 << 30, per_layer = mt_cuda_keep_unit_bytes(cb) * (size_t)max_M;
-        int fit = fr > b.used + margin ? (int)((fr - b.used - margin) / per_layer) : 0;
+         * less a margin for cuBLAS and the CUDA context when no budget
+         * accounts for them. */
+        size_t margin = cb->o.gpu_budget ? 0 : (size_t)4 << 30;
+        size_t per_layer = mt_cuda_keep_unit_bytes(cb) * (size_t)max_M;
+        int fit = avail > b.used + margin ? (int)((avail - b.used - margin) / per_layer) : 0;
         int want = cb->o.keep_layers < 0 ? (int)c->L : cb->o.keep_layers;
         cb->n_keep = want < fit ? want : fit;
         if (cb->n_keep > (int)c->L) cb->n_keep = (int)c->L;
@@ -458,13 +519,26 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
         mt_cuda_plan(cb, &b);
     }
     cb->dev_bytes = b.used;
+    if (cb->o.gpu_budget && b.used > avail) {
+        mt_errorf(err, "GPU budget: the backend needs %.2f GB and the budget leaves %.2f GB "
+                  "(%.2f GB less %.2f GB for the CUDA context); raise --gpu-mem or let the "
+                  "planner place gradients and checkpoints on the host", b.used / 1e9,
+                  avail / 1e9, cb->o.gpu_budget / 1e9, MT_CUDA_CONTEXT_RESERVE / 1e9);
+        mt_cuda_homes_free(cb);
+        free(cb->kept);
+        free(cb);
+        return NULL;
+    }
     cudaError_t e = cudaMalloc((void **)&cb->dev_base, b.used);
     if (e != cudaSuccess) {
-        size_t fr = 0, tot = 0;
-        cudaMemGetInfo(&fr, &tot);
+        (void)cudaGetLastError();
+        mt_errorf(err, "GPU memory: need %.2f GiB, %.2f GiB free; lower --batch-size or "
+                  "--seq-len, or set --gpu-mem so the planner places more on the host",
+                  (double)b.used / (1 << 30), (double)fr / (1 << 30));
+        mt_cuda_homes_free(cb);
+        free(cb->kept);
         free(cb);
-        return mt_errorf(err, "GPU memory: need %.2f GiB, %.2f GiB free; lower --batch-size or "
-                         "--seq-len", (double)b.used / (1 << 30), (double)fr / (1 << 30)), NULL;
+        return NULL;
     }
     b = (bump){.base = cb->dev_base};
     mt_cuda_plan(cb, &b);
@@ -490,12 +564,27 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
         CUDA_CHECK(cudaEventRecord(cb->gacc_drained[i], cb->s_d2h));
     }
     make_event(&cb->grad_ready, 0);
-    if (cb->o.gpu_grads) {
+    for (int i = 0; i < 2; i++) {
+        make_event(&cb->stage_drained[i], 0);
+        CUDA_CHECK(cudaEventRecord(cb->stage_drained[i], cb->s_d2h));
+    }
+    if (cb->max_gpu_grad_numel) {
         CUDA_CHECK(cudaStreamCreateWithFlags(&cb->s_fetch, cudaStreamNonBlocking));
         for (int i = 0; i < 2; i++) {
             make_event(&cb->fetched[i], 0);
-            CUDA_CHECK(cudaMallocHost((void **)&cb->h_stage[i], t->max_layer_numel * sizeof(float)));
+            if (pinned_alloc((void **)&cb->h_stage[i], cb->max_gpu_grad_numel * sizeof(float),
+                             "gradient staging", err)) {
+                mt_cuda_backend_free(&cb->base);
+                return NULL;
+            }
         }
+    }
+    cb->grads_to_store = store->g && !cb->o.host_grad_bf16;
+    if (cb->host_grad_numel && !cb->grads_to_store &&
+        pinned_alloc(&cb->h_grad, cb->host_grad_numel * (cb->o.host_grad_bf16 ? 2 : 4),
+                     "host gradients", err)) {
+        mt_cuda_backend_free(&cb->base);
+        return NULL;
     }
     make_event(&cb->embed_drained, 0);
     CUDA_CHECK(cudaEventRecord(cb->embed_drained, cb->s_d2h));
@@ -506,14 +595,12 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
         make_event(&cb->dck_written[i], 0);
         CUDA_CHECK(cudaEventRecord(cb->dck_saved[i], cb->s_d2h));
     }
-    if (cb->o.host_checkpoints) {
-        size_t bytes = (size_t)t->n_layers * max_M * cb->N * c->C * sizeof(float);
-        if (cudaMallocHost((void **)&cb->h_ckpt, bytes) != cudaSuccess) {
-            mt_errorf(err, "host checkpoints: cannot pin %.2f GiB; use GPU checkpoints or a "
-                      "smaller batch", (double)bytes / (1 << 30));
-            mt_cuda_backend_free(&cb->base);
-            return NULL;
-        }
+    if (cb->n_host_ckpt &&
+        pinned_alloc((void **)&cb->h_ckpt,
+                     (size_t)cb->n_host_ckpt * max_M * cb->N * c->C * sizeof(float),
+                     "host checkpoints", err)) {
+        mt_cuda_backend_free(&cb->base);
+        return NULL;
     }
     make_event(&cb->ev_start, 1);
     make_event(&cb->ev_fwd_end, 1);
@@ -554,7 +641,8 @@ void mt_cuda_backend_free(mt_backend *be) {
         if (cb->slots[k].ready) cudaEventDestroy(cb->slots[k].ready);
         if (cb->slots[k].free) cudaEventDestroy(cb->slots[k].free);
     }
-    cudaEvent_t evs[] = {cb->embed_slot.ready, cb->embed_slot.free, cb->gacc_drained[0],
+    cudaEvent_t evs[] = {cb->stage_drained[0], cb->stage_drained[1],
+                         cb->embed_slot.ready, cb->embed_slot.free, cb->gacc_drained[0],
                          cb->gacc_drained[1], cb->grad_ready, cb->ev_start, cb->ev_fwd_end,
                          cb->ev_end, cb->ev_d2h_end, cb->dck_saved[0], cb->dck_saved[1],
                          cb->dck_loaded[0], cb->dck_loaded[1], cb->dck_free[0], cb->dck_free[1],
@@ -567,6 +655,7 @@ void mt_cuda_backend_free(mt_backend *be) {
     if (cb->h_loss) cudaFreeHost(cb->h_loss);
     if (cb->h_sumsq) cudaFreeHost(cb->h_sumsq);
     if (cb->h_ckpt) cudaFreeHost(cb->h_ckpt);
+    if (cb->h_grad) cudaFreeHost(cb->h_grad);
     for (int i = 0; i < 2; i++) {
         if (cb->h_stage[i]) cudaFreeHost(cb->h_stage[i]);
         if (cb->fetched[i]) cudaEventDestroy(cb->fetched[i]);
@@ -582,6 +671,7 @@ void mt_cuda_backend_free(mt_backend *be) {
     free(cb->h_bounds);
     free(cb->emb_groups);
     free(cb->kept);
+    mt_cuda_homes_free(cb);
     free(cb);
 }
 
@@ -609,22 +699,26 @@ const double *mt_cuda_backend_layer_sumsq(mt_backend *be) {
     return ((cuda_backend *)be)->h_sumsq;
 }
 
-const float *mt_cuda_backend_grads_begin(mt_backend *be, int layer) {
+mt_grad_view mt_cuda_backend_grads_begin(mt_backend *be, int layer) {
     cuda_backend *cb = (cuda_backend *)be;
     const mt_layer_desc *ld = &cb->t->layers[layer];
-    if (!cb->o.gpu_grads) return cb->store->g + ld->offset;
+    if (cb->home[layer].grad_host)
+        return (mt_grad_view){host_grad_at(cb, layer), cb->o.host_grad_bf16};
     float *dst = cb->h_stage[layer % 2];
     /* ev_end (the step's last compute) has completed before the optimizer
      * runs, so the accumulators are final. */
-    CUDA_CHECK(cudaMemcpyAsync(dst, cb->gacc_all + ld->offset, ld->numel * sizeof(float),
+    CUDA_CHECK(cudaMemcpyAsync(dst, cb->gacc_all + cb->goff[layer], ld->numel * sizeof(float),
                                cudaMemcpyDeviceToHost, cb->s_fetch));
     CUDA_CHECK(cudaEventRecord(cb->fetched[layer % 2], cb->s_fetch));
-    return dst;
+    return mt_grad_f32(dst);
 }
 
 void mt_cuda_backend_grads_wait(mt_backend *be, int layer) {
     cuda_backend *cb = (cuda_backend *)be;
-    if (cb->o.gpu_grads) CUDA_CHECK(cudaEventSynchronize(cb->fetched[layer % 2]));
+    if (cb->home[layer].grad_host) /* drained during the backward */
+        CUDA_CHECK(cudaEventSynchronize(cb->ev_d2h_end));
+    else
+        CUDA_CHECK(cudaEventSynchronize(cb->fetched[layer % 2]));
 }
 
 void mt_cuda_backend_wait_grads(mt_backend *be) {

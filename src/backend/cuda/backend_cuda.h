@@ -9,27 +9,48 @@
 #include <stdint.h>
 
 #include "engine/backend.h"
+#include "engine/optimizer.h"
 #include "host/store.h"
 #include "model/config.h"
 #include "model/params.h"
 
 typedef enum { MT_GPU_BF16 = 1, MT_GPU_FP32 = 0 } mt_gpu_precision;
 
+/* Where one layer's step-long buffers live (the planner's choice). */
+typedef struct mt_layer_home {
+    uint8_t grad_host;  /* 1: the layer's gradient waits for the optimizer in pinned host
+                         * memory (drained once per step during the backward); 0: in a
+                         * GPU fp32 accumulator the optimizer fetches */
+    uint8_t ckpt_host;  /* 1: checkpoint l (the layer's input, every micro-batch) lives in
+                         * pinned host memory between its forward and backward; 0: GPU */
+} mt_layer_home;
+
 typedef struct mt_cuda_backend_opts {
     mt_gpu_precision precision;
     int slots;            /* weight slots in the ring, >= 2 (default 3) */
     int head_chunk;       /* rows of logits held at once (default 4096) */
-    int host_checkpoints; /* keep layer inputs in pinned host memory, not on the GPU */
+    /* Per-layer homes (n_layers entries, read at creation). NULL: every
+     * layer as the two flags below say. */
+    const mt_layer_home *homes;
+    int host_checkpoints; /* homes == NULL: every checkpoint on the host */
+    /* homes == NULL: where gradients wait for the optimizer. 0: the host
+     * (GPU memory independent of depth); 1: one fp32 accumulator per
+     * parameter on the GPU (GPU memory grows by 4 bytes per parameter). */
+    int gpu_grads;
+    /* Gradients waiting on the host are rounded to bf16 (round to nearest
+     * even) from the fp32 GPU accumulation: 2 host bytes per parameter
+     * instead of 4. The per-layer norms for clipping use the fp32 values.
+     * Without it, host gradients go to the store's g array when it has one,
+     * else to a pinned fp32 buffer of the backend's. */
+    int host_grad_bf16;
     /* Layers whose forward activations stay on the GPU until their
      * backward, which then skips the recompute (bf16 fast path only).
-     * -1: as many as fit in the GPU memory left after everything else. */
+     * -1: as many as fit in the GPU memory left after everything else
+     * (within gpu_budget when set). */
     int keep_layers;
-    /* Where gradients wait for the optimizer. 0: the host store's g array
-     * (GPU memory independent of depth; 16 host bytes per parameter).
-     * 1: one fp32 accumulator per parameter on the GPU, fetched by the
-     * optimizer layer by layer (12 host bytes per parameter; GPU memory
-     * grows by 4 bytes per parameter). */
-    int gpu_grads;
+    /* Device bytes the backend may take in all (0: what is free), counting
+     * a reserve for the CUDA context and libraries (MT_CUDA_CONTEXT_RESERVE). */
+    size_t gpu_budget;
 } mt_cuda_backend_opts;
 
 /* Called (on the thread that drives the step) before layer l's weights are
@@ -37,7 +58,13 @@ typedef struct mt_cuda_backend_opts {
  * written them. */
 typedef void (*mt_weight_gate_fn)(void *ctx, int layer);
 
-/* GPU memory the backend would take, in bytes, for the given shape. */
+/* Device memory the CUDA context, cuBLAS and the kernels' workspaces take
+ * beside the backend's own allocation, reserved by budgets (measured on
+ * the H100/H200: 0.5-0.9 GB after the first step). */
+#define MT_CUDA_CONTEXT_RESERVE ((size_t)1 << 30)
+
+/* GPU memory the backend would take, in bytes, for the given shape
+ * (its one allocation; the context reserve not included). */
 size_t mt_cuda_backend_bytes(const mt_config *cfg, const mt_param_table *t, int max_M,
                              int64_t B, int64_t T, const mt_cuda_backend_opts *o);
 
@@ -60,14 +87,20 @@ void mt_cuda_backend_set_trace(mt_backend *be, struct mt_trace *trace);
  * computed on the GPU before the gradient left it. Valid after end_step. */
 const double *mt_cuda_backend_layer_sumsq(mt_backend *be);
 
+/* Pinned host bytes the backend takes beside the store: host gradients
+ * (unless they go to the store's g), host checkpoints, staging. */
+size_t mt_cuda_backend_host_bytes(const mt_config *cfg, const mt_param_table *t, int max_M,
+                                  int64_t B, int64_t T, const mt_cuda_backend_opts *o);
+
 /* Waits until every gradient copy of the last step has reached the host. */
 void mt_cuda_backend_wait_grads(mt_backend *be);
 
-/* gpu_grads mode: starts copying layer l's gradient into one of two pinned
- * staging buffers (by the parity of l) and returns it; call
- * mt_cuda_backend_grads_wait before reading it. Safe from another thread
- * than the one driving the step. In host mode it returns the store's g. */
-const float *mt_cuda_backend_grads_begin(mt_backend *be, int layer);
+/* Layer l's gradient of the last step, for the optimizer: a GPU-resident
+ * one starts copying into one of two pinned fp32 staging buffers (by the
+ * parity of l); a host one is where the backward drained it (fp32 or
+ * bf16). Call mt_cuda_backend_grads_wait before reading it. Safe from
+ * another thread than the one driving the step. */
+mt_grad_view mt_cuda_backend_grads_begin(mt_backend *be, int layer);
 void mt_cuda_backend_grads_wait(mt_backend *be, int layer);
 
 /* Per-step timings in ms of the last step, measured with events. */

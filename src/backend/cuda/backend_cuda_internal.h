@@ -63,20 +63,39 @@ typedef struct cuda_backend {
     size_t dev_bytes;
     slot slots[MAX_SLOTS];
     slot embed_slot;    /* tied models: layer 0 stays for the head */
-    float *gacc[2];
+    /* Gradients (see mt_layer_home). Host-waiting layers accumulate in
+     * gacc[2] by turns and drain to the host; GPU-waiting ones each keep an
+     * accumulator in gacc_all at goff[l] that the optimizer fetches. */
+    mt_layer_home *home;  /* (n_layers) */
+    size_t *goff;         /* (n_layers) offset in gacc_all, GPU-waiting layers */
+    float *gacc[2];       /* (max_host_grad_numel) each */
     cudaEvent_t gacc_drained[2];
     cudaEvent_t grad_ready;
     float *gacc_embed;  /* tied models: layer 0's gradient, alive all backward */
-    float *gacc_all;    /* gpu_grads: (total) every layer's gradient */
-    float *h_stage[2];  /* gpu_grads: pinned staging for the optimizer */
+    float *gacc_all;    /* (gpu_grad_numel) */
+    size_t gpu_grad_numel, max_gpu_grad_numel, host_grad_numel, max_host_grad_numel;
+    float *h_stage[2];  /* GPU-waiting gradients: pinned fp32 staging for the optimizer */
     cudaStream_t s_fetch;
     cudaEvent_t fetched[2];
     cudaEvent_t embed_drained;
-    float *ckpt, *dx;   /* ckpt: (n_layers, M, N, C) on the GPU, or NULL with host checkpoints */
-    /* Host checkpoints: layer inputs live in h_ckpt (pinned); the GPU keeps
-     * two (M, N, C) buffers, the input and the output of the layer at hand,
-     * chosen by layer parity. */
+    /* Host-waiting gradients: into the store's g (fp32, when it has one),
+     * else into h_grad at h_goff[l] (fp32, or bf16 rounded on the GPU
+     * into g16_stage first). */
+    void *h_grad;
+    size_t *h_goff;     /* (n_layers) */
+    int grads_to_store;
+    uint16_t *g16_stage[2]; /* (max_stage_numel) each, bf16 mode */
+    size_t max_stage_numel;
+    cudaEvent_t stage_drained[2];
+    int sbuf;
+    /* Checkpoints: checkpoint l on the GPU is ckpt[ck_idx[l]] (max_M, N, C);
+     * on the host h_ckpt[ck_idx[l]], visiting dck[l % 2] on the GPU while
+     * layers l-1 (writing it) and l (reading it) run. */
+    float *ckpt, *dx;   /* dx: (M, N, C) residual-stream gradient */
+    int *ck_idx;        /* (n_layers) */
+    int n_gpu_ckpt, n_host_ckpt;
     float *h_ckpt, *dck[2];
+    int dck_holds[2];   /* checkpoint in dck[b] now, -1 none (host order of issue) */
     cudaEvent_t dck_saved[2], dck_loaded[2], dck_free[2], dck_written[2];
     int attn_bf16;      /* bf16 flash kernel (HD 64/128); else fp32 attention */
     /* bf16 fast path (no q/k norm, no biases, flash attention): products
@@ -126,6 +145,13 @@ typedef struct bump { char *base; size_t used; } bump;
 
 /* The GPU memory plan (backend_cuda_plan.c). */
 void mt_cuda_default_opts(mt_cuda_backend_opts *o, const mt_cuda_backend_opts *in);
+/* Fills home, goff, h_goff, ck_idx and the gradient and checkpoint counts
+ * from the options (allocates the arrays; mt_cuda_homes_free frees them). */
+void mt_cuda_resolve_homes(cuda_backend *cb);
+void mt_cuda_homes_free(cuda_backend *cb);
+/* Pinned host bytes beside the store (grads_to_store: host gradients go to
+ * the store's g array). */
+size_t mt_cuda_host_pinned_bytes(const cuda_backend *cb, int grads_to_store);
 void mt_cuda_plan(cuda_backend *cb, bump *b);
 size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb);
 
@@ -165,8 +191,8 @@ static inline slot *bound_slot(cuda_backend *cb) {
 
 static inline float *ckpt_at(cuda_backend *cb, int layer, int mb) {
     size_t per = cb->N * cb->cfg->C;
-    if (cb->o.host_checkpoints) return cb->dck[layer % 2] + (size_t)mb * per;
-    return cb->ckpt + ((size_t)layer * cb->max_M + mb) * per;
+    if (cb->home[layer].ckpt_host) return cb->dck[layer % 2] + (size_t)mb * per;
+    return cb->ckpt + ((size_t)cb->ck_idx[layer] * cb->max_M + mb) * per;
 }
 
 static inline float *dx_at(cuda_backend *cb, int mb) {

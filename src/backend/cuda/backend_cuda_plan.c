@@ -39,20 +39,23 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
         cb->embed_slot.w32 = TAKE_F(b, ne);
         cb->embed_slot.w16 = bf ? take(b, ne * 2) : NULL;
     }
-    if (cb->o.gpu_grads) {
-        cb->gacc_all = TAKE_F(b, t->total);
-        if (c->tie_embeddings) cb->gacc_embed = cb->gacc_all + t->layers[0].offset;
-    } else {
-        if (c->tie_embeddings) cb->gacc_embed = TAKE_F(b, t->layers[0].numel);
-        cb->gacc[0] = TAKE_F(b, lw);
-        cb->gacc[1] = TAKE_F(b, lw);
+    cb->gacc_all = cb->gpu_grad_numel ? TAKE_F(b, cb->gpu_grad_numel) : NULL;
+    if (c->tie_embeddings)
+        cb->gacc_embed = cb->home[0].grad_host ? TAKE_F(b, t->layers[0].numel)
+                                               : cb->gacc_all ? cb->gacc_all + cb->goff[0] : NULL;
+    if (cb->max_host_grad_numel) {
+        cb->gacc[0] = TAKE_F(b, cb->max_host_grad_numel);
+        cb->gacc[1] = TAKE_F(b, cb->max_host_grad_numel);
     }
-    if (cb->o.host_checkpoints) {
+    if (cb->max_stage_numel) {
+        cb->g16_stage[0] = take(b, cb->max_stage_numel * 2);
+        cb->g16_stage[1] = take(b, cb->max_stage_numel * 2);
+    }
+    if (cb->n_host_ckpt) {
         cb->dck[0] = TAKE_F(b, (size_t)cb->max_M * N * C);
         cb->dck[1] = TAKE_F(b, (size_t)cb->max_M * N * C);
-    } else {
-        cb->ckpt = TAKE_F(b, (size_t)t->n_layers * cb->max_M * N * C);
     }
+    cb->ckpt = TAKE_F(b, (size_t)cb->n_gpu_ckpt * cb->max_M * N * C);
     cb->dx = TAKE_F(b, (size_t)cb->max_M * N * C);
     cb->cos = TAKE_F(b, cb->T * c->HD / 2);
     cb->sin = TAKE_F(b, cb->T * c->HD / 2);
@@ -166,13 +169,88 @@ void mt_cuda_default_opts(mt_cuda_backend_opts *o, const mt_cuda_backend_opts *i
     if (o->head_chunk <= 0) o->head_chunk = 4096;
 }
 
+/* Layers 1..n_layers-1 have checkpoints (their inputs); layer 0 reads
+ * tokens. A layer's gradient accumulator sits in gacc_all (GPU) or takes
+ * its turn in gacc[2] (host); the tied embedding's has its own buffer. */
+void mt_cuda_resolve_homes(cuda_backend *cb) {
+    const mt_param_table *t = cb->t;
+    int nl = t->n_layers;
+    cb->home = mt_calloc_or_die((size_t)nl, sizeof *cb->home);
+    cb->goff = mt_calloc_or_die((size_t)nl, sizeof *cb->goff);
+    cb->h_goff = mt_calloc_or_die((size_t)nl, sizeof *cb->h_goff);
+    cb->ck_idx = mt_calloc_or_die((size_t)nl, sizeof *cb->ck_idx);
+    cb->gpu_grad_numel = cb->max_gpu_grad_numel = 0;
+    cb->host_grad_numel = cb->max_host_grad_numel = cb->max_stage_numel = 0;
+    cb->n_gpu_ckpt = cb->n_host_ckpt = 0;
+    for (int l = 0; l < nl; l++) {
+        mt_layer_home h = cb->o.homes ? cb->o.homes[l]
+                                      : (mt_layer_home){.grad_host = !cb->o.gpu_grads,
+                                                        .ckpt_host = (uint8_t)cb->o.host_checkpoints};
+        if (l == 0) h.ckpt_host = 0; /* no checkpoint */
+        cb->home[l] = h;
+        size_t n = t->layers[l].numel;
+        if (h.grad_host) {
+            cb->h_goff[l] = cb->host_grad_numel;
+            cb->host_grad_numel += mt_round_up(n, 64);
+            int own = cb->cfg->tie_embeddings && l == 0; /* gacc_embed, not gacc[2] */
+            if (!own && n > cb->max_host_grad_numel) cb->max_host_grad_numel = n;
+            if (cb->o.host_grad_bf16 && n > cb->max_stage_numel) cb->max_stage_numel = n;
+        } else {
+            cb->goff[l] = cb->gpu_grad_numel;
+            cb->gpu_grad_numel += mt_round_up(n, 64);
+            if (n > cb->max_gpu_grad_numel) cb->max_gpu_grad_numel = n;
+        }
+        if (l >= 1) cb->ck_idx[l] = h.ckpt_host ? cb->n_host_ckpt++ : cb->n_gpu_ckpt++;
+    }
+}
+
+void mt_cuda_homes_free(cuda_backend *cb) {
+    free(cb->home);
+    free(cb->goff);
+    free(cb->h_goff);
+    free(cb->ck_idx);
+    cb->home = NULL;
+    cb->goff = cb->h_goff = NULL;
+    cb->ck_idx = NULL;
+}
+
+/* A backend that only counts: options resolved, nothing allocated. */
+static void counting_backend(cuda_backend *cb, const mt_config *cfg, const mt_param_table *t,
+                             int max_M, int64_t B, int64_t T, const mt_cuda_backend_opts *in) {
+    *cb = (cuda_backend){.cfg = cfg, .t = t, .max_M = max_M, .B = B, .T = T, .N = B * T};
+    mt_cuda_default_opts(&cb->o, in);
+    cb->prec = cb->o.precision == MT_GPU_BF16 ? MT_PREC_BF16 : MT_PREC_FP32;
+    mt_cuda_resolve_homes(cb);
+}
+
 size_t mt_cuda_backend_bytes(const mt_config *cfg, const mt_param_table *t, int max_M,
                              int64_t B, int64_t T, const mt_cuda_backend_opts *in) {
-    cuda_backend cb = {.cfg = cfg, .t = t, .max_M = max_M, .B = B, .T = T, .N = B * T};
-    mt_cuda_default_opts(&cb.o, in);
-    cb.prec = cb.o.precision == MT_GPU_BF16 ? MT_PREC_BF16 : MT_PREC_FP32;
+    cuda_backend cb;
+    counting_backend(&cb, cfg, t, max_M, B, T, in);
+    int keep = cb.o.keep_layers > 0 ? cb.o.keep_layers : 0;
     bump b = {0};
     mt_cuda_plan(&cb, &b);
+    if (keep && cb.fast) { /* kept units, as many as asked (they are not capped here) */
+        b.used += (size_t)keep * max_M * mt_cuda_keep_unit_bytes(&cb);
+    }
+    mt_cuda_homes_free(&cb);
     return b.used;
+}
+
+size_t mt_cuda_host_pinned_bytes(const cuda_backend *cb, int grads_to_store) {
+    size_t bytes = 0;
+    if (!grads_to_store) bytes += cb->host_grad_numel * (cb->o.host_grad_bf16 ? 2 : 4);
+    bytes += (size_t)cb->n_host_ckpt * cb->max_M * cb->N * cb->cfg->C * sizeof(float);
+    if (cb->max_gpu_grad_numel) bytes += 2 * cb->max_gpu_grad_numel * sizeof(float);
+    return bytes;
+}
+
+size_t mt_cuda_backend_host_bytes(const mt_config *cfg, const mt_param_table *t, int max_M,
+                                  int64_t B, int64_t T, const mt_cuda_backend_opts *in) {
+    cuda_backend cb;
+    counting_backend(&cb, cfg, t, max_M, B, T, in);
+    size_t bytes = mt_cuda_host_pinned_bytes(&cb, 0);
+    mt_cuda_homes_free(&cb);
+    return bytes;
 }
 

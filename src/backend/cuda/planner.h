@@ -1,0 +1,99 @@
+/* The placement planner (SPEC 1.4): for each layer, where its gradient
+ * waits for the optimizer and where its checkpoint lives, how many layers
+ * keep their activations, and whether host gradients are rounded to bf16 —
+ * chosen within a GPU budget and a host budget, fastest first by a
+ * step-time model fed with measured rates (mt_rates).
+ *
+ * The engine's schedule does not change with the plan; only where buffers
+ * live. The planner never allocates: it sizes placements with the
+ * backend's own counting (mt_cuda_backend_bytes, _host_bytes). */
+#ifndef MT_BACKEND_CUDA_PLANNER_H
+#define MT_BACKEND_CUDA_PLANNER_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "backend/cuda/backend_cuda.h"
+
+/* Rates of the machine. Compute comes either from a probe of the very
+ * layer shape (layer_* > 0, for that cfg/M/B/T) or from the FLOP rates. */
+typedef struct mt_rates {
+    char source[96];          /* where the numbers come from, for printing */
+    double gemm_tflops;       /* matrix products on layer-sized shapes */
+    double attn_fwd_tflops, attn_bwd_tflops; /* causal flash attention, counted as FA does */
+    double hbm_gbs;           /* device memory, for element-wise passes */
+    double h2d_gbs, d2h_gbs;  /* pinned copies, one direction alone */
+    double duplex;            /* fraction of those rates left with both directions busy */
+    double adam_gparams;      /* CPU AdamW, all threads */
+    /* probed times of one decoder layer and the head at the plan's shape */
+    double layer_fwd_s, layer_bwd_s, layer_bwd_kept_s, head_s, embed_s;
+    int64_t probe_C, probe_F, probe_V, probe_tokens, probe_T;
+} mt_rates;
+
+/* Rates measured on the H200 device machine (bench/RESULTS.md, SPEC 6). */
+void mt_rates_default(mt_rates *r);
+
+/* Reads / writes rates as JSON (megatrain calibrate). */
+int mt_rates_load(mt_rates *r, const char *path, mt_error *err);
+int mt_rates_save(const mt_rates *r, const char *path, mt_error *err);
+
+/* Measures this machine: copies, CPU AdamW, and one decoder layer and the
+ * head of cfg's shape at M x (B, T) on the GPU (a few seconds). */
+int mt_rates_probe(mt_rates *r, const mt_config *cfg, int M, int64_t B, int64_t T,
+                   mt_gpu_precision prec, mt_error *err);
+
+typedef struct mt_plan_request {
+    const mt_config *cfg;
+    const mt_param_table *t;
+    int M;
+    int64_t B, T;
+    mt_gpu_precision precision;
+    double gpu_budget;        /* bytes the run may take on the GPU, context included */
+    double host_budget;       /* bytes of host RAM the run may take */
+    int host_grad_dtype;      /* -1: planner's choice (fp32 when it fits), 0 fp32, 1 bf16 */
+    int keep_layers;          /* -1: planner's choice */
+    int all_gpu;              /* place every gradient and checkpoint on the GPU */
+    int slots;                /* weight slots (0: default) */
+    mt_rates rates;
+} mt_plan_request;
+
+/* Predicted step, seconds. */
+typedef struct mt_step_prediction {
+    double fwd, bwd, step, opt, h2d_busy, d2h_busy, compute;
+} mt_step_prediction;
+
+typedef struct mt_plan {
+    int n_layers;
+    mt_layer_home *homes;     /* (n_layers) */
+    int host_grad_bf16, n_keep;
+    double gpu_bytes;         /* the backend's allocation + the context reserve */
+    double host_bytes;        /* store + pinned buffers + batch */
+    double pinned_bytes;
+    double store_bytes;
+    int n_host_grads, n_host_ckpts;
+    mt_step_prediction pred;
+    int fits;
+    char why[768];            /* fits == 0: which budget, by how much, the cheapest change */
+} mt_plan;
+
+/* Chooses the placement. 0 with plan->fits set (or not, with plan->why);
+ * -1 only for a broken request. */
+int mt_plan_make(const mt_plan_request *req, mt_plan *plan, mt_error *err);
+void mt_plan_free(mt_plan *plan);
+
+/* The backend options that realise a plan (homes point into the plan). */
+void mt_plan_backend_opts(const mt_plan *plan, const mt_plan_request *req,
+                          mt_cuda_backend_opts *o);
+
+/* Step time of a given placement under the request's rates. */
+mt_step_prediction mt_plan_predict(const mt_plan_request *req, const mt_layer_home *homes,
+                                   int host_grad_bf16, int n_keep);
+
+/* Prints placement per layer group, bytes per tier and the predicted
+ * breakdown. */
+void mt_plan_print(const mt_plan *plan, const mt_plan_request *req, FILE *f);
+
+/* Host bytes available by default: MemTotal less max(4 GB, 4%). */
+double mt_plan_default_host_budget(void);
+
+#endif

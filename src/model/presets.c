@@ -1,0 +1,39 @@
+/* Shapes from the published config.json files of each model. */
+#include "model/presets.h"
+
+#include <string.h>
+
+static const mt_preset presets[] = {
+    {"1b", "Llama-3.2-1B", 2048, 16, 32, 8, 8192, 128256, 1},
+    {"3b", "Llama-3.2-3B", 3072, 28, 24, 8, 8192, 128256, 1},
+    {"7b", "Llama-2-7B", 4096, 32, 32, 32, 11008, 32000, 0},
+    {"8b", "Llama-3.1-8B", 4096, 32, 32, 8, 14336, 128256, 0},
+    {"13b", "Llama-2-13B", 5120, 40, 40, 40, 13824, 32000, 0},
+    {"20b", "a 20B Llama-3 shape", 6144, 48, 48, 8, 16384, 128256, 0},
+    {"34b", "CodeLlama-34B", 8192, 48, 64, 8, 22016, 32000, 0},
+    {"70b", "Llama-3.1-70B", 8192, 80, 64, 8, 28672, 128256, 0},
+    {"123b", "Mistral-Large-2 (123B)", 12288, 88, 96, 8, 28672, 32768, 0},
+    {"405b", "Llama-3.1-405B", 16384, 126, 128, 8, 53248, 128256, 0},
+};
+
+const mt_preset *mt_preset_find(const char *name) {
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
+        if (!strcmp(name, presets[i].name)) return &presets[i];
+    return NULL;
+}
+
+const char *mt_preset_names(void) { return "1b, 3b, 7b, 8b, 13b, 20b, 34b, 70b, 123b, 405b"; }
+
+void mt_preset_config(const mt_preset *p, int64_t T, mt_config *cfg) {
+    mt_config_default_tiny(cfg);
+    cfg->C = p->C;
+    cfg->L = p->L;
+    cfg->NH = p->NH;
+    cfg->NKV = p->NKV;
+    cfg->F = p->F;
+    cfg->V = p->V;
+    cfg->HD = p->C / p->NH;
+    cfg->tie_embeddings = p->tied;
+    cfg->max_pos = T;
+    cfg->rms_eps = 1e-5f;
+}

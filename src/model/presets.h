@@ -1,0 +1,24 @@
+/* Named Llama-family shapes for benchmarks and plan projections (random
+ * weights; only the shape matters). */
+#ifndef MT_MODEL_PRESETS_H
+#define MT_MODEL_PRESETS_H
+
+#include <stdint.h>
+
+#include "model/config.h"
+
+typedef struct mt_preset {
+    const char *name;
+    const char *what;     /* the published model of that shape */
+    int64_t C, L, NH, NKV, F, V;
+    int tied;
+} mt_preset;
+
+/* NULL when the name is unknown. */
+const mt_preset *mt_preset_find(const char *name);
+/* The names, comma separated, for messages. */
+const char *mt_preset_names(void);
+/* cfg from the preset, with seq length T as max_pos. */
+void mt_preset_config(const mt_preset *p, int64_t T, mt_config *cfg);
+
+#endif
