@@ -18,6 +18,7 @@
 #include "host/store.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "model/presets.h"
 
 #ifdef MT_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -27,23 +28,11 @@
 #include "cli/runner.h"
 #endif
 
-typedef struct preset {
-    const char *name;
-    int64_t C, L, NH, NKV, F, V;
-    int tied;
-} preset;
-
-static const preset presets[] = {
-    {"1b", 2048, 16, 32, 8, 8192, 128256, 1},   /* Llama-3.2-1B shape */
-    {"3b", 3072, 28, 24, 8, 8192, 128256, 1},   /* Llama-3.2-3B shape */
-    {"7b", 4096, 32, 32, 32, 11008, 32000, 0},  /* Llama-2-7B shape */
-    {"8b", 4096, 32, 32, 8, 14336, 128256, 0},  /* Llama-3.1-8B shape */
-};
-
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: megatrain bench train [--preset 1b|3b|7b|8b] [shape options] [options]\n"
-            "  --preset P          model shape (default 7b = Llama-2-7B)\n"
+            "usage: megatrain bench train [--preset NAME] [shape options] [options]\n"
+            "  --preset P          model shape (default 7b = Llama-2-7B; 1b 3b 8b 13b 20b 34b 70b\n"
+            "                      123b 405b)\n"
             "  --layers N --hidden N --heads N --kv-heads N --ffn N --vocab N  override\n"
             "  --seq-len T         (default 2048)\n"
             "  --batch-size B      rows per micro-batch (default 8)\n"
@@ -88,7 +77,7 @@ static void grads_wait(void *be, int layer) { mt_cuda_backend_grads_wait(be, lay
 #endif
 
 int mt_bench_train(int argc, char **argv) {
-    const preset *ps = &presets[2];
+    const mt_preset *ps = mt_preset_find("7b");
     int64_t over[6] = {0}; /* layers hidden heads kv ffn vocab */
     int64_t T = 2048, B = 8, steps = 4;
     int M = 4, slots = 3, fp32 = 0, host_ckpt = 0, keep = -1, gpu_grads = -1, all_gpu = 0;
@@ -119,12 +108,10 @@ int mt_bench_train(int argc, char **argv) {
         int bad = 0;
         switch (c) {
         case 'p':
-            ps = NULL;
-            for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
-                if (!strcmp(optarg, presets[i].name)) ps = &presets[i];
+            ps = mt_preset_find(optarg);
             if (!ps) {
-                fprintf(stderr, "megatrain bench train: unknown preset '%s' (1b, 3b, 7b, 8b)\n",
-                        optarg);
+                fprintf(stderr, "megatrain bench train: unknown preset '%s' (%s)\n", optarg,
+                        mt_preset_names());
                 return 2;
             }
             break;
