@@ -210,10 +210,11 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16) {
                  "the two budgets together are short: host needs %.1f GB of %.1f GB with %.1f "
                  "GB of %.1f GB on the GPU (store %.1f GB = 12 bytes/param, checkpoints %.2f "
                  "GB per layer, gradients %d bytes/param on the host); use fewer tokens per "
-                 "step, a larger --gpu-mem or --host-mem, or --host-grad-dtype bf16",
+                 "step (checkpoints scale with them), or a larger --gpu-mem or --host-mem%s",
                  p->host_bytes / 1e9, q->host_budget / 1e9, p->gpu_bytes / 1e9,
                  q->gpu_budget / 1e9, p->store_bytes / 1e9,
-                 (double)q->M * q->B * q->T * q->cfg->C * 4 / 1e9, bf16 ? 2 : 4);
+                 (double)q->M * q->B * q->T * q->cfg->C * 4 / 1e9, bf16 ? 2 : 4,
+                 bf16 ? "" : ", or --host-grad-dtype bf16");
         return 0;
     }
     /* the rest of the GPU buys speed: checkpoints home (no PCIe traffic),

@@ -1,0 +1,109 @@
+/* The placement planner, on the CPU (it only counts bytes and models
+ * time): plans stay within both budgets, a short host moves checkpoints
+ * and then gradients to the GPU and rounds host gradients to bf16 only
+ * when fp32 cannot fit, a GPU too small for the smallest placement is
+ * refused naming that budget, and the step model rewards kept layers. */
+#include <criterion/criterion.h>
+
+#ifdef MT_HAVE_CUDA
+#include "backend/cuda/planner.h"
+#include "model/presets.h"
+
+typedef struct planned {
+    mt_config cfg;
+    mt_param_table t;
+    mt_plan_request q;
+    mt_plan p;
+} planned;
+
+static void plan_8b(planned *x, double gpu_gb, double host_gb, int grad_dtype) {
+    mt_error err;
+    mt_preset_config(mt_preset_find("8b"), 2048, &x->cfg);
+    cr_assert_eq(mt_params_init(&x->t, &x->cfg, &err), 0, "%s", err.msg);
+    x->q = (mt_plan_request){.cfg = &x->cfg, .t = &x->t, .M = 4, .B = 8, .T = 2048,
+                             .precision = MT_GPU_BF16, .gpu_budget = gpu_gb * 1e9,
+                             .host_budget = host_gb * 1e9, .host_grad_dtype = grad_dtype,
+                             .keep_layers = -1};
+    mt_rates_default(&x->q.rates);
+    cr_assert_eq(mt_plan_make(&x->q, &x->p, &err), 0, "%s", err.msg);
+}
+
+static void done(planned *x) {
+    mt_plan_free(&x->p);
+    mt_params_free(&x->t);
+}
+
+static int count_gpu_grads(const mt_plan *p) {
+    int n = 0;
+    for (int l = 0; l < p->n_layers; l++) n += !p->homes[l].grad_host;
+    return n;
+}
+
+/* The H100 case of the issue: 80 GB GPU, 125 GiB host. */
+Test(planner, eight_b_fits_an_80_gb_gpu_within_both_budgets) {
+    planned x;
+    plan_8b(&x, 79, 129.7, -1);
+    cr_assert(x.p.fits, "%s", x.p.why);
+    cr_assert_leq(x.p.gpu_bytes, x.q.gpu_budget);
+    cr_assert_leq(x.p.host_bytes, x.q.host_budget);
+    cr_assert_gt(x.p.pred.step, 0);
+    done(&x);
+}
+
+/* A host that cannot hold fp32 gradients for every layer: the planner
+ * keeps some on the GPU (exact) when the GPU has room ... */
+Test(planner, short_host_moves_gradients_to_a_roomy_gpu_before_rounding) {
+    planned x;
+    plan_8b(&x, 139, 112, -1);
+    cr_assert(x.p.fits, "%s", x.p.why);
+    cr_assert_eq(x.p.host_grad_bf16, 0, "fp32 fits with GPU gradients: no rounding");
+    cr_assert_gt(count_gpu_grads(&x.p), 0);
+    cr_assert_leq(x.p.host_bytes, x.q.host_budget);
+    done(&x);
+}
+
+/* ... and rounds them to bf16 when no fp32 placement fits: at most 14 host
+ * bytes per parameter for the model state and gradients. */
+Test(planner, no_fp32_placement_fits_so_host_gradients_are_bf16) {
+    planned x;
+    plan_8b(&x, 60, 118, -1);
+    cr_assert(x.p.fits, "%s", x.p.why);
+    cr_assert_eq(x.p.host_grad_bf16, 1);
+    double grads_host = 0;
+    for (int l = 0; l < x.p.n_layers; l++)
+        if (x.p.homes[l].grad_host) grads_host += 2.0 * x.t.layers[l].numel;
+    cr_assert_leq((x.p.store_bytes + grads_host) / x.t.n_params, 14.0 + 1e-9);
+    done(&x);
+}
+
+Test(planner, a_gpu_below_the_smallest_placement_is_refused_naming_it) {
+    planned x;
+    plan_8b(&x, 24, 129.7, -1);
+    cr_assert_not(x.p.fits);
+    cr_assert(strstr(x.p.why, "GPU budget short by"), "%s", x.p.why);
+    done(&x);
+}
+
+Test(planner, a_host_below_the_store_is_refused_naming_both_budgets) {
+    planned x;
+    plan_8b(&x, 139, 90, -1);
+    cr_assert_not(x.p.fits);
+    cr_assert(strstr(x.p.why, "host needs"), "%s", x.p.why);
+    done(&x);
+}
+
+Test(planner, kept_layers_and_gpu_checkpoints_never_slow_the_model_down) {
+    planned x;
+    plan_8b(&x, 139, 129.7, -1);
+    mt_layer_home *h = x.p.homes;
+    mt_step_prediction none = mt_plan_predict(&x.q, h, 0, 0);
+    mt_step_prediction some = mt_plan_predict(&x.q, h, 0, 8);
+    cr_assert_lt(some.step, none.step, "8 kept layers %.3f s vs none %.3f s", some.step,
+                 none.step);
+    /* a slower PCIe can only lengthen the step */
+    x.q.rates.h2d_gbs = x.q.rates.d2h_gbs = 5;
+    mt_step_prediction slow = mt_plan_predict(&x.q, h, 0, 8);
+    cr_assert_gt(slow.step, some.step);
+    done(&x);
+}
+#endif
