@@ -12,5 +12,6 @@ int mt_cmd_generate(int argc, char **argv);
 int mt_cmd_eval(int argc, char **argv);
 int mt_cmd_init(int argc, char **argv);
 int mt_cmd_plan(int argc, char **argv);
+int mt_cmd_calibrate(int argc, char **argv);
 
 #endif

@@ -11,7 +11,8 @@ static const struct {
 } commands[] = {
     {"train", mt_cmd_train, "train or fine-tune a model (default: the built-in tiny model)"},
     {"init", mt_cmd_init, "create a new model with random weights (HF directory)"},
-    {"plan", mt_cmd_plan, "host, pinned and GPU memory a run needs, against this machine"},
+    {"plan", mt_cmd_plan, "where each layer's buffers live, bytes per tier, predicted step"},
+    {"calibrate", mt_cmd_calibrate, "measure this machine's rates for the planner"},
     {"bench", mt_cmd_bench, "measure speed (train, adamw)"},
     {"tokenize", mt_cmd_tokenize, "pre-tokenize a JSONL corpus to .mtok"},
     {"generate", mt_cmd_generate, "continue a prompt with a model"},

@@ -6,7 +6,12 @@
 #include <criterion/criterion.h>
 
 #ifdef MT_HAVE_CUDA
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "backend/cuda/planner.h"
+#include "testlib.h"
 #include "model/presets.h"
 
 typedef struct planned {
@@ -105,5 +110,31 @@ Test(planner, kept_layers_and_gpu_checkpoints_never_slow_the_model_down) {
     mt_step_prediction slow = mt_plan_predict(&x.q, h, 0, 8);
     cr_assert_gt(slow.step, some.step);
     done(&x);
+}
+
+/* megatrain calibrate's file: what is saved is what is loaded; a broken
+ * file names the field. */
+Test(planner, calibration_files_round_trip_and_bad_ones_are_refused) {
+    char *dir = mt_test_tmpdir();
+    char path[4200];
+    snprintf(path, sizeof path, "%s/rates.json", dir);
+    mt_rates r, back;
+    mt_error err;
+    mt_rates_default(&r);
+    r.h2d_gbs = 51.5;
+    r.layer_fwd_s = 0.0472;
+    r.probe_V = 16384;
+    cr_assert_eq(mt_rates_save(&r, path, &err), 0, "%s", err.msg);
+    cr_assert_eq(mt_rates_load(&back, path, &err), 0, "%s", err.msg);
+    cr_assert_eq(back.h2d_gbs, 51.5);
+    cr_assert_eq(back.layer_fwd_s, 0.0472);
+    cr_assert_eq(back.probe_V, 16384);
+    FILE *f = fopen(path, "w");
+    fputs("{\"h2d_gbs\": \"fast\"}", f);
+    fclose(f);
+    cr_assert_neq(mt_rates_load(&back, path, &err), 0);
+    cr_assert(strstr(err.msg, "h2d_gbs"), "%s", err.msg);
+    mt_test_rmtree(dir);
+    free(dir);
 }
 #endif
