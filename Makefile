@@ -6,7 +6,13 @@
 
 CC      ?= gcc
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
-BUILD   := build
+BUILD   ?= build
+# GPU code: machine code for each architecture (A100, A10/3090, L40S/4090,
+# H100/H200) and PTX of the newest for later GPUs. CUDA_GENCODE overrides
+# (e.g. PTX for compute_80 only, to test the path every GPU can run).
+CUDA_ARCHS ?= 80 86 89 90
+CUDA_GENCODE ?= $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+                -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
 CFLAGS  := -std=c11 -ffp-contract=off -O2 -g -Wall -Wextra -Wno-unused-parameter -fopenmp -D_GNU_SOURCE \
            -Isrc $(EXTRA_CFLAGS)
 LDLIBS  := -fopenmp -lcjson -lpcre2-8 -lutf8proc -lyaml -lm -lpthread
@@ -34,7 +40,7 @@ CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
 LIB_SRC += $(shell find src/backend/cuda -name '*.c' | sort)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CFLAGS  += -DMT_HAVE_CUDA -I$(CUDA_HOME)/include
-NVFLAGS := -std=c++17 -O3 -g -lineinfo -arch=sm_90 -Isrc -DMT_HAVE_CUDA -Xcompiler -fopenmp,-Wall
+NVFLAGS := -std=c++17 -O3 -g -lineinfo $(CUDA_GENCODE) -Isrc -DMT_HAVE_CUDA -Xcompiler -fopenmp,-Wall
 LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
 endif
 

@@ -5,7 +5,7 @@
 # transformers there). Prints "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-bin=build/megatrain
+bin=${BUILD:-build}/megatrain
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
