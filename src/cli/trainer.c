@@ -28,6 +28,7 @@
 #include "io/checkpoint.h"
 #include "io/file.h"
 #include "io/model_io.h"
+#include "io/run_lock.h"
 #include "model/params.h"
 #include "util/mem.h"
 #include "util/signals.h"
@@ -55,6 +56,7 @@ typedef struct run {
     int32_t *tokens, *targets;
     mt_metrics_writer mw;
     char ckpt_dir[4096];     /* the checkpoint resumed from, if any */
+    mt_run_lock lock;        /* on tc->out, for the whole run */
 } run;
 
 /* ---- model, tokenizer, data ---- */
@@ -326,7 +328,7 @@ static void report(run *R, double loss, const mt_optim_report *rep, double dt, d
 
 static int setup(run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
-    if (mt_mkdirs(tc->out, err) || load_config(R, err) ||
+    if (mt_run_lock_acquire(&R->lock, tc->out, "megatrain train", err) || load_config(R, err) ||
         mt_params_init(&R->table, &R->cfg, err))
         return -1;
     if (tc->resume[0]) {
@@ -360,6 +362,9 @@ static int setup(run *R, mt_error *err) {
         }
         if (load_tokenizer(R, err) || open_data(R, err)) return -1;
     }
+    /* what a killed run left: temporary saves, a checkpoint beyond keep_last */
+    if (mt_checkpoint_cleanup(tc->out, (int)tc->keep_last, R->ckpt_dir[0] ? R->step : -1, err))
+        fprintf(stderr, "megatrain: warning: %s\n", err->msg);
     R->total_steps = tc->steps;
     if (!R->total_steps) {
         if (!R->data) return mt_errorf(err, "steps = 0 needs a data file to count epochs over");
@@ -420,6 +425,7 @@ static void teardown(run *R) {
     free(R->targets);
     mt_host_store_free(&R->store);
     mt_params_free(&R->table);
+    mt_run_lock_release(&R->lock);
 }
 
 static void sample(run *R) {
@@ -445,7 +451,7 @@ static void sample(run *R) {
 }
 
 int mt_train(const mt_train_config *tc, mt_error *err) {
-    run R = {.tc = tc};
+    run R = {.tc = tc, .lock = {.fd = -1}};
     int rc = -1;
     if (setup(&R, err)) goto out;
     mt_signals_install();

@@ -79,4 +79,14 @@ int mt_checkpoint_load(const char *ckpt_dir, mt_host_store *s, const mt_config *
  * complete checkpoints in out_dir/checkpoints (what a save does at its end). */
 int mt_checkpoint_prune(const char *out_dir, int keep_last, mt_error *err);
 
+/* What a run does at its start, holding the run lock (io/run_lock.h): the
+ * same as a prune, except that every .tmp-* directory of another pid is
+ * removed (a save killed at any moment left it; with the lock held no one
+ * else is writing), and step spare_step (the checkpoint being resumed
+ * from; -1 for none) is kept even when it is older than the newest
+ * keep_last. A kill between a save's rename and its prune leaves one
+ * checkpoint too many: this is where it goes. */
+int mt_checkpoint_cleanup(const char *out_dir, int keep_last, int64_t spare_step,
+                          mt_error *err);
+
 #endif
