@@ -17,6 +17,7 @@
 
 #include "backend/cpu/ops.h"
 #include "cli/runner.h"
+#include "cli/train_memory.h"
 #include "data/builtin_text.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
@@ -65,6 +66,11 @@ static int load_config(run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
     if (!tc->model[0]) {
         mt_config_default_tiny(&R->cfg);
+        if (!tc->data[0] && (size_t)tc->seq_len >= MT_BUILTIN_TEXT_BYTES / 2)
+            return mt_errorf(err, "seq_len %lld: the built-in text has %zu bytes, rows of it "
+                             "must be shorter than %zu; lower --seq-len or pass --data FILE",
+                             (long long)tc->seq_len, MT_BUILTIN_TEXT_BYTES,
+                             MT_BUILTIN_TEXT_BYTES / 2);
         if (tc->seq_len > R->cfg.max_pos) R->cfg.max_pos = tc->seq_len;
         return 0;
     }
@@ -98,7 +104,7 @@ static int open_data(run *R, mt_error *err) {
     if (!tc->data[0]) {
         if (tc->model[0])
             return mt_errorf(err, "no training data: pass --data FILE.jsonl (or .mtok)");
-        R->text = mt_builtin_text(1 << 20, 7, &R->text_len);
+        R->text = mt_builtin_text(MT_BUILTIN_TEXT_BYTES, 7, &R->text_len);
         R->rng = (uint64_t)tc->seed * 0x9E3779B97F4A7C15ull + 1;
         return 0;
     }
@@ -341,8 +347,12 @@ static int setup(run *R, mt_error *err) {
     mt_runner_opts ro = {.device = tc->device == MT_DEVICE_CPU ? 1 : tc->device == MT_DEVICE_CUDA ? 2 : 0,
                          .fp32 = tc->precision == MT_TC_PRECISION_FP32,
                          .host_checkpoints = tc->host_checkpoints, .train = 1};
-    if (mt_runner_pick_gpu(ro.device, err) < 0) return -1;
+    int gpu = mt_runner_pick_gpu(ro.device, err);
+    if (gpu < 0) return -1;
     int grads = mt_runner_store_needs_grads(&R->cfg, &R->table, M, tc->batch_size, tc->seq_len, &ro);
+    if (mt_train_check_host_memory(tc, &R->cfg, &R->table, grads, !gpu,
+                                   mt_host_ram_available_bytes(), err))
+        return -1;
     if (mt_host_store_create(&R->store, &R->table, grads, err)) return -1;
     printf("model: %s %s, %.2fM parameters, %lld layers, hidden %lld, vocab %lld\n",
            tc->model[0] ? tc->model : "built-in", R->cfg.model_type, R->table.n_params / 1e6,
