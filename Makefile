@@ -12,7 +12,7 @@ BUILD   := build
 CFLAGS  := -std=c11 -ffp-contract=off -O2 -g -Wall -Wextra -Wno-unused-parameter -fopenmp -D_GNU_SOURCE \
            -Isrc $(EXTRA_CFLAGS)
 LDFLAGS ?=
-LDLIBS  := -fopenmp -lcjson -lpcre2-8 -lutf8proc -lyaml -lm -lpthread
+LDLIBS  := -fopenmp -lcjson -lpcre2-8 -lutf8proc -lyaml -lxxhash -lm -lpthread
 
 # Sources: everything under src/ except the CLI (linked into the binary) and
 # the CUDA backend (built only when nvcc is present).

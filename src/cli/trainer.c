@@ -338,10 +338,13 @@ static int setup(run *R, mt_error *err) {
         mt_params_init(&R->table, &R->cfg, err))
         return -1;
     if (tc->resume[0]) {
-        int rc = mt_checkpoint_find_latest(!strcmp(tc->resume, "auto") ? tc->out : tc->resume,
-                                           R->ckpt_dir, sizeof R->ckpt_dir, err);
-        if (rc && strcmp(tc->resume, "auto")) return -1;
-        if (rc) R->ckpt_dir[0] = 0; /* auto with nothing saved yet: a fresh start */
+        /* verified here (auto falls back to an older one), loaded below */
+        int autom = !strcmp(tc->resume, "auto");
+        const char *where = autom ? tc->out : tc->resume;
+        if (autom && mt_checkpoint_find_latest(where, R->ckpt_dir, sizeof R->ckpt_dir, err))
+            R->ckpt_dir[0] = 0; /* auto with nothing saved yet: a fresh start */
+        else if (mt_checkpoint_find_intact(where, R->ckpt_dir, sizeof R->ckpt_dir, err))
+            return -1;
     }
     int M = (int)tc->micro_batches;
     mt_runner_opts ro = {.device = tc->device == MT_DEVICE_CPU ? 1 : tc->device == MT_DEVICE_CUDA ? 2 : 0,
@@ -359,7 +362,7 @@ static int setup(run *R, mt_error *err) {
            (long long)R->cfg.L, (long long)R->cfg.C, (long long)R->cfg.V);
     if (R->ckpt_dir[0]) {
         char *js = NULL;
-        if (mt_checkpoint_load(R->ckpt_dir, &R->store, &R->cfg, &js, err)) return -1;
+        if (mt_checkpoint_load_verified(R->ckpt_dir, &R->store, &R->cfg, &js, err)) return -1;
         int rc = load_tokenizer(R, err) || open_data(R, err) || restore_state(R, js, err);
         free(js);
         if (rc) return -1;

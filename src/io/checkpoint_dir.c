@@ -153,6 +153,44 @@ static char *step_path(const char *ck, int64_t step) {
 
 /* ---- public ------------------------------------------------------------- */
 
+/* The checkpoints directory a --resume path names (malloc'd), given that
+ * path is not a checkpoint itself. */
+static char *checkpoints_of(const char *path) {
+    char *sub = mt_path_join(path, "checkpoints");
+    if (is_dir(sub)) return sub;
+    free(sub);
+    return mt_strdup_or_die(path);
+}
+
+int mt_checkpoint_find_intact(const char *path, char *found, size_t cap, mt_error *err) {
+    if (mt_checkpoint_find_latest(path, found, cap, err)) return -1;
+    if (mt_checkpoint_verify(found, err) == 0) return 0;
+    if (has_file(path, "COMPLETE")) return -1;  /* one checkpoint named: nothing to fall back to */
+    fprintf(stderr, "megatrain: warning: %s\n", err->msg);
+    char *ck = checkpoints_of(path);
+    ckpt_list l;
+    int rc = list_dir(ck, 0, &l, err), ok = 0;
+    for (int i = l.n - 2; i >= 0 && rc == 0 && !ok; i--) {
+        char *p = step_path(ck, l.steps[i]);
+        mt_error e;
+        if (mt_checkpoint_verify(p, &e) == 0) {
+            fprintf(stderr, "megatrain: warning: falling back to %s, the newest intact "
+                    "checkpoint\n", p);
+            snprintf(found, cap, "%s", p);
+            ok = 1;
+        } else {
+            fprintf(stderr, "megatrain: warning: %s\n", e.msg);
+        }
+        free(p);
+    }
+    if (rc == 0 && !ok)
+        rc = mt_errorf(err, "%s: no intact checkpoint (each is damaged, see the warnings "
+                       "above); start afresh without --resume, or restore a copy", ck);
+    list_free(&l);
+    free(ck);
+    return rc;
+}
+
 int mt_checkpoint_find_latest(const char *path, char *found, size_t cap, mt_error *err) {
     if (!is_dir(path))
         return mt_errorf(err, "%s: not a directory; --resume takes a checkpoint directory, a "
