@@ -18,6 +18,7 @@
 #include "backend/cpu/ops.h"
 #include "cli/runner.h"
 #include "cli/train_memory.h"
+#include "cli/train_nonfinite.h"
 #include "data/builtin_text.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
@@ -58,6 +59,7 @@ typedef struct run {
     mt_metrics_writer mw;
     char ckpt_dir[4096];     /* the checkpoint resumed from, if any */
     mt_run_lock lock;        /* on tc->out, for the whole run */
+    mt_nonfinite nf;         /* the last non-finite step, skips in a row */
 } run;
 
 /* ---- model, tokenizer, data ---- */
@@ -273,13 +275,19 @@ static void grads_wait(void *be, int l) { mt_cuda_backend_grads_wait(be, l); }
 #endif
 
 /* Loss of this step; the optimizer's update is started (GPU: it runs
- * under the next step's forward) and described in rep. */
+ * under the next step's forward) and described in rep. 1: the loss or a
+ * gradient is not finite (R->nf says where; rep has the norm), and no
+ * update was started. */
 static int train_step(run *R, double *loss, mt_optim_report *rep, mt_error *err) {
     const mt_train_config *tc = R->tc;
     mt_batch b = {.M = (int)tc->micro_batches, .B = tc->batch_size, .T = tc->seq_len,
                   .tokens = R->tokens, .targets = R->targets};
     if (mt_step_forward_backward(R->r.be, R->table.n_layers, &b, loss, err)) return -1;
     if (!R->r.gpu) {
+        if (mt_nonfinite_find(&R->nf, &R->table, R->store.g) || !isfinite(*loss)) {
+            *rep = (mt_optim_report){.lr = NAN, .grad_norm = mt_grad_norm(&R->table, R->store.g)};
+            return 1;
+        }
         mt_optimizer_step(&R->opt, &R->store, rep);
         return 0;
     }
@@ -288,6 +296,11 @@ static int train_step(run *R, double *loss, mt_optim_report *rep, mt_error *err)
     const double *sq = mt_cuda_backend_layer_sumsq(R->r.be);
     double total = 0;
     for (int l = 0; l < R->table.n_layers; l++) total += sq[l];
+    if (!isfinite(total) || !isfinite(*loss)) {
+        mt_nonfinite_find_sumsq(&R->nf, &R->table, sq, R->r.gpu_grads ? NULL : R->store.g);
+        *rep = (mt_optim_report){.lr = NAN, .grad_norm = sqrt(total)};
+        return 1;
+    }
     mt_optim_pipeline_start(&R->pipe, total, rep);
 #endif
     return 0;
@@ -308,6 +321,10 @@ static void report(run *R, double loss, const mt_optim_report *rep, double dt, d
                   12.0 * R->cfg.L * R->cfg.C * tc->seq_len * tokens) / dt / 1e12;
     row.host_mem_gb = mt_host_rss_bytes() / 1e9;
     row.eta_s = t_run / (double)steps_run * (double)(R->total_steps - R->step);
+    if (R->nf.in_a_row > 0) {
+        row.skipped = R->nf.in_a_row;
+        row.nonfinite = R->nf.tensor[0] ? R->nf.tensor : NULL;
+    }
     if (R->data) {
         mt_data_pos p = mt_dataset_get_pos(R->data);
         int64_t rpe = mt_dataset_rows_per_epoch(R->data, tc->seq_len);
@@ -482,19 +499,21 @@ int mt_train(const mt_train_config *tc, mt_error *err) {
         }
         double loss;
         mt_optim_report rep;
-        if (train_step(&R, &loss, &rep, err)) goto out;
-        if (!isfinite(loss)) {
-            mt_errorf(err, "step %lld: the loss is %g; lower the learning rate (the last "
-                      "checkpoint is untouched)", (long long)R.step + 1, loss);
+        int st = train_step(&R, &loss, &rep, err);
+        if (st < 0) goto out;
+        /* the GPU's optimizer pipeline cannot skip an update: it stops */
+        if (st == 1 && mt_nonfinite_decide(&R.nf, tc, R.step + 1, loss, rep.grad_norm,
+                                           !R.r.gpu, err))
             goto out;
-        }
+        if (st == 1) R.opt.step++;  /* the schedule moves on, as a resume would count it */
+        else mt_nonfinite_ok(&R.nf);
         R.step++;
         R.tokens_seen += tc->micro_batches * tc->batch_size * tc->seq_len;
         double t = mt_now_s();
         report(&R, loss, &rep, t - t_prev, t - t_start, R.step - start_step);
         t_prev = t;
-        if (isnan(first)) first = loss;
-        last = loss;
+        if (isnan(first) && st == 0) first = loss;
+        if (st == 0) last = loss;
         if (mt_signals_pending()) {
             interrupted = 1;
             break;
