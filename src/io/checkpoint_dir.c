@@ -17,6 +17,7 @@
 
 #include "io/checkpoint_internal.h"
 #include "io/file.h"
+#include "util/fault.h"
 #include "util/mem.h"
 
 /* ---- names -------------------------------------------------------------- */
@@ -71,6 +72,8 @@ int mt_ckpt_rmtree(const char *path) {
 }
 
 int mt_ckpt_publish(const char *tmp, const char *final, mt_error *err) {
+    if (mt_fault_hit(MT_FAULT_RENAME))
+        return mt_errorf(err, "cannot rename %s to %s: %s", tmp, final, strerror(EIO));
     if (rename(tmp, final) == 0) return 0;
     if (errno != ENOTEMPTY && errno != EEXIST)
         return mt_errorf(err, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
