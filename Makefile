@@ -46,7 +46,7 @@ endif
 $(BUILD)/obj/%_avx512.o: EXTRA_ISA := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mavx2
 $(BUILD)/obj/%_avx2.o: EXTRA_ISA := -mavx2 -mfma -mf16c
 
-.PHONY: all setup build run test test-asan test-gpu gpu-bundle bench clean fixtures
+.PHONY: all setup build run test test-asan fuzz test-gpu gpu-bundle bench clean fixtures
 
 all: build
 
@@ -95,6 +95,11 @@ test-asan: setup
 	@$(MAKE) --no-print-directory BUILD=$(BUILD)/asan NVCC= EXTRA_CFLAGS="$(SAN_FLAGS)" \
 	    LDFLAGS="$(SAN_FLAGS)" $(BUILD)/asan/mt_tests
 	scripts/test_asan.sh $(BUILD)/asan/mt_tests
+
+# Every fuzz harness of tests/fuzz/ (clang + libFuzzer), FUZZ_SECONDS each.
+FUZZ_SECONDS ?= 60
+fuzz: setup
+	scripts/fuzz.sh $(FUZZ_SECONDS)
 
 # On a GPU machine without the build dependencies, the binaries built
 # elsewhere (make gpu-bundle) are used as they are.

@@ -181,6 +181,7 @@ static char *state_json(const run *R) {
  * keep them, or it would not continue the same run. */
 static int check_resumable(const run *R, const cJSON *saved, mt_error *err) {
     mt_train_config old;
+    mt_train_config_defaults(&old);  /* a key missing from the saved object reads as its default */
     char *txt = cJSON_PrintUnformatted(saved);
     int rc = mt_train_config_from_json(&old, txt, err);
     free(txt);
