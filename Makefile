@@ -90,7 +90,7 @@ test: setup
 
 # The CPU library and tests with AddressSanitizer + UBSan, in their own
 # build directory; the first error of either kind fails the run.
-SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+SAN_FLAGS := -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all -fno-omit-frame-pointer
 test-asan: setup
 	@$(MAKE) --no-print-directory BUILD=$(BUILD)/asan NVCC= EXTRA_CFLAGS="$(SAN_FLAGS)" \
 	    LDFLAGS="$(SAN_FLAGS)" $(BUILD)/asan/mt_tests

@@ -20,7 +20,7 @@ make --no-print-directory -j2 BUILD=build/fuzz/lib CC=clang NVCC= \
 libs="-fopenmp -lcjson -lpcre2-8 -lutf8proc -lyaml -lxxhash -lm -lpthread"
 names=("$@")
 [ ${#names[@]} -eq 0 ] && names=($(ls tests/fuzz/fuzz_*.c | sed 's|tests/fuzz/fuzz_||; s|\.c$||'))
-mkdir -p build/fuzz/crashes
+mkdir -p build/fuzz/crashes  # crashes of earlier runs count again until removed
 printf '%-15s %6s %10s %8s %6s %6s %7s\n' harness seconds execs execs/s cov corpus crashes
 failed=0
 for n in "${names[@]}"; do
