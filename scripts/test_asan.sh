@@ -8,6 +8,7 @@ bin=${1:?usage: scripts/test_asan.sh build/asan/mt_tests}
 log=$(dirname "$bin")/test.log
 export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+export LSAN_OPTIONS=suppressions=$(dirname "$0")/lsan.supp:print_suppressions=0
 "$bin" --jobs 2 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 if grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$log"; then

@@ -298,7 +298,7 @@ static int train_step(run *R, double *loss, mt_optim_report *rep, mt_error *err)
     double total = 0;
     for (int l = 0; l < R->table.n_layers; l++) total += sq[l];
     if (!isfinite(total) || !isfinite(*loss)) {
-        mt_nonfinite_find_sumsq(&R->nf, &R->table, sq, R->r.gpu_grads ? NULL : R->store.g);
+        mt_nonfinite_find_sumsq(&R->nf, &R->table, sq, R->store.g); /* NULL: grads on the GPU */
         *rep = (mt_optim_report){.lr = NAN, .grad_norm = sqrt(total)};
         return 1;
     }
