@@ -3,6 +3,8 @@
 #   make test      set up, build, run every test that needs no GPU
 #   make test-gpu  build and run the GPU tests (on a machine with a GPU)
 #   make bench     build and run the default benchmarks
+#   make test-asan the CPU tests built with AddressSanitizer + UBSan
+#   make fuzz      run every fuzz harness (clang + libFuzzer) FUZZ_SECONDS each
 
 CC      ?= gcc
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
@@ -15,7 +17,8 @@ CUDA_GENCODE ?= $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a
                 -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
 CFLAGS  := -std=c11 -ffp-contract=off -O2 -g -Wall -Wextra -Wno-unused-parameter -fopenmp -D_GNU_SOURCE \
            -Isrc $(EXTRA_CFLAGS)
-LDLIBS  := -fopenmp -lcjson -lpcre2-8 -lutf8proc -lyaml -lm -lpthread
+LDFLAGS ?=
+LDLIBS  := -fopenmp -lcjson -lpcre2-8 -lutf8proc -lyaml -lxxhash -lm -lpthread
 
 # Sources: everything under src/ except the CLI (linked into the binary) and
 # the CUDA backend (built only when nvcc is present).
@@ -49,7 +52,7 @@ endif
 $(BUILD)/obj/%_avx512.o: EXTRA_ISA := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mavx2
 $(BUILD)/obj/%_avx2.o: EXTRA_ISA := -mavx2 -mfma -mf16c
 
-.PHONY: all setup build run test test-gpu gpu-bundle bench clean fixtures
+.PHONY: all setup build run test test-asan fuzz test-gpu gpu-bundle bench clean fixtures
 
 all: build
 
@@ -71,14 +74,14 @@ $(BUILD)/libmegatrain.a: $(LIB_OBJ) $(CU_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/megatrain: $(CLI_OBJ) $(BUILD)/libmegatrain.a
-	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libmegatrain.a $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libmegatrain.a $(LDLIBS)
 
 $(BUILD)/libmegatrain_cli.a: $(CLI_LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
 $(BUILD)/mt_tests: $(CPU_TEST_OBJ) $(BUILD)/libmegatrain_cli.a $(BUILD)/libmegatrain.a
-	$(CC) -o $@ $(CPU_TEST_OBJ) $(BUILD)/libmegatrain_cli.a $(BUILD)/libmegatrain.a $(LDLIBS) -lcriterion
+	$(CC) $(LDFLAGS) -o $@ $(CPU_TEST_OBJ) $(BUILD)/libmegatrain_cli.a $(BUILD)/libmegatrain.a $(LDLIBS) -lcriterion
 
 $(BUILD)/mt_gpu_tests: $(GPU_TEST_OBJ) $(BUILD)/libmegatrain.a
 	$(CC) -o $@ $(GPU_TEST_OBJ) $(BUILD)/libmegatrain.a $(LDLIBS) -lcriterion
@@ -90,6 +93,19 @@ run: setup
 test: setup
 	@$(MAKE) --no-print-directory build
 	$(BUILD)/mt_tests --jobs 2
+
+# The CPU library and tests with AddressSanitizer + UBSan, in their own
+# build directory; the first error of either kind fails the run.
+SAN_FLAGS := -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all -fno-omit-frame-pointer
+test-asan: setup
+	@$(MAKE) --no-print-directory BUILD=$(BUILD)/asan NVCC= EXTRA_CFLAGS="$(SAN_FLAGS)" \
+	    LDFLAGS="$(SAN_FLAGS)" $(BUILD)/asan/mt_tests
+	scripts/test_asan.sh $(BUILD)/asan/mt_tests
+
+# Every fuzz harness of tests/fuzz/ (clang + libFuzzer), FUZZ_SECONDS each.
+FUZZ_SECONDS ?= 60
+fuzz: setup
+	scripts/fuzz.sh $(FUZZ_SECONDS)
 
 # On a GPU machine without the build dependencies, the binaries built
 # elsewhere (make gpu-bundle) are used as they are.

@@ -2,7 +2,8 @@
 # Installs the Debian packages megatrain builds against, when they are
 # missing and we are root; otherwise says what to install.
 set -euo pipefail
-pkgs=(gcc make libcjson-dev libpcre2-dev libutf8proc-dev libyaml-dev libcriterion-dev gnuplot-nox)
+pkgs=(gcc make libcjson-dev libpcre2-dev libutf8proc-dev libyaml-dev libcriterion-dev gnuplot-nox
+      libxxhash-dev clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

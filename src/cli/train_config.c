@@ -25,6 +25,7 @@ static const char *const schedules[] = {"cosine", "linear", "constant", NULL};
 static const char *const dtypes[] = {"bf16", "fp32", NULL};
 static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const grad_dtypes[] = {"auto", "fp32", "bf16", NULL};
+static const char *const nonfinite_actions[] = {"stop", "skip", NULL};
 
 const mt_tc_option mt_tc_options[] = {
     {"model", MT_TC_STRING, OFF(model), "", NULL, ANY, NULL, "DIR", "Model and data",
@@ -71,6 +72,10 @@ const mt_tc_option mt_tc_options[] = {
      "clip the global gradient norm to this; 0: off"},
     {"seed", MT_TC_INT, OFF(seed), "1234", "1", AT_LEAST(0), NULL, NULL, NULL,
      "seed of initialisation and data order"},
+    {"on_nonfinite", MT_TC_ENUM, OFF(on_nonfinite), "stop", NULL, ANY, nonfinite_actions, NULL,
+     NULL, "a non-finite loss or gradient: stop, or skip the update (CPU; counted)"},
+    {"max_skips", MT_TC_INT, OFF(max_skips), "10", NULL, AT_LEAST(1), NULL, NULL, NULL,
+     "with on_nonfinite skip: stop after N skipped steps in a row"},
 
     {"out", MT_TC_STRING, OFF(out), "runs/megatrain", "runs/tiny", ANY, NULL, "DIR",
      "Output", "run directory: final HF model, checkpoints, metrics.jsonl, config.yaml"},

@@ -31,6 +31,7 @@ typedef enum mt_tc_chat_template {
     MT_TC_CHAT_AUTO, MT_TC_CHAT_LLAMA3, MT_TC_CHAT_QWEN, MT_TC_CHAT_LLAMA2, MT_TC_CHAT_MISTRAL
 } mt_tc_chat_template;
 typedef enum mt_save_dtype { MT_SAVE_BF16, MT_SAVE_FP32 } mt_save_dtype;
+typedef enum mt_nonfinite_action { MT_NONFINITE_STOP, MT_NONFINITE_SKIP } mt_nonfinite_action;
 typedef enum mt_device_kind { MT_DEVICE_AUTO, MT_DEVICE_CPU, MT_DEVICE_CUDA } mt_device_kind;
 typedef enum mt_tc_precision { MT_TC_PRECISION_BF16, MT_TC_PRECISION_FP32 } mt_tc_precision;
 
@@ -54,6 +55,8 @@ typedef struct mt_train_config {
     int64_t warmup_steps;
     double weight_decay, beta1, beta2, eps, max_grad_norm;
     int64_t seed;
+    mt_nonfinite_action on_nonfinite;
+    int64_t max_skips;
     /* output and checkpoints */
     char out[MT_TC_STR];
     int64_t save_every, keep_last;

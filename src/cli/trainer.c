@@ -17,6 +17,8 @@
 
 #include "backend/cpu/ops.h"
 #include "cli/runner.h"
+#include "cli/train_memory.h"
+#include "cli/train_nonfinite.h"
 #include "data/builtin_text.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
@@ -28,6 +30,7 @@
 #include "io/checkpoint.h"
 #include "io/file.h"
 #include "io/model_io.h"
+#include "io/run_lock.h"
 #include "model/params.h"
 #include "util/mem.h"
 #include "util/signals.h"
@@ -56,6 +59,8 @@ typedef struct run {
     int32_t *tokens, *targets;
     mt_metrics_writer mw;
     char ckpt_dir[4096];     /* the checkpoint resumed from, if any */
+    mt_run_lock lock;        /* on tc->out, for the whole run */
+    mt_nonfinite nf;         /* the last non-finite step, skips in a row */
 } run;
 
 /* ---- model, tokenizer, data ---- */
@@ -64,6 +69,11 @@ static int load_config(run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
     if (!tc->model[0]) {
         mt_config_default_tiny(&R->cfg);
+        if (!tc->data[0] && (size_t)tc->seq_len >= MT_BUILTIN_TEXT_BYTES / 2)
+            return mt_errorf(err, "seq_len %lld: the built-in text has %zu bytes, rows of it "
+                             "must be shorter than %zu; lower --seq-len or pass --data FILE",
+                             (long long)tc->seq_len, MT_BUILTIN_TEXT_BYTES,
+                             MT_BUILTIN_TEXT_BYTES / 2);
         if (tc->seq_len > R->cfg.max_pos) R->cfg.max_pos = tc->seq_len;
         return 0;
     }
@@ -97,7 +107,7 @@ static int open_data(run *R, mt_error *err) {
     if (!tc->data[0]) {
         if (tc->model[0])
             return mt_errorf(err, "no training data: pass --data FILE.jsonl (or .mtok)");
-        R->text = mt_builtin_text(1 << 20, 7, &R->text_len);
+        R->text = mt_builtin_text(MT_BUILTIN_TEXT_BYTES, 7, &R->text_len);
         R->rng = (uint64_t)tc->seed * 0x9E3779B97F4A7C15ull + 1;
         return 0;
     }
@@ -172,6 +182,7 @@ static char *state_json(const run *R) {
  * keep them, or it would not continue the same run. */
 static int check_resumable(const run *R, const cJSON *saved, mt_error *err) {
     mt_train_config old;
+    mt_train_config_defaults(&old);  /* a key missing from the saved object reads as its default */
     char *txt = cJSON_PrintUnformatted(saved);
     int rc = mt_train_config_from_json(&old, txt, err);
     free(txt);
@@ -266,13 +277,19 @@ static void grads_wait(void *be, int l) { mt_cuda_backend_grads_wait(be, l); }
 #endif
 
 /* Loss of this step; the optimizer's update is started (GPU: it runs
- * under the next step's forward) and described in rep. */
+ * under the next step's forward) and described in rep. 1: the loss or a
+ * gradient is not finite (R->nf says where; rep has the norm), and no
+ * update was started. */
 static int train_step(run *R, double *loss, mt_optim_report *rep, mt_error *err) {
     const mt_train_config *tc = R->tc;
     mt_batch b = {.M = (int)tc->micro_batches, .B = tc->batch_size, .T = tc->seq_len,
                   .tokens = R->tokens, .targets = R->targets};
     if (mt_step_forward_backward(R->r.be, R->table.n_layers, &b, loss, err)) return -1;
     if (!R->r.gpu) {
+        if (mt_nonfinite_find(&R->nf, &R->table, R->store.g) || !isfinite(*loss)) {
+            *rep = (mt_optim_report){.lr = NAN, .grad_norm = mt_grad_norm(&R->table, R->store.g)};
+            return 1;
+        }
         mt_optimizer_step(&R->opt, &R->store, rep);
         return 0;
     }
@@ -280,6 +297,12 @@ static int train_step(run *R, double *loss, mt_optim_report *rep, mt_error *err)
     const double *sq = mt_cuda_backend_layer_sumsq(R->r.be);
     double total = 0;
     for (int l = 0; l < R->table.n_layers; l++) total += sq[l];
+    if (!isfinite(total) || !isfinite(*loss)) {
+        mt_cuda_backend_wait_grads(R->r.be); /* host gradients fully drained */
+        mt_nonfinite_find_sumsq(&R->nf, &R->table, sq, R->store.g); /* NULL: not in the store */
+        *rep = (mt_optim_report){.lr = NAN, .grad_norm = sqrt(total)};
+        return 1;
+    }
     mt_optim_pipeline_start(&R->pipe, total, rep);
 #endif
     return 0;
@@ -300,6 +323,10 @@ static void report(run *R, double loss, const mt_optim_report *rep, double dt, d
                   12.0 * R->cfg.L * R->cfg.C * tc->seq_len * tokens) / dt / 1e12;
     row.host_mem_gb = mt_host_rss_bytes() / 1e9;
     row.eta_s = t_run / (double)steps_run * (double)(R->total_steps - R->step);
+    if (R->nf.in_a_row > 0) {
+        row.skipped = R->nf.in_a_row;
+        row.nonfinite = R->nf.tensor[0] ? R->nf.tensor : NULL;
+    }
     if (R->data) {
         mt_data_pos p = mt_dataset_get_pos(R->data);
         int64_t rpe = mt_dataset_rows_per_epoch(R->data, tc->seq_len);
@@ -326,14 +353,17 @@ static void report(run *R, double loss, const mt_optim_report *rep, double dt, d
 
 static int setup(run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
-    if (mt_mkdirs(tc->out, err) || load_config(R, err) ||
+    if (mt_run_lock_acquire(&R->lock, tc->out, "megatrain train", err) || load_config(R, err) ||
         mt_params_init(&R->table, &R->cfg, err))
         return -1;
     if (tc->resume[0]) {
-        int rc = mt_checkpoint_find_latest(!strcmp(tc->resume, "auto") ? tc->out : tc->resume,
-                                           R->ckpt_dir, sizeof R->ckpt_dir, err);
-        if (rc && strcmp(tc->resume, "auto")) return -1;
-        if (rc) R->ckpt_dir[0] = 0; /* auto with nothing saved yet: a fresh start */
+        /* verified here (auto falls back to an older one), loaded below */
+        int autom = !strcmp(tc->resume, "auto");
+        const char *where = autom ? tc->out : tc->resume;
+        if (autom && mt_checkpoint_find_latest(where, R->ckpt_dir, sizeof R->ckpt_dir, err))
+            R->ckpt_dir[0] = 0; /* auto with nothing saved yet: a fresh start */
+        else if (mt_checkpoint_find_intact(where, R->ckpt_dir, sizeof R->ckpt_dir, err))
+            return -1;
     }
     int M = (int)tc->micro_batches;
     mt_runner_opts ro = {.device = tc->device == MT_DEVICE_CPU ? 1 : tc->device == MT_DEVICE_CUDA ? 2 : 0,
@@ -342,18 +372,24 @@ static int setup(run *R, mt_error *err) {
                          .gpu_mem_gb = tc->gpu_mem, .host_mem_gb = tc->host_mem,
                          .host_grad_dtype = tc->host_grad_dtype - 1,
                          .calibration = tc->calibration[0] ? tc->calibration : NULL};
+    int gpu = mt_runner_pick_gpu(ro.device, err);
+    if (gpu < 0) return -1;
+    /* the CPU backend and the planner-less GPU path read the store's g */
+    int store_grads = !gpu || tc->host_checkpoints;
+    if (mt_train_check_host_memory(tc, &R->cfg, &R->table, store_grads, !gpu,
+                                   mt_host_ram_available_bytes(), err))
+        return -1;
     if (mt_runner_plan_make(&R->plan, &R->cfg, &R->table, M, tc->batch_size, tc->seq_len, &ro,
                             stdout, err))
         return -1;
     ro.plan = R->plan;
-    /* the CPU backend and the planner-less GPU path read the store's g */
     if (mt_host_store_create(&R->store, &R->table, !R->plan, err)) return -1;
     printf("model: %s %s, %.2fM parameters, %lld layers, hidden %lld, vocab %lld\n",
            tc->model[0] ? tc->model : "built-in", R->cfg.model_type, R->table.n_params / 1e6,
            (long long)R->cfg.L, (long long)R->cfg.C, (long long)R->cfg.V);
     if (R->ckpt_dir[0]) {
         char *js = NULL;
-        if (mt_checkpoint_load(R->ckpt_dir, &R->store, &R->cfg, &js, err)) return -1;
+        if (mt_checkpoint_load_verified(R->ckpt_dir, &R->store, &R->cfg, &js, err)) return -1;
         int rc = load_tokenizer(R, err) || open_data(R, err) || restore_state(R, js, err);
         free(js);
         if (rc) return -1;
@@ -366,6 +402,9 @@ static int setup(run *R, mt_error *err) {
         }
         if (load_tokenizer(R, err) || open_data(R, err)) return -1;
     }
+    /* what a killed run left: temporary saves, a checkpoint beyond keep_last */
+    if (mt_checkpoint_cleanup(tc->out, (int)tc->keep_last, R->ckpt_dir[0] ? R->step : -1, err))
+        fprintf(stderr, "megatrain: warning: %s\n", err->msg);
     R->total_steps = tc->steps;
     if (!R->total_steps) {
         if (!R->data) return mt_errorf(err, "steps = 0 needs a data file to count epochs over");
@@ -426,6 +465,7 @@ static void teardown(run *R) {
     free(R->targets);
     mt_host_store_free(&R->store);
     mt_params_free(&R->table);
+    mt_run_lock_release(&R->lock);
 }
 
 static void sample(run *R) {
@@ -451,7 +491,7 @@ static void sample(run *R) {
 }
 
 int mt_train(const mt_train_config *tc, mt_error *err) {
-    run R = {.tc = tc};
+    run R = {.tc = tc, .lock = {.fd = -1}};
     int rc = -1;
     if (setup(&R, err)) goto out;
     mt_signals_install();
@@ -469,19 +509,21 @@ int mt_train(const mt_train_config *tc, mt_error *err) {
         }
         double loss;
         mt_optim_report rep;
-        if (train_step(&R, &loss, &rep, err)) goto out;
-        if (!isfinite(loss)) {
-            mt_errorf(err, "step %lld: the loss is %g; lower the learning rate (the last "
-                      "checkpoint is untouched)", (long long)R.step + 1, loss);
+        int st = train_step(&R, &loss, &rep, err);
+        if (st < 0) goto out;
+        /* the GPU's optimizer pipeline cannot skip an update: it stops */
+        if (st == 1 && mt_nonfinite_decide(&R.nf, tc, R.step + 1, loss, rep.grad_norm,
+                                           !R.r.gpu, err))
             goto out;
-        }
+        if (st == 1) R.opt.step++;  /* the schedule moves on, as a resume would count it */
+        else mt_nonfinite_ok(&R.nf);
         R.step++;
         R.tokens_seen += tc->micro_batches * tc->batch_size * tc->seq_len;
         double t = mt_now_s();
         report(&R, loss, &rep, t - t_prev, t - t_start, R.step - start_step);
         t_prev = t;
-        if (isnan(first)) first = loss;
-        last = loss;
+        if (isnan(first) && st == 0) first = loss;
+        if (st == 0) last = loss;
         if (mt_signals_pending()) {
             interrupted = 1;
             break;

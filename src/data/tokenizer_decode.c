@@ -51,7 +51,7 @@ static void tl_end(toklist *t) {
 
 static inline const char *tl_str(const toklist *t, size_t i, size_t *len) {
     *len = t->off[i + 1] - t->off[i];
-    return t->buf + t->off[i];
+    return t->buf ? t->buf + t->off[i] : "";  /* only empty strings so far: no buffer yet */
 }
 
 /* Rust's String::from_utf8_lossy: each maximal invalid subsequence -> U+FFFD. */

@@ -15,7 +15,8 @@ mt_metrics_row mt_metrics_row_make(int64_t step) {
     return (mt_metrics_row){.step = step, .epoch = NAN, .loss = NAN, .lr = NAN,
                             .grad_norm = NAN, .tokens = -1, .tokens_per_s = NAN, .tflops = NAN,
                             .step_time_s = NAN, .gpu_mem_gb = NAN, .host_mem_gb = NAN,
-                            .h2d_gbps = NAN, .d2h_gbps = NAN, .eta_s = NAN};
+                            .h2d_gbps = NAN, .d2h_gbps = NAN, .eta_s = NAN,
+                            .skipped = -1};
 }
 
 /* JSON ------------------------------------------------------------------- */
@@ -43,6 +44,13 @@ void mt_metrics_format_json(const mt_metrics_row *r, char *buf, size_t n) {
     u = put(buf, n, u, G, "h2d_gbps", r->h2d_gbps);
     u = put(buf, n, u, G, "d2h_gbps", r->d2h_gbps);
     u = put(buf, n, u, G, "eta_s", r->eta_s);
+    if (r->skipped >= 0 && u < n) {
+        u += (size_t)snprintf(buf + u, n - u, ",\"skipped\":%lld,\"loss_text\":\"%g\","
+                              "\"grad_norm_text\":\"%g\"", (long long)r->skipped, r->loss,
+                              r->grad_norm);
+        if (r->nonfinite && u < n) /* a tensor name: no quotes or backslashes */
+            u += (size_t)snprintf(buf + u, n - u, ",\"nonfinite\":\"%.120s\"", r->nonfinite);
+    }
     if (u < n) snprintf(buf + u, n - u, "}");
 }
 

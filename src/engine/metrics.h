@@ -3,7 +3,9 @@
  *
  * A row holds every metric; a field that does not apply (no GPU, no ETA
  * yet) is NAN (or -1 for tokens) and is left out of both the JSON line and
- * the progress line. JSON has no NaN, so a non-finite value is left out too.
+ * the progress line. JSON has no NaN, so a non-finite value is left out too,
+ * except on a skipped step (non-finite gradients), whose loss and gradient
+ * norm also appear as text: "loss_text": "nan", "grad_norm_text": "inf".
  *
  * The file is appended to, so that a resumed run continues it: opening it
  * for a run that resumes after step S first drops any line with step > S
@@ -27,6 +29,8 @@ typedef struct mt_metrics_row {
     double gpu_mem_gb, host_mem_gb; // GB = 1e9 bytes
     double h2d_gbps, d2h_gbps;      // GB/s
     double eta_s;
+    int64_t skipped;      // a skipped update: how many in a row (1, 2, ...); -1 = absent
+    const char *nonfinite; // the first tensor whose gradient is not finite; NULL = absent
 } mt_metrics_row;
 
 /* A row with only `step` set: every other field absent. */

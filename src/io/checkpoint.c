@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "io/checkpoint_internal.h"
+#include "io/checksum.h"
 #include "io/file.h"
 #include "io/safetensors.h"
 #include "util/mem.h"
@@ -156,19 +157,27 @@ static int write_state(const char *tmp, int64_t step, const char *state_json, mt
     return rc;
 }
 
-/* COMPLETE: {"step": n, "files": {name: bytes, ...}}. The sizes let a load
- * notice a file truncated or replaced after the save. */
+/* COMPLETE: {"step": n, "files": {name: bytes, ...}, "xxh3_64": {name: hex}}.
+ * The sizes and checksums let a load notice a file truncated, replaced or
+ * corrupted after the save. Hashing re-reads the files just written, from
+ * the page cache. */
 static int write_complete(const char *tmp, int64_t step, mt_error *err) {
     cJSON *r = cJSON_CreateObject();
     cJSON_AddStringToObject(r, "format", MT_CHECKPOINT_FORMAT);
     cJSON_AddNumberToObject(r, "step", (double)step);
     cJSON *files = cJSON_AddObjectToObject(r, "files");
+    cJSON *sums = cJSON_AddObjectToObject(r, "xxh3_64");
     int rc = 0;
     for (int i = 0; i < N_CKPT_FILES && rc == 0; i++) {
-        char *path = mt_path_join(tmp, ckpt_files[i]);
-        struct stat st;
-        if (stat(path, &st) != 0) rc = mt_errorf(err, "%s: cannot stat: %s", path, strerror(errno));
-        else cJSON_AddNumberToObject(files, ckpt_files[i], (double)st.st_size);
+        char *path = mt_path_join(tmp, ckpt_files[i]), hex[17];
+        uint64_t h;
+        int64_t n;
+        rc = mt_file_xxh3(path, &h, &n, err);
+        if (rc == 0) {
+            mt_xxh3_hex(h, hex);
+            cJSON_AddNumberToObject(files, ckpt_files[i], (double)n);
+            cJSON_AddStringToObject(sums, ckpt_files[i], hex);
+        }
         free(path);
     }
     char *text = cJSON_Print(r);
@@ -288,8 +297,26 @@ static int compare_configs(const mt_config *a, const mt_config *b, const char *p
 #undef FIELD_MSG
 }
 
-/* Parses dir/COMPLETE and checks every file's size against it. */
-static int check_complete(const char *dir, int64_t *step, mt_error *err) {
+/* Checks path against the checksum recorded for it, when there is one
+ * (checkpoints of older megatrain versions have sizes only). */
+static int check_sum(const char *path, const cJSON *sums, const char *name, mt_error *err) {
+    const cJSON *want = cJSON_GetObjectItemCaseSensitive(sums, name);
+    if (!sums) return 0;
+    if (!cJSON_IsString(want) || strlen(want->valuestring) != 16)
+        return mt_errorf(err, "%s: no checksum recorded for it in COMPLETE: the marker is "
+                         "corrupt; resume from another checkpoint", path);
+    uint64_t h;
+    char hex[17];
+    if (mt_file_xxh3(path, &h, NULL, err)) return -1;
+    mt_xxh3_hex(h, hex);
+    if (strcmp(hex, want->valuestring) == 0) return 0;
+    return mt_errorf(err, "%s: corrupt: its checksum (xxh3 %s) differs from the one recorded at "
+                     "the save (%s); resume from an earlier checkpoint (--resume auto falls "
+                     "back to one by itself)", path, hex, want->valuestring);
+}
+
+/* Parses dir/COMPLETE and checks every file's size and checksum against it. */
+static int check_complete(const char *dir, int64_t *step, int sums_checked, mt_error *err) {
     char *path = mt_path_join(dir, "COMPLETE");
     char *text = NULL;
     size_t len;
@@ -302,7 +329,8 @@ static int check_complete(const char *dir, int64_t *step, mt_error *err) {
         cJSON *j = cJSON_Parse(text);
         const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step");
         const cJSON *files = cJSON_GetObjectItemCaseSensitive(j, "files");
-        if (!cJSON_IsNumber(st) || !cJSON_IsObject(files))
+        const cJSON *sums = cJSON_GetObjectItemCaseSensitive(j, "xxh3_64");
+        if (!cJSON_IsNumber(st) || !cJSON_IsObject(files) || (sums && !cJSON_IsObject(sums)))
             rc = mt_errorf(err, "%s: corrupt marker (expected {\"step\", \"files\"})", path);
         for (int i = 0; i < N_CKPT_FILES && rc == 0; i++) {
             char *fp = mt_path_join(dir, ckpt_files[i]);
@@ -314,6 +342,8 @@ static int check_complete(const char *dir, int64_t *step, mt_error *err) {
                 rc = mt_errorf(err, "%s: %lld bytes, but the checkpoint recorded %.0f: the file "
                                "was truncated or replaced after the save", fp,
                                (long long)sb.st_size, cJSON_IsNumber(want) ? want->valuedouble : -1.0);
+            else
+                rc = sums_checked ? 0 : check_sum(fp, sums, ckpt_files[i], err);
             free(fp);
         }
         if (rc == 0) *step = (int64_t)st->valuedouble;
@@ -407,11 +437,17 @@ static int load_tensor_file(const char *dir, const char *file, const mt_param_ta
     return rc;
 }
 
-int mt_checkpoint_load(const char *dir, mt_host_store *s, const mt_config *cfg,
-                       char **state_json, mt_error *err) {
+int mt_checkpoint_verify(const char *dir, mt_error *err) {
+    int64_t step;
+    return check_complete(dir, &step, 0, err);
+}
+
+static int load(const char *dir, mt_host_store *s, const mt_config *cfg, char **state_json,
+                int sums_checked, mt_error *err) {
     *state_json = NULL;
     int64_t step = 0;
-    if (check_complete(dir, &step, err)) return mt_error_prefix(err, "loading checkpoint: ");
+    if (check_complete(dir, &step, sums_checked, err))
+        return mt_error_prefix(err, "loading checkpoint: ");
     char *cpath = mt_path_join(dir, "config.json");
     mt_config saved;
     int rc = mt_config_load(&saved, cpath, err);
@@ -425,4 +461,14 @@ int mt_checkpoint_load(const char *dir, mt_host_store *s, const mt_config *cfg,
     if (rc == 0) rc = load_state(dir, step, state_json, err);
     if (rc) mt_error_prefix(err, "loading checkpoint: ");
     return rc;
+}
+
+int mt_checkpoint_load(const char *dir, mt_host_store *s, const mt_config *cfg,
+                       char **state_json, mt_error *err) {
+    return load(dir, s, cfg, state_json, 0, err);
+}
+
+int mt_checkpoint_load_verified(const char *dir, mt_host_store *s, const mt_config *cfg,
+                                char **state_json, mt_error *err) {
+    return load(dir, s, cfg, state_json, 1, err);
 }

@@ -9,7 +9,7 @@
  *                              also a model transformers can load
  *       optimizer.safetensors  "exp_avg.<hf name>" (m), "exp_avg_sq.<hf name>" (v)
  *       trainer_state.json     {"format", "layout_version", "step", "trainer": <caller's object>}
- *       COMPLETE               written last: step and the byte size of every file
+ *       COMPLETE               written last: step, byte size and XXH3-64 of every file
  *
  * A save writes all of it into <out>/checkpoints/.tmp-step-<n>-<pid>/, fsyncs
  * each file and the directory, renames it to step-<n> and fsyncs the parent.
@@ -68,15 +68,40 @@ int mt_checkpoint_save(const char *out_dir, int64_t step, const mt_host_store *s
 int mt_checkpoint_find_latest(const char *path, char *found, size_t cap, mt_error *err);
 
 /* Loads ckpt_dir into s (w, m, v; g untouched). Checks the COMPLETE marker
- * and the file sizes it records, that config.json equals cfg (naming the
+ * and the file sizes and checksums it records (naming the file that
+ * differs), that config.json equals cfg (naming the
  * first differing field), and that every tensor of s's table is present in
  * F32 with its shape and nothing else is. *state_json receives the caller's
  * object exactly as it was saved (malloc'd; free it). */
 int mt_checkpoint_load(const char *ckpt_dir, mt_host_store *s, const mt_config *cfg,
                        char **state_json, mt_error *err);
 
+/* The same, for a checkpoint mt_checkpoint_verify (or find_intact) has
+ * just checked: the files are not hashed a second time. */
+int mt_checkpoint_load_verified(const char *ckpt_dir, mt_host_store *s, const mt_config *cfg,
+                                char **state_json, mt_error *err);
+
+/* Checks ckpt_dir's COMPLETE marker and every file's size and checksum
+ * (one full read of the checkpoint). -1 with a message naming the file. */
+int mt_checkpoint_verify(const char *ckpt_dir, mt_error *err);
+
+/* Like mt_checkpoint_find_latest, but verifies the candidates newest first
+ * and returns the first intact one; each one skipped is reported on stderr
+ * as a warning naming the damaged file. Fails when none is intact. */
+int mt_checkpoint_find_intact(const char *path, char *found, size_t cap, mt_error *err);
+
 /* Removes stale temporary directories and all but the newest keep_last
  * complete checkpoints in out_dir/checkpoints (what a save does at its end). */
 int mt_checkpoint_prune(const char *out_dir, int keep_last, mt_error *err);
+
+/* What a run does at its start, holding the run lock (io/run_lock.h): the
+ * same as a prune, except that every .tmp-* directory of another pid is
+ * removed (a save killed at any moment left it; with the lock held no one
+ * else is writing), and step spare_step (the checkpoint being resumed
+ * from; -1 for none) is kept even when it is older than the newest
+ * keep_last. A kill between a save's rename and its prune leaves one
+ * checkpoint too many: this is where it goes. */
+int mt_checkpoint_cleanup(const char *out_dir, int keep_last, int64_t spare_step,
+                          mt_error *err);
 
 #endif

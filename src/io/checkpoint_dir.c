@@ -17,6 +17,7 @@
 
 #include "io/checkpoint_internal.h"
 #include "io/file.h"
+#include "util/fault.h"
 #include "util/mem.h"
 
 /* ---- names -------------------------------------------------------------- */
@@ -71,6 +72,8 @@ int mt_ckpt_rmtree(const char *path) {
 }
 
 int mt_ckpt_publish(const char *tmp, const char *final, mt_error *err) {
+    if (mt_fault_hit(MT_FAULT_RENAME))
+        return mt_errorf(err, "cannot rename %s to %s: %s", tmp, final, strerror(EIO));
     if (rename(tmp, final) == 0) return 0;
     if (errno != ENOTEMPTY && errno != EEXIST)
         return mt_errorf(err, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
@@ -115,7 +118,9 @@ static int tmp_is_stale(int64_t pid) {
     return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
 
-static int list_dir(const char *ck, ckpt_list *out, mt_error *err) {
+/* all_tmp: count every .tmp-* directory as stale (the caller holds the run
+ * lock, so no other process is saving here). */
+static int list_dir(const char *ck, int all_tmp, ckpt_list *out, mt_error *err) {
     memset(out, 0, sizeof *out);
     DIR *d = opendir(ck);
     if (!d) return mt_errorf(err, "%s: cannot list: %s", ck, strerror(errno));
@@ -125,7 +130,8 @@ static int list_dir(const char *ck, ckpt_list *out, mt_error *err) {
         char *p = mt_path_join(ck, e->d_name);
         if (parse_step_name(e->d_name, &step) && is_dir(p) && has_file(p, "COMPLETE"))
             push((void **)&out->steps, &out->n, sizeof step, &step);
-        if (parse_tmp_name(e->d_name, &pid) && is_dir(p) && tmp_is_stale(pid)) {
+        if (parse_tmp_name(e->d_name, &pid) && is_dir(p) &&
+            (all_tmp ? pid != (int64_t)getpid() : tmp_is_stale(pid))) {
             char *q = mt_strdup_or_die(p);
             push((void **)&out->stale, &out->n_stale, sizeof q, &q);
         }
@@ -150,6 +156,44 @@ static char *step_path(const char *ck, int64_t step) {
 
 /* ---- public ------------------------------------------------------------- */
 
+/* The checkpoints directory a --resume path names (malloc'd), given that
+ * path is not a checkpoint itself. */
+static char *checkpoints_of(const char *path) {
+    char *sub = mt_path_join(path, "checkpoints");
+    if (is_dir(sub)) return sub;
+    free(sub);
+    return mt_strdup_or_die(path);
+}
+
+int mt_checkpoint_find_intact(const char *path, char *found, size_t cap, mt_error *err) {
+    if (mt_checkpoint_find_latest(path, found, cap, err)) return -1;
+    if (mt_checkpoint_verify(found, err) == 0) return 0;
+    if (has_file(path, "COMPLETE")) return -1;  /* one checkpoint named: nothing to fall back to */
+    fprintf(stderr, "megatrain: warning: %s\n", err->msg);
+    char *ck = checkpoints_of(path);
+    ckpt_list l;
+    int rc = list_dir(ck, 0, &l, err), ok = 0;
+    for (int i = l.n - 2; i >= 0 && rc == 0 && !ok; i--) {
+        char *p = step_path(ck, l.steps[i]);
+        mt_error e;
+        if (mt_checkpoint_verify(p, &e) == 0) {
+            fprintf(stderr, "megatrain: warning: falling back to %s, the newest intact "
+                    "checkpoint\n", p);
+            snprintf(found, cap, "%s", p);
+            ok = 1;
+        } else {
+            fprintf(stderr, "megatrain: warning: %s\n", e.msg);
+        }
+        free(p);
+    }
+    if (rc == 0 && !ok)
+        rc = mt_errorf(err, "%s: no intact checkpoint (each is damaged, see the warnings "
+                       "above); start afresh without --resume, or restore a copy", ck);
+    list_free(&l);
+    free(ck);
+    return rc;
+}
+
 int mt_checkpoint_find_latest(const char *path, char *found, size_t cap, mt_error *err) {
     if (!is_dir(path))
         return mt_errorf(err, "%s: not a directory; --resume takes a checkpoint directory, a "
@@ -166,7 +210,7 @@ int mt_checkpoint_find_latest(const char *path, char *found, size_t cap, mt_erro
     char *ck = is_dir(sub) ? sub : mt_strdup_or_die(path);
     if (ck != sub) free(sub);
     ckpt_list l;
-    int rc = list_dir(ck, &l, err);
+    int rc = list_dir(ck, 0, &l, err);
     if (rc == 0 && l.n == 0)
         rc = mt_errorf(err, "%s: no complete checkpoint here (looked for step-NNNNNNNN/COMPLETE); "
                        "check the path given to --resume", ck);
@@ -180,19 +224,22 @@ int mt_checkpoint_find_latest(const char *path, char *found, size_t cap, mt_erro
     return rc;
 }
 
-int mt_checkpoint_prune(const char *out_dir, int keep_last, mt_error *err) {
+/* Removes the stale .tmp-* directories and all complete checkpoints but the
+ * newest keep_last, except step `spare`. */
+static int prune(const char *out_dir, int keep_last, int all_tmp, int64_t spare, mt_error *err) {
     char *ck = mt_path_join(out_dir, "checkpoints");
     if (!is_dir(ck)) {
         free(ck);
         return 0;  /* nothing saved yet */
     }
     ckpt_list l;
-    int rc = list_dir(ck, &l, err);
+    int rc = list_dir(ck, all_tmp, &l, err);
     for (int i = 0; i < l.n_stale && rc == 0; i++)
         if (mt_ckpt_rmtree(l.stale[i]) != 0)
             rc = mt_errorf(err, "%s: cannot remove stale temporary directory: %s", l.stale[i],
                            strerror(errno));
     for (int i = 0; keep_last > 0 && i < l.n - keep_last && rc == 0; i++) {
+        if (l.steps[i] == spare) continue;
         char *p = step_path(ck, l.steps[i]);
         if (mt_ckpt_rmtree(p) != 0)
             rc = mt_errorf(err, "%s: cannot remove old checkpoint: %s", p, strerror(errno));
@@ -202,4 +249,13 @@ int mt_checkpoint_prune(const char *out_dir, int keep_last, mt_error *err) {
     list_free(&l);
     free(ck);
     return rc;
+}
+
+int mt_checkpoint_prune(const char *out_dir, int keep_last, mt_error *err) {
+    return prune(out_dir, keep_last, 0, -1, err);
+}
+
+int mt_checkpoint_cleanup(const char *out_dir, int keep_last, int64_t spare_step,
+                          mt_error *err) {
+    return prune(out_dir, keep_last, 1, spare_step, err);
 }

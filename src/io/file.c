@@ -9,7 +9,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/fault.h"
 #include "util/mem.h"
+
+/* fsync, or the injected failure of util/fault.h */
+static int fsync_fault(int fd) {
+    if (mt_fault_hit(MT_FAULT_FSYNC)) {
+        errno = EIO;
+        return -1;
+    }
+    return fsync(fd);
+}
 
 int mt_read_file(const char *path, char **buf, size_t *len, mt_error *err) {
     FILE *fp = fopen(path, "rb");
@@ -37,7 +47,8 @@ int mt_read_file(const char *path, char **buf, size_t *len, mt_error *err) {
 int mt_write_all(int fd, const void *buf, size_t n, const char *path, mt_error *err) {
     const char *p = buf;
     while (n > 0) {
-        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
+        ssize_t w = mt_fault_hit(MT_FAULT_WRITE) ? (errno = ENOSPC, -1)
+                                                 : write(fd, p, n > (1u << 30) ? (1u << 30) : n);
         if (w < 0 && errno == EINTR) continue;
         if (w < 0)
             return mt_errorf(err, "%s: write failed: %s (disk full?)", path, strerror(errno));
@@ -83,7 +94,7 @@ static int fsync_parent_dir(const char *path, mt_error *err) {
     MT_ASSERT(dir);
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
     int rc = 0;
-    if (fd < 0 || fsync(fd) != 0)
+    if (fd < 0 || fsync_fault(fd) != 0)
         rc = mt_errorf(err, "%s: cannot sync directory: %s", dir, strerror(errno));
     if (fd >= 0) close(fd);
     free(dir);
@@ -92,10 +103,11 @@ static int fsync_parent_dir(const char *path, mt_error *err) {
 
 int mt_atomic_commit(mt_atomic_file *f, mt_error *err) {
     int rc = 0;
-    if (fsync(f->fd) != 0) rc = mt_errorf(err, "%s: fsync failed: %s", f->tmp, strerror(errno));
+    if (fsync_fault(f->fd) != 0)
+        rc = mt_errorf(err, "%s: fsync failed: %s", f->tmp, strerror(errno));
     if (close(f->fd) != 0 && rc == 0)
         rc = mt_errorf(err, "%s: close failed: %s", f->tmp, strerror(errno));
-    if (rc == 0 && rename(f->tmp, f->path) != 0)
+    if (rc == 0 && (mt_fault_hit(MT_FAULT_RENAME) ? (errno = EIO, 1) : rename(f->tmp, f->path)))
         rc = mt_errorf(err, "%s: cannot rename %s over it: %s", f->path, f->tmp, strerror(errno));
     if (rc != 0) unlink(f->tmp);
     else rc = fsync_parent_dir(f->path, err);
@@ -119,7 +131,7 @@ int mt_is_dir(const char *path) {
 int mt_fsync_dir(const char *path, mt_error *err) {
     int fd = open(path, O_RDONLY | O_DIRECTORY);
     int rc = 0;
-    if (fd < 0 || fsync(fd) != 0)
+    if (fd < 0 || fsync_fault(fd) != 0)
         rc = mt_errorf(err, "%s: cannot sync directory: %s", path, strerror(errno));
     if (fd >= 0) close(fd);
     return rc;

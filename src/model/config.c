@@ -66,7 +66,10 @@ static int get_token_id(const cJSON *root, const char *key, int64_t *out, const 
     if (!it || cJSON_IsNull(it)) return 0;
     if (cJSON_IsArray(it)) it = cJSON_GetArrayItem(it, 0);
     if (!it) return 0;
-    if (!cJSON_IsNumber(it)) return mt_errorf(err, "%s: field \"%s\" must be an integer", src, key);
+    /* the same range as get_int: a double beyond int64 is undefined to convert */
+    if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
+        fabs(it->valuedouble) > 9.0e15)
+        return mt_errorf(err, "%s: field \"%s\" must be an integer", src, key);
     *out = (int64_t)it->valuedouble;
     return 0;
 }

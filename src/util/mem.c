@@ -5,8 +5,9 @@
 #include <string.h>
 
 #include "util/error.h"
+#include "util/fault.h"
 
-void *mt_malloc_try(size_t n) { return malloc(n ? n : 1); }
+void *mt_malloc_try(size_t n) { return mt_fault_hit(MT_FAULT_ALLOC) ? NULL : malloc(n ? n : 1); }
 
 void *mt_malloc_or_die(size_t n) {
     void *p = mt_malloc_try(n);
@@ -28,6 +29,7 @@ void *mt_realloc_or_die(void *p, size_t n) {
 
 void *mt_aligned_alloc_try(size_t align, size_t n) {
     void *p = NULL;
+    if (mt_fault_hit(MT_FAULT_ALLOC)) return NULL;
     if (posix_memalign(&p, align, n ? mt_round_up(n, align) : align) != 0) return NULL;
     return p;
 }

@@ -2,6 +2,7 @@
 #include "util/sys.h"
 
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,4 +20,36 @@ size_t mt_host_rss_bytes(void) {
         fclose(f);
     }
     return (size_t)rss * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* The value of "key" in a "key value" file, in bytes (unit kB when given). */
+static size_t read_kv_bytes(const char *path, const char *key) {
+    FILE *f = fopen(path, "r");
+    char line[256];
+    size_t v = 0, n = strlen(key);
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long long x;
+        char unit[8] = "";
+        if (strncmp(line, key, n) == 0 && sscanf(line + n, " %llu %7s", &x, unit) >= 1) {
+            v = (size_t)x * (strcmp(unit, "kB") == 0 ? 1024 : 1);
+            break;
+        }
+    }
+    if (f) fclose(f);
+    return v;
+}
+
+size_t mt_host_ram_available_bytes(void) {
+    size_t avail = read_kv_bytes("/proc/meminfo", "MemAvailable:");
+    FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
+    unsigned long long lim;
+    if (f) {
+        if (fscanf(f, "%llu", &lim) == 1) {  /* "max" reads as no limit */
+            size_t used = read_kv_bytes("/sys/fs/cgroup/memory.current", "");
+            size_t left = lim > used ? (size_t)lim - used : 0;
+            if (!avail || left < avail) avail = left;
+        }
+        fclose(f);
+    }
+    return avail;
 }

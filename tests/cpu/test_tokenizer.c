@@ -208,6 +208,7 @@ Test(tokenizer, refuses_unsupported_components_naming_them) {
     cr_expect(strstr(err.msg, "UTF-8 at byte 1"), "%s", err.msg);
     mt_tokenizer_free(tok);
     mt_test_rmtree(dir);
+    free(dir);
 }
 
 /* ---- the built-in byte tokenizer ---- */

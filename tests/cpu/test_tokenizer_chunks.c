@@ -54,6 +54,7 @@ static mt_tokenizer *load_json(const char *json) {
     mt_tokenizer *tok = mt_tokenizer_load(path, &err);
     cr_assert(tok, "%s", err.msg);
     mt_test_rmtree(dir);
+    free(dir);
     return tok;
 }
 

@@ -92,6 +92,7 @@ Test(trainer, resume_gives_the_same_losses_and_weights_bitwise, .timeout = 120) 
     cr_assert_eq(mt_train(&tc, &err), -1);
     cr_assert(strstr(err.msg, "seq_len"), "%s", err.msg);
     mt_test_rmtree(dir);
+    free(dir);
 }
 
 Test(trainer, fine_tunes_an_hf_directory_on_completion_data, .timeout = 120) {
@@ -138,6 +139,7 @@ Test(trainer, fine_tunes_an_hf_directory_on_completion_data, .timeout = 120) {
     mt_host_store_free(&s1);
     mt_params_free(&t);
     mt_test_rmtree(dir);
+    free(dir);
 }
 
 Test(trainer, sigterm_saves_a_checkpoint_and_resume_continues, .timeout = 120) {
@@ -178,6 +180,7 @@ Test(trainer, sigterm_saves_a_checkpoint_and_resume_continues, .timeout = 120) {
     config(&tc, out, extra);
     cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
     mt_test_rmtree(dir);
+    free(dir);
 }
 
 Test(trainer, clear_errors_for_bad_inputs) {
@@ -195,4 +198,5 @@ Test(trainer, clear_errors_for_bad_inputs) {
     cr_assert_eq(mt_train(&tc, &err), -1);
     cr_assert(strstr(err.msg, "/nonexistent/ckpt"), "%s", err.msg);
     mt_test_rmtree(dir);
+    free(dir);
 }

@@ -15,6 +15,7 @@
 #include "backend/cpu/ops.h"
 #include "model/rope.h"
 #include "util/mem.h"
+#include "util/sys.h"
 
 #define HEAD_CHUNK 256 /* rows of logits held at once by the head */
 
@@ -277,6 +278,26 @@ static float *alloc_floats(size_t n, size_t *total) {
     return mt_aligned_alloc_or_die(64, n * sizeof(float));
 }
 
+/* a*b + c, false on overflow */
+static bool muladd(size_t a, size_t b, size_t c, size_t *out) {
+    size_t ab;
+    return mt_mul_size(a, b, &ab) && mt_add_size(ab, c, out);
+}
+
+int mt_cpu_backend_bytes(const mt_config *c, const mt_param_table *t, int max_M, int64_t B,
+                         int64_t T, size_t *bytes) {
+    if (max_M <= 0 || B <= 0 || T <= 0) return -1;
+    size_t C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F, N, NC, LM, f = 0;
+    /* floats per token row of the activations and their gradients (see create) */
+    size_t row = 5 * C + 3 + 6 * Q + 6 * KV + 2 * (size_t)c->NH + (size_t)c->NKV + 6 * F;
+    bool ok = mt_mul_size((size_t)B, (size_t)T, &N) && mt_mul_size(N, C, &NC) &&
+              muladd(2, (size_t)T * c->HD / 2, 0, &f) &&                    /* cos, sin */
+              muladd((size_t)t->n_layers + 1, (size_t)max_M, 0, &LM) &&      /* ckpt, dx */
+              muladd(LM, NC, f, &f) && muladd(N, row, f, &f) &&
+              muladd(HEAD_CHUNK, (size_t)c->V, f, &f) && mt_mul_size(f, sizeof(float), bytes);
+    return ok ? 0 : -1;
+}
+
 mt_backend *mt_cpu_backend_create(const mt_config *c, const mt_param_table *t,
                                   mt_host_store *store, int max_M, int64_t B, int64_t T,
                                   mt_error *err) {
@@ -291,6 +312,18 @@ mt_backend *mt_cpu_backend_create(const mt_config *c, const mt_param_table *t,
                          "which megatrain does not implement; use --seq-len <= %lld",
                          (long long)T, (long long)c->sliding_window,
                          (long long)c->sliding_window), NULL;
+    size_t need;
+    if (mt_cpu_backend_bytes(c, t, max_M, B, T, &need))
+        return mt_errorf(err, "CPU backend: %d micro-batches of %lld x %lld tokens need more "
+                         "bytes than this machine can address; lower --batch-size, "
+                         "--micro-batches or --seq-len", max_M, (long long)B, (long long)T),
+               NULL;
+    size_t avail = mt_host_ram_available_bytes();
+    if (avail && need > avail)
+        return mt_errorf(err, "CPU backend: %d micro-batches of %lld x %lld tokens need %.2f GB "
+                         "of activations, %.2f GB of RAM are available; lower --batch-size, "
+                         "--micro-batches or --seq-len", max_M, (long long)B, (long long)T,
+                         need / 1e9, avail / 1e9), NULL;
     cpu_backend *cb = mt_calloc_or_die(1, sizeof *cb);
     cb->base.ops = &cpu_ops;
     cb->base.name = "cpu";
@@ -339,7 +372,7 @@ mt_backend *mt_cpu_backend_create(const mt_config *c, const mt_param_table *t,
     cb->logits = alloc_floats((size_t)HEAD_CHUNK * c->V, &tot);
     cb->xf = alloc_floats(N * C, &tot);
     cb->rstdf = alloc_floats(N, &tot);
-    (void)tot;
+    MT_ASSERT(tot == need);  /* mt_cpu_backend_bytes must list what create allocates */
     return &cb->base;
 }
 

@@ -15,6 +15,12 @@ mt_backend *mt_cpu_backend_create(const mt_config *cfg, const mt_param_table *t,
                                   mt_error *err);
 void mt_cpu_backend_free(mt_backend *be);
 
+/* The bytes mt_cpu_backend_create(cfg, t, ..., max_M, B, T) allocates, into
+ * *bytes; -1 when they do not fit a size_t (a user's absurd size). Lets a
+ * caller refuse a run before allocating anything. */
+int mt_cpu_backend_bytes(const mt_config *cfg, const mt_param_table *t, int max_M, int64_t B,
+                         int64_t T, size_t *bytes);
+
 /* Logits (V) of token row `row` (0..B*T-1) of micro-batch mb, after a
  * forward pass (mt_step_eval). For generation. */
 void mt_cpu_backend_logits(mt_backend *be, int mb, int64_t row, float *logits);

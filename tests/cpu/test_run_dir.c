@@ -1,0 +1,117 @@
+/* The run directory: one writer at a time (the run lock), and what a killed
+ * run left behind is cleaned when the next one starts. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/train_config.h"
+#include "cli/trainer.h"
+#include "io/run_lock.h"
+#include "testlib.h"
+
+static void config(mt_train_config *tc, const char *out, const char *extra) {
+    char buf[2048];
+    snprintf(buf, sizeof buf, "train --out %s --sample-tokens 0 --log-every 1000 %s", out, extra);
+    char *argv[64];
+    int argc = 0;
+    for (char *tok = strtok(buf, " "); tok && argc < 63; tok = strtok(NULL, " ")) argv[argc++] = tok;
+    mt_error err;
+    cr_assert_eq(mt_train_config_parse_args(tc, argc, argv, &err), 0, "%s", err.msg);
+}
+
+/* Entries of dir whose names start with prefix. */
+static int count_entries(const char *dir, const char *prefix) {
+    DIR *d = opendir(dir);
+    cr_assert(d, "cannot list %s", dir);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return n;
+}
+
+Test(run_dir, a_second_run_on_a_locked_out_is_refused_naming_the_pid, .timeout = 60) {
+    char *dir = mt_test_tmpdir(), out[512];
+    snprintf(out, sizeof out, "%s/run", dir);
+    int go[2], done[2];
+    cr_assert_eq(pipe(go), 0);
+    cr_assert_eq(pipe(done), 0);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) { /* the other run: holds the lock until killed or the test ends */
+        close(go[0]);
+        close(done[1]);
+        mt_run_lock l;
+        mt_error err;
+        char c = mt_run_lock_acquire(&l, out, "megatrain train", &err) == 0 ? 'y' : 'n';
+        if (write(go[1], &c, 1) != 1 || read(done[0], &c, 1) < 0) _exit(1);
+        _exit(0);
+    }
+    close(go[1]);
+    close(done[0]);  /* our end of done closes when this test exits, whatever happens */
+    char c = 0;
+    cr_assert_eq(read(go[0], &c, 1), 1);
+    cr_assert_eq(c, 'y');
+    mt_train_config tc;
+    mt_error err;
+    config(&tc, out, "--steps 2 --save-every 1");
+    cr_assert_eq(mt_train(&tc, &err), -1, "a run on a locked directory must be refused");
+    char want[64];
+    snprintf(want, sizeof want, "process %ld (megatrain train)", (long)pid);
+    cr_assert(strstr(err.msg, want) && strstr(err.msg, out), "%s", err.msg);
+    cr_assert(strstr(err.msg, "--out"), "the message says what to do: %s", err.msg);
+    /* nothing of the refused run was written */
+    char metrics[600];
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
+    cr_assert_eq(access(metrics, F_OK), -1);
+    /* a lock whose holder died (kill -9) never blocks */
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    /* and in one process, a second acquire is refused while the first holds */
+    mt_run_lock a, b;
+    cr_assert_eq(mt_run_lock_acquire(&a, out, "test", &err), 0, "%s", err.msg);
+    cr_assert_eq(mt_run_lock_acquire(&b, out, "test", &err), -1);
+    mt_run_lock_release(&a);
+    cr_assert_eq(mt_run_lock_acquire(&b, out, "test", &err), 0, "%s", err.msg);
+    mt_run_lock_release(&b);
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+/* A save killed between publishing step-N and pruning leaves keep_last + 1
+ * checkpoints; one killed while writing leaves .tmp-step-*; a pid that was
+ * reused keeps such a directory looking alive. The next run removes all. */
+Test(run_dir, a_run_starts_by_removing_what_a_killed_run_left, .timeout = 60) {
+    char *dir = mt_test_tmpdir(), out[512], ck[600], tmp[700];
+    snprintf(out, sizeof out, "%s/run", dir);
+    snprintf(ck, sizeof ck, "%s/checkpoints", out);
+    mt_train_config tc;
+    mt_error err;
+    config(&tc, out, "--steps 3 --save-every 1 --keep-last 5");
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    cr_assert_eq(count_entries(ck, "step-"), 3);
+    /* a save in progress of a process that exists (our parent) */
+    snprintf(tmp, sizeof tmp, "%s/.tmp-step-00000004-%ld", ck, (long)getppid());
+    cr_assert_eq(mkdir(tmp, 0755), 0);
+    config(&tc, out, "--steps 3 --save-every 0 --keep-last 2 --resume auto");
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    cr_assert_eq(count_entries(ck, "step-"), 2, "keep_last 2 holds at the start of a run");
+    cr_assert_eq(count_entries(ck, ".tmp-"), 0, "temporary saves are removed");
+    /* the checkpoint resumed from is kept even when it is not among the newest */
+    char old[700];
+    snprintf(old, sizeof old, "%s/step-00000002", ck);
+    config(&tc, out, "--steps 3 --save-every 0 --keep-last 1");
+    snprintf(tc.resume, sizeof tc.resume, "%s", old);
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    cr_assert_eq(access(old, F_OK), 0, "%s was removed", old);
+    mt_test_rmtree(dir);
+    free(dir);
+}
