@@ -243,12 +243,7 @@ int mt_bench_train(int argc, char **argv) {
 
     size_t n = (size_t)tokens;
     int32_t *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
-    uint64_t r = 88172645463325252ull;
-    for (size_t i = 0; i < n; i++) {
-        r ^= r << 13; r ^= r >> 7; r ^= r << 17;
-        tok[i] = (int32_t)(r % (uint64_t)cfg.V);
-        tgt[i] = (int32_t)((r >> 32) % (uint64_t)cfg.V);
-    }
+    mt_batch_fill_random(tok, tgt, n, cfg.V);
     mt_batch batch = {.M = M, .B = B, .T = T, .tokens = tok, .targets = tgt};
     printf("%5s %9s %9s %9s %9s %9s %9s %9s %8s %8s\n", "step", "loss", "step_s", "TFLOPS",
            "tok/s", "fwd_s", "bwd_s", "optwait_s", "H2D_GB/s", "D2H_GB/s");

@@ -12,6 +12,15 @@ int64_t mt_batch_count_valid(const mt_batch *b) {
     return n;
 }
 
+void mt_batch_fill_random(int32_t *tokens, int32_t *targets, size_t n, int64_t V) {
+    uint64_t r = 88172645463325252ull;
+    for (size_t i = 0; i < n; i++) {
+        r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+        tokens[i] = (int32_t)(r % (uint64_t)V);
+        targets[i] = (int32_t)((r >> 32) % (uint64_t)V);
+    }
+}
+
 static void forward_layers(mt_backend *be, int n_layers, const mt_batch *batch) {
     for (int l = 0; l < n_layers - 1; l++) {
         be->ops->bind_layer(be, l, 0);

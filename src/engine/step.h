@@ -15,6 +15,10 @@ int mt_step_forward_backward(mt_backend *be, int n_layers, const mt_batch *batch
 int mt_step_eval(mt_backend *be, int n_layers, const mt_batch *batch, double *loss_sum,
                  int64_t *n_valid, mt_error *err);
 
+/* Fills n tokens and targets with ids below V from a fixed xorshift
+ * sequence: the synthetic batches of benchmarks and the planner's probe. */
+void mt_batch_fill_random(int32_t *tokens, int32_t *targets, size_t n, int64_t V);
+
 /* Counts targets that are not MT_IGNORE_INDEX. */
 int64_t mt_batch_count_valid(const mt_batch *batch);
 

@@ -39,6 +39,8 @@ static size_t read_kv_bytes(const char *path, const char *key) {
     return v;
 }
 
+size_t mt_host_ram_total_bytes(void) { return read_kv_bytes("/proc/meminfo", "MemTotal:"); }
+
 size_t mt_host_ram_available_bytes(void) {
     size_t avail = read_kv_bytes("/proc/meminfo", "MemAvailable:");
     FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");

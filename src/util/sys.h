@@ -10,6 +10,9 @@ double mt_now_s(void);
 /* Resident set size of this process in bytes (0 if unknown). */
 size_t mt_host_rss_bytes(void);
 
+/* MemTotal of /proc/meminfo in bytes (0 if unknown). */
+size_t mt_host_ram_total_bytes(void);
+
 /* Host RAM this process may still take, in bytes: MemAvailable of
  * /proc/meminfo, lowered to the cgroup's memory.max when that is smaller.
  * 0 if unknown (callers then check nothing). */

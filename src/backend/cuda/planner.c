@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "util/mem.h"
+#include "util/sys.h"
 
 void mt_rates_default(mt_rates *r) {
     *r = (mt_rates){.gemm_tflops = 700, .attn_fwd_tflops = 237, .attn_bwd_tflops = 165,
@@ -154,13 +155,7 @@ static void measure(const mt_plan_request *q, mt_plan *p) {
 }
 
 double mt_plan_default_host_budget(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    double kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "MemTotal:", 9)) kb = atof(line + 9);
-    if (f) fclose(f);
-    double total = kb * 1024;
+    double total = (double)mt_host_ram_total_bytes();
     return total - fmax(4e9, 0.04 * total);
 }
 

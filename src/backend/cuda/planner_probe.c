@@ -178,12 +178,7 @@ static int probe_steps(const mt_config *pc, int M, int64_t B, int64_t T, mt_gpu_
     int rc = be ? 0 : -1;
     size_t n = (size_t)M * B * T;
     int32_t *tok = mt_malloc_or_die(n * sizeof *tok), *tgt = mt_malloc_or_die(n * sizeof *tgt);
-    uint64_t x = 88172645463325252ull;
-    for (size_t i = 0; i < n; i++) {
-        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-        tok[i] = (int32_t)(x % (uint64_t)pc->V);
-        tgt[i] = (int32_t)((x >> 32) % (uint64_t)pc->V);
-    }
+    mt_batch_fill_random(tok, tgt, n, pc->V);
     mt_batch b = {.M = M, .B = B, .T = T, .tokens = tok, .targets = tgt};
     for (int step = 0; step < 2 && !rc; step++) {
         if (step == 1) mt_cuda_backend_set_trace(be, tr);
