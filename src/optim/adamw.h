@@ -85,6 +85,10 @@ void mt_adamw_update_g16(const mt_optim_cpu *cpu, float *p, float *m, float *v,
                          const uint16_t *g16, size_t n, const mt_adamw_hparams *h,
                          double weight_decay, float gscale);
 
+/* Gparam/s of the update (no shadow) with cpu on n_params random
+ * parameters, best of a few runs; < 0 when memory cannot be had. */
+double mt_adamw_measure(const mt_optim_cpu *cpu, size_t n_params);
+
 /* Times the update on n_params random parameters with `threads` threads
  * (<= 0: all) and prints ISA, threads, Gparam/s and GB/s to out. 0, or -1
  * when memory cannot be had. */

@@ -55,23 +55,48 @@ static double bench_one(const mt_optim_cpu *cpu, bench_bufs *b, bool shadow) {
     return best;
 }
 
-int mt_adamw_bench(size_t n_params, int threads, FILE *out) {
-    if (threads <= 0) threads = omp_get_max_threads();
-    bench_bufs b = {.n = n_params};
+static void bench_free(bench_bufs *b) {
+    free(b->p);
+    free(b->m);
+    free(b->v);
+    free(b->g);
+    free(b->shadow);
+}
+
+/* 0, or -1 with everything freed. */
+static int bench_alloc(bench_bufs *b, size_t n_params) {
+    *b = (bench_bufs){.n = n_params};
     size_t fbytes, hbytes;
     if (!mt_mul_size(n_params, sizeof(float), &fbytes) ||
         !mt_mul_size(n_params, sizeof(uint16_t), &hbytes))
         return -1;
-    b.p = mt_aligned_alloc_try(64, fbytes);
-    b.m = mt_aligned_alloc_try(64, fbytes);
-    b.v = mt_aligned_alloc_try(64, fbytes);
-    b.g = mt_aligned_alloc_try(64, fbytes);
-    b.shadow = mt_aligned_alloc_try(64, hbytes);
+    b->p = mt_aligned_alloc_try(64, fbytes);
+    b->m = mt_aligned_alloc_try(64, fbytes);
+    b->v = mt_aligned_alloc_try(64, fbytes);
+    b->g = mt_aligned_alloc_try(64, fbytes);
+    b->shadow = mt_aligned_alloc_try(64, hbytes);
+    if (b->p && b->m && b->v && b->g && b->shadow) return 0;
+    bench_free(b);
+    return -1;
+}
+
+double mt_adamw_measure(const mt_optim_cpu *cpu, size_t n_params) {
+    bench_bufs b;
+    if (bench_alloc(&b, n_params)) return -1;
+    bench_fill(&b, cpu->threads > 0 ? cpu->threads : omp_get_max_threads());
+    double dt = bench_one(cpu, &b, false);
+    bench_free(&b);
+    return (double)n_params / dt / 1e9;
+}
+
+int mt_adamw_bench(size_t n_params, int threads, FILE *out) {
+    if (threads <= 0) threads = omp_get_max_threads();
+    bench_bufs b;
     int rc = -1;
-    if (!b.p || !b.m || !b.v || !b.g || !b.shadow) {
-        fprintf(out, "adamw bench: cannot allocate %zu parameters (%zu bytes)\n", n_params,
-                4 * fbytes + hbytes);
-        goto done;
+    if (bench_alloc(&b, n_params)) {
+        fprintf(out, "adamw bench: cannot allocate %zu parameters (%.2f GB)\n", n_params,
+                18.0 * n_params / 1e9);
+        return -1;
     }
     bench_fill(&b, threads);
     mt_error err;
@@ -100,10 +125,6 @@ int mt_adamw_bench(size_t n_params, int threads, FILE *out) {
     }
     rc = 0;
 done:
-    free(b.p);
-    free(b.m);
-    free(b.v);
-    free(b.g);
-    free(b.shadow);
+    bench_free(&b);
     return rc;
 }

@@ -130,27 +130,13 @@ static void probe_copies(mt_rates *r) {
 /* ---- CPU AdamW ---- */
 
 static int probe_adam(mt_rates *r, mt_error *err) {
-    size_t n = (size_t)48 << 20;
-    float *a = mt_aligned_alloc_try(64, 4 * n * sizeof(float));
-    if (!a) return mt_errorf(err, "calibration: cannot allocate %.1f GB for the AdamW probe",
-                             4.0 * n * 4 / 1e9);
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < 4 * n; i++) a[i] = (float)((i * 2654435761u) % 1000) * 1e-3f;
     mt_optim_cpu cpu;
-    if (mt_optim_cpu_init(&cpu, 0, err)) {
-        free(a);
-        return -1;
-    }
-    mt_adamw_hparams h = {.lr = 1e-5, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .step = 1};
-    double best = 0;
-    for (int it = 0; it < 4; it++) {
-        double t0 = mt_now_s();
-        mt_adamw_update(&cpu, a, a + n, a + 2 * n, a + 3 * n, NULL, n, &h, 0.1, 1.0f);
-        double dt = mt_now_s() - t0;
-        if (it > 0 && n / dt / 1e9 > best) best = n / dt / 1e9;
-    }
-    free(a);
-    r->adam_gparams = best;
+    if (mt_optim_cpu_init(&cpu, 0, err)) return -1;
+    size_t n = (size_t)48 << 20;
+    r->adam_gparams = mt_adamw_measure(&cpu, n);
+    if (r->adam_gparams <= 0)
+        return mt_errorf(err, "calibration: cannot allocate %.1f GB for the AdamW probe",
+                         18.0 * n / 1e9);
     return 0;
 }
 
