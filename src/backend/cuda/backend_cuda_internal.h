@@ -149,9 +149,6 @@ void mt_cuda_default_opts(mt_cuda_backend_opts *o, const mt_cuda_backend_opts *i
  * from the options (allocates the arrays; mt_cuda_homes_free frees them). */
 void mt_cuda_resolve_homes(cuda_backend *cb);
 void mt_cuda_homes_free(cuda_backend *cb);
-/* Pinned host bytes beside the store (grads_to_store: host gradients go to
- * the store's g array). */
-size_t mt_cuda_host_pinned_bytes(const cuda_backend *cb, int grads_to_store);
 void mt_cuda_plan(cuda_backend *cb, bump *b);
 size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb);
 

@@ -227,29 +227,28 @@ size_t mt_cuda_backend_bytes(const mt_config *cfg, const mt_param_table *t, int 
                              int64_t B, int64_t T, const mt_cuda_backend_opts *in) {
     cuda_backend cb;
     counting_backend(&cb, cfg, t, max_M, B, T, in);
-    int keep = cb.o.keep_layers > 0 ? cb.o.keep_layers : 0;
     bump b = {0};
-    mt_cuda_plan(&cb, &b);
-    if (keep && cb.fast) { /* kept units, as many as asked (they are not capped here) */
-        b.used += (size_t)keep * max_M * mt_cuda_keep_unit_bytes(&cb);
+    mt_cuda_plan(&cb, &b); /* learns whether the fast path (the one that keeps) applies */
+    if (cb.fast && cb.o.keep_layers > 0) { /* as many kept layers as asked, not capped here */
+        cb.n_keep = cb.o.keep_layers;
+        cb.kept = mt_calloc_or_die((size_t)cb.n_keep * max_M, sizeof *cb.kept);
+        b = (bump){0};
+        mt_cuda_plan(&cb, &b);
+        free(cb.kept);
     }
     mt_cuda_homes_free(&cb);
     return b.used;
 }
 
-size_t mt_cuda_host_pinned_bytes(const cuda_backend *cb, int grads_to_store) {
-    size_t bytes = 0;
-    if (!grads_to_store) bytes += cb->host_grad_numel * (cb->o.host_grad_bf16 ? 2 : 4);
-    bytes += (size_t)cb->n_host_ckpt * cb->max_M * cb->N * cb->cfg->C * sizeof(float);
-    if (cb->max_gpu_grad_numel) bytes += 2 * cb->max_gpu_grad_numel * sizeof(float);
-    return bytes;
-}
-
+/* Host gradients (when the backend owns them), host checkpoints and the
+ * optimizer's staging: what mt_cuda_backend_create pins beside the store. */
 size_t mt_cuda_backend_host_bytes(const mt_config *cfg, const mt_param_table *t, int max_M,
                                   int64_t B, int64_t T, const mt_cuda_backend_opts *in) {
     cuda_backend cb;
     counting_backend(&cb, cfg, t, max_M, B, T, in);
-    size_t bytes = mt_cuda_host_pinned_bytes(&cb, 0);
+    size_t bytes = cb.host_grad_numel * (cb.o.host_grad_bf16 ? 2 : 4);
+    bytes += (size_t)cb.n_host_ckpt * max_M * cb.N * cfg->C * sizeof(float);
+    if (cb.max_gpu_grad_numel) bytes += 2 * cb.max_gpu_grad_numel * sizeof(float);
     mt_cuda_homes_free(&cb);
     return bytes;
 }
