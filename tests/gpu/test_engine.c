@@ -17,6 +17,7 @@
 #include "engine/optimizer.h"
 #include "engine/step.h"
 #include "fixture.h"
+#include "gpu_train.h"
 #include "testlib.h"
 
 /* fp32 mode: TF32 off, so the GPU differs from PyTorch's CPU fp32 only by
@@ -108,70 +109,12 @@ ParameterizedTest(int *which, engine, matches_hf) {
     mt_fixture_close(&f);
 }
 
-/* Random batches of the fixture's shape, the same for every run. */
-static void make_batch(const mt_config *cfg, int64_t n, uint64_t seed, int32_t *tok, int32_t *tgt) {
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 7;
-    for (int64_t i = 0; i < n; i++) {
-        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
-        tok[i] = (int32_t)(s % (uint64_t)cfg->V);
-        tgt[i] = (s >> 40) % 5 == 0 ? MT_IGNORE_INDEX : (int32_t)((s >> 20) % (uint64_t)cfg->V);
-    }
-}
-
-/* Trains `steps` steps; GPU runs use the optimizer pipeline overlapped
- * with the next step's forward, the CPU run the plain optimizer step. */
-static mt_grad_view src_begin(void *be, int layer) { return mt_cuda_backend_grads_begin(be, layer); }
-static void src_wait(void *be, int layer) { mt_cuda_backend_grads_wait(be, layer); }
-
 /* homes (or NULL: gpu_grads for every layer) and bf16 host gradients. */
 static void train_placed(mt_fixture *f, int gpu, mt_gpu_precision prec, int gpu_grads,
                          const mt_layer_home *homes, int grad_bf16, int steps, double *losses) {
-    mt_error err;
     mt_fixture_reset(f);
-    int M = 2;
-    int64_t B = 1, T = f->T, n = M * B * T;
-    mt_optimizer opt = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
-                        .max_grad_norm = 1.0f};
-    opt.sched = mt_lr_schedule_make(MT_LR_COSINE, 3e-3, 3, steps);
-    cr_assert_eq(mt_optim_cpu_init(&opt.cpu, 0, &err), 0);
-    mt_backend *be;
-    mt_optim_pipeline pipe;
-    if (gpu) {
-        mt_cuda_backend_opts o = {.precision = prec, .gpu_grads = gpu_grads, .homes = homes,
-                                  .host_grad_bf16 = grad_bf16};
-        be = mt_cuda_backend_create(&f->cfg, &f->table, &f->store, M, B, T, &o, &err);
-        cr_assert_not_null(be, "%s", err.msg);
-        mt_grad_source src = {be, src_begin, src_wait};
-        cr_assert_eq(mt_optim_pipeline_init(&pipe, &opt, &f->store, &src, &err), 0);
-        mt_cuda_backend_set_weight_gate(be, mt_optim_pipeline_gate, &pipe);
-    } else {
-        be = mt_cpu_backend_create(&f->cfg, &f->table, &f->store, M, B, T, &err);
-        cr_assert_not_null(be, "%s", err.msg);
-    }
-    int32_t *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
-    for (int s = 0; s < steps; s++) {
-        make_batch(&f->cfg, n, (uint64_t)s + 1, tok, tgt);
-        mt_batch b = {.M = M, .B = B, .T = T, .tokens = tok, .targets = tgt};
-        cr_assert_eq(mt_step_forward_backward(be, f->table.n_layers, &b, &losses[s], &err), 0,
-                     "%s", err.msg);
-        if (gpu) {
-            const double *sq = mt_cuda_backend_layer_sumsq(be);
-            double total = 0;
-            for (int l = 0; l < f->table.n_layers; l++) total += sq[l];
-            mt_optim_pipeline_start(&pipe, total, NULL);
-        } else {
-            mt_optimizer_step(&opt, &f->store, NULL);
-        }
-    }
-    if (gpu) {
-        mt_optim_pipeline_wait_all(&pipe);
-        mt_optim_pipeline_free(&pipe);
-        mt_cuda_backend_free(be);
-    } else {
-        mt_cpu_backend_free(be);
-    }
-    free(tok);
-    free(tgt);
+    mt_test_train(&f->cfg, &f->table, &f->store, f->T, gpu, prec, gpu_grads, homes, grad_bf16,
+                  steps, losses);
 }
 
 static void train(mt_fixture *f, int gpu, mt_gpu_precision prec, int gpu_grads, int steps,
@@ -238,7 +181,7 @@ static size_t used_after_step(int layers) {
     mt_backend *be = mt_cuda_backend_create(&cfg, &t, &s, M, B, T, &o, &err);
     cr_assert_not_null(be, "%s", err.msg);
     int32_t *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
-    make_batch(&cfg, n, 9, tok, tgt);
+    mt_test_make_batch(&cfg, n, 9, tok, tgt);
     mt_batch b = {.M = M, .B = B, .T = T, .tokens = tok, .targets = tgt};
     double loss;
     cr_assert_eq(mt_step_forward_backward(be, t.n_layers, &b, &loss, &err), 0, "%s", err.msg);
@@ -283,7 +226,7 @@ static void cpu_and_gpu_grads(const mt_config *cfg, mt_gpu_precision prec, doubl
     int M = 2;
     int64_t B = 2, T = cfg->max_pos, n = M * B * T;
     int32_t *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
-    make_batch(cfg, n, 3, tok, tgt);
+    mt_test_make_batch(cfg, n, 3, tok, tgt);
     mt_batch b = {.M = M, .B = B, .T = T, .tokens = tok, .targets = tgt};
     mt_backend *cpu = mt_cpu_backend_create(cfg, &t, &s, M, B, T, &err);
     cr_assert_not_null(cpu, "%s", err.msg);
@@ -357,7 +300,7 @@ Test(engine, kept_activations_equal_recompute_bitwise) {
     int M = 2;
     int64_t B = 2, T = 128, n = M * B * T;
     int32_t *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
-    make_batch(&c, n, 4, tok, tgt);
+    mt_test_make_batch(&c, n, 4, tok, tgt);
     mt_batch b = {.M = M, .B = B, .T = T, .tokens = tok, .targets = tgt};
     float *g0 = malloc(t.total * sizeof *g0);
     double loss[2];
@@ -453,7 +396,7 @@ Test(engine, gpu_budget_is_never_exceeded) {
     mt_backend *be = mt_cuda_backend_create(&cfg, &t, &s, M, B, T, &o, &err);
     cr_assert_not_null(be, "%s", err.msg);
     int32_t *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
-    make_batch(&cfg, n, 9, tok, tgt);
+    mt_test_make_batch(&cfg, n, 9, tok, tgt);
     mt_batch b = {.M = M, .B = B, .T = T, .tokens = tok, .targets = tgt};
     double loss;
     for (int i = 0; i < 2; i++)
