@@ -1,6 +1,7 @@
 /* The placement planner, on the CPU (it only counts bytes and models
  * time): plans stay within both budgets, a short host moves checkpoints
- * and then gradients to the GPU and rounds host gradients to bf16 only
+ * to the GPU, rebuilds every other one in the backward, moves gradients
+ * to the GPU and rounds host gradients to bf16 only
  * when fp32 cannot fit, a GPU too small for the smallest placement is
  * refused naming that budget, and the step model rewards kept layers. */
 #include <criterion/criterion.h>
@@ -21,16 +22,22 @@ typedef struct planned {
     mt_plan p;
 } planned;
 
-static void plan_8b(planned *x, double gpu_gb, double host_gb, int grad_dtype) {
+static void plan_8b_mb(planned *x, double gpu_gb, double host_gb, int grad_dtype, int M,
+                       int64_t B) {
     mt_error err;
     mt_preset_config(mt_preset_find("8b"), 2048, &x->cfg);
     cr_assert_eq(mt_params_init(&x->t, &x->cfg, &err), 0, "%s", err.msg);
-    x->q = (mt_plan_request){.cfg = &x->cfg, .t = &x->t, .M = 4, .B = 8, .T = 2048,
+    x->q = (mt_plan_request){.cfg = &x->cfg, .t = &x->t, .M = M, .B = B, .T = 2048,
                              .precision = MT_GPU_BF16, .gpu_budget = gpu_gb * 1e9,
                              .host_budget = host_gb * 1e9, .host_grad_dtype = grad_dtype,
                              .keep_layers = -1};
     mt_rates_default(&x->q.rates);
     cr_assert_eq(mt_plan_make(&x->q, &x->p, &err), 0, "%s", err.msg);
+}
+
+/* 64k tokens per step as 4 micro-batches of 8 rows. */
+static void plan_8b(planned *x, double gpu_gb, double host_gb, int grad_dtype) {
+    plan_8b_mb(x, gpu_gb, host_gb, grad_dtype, 4, 8);
 }
 
 static void done(planned *x) {
@@ -86,6 +93,37 @@ Test(planner, a_gpu_below_the_smallest_placement_is_refused_naming_it) {
     plan_8b(&x, 24, 129.7, -1);
     cr_assert_not(x.p.fits);
     cr_assert(strstr(x.p.why, "GPU budget short by"), "%s", x.p.why);
+    done(&x);
+}
+
+/* The --gpu-mem 24 case on the H200's host (125 GiB less the margin):
+ * neither budget holds the 31 checkpoints of 1.07 GB beside the store and
+ * the bf16 gradients, so every other host checkpoint is rebuilt in the
+ * backward from the one before it, at the cost of a layer forward each. */
+Test(planner, short_budgets_rebuild_checkpoints_instead_of_refusing) {
+    planned x;
+    plan_8b_mb(&x, 24, 128.8, -1, 32, 1);
+    cr_assert(x.p.fits, "%s", x.p.why);
+    cr_assert_leq(x.p.gpu_bytes, x.q.gpu_budget);
+    cr_assert_leq(x.p.host_bytes, x.q.host_budget);
+    int nl = x.p.n_layers, rebuilt = 0;
+    mt_layer_home *h = x.p.homes;
+    for (int l = 2; l < nl - 2; l++) {
+        if (!h[l].ckpt_recompute) continue;
+        rebuilt++;
+        cr_assert_not(h[l - 1].ckpt_recompute, "layer %d rebuilt from a rebuilt layer %d", l,
+                      l - 1);
+        cr_assert_not(h[l].ckpt_host, "layer %d: rebuilt and on the host", l);
+    }
+    cr_assert_gt(rebuilt, 0);
+    /* the rebuilt inputs cost time: keeping them (were there room) is faster */
+    mt_layer_home *kept = malloc((size_t)nl * sizeof *kept);
+    memcpy(kept, h, (size_t)nl * sizeof *kept);
+    for (int l = 2; l < nl - 2; l++) kept[l].ckpt_recompute = 0;
+    mt_step_prediction a = mt_plan_predict(&x.q, h, x.p.host_grad_bf16, x.p.n_keep);
+    mt_step_prediction b = mt_plan_predict(&x.q, kept, x.p.host_grad_bf16, x.p.n_keep);
+    cr_assert_gt(a.compute, b.compute);
+    free(kept);
     done(&x);
 }
 

@@ -171,7 +171,7 @@ static void cu_bind_layer(mt_backend *be, int layer, int backward) {
     cuda_backend *cb = (cuda_backend *)be;
     MT_ASSERT(cb->cur < cb->seq_len && cb->seq[cb->cur] == layer);
     release_bound(cb);
-    if (cb->n_host_ckpt) checkpoint_traffic(cb, layer, backward);
+    if (cb->n_host_ckpt || cb->n_drop_ckpt) checkpoint_traffic(cb, layer, backward);
     if (layer == cb->t->n_layers - 1) CUDA_CHECK(cudaEventRecord(cb->ev_fwd_end, cb->s_comp));
     /* Keep K-1 layers in flight ahead of the one in use. */
     int ahead = cb->cur + cb->o.slots - 1;
@@ -216,7 +216,10 @@ static void cu_bind_layer(mt_backend *be, int layer, int backward) {
  * layers l-1 (writing it) and l (reading it) run, and in h_ckpt otherwise.
  * Forward saves each host checkpoint as the layer that reads it starts;
  * backward loads layer l-1's input while layer l computes, unless dck still
- * holds it. Events order the buffer reuse. */
+ * holds it. Events order the buffer reuse. Recomputed checkpoints visit
+ * dck the same way and are never saved: the backward of their layer
+ * rebuilds them from checkpoint l-1 (recompute_input) unless dck still
+ * holds them. */
 static void save_checkpoint(cuda_backend *cb, int layer) {
     int b = layer % 2;
     size_t per = (size_t)cb->batch->M * cb->N * cb->cfg->C;
@@ -252,9 +255,9 @@ static void checkpoint_traffic(cuda_backend *cb, int layer, int backward) {
     int head = cb->t->n_layers - 1;
     if (!backward || layer == head) {
         if (layer >= 1 && h[layer].ckpt_host) save_checkpoint(cb, layer);
-        /* this layer writes checkpoint layer+1: a host one overwrites the
-         * other buffer, whose old content must be saved */
-        if (layer < head && h[layer + 1].ckpt_host) {
+        /* this layer writes checkpoint layer+1: a visiting one overwrites
+         * the other buffer, whose old content must be saved */
+        if (layer < head && ckpt_visits(cb, layer + 1)) {
             CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->dck_saved[(layer + 1) % 2], 0));
             cb->dck_holds[(layer + 1) % 2] = layer + 1;
         }
@@ -267,6 +270,32 @@ static void checkpoint_traffic(cuda_backend *cb, int layer, int backward) {
     /* prefetch the next host checkpoint the backward reads (layer-1's) */
     if (layer >= 2 && h[layer - 1].ckpt_host && cb->dck_holds[(layer - 1) % 2] != layer - 1)
         load_checkpoint(cb, layer - 1);
+    /* a recomputed input is rebuilt from it now */
+    if (h[layer].ckpt_recompute && cb->dck_holds[layer % 2] != layer && layer >= 2 &&
+        h[layer - 1].ckpt_host)
+        CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->dck_loaded[(layer - 1) % 2], 0));
+}
+
+/* Layer `layer`'s input for micro-batch mb, rebuilt from checkpoint
+ * layer-1 with layer-1's weights: the next bind's slot, already issued
+ * (slots >= 2). The same kernels on the same input give the forward's
+ * values bit for bit. */
+static const float *recompute_input(cuda_backend *cb, int layer, int mb) {
+    int prev = layer - 1, j = cb->cur; /* cur is one past the bound bind */
+    MT_ASSERT(j < cb->seq_len && cb->seq[j] == prev && cb->issued > j);
+    int k = cb->slot_of[j];
+    slot *ps = k == MAX_SLOTS ? &cb->embed_slot : &cb->slots[k];
+    if (mb == 0) CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, ps->ready, 0));
+    if (prev == 0) {
+        mt_cuda_embedding_forward(cb->ctx, cb->xin, cb->tokens + (size_t)mb * cb->N,
+                                  W32(cb, ps, 0, MT_T_EMBED), MT_DT_F32, cb->N, cb->cfg->C);
+        return cb->xin;
+    }
+    int bound = cb->bound;
+    cb->bound = k;
+    mt_cuda_block_forward(cb, &cb->a, prev, ckpt_at(cb, prev, mb), cb->xin);
+    cb->bound = bound;
+    return cb->xin;
 }
 
 static void cu_forward(mt_backend *be, int layer, int mb) {
@@ -330,12 +359,15 @@ static void cu_backward(mt_backend *be, int layer, int mb) {
                                    cb->cfg->C);
         return;
     }
+    const float *x = cb->home[layer].ckpt_recompute && cb->dck_holds[layer % 2] != layer
+                         ? recompute_input(cb, layer, mb)
+                         : ckpt_at(cb, layer, mb);
     acts *k = mt_cuda_kept_unit(cb, layer, mb);
     if (!k) { /* recompute: the forward's activations were not kept */
         k = &cb->a;
-        mt_cuda_block_forward(cb, k, layer, ckpt_at(cb, layer, mb), cb->a.xtmp);
+        mt_cuda_block_forward(cb, k, layer, x, cb->a.xtmp);
     }
-    mt_cuda_block_backward(cb, k, layer, ckpt_at(cb, layer, mb), dx_at(cb, mb));
+    mt_cuda_block_backward(cb, k, layer, x, dx_at(cb, mb));
 }
 
 /* Where layer l's gradient waits on the host. */

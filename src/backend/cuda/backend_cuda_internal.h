@@ -93,8 +93,9 @@ typedef struct cuda_backend {
      * layers l-1 (writing it) and l (reading it) run. */
     float *ckpt, *dx;   /* dx: (M, N, C) residual-stream gradient */
     int *ck_idx;        /* (n_layers) */
-    int n_gpu_ckpt, n_host_ckpt;
+    int n_gpu_ckpt, n_host_ckpt, n_drop_ckpt; /* n_drop_ckpt: ckpt_recompute layers */
     float *h_ckpt, *dck[2];
+    float *xin;         /* (N, C) a recomputed checkpoint, one micro-batch */
     int dck_holds[2];   /* checkpoint in dck[b] now, -1 none (host order of issue) */
     cudaEvent_t dck_saved[2], dck_loaded[2], dck_free[2], dck_written[2];
     int attn_bf16;      /* bf16 flash kernel (HD 64/128); else fp32 attention */
@@ -186,9 +187,14 @@ static inline slot *bound_slot(cuda_backend *cb) {
     return cb->bound == MAX_SLOTS ? &cb->embed_slot : &cb->slots[cb->bound];
 }
 
+/* Whether checkpoint l visits dck[l % 2] (host or recomputed ones). */
+static inline int ckpt_visits(const cuda_backend *cb, int layer) {
+    return cb->home[layer].ckpt_host || cb->home[layer].ckpt_recompute;
+}
+
 static inline float *ckpt_at(cuda_backend *cb, int layer, int mb) {
     size_t per = cb->N * cb->cfg->C;
-    if (cb->home[layer].ckpt_host) return cb->dck[layer % 2] + (size_t)mb * per;
+    if (ckpt_visits(cb, layer)) return cb->dck[layer % 2] + (size_t)mb * per;
     return cb->ckpt + ((size_t)cb->ck_idx[layer] * cb->max_M + mb) * per;
 }
 

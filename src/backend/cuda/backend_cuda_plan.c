@@ -51,10 +51,11 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
         cb->g16_stage[0] = take(b, cb->max_stage_numel * 2);
         cb->g16_stage[1] = take(b, cb->max_stage_numel * 2);
     }
-    if (cb->n_host_ckpt) {
+    if (cb->n_host_ckpt || cb->n_drop_ckpt) {
         cb->dck[0] = TAKE_F(b, (size_t)cb->max_M * N * C);
         cb->dck[1] = TAKE_F(b, (size_t)cb->max_M * N * C);
     }
+    cb->xin = cb->n_drop_ckpt ? TAKE_F(b, N * C) : NULL;
     cb->ckpt = TAKE_F(b, (size_t)cb->n_gpu_ckpt * cb->max_M * N * C);
     cb->dx = TAKE_F(b, (size_t)cb->max_M * N * C);
     cb->cos = TAKE_F(b, cb->T * c->HD / 2);
@@ -181,12 +182,18 @@ void mt_cuda_resolve_homes(cuda_backend *cb) {
     cb->ck_idx = mt_calloc_or_die((size_t)nl, sizeof *cb->ck_idx);
     cb->gpu_grad_numel = cb->max_gpu_grad_numel = 0;
     cb->host_grad_numel = cb->max_host_grad_numel = cb->max_stage_numel = 0;
-    cb->n_gpu_ckpt = cb->n_host_ckpt = 0;
+    cb->n_gpu_ckpt = cb->n_host_ckpt = cb->n_drop_ckpt = 0;
     for (int l = 0; l < nl; l++) {
         mt_layer_home h = cb->o.homes ? cb->o.homes[l]
                                       : (mt_layer_home){.grad_host = !cb->o.gpu_grads,
                                                         .ckpt_host = (uint8_t)cb->o.host_checkpoints};
-        if (l == 0) h.ckpt_host = 0; /* no checkpoint */
+        if (l == 0) h.ckpt_host = h.ckpt_recompute = 0; /* no checkpoint */
+        if (h.ckpt_recompute) {
+            h.ckpt_host = 0;
+            /* rebuilt from layer l-1's, unless still on the GPU (the last two) */
+            MT_ASSERT(l >= nl - 2 || !cb->home[l - 1].ckpt_recompute);
+            cb->n_drop_ckpt++;
+        }
         cb->home[l] = h;
         size_t n = t->layers[l].numel;
         if (h.grad_host) {
@@ -200,7 +207,8 @@ void mt_cuda_resolve_homes(cuda_backend *cb) {
             cb->gpu_grad_numel += mt_round_up(n, 64);
             if (n > cb->max_gpu_grad_numel) cb->max_gpu_grad_numel = n;
         }
-        if (l >= 1) cb->ck_idx[l] = h.ckpt_host ? cb->n_host_ckpt++ : cb->n_gpu_ckpt++;
+        if (l >= 1 && !h.ckpt_recompute)
+            cb->ck_idx[l] = h.ckpt_host ? cb->n_host_ckpt++ : cb->n_gpu_ckpt++;
     }
 }
 

@@ -89,7 +89,13 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_layer_home
         if (!b) ready = fmax(ready, opt_done[l]);
         double s = fmax(h2d_free, ready), e = s + wbytes / rh2d;
         h2d_busy += wbytes / rh2d;
-        if (back && l >= 1 && h[l].ckpt_host && l < head - 1) { /* load this layer's input */
+        /* load this layer's input, or the one its recomputed input is
+         * rebuilt from (then not again for that layer) */
+        int rebuild = back && l >= 1 && l < head - 1 && h[l].ckpt_recompute;
+        int load = back && l >= 1 && l < head - 1 &&
+                   ((h[l].ckpt_host && !h[l + 1].ckpt_recompute) ||
+                    (rebuild && l >= 2 && h[l - 1].ckpt_host));
+        if (load) {
             e += ck / rh2d;
             h2d_busy += ck / rh2d;
         }
@@ -100,7 +106,7 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_layer_home
         double dur = l == head ? k.head
                      : l == 0  ? k.embed
                      : !b      ? k.f
-                     : (l >= first_kept ? k.b_kept : k.b);
+                     : (l >= first_kept ? k.b_kept : k.b) + (rebuild ? (l == 1 ? k.embed : k.f) : 0);
         cstart[j] = c0;
         comp = c0 + dur;
         compute += dur;
@@ -170,14 +176,35 @@ static int grad_order(const mt_param_table *t, int i) {
     return i == L ? 0 : t->n_layers - 1;
 }
 
+/* The first checkpoint on the host, 0 if none. */
+static int first_host_ckpt(const mt_plan *p) {
+    for (int l = 1; l < p->n_layers; l++)
+        if (p->homes[l].ckpt_host) return l;
+    return 0;
+}
+
+/* The first host checkpoint that can be rebuilt in the backward instead:
+ * neither neighbour is rebuilt (each is rebuilt from the one before). */
+static int droppable_ckpt(const mt_plan *p) {
+    const mt_layer_home *h = p->homes;
+    for (int l = 2; l < p->n_layers - 2; l++)
+        if (h[l].ckpt_host && !h[l - 1].ckpt_recompute && !h[l + 1].ckpt_recompute) return l;
+    return 0;
+}
+
 static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16) {
     const mt_param_table *t = q->t;
     int nl = t->n_layers, L = nl - 2;
     p->host_grad_bf16 = bf16;
     p->n_keep = 0;
-    for (int l = 0; l < nl; l++) p->homes[l] = (mt_layer_home){1, l >= 1};
+    /* Checkpoints on the host, except: layer 1's input is rebuilt from the
+     * tokens (an embedding lookup), and the last block's and the head's
+     * never leave the GPU between their forward and backward. */
+    for (int l = 0; l < nl; l++)
+        p->homes[l] = (mt_layer_home){.grad_host = 1, .ckpt_host = l >= 2 && l < nl - 2,
+                                      .ckpt_recompute = l == 1 || l >= nl - 2};
     if (q->all_gpu)
-        for (int l = 0; l < nl; l++) p->homes[l] = (mt_layer_home){0, 0};
+        for (int l = 0; l < nl; l++) p->homes[l] = (mt_layer_home){0, 0, 0};
     measure(q, p);
     if (p->gpu_bytes > q->gpu_budget) {
         snprintf(p->why, sizeof p->why,
@@ -189,14 +216,29 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16) {
                  (long long)(q->B * q->T));
         return 0;
     }
-    /* host short: checkpoints first (a GB of GPU frees a GB of host), then
-     * gradients in the order the next forward needs them */
-    int ci = 1, gi = 0;
+    /* host short: checkpoints to the GPU while it has room (a GB of GPU
+     * frees a GB of host), then checkpoints rebuilt in the backward from
+     * the previous layer's (a layer forward each), then gradients to the
+     * GPU in the order the next forward needs them */
+    int gi = 0;
     while (!q->all_gpu && p->host_bytes > q->host_budget) {
-        mt_layer_home *hm;
-        if (ci < nl) hm = &p->homes[ci++], hm->ckpt_host = 0;
-        else if (gi < nl) hm = &p->homes[grad_order(t, gi++)], hm->grad_host = 0;
-        else break;
+        int ci = first_host_ckpt(p);
+        if (ci > 0) {
+            p->homes[ci].ckpt_host = 0;
+            measure(q, p);
+            if (p->gpu_bytes <= q->gpu_budget) continue;
+            p->homes[ci].ckpt_host = 1;
+            measure(q, p);
+        }
+        int di = droppable_ckpt(p);
+        if (di > 0) {
+            p->homes[di] = (mt_layer_home){.grad_host = p->homes[di].grad_host,
+                                           .ckpt_recompute = 1};
+            measure(q, p);
+            continue;
+        }
+        if (gi >= nl) break;
+        p->homes[grad_order(t, gi++)].grad_host = 0;
         measure(q, p);
         if (p->gpu_bytes > q->gpu_budget) break;
     }
@@ -218,16 +260,19 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16) {
     for (;;) {
         mt_step_prediction base = mt_plan_predict(q, p->homes, bf16, p->n_keep);
         double best_gain = 0;
-        int best = -1; /* 0 checkpoint, 1 keep, 2 gradient */
+        int best = -1; /* 0 checkpoint, 1 keep, 2 gradient, 3 rebuilt checkpoint */
         int ck = 1;
         while (ck < nl && !p->homes[ck].ckpt_host) ck++;
         int gk = 0;
         while (gk < nl && !p->homes[grad_order(t, gk)].grad_host) gk++;
-        for (int m = 0; m < 3; m++) {
+        int rk = 2; /* a rebuilt checkpoint kept on the GPU instead (not layer 1's) */
+        while (rk < nl - 2 && !p->homes[rk].ckpt_recompute) rk++;
+        for (int m = 0; m < 4; m++) {
             int ok = m == 0   ? ck < nl
                      : m == 1 ? keep_ok && p->n_keep < L &&
                                     (q->keep_layers < 0 || p->n_keep < q->keep_layers)
-                              : gk < nl;
+                     : m == 2 ? gk < nl
+                              : rk < nl - 2;
             if (!ok) continue;
             mt_plan trial = *p;
             trial.homes = mt_calloc_or_die((size_t)nl, sizeof *trial.homes);
@@ -235,8 +280,10 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16) {
             if (m == 0) trial.homes[ck].ckpt_host = 0;
             if (m == 1) trial.n_keep++;
             if (m == 2) trial.homes[grad_order(t, gk)].grad_host = 0;
+            if (m == 3) trial.homes[rk].ckpt_recompute = 0;
             measure(q, &trial);
-            if (trial.gpu_bytes <= q->gpu_budget) {
+            /* a GPU-waiting gradient pins the optimizer's staging on the host */
+            if (trial.gpu_bytes <= q->gpu_budget && trial.host_bytes <= q->host_budget) {
                 mt_step_prediction s = mt_plan_predict(q, trial.homes, bf16, trial.n_keep);
                 double gain = (base.step - s.step) / fmax(trial.gpu_bytes - p->gpu_bytes, 1.0);
                 /* ties (no predicted gain) still bring checkpoints home: less traffic */
@@ -249,6 +296,7 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16) {
         if (best == 0) p->homes[ck].ckpt_host = 0;
         if (best == 1) p->n_keep++;
         if (best == 2) p->homes[grad_order(t, gk)].grad_host = 0;
+        if (best == 3) p->homes[rk].ckpt_recompute = 0;
         measure(q, p);
     }
     p->pred = mt_plan_predict(q, p->homes, bf16, p->n_keep);
@@ -277,22 +325,30 @@ static int layer_kind(const mt_plan *p, int l) {
     int head = p->n_layers - 1;
     if (l == 0) return -1;
     int kept = l < head && l >= head - p->n_keep;
-    return p->homes[l].grad_host | p->homes[l].ckpt_host << 1 | kept << 2 | (l == head) << 3;
+    return p->homes[l].grad_host | p->homes[l].ckpt_host << 1 | kept << 2 | (l == head) << 3 |
+           p->homes[l].ckpt_recompute << 4;
 }
 
 /* Runs of consecutive layers with the same homes, as "1-12". */
 void mt_plan_print(const mt_plan *p, const mt_plan_request *q, FILE *f) {
     int nl = p->n_layers, head = nl - 1;
-    fprintf(f, "placement (layer 0 = embedding, %d = head; checkpoint l = layer l's input):\n",
-            head);
+    fprintf(f, "placement (layer 0 = embedding, %d = head; checkpoint l = layer l's input; "
+            "recompute: rebuilt from checkpoint l-1 in the backward, tokens: from the "
+            "embedding):\n", head);
     for (int a = 0; a < nl;) {
         int b = a;
         while (b + 1 < nl && layer_kind(p, b + 1) == layer_kind(p, a)) b++;
         char range[32];
         snprintf(range, sizeof range, a == b ? "%d" : "%d-%d", a, b);
-        fprintf(f, "  layers %-9s gradient %-4s  checkpoint %-4s  %s\n", range,
-                p->homes[a].grad_host ? "host" : "GPU",
-                a == 0 ? "-" : p->homes[a].ckpt_host ? "host" : "GPU",
+        const mt_layer_home *h = &p->homes[a];
+        fprintf(f, "  layers %-9s gradient %-4s  checkpoint %-9s  %s\n", range,
+                h->grad_host ? "host" : "GPU",
+                a == 0                                  ? "-"
+                : h->ckpt_recompute && a == 1           ? "tokens"
+                : h->ckpt_recompute && a >= nl - 2      ? "GPU"
+                : h->ckpt_recompute                     ? "recompute"
+                : h->ckpt_host                          ? "host"
+                                                        : "GPU",
                 layer_kind(p, a) >= 0 && (layer_kind(p, a) & 4) ? "activations kept" : "");
         a = b + 1;
     }
