@@ -192,7 +192,7 @@ static int droppable_ckpt(const mt_plan *p) {
     return 0;
 }
 
-static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16) {
+static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild) {
     const mt_param_table *t = q->t;
     int nl = t->n_layers, L = nl - 2;
     p->host_grad_bf16 = bf16;
@@ -230,7 +230,7 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16) {
             p->homes[ci].ckpt_host = 1;
             measure(q, p);
         }
-        int di = droppable_ckpt(p);
+        int di = rebuild ? droppable_ckpt(p) : 0;
         if (di > 0) {
             p->homes[di] = (mt_layer_home){.grad_host = p->homes[di].grad_host,
                                            .ckpt_recompute = 1};
@@ -310,8 +310,12 @@ int mt_plan_make(const mt_plan_request *q, mt_plan *p, mt_error *err) {
     memset(p, 0, sizeof *p);
     p->n_layers = q->t->n_layers;
     p->homes = mt_calloc_or_die((size_t)p->n_layers, sizeof *p->homes);
-    if (q->host_grad_dtype != 1 && try_dtype(q, p, 0)) return 0;
-    if (q->host_grad_dtype != 0 && try_dtype(q, p, 1)) return 0;
+    /* fp32 host gradients when they fit; rebuilt checkpoints (a layer
+     * forward each) only when neither dtype fits without them */
+    for (int rebuild = 0; rebuild < 2; rebuild++) {
+        if (q->host_grad_dtype != 1 && try_dtype(q, p, 0, rebuild)) return 0;
+        if (q->host_grad_dtype != 0 && try_dtype(q, p, 1, rebuild)) return 0;
+    }
     return 0;
 }
 
