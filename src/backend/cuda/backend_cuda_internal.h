@@ -1,7 +1,8 @@
 /* Internals of the CUDA streaming backend, shared by its files:
- * backend_cuda.c (streams, slots, the step), backend_cuda_plan.c (the GPU
- * memory plan) and layers_cuda.c (the layer templates). Not a public
- * interface: use backend_cuda.h. */
+ * backend_cuda.c (slots, the step), backend_cuda_ckpt.c (checkpoint
+ * traffic), backend_cuda_life.c (creation, accessors), backend_cuda_plan.c
+ * (the GPU memory plan) and layers_cuda.c (the layer templates, declared in
+ * layers_cuda.h). Not a public interface: use backend_cuda.h. */
 #ifndef MT_BACKEND_CUDA_INTERNAL_H
 #define MT_BACKEND_CUDA_INTERNAL_H
 
@@ -14,6 +15,7 @@
 #include "engine/trace.h"
 
 #define MAX_SLOTS 8
+#define TRACE_SPANS 512
 
 typedef struct slot {
     int layer;          /* -1 when empty or stale */
@@ -132,7 +134,7 @@ typedef struct cuda_backend {
      * end of the step against ev_base, whose host time is trace_base_us */
     mt_trace *trace;
     cudaEvent_t *tev;       /* (2 * TRACE_SPANS) */
-    struct { int track; char name[32]; } tspan[512];
+    struct { int track; char name[32]; } tspan[TRACE_SPANS];
     int n_tspans;
     cudaEvent_t ev_base;
     double trace_base_us;
@@ -153,13 +155,20 @@ void mt_cuda_homes_free(cuda_backend *cb);
 void mt_cuda_plan(cuda_backend *cb, bump *b);
 size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb);
 
-/* The layer templates (layers_cuda.c). Forward writes its activations into
- * a (the scratch cb->a, or a kept unit); backward reads them from f and
- * takes its gradient buffers from the scratch. */
-acts *mt_cuda_kept_unit(cuda_backend *cb, int layer, int mb);
-void mt_cuda_block_forward(cuda_backend *cb, acts *a, int layer, const float *x, float *out);
-void mt_cuda_block_backward(cuda_backend *cb, const acts *f, int layer, const float *x,
-                            float *dx);
+/* The step's operations (backend_cuda.c), for creation. */
+extern const mt_backend_ops mt_cuda_backend_ops;
+
+/* Timeline spans (backend_cuda.c): begin returns the span's index or -1
+ * (tracing off or full). */
+int mt_cuda_span_begin(cuda_backend *cb, cudaStream_t stream, int track, const char *fmt, int a);
+void mt_cuda_span_end(cuda_backend *cb, cudaStream_t stream, int i);
+
+/* Checkpoint traffic at the bind of `layer` (backend_cuda_ckpt.c): saves
+ * and loads of host checkpoints, waits for rebuilt ones' sources. */
+void mt_cuda_checkpoint_traffic(cuda_backend *cb, int layer, int backward);
+/* Layer `layer`'s input for micro-batch mb, rebuilt from checkpoint
+ * layer-1 into cb->xin (its checkpoint is ckpt_recompute). */
+const float *mt_cuda_recompute_input(cuda_backend *cb, int layer, int mb);
 
 /* ---- accessors ---- */
 
@@ -200,6 +209,13 @@ static inline float *ckpt_at(cuda_backend *cb, int layer, int mb) {
 
 static inline float *dx_at(cuda_backend *cb, int mb) {
     return cb->dx + (size_t)mb * cb->N * cb->cfg->C;
+}
+
+/* Where layer l's gradient waits on the host. */
+static inline void *host_grad_at(cuda_backend *cb, int layer) {
+    if (cb->grads_to_store) return cb->store->g + cb->t->layers[layer].offset;
+    size_t es = cb->o.host_grad_bf16 ? 2 : 4;
+    return (char *)cb->h_grad + cb->h_goff[layer] * es;
 }
 
 static inline void to_op(cuda_backend *cb, void *dst, const float *src, size_t n) {

@@ -3,6 +3,7 @@
  * micro-batch. Stateless: binding a layer is pointing at a slot. */
 #include "backend/cuda/attention.h"
 #include "backend/cuda/backend_cuda_internal.h"
+#include "backend/cuda/layers_cuda.h"
 #include "backend/cuda/ops_fused.h"
 
 /* The bf16 fast path of block_forward (see cuda_backend.fast). */
