@@ -127,6 +127,34 @@ Test(planner, short_budgets_rebuild_checkpoints_instead_of_refusing) {
     done(&x);
 }
 
+/* The 20B-class shape on one H200 of a 256 GiB host (less the margin):
+ * the store alone is 243.6 GB, so most gradients must wait on the GPU, and
+ * GPU checkpoints are rebuilt in the backward to make room for them. */
+Test(planner, a_20b_model_fits_one_h200_and_256_gib_by_rebuilding_gpu_checkpoints) {
+    mt_error err;
+    mt_config cfg;
+    mt_param_table t;
+    mt_preset_config(mt_preset_find("20b"), 2048, &cfg);
+    cr_assert_eq(mt_params_init(&t, &cfg, &err), 0, "%s", err.msg);
+    mt_plan_request q = {.cfg = &cfg, .t = &t, .M = 4, .B = 8, .T = 2048,
+                         .precision = MT_GPU_BF16, .gpu_budget = 139e9, .host_budget = 263e9,
+                         .host_grad_dtype = -1, .keep_layers = -1};
+    mt_rates_default(&q.rates);
+    mt_plan p;
+    cr_assert_eq(mt_plan_make(&q, &p, &err), 0, "%s", err.msg);
+    cr_assert(p.fits, "%s", p.why);
+    cr_assert_leq(p.gpu_bytes, q.gpu_budget);
+    cr_assert_leq(p.host_bytes, q.host_budget);
+    cr_assert_gt(count_gpu_grads(&p), 0);
+    int rebuilt_gpu_neighbours = 0;
+    for (int l = 2; l < p.n_layers - 2; l++)
+        rebuilt_gpu_neighbours += p.homes[l].ckpt_recompute && !p.homes[l - 1].ckpt_host;
+    cr_assert_gt(rebuilt_gpu_neighbours, 0, "no GPU checkpoint was rebuilt for room");
+    cr_assert_leq((p.store_bytes + p.pinned_bytes) / (double)t.n_params, 14.0);
+    mt_plan_free(&p);
+    mt_params_free(&t);
+}
+
 Test(planner, a_host_below_the_store_is_refused_naming_both_budgets) {
     planned x;
     plan_8b(&x, 139, 90, -1);

@@ -183,12 +183,15 @@ static int first_host_ckpt(const mt_plan *p) {
     return 0;
 }
 
-/* The first host checkpoint that can be rebuilt in the backward instead:
- * neither neighbour is rebuilt (each is rebuilt from the one before). */
-static int droppable_ckpt(const mt_plan *p) {
+/* The first checkpoint on the host (host 1) or the GPU (host 0) that can
+ * be rebuilt in the backward instead: neither neighbour is rebuilt (each
+ * is rebuilt from the one before). 0 if none. */
+static int droppable_ckpt(const mt_plan *p, int host) {
     const mt_layer_home *h = p->homes;
     for (int l = 2; l < p->n_layers - 2; l++)
-        if (h[l].ckpt_host && !h[l - 1].ckpt_recompute && !h[l + 1].ckpt_recompute) return l;
+        if (!h[l].ckpt_recompute && h[l].ckpt_host == host && !h[l - 1].ckpt_recompute &&
+            !h[l + 1].ckpt_recompute)
+            return l;
     return 0;
 }
 
@@ -219,7 +222,8 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
     /* host short: checkpoints to the GPU while it has room (a GB of GPU
      * frees a GB of host), then checkpoints rebuilt in the backward from
      * the previous layer's (a layer forward each), then gradients to the
-     * GPU in the order the next forward needs them */
+     * GPU in the order the next forward needs them, rebuilding GPU
+     * checkpoints to make room for them */
     int gi = 0;
     while (!q->all_gpu && p->host_bytes > q->host_budget) {
         int ci = first_host_ckpt(p);
@@ -230,7 +234,7 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
             p->homes[ci].ckpt_host = 1;
             measure(q, p);
         }
-        int di = rebuild ? droppable_ckpt(p) : 0;
+        int di = rebuild ? droppable_ckpt(p, 1) : 0;
         if (di > 0) {
             p->homes[di] = (mt_layer_home){.grad_host = p->homes[di].grad_host,
                                            .ckpt_recompute = 1};
@@ -238,9 +242,19 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
             continue;
         }
         if (gi >= nl) break;
-        p->homes[grad_order(t, gi++)].grad_host = 0;
+        mt_layer_home *g = &p->homes[grad_order(t, gi)];
+        g->grad_host = 0;
         measure(q, p);
-        if (p->gpu_bytes > q->gpu_budget) break;
+        if (p->gpu_bytes <= q->gpu_budget) {
+            gi++;
+            continue;
+        }
+        g->grad_host = 1;
+        /* the GPU is full of checkpoints: rebuild one to make room */
+        int gd = rebuild ? droppable_ckpt(p, 0) : 0;
+        if (gd > 0) p->homes[gd].ckpt_recompute = 1;
+        measure(q, p);
+        if (gd <= 0) break;
     }
     if (p->host_bytes > q->host_budget || p->gpu_bytes > q->gpu_budget) {
         snprintf(p->why, sizeof p->why,
