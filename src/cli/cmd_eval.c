@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/args.h"
+#include "util/args.h"
 #include "cli/commands.h"
-#include "cli/runner.h"
+#include "train/runner.h"
 #include "data/dataset.h"
 #include "engine/step.h"
 #include "io/safetensors.h"

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/args.h"
+#include "util/args.h"
 #include "cli/commands.h"
-#include "cli/runner.h"
+#include "train/runner.h"
 
 static void usage(FILE *f) {
     fprintf(f,

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cli/args.h"
+#include "util/args.h"
 #include "cli/commands.h"
 #include "data/tokenizer.h"
 #include "host/store.h"

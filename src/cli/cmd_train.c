@@ -1,10 +1,10 @@
 /* megatrain train: parses the options (defaults, --config FILE, flags) and
- * runs the training (cli/trainer.c). */
+ * runs the training (train/trainer.c). */
 #include <stdio.h>
 
 #include "cli/commands.h"
-#include "cli/train_config.h"
-#include "cli/trainer.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
 
 int mt_cmd_train(int argc, char **argv) {
     mt_train_config tc;

@@ -1,5 +1,5 @@
 /* Backend choice, creation and text generation shared by the commands. */
-#include "cli/runner.h"
+#include "train/runner.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -9,8 +9,8 @@
  * may be spelt with '_' or '-', a flag is the key with dashes
  * (`--batch-size 8`, `--batch-size=8`, booleans `--skip-bad-lines` /
  * `--no-skip-bad-lines`). docs/config.md is the user's manual. */
-#ifndef MT_CLI_TRAIN_CONFIG_H
-#define MT_CLI_TRAIN_CONFIG_H
+#ifndef MT_TRAIN_TRAIN_CONFIG_H
+#define MT_TRAIN_TRAIN_CONFIG_H
 
 #include <stdbool.h>
 #include <stdint.h>

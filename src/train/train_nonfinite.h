@@ -2,12 +2,12 @@
  * gradient holds a NaN or an infinity, and decide, per --on-nonfinite,
  * whether the run stops (naming them) or skips the update (counting the
  * skips, stopping after --max-skips in a row). */
-#ifndef MT_CLI_TRAIN_NONFINITE_H
-#define MT_CLI_TRAIN_NONFINITE_H
+#ifndef MT_TRAIN_TRAIN_NONFINITE_H
+#define MT_TRAIN_TRAIN_NONFINITE_H
 
 #include <stdint.h>
 
-#include "cli/train_config.h"
+#include "train/train_config.h"
 #include "model/params.h"
 #include "util/error.h"
 

@@ -1,5 +1,5 @@
 /* Finding the first non-finite gradient, and the stop-or-skip decision. */
-#include "cli/train_nonfinite.h"
+#include "train/train_nonfinite.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /* A model ready to run on one backend (CPU or CUDA), for the commands that
  * build one: train, generate, eval. */
-#ifndef MT_CLI_RUNNER_H
-#define MT_CLI_RUNNER_H
+#ifndef MT_TRAIN_RUNNER_H
+#define MT_TRAIN_RUNNER_H
 
 #include <stdbool.h>
 #include <stdint.h>

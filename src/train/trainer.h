@@ -1,10 +1,10 @@
 /* The training run of `megatrain train`: model, data, backend, optimizer,
  * checkpoints, metrics and the final Hugging Face model, from one
  * mt_train_config. */
-#ifndef MT_CLI_TRAINER_H
-#define MT_CLI_TRAINER_H
+#ifndef MT_TRAIN_TRAINER_H
+#define MT_TRAIN_TRAINER_H
 
-#include "cli/train_config.h"
+#include "train/train_config.h"
 #include "util/error.h"
 
 /* Runs the training described by tc. Returns 0 when it finished, 1 when it

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "cli/train_config_internal.h"
+#include "train/train_config_internal.h"
 
 #define OFF(field) offsetof(mt_train_config, field)
 /* Integers must survive a round trip through JSON numbers (doubles). */

@@ -4,7 +4,7 @@
  * out/ receives config.yaml (the effective options), metrics.jsonl (one
  * line per step), checkpoints/step-N/ (resume checkpoints, the last K kept)
  * and model/ (the final Hugging Face model, with the tokenizer files). */
-#include "cli/trainer.h"
+#include "train/trainer.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -16,9 +16,9 @@
 #include <time.h>
 
 #include "backend/cpu/ops.h"
-#include "cli/runner.h"
-#include "cli/train_memory.h"
-#include "cli/train_nonfinite.h"
+#include "train/runner.h"
+#include "train/train_memory.h"
+#include "train/train_nonfinite.h"
 #include "data/builtin_text.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
