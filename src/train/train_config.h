@@ -8,7 +8,11 @@
  * Keys are flat, as in HF / axolotl / torchtune configs (`lr: 1e-5`); a key
  * may be spelt with '_' or '-', a flag is the key with dashes
  * (`--batch-size 8`, `--batch-size=8`, booleans `--skip-bad-lines` /
- * `--no-skip-bad-lines`). docs/config.md is the user's manual. */
+ * `--no-skip-bad-lines`). docs/config.md is the user's manual.
+ *
+ * Files, each depending only on those before it: train_config.c (the table,
+ * values, validation), train_config_io.c (YAML, JSON), train_args.c (flags,
+ * --help). */
 #ifndef MT_TRAIN_TRAIN_CONFIG_H
 #define MT_TRAIN_TRAIN_CONFIG_H
 

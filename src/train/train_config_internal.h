@@ -1,5 +1,6 @@
-/* The option table of `megatrain train`, shared by train_config.c (values,
- * flags, help, validation) and train_config_io.c (YAML and JSON). */
+/* The option table of `megatrain train`, defined in train_config.c (values,
+ * validation) and read by train_config_io.c (YAML and JSON) and
+ * train_args.c (flags, --help). */
 #ifndef MT_TRAIN_TRAIN_CONFIG_INTERNAL_H
 #define MT_TRAIN_TRAIN_CONFIG_INTERNAL_H
 
