@@ -128,10 +128,7 @@ static int parse_flag(mt_train_config *cfg, int argc, char **argv, int *i, mt_er
 
 int mt_train_config_parse_args(mt_train_config *cfg, int argc, char **argv, mt_error *err) {
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            mt_train_config_usage(stdout);
-            return 1;
-        }
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
     mt_train_config_defaults(cfg);
     const char *path;
     if (find_config(argc, argv, &path, err)) return -1;

@@ -96,8 +96,9 @@ int mt_train_config_load_yaml(mt_train_config *cfg, const char *path, mt_error *
 /* The whole of `megatrain train`'s argument parsing: defaults, then the
  * --config file (wherever it appears), then the flags in order, then
  * mt_train_config_resolve and mt_train_config_validate. argv[0] is the
- * subcommand name. Returns 0, 1 when --help was printed to stdout (the
- * caller exits 0), or -1 with err filled. */
+ * subcommand name. Returns 0, 1 when --help was asked (nothing else done:
+ * the caller prints mt_train_config_usage and exits 0), or -1 with err
+ * filled. */
 int mt_train_config_parse_args(mt_train_config *cfg, int argc, char **argv, mt_error *err);
 
 /* Fills what depends on other options: with no model, options not given
