@@ -11,8 +11,10 @@
  * - A string or array the library returns to the caller (char *, the ids
  *   of mt_tokenizer_tokenize) is the caller's, released with mt_free. A
  *   const char * it returns is borrowed: valid as long as its handle.
- * - Nothing is written to stdout or stderr: what a run or a generation has
- *   to say reaches the caller through an mt_event_fn callback (NULL: none).
+ * - Nothing is written to stdout: what a run or a generation has to say
+ *   reaches the caller through an mt_event_fn callback (NULL: none). A few
+ *   warnings of the checkpoint code (a damaged checkpoint skipped, a
+ *   directory that could not be synced) still go to stderr.
  * - A handle is used by one thread at a time; different handles may be
  *   used from different threads. mt_last_error is per thread.
  * - Sizes and counts are int64_t or size_t; booleans are bool. */
@@ -75,7 +77,8 @@ typedef struct mt_step_metrics {
     double gpu_mem_gb, host_mem_gb; /* GB = 1e9 bytes */
     double h2d_gbps, d2h_gbps;
     int64_t skipped;       /* a skipped update (non-finite): how many in a row */
-    const char *nonfinite; /* then its first non-finite tensor, or NULL */
+    const char *nonfinite; /* then its first non-finite tensor, or NULL (valid
+                            * until the next call on the run) */
 } mt_step_metrics;
 
 typedef struct mt_event {

@@ -205,10 +205,7 @@ static void report(mt_run *R, double loss, const mt_optim_report *rep, double dt
         .eta_s = row.eta_s, .gpu_mem_gb = row.gpu_mem_gb, .host_mem_gb = row.host_mem_gb,
         .h2d_gbps = row.h2d_gbps, .d2h_gbps = row.d2h_gbps, .skipped = row.skipped,
         .nonfinite = row.nonfinite};
-    if (m) {
-        *m = sm;
-        m->nonfinite = NULL; /* points into the run; valid only during the event */
-    }
+    if (m) *m = sm; /* nonfinite points into R->nf: valid until the next step */
     char line[512];
     mt_event e = {.kind = MT_EVENT_STEP, .step = &sm};
     if (R->step % tc->log_every == 0 || R->step == R->total_steps) {
