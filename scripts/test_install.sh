@@ -17,6 +17,21 @@ for f in bin/megatrain include/megatrain.h lib/libmegatrain.so lib/libmegatrain.
     [ -e "$prefix/$f" ] || { echo "test_install: $prefix/$f was not installed" >&2; exit 1; }
 done
 "$prefix/bin/megatrain" --version
+# the shared library exports every call of the header, and nothing else
+declared=$(grep -o '\bmt_[a-z0-9_]*(' include/megatrain.h | tr -d '(' | sort -u)
+exported=$(nm -D --defined-only "$prefix/lib/libmegatrain.so" | awk '$2 == "T" {print $3}' | sort -u)
+[ "$declared" = "$exported" ] || { echo "test_install: exports differ from megatrain.h:" >&2;
+    diff <(echo "$declared") <(echo "$exported") >&2; exit 1; }
+# and is callable as it is from Python's ctypes
+python3 -c 'import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+lib.mt_version.restype = ctypes.c_char_p
+lib.mt_last_error.restype = ctypes.c_char_p
+lib.mt_options_new.restype = ctypes.c_void_p
+o = ctypes.c_void_p(lib.mt_options_new())
+assert lib.mt_options_set(o, b"lr", b"fast") == -1
+print("ctypes: megatrain", lib.mt_version().decode(), "--", lib.mt_last_error().decode())
+lib.mt_options_free(o)' "$prefix/lib/libmegatrain.so"
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 [ "$(pkg-config --modversion megatrain)" = "$("$prefix/bin/megatrain" --version | sed -n '1s/^megatrain //p')" ] \
     || { echo "test_install: pkg-config and megatrain --version disagree" >&2; exit 1; }
