@@ -16,7 +16,7 @@ shift || true
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 make --no-print-directory -j2 BUILD=build/fuzz/lib CC=clang NVCC= \
     EXTRA_CFLAGS="-fsanitize=fuzzer-no-link $san" \
-    build/fuzz/lib/libmegatrain.a build/fuzz/lib/libmegatrain_cli.a >/dev/null || exit 2
+    build/fuzz/lib/libmegatrain.a >/dev/null || exit 2
 libs="-fopenmp -lcjson -lpcre2-8 -lutf8proc -lyaml -lxxhash -lm -lpthread"
 names=("$@")
 [ ${#names[@]} -eq 0 ] && names=($(ls tests/fuzz/fuzz_*.c | sed 's|tests/fuzz/fuzz_||; s|\.c$||'))
@@ -25,8 +25,8 @@ printf '%-15s %6s %10s %8s %6s %6s %7s\n' harness seconds execs execs/s cov corp
 failed=0
 for n in "${names[@]}"; do
     bin=build/fuzz/fuzz_$n
-    clang -std=c11 -O1 -g -D_GNU_SOURCE -Isrc -Itests/fuzz -fsanitize=fuzzer $san \
-        "tests/fuzz/fuzz_$n.c" build/fuzz/lib/libmegatrain_cli.a build/fuzz/lib/libmegatrain.a \
+    clang -std=c11 -O1 -g -D_GNU_SOURCE -Iinclude -Isrc -Itests/fuzz -fsanitize=fuzzer $san \
+        "tests/fuzz/fuzz_$n.c" build/fuzz/lib/libmegatrain.a \
         $libs -o "$bin" || exit 2
     corpus=build/fuzz/corpus/$n
     mkdir -p "$corpus"

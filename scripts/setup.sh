@@ -3,7 +3,7 @@
 # missing and we are root; otherwise says what to install.
 set -euo pipefail
 pkgs=(gcc make libcjson-dev libpcre2-dev libutf8proc-dev libyaml-dev libcriterion-dev gnuplot-nox
-      libxxhash-dev clang libclang-rt-14-dev)
+      libxxhash-dev clang libclang-rt-14-dev pkg-config)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

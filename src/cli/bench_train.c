@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli/args.h"
+#include "util/args.h"
 #include "cli/commands.h"
 #include "util/sys.h"
 #include "engine/optim_pipeline.h"
@@ -25,7 +25,7 @@
 
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/planner.h"
-#include "cli/runner.h"
+#include "train/runner.h"
 #endif
 
 static void usage(FILE *f) {

@@ -7,7 +7,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "cli/args.h"
+#include "util/args.h"
 #include "cli/commands.h"
 #include "util/sys.h"
 #include "data/tokenizer.h"

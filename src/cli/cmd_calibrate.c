@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/args.h"
+#include "util/args.h"
 #include "cli/commands.h"
 #include "model/presets.h"
 

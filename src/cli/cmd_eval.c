@@ -1,17 +1,10 @@
 /* megatrain eval: mean loss and perplexity of a model on a data file. */
 #include <getopt.h>
-#include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "cli/args.h"
 #include "cli/commands.h"
-#include "cli/runner.h"
-#include "data/dataset.h"
-#include "engine/step.h"
-#include "io/safetensors.h"
-#include "util/mem.h"
+#include "util/args.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -28,20 +21,6 @@ static void usage(FILE *f) {
             "  --precision P       bf16 | fp32, on the GPU (default bf16)\n"
             "  --dump-logits FILE  write the first row's input ids and logits as safetensors\n"
             "                      (to compare with another implementation)\n");
-}
-
-/* Row 0's input ids (T) and logits (T, V) of the batch just evaluated. */
-static int dump_logits(const mt_runner *r, const mt_config *cfg, const int32_t *tokens, long T,
-                       const char *path, mt_error *err) {
-    float *logits = mt_malloc_or_die((size_t)T * cfg->V * sizeof(float));
-    for (long t = 0; t < T; t++) mt_runner_logits(r, t, logits + (size_t)t * cfg->V);
-    mt_st_write_tensor w[2] = {
-        {.name = "input_ids", .dtype = MT_DTYPE_I32, .ndim = 1, .shape = {T}, .raw = tokens},
-        {.name = "logits", .dtype = MT_DTYPE_F32, .ndim = 2, .shape = {T, cfg->V}, .f32 = logits},
-    };
-    int rc = mt_st_write(path, w, 2, NULL, 0, err);
-    free(logits);
-    return rc;
 }
 
 int mt_cmd_eval(int argc, char **argv) {
@@ -86,59 +65,32 @@ int mt_cmd_eval(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    int dev = mt_runner_parse_device(device);
-    if (dev < 0 || T < 1 || B < 1 || max_batches < 0 ||
+    int dev_ok = !strcmp(device, "auto") || !strcmp(device, "cpu") || !strcmp(device, "cuda");
+    if (!dev_ok || T < 1 || B < 1 || max_batches < 0 ||
         (strcmp(precision, "bf16") && strcmp(precision, "fp32"))) {
         fprintf(stderr, "megatrain eval: check --device (auto|cpu|cuda), --precision "
                 "(bf16|fp32), --seq-len >= 1, --batch-size >= 1\n");
         return 2;
     }
-    mt_error err;
-    mt_loaded_model m = {0};
-    mt_dataset *ds = NULL;
-    mt_runner r = {0};
-    int32_t *tokens = NULL, *targets = NULL;
-    int rc = 1;
-    if (mt_loaded_model_open(&m, model, tokpath, &err)) goto out;
-    const mt_config cfg = m.cfg;
-    if (T > cfg.max_pos) {
-        mt_errorf(&err, "--seq-len %ld exceeds the model's max_position_embeddings %lld", T,
-                  (long long)cfg.max_pos);
-        goto out;
-    }
-    mt_data_opts o = {.path = data, .format = format, .chat_template = chat, .seed = 1, .epochs = 1};
-    if (!(ds = mt_dataset_open(&o, m.tok, cfg.V, &err))) goto out;
-    mt_runner_opts ro = {.device = dev, .fp32 = !strcmp(precision, "fp32")};
-    if (mt_runner_init(&r, &m.cfg, &m.table, &m.store, 1, B, T, &ro, &err)) goto out;
-    tokens = mt_malloc_or_die((size_t)(B * T) * sizeof *tokens);
-    targets = mt_malloc_or_die((size_t)(B * T) * sizeof *targets);
-    double sum = 0;
-    int64_t count = 0, batches = 0;
-    while ((!max_batches || batches < max_batches) &&
-           mt_dataset_next_batch(ds, B, T, tokens, targets) == 0) {
-        mt_batch b = {.M = 1, .B = B, .T = T, .tokens = tokens, .targets = targets};
-        double ls;
-        int64_t nv;
-        if (mt_step_eval(r.be, m.table.n_layers, &b, &ls, &nv, &err)) goto out;
-        sum += ls;
-        count += nv;
-        if (dump && batches == 0 && dump_logits(&r, &cfg, tokens, T, dump, &err)) goto out;
-        batches++;
-    }
-    if (!count) {
-        mt_errorf(&err, "%s: no full batch of %ld x %ld tokens with a loss; lower --seq-len or "
-                  "--batch-size", data, B, T);
-        goto out;
-    }
-    printf("eval: %s on %s: %lld tokens in %lld batches, loss %.6f, perplexity %.4f\n", model,
-           data, (long long)count, (long long)batches, sum / count, exp(sum / count));
-    rc = 0;
-out:
-    if (rc) fprintf(stderr, "megatrain eval: %s\n", err.msg);
-    mt_runner_free(&r);
-    if (ds) mt_dataset_free(ds);
-    free(tokens);
-    free(targets);
-    mt_loaded_model_close(&m);
+    mt_eval_opts eo;
+    mt_eval_opts_defaults(&eo);
+    eo.data = data;
+    eo.format = format;
+    eo.chat_template = chat;
+    eo.seq_len = T;
+    eo.batch_size = B;
+    eo.max_batches = max_batches;
+    eo.device = device;
+    eo.precision = precision;
+    eo.dump_logits = dump;
+    mt_eval_result res;
+    mt_model *m = mt_model_open(model, tokpath);
+    int rc = !m || mt_model_eval(m, &eo, &res) ? 1 : 0;
+    if (rc) fprintf(stderr, "megatrain eval: %s\n", mt_last_error());
+    else
+        printf("eval: %s on %s: %lld tokens in %lld batches, loss %.6f, perplexity %.4f\n",
+               model, data, (long long)res.tokens, (long long)res.batches, res.loss,
+               res.perplexity);
+    mt_model_close(m);
     return rc;
 }

@@ -4,9 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/args.h"
 #include "cli/commands.h"
-#include "cli/runner.h"
+#include "util/args.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -72,26 +71,25 @@ int mt_cmd_generate(int argc, char **argv) {
                 "0 < --top-p <= 1, --context >= 0\n");
         return 2;
     }
-    int dev = mt_runner_parse_device(device);
-    if (dev < 0) {
+    if (strcmp(device, "auto") && strcmp(device, "cpu") && strcmp(device, "cuda")) {
         fprintf(stderr, "megatrain generate: --device must be auto, cpu or cuda\n");
         return 2;
     }
-    mt_error err;
-    mt_loaded_model m = {0};
-    mt_runner r = {0};
-    int rc = 1;
-    if (mt_loaded_model_open(&m, model, tokpath, &err)) goto out;
-    int64_t T = context ? context : (m.cfg.max_pos < 512 ? m.cfg.max_pos : 512);
-    mt_runner_opts ro = {.device = dev};
-    if (mt_runner_init(&r, &m.cfg, &m.table, &m.store, 1, 1, T, &ro, &err)) goto out;
-    if (mt_generate(&r, &m.cfg, m.tok, prompt ? prompt : "", add_special, (int)n_new, temperature, top_p,
-                    (uint64_t)seed, stdout, &err))
-        goto out;
-    rc = 0;
-out:
-    if (rc) fprintf(stderr, "megatrain generate: %s\n", err.msg);
-    mt_runner_free(&r);
-    mt_loaded_model_close(&m);
+    mt_generate_opts go;
+    mt_generate_opts_defaults(&go);
+    go.prompt = prompt ? prompt : "";
+    go.max_new_tokens = n_new;
+    go.temperature = temperature;
+    go.top_p = top_p;
+    go.seed = (uint64_t)seed;
+    go.context = context;
+    go.device = device;
+    go.add_special = add_special;
+    mt_model *m = mt_model_open(model, tokpath);
+    char *text = m ? mt_model_generate(m, &go, mt_cli_print_event, NULL) : NULL;
+    int rc = text ? 0 : 1;
+    if (rc) fprintf(stderr, "megatrain generate: %s\n", mt_last_error());
+    mt_free(text);
+    mt_model_close(m);
     return rc;
 }

@@ -7,13 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cli/args.h"
 #include "cli/commands.h"
-#include "data/tokenizer.h"
-#include "host/store.h"
-#include "io/model_io.h"
-#include "model/config.h"
-#include "model/params.h"
+#include "util/args.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -84,48 +79,16 @@ int mt_cmd_init(int argc, char **argv) {
                 "(nothing was written)\n", out);
         return 2;
     }
-    mt_error err;
-    mt_tokenizer *tok = mt_tokenizer_load(tokpath, &err);
-    if (!tok) {
-        fprintf(stderr, "megatrain init: %s\n", err.msg);
+    mt_model_shape sh = {.hidden = hidden, .layers = layers, .heads = heads, .kv_heads = kv,
+                         .ffn = ffn, .max_positions = max_pos, .rope_theta = theta,
+                         .init_std = std, .untied = untied, .seed = (uint64_t)seed};
+    mt_model_info info;
+    if (mt_model_init(out, tokpath, &sh, &info)) {
+        fprintf(stderr, "megatrain init: %s\n", mt_last_error());
         return 1;
     }
-    mt_config cfg;
-    mt_config_default_tiny(&cfg);
-    cfg.C = hidden;
-    cfg.L = layers;
-    cfg.NH = heads;
-    cfg.NKV = kv;
-    cfg.HD = heads > 0 ? hidden / heads : 0;
-    cfg.F = ffn;
-    cfg.V = (int64_t)mt_tokenizer_vocab_size(tok);
-    cfg.max_pos = max_pos;
-    cfg.rope_theta = theta;
-    cfg.rms_eps = 1e-5f;
-    cfg.tie_embeddings = !untied;
-    cfg.bos_id = mt_tokenizer_bos_id(tok);
-    cfg.eos_id = mt_tokenizer_eos_id(tok);
-    mt_tokenizer_free(tok);
-    mt_param_table t = {0};
-    mt_host_store s = {0};
-    int rc = 1;
-    if (hidden % (heads > 0 ? heads : 1)) {
-        mt_errorf(&err, "--hidden %lld is not a multiple of --heads %lld", hidden, heads);
-        goto out;
-    }
-    if (mt_config_validate(&cfg, "the model shape", &err) || mt_params_init(&t, &cfg, &err) ||
-        mt_host_store_create(&s, &t, 0, &err))
-        goto out;
-    mt_host_store_init_random(&s, (uint64_t)seed, (float)std);
-    if (mt_model_save(&s, &cfg, out, MT_DTYPE_F32, (size_t)5 << 30, &err)) goto out;
-    if (mt_model_copy_tokenizer(tokpath, out, &err)) goto out;
     printf("init: %s: llama, %.1fM parameters (hidden %lld, %lld layers, %lld/%lld heads, ffn "
-           "%lld, vocab %lld%s)\n", out, t.n_params / 1e6, hidden, layers, heads, kv, ffn,
-           (long long)cfg.V, cfg.tie_embeddings ? ", tied" : "");
-    rc = 0;
-out:
-    if (rc) fprintf(stderr, "megatrain init: %s\n", err.msg);
-    mt_host_store_free(&s);
-    mt_params_free(&t);
-    return rc;
+           "%lld, vocab %lld%s)\n", out, info.n_params / 1e6, hidden, layers, heads, kv, ffn,
+           (long long)info.vocab_size, info.tied_embeddings ? ", tied" : "");
+    return 0;
 }

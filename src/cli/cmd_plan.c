@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/args.h"
+#include "util/args.h"
 #include "cli/commands.h"
 #include "io/model_io.h"
 #include "model/config.h"

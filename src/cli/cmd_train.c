@@ -1,24 +1,29 @@
 /* megatrain train: parses the options (defaults, --config FILE, flags) and
- * runs the training (cli/trainer.c). */
+ * runs the training (the library's mt_run, train/trainer.c), printing what
+ * it reports. */
 #include <stdio.h>
 
 #include "cli/commands.h"
-#include "cli/train_config.h"
-#include "cli/trainer.h"
 
 int mt_cmd_train(int argc, char **argv) {
-    mt_train_config tc;
-    mt_error err;
-    int rc = mt_train_config_parse_args(&tc, argc, argv, &err);
-    if (rc == 1) return 0;
+    mt_options *o = mt_options_new();
+    int rc = mt_options_parse_args(o, argc, argv);
+    if (rc == 1) {
+        char *usage = mt_options_usage();
+        fputs(usage, stdout);
+        mt_free(usage);
+        mt_options_free(o);
+        return 0;
+    }
     if (rc < 0) {
-        fprintf(stderr, "megatrain train: %s\n", err.msg);
+        fprintf(stderr, "megatrain train: %s\n", mt_last_error());
+        mt_options_free(o);
         return 2;
     }
-    rc = mt_train(&tc, &err);
-    if (rc < 0) {
-        fprintf(stderr, "megatrain train: %s\n", err.msg);
-        return 1;
-    }
-    return rc == 1 ? 130 : 0;
+    mt_run *r = mt_run_open(o, mt_cli_print_event, NULL);
+    mt_options_free(o);
+    rc = r ? mt_run_train(r) : -1;
+    if (rc < 0) fprintf(stderr, "megatrain train: %s\n", mt_last_error());
+    mt_run_close(r);
+    return rc < 0 ? 1 : rc == 1 ? 130 : 0;
 }

@@ -3,6 +3,8 @@
 #ifndef MT_CLI_COMMANDS_H
 #define MT_CLI_COMMANDS_H
 
+#include "megatrain.h"
+
 int mt_cmd_train(int argc, char **argv);
 int mt_cmd_bench(int argc, char **argv);
 int mt_bench_train(int argc, char **argv);
@@ -13,5 +15,9 @@ int mt_cmd_eval(int argc, char **argv);
 int mt_cmd_init(int argc, char **argv);
 int mt_cmd_plan(int argc, char **argv);
 int mt_cmd_calibrate(int argc, char **argv);
+
+/* An mt_event_fn that prints (print.c): INFO and progress lines to stdout,
+ * WARNING to stderr after "megatrain: ", TEXT as it is. */
+void mt_cli_print_event(const mt_event *ev, void *user);
 
 #endif

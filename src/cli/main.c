@@ -24,13 +24,18 @@ static void usage(FILE *f) {
     fprintf(f, "usage: megatrain <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
-    fprintf(f, "\nrun 'megatrain <command> --help' for the options of a command\n");
+    fprintf(f, "\nrun 'megatrain <command> --help' for the options of a command;\n"
+               "'megatrain --version' for the version and the GPUs this build runs on\n");
 }
 
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("megatrain %s\nCUDA architectures: %s\n", mt_version(), mt_cuda_archs());
+        return 0;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);

@@ -1,4 +1,4 @@
-/* Tokenizer public API and the encoding pipeline.
+/* The encoding pipeline (opening and queries: tokenizer_open.c).
  *
  * encode: split the text on added tokens that match raw text; normalize each
  * remaining piece; split it on added tokens that match normalized text; cut
@@ -48,35 +48,6 @@ static void ids_append(mt_tok_ids *v, const int32_t *ids, size_t n) {
     ids_reserve(v, n);
     memcpy(v->ids + v->n, ids, n * sizeof *ids);
     v->n += n;
-}
-
-/* ---- UTF-8 validation (as Rust's str: no overlongs, surrogates, > U+10FFFF) ---- */
-
-/* Offset of the first invalid byte, or len when s is valid. */
-static size_t utf8_invalid_at(const char *s, size_t len) {
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < len) {
-        if (i + 8 <= len) {  // skip ASCII eight bytes at a time
-            uint64_t w;
-            memcpy(&w, u + i, 8);
-            if (!(w & 0x8080808080808080ull)) { i += 8; continue; }
-        }
-        unsigned c = u[i];
-        if (c < 0x80) { i++; continue; }
-        size_t n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-        if (n == 0 || i + n > len) return i;
-        unsigned lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-        if (u[i + 1] < lo || u[i + 1] > hi) return i;
-        for (size_t k = 2; k < n; k++)
-            if ((u[i + k] & 0xC0) != 0x80) return i;
-        i += n;
-    }
-    return len;
 }
 
 /* ---- per-thread encoder ---- */
@@ -508,7 +479,7 @@ int mt_tok_encode(mt_tok_encoder *e, const char *text, size_t len, bool add_spec
         for (size_t i = 0; i < len; i++) out->ids[out->n++] = (unsigned char)text[i];
         return 0;
     }
-    size_t bad = utf8_invalid_at(text, len);
+    size_t bad = mt_tok_utf8_invalid_at(text, len);
     if (bad < len)
         return mt_errorf(err, "text is not valid UTF-8 at byte %zu of %zu; clean or re-encode the input",
                          bad, len);
@@ -538,99 +509,4 @@ int mt_tokenizer_encode(const mt_tokenizer *tok, const char *text, size_t len, b
     *ids = v.ids ? v.ids : mt_malloc_or_die(sizeof **ids);
     *n = v.n;
     return 0;
-}
-
-/* ---- loading and queries ---- */
-
-mt_tokenizer *mt_tokenizer_load(const char *path, mt_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        mt_errorf(err, "%s: cannot open tokenizer file; pass the path of a Hugging Face tokenizer.json", path);
-        return NULL;
-    }
-    char *buf = NULL;
-    size_t len = 0, cap = 0, got;
-    do {
-        if (len == cap) buf = mt_realloc_or_die(buf, cap = cap ? cap * 2 : 1 << 20);
-        got = fread(buf + len, 1, cap - len, f);
-        len += got;
-    } while (got > 0);
-    bool read_err = ferror(f);
-    fclose(f);
-    if (read_err) {
-        free(buf);
-        mt_errorf(err, "%s: read error", path);
-        return NULL;
-    }
-    mt_tokenizer *tok = mt_calloc_or_die(1, sizeof *tok);
-    tok->unk_id = tok->bos_id = tok->eos_id = -1;
-    int rc = mt_tok_parse(tok, buf, len, path, err);
-    free(buf);
-    if (rc) {
-        mt_tokenizer_free(tok);
-        return NULL;
-    }
-    mt_tok_read_config(tok, path);
-    return tok;
-}
-
-mt_tokenizer *mt_tokenizer_bytes(void) {
-    mt_tokenizer *tok = mt_calloc_or_die(1, sizeof *tok);
-    tok->is_bytes = true;
-    tok->vocab_size = 258;
-    tok->unk_id = -1;
-    tok->bos_id = 256;
-    tok->eos_id = 257;
-    return tok;
-}
-
-static void free_addedset(mt_tok_addedset *s) {
-    for (size_t i = 0; i < s->n; i++) free(s->tok[i].content);
-    free(s->tok);
-}
-
-void mt_tokenizer_free(mt_tokenizer *tok) {
-    if (!tok) return;
-    free(tok->id_arena);
-    free(tok->id_off);
-    free(tok->id_exists);
-    free(tok->id_special);
-    mt_tok_strmap_free(&tok->vocab);
-    mt_tok_mergemap_free(&tok->merges);
-    for (size_t i = 0; i < tok->n_norms; i++) {
-        free(tok->norms[i].a);
-        free(tok->norms[i].b);
-    }
-    free(tok->norms);
-    for (size_t i = 0; i < tok->n_splits; i++) pcre2_code_free(tok->splits[i]);
-    for (size_t i = 0; i < tok->n_decs; i++) {
-        free(tok->decs[i].a);
-        free(tok->decs[i].b);
-    }
-    free(tok->decs);
-    free_addedset(&tok->added_raw);
-    free_addedset(&tok->added_norm);
-    free(tok->prefix_ids);
-    free(tok->suffix_ids);
-    free(tok);
-}
-
-size_t mt_tokenizer_vocab_size(const mt_tokenizer *tok) { return tok->vocab_size; }
-int32_t mt_tokenizer_bos_id(const mt_tokenizer *tok) { return tok->bos_id; }
-int32_t mt_tokenizer_eos_id(const mt_tokenizer *tok) { return tok->eos_id; }
-
-int32_t mt_tokenizer_token_id(const mt_tokenizer *tok, const char *token) {
-    size_t len = strlen(token);
-    if (tok->is_bytes) {
-        if (strcmp(token, "<s>") == 0) return 256;
-        if (strcmp(token, "</s>") == 0) return 257;
-        return len == 1 ? (unsigned char)token[0] : -1;
-    }
-    // Spellings are unique per id, so a scan is exact; this is not a hot path.
-    for (size_t i = 0; i < tok->vocab_size; i++) {
-        size_t n = tok->id_off[i + 1] - tok->id_off[i];
-        if (tok->id_exists[i] && n == len && memcmp(tok->id_arena + tok->id_off[i], token, len) == 0)
-            return (int32_t)i;
-    }
-    return -1;
 }

@@ -1,9 +1,14 @@
 /* Internals shared by the tokenizer sources (not a public header).
  *
- * tokenizer_load.c   parses tokenizer.json into struct mt_tokenizer
+ * tokenizer_utf8.c   the ByteLevel alphabet, UTF-8 decoding and validation
  * tokenizer_map.c    hash maps: token bytes -> id, (id, id) -> merge
- * tokenizer.c        public API, encoding pipeline, BPE merge loop
+ * tokenizer_load.c   parses tokenizer.json into struct mt_tokenizer
+ * tokenizer_open.c   opening a file (and tokenizer_config.json), free, queries
+ * tokenizer.c        the encoding pipeline, BPE merge loop
  * tokenizer_decode.c ids -> text through the decoder chain
+ *
+ * Each depends only on the files listed before it (the two maps and the
+ * characters are leaves; encoding and decoding read a loaded tokenizer).
  *
  * Encoding follows HF `tokenizers`: split the text on added tokens, then per
  * remaining piece normalize, pre-tokenize into words, BPE each word, and
@@ -130,9 +135,10 @@ struct mt_tokenizer {
     int32_t bos_id, eos_id;
 };
 
-/* tokenizer_load.c */
+/* Parses the tokenizer.json text json (len bytes) into tok, which holds
+ * unk/bos/eos = -1 and nothing else; errors are prefixed with path. On
+ * error tok may hold parts, freed by mt_tokenizer_free. In tokenizer_load.c. */
 int mt_tok_parse(mt_tokenizer *tok, const char *json, size_t len, const char *path, mt_error *err);
-void mt_tok_read_config(mt_tokenizer *tok, const char *tokenizer_path);
 
 /* The SentencePiece marker "▁" (U+2581) in UTF-8. */
 #define MT_TOK_SP_MARK "\xE2\x96\x81"
@@ -143,11 +149,16 @@ void mt_tok_read_config(mt_tokenizer *tok, const char *tokenizer_path);
  * word; the reasoning is at the definition (tokenizer_load.c). */
 bool mt_tok_sp_chunks_exact(const mt_tokenizer *tok);
 
+/* ---- characters (tokenizer_utf8.c) ---- */
+
 /* ByteLevel alphabet: byte -> code point and back (-1 if not an image). */
 uint32_t mt_tok_byte_to_cp(uint8_t b);
 int mt_tok_cp_to_byte(uint32_t cp);
 /* Decodes one UTF-8 sequence at s (len > 0, assumed valid); returns its
  * length and sets *cp. */
 size_t mt_tok_utf8_next(const char *s, size_t len, uint32_t *cp);
+/* Offset of the first byte of s that is not valid UTF-8 (as Rust's str: no
+ * overlongs, surrogates, > U+10FFFF), or len when s is valid. */
+size_t mt_tok_utf8_invalid_at(const char *s, size_t len);
 
 #endif

@@ -12,39 +12,6 @@
 
 #include "util/mem.h"
 
-/* ---- ByteLevel alphabet (GPT-2 bytes_to_unicode) ---- */
-
-/* Printable bytes stand for themselves; the other 68 bytes are given code
- * points 256, 257, ... in byte order so every byte is a visible char. */
-static bool byte_is_printable(int b) {
-    return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-}
-
-/* The 68 non-printable bytes are 0..32, 127..160 and 173, numbered 256.. */
-uint32_t mt_tok_byte_to_cp(uint8_t b) {
-    if (byte_is_printable(b)) return b;
-    if (b <= 32) return 256u + b;
-    if (b <= 160) return 256u + 33 + (b - 127u);
-    return 256u + 67;  // 173
-}
-
-int mt_tok_cp_to_byte(uint32_t cp) {
-    if (cp < 256) return byte_is_printable((int)cp) ? (int)cp : -1;
-    if (cp < 256 + 33) return (int)(cp - 256);
-    if (cp < 256 + 67) return (int)(cp - 256 - 33 + 127);
-    return cp == 256 + 67 ? 173 : -1;
-}
-
-size_t mt_tok_utf8_next(const char *s, size_t len, uint32_t *cp) {
-    const unsigned char *u = (const unsigned char *)s;
-    size_t n = u[0] < 0x80 ? 1 : u[0] < 0xE0 ? 2 : u[0] < 0xF0 ? 3 : 4;
-    if (n > len) n = len;
-    uint32_t c = n == 1 ? u[0] : u[0] & (0x7F >> n);
-    for (size_t i = 1; i < n; i++) c = (c << 6) | (u[i] & 0x3F);
-    *cp = c;
-    return n;
-}
-
 /* ByteLevel text -> raw bytes into out (capacity >= len); false when a
  * char is not in the alphabet. */
 static bool bytelevel_to_raw(const char *s, size_t len, char *out, size_t *out_len) {
@@ -521,34 +488,4 @@ int mt_tok_parse(mt_tokenizer *tok, const char *json, size_t len, const char *pa
     cJSON_Delete(root);
     if (rc) mt_error_prefix(err, "%s: ", path);
     return rc;
-}
-
-/* bos_token / eos_token are a string or {"content": ...}. */
-static int32_t config_token(const mt_tokenizer *tok, const cJSON *cfg, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
-    const char *s = cJSON_IsString(v) ? v->valuestring : json_str(v, "content");
-    return s ? mt_tokenizer_token_id(tok, s) : -1;
-}
-
-void mt_tok_read_config(mt_tokenizer *tok, const char *tokenizer_path) {
-    const char *slash = strrchr(tokenizer_path, '/');
-    size_t dir = slash ? (size_t)(slash - tokenizer_path + 1) : 0;
-    char path[4096];
-    if (dir + 32 > sizeof path) return;
-    memcpy(path, tokenizer_path, dir);
-    strcpy(path + dir, "tokenizer_config.json");
-    FILE *f = fopen(path, "rb");
-    if (!f) return;  // optional
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n > 0 ? mt_malloc_or_die((size_t)n) : NULL;
-    size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
-    fclose(f);
-    cJSON *cfg = buf ? cJSON_ParseWithLength(buf, got) : NULL;
-    free(buf);
-    if (!cfg) return;
-    if (cJSON_GetObjectItemCaseSensitive(cfg, "bos_token")) tok->bos_id = config_token(tok, cfg, "bos_token");
-    if (cJSON_GetObjectItemCaseSensitive(cfg, "eos_token")) tok->eos_id = config_token(tok, cfg, "eos_token");
-    cJSON_Delete(cfg);
 }

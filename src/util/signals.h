@@ -14,6 +14,11 @@
 /* Installs the handlers (again after a stop was handled, to re-arm). */
 void mt_signals_install(void);
 
+/* Puts back the handlers that were there before the first
+ * mt_signals_install (a program embedding the library keeps its own), and
+ * forgets a pending stop. */
+void mt_signals_restore(void);
+
 /* Nonzero once SIGINT or SIGTERM arrived since mt_signals_install. */
 int mt_signals_pending(void);
 

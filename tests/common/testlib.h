@@ -26,4 +26,10 @@ void mt_test_fill_uniform(float *x, size_t n, unsigned long long seed, float lo,
 char *mt_test_tmpdir(void);
 void mt_test_rmtree(const char *path);
 
+/* Runs the megatrain binary built beside this test binary with the
+ * arguments argv (NULL-terminated, argv[0] the command: "plot", ...), its
+ * output going where this process's goes; returns its exit status, -1 if it
+ * did not exit (a signal) or could not be started. */
+int mt_test_cli(char *const argv[]);
+
 #endif

@@ -1,7 +1,7 @@
 /* Command-line numbers: the whole argument must be the number. */
 #include <criterion/criterion.h>
 
-#include "cli/args.h"
+#include "util/args.h"
 
 Test(args, whole_numbers_only) {
     int bad = 0;

@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli/train_config.h"
-#include "cli/trainer.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
 #include "io/checkpoint.h"
 #include "io/file.h"
 #include "testlib.h"

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/train_config.h"
-#include "cli/trainer.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
 #include "host/store.h"
 #include "io/checkpoint.h"
 #include "model/config.h"

@@ -1,13 +1,13 @@
 /* A user's size is refused with the numbers before anything is allocated,
- * never answered by an out-of-memory abort (cli/train_memory.h). */
+ * never answered by an out-of-memory abort (train/train_memory.h). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/train_config.h"
-#include "cli/train_memory.h"
-#include "cli/trainer.h"
+#include "train/train_config.h"
+#include "train/train_memory.h"
+#include "train/trainer.h"
 #include "model/params.h"
 #include "testlib.h"
 

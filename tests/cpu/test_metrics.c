@@ -9,7 +9,6 @@
 #include "engine/metrics.h"
 #include "testlib.h"
 
-int mt_cmd_plot(int argc, char **argv); // cli/cmd_plot.c
 
 static char *slurp(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -125,7 +124,7 @@ Test(metrics, duration_formats) {
 
 static int plot(const char *in, const char *out) {
     char *argv[] = {"plot", (char *)in, "-o", (char *)out, "--title", "it's a test", NULL};
-    return mt_cmd_plot(6, argv);
+    return mt_test_cli(argv);
 }
 
 Test(plot, writes_a_png) {
@@ -164,7 +163,7 @@ Test(plot, errors) {
     fclose(f);
     cr_assert_eq(plot(in, out), 1);
     char *argv[] = {"plot", NULL};
-    cr_assert_eq(mt_cmd_plot(1, argv), 2); // no input
+    cr_assert_eq(mt_test_cli(argv), 2); // no input
     mt_test_rmtree(dir);
     free(dir);
 }

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/train_config.h"
-#include "cli/train_nonfinite.h"
-#include "cli/trainer.h"
+#include "train/train_config.h"
+#include "train/train_nonfinite.h"
+#include "train/trainer.h"
 #include "io/file.h"
 #include "model/config.h"
 #include "model/params.h"

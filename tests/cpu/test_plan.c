@@ -3,7 +3,7 @@
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
 
-int mt_cmd_plan(int argc, char **argv);
+#include "testlib.h"
 
 static void quiet(void) { cr_redirect_stdout(); }
 
@@ -13,24 +13,24 @@ static void quiet(void) { cr_redirect_stdout(); }
 Test(plan, a_30b_model_fits_512_gib_with_host_gradients, .init = quiet) {
     char *argv[] = {"plan", "--hidden", "6656", "--layers", "60", "--heads", "52", "--ffn", "17920",
                     "--vocab", "32000", "--host-ram-gb", "549", "--gpu-gb", "141", NULL};
-    cr_assert_eq(mt_cmd_plan(15, argv), 0);
+    cr_assert_eq(mt_test_cli(argv), 0);
     fflush(stdout);
     cr_assert_stdout_neq_str("");
 }
 #else
 Test(plan, a_build_without_cuda_refuses_to_plan, .init = quiet) {
     char *argv[] = {"plan", "--preset", "8b", NULL};
-    cr_assert_eq(mt_cmd_plan(3, argv), 1);
+    cr_assert_eq(mt_test_cli(argv), 1);
 }
 #endif
 
 Test(plan, the_same_model_on_128_gib_is_refused, .init = quiet) {
     char *argv[] = {"plan", "--hidden", "6656", "--layers", "60", "--heads", "52", "--ffn", "17920",
                     "--vocab", "32000", "--host-ram-gb", "134", "--gpu-gb", "141", NULL};
-    cr_assert_eq(mt_cmd_plan(15, argv), 1);
+    cr_assert_eq(mt_test_cli(argv), 1);
 }
 
 Test(plan, missing_shape_is_a_usage_error, .init = quiet) {
     char *argv[] = {"plan", "--hidden", "4096", NULL};
-    cr_assert_eq(mt_cmd_plan(3, argv), 2);
+    cr_assert_eq(mt_test_cli(argv), 2);
 }

@@ -10,8 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli/train_config.h"
-#include "cli/trainer.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
 #include "io/run_lock.h"
 #include "testlib.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/train_config_internal.h"
+#include "train/train_config_internal.h"
 #include "testlib.h"
 
 /* Writes text to <fresh tmpdir>/name; returns the path (caller frees dir). */

@@ -10,8 +10,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli/train_config.h"
-#include "cli/trainer.h"
+#include "megatrain.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
 #include "host/store.h"
 #include "io/checkpoint.h"
 #include "io/model_io.h"
@@ -19,7 +20,6 @@
 #include "io/file.h"
 #include "testlib.h"
 
-int mt_cmd_init(int argc, char **argv);
 
 /* A config from command-line style arguments. */
 static void config(mt_train_config *tc, const char *out, const char *extra) {
@@ -101,10 +101,15 @@ Test(trainer, fine_tunes_an_hf_directory_on_completion_data, .timeout = 120) {
     snprintf(data, sizeof data, "%s/sft.jsonl", dir);
     snprintf(out, sizeof out, "%s/run", dir);
     snprintf(tok, sizeof tok, "%s/tokenizer/tiny_bytelevel.json", mt_test_fixtures_dir());
-    char *init_argv[] = {"init", "--tokenizer", tok, "--out", model, "--hidden", "64",
-                         "--layers", "2", "--heads", "4", "--kv-heads", "2", "--ffn", "128",
-                         "--max-pos", "64"};
-    cr_assert_eq(mt_cmd_init(17, init_argv), 0);
+    mt_model_shape shape;
+    mt_model_shape_defaults(&shape);
+    shape.hidden = 64;
+    shape.layers = 2;
+    shape.heads = 4;
+    shape.kv_heads = 2;
+    shape.ffn = 128;
+    shape.max_positions = 64;
+    cr_assert_eq(mt_model_init(model, tok, &shape, NULL), 0, "%s", mt_last_error());
     FILE *f = fopen(data, "w");
     for (int i = 0; i < 40; i++)
         fprintf(f, "{\"prompt\": \"What is %d plus %d? \", \"completion\": \"It is %d.\"}\n",

@@ -1,6 +1,6 @@
 /* The "config" object of a checkpoint's trainer_state.json, which a resume
  * parses (mt_train_config_from_json), and the state's JSON round trip. */
-#include "cli/train_config.h"
+#include "train/train_config.h"
 #include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

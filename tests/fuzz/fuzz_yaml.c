@@ -1,5 +1,5 @@
 /* The YAML run config of `train --config`: load, resolve, validate. */
-#include "cli/train_config.h"
+#include "train/train_config.h"
 #include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

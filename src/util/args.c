@@ -1,6 +1,6 @@
 /* Strict number parsing for command-line options: "12x", "" and overflow
  * are errors, not 12 or 0. */
-#include "cli/args.h"
+#include "util/args.h"
 
 #include <errno.h>
 #include <stdlib.h>

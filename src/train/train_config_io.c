@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <yaml.h>
 
-#include "cli/train_config_internal.h"
+#include "train/train_config_internal.h"
 
 /* YAML reading ----------------------------------------------------------- */
 

@@ -8,9 +8,13 @@
  * Keys are flat, as in HF / axolotl / torchtune configs (`lr: 1e-5`); a key
  * may be spelt with '_' or '-', a flag is the key with dashes
  * (`--batch-size 8`, `--batch-size=8`, booleans `--skip-bad-lines` /
- * `--no-skip-bad-lines`). docs/config.md is the user's manual. */
-#ifndef MT_CLI_TRAIN_CONFIG_H
-#define MT_CLI_TRAIN_CONFIG_H
+ * `--no-skip-bad-lines`). docs/config.md is the user's manual.
+ *
+ * Files, each depending only on those before it: train_config.c (the table,
+ * values, validation), train_config_io.c (YAML, JSON), train_args.c (flags,
+ * --help). */
+#ifndef MT_TRAIN_TRAIN_CONFIG_H
+#define MT_TRAIN_TRAIN_CONFIG_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -92,8 +96,9 @@ int mt_train_config_load_yaml(mt_train_config *cfg, const char *path, mt_error *
 /* The whole of `megatrain train`'s argument parsing: defaults, then the
  * --config file (wherever it appears), then the flags in order, then
  * mt_train_config_resolve and mt_train_config_validate. argv[0] is the
- * subcommand name. Returns 0, 1 when --help was printed to stdout (the
- * caller exits 0), or -1 with err filled. */
+ * subcommand name. Returns 0, 1 when --help was asked (nothing else done:
+ * the caller prints mt_train_config_usage and exits 0), or -1 with err
+ * filled. */
 int mt_train_config_parse_args(mt_train_config *cfg, int argc, char **argv, mt_error *err);
 
 /* Fills what depends on other options: with no model, options not given

@@ -1,11 +1,12 @@
-/* The option table of `megatrain train`, shared by train_config.c (values,
- * flags, help, validation) and train_config_io.c (YAML and JSON). */
-#ifndef MT_CLI_TRAIN_CONFIG_INTERNAL_H
-#define MT_CLI_TRAIN_CONFIG_INTERNAL_H
+/* The option table of `megatrain train`, defined in train_config.c (values,
+ * validation) and read by train_config_io.c (YAML and JSON) and
+ * train_args.c (flags, --help). */
+#ifndef MT_TRAIN_TRAIN_CONFIG_INTERNAL_H
+#define MT_TRAIN_TRAIN_CONFIG_INTERNAL_H
 
 #include <stddef.h>
 
-#include "cli/train_config.h"
+#include "train/train_config.h"
 
 typedef enum mt_tc_type { MT_TC_STRING, MT_TC_INT, MT_TC_FLOAT, MT_TC_BOOL, MT_TC_ENUM } mt_tc_type;
 

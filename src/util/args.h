@@ -1,6 +1,6 @@
 /* Numbers on the command line: the whole argument must be the number. */
-#ifndef MT_CLI_ARGS_H
-#define MT_CLI_ARGS_H
+#ifndef MT_UTIL_ARGS_H
+#define MT_UTIL_ARGS_H
 
 /* The integer (or number) in text; sets *bad (left alone otherwise) when
  * text is empty, has trailing characters or is out of range. */

@@ -1,12 +1,12 @@
 /* The host memory of a training run, computed from its options before
  * anything is allocated, and the refusal of a run that would not fit:
  * a user's size is answered with the numbers and a fix, never an abort. */
-#ifndef MT_CLI_TRAIN_MEMORY_H
-#define MT_CLI_TRAIN_MEMORY_H
+#ifndef MT_TRAIN_TRAIN_MEMORY_H
+#define MT_TRAIN_TRAIN_MEMORY_H
 
 #include <stddef.h>
 
-#include "cli/train_config.h"
+#include "train/train_config.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "util/error.h"

@@ -2,12 +2,12 @@
  * gradient holds a NaN or an infinity, and decide, per --on-nonfinite,
  * whether the run stops (naming them) or skips the update (counting the
  * skips, stopping after --max-skips in a row). */
-#ifndef MT_CLI_TRAIN_NONFINITE_H
-#define MT_CLI_TRAIN_NONFINITE_H
+#ifndef MT_TRAIN_TRAIN_NONFINITE_H
+#define MT_TRAIN_TRAIN_NONFINITE_H
 
 #include <stdint.h>
 
-#include "cli/train_config.h"
+#include "train/train_config.h"
 #include "model/params.h"
 #include "util/error.h"
 
@@ -16,6 +16,7 @@ typedef struct mt_nonfinite {
     char tensor[128];     /* its first such tensor (HF name); "" when only the layer is known */
     int64_t in_a_row;     /* skipped steps in a row so far */
     int64_t total;        /* skipped steps in this process */
+    char warning[512];    /* what mt_nonfinite_decide says about a skipped step */
 } mt_nonfinite;
 
 /* Scans the layer-major gradient array g of table t in layer order and
@@ -30,9 +31,9 @@ int mt_nonfinite_find_sumsq(mt_nonfinite *nf, const mt_param_table *t, const dou
 
 /* Step `step` had a non-finite loss or gradient. Returns 0 when the update
  * is to be skipped (tc->on_nonfinite skip, fewer than max_skips in a row;
- * prints a warning), -1 with err naming the step, loss, norm, layer and
- * tensor, and what to do, when the run must stop. can_skip = 0: this
- * backend cannot skip (stop regardless). */
+ * nf->warning says so, for the caller to report), -1 with err naming the
+ * step, loss, norm, layer and tensor, and what to do, when the run must
+ * stop. can_skip = 0: this backend cannot skip (stop regardless). */
 int mt_nonfinite_decide(mt_nonfinite *nf, const mt_train_config *tc, int64_t step, double loss,
                         double grad_norm, int can_skip, mt_error *err);
 

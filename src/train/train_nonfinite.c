@@ -1,5 +1,5 @@
 /* Finding the first non-finite gradient, and the stop-or-skip decision. */
-#include "cli/train_nonfinite.h"
+#include "train/train_nonfinite.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -52,9 +52,10 @@ int mt_nonfinite_decide(mt_nonfinite *nf, const mt_train_config *tc, int64_t ste
     if (tc->on_nonfinite == MT_NONFINITE_SKIP && can_skip && nf->in_a_row < tc->max_skips) {
         nf->in_a_row++;
         nf->total++;
-        fprintf(stderr, "megatrain: warning: step %lld: %s is not finite (loss %g, grad norm "
-                "%g): update skipped (%lld in a row, at most %lld)\n", (long long)step, where,
-                loss, grad_norm, (long long)nf->in_a_row, (long long)tc->max_skips);
+        snprintf(nf->warning, sizeof nf->warning, "warning: step %lld: %s is not finite (loss "
+                 "%g, grad norm %g): update skipped (%lld in a row, at most %lld)",
+                 (long long)step, where, loss, grad_norm, (long long)nf->in_a_row,
+                 (long long)tc->max_skips);
         return 0;
     }
     if (tc->on_nonfinite == MT_NONFINITE_SKIP && can_skip)

@@ -1,7 +1,7 @@
 /* A model ready to run on one backend (CPU or CUDA), for the commands that
  * build one: train, generate, eval. */
-#ifndef MT_CLI_RUNNER_H
-#define MT_CLI_RUNNER_H
+#ifndef MT_TRAIN_RUNNER_H
+#define MT_TRAIN_RUNNER_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -87,14 +87,5 @@ int mt_runner_plan_cuda(struct mt_plan_request *req, struct mt_plan *plan, const
 
 /* Logits (V) of row `row` of micro-batch 0 after mt_step_eval. */
 void mt_runner_logits(const mt_runner *r, int64_t row, float *logits);
-
-/* Generates up to n_new tokens after `prompt` (greedy when temperature is
- * 0, else temperature and top-p sampling), writing the text to out as it
- * goes; stops at the tokenizer's end-of-sequence token. add_special: encode
- * the prompt with the tokenizer's special tokens (BOS), as the model saw
- * its documents in training. The runner must have M = 1, B = 1. */
-int mt_generate(mt_runner *r, const mt_config *cfg, const mt_tokenizer *tok, const char *prompt,
-                bool add_special, int n_new, double temperature, double top_p, uint64_t seed,
-                FILE *out, mt_error *err);
 
 #endif

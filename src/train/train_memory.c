@@ -1,6 +1,6 @@
 /* Host bytes of a training run from its options, and the refusal of one
  * that does not fit in RAM. */
-#include "cli/train_memory.h"
+#include "train/train_memory.h"
 
 #include <stdint.h>
 #include <stdio.h>

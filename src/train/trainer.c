@@ -1,37 +1,24 @@
 /* The training run: everything `megatrain train` does between parsing its
- * options and exiting.
+ * options and exiting, as steps a caller drives (megatrain.h: mt_run_*).
  *
  * out/ receives config.yaml (the effective options), metrics.jsonl (one
  * line per step), checkpoints/step-N/ (resume checkpoints, the last K kept)
- * and model/ (the final Hugging Face model, with the tokenizer files). */
-#include "cli/trainer.h"
+ * and model/ (the final Hugging Face model, with the tokenizer files).
+ * What a checkpoint records of the run, and the saves: trainer_state.c. */
+#include "train/trainer.h"
 
-#include <cjson/cJSON.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 
-#include "backend/cpu/ops.h"
-#include "cli/runner.h"
-#include "cli/train_memory.h"
-#include "cli/train_nonfinite.h"
 #include "data/builtin_text.h"
-#include "data/dataset.h"
-#include "data/tokenizer.h"
-#include "engine/metrics.h"
-#include "engine/optim_pipeline.h"
-#include "engine/optimizer.h"
 #include "engine/step.h"
-#include "host/store.h"
 #include "io/checkpoint.h"
-#include "io/file.h"
 #include "io/model_io.h"
-#include "io/run_lock.h"
-#include "model/params.h"
+#include "train/generate.h"
+#include "train/train_memory.h"
+#include "train/trainer_internal.h"
 #include "util/mem.h"
 #include "util/signals.h"
 #include "util/sys.h"
@@ -40,32 +27,9 @@
 #include "backend/cuda/backend_cuda.h"
 #endif
 
-typedef struct run {
-    const mt_train_config *tc;
-    mt_config cfg;
-    mt_param_table table;
-    mt_host_store store;
-    mt_tokenizer *tok;
-    mt_dataset *data;        /* NULL: built-in text */
-    char *text;              /* built-in text and its sampler state */
-    size_t text_len;
-    uint64_t rng;
-    mt_runner r;
-    mt_runner_plan *plan;    /* CUDA training: the placement */
-    mt_optimizer opt;
-    mt_optim_pipeline pipe;
-    int pipe_on;
-    int64_t step, total_steps, tokens_seen;
-    int32_t *tokens, *targets;
-    mt_metrics_writer mw;
-    char ckpt_dir[4096];     /* the checkpoint resumed from, if any */
-    mt_run_lock lock;        /* on tc->out, for the whole run */
-    mt_nonfinite nf;         /* the last non-finite step, skips in a row */
-} run;
-
 /* ---- model, tokenizer, data ---- */
 
-static int load_config(run *R, mt_error *err) {
+static int load_config(mt_run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
     if (!tc->model[0]) {
         mt_config_default_tiny(&R->cfg);
@@ -85,7 +49,7 @@ static int load_config(run *R, mt_error *err) {
     return 0;
 }
 
-static int load_tokenizer(run *R, mt_error *err) {
+static int load_tokenizer(mt_run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
     if (!tc->tokenizer[0] || !strcmp(tc->tokenizer, "bytes")) {
         if (tc->model[0] && !tc->tokenizer[0])
@@ -96,13 +60,13 @@ static int load_tokenizer(run *R, mt_error *err) {
         if (!R->tok) return -1;
     }
     if ((int64_t)mt_tokenizer_vocab_size(R->tok) > R->cfg.V)
-        fprintf(stderr, "megatrain: note: the tokenizer has %zu ids, the model %lld; data "
-                "with ids >= %lld will be refused\n", mt_tokenizer_vocab_size(R->tok),
-                (long long)R->cfg.V, (long long)R->cfg.V);
+        mt_emitf(&R->ev, MT_EVENT_WARNING, "note: the tokenizer has %zu ids, the model %lld; "
+                 "data with ids >= %lld will be refused", mt_tokenizer_vocab_size(R->tok),
+                 (long long)R->cfg.V, (long long)R->cfg.V);
     return 0;
 }
 
-static int open_data(run *R, mt_error *err) {
+static int open_data(mt_run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
     if (!tc->data[0]) {
         if (tc->model[0])
@@ -118,10 +82,13 @@ static int open_data(run *R, mt_error *err) {
     R->data = mt_dataset_open(&o, R->tok, R->cfg.V, err);
     if (!R->data) return -1;
     mt_data_stats st = mt_dataset_stats(R->data);
-    printf("data: %s, %lld documents, %lld tokens (%lld with loss), format %s", tc->data,
-           (long long)st.documents, (long long)st.tokens, (long long)st.trainable, st.format);
-    if (st.skipped_lines) printf(", %lld malformed lines skipped", (long long)st.skipped_lines);
-    printf("\n");
+    char skipped[64] = "";
+    if (st.skipped_lines)
+        snprintf(skipped, sizeof skipped, ", %lld malformed lines skipped",
+                 (long long)st.skipped_lines);
+    mt_emitf(&R->ev, MT_EVENT_INFO, "data: %s, %lld documents, %lld tokens (%lld with loss), "
+             "format %s%s", tc->data, (long long)st.documents, (long long)st.tokens,
+             (long long)st.trainable, st.format, skipped);
     if (mt_dataset_rows_per_epoch(R->data, tc->seq_len) == 0)
         return mt_errorf(err, "%s: %lld tokens are fewer than one row of seq_len + 1 = %lld; "
                          "add data or lower seq_len", tc->data, (long long)st.tokens,
@@ -130,7 +97,7 @@ static int open_data(run *R, mt_error *err) {
 }
 
 /* Rows of T+1 bytes of the built-in text at random offsets. */
-static void builtin_batch(run *R, int64_t rows, int64_t T) {
+static void builtin_batch(mt_run *R, int64_t rows, int64_t T) {
     for (int64_t r = 0; r < rows; r++) {
         uint64_t *s = &R->rng;
         *s ^= *s << 13;
@@ -145,7 +112,7 @@ static void builtin_batch(run *R, int64_t rows, int64_t T) {
 }
 
 /* 0: a batch is in R->tokens/targets; 1: the data is exhausted. */
-static int next_batch(run *R) {
+static int next_batch(mt_run *R) {
     const mt_train_config *tc = R->tc;
     int64_t rows = tc->micro_batches * tc->batch_size;
     if (!R->data) {
@@ -153,120 +120,6 @@ static int next_batch(run *R) {
         return 0;
     }
     return mt_dataset_next_batch(R->data, rows, tc->seq_len, R->tokens, R->targets);
-}
-
-/* ---- trainer state (resume) ---- */
-
-static char *state_json(const run *R) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "step", (double)R->step);
-    cJSON_AddNumberToObject(o, "tokens_seen", (double)R->tokens_seen);
-    char rng[32];
-    snprintf(rng, sizeof rng, "%llu", (unsigned long long)R->rng);
-    cJSON_AddStringToObject(o, "rng", rng); /* 64 bits do not fit a JSON double */
-    if (R->data) {
-        mt_data_pos p = mt_dataset_get_pos(R->data);
-        cJSON *d = cJSON_AddObjectToObject(o, "data");
-        cJSON_AddNumberToObject(d, "epoch", (double)p.epoch);
-        cJSON_AddNumberToObject(d, "row", (double)p.row);
-    }
-    char *cfg = mt_train_config_to_json(R->tc);
-    cJSON_AddItemToObject(o, "config", cJSON_Parse(cfg));
-    free(cfg);
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return s;
-}
-
-/* The options that decide which tokens each step sees: a resumed run must
- * keep them, or it would not continue the same run. */
-static int check_resumable(const run *R, const cJSON *saved, mt_error *err) {
-    mt_train_config old;
-    mt_train_config_defaults(&old);  /* a key missing from the saved object reads as its default */
-    char *txt = cJSON_PrintUnformatted(saved);
-    int rc = mt_train_config_from_json(&old, txt, err);
-    free(txt);
-    if (rc) return mt_error_prefix(err, "%s: trainer_state.json: ", R->ckpt_dir);
-    const mt_train_config *tc = R->tc;
-    struct { const char *name; long long was, now; } keys[] = {
-        {"seq_len", old.seq_len, tc->seq_len},
-        {"batch_size", old.batch_size, tc->batch_size},
-        {"micro_batches", old.micro_batches, tc->micro_batches},
-        {"seed", old.seed, tc->seed},
-        {"epochs", old.epochs, tc->epochs},
-    };
-    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
-        if (keys[i].was != keys[i].now)
-            return mt_errorf(err, "%s was saved with %s = %lld, this run has %lld: a resumed "
-                             "run must keep it (drop the flag or set it back)", R->ckpt_dir,
-                             keys[i].name, keys[i].was, keys[i].now);
-    if (strcmp(old.data, tc->data))
-        return mt_errorf(err, "%s was saved training on '%s', this run on '%s'", R->ckpt_dir,
-                         old.data, tc->data);
-    return 0;
-}
-
-static int restore_state(run *R, const char *json, mt_error *err) {
-    cJSON *o = cJSON_Parse(json); /* the object state_json() wrote */
-    const cJSON *tr = cJSON_IsObject(o) ? o : NULL;
-    const cJSON *step = tr ? cJSON_GetObjectItemCaseSensitive(tr, "step") : NULL;
-    const cJSON *rng = tr ? cJSON_GetObjectItemCaseSensitive(tr, "rng") : NULL;
-    const cJSON *cfg = tr ? cJSON_GetObjectItemCaseSensitive(tr, "config") : NULL;
-    int rc = -1;
-    if (!cJSON_IsNumber(step) || !cJSON_IsString(rng) || !cJSON_IsObject(cfg)) {
-        mt_errorf(err, "%s/trainer_state.json: not written by this version of megatrain "
-                  "(no trainer step, rng or config)", R->ckpt_dir);
-        goto out;
-    }
-    if (check_resumable(R, cfg, err)) goto out;
-    R->step = (int64_t)step->valuedouble;
-    R->opt.step = R->step;
-    R->rng = strtoull(rng->valuestring, NULL, 10);
-    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(tr, "tokens_seen");
-    R->tokens_seen = cJSON_IsNumber(ts) ? (int64_t)ts->valuedouble : 0;
-    const cJSON *d = cJSON_GetObjectItemCaseSensitive(tr, "data");
-    if (R->data) {
-        const cJSON *ep = d ? cJSON_GetObjectItemCaseSensitive(d, "epoch") : NULL;
-        const cJSON *row = d ? cJSON_GetObjectItemCaseSensitive(d, "row") : NULL;
-        if (!cJSON_IsNumber(ep) || !cJSON_IsNumber(row)) {
-            mt_errorf(err, "%s/trainer_state.json: no data position", R->ckpt_dir);
-            goto out;
-        }
-        mt_dataset_set_pos(R->data, (mt_data_pos){(int64_t)ep->valuedouble,
-                                                  (int64_t)row->valuedouble});
-    }
-    rc = 0;
-out:
-    cJSON_Delete(o);
-    return rc;
-}
-
-/* ---- saving ---- */
-
-static int save_checkpoint(run *R, mt_error *err) {
-    if (R->pipe_on) mt_optim_pipeline_wait_all(&R->pipe);
-    char *js = state_json(R), path[4096];
-    double t0 = mt_now_s();
-    int rc = mt_checkpoint_save(R->tc->out, R->step, &R->store, &R->cfg, js,
-                                (int)R->tc->keep_last, path, sizeof path, err);
-    free(js);
-    if (!rc) printf("checkpoint: %s (%.1fs)\n", path, mt_now_s() - t0);
-    return rc;
-}
-
-static int save_model(run *R, mt_error *err) {
-    if (R->pipe_on) mt_optim_pipeline_wait_all(&R->pipe);
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/model", R->tc->out);
-    double t0 = mt_now_s();
-    mt_dtype dt = R->tc->save_dtype == MT_SAVE_FP32 ? MT_DTYPE_F32 : MT_DTYPE_BF16;
-    if (mt_model_save(&R->store, &R->cfg, dir, dt, (size_t)5 << 30, err)) return -1;
-    if (R->tc->tokenizer[0] && strcmp(R->tc->tokenizer, "bytes") &&
-        mt_model_copy_tokenizer(R->tc->tokenizer, dir, err))
-        return -1;
-    printf("model: %s (%s, %.1fs)\n", dir, mt_save_dtype_name(R->tc->save_dtype),
-           mt_now_s() - t0);
-    return 0;
 }
 
 /* ---- the loop ---- */
@@ -280,7 +133,7 @@ static void grads_wait(void *be, int l) { mt_cuda_backend_grads_wait(be, l); }
  * under the next step's forward) and described in rep. 1: the loss or a
  * gradient is not finite (R->nf says where; rep has the norm), and no
  * update was started. */
-static int train_step(run *R, double *loss, mt_optim_report *rep, mt_error *err) {
+static int train_step(mt_run *R, double *loss, mt_optim_report *rep, mt_error *err) {
     const mt_train_config *tc = R->tc;
     mt_batch b = {.M = (int)tc->micro_batches, .B = tc->batch_size, .T = tc->seq_len,
                   .tokens = R->tokens, .targets = R->targets};
@@ -308,8 +161,10 @@ static int train_step(run *R, double *loss, mt_optim_report *rep, mt_error *err)
     return 0;
 }
 
-static void report(run *R, double loss, const mt_optim_report *rep, double dt, double t_run,
-                   int64_t steps_run) {
+/* The step's metrics to metrics.jsonl, to *m (may be NULL) and, as an
+ * MT_EVENT_STEP, to the caller (with the progress line every log_every). */
+static void report(mt_run *R, double loss, const mt_optim_report *rep, double dt, double t_run,
+                   int64_t steps_run, mt_step_metrics *m) {
     const mt_train_config *tc = R->tc;
     double tokens = (double)(tc->micro_batches * tc->batch_size * tc->seq_len);
     mt_metrics_row row = mt_metrics_row_make(R->step);
@@ -342,16 +197,25 @@ static void report(run *R, double loss, const mt_optim_report *rep, double dt, d
     }
 #endif
     mt_error err;
-    if (mt_metrics_write(&R->mw, &row, &err)) fprintf(stderr, "megatrain: %s\n", err.msg);
+    if (mt_metrics_write(&R->mw, &row, &err)) mt_emitf(&R->ev, MT_EVENT_WARNING, "%s", err.msg);
+    mt_step_metrics sm = {
+        .step = row.step, .total_steps = R->total_steps, .epoch = row.epoch, .loss = row.loss,
+        .lr = row.lr, .grad_norm = row.grad_norm, .tokens = row.tokens,
+        .tokens_per_s = row.tokens_per_s, .tflops = row.tflops, .step_time_s = row.step_time_s,
+        .eta_s = row.eta_s, .gpu_mem_gb = row.gpu_mem_gb, .host_mem_gb = row.host_mem_gb,
+        .h2d_gbps = row.h2d_gbps, .d2h_gbps = row.d2h_gbps, .skipped = row.skipped,
+        .nonfinite = row.nonfinite};
+    if (m) *m = sm; /* nonfinite points into R->nf: valid until the next step */
+    char line[512];
+    mt_event e = {.kind = MT_EVENT_STEP, .step = &sm};
     if (R->step % tc->log_every == 0 || R->step == R->total_steps) {
-        char line[512];
         mt_progress_format(&row, R->total_steps, line, sizeof line);
-        printf("%s\n", line);
-        fflush(stdout);
+        e.text = line;
     }
+    if (R->ev.fn) R->ev.fn(&e, R->ev.user);
 }
 
-static int setup(run *R, mt_error *err) {
+static int setup(mt_run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
     if (mt_run_lock_acquire(&R->lock, tc->out, "megatrain train", err) || load_config(R, err) ||
         mt_params_init(&R->table, &R->cfg, err))
@@ -379,21 +243,31 @@ static int setup(run *R, mt_error *err) {
     if (mt_train_check_host_memory(tc, &R->cfg, &R->table, store_grads, !gpu,
                                    mt_host_ram_available_bytes(), err))
         return -1;
-    if (mt_runner_plan_make(&R->plan, &R->cfg, &R->table, M, tc->batch_size, tc->seq_len, &ro,
-                            stdout, err))
-        return -1;
+    /* the planner prints the probe's rates and the placement to a FILE */
+    char *plan_text = NULL;
+    size_t plan_len = 0;
+    FILE *log = open_memstream(&plan_text, &plan_len);
+    MT_ASSERT(log);
+    int rc = mt_runner_plan_make(&R->plan, &R->cfg, &R->table, M, tc->batch_size, tc->seq_len,
+                                 &ro, log, err);
+    fclose(log);
+    mt_emit_lines(&R->ev, MT_EVENT_INFO, plan_text);
+    free(plan_text);
+    if (rc) return -1;
     ro.plan = R->plan;
     if (mt_host_store_create(&R->store, &R->table, !R->plan, err)) return -1;
-    printf("model: %s %s, %.2fM parameters, %lld layers, hidden %lld, vocab %lld\n",
-           tc->model[0] ? tc->model : "built-in", R->cfg.model_type, R->table.n_params / 1e6,
-           (long long)R->cfg.L, (long long)R->cfg.C, (long long)R->cfg.V);
+    mt_emitf(&R->ev, MT_EVENT_INFO, "model: %s %s, %.2fM parameters, %lld layers, hidden %lld, "
+             "vocab %lld", tc->model[0] ? tc->model : "built-in", R->cfg.model_type,
+             R->table.n_params / 1e6, (long long)R->cfg.L, (long long)R->cfg.C,
+             (long long)R->cfg.V);
     if (R->ckpt_dir[0]) {
         char *js = NULL;
         if (mt_checkpoint_load_verified(R->ckpt_dir, &R->store, &R->cfg, &js, err)) return -1;
-        int rc = load_tokenizer(R, err) || open_data(R, err) || restore_state(R, js, err);
+        rc = load_tokenizer(R, err) || open_data(R, err) || mt_run_restore_state(R, js, err);
         free(js);
         if (rc) return -1;
-        printf("resume: %s at step %lld\n", R->ckpt_dir, (long long)R->step);
+        mt_emitf(&R->ev, MT_EVENT_INFO, "resume: %s at step %lld", R->ckpt_dir,
+                 (long long)R->step);
     } else {
         if (tc->model[0]) {
             if (mt_model_load_weights(&R->store, tc->model, err)) return -1;
@@ -404,7 +278,7 @@ static int setup(run *R, mt_error *err) {
     }
     /* what a killed run left: temporary saves, a checkpoint beyond keep_last */
     if (mt_checkpoint_cleanup(tc->out, (int)tc->keep_last, R->ckpt_dir[0] ? R->step : -1, err))
-        fprintf(stderr, "megatrain: warning: %s\n", err->msg);
+        mt_emitf(&R->ev, MT_EVENT_WARNING, "warning: %s", err->msg);
     R->total_steps = tc->steps;
     if (!R->total_steps) {
         if (!R->data) return mt_errorf(err, "steps = 0 needs a data file to count epochs over");
@@ -436,9 +310,10 @@ static int setup(run *R, mt_error *err) {
         mt_cuda_backend_set_weight_gate(R->r.be, mt_optim_pipeline_gate, &R->pipe);
     }
 #endif
-    printf("device: %s%s, host store %.1f GB (%.1f bytes/param)\n", R->r.gpu ? "cuda" : "cpu",
-           R->r.gpu ? (tc->precision == MT_TC_PRECISION_FP32 ? " fp32" : " bf16") : "",
-           R->store.bytes / 1e9, (double)R->store.bytes / (double)R->table.n_params);
+    mt_emitf(&R->ev, MT_EVENT_INFO, "device: %s%s, host store %.1f GB (%.1f bytes/param)",
+             R->r.gpu ? "cuda" : "cpu",
+             R->r.gpu ? (tc->precision == MT_TC_PRECISION_FP32 ? " fp32" : " bf16") : "",
+             R->store.bytes / 1e9, (double)R->store.bytes / (double)R->table.n_params);
     size_t n = (size_t)(tc->micro_batches * tc->batch_size * tc->seq_len);
     R->tokens = mt_malloc_or_die(n * sizeof *R->tokens);
     R->targets = mt_malloc_or_die(n * sizeof *R->targets);
@@ -449,7 +324,7 @@ static int setup(run *R, mt_error *err) {
     return mt_train_config_save_yaml(tc, path, err);
 }
 
-static void teardown(run *R) {
+static void teardown(mt_run *R) {
     if (R->pipe_on) {
         mt_optim_pipeline_wait_all(&R->pipe);
         mt_optim_pipeline_free(&R->pipe);
@@ -468,7 +343,7 @@ static void teardown(run *R) {
     mt_run_lock_release(&R->lock);
 }
 
-static void sample(run *R) {
+static void sample(mt_run *R) {
     const mt_train_config *tc = R->tc;
     if (tc->sample_tokens <= 0) return;
     if (R->pipe_on) mt_optim_pipeline_wait_all(&R->pipe);
@@ -479,71 +354,129 @@ static void sample(run *R) {
     mt_runner_free(&R->r);
     int64_t T = tc->seq_len < 256 ? tc->seq_len : 256;
     if (mt_runner_init(&g, &R->cfg, &R->table, &R->store, 1, 1, T, &ro, &err)) {
-        fprintf(stderr, "megatrain: sample: %s\n", err.msg);
+        mt_emitf(&R->ev, MT_EVENT_WARNING, "sample: %s", err.msg);
         return;
     }
-    printf("sample: ");
+    mt_emitf(&R->ev, MT_EVENT_TEXT, "sample: ");
     /* the built-in text is raw bytes without BOS; datasets start with BOS */
     if (mt_generate(&g, &R->cfg, R->tok, R->data ? "The" : "The old man", R->data != NULL,
-                    (int)tc->sample_tokens, 0.0, 1.0, 1, stdout, &err))
-        fprintf(stderr, "megatrain: sample: %s\n", err.msg);
+                    (int)tc->sample_tokens, 0.0, 1.0, 1, &R->ev, NULL, &err))
+        mt_emitf(&R->ev, MT_EVENT_WARNING, "sample: %s", err.msg);
     mt_runner_free(&g);
 }
 
-int mt_train(const mt_train_config *tc, mt_error *err) {
-    run R = {.tc = tc, .lock = {.fd = -1}};
-    int rc = -1;
-    if (setup(&R, err)) goto out;
+/* ---- the run, step by step ---- */
+
+mt_run *mt_trainer_open(const mt_train_config *tc, const mt_events *ev, mt_error *err) {
+    mt_run *R = mt_calloc_or_die(1, sizeof *R);
+    R->tc_copy = *tc;
+    R->tc = &R->tc_copy;
+    R->lock.fd = -1;
+    if (ev) R->ev = *ev;
+    R->first_loss = R->last_loss = NAN;
+    if (setup(R, err)) {
+        mt_trainer_close(R);
+        return NULL;
+    }
+    R->start_step = R->step;
+    tc = R->tc;
+    mt_emitf(&R->ev, MT_EVENT_INFO, "train: %lld steps of %lld x %lld x %lld tokens, lr %g (%s), "
+             "out %s", (long long)R->total_steps, (long long)tc->micro_batches,
+             (long long)tc->batch_size, (long long)tc->seq_len, tc->lr,
+             mt_lr_kind_name(tc->schedule), tc->out);
+    return R;
+}
+
+int mt_trainer_step(mt_run *R, mt_step_metrics *m, mt_error *err) {
+    const mt_train_config *tc = R->tc;
+    if (R->finished)
+        return mt_errorf(err, "%s: the run is finished; open a new run (resume auto) to train "
+                         "further", tc->out);
+    if (R->step >= R->total_steps || R->data_done) return 1;
+    if (R->t_start == 0) R->t_start = R->t_prev = mt_now_s();
+    if (next_batch(R)) {
+        R->data_done = 1;
+        mt_emitf(&R->ev, MT_EVENT_INFO, "train: the data ran out after %lld steps (epochs = %lld)",
+                 (long long)R->step, (long long)tc->epochs);
+        return 1;
+    }
+    double loss;
+    mt_optim_report rep;
+    int st = train_step(R, &loss, &rep, err);
+    if (st < 0) return -1;
+    /* the GPU's optimizer pipeline cannot skip an update: it stops */
+    if (st == 1 && mt_nonfinite_decide(&R->nf, tc, R->step + 1, loss, rep.grad_norm, !R->r.gpu,
+                                       err))
+        return -1;
+    if (st == 1) {
+        mt_emitf(&R->ev, MT_EVENT_WARNING, "%s", R->nf.warning);
+        R->opt.step++;  /* the schedule moves on, as a resume would count it */
+    } else {
+        mt_nonfinite_ok(&R->nf);
+    }
+    R->step++;
+    R->tokens_seen += tc->micro_batches * tc->batch_size * tc->seq_len;
+    double t = mt_now_s();
+    report(R, loss, &rep, t - R->t_prev, t - R->t_start, R->step - R->start_step, m);
+    R->t_prev = t;
+    if (isnan(R->first_loss) && st == 0) R->first_loss = loss;
+    if (st == 0) R->last_loss = loss;
+    /* a stop asked for by a signal saves in mt_trainer_train instead */
+    if (tc->save_every > 0 && R->step % tc->save_every == 0 && R->step < R->total_steps &&
+        !mt_signals_pending() && mt_run_save_checkpoint(R, err))
+        return -1;
+    return 0;
+}
+
+int mt_trainer_save(mt_run *R, mt_error *err) {
+    if (R->finished) return mt_errorf(err, "%s: the run is finished and saved", R->tc->out);
+    return mt_run_save_checkpoint(R, err);
+}
+
+int mt_trainer_finish(mt_run *R, mt_error *err) {
+    if (R->finished) return mt_errorf(err, "%s: the run is already finished", R->tc->out);
+    R->finished = 1;
+    if ((R->tc->save_every > 0 && mt_run_save_checkpoint(R, err)) || mt_run_save_model(R, err))
+        return -1;
+    sample(R);
+    return 0;
+}
+
+int mt_trainer_train(mt_run *R, mt_error *err) {
     mt_signals_install();
-    printf("train: %lld steps of %lld x %lld x %lld tokens, lr %g (%s), out %s\n",
-           (long long)R.total_steps, (long long)tc->micro_batches, (long long)tc->batch_size,
-           (long long)tc->seq_len, tc->lr, mt_lr_kind_name(tc->schedule), tc->out);
-    double t_start = mt_now_s(), t_prev = t_start, first = NAN, last = NAN;
-    int64_t start_step = R.step;
-    int interrupted = 0;
-    while (R.step < R.total_steps) {
-        if (next_batch(&R)) {
-            printf("train: the data ran out after %lld steps (epochs = %lld)\n",
-                   (long long)R.step, (long long)tc->epochs);
-            break;
-        }
-        double loss;
-        mt_optim_report rep;
-        int st = train_step(&R, &loss, &rep, err);
-        if (st < 0) goto out;
-        /* the GPU's optimizer pipeline cannot skip an update: it stops */
-        if (st == 1 && mt_nonfinite_decide(&R.nf, tc, R.step + 1, loss, rep.grad_norm,
-                                           !R.r.gpu, err))
-            goto out;
-        if (st == 1) R.opt.step++;  /* the schedule moves on, as a resume would count it */
-        else mt_nonfinite_ok(&R.nf);
-        R.step++;
-        R.tokens_seen += tc->micro_batches * tc->batch_size * tc->seq_len;
-        double t = mt_now_s();
-        report(&R, loss, &rep, t - t_prev, t - t_start, R.step - start_step);
-        t_prev = t;
-        if (isnan(first) && st == 0) first = loss;
-        if (st == 0) last = loss;
-        if (mt_signals_pending()) {
-            interrupted = 1;
-            break;
-        }
-        if (tc->save_every > 0 && R.step % tc->save_every == 0 && R.step < R.total_steps &&
-            save_checkpoint(&R, err))
-            goto out;
+    if (R->t_start == 0) R->t_start = R->t_prev = mt_now_s();
+    int st, rc;
+    while ((st = mt_trainer_step(R, NULL, err)) == 0)
+        if (mt_signals_pending()) break;
+    if (st < 0) {
+        rc = -1;
+    } else if (st == 0) {
+        mt_emitf(&R->ev, MT_EVENT_INFO, "train: signal %d: saving a checkpoint at step %lld "
+                 "before stopping", mt_signals_last(), (long long)R->step);
+        rc = mt_run_save_checkpoint(R, err) ? -1 : 1;
+    } else {
+        mt_emitf(&R->ev, MT_EVENT_INFO, "train: loss %.4f -> %.4f in %lld steps, %.1fs",
+                 R->first_loss, R->last_loss, (long long)(R->step - R->start_step),
+                 mt_now_s() - R->t_start);
+        rc = mt_trainer_finish(R, err);
     }
-    if (interrupted) {
-        printf("train: signal %d: saving a checkpoint at step %lld before stopping\n",
-               mt_signals_last(), (long long)R.step);
-        rc = save_checkpoint(&R, err) ? -1 : 1;
-        goto out;
-    }
-    printf("train: loss %.4f -> %.4f in %lld steps, %.1fs\n", first, last,
-           (long long)(R.step - start_step), mt_now_s() - t_start);
-    if ((tc->save_every > 0 && save_checkpoint(&R, err)) || save_model(&R, err)) goto out;
-    sample(&R);
-    rc = 0;
-out:
-    teardown(&R);
+    mt_signals_restore();
+    return rc;
+}
+
+int64_t mt_trainer_steps_done(const mt_run *R) { return R->step; }
+int64_t mt_trainer_total_steps(const mt_run *R) { return R->total_steps; }
+
+void mt_trainer_close(mt_run *R) {
+    if (!R) return;
+    teardown(R);
+    free(R);
+}
+
+int mt_train(const mt_train_config *tc, mt_error *err) {
+    mt_run *R = mt_trainer_open(tc, NULL, err);
+    if (!R) return -1;
+    int rc = mt_trainer_train(R, err);
+    mt_trainer_close(R);
     return rc;
 }

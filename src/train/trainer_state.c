@@ -1,0 +1,126 @@
+/* What a resume checkpoint records of a run besides the weights and Adam
+ * state (trainer_state.json: step, data position, sampler RNG, options),
+ * and the two saves of a run: resume checkpoints and the final model. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/checkpoint.h"
+#include "io/model_io.h"
+#include "train/trainer_internal.h"
+#include "util/sys.h"
+
+/* ---- trainer state (resume) ---- */
+
+char *mt_run_state_json(const mt_run *R) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "step", (double)R->step);
+    cJSON_AddNumberToObject(o, "tokens_seen", (double)R->tokens_seen);
+    char rng[32];
+    snprintf(rng, sizeof rng, "%llu", (unsigned long long)R->rng);
+    cJSON_AddStringToObject(o, "rng", rng); /* 64 bits do not fit a JSON double */
+    if (R->data) {
+        mt_data_pos p = mt_dataset_get_pos(R->data);
+        cJSON *d = cJSON_AddObjectToObject(o, "data");
+        cJSON_AddNumberToObject(d, "epoch", (double)p.epoch);
+        cJSON_AddNumberToObject(d, "row", (double)p.row);
+    }
+    char *cfg = mt_train_config_to_json(R->tc);
+    cJSON_AddItemToObject(o, "config", cJSON_Parse(cfg));
+    free(cfg);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+/* The options that decide which tokens each step sees: a resumed run must
+ * keep them, or it would not continue the same run. */
+static int check_resumable(const mt_run *R, const cJSON *saved, mt_error *err) {
+    mt_train_config old;
+    mt_train_config_defaults(&old);  /* a key missing from the saved object reads as its default */
+    char *txt = cJSON_PrintUnformatted(saved);
+    int rc = mt_train_config_from_json(&old, txt, err);
+    free(txt);
+    if (rc) return mt_error_prefix(err, "%s: trainer_state.json: ", R->ckpt_dir);
+    const mt_train_config *tc = R->tc;
+    struct { const char *name; long long was, now; } keys[] = {
+        {"seq_len", old.seq_len, tc->seq_len},
+        {"batch_size", old.batch_size, tc->batch_size},
+        {"micro_batches", old.micro_batches, tc->micro_batches},
+        {"seed", old.seed, tc->seed},
+        {"epochs", old.epochs, tc->epochs},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        if (keys[i].was != keys[i].now)
+            return mt_errorf(err, "%s was saved with %s = %lld, this run has %lld: a resumed "
+                             "run must keep it (drop the flag or set it back)", R->ckpt_dir,
+                             keys[i].name, keys[i].was, keys[i].now);
+    if (strcmp(old.data, tc->data))
+        return mt_errorf(err, "%s was saved training on '%s', this run on '%s'", R->ckpt_dir,
+                         old.data, tc->data);
+    return 0;
+}
+
+int mt_run_restore_state(mt_run *R, const char *json, mt_error *err) {
+    cJSON *o = cJSON_Parse(json); /* the object mt_run_state_json() wrote */
+    const cJSON *tr = cJSON_IsObject(o) ? o : NULL;
+    const cJSON *step = tr ? cJSON_GetObjectItemCaseSensitive(tr, "step") : NULL;
+    const cJSON *rng = tr ? cJSON_GetObjectItemCaseSensitive(tr, "rng") : NULL;
+    const cJSON *cfg = tr ? cJSON_GetObjectItemCaseSensitive(tr, "config") : NULL;
+    int rc = -1;
+    if (!cJSON_IsNumber(step) || !cJSON_IsString(rng) || !cJSON_IsObject(cfg)) {
+        mt_errorf(err, "%s/trainer_state.json: not written by this version of megatrain "
+                  "(no trainer step, rng or config)", R->ckpt_dir);
+        goto out;
+    }
+    if (check_resumable(R, cfg, err)) goto out;
+    R->step = (int64_t)step->valuedouble;
+    R->opt.step = R->step;
+    R->rng = strtoull(rng->valuestring, NULL, 10);
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(tr, "tokens_seen");
+    R->tokens_seen = cJSON_IsNumber(ts) ? (int64_t)ts->valuedouble : 0;
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(tr, "data");
+    if (R->data) {
+        const cJSON *ep = d ? cJSON_GetObjectItemCaseSensitive(d, "epoch") : NULL;
+        const cJSON *row = d ? cJSON_GetObjectItemCaseSensitive(d, "row") : NULL;
+        if (!cJSON_IsNumber(ep) || !cJSON_IsNumber(row)) {
+            mt_errorf(err, "%s/trainer_state.json: no data position", R->ckpt_dir);
+            goto out;
+        }
+        mt_dataset_set_pos(R->data, (mt_data_pos){(int64_t)ep->valuedouble,
+                                                  (int64_t)row->valuedouble});
+    }
+    rc = 0;
+out:
+    cJSON_Delete(o);
+    return rc;
+}
+
+/* ---- saving ---- */
+
+int mt_run_save_checkpoint(mt_run *R, mt_error *err) {
+    if (R->pipe_on) mt_optim_pipeline_wait_all(&R->pipe);
+    char *js = mt_run_state_json(R), path[4096];
+    double t0 = mt_now_s();
+    int rc = mt_checkpoint_save(R->tc->out, R->step, &R->store, &R->cfg, js,
+                                (int)R->tc->keep_last, path, sizeof path, err);
+    free(js);
+    if (!rc) mt_emitf(&R->ev, MT_EVENT_INFO, "checkpoint: %s (%.1fs)", path, mt_now_s() - t0);
+    return rc;
+}
+
+int mt_run_save_model(mt_run *R, mt_error *err) {
+    if (R->pipe_on) mt_optim_pipeline_wait_all(&R->pipe);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/model", R->tc->out);
+    double t0 = mt_now_s();
+    mt_dtype dt = R->tc->save_dtype == MT_SAVE_FP32 ? MT_DTYPE_F32 : MT_DTYPE_BF16;
+    if (mt_model_save(&R->store, &R->cfg, dir, dt, (size_t)5 << 30, err)) return -1;
+    if (R->tc->tokenizer[0] && strcmp(R->tc->tokenizer, "bytes") &&
+        mt_model_copy_tokenizer(R->tc->tokenizer, dir, err))
+        return -1;
+    mt_emitf(&R->ev, MT_EVENT_INFO, "model: %s (%s, %.1fs)", dir,
+             mt_save_dtype_name(R->tc->save_dtype), mt_now_s() - t0);
+    return 0;
+}
