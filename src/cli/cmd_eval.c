@@ -21,6 +21,7 @@ static void usage(FILE *f) {
             "  --tokenizer PATH    tokenizer.json (default: DIR/tokenizer.json)\n"
             "  --format F          auto | text | completion | chat | tokens (default auto)\n"
             "  --chat-template C   auto | llama3 | qwen | llama2 | mistral (default auto)\n"
+            "  --packing P         auto | documents | rows, as in train (default auto)\n"
             "  --seq-len T         (default 1024)\n"
             "  --batch-size B      rows per forward pass (default 4)\n"
             "  --max-batches N     stop after N batches, 0 = the whole file (default 0)\n"
@@ -46,7 +47,8 @@ static int dump_logits(const mt_runner *r, const mt_config *cfg, const int32_t *
 
 int mt_cmd_eval(int argc, char **argv) {
     const char *model = NULL, *data = NULL, *tokpath = NULL, *format = "auto",
-               *chat = "auto", *device = "auto", *precision = "bf16", *dump = NULL;
+               *chat = "auto", *device = "auto", *precision = "bf16", *dump = NULL,
+               *packing = "auto";
     long T = 1024, B = 4, max_batches = 0;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},      {"data", required_argument, 0, 'D'},
@@ -54,7 +56,7 @@ int mt_cmd_eval(int argc, char **argv) {
         {"chat-template", required_argument, 0, 'c'}, {"seq-len", required_argument, 0, 'T'},
         {"batch-size", required_argument, 0, 'b'}, {"max-batches", required_argument, 0, 'n'},
         {"device", required_argument, 0, 'd'},     {"precision", required_argument, 0, 'p'},
-        {"dump-logits", required_argument, 0, 'L'},
+        {"dump-logits", required_argument, 0, 'L'}, {"packing", required_argument, 0, 'P'},
         {"help", no_argument, 0, 'h'},             {0, 0, 0, 0},
     };
     optind = 1;
@@ -70,6 +72,7 @@ int mt_cmd_eval(int argc, char **argv) {
         case 'd': device = optarg; break;
         case 'p': precision = optarg; break;
         case 'L': dump = optarg; break;
+        case 'P': packing = optarg; break;
         case 'T': T = mt_arg_ll(optarg, &bad); break;
         case 'b': B = mt_arg_ll(optarg, &bad); break;
         case 'n': max_batches = mt_arg_ll(optarg, &bad); break;
@@ -97,7 +100,7 @@ int mt_cmd_eval(int argc, char **argv) {
     mt_loaded_model m = {0};
     mt_dataset *ds = NULL;
     mt_runner r = {0};
-    int32_t *tokens = NULL, *targets = NULL;
+    int32_t *tokens = NULL, *targets = NULL, *pos = NULL;
     int rc = 1;
     if (mt_loaded_model_open(&m, model, tokpath, &err)) goto out;
     const mt_config cfg = m.cfg;
@@ -106,17 +109,19 @@ int mt_cmd_eval(int argc, char **argv) {
                   (long long)cfg.max_pos);
         goto out;
     }
-    mt_data_opts o = {.path = data, .format = format, .chat_template = chat, .seed = 1, .epochs = 1};
+    mt_data_opts o = {.path = data, .format = format, .chat_template = chat,
+                      .packing = packing, .seed = 1, .epochs = 1};
     if (!(ds = mt_dataset_open(&o, m.tok, cfg.V, &err))) goto out;
     mt_runner_opts ro = {.device = dev, .fp32 = !strcmp(precision, "fp32")};
     if (mt_runner_init(&r, &m.cfg, &m.table, &m.store, 1, B, T, &ro, &err)) goto out;
     tokens = mt_malloc_or_die((size_t)(B * T) * sizeof *tokens);
     targets = mt_malloc_or_die((size_t)(B * T) * sizeof *targets);
+    if (mt_dataset_packs_documents(ds)) pos = mt_malloc_or_die((size_t)(B * T) * sizeof *pos);
     double sum = 0;
     int64_t count = 0, batches = 0;
     while ((!max_batches || batches < max_batches) &&
-           mt_dataset_next_batch(ds, B, T, tokens, targets) == 0) {
-        mt_batch b = {.M = 1, .B = B, .T = T, .tokens = tokens, .targets = targets};
+           mt_dataset_next_batch(ds, B, T, tokens, targets, pos) == 0) {
+        mt_batch b = {.M = 1, .B = B, .T = T, .tokens = tokens, .targets = targets, .pos = pos};
         double ls;
         int64_t nv;
         if (mt_step_eval(r.be, m.table.n_layers, &b, &ls, &nv, &err)) goto out;
@@ -139,6 +144,7 @@ out:
     if (ds) mt_dataset_free(ds);
     free(tokens);
     free(targets);
+    free(pos);
     mt_loaded_model_close(&m);
     return rc;
 }

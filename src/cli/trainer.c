@@ -56,7 +56,7 @@ typedef struct run {
     mt_optim_pipeline pipe;
     int pipe_on;
     int64_t step, total_steps, tokens_seen;
-    int32_t *tokens, *targets;
+    int32_t *tokens, *targets, *pos;  /* pos: packing documents only, else NULL */
     mt_metrics_writer mw;
     char ckpt_dir[4096];     /* the checkpoint resumed from, if any */
     mt_run_lock lock;        /* on tc->out, for the whole run */
@@ -113,13 +113,15 @@ static int open_data(run *R, mt_error *err) {
     }
     mt_data_opts o = {.path = tc->data, .format = mt_tc_data_format_name(tc->data_format),
                       .chat_template = mt_tc_chat_template_name(tc->chat_template),
+                      .packing = mt_tc_packing_name(tc->packing),
                       .skip_bad_lines = tc->skip_bad_lines, .seed = (uint64_t)tc->seed,
                       .epochs = tc->epochs};
     R->data = mt_dataset_open(&o, R->tok, R->cfg.V, err);
     if (!R->data) return -1;
     mt_data_stats st = mt_dataset_stats(R->data);
-    printf("data: %s, %lld documents, %lld tokens (%lld with loss), format %s", tc->data,
-           (long long)st.documents, (long long)st.tokens, (long long)st.trainable, st.format);
+    printf("data: %s, %lld documents, %lld tokens (%lld with loss), format %s, packing %s",
+           tc->data, (long long)st.documents, (long long)st.tokens, (long long)st.trainable,
+           st.format, st.packing);
     if (st.skipped_lines) printf(", %lld malformed lines skipped", (long long)st.skipped_lines);
     printf("\n");
     if (mt_dataset_rows_per_epoch(R->data, tc->seq_len) == 0)
@@ -152,7 +154,7 @@ static int next_batch(run *R) {
         builtin_batch(R, rows, tc->seq_len);
         return 0;
     }
-    return mt_dataset_next_batch(R->data, rows, tc->seq_len, R->tokens, R->targets);
+    return mt_dataset_next_batch(R->data, rows, tc->seq_len, R->tokens, R->targets, R->pos);
 }
 
 /* ---- trainer state (resume) ---- */
@@ -200,6 +202,10 @@ static int check_resumable(const run *R, const cJSON *saved, mt_error *err) {
             return mt_errorf(err, "%s was saved with %s = %lld, this run has %lld: a resumed "
                              "run must keep it (drop the flag or set it back)", R->ckpt_dir,
                              keys[i].name, keys[i].was, keys[i].now);
+    if (old.packing != tc->packing)
+        return mt_errorf(err, "%s was saved with packing %s, this run has %s: a resumed run "
+                         "must keep it", R->ckpt_dir, mt_tc_packing_name(old.packing),
+                         mt_tc_packing_name(tc->packing));
     if (strcmp(old.data, tc->data))
         return mt_errorf(err, "%s was saved training on '%s', this run on '%s'", R->ckpt_dir,
                          old.data, tc->data);
@@ -283,7 +289,7 @@ static void grads_wait(void *be, int l) { mt_cuda_backend_grads_wait(be, l); }
 static int train_step(run *R, double *loss, mt_optim_report *rep, mt_error *err) {
     const mt_train_config *tc = R->tc;
     mt_batch b = {.M = (int)tc->micro_batches, .B = tc->batch_size, .T = tc->seq_len,
-                  .tokens = R->tokens, .targets = R->targets};
+                  .tokens = R->tokens, .targets = R->targets, .pos = R->pos};
     if (mt_step_forward_backward(R->r.be, R->table.n_layers, &b, loss, err)) return -1;
     if (!R->r.gpu) {
         if (mt_nonfinite_find(&R->nf, &R->table, R->store.g) || !isfinite(*loss)) {
@@ -442,6 +448,7 @@ static int setup(run *R, mt_error *err) {
     size_t n = (size_t)(tc->micro_batches * tc->batch_size * tc->seq_len);
     R->tokens = mt_malloc_or_die(n * sizeof *R->tokens);
     R->targets = mt_malloc_or_die(n * sizeof *R->targets);
+    if (R->data && mt_dataset_packs_documents(R->data)) R->pos = mt_malloc_or_die(n * sizeof *R->pos);
     char path[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", tc->out);
     if (mt_metrics_open(&R->mw, path, R->step, err)) return -1;
@@ -463,6 +470,7 @@ static void teardown(run *R) {
     free(R->text);
     free(R->tokens);
     free(R->targets);
+    free(R->pos);
     mt_host_store_free(&R->store);
     mt_params_free(&R->table);
     mt_run_lock_release(&R->lock);
