@@ -126,6 +126,7 @@ bench: $(BUILD)/megatrain
 
 fixtures:
 	python3 scripts/make_fixtures.py tests/fixtures
+	python3 scripts/make_packed_fixture.py
 
 clean:
 	rm -rf $(BUILD)
