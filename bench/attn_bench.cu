@@ -2,7 +2,7 @@
  *
  * Build and run (from the repository root):
  *   nvcc -O3 -std=c++17 -arch=sm_90 -Isrc -o build/attn_bench bench/attn_bench.cu \
- *        src/backend/cuda/attention.cu src/util/error.c && build/attn_bench
+ *        src/backend/cuda/attention*.cu src/util/error.c && build/attn_bench
  *
  * For each shape: random N(0,1) inputs, 3 warm-up runs, then the median of
  * 20 timed runs (CUDA events) of the forward and of the backward (the
