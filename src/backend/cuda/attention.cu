@@ -94,48 +94,50 @@ static mt_attn_args mt_attn_make_args(size_t T, size_t NH, size_t NKV, size_t HD
 }
 
 extern "C" int mt_attn_forward_bf16(uint16_t *out, float *out_f32, float *lse, const uint16_t *q,
-                                    const uint16_t *k, const uint16_t *v, size_t B, size_t T,
-                                    size_t NH, size_t NKV, size_t HD, cudaStream_t stream,
-                                    mt_error *err) {
+                                    const uint16_t *k, const uint16_t *v, const int32_t *pos,
+                                    size_t B, size_t T, size_t NH, size_t NKV, size_t HD,
+                                    cudaStream_t stream, mt_error *err) {
     if (mt_attn_check_shape(B, T, NH, NKV, HD, 1, err)) return -1;
     if (B == 0 || T == 0) return 0;
     mt_attn_args a = mt_attn_make_args(T, NH, NKV, HD);
-    a.q = q; a.k = k; a.v = v; a.o = out; a.o_f32 = out_f32; a.lse = lse;
+    a.q = q; a.k = k; a.v = v; a.o = out; a.o_f32 = out_f32; a.lse = lse; a.pos = pos;
     return mt_attn_fwd_bf16(a, (int)B, stream, err);
 }
 
 extern "C" int mt_attn_backward_bf16(float *dq, float *dk, float *dv, void *scratch,
                                      const uint16_t *dout, const uint16_t *q, const uint16_t *k,
                                      const uint16_t *v, const uint16_t *out, const float *lse,
-                                     size_t B, size_t T, size_t NH, size_t NKV, size_t HD,
-                                     cudaStream_t stream, mt_error *err) {
+                                     const int32_t *pos, size_t B, size_t T, size_t NH,
+                                     size_t NKV, size_t HD, cudaStream_t stream,
+                                     mt_error *err) {
     if (mt_attn_check_shape(B, T, NH, NKV, HD, 1, err)) return -1;
     if (B == 0 || T == 0) return 0;
     mt_attn_args a = mt_attn_make_args(T, NH, NKV, HD);
     a.q = q; a.k = k; a.v = v; a.dout = dout; a.out = out; a.lse = (float *)lse;
-    a.dsum = (float *)scratch; a.dq = dq; a.dk = dk; a.dv = dv;
+    a.dsum = (float *)scratch; a.dq = dq; a.dk = dk; a.dv = dv; a.pos = pos;
     return mt_attn_bwd_bf16(a, (int)B, stream, err);
 }
 
 extern "C" int mt_attn_forward_f32(float *out, float *lse, const float *q, const float *k,
-                                   const float *v, size_t B, size_t T, size_t NH, size_t NKV,
-                                   size_t HD, cudaStream_t stream, mt_error *err) {
+                                   const float *v, const int32_t *pos, size_t B, size_t T,
+                                   size_t NH, size_t NKV, size_t HD, cudaStream_t stream,
+                                   mt_error *err) {
     if (mt_attn_check_shape(B, T, NH, NKV, HD, 0, err)) return -1;
     if (B == 0 || T == 0) return 0;
     mt_attn_args a = mt_attn_make_args(T, NH, NKV, HD);
-    a.q = q; a.k = k; a.v = v; a.o = out; a.lse = lse;
+    a.q = q; a.k = k; a.v = v; a.o = out; a.lse = lse; a.pos = pos;
     return mt_attn_f32(a, (int)B, 0, stream, err);
 }
 
 extern "C" int mt_attn_backward_f32(float *dq, float *dk, float *dv, void *scratch,
                                     const float *dout, const float *q, const float *k,
-                                    const float *v, const float *out, const float *lse, size_t B,
-                                    size_t T, size_t NH, size_t NKV, size_t HD,
-                                    cudaStream_t stream, mt_error *err) {
+                                    const float *v, const float *out, const float *lse,
+                                    const int32_t *pos, size_t B, size_t T, size_t NH,
+                                    size_t NKV, size_t HD, cudaStream_t stream, mt_error *err) {
     if (mt_attn_check_shape(B, T, NH, NKV, HD, 0, err)) return -1;
     if (B == 0 || T == 0) return 0;
     mt_attn_args a = mt_attn_make_args(T, NH, NKV, HD);
     a.q = q; a.k = k; a.v = v; a.dout = dout; a.out = out; a.lse = (float *)lse;
-    a.dsum = (float *)scratch; a.dq = dq; a.dk = dk; a.dv = dv;
+    a.dsum = (float *)scratch; a.dq = dq; a.dk = dk; a.dv = dv; a.pos = pos;
     return mt_attn_f32(a, (int)B, 1, stream, err);
 }

@@ -10,9 +10,11 @@ template <int HD, int NW> struct mt_attn_dkv_cfg {
     static constexpr int BC = 16 * NW, BR = 64, SR = HD + 8, NT = 32 * NW;
     static constexpr size_t SMEM =
         (size_t)(2 * BC + 4 * BR) * SR * sizeof(bf16) + 4 * BR * sizeof(float);
+    static constexpr size_t SMEM_DOCS = SMEM + 2 * BR * sizeof(int32_t); // + query positions
 };
 
-template <int HD, int NW>
+/* DOCS: packed documents (a.pos); false compiles the plain causal kernel. */
+template <int HD, int NW, bool DOCS>
 __global__ void __launch_bounds__(NW * 32) mt_attn_dkv_bf16_kernel(mt_attn_args a) {
     using C = mt_attn_dkv_cfg<HD, NW>;
     extern __shared__ __align__(16) unsigned char mt_attn_smem[];
@@ -22,13 +24,16 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dkv_bf16_kernel(mt_attn_args 
     bf16 *sO = sQ + 2 * C::BR * C::SR;     // 2 x (BR, SR) dout
     float *sL = (float *)(sO + 2 * C::BR * C::SR); // 2 x BR lse (0 past T)
     float *sD = sL + 2 * C::BR;                    // 2 x BR dsum
+    int32_t *sP = (int32_t *)(sD + 2 * C::BR);     // 2 x BR positions (DOCS; 0 past T)
     const int T = a.T, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int kb = gridDim.x - 1 - blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
     const int k0 = kb * C::BC, G = a.NH / a.NKV;
     const int64_t ldq = (int64_t)a.NH * HD, ldk = (int64_t)a.NKV * HD;
     const bf16 *gk = (const bf16 *)a.k + ((int64_t)b * T * a.NKV + kvh) * HD;
     const bf16 *gv = (const bf16 *)a.v + ((int64_t)b * T * a.NKV + kvh) * HD;
-    const int qb0 = k0 / C::BR, nqb = (T + C::BR - 1) / C::BR - qb0; // query tiles per head
+    // Queries from the key tile on, up to the end of its last key's document.
+    const int q_end = DOCS ? mt_attn_doc_end(a, b, min(k0 + C::BC, T) - 1) : T;
+    const int qb0 = k0 / C::BR, nqb = (q_end + C::BR - 1) / C::BR - qb0; // query tiles per head
     const int nit = G * nqb;
 
     // Iteration it covers query head kvh*G + it / nqb and query tile qb0 + it % nqb.
@@ -44,6 +49,8 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dkv_bf16_kernel(mt_attn_args 
             const int64_t i = ((int64_t)b * a.NH + h) * T + (ok ? q0 + r : 0);
             mt_attn_cp4(sL + buf * C::BR + r, a.lse + i, ok);
             mt_attn_cp4(sD + buf * C::BR + r, a.dsum + i, ok);
+            if (DOCS)
+                mt_attn_cp4(sP + buf * C::BR + r, a.pos + (int64_t)b * T + (ok ? q0 + r : 0), ok);
         }
     };
     mt_attn_load_tile<C::BC, HD, C::NT>(sK, gk, ldk, k0, T);
@@ -70,20 +77,30 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dkv_bf16_kernel(mt_attn_args 
         __syncthreads();
         const bf16 *q_s = sQ + buf * C::BR * C::SR, *do_s = sO + buf * C::BR * C::SR;
         const float *l_s = sL + buf * C::BR, *d_s = sD + buf * C::BR;
+        const int32_t *p_s = sP + buf * C::BR;
         const int q0 = (qb0 + it % nqb) * C::BR;
+        int dstart_last = 0; // documents: the tile's last query has the latest start
+        if (DOCS) {
+            const int q_last = min(q0 + C::BR, T) - 1;
+            dstart_last = q_last - p_s[q_last - q0];
+        }
         // S^T = K Q^T (16 keys x BR queries per warp), then P^T.
         float p[C::BR / 8][4];
         mt_attn_zero<C::BR / 8, 4>(p);
         mt_attn_mm_smem_bt<HD, C::BR>(p, sK, C::SR, w * 16, q_s, C::SR, lane);
-        // Causal mask, and queries past T (their lse reads 0) give P = 0.
-        const bool need_mask = q0 < k0 + w * 16 + 15 || q0 + C::BR > T;
+        // Causal mask, queries past T (their lse reads 0), and queries of a
+        // later document than the key give P = 0.
+        const bool need_mask = q0 < k0 + w * 16 + 15 || q0 + C::BR > T ||
+                               (DOCS && dstart_last > k0 + w * 16);
 #pragma unroll
         for (int n = 0; n < C::BR / 8; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const int qc = n * 8 + 2 * t4 + (e & 1);
+                const int qc = n * 8 + 2 * t4 + (e & 1), key = e < 2 ? key_lo : key_hi;
                 float x = mt_attn_exp2(fmaf(p[n][e], sl2, -l_s[qc] * MT_ATTN_LOG2E));
-                if (need_mask && (q0 + qc < (e < 2 ? key_lo : key_hi) || q0 + qc >= T)) x = 0.f;
+                if (need_mask && (q0 + qc < key || q0 + qc >= T ||
+                                  (DOCS && q0 + qc - p_s[qc] > key)))
+                    x = 0.f;
                 p[n][e] = x;
             }
         // dP^T = V dO^T, then dS^T = P^T * (dP^T - D).
@@ -126,7 +143,7 @@ template <int HD, int NW> struct mt_attn_dq_cfg {
     static constexpr size_t SMEM = (size_t)(2 * BR + 4 * BC) * SR * sizeof(bf16);
 };
 
-template <int HD, int NW>
+template <int HD, int NW, bool DOCS>
 __global__ void __launch_bounds__(NW * 32) mt_attn_dq_bf16_kernel(mt_attn_args a) {
     using C = mt_attn_dq_cfg<HD, NW>;
     extern __shared__ __align__(16) unsigned char mt_attn_smem[];
@@ -143,11 +160,13 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dq_bf16_kernel(mt_attn_args a
     const bf16 *gk = (const bf16 *)a.k + ((int64_t)b * T * a.NKV + kvh) * HD;
     const bf16 *gv = (const bf16 *)a.v + ((int64_t)b * T * a.NKV + kvh) * HD;
     const int nkb = (min(q0 + C::BR, T) + C::BC - 1) / C::BC;
+    // Documents: no row of the tile sees a key before its first row's document.
+    const int j0 = DOCS ? mt_attn_doc_start(a, b, q0) / C::BC : 0;
 
     mt_attn_load_tile<C::BR, HD, C::NT>(sQ, (const bf16 *)a.q + qoff, ldq, q0, T);
     mt_attn_load_tile<C::BR, HD, C::NT>(sO, (const bf16 *)a.dout + qoff, ldq, q0, T);
-    mt_attn_load_tile<C::BC, HD, C::NT>(sK, gk, ldk, 0, T);
-    mt_attn_load_tile<C::BC, HD, C::NT>(sV, gv, ldk, 0, T);
+    mt_attn_load_tile<C::BC, HD, C::NT>(sK, gk, ldk, j0 * C::BC, T);
+    mt_attn_load_tile<C::BC, HD, C::NT>(sV, gv, ldk, j0 * C::BC, T);
     mt_attn_cp_commit();
 
     const float sl2 = a.scale * MT_ATTN_LOG2E;
@@ -159,11 +178,15 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dq_bf16_kernel(mt_attn_args a
     const float lse_hi = row_hi < T ? a.lse[lrow + row_hi] * MT_ATTN_LOG2E : 0.f;
     const float D_lo = row_lo < T ? a.dsum[lrow + row_lo] : 0.f;
     const float D_hi = row_hi < T ? a.dsum[lrow + row_hi] : 0.f;
+    // Documents: the first key of rows row_lo, row_hi and of the warp's last row.
+    const int dstart_lo = DOCS ? mt_attn_doc_start(a, b, min(row_lo, T - 1)) : 0;
+    const int dstart_hi = DOCS ? mt_attn_doc_start(a, b, min(row_hi, T - 1)) : 0;
+    const int dstart_warp = DOCS ? mt_attn_doc_start(a, b, min(q0 + w * 16 + 15, T - 1)) : 0;
     float dq[HD / 8][4];
     mt_attn_zero<HD / 8, 4>(dq);
 
-    for (int j = 0; j < nkb; j++) {
-        const int buf = j & 1;
+    for (int j = j0; j < nkb; j++) {
+        const int buf = (j - j0) & 1;
         if (j + 1 < nkb) {
             mt_attn_load_tile<C::BC, HD, C::NT>(sK + (buf ^ 1) * C::BC * C::SR, gk, ldk,
                                                 (j + 1) * C::BC, T);
@@ -180,14 +203,17 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dq_bf16_kernel(mt_attn_args a
         float p[C::BC / 8][4];
         mt_attn_zero<C::BC / 8, 4>(p);
         mt_attn_mm_smem_bt<HD, C::BC>(p, sQ, C::SR, w * 16, k_s, C::SR, lane);
-        const bool need_mask = k0 + C::BC - 1 > q0 + w * 16 || k0 + C::BC > T;
+        const bool need_mask =
+            k0 + C::BC - 1 > q0 + w * 16 || k0 + C::BC > T || (DOCS && k0 < dstart_warp);
 #pragma unroll
         for (int n = 0; n < C::BC / 8; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int key = k0 + n * 8 + 2 * t4 + (e & 1), row = e < 2 ? row_lo : row_hi;
                 float x = mt_attn_exp2(fmaf(p[n][e], sl2, -(e < 2 ? lse_lo : lse_hi)));
-                if (need_mask && (key > row || key >= T)) x = 0.f;
+                if (need_mask &&
+                    (key > row || key >= T || (DOCS && key < (e < 2 ? dstart_lo : dstart_hi))))
+                    x = 0.f;
                 p[n][e] = x;
             }
         float ds[C::BC / 8][4];
@@ -225,22 +251,26 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dq_bf16_kernel(mt_attn_args a
 #define MT_ATTN_DQ_NW 8
 #endif
 
-template <int HD>
+template <int HD, bool DOCS>
 static int mt_attn_bwd_bf16_launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
     using CK = mt_attn_dkv_cfg<HD, MT_ATTN_DKV_NW>;
     using CQ = mt_attn_dq_cfg<HD, MT_ATTN_DQ_NW>;
-    auto kdkv = mt_attn_dkv_bf16_kernel<HD, MT_ATTN_DKV_NW>;
-    auto kdq = mt_attn_dq_bf16_kernel<HD, MT_ATTN_DQ_NW>;
-    if (mt_attn_set_smem((const void *)kdkv, CK::SMEM, err)) return -1;
+    auto kdkv = mt_attn_dkv_bf16_kernel<HD, MT_ATTN_DKV_NW, DOCS>;
+    auto kdq = mt_attn_dq_bf16_kernel<HD, MT_ATTN_DQ_NW, DOCS>;
+    const size_t smem_dkv = DOCS ? CK::SMEM_DOCS : CK::SMEM;
+    if (mt_attn_set_smem((const void *)kdkv, smem_dkv, err)) return -1;
     if (mt_attn_set_smem((const void *)kdq, CQ::SMEM, err)) return -1;
     if (mt_attn_launch_dsum(a, B, 1, st, err)) return -1;
-    kdkv<<<dim3((a.T + CK::BC - 1) / CK::BC, a.NKV, B), CK::NT, CK::SMEM, st>>>(a);
+    kdkv<<<dim3((a.T + CK::BC - 1) / CK::BC, a.NKV, B), CK::NT, smem_dkv, st>>>(a);
     if (mt_attn_check_launch(err, "attention backward dK/dV (bf16)")) return -1;
     kdq<<<dim3((a.T + CQ::BR - 1) / CQ::BR, a.NH, B), CQ::NT, CQ::SMEM, st>>>(a);
     return mt_attn_check_launch(err, "attention backward dQ (bf16)");
 }
 
 int mt_attn_bwd_bf16(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
-    return a.HD == 64 ? mt_attn_bwd_bf16_launch<64>(a, B, st, err)
-                      : mt_attn_bwd_bf16_launch<128>(a, B, st, err);
+    if (a.pos)
+        return a.HD == 64 ? mt_attn_bwd_bf16_launch<64, true>(a, B, st, err)
+                          : mt_attn_bwd_bf16_launch<128, true>(a, B, st, err);
+    return a.HD == 64 ? mt_attn_bwd_bf16_launch<64, false>(a, B, st, err)
+                      : mt_attn_bwd_bf16_launch<128, false>(a, B, st, err);
 }

@@ -9,7 +9,8 @@ template <int HD, int NW, int MT> struct mt_attn_fwd_cfg {
     static constexpr size_t SMEM = (size_t)(BR + 4 * BC) * SR * sizeof(bf16);
 };
 
-template <int HD, int NW, int MT>
+/* DOCS: packed documents (a.pos); false compiles the plain causal kernel. */
+template <int HD, int NW, int MT, bool DOCS>
 __global__ void __launch_bounds__(NW * 32) mt_attn_fwd_bf16_kernel(mt_attn_args a) {
     using C = mt_attn_fwd_cfg<HD, NW, MT>;
     extern __shared__ __align__(16) unsigned char mt_attn_smem[];
@@ -25,14 +26,27 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_fwd_bf16_kernel(mt_attn_args 
     const bf16 *gk = (const bf16 *)a.k + ((int64_t)b * T * a.NKV + kvh) * HD;
     const bf16 *gv = (const bf16 *)a.v + ((int64_t)b * T * a.NKV + kvh) * HD;
     const int nkb = (min(q0 + C::BR, T) + C::BC - 1) / C::BC;
+    // Documents: no row of the tile sees a key before its first row's document.
+    const int j0 = DOCS ? mt_attn_doc_start(a, b, q0) / C::BC : 0;
 
     mt_attn_load_tile<C::BR, HD, C::NT>(sQ, gq, ldq, q0, T);
-    mt_attn_load_tile<C::BC, HD, C::NT>(sK, gk, ldk, 0, T);
-    mt_attn_load_tile<C::BC, HD, C::NT>(sV, gv, ldk, 0, T);
+    mt_attn_load_tile<C::BC, HD, C::NT>(sK, gk, ldk, j0 * C::BC, T);
+    mt_attn_load_tile<C::BC, HD, C::NT>(sV, gv, ldk, j0 * C::BC, T);
     mt_attn_cp_commit();
 
     const float sl2 = a.scale * MT_ATTN_LOG2E;
     const int g = lane >> 2, t4 = lane & 3;
+    // Documents: the first key of this thread's rows (rows g and g+8 of each
+    // row tile; rows past T take row T-1's) and of the warp's last row.
+    int dstart[MT][2], dstart_warp = 0;
+    if (DOCS) {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+                dstart[mt][r] = mt_attn_doc_start(a, b, min(q0 + wr0 + mt * 16 + g + r * 8, T - 1));
+        dstart_warp = mt_attn_doc_start(a, b, min(q0 + wr0 + MT * 16 - 1, T - 1));
+    }
     float o[MT][HD / 8][4];
     float m[MT][2], l[MT][2]; // running max (log2 domain) and sum, rows g and g+8
 #pragma unroll
@@ -42,8 +56,8 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_fwd_bf16_kernel(mt_attn_args 
         l[mt][0] = l[mt][1] = 0.f;
     }
 
-    for (int j = 0; j < nkb; j++) {
-        const int buf = j & 1;
+    for (int j = j0; j < nkb; j++) {
+        const int buf = (j - j0) & 1;
         if (j + 1 < nkb) {
             mt_attn_load_tile<C::BC, HD, C::NT>(sK + (buf ^ 1) * C::BC * C::SR, gk, ldk,
                                                 (j + 1) * C::BC, T);
@@ -77,12 +91,14 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_fwd_bf16_kernel(mt_attn_args 
             }
         }
         const int k0 = j * C::BC;
-        const bool need_mask = k0 + C::BC - 1 > q0 + wr0 || k0 + C::BC > T;
+        const bool need_mask =
+            k0 + C::BC - 1 > q0 + wr0 || k0 + C::BC > T || (DOCS && k0 < dstart_warp);
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
             const int row_lo = q0 + wr0 + mt * 16 + g;
-            // Mask keys after the query (causal) or past T; max on raw scores
-            // (scale > 0), then p = 2^(s*scale*log2e - m) in one FFMA + EX2.
+            // Mask keys after the query (causal), past T, or before its document;
+            // max on raw scores (scale > 0), then p = 2^(s*scale*log2e - m) in
+            // one FFMA + EX2.
             float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
             for (int n = 0; n < C::BC / 8; n++)
@@ -90,7 +106,8 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_fwd_bf16_kernel(mt_attn_args 
                 for (int e = 0; e < 4; e++) {
                     if (need_mask) {
                         const int key = k0 + n * 8 + 2 * t4 + (e & 1), row = row_lo + (e >> 1) * 8;
-                        if (key > row || key >= T) s[mt][n][e] = -INFINITY;
+                        if (key > row || key >= T || (DOCS && key < dstart[mt][e >> 1]))
+                            s[mt][n][e] = -INFINITY;
                     }
                     mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][n][e]);
                 }
@@ -175,10 +192,10 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_fwd_bf16_kernel(mt_attn_args 
 #define MT_ATTN_FWD_MT 2
 #endif
 
-template <int HD>
+template <int HD, bool DOCS>
 static int mt_attn_fwd_bf16_launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
     using C = mt_attn_fwd_cfg<HD, MT_ATTN_FWD_NW, MT_ATTN_FWD_MT>;
-    auto kern = mt_attn_fwd_bf16_kernel<HD, MT_ATTN_FWD_NW, MT_ATTN_FWD_MT>;
+    auto kern = mt_attn_fwd_bf16_kernel<HD, MT_ATTN_FWD_NW, MT_ATTN_FWD_MT, DOCS>;
     if (mt_attn_set_smem((const void *)kern, C::SMEM, err)) return -1;
     dim3 grid((a.T + C::BR - 1) / C::BR, a.NH, B);
     kern<<<grid, C::NT, C::SMEM, st>>>(a);
@@ -186,6 +203,9 @@ static int mt_attn_fwd_bf16_launch(const mt_attn_args &a, int B, cudaStream_t st
 }
 
 int mt_attn_fwd_bf16(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
-    return a.HD == 64 ? mt_attn_fwd_bf16_launch<64>(a, B, st, err)
-                      : mt_attn_fwd_bf16_launch<128>(a, B, st, err);
+    if (a.pos)
+        return a.HD == 64 ? mt_attn_fwd_bf16_launch<64, true>(a, B, st, err)
+                          : mt_attn_fwd_bf16_launch<128, true>(a, B, st, err);
+    return a.HD == 64 ? mt_attn_fwd_bf16_launch<64, false>(a, B, st, err)
+                      : mt_attn_fwd_bf16_launch<128, false>(a, B, st, err);
 }

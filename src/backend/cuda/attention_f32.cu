@@ -7,8 +7,9 @@
 
 /* Forward: block = 8 consecutive query rows of one head, a warp per row;
  * 32-key tiles of K (padded rows: lane i reads row i without bank conflicts)
- * and V in shared memory. DMAX = HD rounded up to a multiple of 32. */
-template <int DMAX>
+ * and V in shared memory. DMAX = HD rounded up to a multiple of 32. DOCS:
+ * packed documents (a.pos); false compiles the plain causal kernel. */
+template <int DMAX, bool DOCS>
 __global__ void __launch_bounds__(MT_ATTN_F32_WARPS * 32) mt_attn_fwd_f32_kernel(mt_attn_args a) {
     extern __shared__ float mt_attn_fsmem[];
     const int HD = a.HD, T = a.T, KS = HD + 1, TL = MT_ATTN_F32_TILE;
@@ -31,8 +32,12 @@ __global__ void __launch_bounds__(MT_ATTN_F32_WARPS * 32) mt_attn_fwd_f32_kernel
 #pragma unroll
     for (int i = 0; i < DMAX / 32; i++) acc[i] = 0.f;
     float m = -INFINITY, l = 0.f;
-    const int last = min(r0 + MT_ATTN_F32_WARPS, T); // keys [0, last)
-    for (int k0 = 0; k0 < last; k0 += TL) {
+    const int last = min(r0 + MT_ATTN_F32_WARPS, T); // keys [first, last)
+    // Documents: the block's rows see no key before its first row's document;
+    // this warp's row none before its own (dstart; rows past T take T-1's).
+    const int first = DOCS ? mt_attn_doc_start(a, b, r0) / TL * TL : 0;
+    const int dstart = DOCS ? mt_attn_doc_start(a, b, min(t, T - 1)) : 0;
+    for (int k0 = first; k0 < last; k0 += TL) {
         __syncthreads();
         for (int i = threadIdx.x; i < TL * HD; i += blockDim.x) {
             int r = i / HD, d = i % HD;
@@ -41,17 +46,19 @@ __global__ void __launch_bounds__(MT_ATTN_F32_WARPS * 32) mt_attn_fwd_f32_kernel
             sV[r * HD + d] = ok ? gv[(int64_t)(k0 + r) * ldk + d] : 0.f;
         }
         __syncthreads();
-        if (t >= T || k0 > t) continue;
+        if (t >= T || k0 > t || (DOCS && k0 + TL <= dstart)) continue;
         const int key = k0 + lane;
         float s = -INFINITY;
-        if (key <= t) {
+        if (key <= t && (!DOCS || key >= dstart)) {
             float dot = 0.f;
             for (int d = 0; d < HD; d++) dot += sQ[w * HD + d] * sK[lane * KS + d];
             s = dot * a.scale;
         }
         float mx = s;
         for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        const float mn = fmaxf(m, mx); // finite: key k0 <= t is always valid
+        // Finite: the tile holds a key the row sees (k0 <= t, and with
+        // documents k0 + TL > dstart, while dstart <= t).
+        const float mn = fmaxf(m, mx);
         const float p = expf(s - mn), alpha = expf(m - mn);
         float ps = p;
         for (int o = 16; o; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
@@ -79,7 +86,7 @@ __global__ void __launch_bounds__(MT_ATTN_F32_WARPS * 32) mt_attn_fwd_f32_kernel
 }
 
 /* dQ: a warp per query row, like the forward, with K and V tiles. */
-template <int DMAX>
+template <int DMAX, bool DOCS>
 __global__ void __launch_bounds__(MT_ATTN_F32_WARPS * 32) mt_attn_dq_f32_kernel(mt_attn_args a) {
     extern __shared__ float mt_attn_fsmem[];
     const int HD = a.HD, T = a.T, KS = HD + 1, TL = MT_ATTN_F32_TILE;
@@ -107,7 +114,10 @@ __global__ void __launch_bounds__(MT_ATTN_F32_WARPS * 32) mt_attn_dq_f32_kernel(
 #pragma unroll
     for (int i = 0; i < DMAX / 32; i++) acc[i] = 0.f;
     const int last = min(r0 + MT_ATTN_F32_WARPS, T);
-    for (int k0 = 0; k0 < last; k0 += TL) {
+    // Documents: as in the forward.
+    const int first = DOCS ? mt_attn_doc_start(a, b, r0) / TL * TL : 0;
+    const int dstart = DOCS ? mt_attn_doc_start(a, b, min(t, T - 1)) : 0;
+    for (int k0 = first; k0 < last; k0 += TL) {
         __syncthreads();
         for (int i = threadIdx.x; i < TL * HD; i += blockDim.x) {
             int r = i / HD, d = i % HD;
@@ -116,10 +126,10 @@ __global__ void __launch_bounds__(MT_ATTN_F32_WARPS * 32) mt_attn_dq_f32_kernel(
             sV[r * KS + d] = ok ? gv[(int64_t)(k0 + r) * ldk + d] : 0.f;
         }
         __syncthreads();
-        if (t >= T || k0 > t) continue;
+        if (t >= T || k0 > t || (DOCS && k0 + TL <= dstart)) continue;
         const int key = k0 + lane;
         float ds = 0.f;
-        if (key <= t) {
+        if (key <= t && (!DOCS || key >= dstart)) {
             float s = 0.f, dp = 0.f;
             for (int d = 0; d < HD; d++) {
                 s += sQ[w * HD + d] * sK[lane * KS + d];
@@ -147,7 +157,7 @@ __global__ void __launch_bounds__(MT_ATTN_F32_WARPS * 32) mt_attn_dq_f32_kernel(
 
 /* dK, dV: a warp per key row of one kv head; the block's 8 keys share
  * 32-query tiles of Q and dout for every query head of the group. */
-template <int DMAX>
+template <int DMAX, bool DOCS>
 __global__ void __launch_bounds__(MT_ATTN_F32_WARPS * 32) mt_attn_dkv_f32_kernel(mt_attn_args a) {
     extern __shared__ float mt_attn_fsmem[];
     const int HD = a.HD, T = a.T, KS = HD + 1, TL = MT_ATTN_F32_TILE;
@@ -170,9 +180,11 @@ __global__ void __launch_bounds__(MT_ATTN_F32_WARPS * 32) mt_attn_dkv_f32_kernel
     float dk[DMAX / 32], dv[DMAX / 32];
 #pragma unroll
     for (int i = 0; i < DMAX / 32; i++) dk[i] = dv[i] = 0.f;
+    // Queries from the block's first key on, up to the end of its last key's document.
+    const int q_end = DOCS ? mt_attn_doc_end(a, b, min(j0 + MT_ATTN_F32_WARPS, T) - 1) : T;
     for (int h = kvh * G; h < kvh * G + G; h++) {
         const int64_t qoff = ((int64_t)b * T * a.NH + h) * HD, lrow = ((int64_t)b * a.NH + h) * T;
-        for (int q0 = j0; q0 < T; q0 += TL) {
+        for (int q0 = j0; q0 < q_end; q0 += TL) {
             __syncthreads();
             for (int i = threadIdx.x; i < TL * HD; i += blockDim.x) {
                 int r = i / HD, d = i % HD;
@@ -185,7 +197,7 @@ __global__ void __launch_bounds__(MT_ATTN_F32_WARPS * 32) mt_attn_dkv_f32_kernel
             if (j >= T) continue;
             const int qi = q0 + lane;
             float p = 0.f, ds = 0.f;
-            if (qi >= j && qi < T) {
+            if (qi >= j && qi < T && (!DOCS || mt_attn_doc_start(a, b, qi) <= j)) {
                 float s = 0.f, dp = 0.f;
                 for (int d = 0; d < HD; d++) {
                     s += sK[w * HD + d] * sQ[lane * KS + d];
@@ -219,7 +231,7 @@ __global__ void __launch_bounds__(MT_ATTN_F32_WARPS * 32) mt_attn_dkv_f32_kernel
     }
 }
 
-template <int DMAX>
+template <int DMAX, bool DOCS>
 static int mt_attn_f32_launch(const mt_attn_args &a, int B, int backward, cudaStream_t st,
                               mt_error *err) {
     const int HD = a.HD, TL = MT_ATTN_F32_TILE, W = MT_ATTN_F32_WARPS;
@@ -227,13 +239,13 @@ static int mt_attn_f32_launch(const mt_attn_args &a, int B, int backward, cudaSt
     const size_t bsm = sizeof(float) * (2 * (size_t)W * HD + 2 * (size_t)TL * (HD + 1));
     const dim3 gq((a.T + W - 1) / W, a.NH, B), gk((a.T + W - 1) / W, a.NKV, B);
     if (!backward) {
-        auto k = mt_attn_fwd_f32_kernel<DMAX>;
+        auto k = mt_attn_fwd_f32_kernel<DMAX, DOCS>;
         if (mt_attn_set_smem((const void *)k, fsm, err)) return -1;
         k<<<gq, W * 32, fsm, st>>>(a);
         return mt_attn_check_launch(err, "attention forward (fp32)");
     }
-    auto kdkv = mt_attn_dkv_f32_kernel<DMAX>;
-    auto kdq = mt_attn_dq_f32_kernel<DMAX>;
+    auto kdkv = mt_attn_dkv_f32_kernel<DMAX, DOCS>;
+    auto kdq = mt_attn_dq_f32_kernel<DMAX, DOCS>;
     if (mt_attn_set_smem((const void *)kdkv, bsm, err)) return -1;
     if (mt_attn_set_smem((const void *)kdq, bsm, err)) return -1;
     if (mt_attn_launch_dsum(a, B, 0, st, err)) return -1;
@@ -243,8 +255,15 @@ static int mt_attn_f32_launch(const mt_attn_args &a, int B, int backward, cudaSt
     return mt_attn_check_launch(err, "attention backward dQ (fp32)");
 }
 
+template <bool DOCS>
+static int mt_attn_f32_dispatch(const mt_attn_args &a, int B, int backward, cudaStream_t st,
+                                mt_error *err) {
+    if (a.HD <= 64) return mt_attn_f32_launch<64, DOCS>(a, B, backward, st, err);
+    if (a.HD <= 128) return mt_attn_f32_launch<128, DOCS>(a, B, backward, st, err);
+    return mt_attn_f32_launch<256, DOCS>(a, B, backward, st, err);
+}
+
 int mt_attn_f32(const mt_attn_args &a, int B, int backward, cudaStream_t st, mt_error *err) {
-    if (a.HD <= 64) return mt_attn_f32_launch<64>(a, B, backward, st, err);
-    if (a.HD <= 128) return mt_attn_f32_launch<128>(a, B, backward, st, err);
-    return mt_attn_f32_launch<256>(a, B, backward, st, err);
+    return a.pos ? mt_attn_f32_dispatch<true>(a, B, backward, st, err)
+                 : mt_attn_f32_dispatch<false>(a, B, backward, st, err);
 }

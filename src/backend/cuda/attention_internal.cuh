@@ -30,6 +30,7 @@ struct mt_attn_args {
     float *dq, *dk, *dv;
     int T, NH, NKV, HD;
     float scale;
+    const int32_t *pos;                 // (B,T) positions of packed documents, or NULL
 };
 
 /* Host helpers (attention.cu). */
@@ -45,6 +46,24 @@ int mt_attn_launch_dsum(const mt_attn_args &a, int B, int is_bf16, cudaStream_t 
 int mt_attn_fwd_bf16(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
 int mt_attn_bwd_bf16(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
 int mt_attn_f32(const mt_attn_args &a, int B, int backward, cudaStream_t st, mt_error *err);
+
+/* Packed documents (a.pos, see attention.h). The first key that query t of
+ * batch row b may see: its document's start, non-decreasing in t. */
+__device__ __forceinline__ int mt_attn_doc_start(const mt_attn_args &a, int b, int t) {
+    return t - a.pos[(int64_t)b * a.T + t];
+}
+
+/* One past the last query of row b that may see key k: the first document
+ * start after k, or T. A binary search, the starts being non-decreasing. */
+__device__ __forceinline__ int mt_attn_doc_end(const mt_attn_args &a, int b, int k) {
+    int lo = k + 1, hi = a.T;
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (mt_attn_doc_start(a, b, mid) > k) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
 
 /* ------------------------------------------------------------------------ */
 /* bf16 tensor-core building blocks                                          */

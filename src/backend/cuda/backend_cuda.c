@@ -133,6 +133,7 @@ static int cu_begin_step(mt_backend *be, const mt_batch *batch, float dscale, in
                                cb->s_comp));
     CUDA_CHECK(cudaMemcpyAsync(cb->targets, batch->targets, total * 4, cudaMemcpyHostToDevice,
                                cb->s_comp));
+    if (mt_cuda_upload_pos(cb, batch, err)) return -1;
     CUDA_CHECK(cudaMemcpyAsync(cb->emb_order, cb->h_order, total * 4, cudaMemcpyHostToDevice,
                                cb->s_comp));
     CUDA_CHECK(cudaMemcpyAsync(cb->emb_bounds, cb->h_bounds, (size_t)batch->M * (N + 1) * 4,
@@ -667,6 +668,7 @@ void mt_cuda_backend_free(mt_backend *be) {
         free(cb->tev);
     }
     cudaFree(cb->dev_base);
+    cudaFree(cb->pos);
     free(cb->h_order);
     free(cb->h_bounds);
     free(cb->emb_groups);

@@ -104,6 +104,8 @@ typedef struct cuda_backend {
     int fast;
     float *cos, *sin;
     int32_t *tokens, *targets, *emb_order, *emb_bounds;
+    int32_t *pos;       /* (max_M, N) positions of a packed batch; allocated at the first one */
+    int has_pos;        /* this step's batch has positions */
     size_t *emb_groups; /* host (M) */
     int32_t *h_order, *h_bounds;
     double *loss_dev, *sumsq_dev, *sumsq_scratch;
@@ -151,6 +153,10 @@ void mt_cuda_resolve_homes(cuda_backend *cb);
 void mt_cuda_homes_free(cuda_backend *cb);
 void mt_cuda_plan(cuda_backend *cb, bump *b);
 size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb);
+
+/* Uploads the batch's positions of packed documents (mt_batch.pos), if
+ * any, on the compute stream (layers_cuda.c). */
+int mt_cuda_upload_pos(cuda_backend *cb, const mt_batch *batch, mt_error *err);
 
 /* The layer templates (layers_cuda.c). Forward writes its activations into
  * a (the scratch cb->a, or a kept unit); backward reads them from f and
