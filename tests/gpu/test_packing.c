@@ -25,7 +25,7 @@
  * ~4 (make_packed_fixture.py asserts > 1e-2), far past every bound. */
 #define TOL32_LOSS 1e-5
 #define TOL32_GRAD 2e-4
-#define TOL32_LOGITS 1e-5
+#define TOL32_LOGITS 3e-5 /* test_engine.c's bound for fp32 logits */
 #define TOL16_LOSS 6e-3
 #define TOL16_GRAD 6e-2
 
@@ -137,13 +137,16 @@ static void packed_batch(const mt_config *c, int32_t *tok, int32_t *tgt, int32_t
 
 typedef struct step_out {
     double loss;
-    float *grads; /* (total), malloc'd */
+    float *grads;  /* (total), malloc'd */
+    float *logits; /* (M * B * T, V) of an evaluation pass after the step, malloc'd */
 } step_out;
 
 /* One step of backend `be` on the packed batch (pos NULL: the same rows
- * unpacked); the gradients are read from the store once they are there. */
-static step_out run_step(mt_backend *be, int gpu, const mt_param_table *t, mt_host_store *s,
-                         const int32_t *tok, const int32_t *tgt, const int32_t *pos) {
+ * unpacked); the gradients are read from the store once they are there;
+ * then the logits of every position. */
+static step_out run_step(mt_backend *be, int gpu, const mt_config *c, const mt_param_table *t,
+                         mt_host_store *s, const int32_t *tok, const int32_t *tgt,
+                         const int32_t *pos) {
     mt_error err;
     mt_batch b = {.M = M, .B = B, .T = T, .tokens = tok, .targets = tgt, .pos = pos};
     step_out o;
@@ -151,8 +154,20 @@ static step_out run_step(mt_backend *be, int gpu, const mt_param_table *t, mt_ho
     if (gpu) mt_cuda_backend_wait_grads(be);
     o.grads = malloc(t->total * sizeof *o.grads);
     memcpy(o.grads, s->g, t->total * sizeof *o.grads);
+    double sum;
+    int64_t nv;
+    cr_assert_eq(mt_step_eval(be, t->n_layers, &b, &sum, &nv, &err), 0, "%s", err.msg);
+    o.logits = malloc((size_t)N_TOK * c->V * sizeof *o.logits);
+    for (int mb = 0; mb < M; mb++)
+        for (int64_t r = 0; r < B * T; r++) {
+            float *row = o.logits + ((size_t)mb * B * T + r) * c->V;
+            if (gpu) mt_cuda_backend_logits(be, mb, r, row);
+            else mt_cpu_backend_logits(be, mb, r, row);
+        }
     return o;
 }
+
+static void step_out_free(step_out *o) { free(o->grads), free(o->logits); }
 
 static double worst_grad_err(const mt_param_table *t, const float *g, const float *ref) {
     double worst = 0;
@@ -172,7 +187,7 @@ static step_out gpu_step(const mt_config *c, const mt_param_table *t, mt_host_st
     mt_cuda_backend_opts o = {.precision = prec, .keep_layers = keep};
     mt_backend *be = mt_cuda_backend_create(c, t, s, M, B, T, &o, &err);
     cr_assert_not_null(be, "%s", err.msg);
-    step_out r = run_step(be, 1, t, s, tok, tgt, pos);
+    step_out r = run_step(be, 1, c, t, s, tok, tgt, pos);
     mt_cuda_backend_free(be);
     return r;
 }
@@ -201,8 +216,8 @@ Test(packing_gpu, flash_paths_match_the_cpu_on_packed_rows, .timeout = 120) {
 
         mt_backend *cpu = mt_cpu_backend_create(&c, &t, &s, M, B, T, &err);
         cr_assert_not_null(cpu, "%s", err.msg);
-        step_out ref = run_step(cpu, 0, &t, &s, tok, tgt, pos);
-        step_out unpacked = run_step(cpu, 0, &t, &s, tok, tgt, NULL);
+        step_out ref = run_step(cpu, 0, &c, &t, &s, tok, tgt, pos);
+        step_out unpacked = run_step(cpu, 0, &c, &t, &s, tok, tgt, NULL);
         mt_cpu_backend_free(cpu);
         /* The packed step must differ from the unpacked one, or this test
          * could not see a missing mask. */
@@ -215,6 +230,9 @@ Test(packing_gpu, flash_paths_match_the_cpu_on_packed_rows, .timeout = 120) {
                     g32.loss, ref.loss, e32);
         cr_assert_lt(fabs(g32.loss - ref.loss) / ref.loss, TOL32_LOSS, "%s fp32 loss", names[a]);
         cr_assert_lt(e32, TOL32_GRAD, "%s fp32 worst grad err %.3g", names[a], e32);
+        double l32 = mt_test_rel_err(g32.logits, ref.logits, (size_t)N_TOK * c.V);
+        cr_log_info("%s fp32 packed: logits rel err %.3g", names[a], l32);
+        cr_assert_lt(l32, TOL32_LOGITS, "%s fp32 logits rel err %.3g", names[a], l32);
 
         step_out g16 = gpu_step(&c, &t, &s, MT_GPU_BF16, 0, tok, tgt, pos);
         double e16 = worst_grad_err(&t, g16.grads, ref.grads);
@@ -232,15 +250,15 @@ Test(packing_gpu, flash_paths_match_the_cpu_on_packed_rows, .timeout = 120) {
             cr_assert_eq(kept.loss, g16.loss);
             cr_assert(!memcmp(kept.grads, g16.grads, t.total * sizeof(float)),
                       "%s: kept activations change the gradients", names[a]);
-            free(kept.grads);
+            step_out_free(&kept);
         }
         step_out plain = gpu_step(&c, &t, &s, MT_GPU_BF16, 0, tok, tgt, NULL);
         step_out trivial = gpu_step(&c, &t, &s, MT_GPU_BF16, 0, tok, tgt, iota);
         cr_assert_eq(plain.loss, trivial.loss, "%s: one document per row", names[a]);
         cr_assert(!memcmp(plain.grads, trivial.grads, t.total * sizeof(float)),
                   "%s: one document per row differs from no positions", names[a]);
-        free(ref.grads), free(unpacked.grads), free(g32.grads), free(g16.grads);
-        free(again.grads), free(plain.grads), free(trivial.grads);
+        step_out *all[] = {&ref, &unpacked, &g32, &g16, &again, &plain, &trivial};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) step_out_free(all[i]);
         mt_host_store_free(&s);
         mt_params_free(&t);
     }
