@@ -173,7 +173,8 @@ bench: $(BUILD)/megatrain
 	$(BUILD)/megatrain bench adamw
 
 fixtures:
-	python3 scripts/make_fixtures.py tests/fixtures
+	python3 scripts/make_fixtures.py
+	python3 scripts/make_packed_fixture.py
 
 clean:
 	rm -rf $(BUILD)

@@ -2,12 +2,14 @@
  *
  * Build and run (from the repository root):
  *   nvcc -O3 -std=c++17 -arch=sm_90 -Isrc -o build/attn_bench bench/attn_bench.cu \
- *        src/backend/cuda/attention.cu src/util/error.c && build/attn_bench
+ *        src/backend/cuda/attention*.cu src/util/error.c && build/attn_bench
  *
  * For each shape: random N(0,1) inputs, 3 warm-up runs, then the median of
  * 20 timed runs (CUDA events) of the forward and of the backward (the
  * backward includes its rowsum pass). TFLOPS count causal FLOPs: forward
- * 4*B*NH*T*T*HD/2 (QK^T and PV over the lower triangle), backward 2.5x. */
+ * 4*B*NH*T*T*HD/2 (QK^T and PV over the lower triangle), backward 2.5x.
+ * Shapes with doc > 0 pack every row with documents of doc tokens (the
+ * last one cut at T) and count each document's own triangle. */
 #include <algorithm>
 #include <stdint.h>
 #include <stdio.h>
@@ -42,7 +44,7 @@ template <typename T> __global__ void bench_fill(T *x, size_t n, uint32_t seed) 
     }
 }
 
-struct bench_shape { size_t B, T, NH, NKV, HD; int bf16; };
+struct bench_shape { size_t B, T, NH, NKV, HD; int bf16; size_t doc; };
 
 static float median(std::vector<float> v) {
     std::sort(v.begin(), v.end());
@@ -69,6 +71,19 @@ static void bench_one(const bench_shape &s) {
     BENCH_CK(cudaMalloc(&dk, nk * 4));
     BENCH_CK(cudaMalloc(&dv, nk * 4));
     BENCH_CK(cudaMalloc(&scratch, mt_attn_backward_scratch_bytes(s.B, s.T, s.NH)));
+    int32_t *pos = NULL;
+    double pairs = (double)s.T * s.T / 2; // (query, key) pairs of one row, causal
+    if (s.doc) {
+        std::vector<int32_t> h(s.B * s.T);
+        for (size_t i = 0; i < h.size(); i++) h[i] = (int32_t)(i % s.T % s.doc);
+        BENCH_CK(cudaMalloc(&pos, h.size() * 4));
+        BENCH_CK(cudaMemcpy(pos, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+        pairs = 0;
+        for (size_t t = 0; t < s.T; t += s.doc) {
+            const double L = (double)std::min(s.doc, s.T - t);
+            pairs += L * L / 2;
+        }
+    }
     void *bufs[] = {q, k, v, dout};
     size_t ns[] = {nq, nk, nk, nq};
     for (int i = 0; i < 4; i++) {
@@ -79,20 +94,21 @@ static void bench_one(const bench_shape &s) {
     mt_error err;
     auto fwd = [&]() {
         int rc = s.bf16 ? mt_attn_forward_bf16((uint16_t *)out, NULL, lse, (uint16_t *)q,
-                                               (uint16_t *)k, (uint16_t *)v, s.B, s.T, s.NH,
-                                               s.NKV, s.HD, 0, &err)
+                                               (uint16_t *)k, (uint16_t *)v, pos, s.B, s.T,
+                                               s.NH, s.NKV, s.HD, 0, &err)
                         : mt_attn_forward_f32((float *)out, lse, (float *)q, (float *)k,
-                                              (float *)v, s.B, s.T, s.NH, s.NKV, s.HD, 0, &err);
+                                              (float *)v, pos, s.B, s.T, s.NH, s.NKV, s.HD, 0,
+                                              &err);
         if (rc) die(err);
     };
     auto bwd = [&]() {
         int rc = s.bf16 ? mt_attn_backward_bf16(dq, dk, dv, scratch, (uint16_t *)dout,
                                                 (uint16_t *)q, (uint16_t *)k, (uint16_t *)v,
-                                                (uint16_t *)out, lse, s.B, s.T, s.NH, s.NKV,
-                                                s.HD, 0, &err)
+                                                (uint16_t *)out, lse, pos, s.B, s.T, s.NH,
+                                                s.NKV, s.HD, 0, &err)
                         : mt_attn_backward_f32(dq, dk, dv, scratch, (float *)dout, (float *)q,
-                                               (float *)k, (float *)v, (float *)out, lse, s.B,
-                                               s.T, s.NH, s.NKV, s.HD, 0, &err);
+                                               (float *)k, (float *)v, (float *)out, lse, pos,
+                                               s.B, s.T, s.NH, s.NKV, s.HD, 0, &err);
         if (rc) die(err);
     };
     cudaEvent_t e0, e1;
@@ -113,12 +129,12 @@ static void bench_one(const bench_shape &s) {
         }
         ms[pass] = median(t);
     }
-    const double fl = 4.0 * s.B * s.NH * (double)s.T * s.T * s.HD / 2;
-    printf("%-5s %5zu %2zu %5zu %3zu/%-3zu %4zu | %8.3f %7.1f | %8.3f %7.1f\n",
-           s.bf16 ? "bf16" : "fp32", s.T, s.B, s.B * s.T, s.NH, s.NKV, s.HD, ms[0],
+    const double fl = 4.0 * s.B * s.NH * pairs * s.HD;
+    printf("%-5s %5zu %2zu %5zu %3zu/%-3zu %4zu %5zu | %8.3f %7.1f | %8.3f %7.1f\n",
+           s.bf16 ? "bf16" : "fp32", s.T, s.B, s.B * s.T, s.NH, s.NKV, s.HD, s.doc, ms[0],
            fl / ms[0] * 1e-9, ms[1], 2.5 * fl / ms[1] * 1e-9);
     fflush(stdout);
-    void *all[] = {q, k, v, dout, out, scratch, lse, dq, dk, dv};
+    void *all[] = {q, k, v, dout, out, scratch, lse, dq, dk, dv, pos};
     for (void *p : all) BENCH_CK(cudaFree(p));
     BENCH_CK(cudaEventDestroy(e0));
     BENCH_CK(cudaEventDestroy(e1));
@@ -128,11 +144,14 @@ int main(void) {
     cudaDeviceProp prop;
     BENCH_CK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
-    printf("mode      T  B  B*T  NH/NKV   HD |   fwd ms  TFLOPS |   bwd ms  TFLOPS\n");
+    printf("mode      T  B  B*T  NH/NKV   HD   doc |   fwd ms  TFLOPS |   bwd ms  TFLOPS\n");
     const bench_shape shapes[] = {
-        {8, 2048, 32, 8, 128, 1},  {8, 2048, 32, 32, 128, 1}, {8, 2048, 32, 8, 64, 1},
-        {4, 4096, 32, 8, 128, 1},  {16, 1024, 32, 8, 128, 1}, {2, 8192, 32, 8, 128, 1},
-        {1, 2048, 32, 8, 128, 0},
+        {8, 2048, 32, 8, 128, 1, 0},   {8, 2048, 32, 32, 128, 1, 0}, {8, 2048, 32, 8, 64, 1, 0},
+        {4, 4096, 32, 8, 128, 1, 0},   {16, 1024, 32, 8, 128, 1, 0}, {2, 8192, 32, 8, 128, 1, 0},
+        {1, 2048, 32, 8, 128, 0, 0},
+        // packed documents: one per row (the packed kernels on the causal problem), then shorter
+        {8, 2048, 32, 8, 128, 1, 2048}, {8, 2048, 32, 8, 128, 1, 512}, {8, 2048, 32, 8, 128, 1, 128},
+        {1, 2048, 32, 8, 128, 0, 512},
     };
     for (const bench_shape &s : shapes) bench_one(s);
     return 0;

@@ -230,6 +230,9 @@ typedef struct mt_dataset mt_dataset;
 typedef struct mt_dataset_opts {
     const char *format;        /* "auto" (NULL), "text", "completion", "chat", "tokens" */
     const char *chat_template; /* "auto" (NULL), "llama3", "qwen", "llama2", "mistral" */
+    const char *packing;       /* "auto" (NULL), "documents", "rows" (docs/data.md); auto:
+                                * documents for completion and chat data and token files
+                                * with a loss mask, rows for text */
     bool skip_bad_lines;       /* skip (and count) malformed lines instead of failing */
     uint64_t seed;             /* order of documents, per epoch */
     int64_t epochs;            /* passes the batches may span; >= 1 */
@@ -249,14 +252,18 @@ typedef struct mt_dataset_info {
     int64_t documents, tokens, trainable, skipped_lines;
     const char *format;        /* the format read (after "auto") */
     const char *chat_template; /* the chat format used, or NULL */
+    const char *packing;       /* "documents" or "rows" (after "auto") */
 } mt_dataset_info;
 int mt_dataset_describe(const mt_dataset *d, mt_dataset_info *info);
 
-/* The next rows of T+1 tokens, packed: tokens (rows, T) and their targets
- * (rows, T; -100 where a token carries no loss). 0, or 1 at the end of the
- * data (nothing written). */
+/* The next rows of T+1 tokens, packed: tokens (rows, T), their targets
+ * (rows, T; -100 where a token carries no loss) and, when the data set
+ * packs documents, pos (rows, T): each token's position within its
+ * document (0 at a document's start and at every row's); pos may be NULL
+ * only for a data set that packs rows. 0, or 1 at the end of the data
+ * (nothing written). */
 int mt_dataset_next_batch(mt_dataset *d, int64_t rows, int64_t T, int32_t *tokens,
-                          int32_t *targets);
+                          int32_t *targets, int32_t *pos);
 
 /* ---- models: evaluation and generation ------------------------------- */
 
@@ -302,6 +309,7 @@ typedef struct mt_eval_opts {
     const char *data;          /* .jsonl or .mtok */
     const char *format;        /* as mt_dataset_opts; NULL: "auto" */
     const char *chat_template; /* NULL: "auto" */
+    const char *packing;       /* NULL: "auto"; as mt_dataset_opts */
     int64_t seq_len, batch_size;
     int64_t max_batches;       /* 0: the whole file */
     const char *device;        /* "auto" (NULL), "cpu", "cuda" */

@@ -14,6 +14,7 @@ static void usage(FILE *f) {
             "  --tokenizer PATH    tokenizer.json (default: DIR/tokenizer.json)\n"
             "  --format F          auto | text | completion | chat | tokens (default auto)\n"
             "  --chat-template C   auto | llama3 | qwen | llama2 | mistral (default auto)\n"
+            "  --packing P         auto | documents | rows, as in train (default auto)\n"
             "  --seq-len T         (default 1024)\n"
             "  --batch-size B      rows per forward pass (default 4)\n"
             "  --max-batches N     stop after N batches, 0 = the whole file (default 0)\n"
@@ -25,7 +26,8 @@ static void usage(FILE *f) {
 
 int mt_cmd_eval(int argc, char **argv) {
     const char *model = NULL, *data = NULL, *tokpath = NULL, *format = "auto",
-               *chat = "auto", *device = "auto", *precision = "bf16", *dump = NULL;
+               *chat = "auto", *device = "auto", *precision = "bf16", *dump = NULL,
+               *packing = "auto";
     long T = 1024, B = 4, max_batches = 0;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},      {"data", required_argument, 0, 'D'},
@@ -33,7 +35,7 @@ int mt_cmd_eval(int argc, char **argv) {
         {"chat-template", required_argument, 0, 'c'}, {"seq-len", required_argument, 0, 'T'},
         {"batch-size", required_argument, 0, 'b'}, {"max-batches", required_argument, 0, 'n'},
         {"device", required_argument, 0, 'd'},     {"precision", required_argument, 0, 'p'},
-        {"dump-logits", required_argument, 0, 'L'},
+        {"dump-logits", required_argument, 0, 'L'}, {"packing", required_argument, 0, 'P'},
         {"help", no_argument, 0, 'h'},             {0, 0, 0, 0},
     };
     optind = 1;
@@ -49,6 +51,7 @@ int mt_cmd_eval(int argc, char **argv) {
         case 'd': device = optarg; break;
         case 'p': precision = optarg; break;
         case 'L': dump = optarg; break;
+        case 'P': packing = optarg; break;
         case 'T': T = mt_arg_ll(optarg, &bad); break;
         case 'b': B = mt_arg_ll(optarg, &bad); break;
         case 'n': max_batches = mt_arg_ll(optarg, &bad); break;
@@ -77,6 +80,7 @@ int mt_cmd_eval(int argc, char **argv) {
     eo.data = data;
     eo.format = format;
     eo.chat_template = chat;
+    eo.packing = packing;
     eo.seq_len = T;
     eo.batch_size = B;
     eo.max_batches = max_batches;

@@ -14,6 +14,7 @@ struct mt_dataset {
     mt_error first_skipped;
     uint64_t seed;
     int64_t epochs;
+    bool documents;   // packing documents (else rows)
     mt_data_pos pos;
     int64_t T;        // row length - 1 of the batches so far (0 before the first)
     int64_t order_epoch;  // epoch that order/starts hold, -1 = none
@@ -76,6 +77,22 @@ static int open_corpus(mt_dataset *d, const mt_data_opts *o, const mt_tokenizer 
     return 0;
 }
 
+/* Resolves opts' packing against the format the data turned out to have. */
+static int choose_packing(mt_dataset *d, const mt_data_opts *o, mt_error *err) {
+    const char *p = o->packing && *o->packing ? o->packing : "auto";
+    if (!strcmp(p, "auto")) {
+        const char *f = d->stats.format;
+        d->documents = !strcmp(f, "completion") || !strcmp(f, "chat") ||
+                       (!strcmp(f, "tokens") && d->corpus.mask);
+    } else if (!strcmp(p, "documents") || !strcmp(p, "rows")) {
+        d->documents = !strcmp(p, "documents");
+    } else {
+        return mt_errorf(err, "unknown packing '%s': use auto, documents or rows", p);
+    }
+    d->stats.packing = d->documents ? "documents" : "rows";
+    return 0;
+}
+
 mt_dataset *mt_dataset_open(const mt_data_opts *o, const mt_tokenizer *tok, int64_t vocab_size,
                             mt_error *err) {
     if (o->epochs < 1) {
@@ -84,7 +101,7 @@ mt_dataset *mt_dataset_open(const mt_data_opts *o, const mt_tokenizer *tok, int6
     }
     mt_dataset *d = mt_calloc_or_die(1, sizeof *d);
     d->seed = o->seed, d->epochs = o->epochs, d->order_epoch = -1;
-    if (open_corpus(d, o, tok, vocab_size, err)) {
+    if (open_corpus(d, o, tok, vocab_size, err) || choose_packing(d, o, err)) {
         mt_dataset_free(d);
         return NULL;
     }
@@ -108,9 +125,10 @@ int64_t mt_dataset_rows_per_epoch(const mt_dataset *d, int64_t T) {
     return T < 1 ? 0 : (int64_t)(d->corpus.n_tokens / (uint64_t)(T + 1));
 }
 
-/* Copies stream[start .. start+n) of the current epoch into x and the loss
- * flags into keep. */
-static void read_stream(mt_dataset *d, uint64_t start, int64_t n, int32_t *x, uint8_t *keep) {
+/* Copies stream[start .. start+n) of the current epoch into x, the loss
+ * flags into keep, and whether each token starts a document into first. */
+static void read_stream(mt_dataset *d, uint64_t start, int64_t n, int32_t *x, uint8_t *keep,
+                        uint8_t *first) {
     uint64_t lo = 0, hi = d->corpus.n_docs;  // last position p with starts[p] <= start
     while (hi - lo > 1) {
         uint64_t mid = (lo + hi) / 2;
@@ -122,12 +140,14 @@ static void read_stream(mt_dataset *d, uint64_t start, int64_t n, int32_t *x, ui
         uint64_t t = d->corpus.offsets[d->order[p]] + (s - d->starts[p]);
         x[i] = (int32_t)mt_mtok_token(&d->corpus, t);
         keep[i] = mt_mtok_trainable(&d->corpus, t);
+        first[i] = s == d->starts[p];
     }
 }
 
 int mt_dataset_next_batch(mt_dataset *d, int64_t rows, int64_t T, int32_t *tokens,
-                          int32_t *targets) {
+                          int32_t *targets, int32_t *pos) {
     MT_ASSERT(rows >= 1 && T >= 1);
+    MT_ASSERT(pos || !d->documents);  // positions are part of a document-packed batch
     MT_ASSERT(d->T == 0 || d->T == T);  // positions count rows of one length
     int64_t R = mt_dataset_rows_per_epoch(d, T);
     if (R == 0) return 1;
@@ -137,22 +157,29 @@ int mt_dataset_next_batch(mt_dataset *d, int64_t rows, int64_t T, int32_t *token
     d->T = T;
     int32_t *x = mt_malloc_or_die((size_t)(T + 1) * sizeof *x);  // (T+1)
     uint8_t *keep = mt_malloc_or_die((size_t)(T + 1));         // (T+1)
+    uint8_t *first = mt_malloc_or_die((size_t)(T + 1));        // (T+1)
     for (int64_t r = 0; r < rows; r++, p.row++) {
         if (p.row == R) p.epoch++, p.row = 0;
         if (d->order_epoch != p.epoch) make_order(d, p.epoch);
-        read_stream(d, (uint64_t)p.row * (uint64_t)(T + 1), T + 1, x, keep);
+        read_stream(d, (uint64_t)p.row * (uint64_t)(T + 1), T + 1, x, keep, first);
         for (int64_t t = 0; t < T; t++) {
+            // Packing documents, no token predicts the first one of another document.
+            bool same_doc = !d->documents || !first[t + 1];
             tokens[r * T + t] = x[t];
-            targets[r * T + t] = keep[t + 1] ? x[t + 1] : MT_IGNORE_INDEX;
+            targets[r * T + t] = keep[t + 1] && same_doc ? x[t + 1] : MT_IGNORE_INDEX;
+            if (d->documents) pos[r * T + t] = t == 0 || first[t] ? 0 : pos[r * T + t - 1] + 1;
         }
     }
     free(x);
     free(keep);
+    free(first);
     d->pos = p;
     return 0;
 }
 
 mt_data_stats mt_dataset_stats(const mt_dataset *d) { return d->stats; }
+
+bool mt_dataset_packs_documents(const mt_dataset *d) { return d->documents; }
 
 const char *mt_dataset_first_skipped(const mt_dataset *d) {
     return d->stats.skipped_lines ? d->first_skipped.msg : NULL;

@@ -7,10 +7,20 @@
  * with -100 where the target token carries no loss. The final partial row of
  * each epoch is dropped; nothing else is dropped or repeated. A batch may
  * span two epochs; the data ends when fewer than `rows` rows remain in the
- * requested epochs. docs/data.md describes the formats. */
+ * requested epochs.
+ *
+ * Packing "rows": a row is one sequence, documents in it see each other.
+ * Packing "documents": each piece of a document in a row is a sequence of
+ * its own (the piece a row starts with included): the batch carries each
+ * token's position within its piece (mt_batch.pos) and attention stays
+ * inside the piece. A target that is the first token of a document gets
+ * -100, since the input before it belongs to another document. Rows,
+ * tokens and all other targets are those of "rows". docs/data.md describes
+ * the formats. */
 #ifndef MT_DATA_DATASET_H
 #define MT_DATA_DATASET_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "data/token_file.h"
@@ -23,6 +33,9 @@ typedef struct mt_data_opts {
     const char *path;
     const char *format;         // "auto" (or NULL), "text", "completion", "chat", "tokens"
     const char *chat_template;  // "auto" (or NULL), "llama3", "qwen", "llama2", "mistral"
+    const char *packing;        // "auto" (or NULL), "documents", "rows" (see above); auto:
+                                // documents for completion and chat data and for token
+                                // files with a loss mask, rows for text
     int skip_bad_lines;         // skip (and count) malformed JSONL lines instead of failing
     uint64_t seed;
     int64_t epochs;             // >= 1
@@ -32,6 +45,7 @@ typedef struct mt_data_stats {
     int64_t documents, tokens, trainable, skipped_lines;
     const char *format;         // the format used (after auto-detection)
     const char *chat_template;  // the chat family used, or NULL
+    const char *packing;        // "documents" or "rows" (after auto)
 } mt_data_stats;
 
 typedef struct mt_data_pos {
@@ -48,11 +62,16 @@ mt_dataset *mt_dataset_open(const mt_data_opts *o, const mt_tokenizer *tok, int6
                             mt_error *err);
 void mt_dataset_free(mt_dataset *d);
 
-/* Writes rows x T inputs and targets: tokens (rows, T), targets (rows, T).
- * 0 ok; 1 end of data (nothing written). T must stay the same across calls
- * for positions to keep their meaning. */
+/* Writes rows x T inputs, targets and positions: tokens (rows, T), targets
+ * (rows, T), pos (rows, T) each token's position within its document piece
+ * (packing documents; the contract of mt_batch.pos). pos may be NULL only
+ * when the dataset packs rows. 0 ok; 1 end of data (nothing written). T
+ * must stay the same across calls for data positions to keep their
+ * meaning. */
 int mt_dataset_next_batch(mt_dataset *d, int64_t rows, int64_t T, int32_t *tokens,
-                          int32_t *targets);
+                          int32_t *targets, int32_t *pos);
+/* Whether batches carry document positions (packing documents). */
+bool mt_dataset_packs_documents(const mt_dataset *d);
 
 mt_data_stats mt_dataset_stats(const mt_dataset *d);
 /* Rows of T+1 tokens in one epoch (0: the data is shorter than one row). */

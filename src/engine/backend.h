@@ -18,17 +18,26 @@
 
 typedef struct mt_backend mt_backend;
 
-/* One optimizer step's tokens: M micro-batches of (B, T) tokens each. */
+/* One optimizer step's tokens: M micro-batches of (B, T) tokens each.
+ *
+ * pos, when not NULL, packs several documents into a row: pos[m,b,t] is
+ * token t's position within its document (0 where a document starts, else
+ * the previous token's + 1; every row starts a document). Attention then
+ * stays within each document (causal inside it) and RoPE takes these
+ * positions. NULL: every row is one sequence, positions 0..T-1. */
 typedef struct mt_batch {
     int M;                    /* micro-batches */
     int64_t B, T;             /* rows and sequence length of one micro-batch */
     const int32_t *tokens;    /* (M, B, T) */
     const int32_t *targets;   /* (M, B, T); MT_IGNORE_INDEX where no loss */
+    const int32_t *pos;       /* (M, B, T) or NULL, see above */
 } mt_batch;
 
 typedef struct mt_backend_ops {
-    /* Takes the step's tokens and targets; dscale = 1 / valid targets.
-     * train = 0: forward and loss only (evaluation), no gradients. */
+    /* Takes the step's tokens, targets and positions (pos already checked
+     * by mt_batch_check_pos); dscale = 1 / valid targets. The batch stays
+     * valid until end_step. train = 0: forward and loss only (evaluation),
+     * no gradients. */
     int (*begin_step)(mt_backend *be, const mt_batch *batch, float dscale, int train,
                       mt_error *err);
     /* Makes layer l's weights usable by the calls that follow (forward or

@@ -12,6 +12,20 @@ int64_t mt_batch_count_valid(const mt_batch *b) {
     return n;
 }
 
+int mt_batch_check_pos(const mt_batch *b, mt_error *err) {
+    if (!b->pos) return 0;
+    int64_t rows = (int64_t)b->M * b->B;
+    for (int64_t r = 0; r < rows; r++) {
+        const int32_t *p = b->pos + r * b->T;
+        for (int64_t t = 0; t < b->T; t++)
+            if (p[t] != 0 && (t == 0 || p[t] != p[t - 1] + 1))
+                return mt_errorf(err, "position %d at token %lld of batch row %lld: positions "
+                                 "must start each row at 0 and then go up by 1 or restart at 0 "
+                                 "(a new document)", p[t], (long long)t, (long long)r);
+    }
+    return 0;
+}
+
 void mt_batch_fill_random(int32_t *tokens, int32_t *targets, size_t n, int64_t V) {
     uint64_t r = 88172645463325252ull;
     for (size_t i = 0; i < n; i++) {
@@ -34,6 +48,7 @@ int mt_step_forward_backward(mt_backend *be, int n_layers, const mt_batch *batch
     if (valid == 0)
         return mt_errorf(err, "the batch has no target tokens (every label is -100); check the "
                          "data's loss mask");
+    if (mt_batch_check_pos(batch, err)) return -1;
     if (be->ops->begin_step(be, batch, 1.0f / (float)valid, 1, err)) return -1;
     forward_layers(be, n_layers, batch);
 
@@ -54,6 +69,7 @@ int mt_step_forward_backward(mt_backend *be, int n_layers, const mt_batch *batch
 int mt_step_eval(mt_backend *be, int n_layers, const mt_batch *batch, double *loss_sum,
                  int64_t *n_valid, mt_error *err) {
     int64_t valid = mt_batch_count_valid(batch);
+    if (mt_batch_check_pos(batch, err)) return -1;
     if (be->ops->begin_step(be, batch, valid ? 1.0f / (float)valid : 0.0f, 0, err)) return -1;
     forward_layers(be, n_layers, batch);
     be->ops->bind_layer(be, n_layers - 1, 0);

@@ -22,4 +22,9 @@ void mt_batch_fill_random(int32_t *tokens, int32_t *targets, size_t n, int64_t V
 /* Counts targets that are not MT_IGNORE_INDEX. */
 int64_t mt_batch_count_valid(const mt_batch *batch);
 
+/* Checks the batch's positions (if any) against the contract of mt_batch:
+ * each row starts at 0 and each next position is 0 or the previous + 1.
+ * Both step functions call it before begin_step. */
+int mt_batch_check_pos(const mt_batch *batch, mt_error *err);
+
 #endif

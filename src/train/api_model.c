@@ -54,6 +54,7 @@ mt_dataset *mt_dataset_load(const char *path, const mt_tokenizer *tok, const mt_
     }
     mt_data_opts d = {.path = path, .format = o->format ? o->format : "auto",
                       .chat_template = o->chat_template ? o->chat_template : "auto",
+                      .packing = o->packing ? o->packing : "auto",
                       .skip_bad_lines = o->skip_bad_lines, .seed = o->seed, .epochs = o->epochs};
     int64_t V = o->vocab_size > 0 ? o->vocab_size : (int64_t)mt_tokenizer_vocab_size(tok);
     mt_dataset *ds = mt_dataset_open(&d, tok, V, &err);
@@ -65,7 +66,8 @@ int mt_dataset_describe(const mt_dataset *d, mt_dataset_info *info) {
     mt_data_stats st = mt_dataset_stats(d);
     *info = (mt_dataset_info){.documents = st.documents, .tokens = st.tokens,
                               .trainable = st.trainable, .skipped_lines = st.skipped_lines,
-                              .format = st.format, .chat_template = st.chat_template};
+                              .format = st.format, .chat_template = st.chat_template,
+                              .packing = st.packing};
     return 0;
 }
 

@@ -53,21 +53,22 @@ int mt_eval_model(mt_loaded_model *m, const mt_eval_opts *o, mt_eval_result *res
                          (long long)T, (long long)cfg->max_pos);
     mt_data_opts dopts = {.path = o->data, .format = o->format ? o->format : "auto",
                           .chat_template = o->chat_template ? o->chat_template : "auto",
-                          .seed = 1, .epochs = 1};
+                          .packing = o->packing ? o->packing : "auto", .seed = 1, .epochs = 1};
     mt_dataset *ds = mt_dataset_open(&dopts, m->tok, cfg->V, err);
     if (!ds) return -1;
     mt_runner r = {0};
     mt_runner_opts ro = {.device = dev, .fp32 = o->precision && !strcmp(o->precision, "fp32")};
-    int32_t *tokens = NULL, *targets = NULL;
+    int32_t *tokens = NULL, *targets = NULL, *pos = NULL;
     int rc = -1;
     if (mt_runner_init(&r, cfg, &m->table, &m->store, 1, B, T, &ro, err)) goto out;
     tokens = mt_malloc_or_die((size_t)(B * T) * sizeof *tokens);
     targets = mt_malloc_or_die((size_t)(B * T) * sizeof *targets);
+    if (mt_dataset_packs_documents(ds)) pos = mt_malloc_or_die((size_t)(B * T) * sizeof *pos);
     double sum = 0;
     int64_t count = 0, batches = 0;
     while ((!o->max_batches || batches < o->max_batches) &&
-           mt_dataset_next_batch(ds, B, T, tokens, targets) == 0) {
-        mt_batch b = {.M = 1, .B = B, .T = T, .tokens = tokens, .targets = targets};
+           mt_dataset_next_batch(ds, B, T, tokens, targets, pos) == 0) {
+        mt_batch b = {.M = 1, .B = B, .T = T, .tokens = tokens, .targets = targets, .pos = pos};
         double ls;
         int64_t nv;
         if (mt_step_eval(r.be, m->table.n_layers, &b, &ls, &nv, err)) goto out;
@@ -90,5 +91,6 @@ out:
     mt_dataset_free(ds);
     free(tokens);
     free(targets);
+    free(pos);
     return rc;
 }

@@ -22,6 +22,7 @@
 
 static const char *const data_formats[] = {"auto", "text", "completion", "chat", "tokens", NULL};
 static const char *const chat_templates[] = {"auto", "llama3", "qwen", "llama2", "mistral", NULL};
+static const char *const packings[] = {"auto", "documents", "rows", NULL};
 static const char *const schedules[] = {"cosine", "linear", "constant", NULL};
 static const char *const dtypes[] = {"bf16", "fp32", NULL};
 static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
@@ -39,6 +40,9 @@ const mt_tc_option mt_tc_options[] = {
      "JSONL layout: text, prompt/completion, chat messages, or tokens; auto: detect"},
     {"chat_template", MT_TC_ENUM, OFF(chat_template), "auto", NULL, ANY, chat_templates, NULL,
      NULL, "chat format of the model; auto: from the model's type"},
+    {"packing", MT_TC_ENUM, OFF(packing), "auto", NULL, ANY, packings, NULL, NULL,
+     "documents packed in a row: separate sequences (positions restart, attention stays in "
+     "each document) or one sequence (rows); auto: documents for completion and chat data"},
     {"skip_bad_lines", MT_TC_BOOL, OFF(skip_bad_lines), "false", NULL, ANY, NULL, NULL, NULL,
      "skip malformed data lines (counted) instead of stopping"},
 
@@ -369,6 +373,9 @@ int mt_train_config_validate(const mt_train_config *cfg, mt_error *err) {
     if (!cfg->data[0] && cfg->data_format != MT_TC_DATA_AUTO && cfg->data_format != MT_TC_DATA_TEXT)
         return mt_errorf(err, "data_format: '%s' needs a data file (set data: FILE)",
                          mt_tc_data_format_name(cfg->data_format));
+    if (!cfg->data[0] && cfg->packing == MT_TC_PACKING_DOCUMENTS)
+        return mt_errorf(err, "packing: 'documents' needs a data file (the built-in text has no "
+                         "documents); set data: FILE or packing: rows");
     if (!cfg->out[0])
         return mt_errorf(err, "out: the run directory must not be empty (e.g. out: runs/my-run)");
     return 0;
@@ -378,6 +385,7 @@ int mt_train_config_validate(const mt_train_config *cfg, mt_error *err) {
 
 const char *mt_tc_data_format_name(mt_tc_data_format v) { return data_formats[v]; }
 const char *mt_tc_chat_template_name(mt_tc_chat_template v) { return chat_templates[v]; }
+const char *mt_tc_packing_name(mt_tc_packing v) { return packings[v]; }
 const char *mt_device_kind_name(mt_device_kind v) { return devices[v]; }
 const char *mt_tc_precision_name(mt_tc_precision v) { return dtypes[v]; }
 const char *mt_save_dtype_name(mt_save_dtype v) { return dtypes[v]; }

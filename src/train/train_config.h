@@ -34,6 +34,9 @@ typedef enum mt_tc_data_format {
 typedef enum mt_tc_chat_template {
     MT_TC_CHAT_AUTO, MT_TC_CHAT_LLAMA3, MT_TC_CHAT_QWEN, MT_TC_CHAT_LLAMA2, MT_TC_CHAT_MISTRAL
 } mt_tc_chat_template;
+typedef enum mt_tc_packing {
+    MT_TC_PACKING_AUTO, MT_TC_PACKING_DOCUMENTS, MT_TC_PACKING_ROWS
+} mt_tc_packing;
 typedef enum mt_save_dtype { MT_SAVE_BF16, MT_SAVE_FP32 } mt_save_dtype;
 typedef enum mt_nonfinite_action { MT_NONFINITE_STOP, MT_NONFINITE_SKIP } mt_nonfinite_action;
 typedef enum mt_device_kind { MT_DEVICE_AUTO, MT_DEVICE_CPU, MT_DEVICE_CUDA } mt_device_kind;
@@ -46,6 +49,7 @@ typedef struct mt_train_config {
     char data[MT_TC_STR];           // .jsonl or .mtok; "" = built-in text
     mt_tc_data_format data_format;
     mt_tc_chat_template chat_template;
+    mt_tc_packing packing;          // documents in a row: separate sequences, or one
     bool skip_bad_lines;
     /* batch shape and length */
     int64_t seq_len;                // T
@@ -126,6 +130,7 @@ void mt_train_config_usage(FILE *f);
 /* Names of enum values as written in configs ("cosine", "bf16", ...). */
 const char *mt_tc_data_format_name(mt_tc_data_format v);
 const char *mt_tc_chat_template_name(mt_tc_chat_template v);
+const char *mt_tc_packing_name(mt_tc_packing v);
 const char *mt_device_kind_name(mt_device_kind v);
 const char *mt_tc_precision_name(mt_tc_precision v);
 const char *mt_save_dtype_name(mt_save_dtype v);

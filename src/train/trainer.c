@@ -77,6 +77,7 @@ static int open_data(mt_run *R, mt_error *err) {
     }
     mt_data_opts o = {.path = tc->data, .format = mt_tc_data_format_name(tc->data_format),
                       .chat_template = mt_tc_chat_template_name(tc->chat_template),
+                      .packing = mt_tc_packing_name(tc->packing),
                       .skip_bad_lines = tc->skip_bad_lines, .seed = (uint64_t)tc->seed,
                       .epochs = tc->epochs};
     R->data = mt_dataset_open(&o, R->tok, R->cfg.V, err);
@@ -87,8 +88,8 @@ static int open_data(mt_run *R, mt_error *err) {
         snprintf(skipped, sizeof skipped, ", %lld malformed lines skipped",
                  (long long)st.skipped_lines);
     mt_emitf(&R->ev, MT_EVENT_INFO, "data: %s, %lld documents, %lld tokens (%lld with loss), "
-             "format %s%s", tc->data, (long long)st.documents, (long long)st.tokens,
-             (long long)st.trainable, st.format, skipped);
+             "format %s, packing %s%s", tc->data, (long long)st.documents, (long long)st.tokens,
+             (long long)st.trainable, st.format, st.packing, skipped);
     if (mt_dataset_rows_per_epoch(R->data, tc->seq_len) == 0)
         return mt_errorf(err, "%s: %lld tokens are fewer than one row of seq_len + 1 = %lld; "
                          "add data or lower seq_len", tc->data, (long long)st.tokens,
@@ -119,7 +120,7 @@ static int next_batch(mt_run *R) {
         builtin_batch(R, rows, tc->seq_len);
         return 0;
     }
-    return mt_dataset_next_batch(R->data, rows, tc->seq_len, R->tokens, R->targets);
+    return mt_dataset_next_batch(R->data, rows, tc->seq_len, R->tokens, R->targets, R->pos);
 }
 
 /* ---- the loop ---- */
@@ -136,7 +137,7 @@ static void grads_wait(void *be, int l) { mt_cuda_backend_grads_wait(be, l); }
 static int train_step(mt_run *R, double *loss, mt_optim_report *rep, mt_error *err) {
     const mt_train_config *tc = R->tc;
     mt_batch b = {.M = (int)tc->micro_batches, .B = tc->batch_size, .T = tc->seq_len,
-                  .tokens = R->tokens, .targets = R->targets};
+                  .tokens = R->tokens, .targets = R->targets, .pos = R->pos};
     if (mt_step_forward_backward(R->r.be, R->table.n_layers, &b, loss, err)) return -1;
     if (!R->r.gpu) {
         if (mt_nonfinite_find(&R->nf, &R->table, R->store.g) || !isfinite(*loss)) {
@@ -317,6 +318,8 @@ static int setup(mt_run *R, mt_error *err) {
     size_t n = (size_t)(tc->micro_batches * tc->batch_size * tc->seq_len);
     R->tokens = mt_malloc_or_die(n * sizeof *R->tokens);
     R->targets = mt_malloc_or_die(n * sizeof *R->targets);
+    if (R->data && mt_dataset_packs_documents(R->data))
+        R->pos = mt_malloc_or_die(n * sizeof *R->pos);
     char path[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", tc->out);
     if (mt_metrics_open(&R->mw, path, R->step, err)) return -1;
@@ -338,6 +341,7 @@ static void teardown(mt_run *R) {
     free(R->text);
     free(R->tokens);
     free(R->targets);
+    free(R->pos);
     mt_host_store_free(&R->store);
     mt_params_free(&R->table);
     mt_run_lock_release(&R->lock);

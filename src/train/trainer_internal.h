@@ -38,7 +38,7 @@ struct mt_run {
     mt_optim_pipeline pipe;
     int pipe_on;
     int64_t step, total_steps, tokens_seen;
-    int32_t *tokens, *targets;
+    int32_t *tokens, *targets, *pos;  /* pos: packing documents only, else NULL */
     mt_metrics_writer mw;
     char ckpt_dir[4096];     /* the checkpoint resumed from, if any */
     mt_run_lock lock;        /* on tc->out, for the whole run */

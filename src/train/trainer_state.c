@@ -56,6 +56,10 @@ static int check_resumable(const mt_run *R, const cJSON *saved, mt_error *err) {
             return mt_errorf(err, "%s was saved with %s = %lld, this run has %lld: a resumed "
                              "run must keep it (drop the flag or set it back)", R->ckpt_dir,
                              keys[i].name, keys[i].was, keys[i].now);
+    if (old.packing != tc->packing)
+        return mt_errorf(err, "%s was saved with packing %s, this run has %s: a resumed run "
+                         "must keep it", R->ckpt_dir, mt_tc_packing_name(old.packing),
+                         mt_tc_packing_name(tc->packing));
     if (strcmp(old.data, tc->data))
         return mt_errorf(err, "%s was saved training on '%s', this run on '%s'", R->ckpt_dir,
                          old.data, tc->data);

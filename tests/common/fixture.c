@@ -30,6 +30,14 @@ void mt_fixture_open(mt_fixture *f, const char *name) {
     f->T = ids->shape[1];
 }
 
+void mt_fixture_use_ref(mt_fixture *f, const char *file) {
+    mt_error err;
+    char path[640];
+    snprintf(path, sizeof path, "%s/%s", f->dir, file);
+    mt_st_close(&f->ref);
+    cr_assert_eq(mt_st_open(&f->ref, path, &err), 0, "%s", err.msg);
+}
+
 void mt_fixture_reset(mt_fixture *f) {
     mt_error err;
     cr_assert_eq(mt_model_load_weights(&f->store, f->dir, &err), 0, "%s", err.msg);

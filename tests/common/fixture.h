@@ -24,6 +24,10 @@ extern const char *mt_fixture_models[4];
 /* Loads tests/fixtures/models/<name>; asserts on any failure. */
 void mt_fixture_open(mt_fixture *f, const char *name);
 void mt_fixture_close(mt_fixture *f);
+/* Reads reference tensors from <dir>/<file> from now on (e.g.
+ * "packed.safetensors", scripts/make_packed_fixture.py) instead of
+ * reference.safetensors. */
+void mt_fixture_use_ref(mt_fixture *f, const char *file);
 /* Reloads the model weights and clears m and v (a fresh start). */
 void mt_fixture_reset(mt_fixture *f);
 

@@ -337,9 +337,10 @@ Test(api, tokenizers_and_data_sets) {
     mt_dataset_describe(d, &di);
     cr_assert_eq(di.documents, 20);
     cr_assert_str_eq(di.format, "text");
+    cr_assert_str_eq(di.packing, "rows");
     int32_t tokens[4 * 16], targets[4 * 16];
     int batches = 0;
-    while (mt_dataset_next_batch(d, 4, 16, tokens, targets) == 0) batches++;
+    while (mt_dataset_next_batch(d, 4, 16, tokens, targets, NULL) == 0) batches++;
     /* one epoch of di.tokens tokens in rows of 17, 4 rows a batch */
     cr_assert_eq(batches, di.tokens / 17 / 4);
     mt_dataset_free(d);

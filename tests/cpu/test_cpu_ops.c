@@ -321,19 +321,21 @@ Test(cpu_ops, matmul_bitwise_independent_of_thread_count) {
 typedef struct {
     double *x, *R;
     const float *cos, *sin;
+    const int32_t *pos;
     size_t B, T, H, HD;
 } rope_ctx;
 
-/* Rotates pairs (i, i+HD/2) written as a 2x2 matrix product. */
+/* Rotates pairs (i, i+HD/2) written as a 2x2 matrix product, by the angle
+ * of position pos[b*T+t] (t when pos is NULL). */
 static void rope_ref(double *out, const double *x, const float *cos, const float *sin,
-                     size_t B, size_t T, size_t H, size_t HD) {
+                     const int32_t *pos, size_t B, size_t T, size_t H, size_t HD) {
     size_t half = HD / 2;
     for (size_t b = 0; b < B; b++)
         for (size_t t = 0; t < T; t++)
             for (size_t h = 0; h < H; h++)
                 for (size_t i = 0; i < half; i++) {
-                    size_t base = ((b * T + t) * H + h) * HD;
-                    double c = cos[t * half + i], s = sin[t * half + i];
+                    size_t base = ((b * T + t) * H + h) * HD, p = pos ? (size_t)pos[b * T + t] : t;
+                    double c = cos[p * half + i], s = sin[p * half + i];
                     double rot[2][2] = {{c, -s}, {s, c}};
                     double v[2] = {x[base + i], x[base + i + half]};
                     out[base + i] = rot[0][0] * v[0] + rot[0][1] * v[1];
@@ -345,13 +347,14 @@ static double rope_loss(void *p) {
     rope_ctx *c = p;
     size_t n = c->B * c->T * c->H * c->HD;
     double *out = malloc(n * sizeof(double));
-    rope_ref(out, c->x, c->cos, c->sin, c->B, c->T, c->H, c->HD);
+    rope_ref(out, c->x, c->cos, c->sin, c->pos, c->B, c->T, c->H, c->HD);
     double l = dot_d(out, c->R, n);
     free(out);
     return l;
 }
 
-Test(cpu_ops, rope_forward_backward) {
+/* pos: NULL, or the positions of packed documents (B, T). */
+static void check_rope(const int32_t *pos) {
     size_t B = 2, T = 5, H = 3, HD = 6, half = HD / 2, n = B * T * H * HD;
     float *cos = malloc(T * half * sizeof(float)), *sin = malloc(T * half * sizeof(float));
     for (size_t t = 0; t < T; t++)
@@ -361,20 +364,28 @@ Test(cpu_ops, rope_forward_backward) {
             sin[t * half + i] = sinf(a);
         }
     float *x = randf(n, 60, -1, 1), *y = copyf(x, n);
-    mt_cpu_rope_forward(y, cos, sin, B, T, H, HD);
-    rope_ctx ctx = {to_d(x, n), NULL, cos, sin, B, T, H, HD};
+    mt_cpu_rope_forward(y, cos, sin, pos, B, T, H, HD);
+    rope_ctx ctx = {to_d(x, n), NULL, cos, sin, pos, B, T, H, HD};
     double *want = malloc(n * sizeof(double));
-    rope_ref(want, ctx.x, cos, sin, B, T, H, HD);
+    rope_ref(want, ctx.x, cos, sin, pos, B, T, H, HD);
     expect_close(y, want, n, FWD_TOL, "rope out");
 
     float *R = randf(n, 61, -1, 1), *dx = copyf(R, n);
     ctx.R = to_d(R, n);
     double *g = malloc(n * sizeof(double));
     fd_grad(g, ctx.x, n, rope_loss, &ctx);
-    mt_cpu_rope_backward(dx, cos, sin, B, T, H, HD);
+    mt_cpu_rope_backward(dx, cos, sin, pos, B, T, H, HD);
     expect_close(dx, g, n, GRAD_TOL, "rope dx");
     free(cos); free(sin); free(x); free(y); free(want); free(R); free(dx); free(g);
     free(ctx.x); free(ctx.R);
+}
+
+Test(cpu_ops, rope_forward_backward) { check_rope(NULL); }
+
+/* Positions that restart: documents of 2, 3 | 1, 4 tokens in two rows. */
+Test(cpu_ops, rope_packed_positions) {
+    static const int32_t pos[10] = {0, 1, 0, 1, 2, 0, 0, 1, 2, 3};
+    check_rope(pos);
 }
 
 /* ------------------------------------------------------------------------
@@ -382,11 +393,13 @@ Test(cpu_ops, rope_forward_backward) {
 
 typedef struct {
     double *q, *k, *v, *R;
+    const int32_t *pos;
     size_t B, T, NH, NKV, HD;
 } attn_ctx;
 
 /* Materialises the full (T,T) score matrix of each (b, h) with the causal
- * mask as -inf, then softmax and P @ V. lse may be NULL. */
+ * mask as -inf (and, with positions, every key before the query's
+ * document start i - pos[i]), then softmax and P @ V. lse may be NULL. */
 static void attention_ref(double *out, double *lse, const attn_ctx *c) {
     size_t T = c->T, HD = c->HD, NH = c->NH, NKV = c->NKV;
     double *S = malloc(T * T * sizeof(double));
@@ -397,7 +410,9 @@ static void attention_ref(double *out, double *lse, const attn_ctx *c) {
                 for (size_t j = 0; j < T; j++) {
                     const double *qi = c->q + ((b * T + i) * NH + h) * HD;
                     const double *kj = c->k + ((b * T + j) * NKV + kvh) * HD;
-                    S[i * T + j] = j > i ? -INFINITY : dot_d(qi, kj, HD) / sqrt((double)HD);
+                    size_t first = c->pos ? i - (size_t)c->pos[b * T + i] : 0;
+                    S[i * T + j] = j > i || j < first ? -INFINITY
+                                                      : dot_d(qi, kj, HD) / sqrt((double)HD);
                 }
             for (size_t i = 0; i < T; i++) {
                 double m = -INFINITY, sum = 0;
@@ -426,13 +441,14 @@ static double attn_loss(void *p) {
     return l;
 }
 
-static void check_attention(size_t B, size_t T, size_t NH, size_t NKV, size_t HD) {
+static void check_attention(size_t B, size_t T, size_t NH, size_t NKV, size_t HD,
+                            const int32_t *pos) {
     size_t nq = B * T * NH * HD, nkv = B * T * NKV * HD, nl = B * NH * T;
     float *q = randf(nq, 70, -1.5f, 1.5f), *k = randf(nkv, 71, -1.5f, 1.5f);
     float *v = randf(nkv, 72, -1, 1), *R = randf(nq, 73, -1, 1);
     float *out = nanf_buf(nq), *lse = nanf_buf(nl);
-    mt_cpu_attention_forward(out, lse, q, k, v, B, T, NH, NKV, HD);
-    attn_ctx ctx = {to_d(q, nq), to_d(k, nkv), to_d(v, nkv), to_d(R, nq), B, T, NH, NKV, HD};
+    mt_cpu_attention_forward(out, lse, q, k, v, pos, B, T, NH, NKV, HD);
+    attn_ctx ctx = {to_d(q, nq), to_d(k, nkv), to_d(v, nkv), to_d(R, nq), pos, B, T, NH, NKV, HD};
     double *want = malloc(nq * sizeof(double)), *want_lse = malloc(nl * sizeof(double));
     attention_ref(want, want_lse, &ctx);
     expect_close(out, want, nq, FWD_TOL, "attention out");
@@ -444,7 +460,7 @@ static void check_attention(size_t B, size_t T, size_t NH, size_t NKV, size_t HD
     fd_grad(gk, ctx.k, nkv, attn_loss, &ctx);
     fd_grad(gv, ctx.v, nkv, attn_loss, &ctx);
     float *dq = nanf_buf(nq), *dk = nanf_buf(nkv), *dv = nanf_buf(nkv);  // overwritten
-    mt_cpu_attention_backward(dq, dk, dv, R, q, k, v, out, lse, B, T, NH, NKV, HD);
+    mt_cpu_attention_backward(dq, dk, dv, R, q, k, v, out, lse, pos, B, T, NH, NKV, HD);
     expect_close(dq, gq, nq, GRAD_TOL, "attention dq");
     expect_close(dk, gk, nkv, GRAD_TOL, "attention dk");
     expect_close(dv, gv, nkv, GRAD_TOL, "attention dv");
@@ -453,9 +469,15 @@ static void check_attention(size_t B, size_t T, size_t NH, size_t NKV, size_t HD
     free(ctx.q); free(ctx.k); free(ctx.v); free(ctx.R);
 }
 
-Test(cpu_ops, attention_gqa) { check_attention(2, 5, 4, 2, 6); }
-Test(cpu_ops, attention_mqa) { check_attention(1, 7, 3, 1, 4); }
-Test(cpu_ops, attention_mha) { check_attention(2, 6, 2, 2, 8); }
+Test(cpu_ops, attention_gqa) { check_attention(2, 5, 4, 2, 6, NULL); }
+Test(cpu_ops, attention_mqa) { check_attention(1, 7, 3, 1, 4, NULL); }
+Test(cpu_ops, attention_mha) { check_attention(2, 6, 2, 2, 8, NULL); }
+/* Packed documents of 3, 1, 2 | 4, 2 tokens: a key of another document
+ * must get no weight and no gradient. */
+Test(cpu_ops, attention_packed_documents) {
+    static const int32_t pos[12] = {0, 1, 2, 0, 0, 1, 0, 1, 2, 3, 0, 1};
+    check_attention(2, 6, 4, 2, 6, pos);
+}
 
 Test(cpu_ops, attention_backward_bitwise_independent_of_thread_count) {
     size_t B = 3, T = 65, NH = 6, NKV = 3, HD = 16;
@@ -467,12 +489,12 @@ Test(cpu_ops, attention_backward_bitwise_independent_of_thread_count) {
         omp_set_num_threads(r + 1);
         res[r][0] = nanf_buf(nq);
         res[r][1] = nanf_buf(B * NH * T);
-        mt_cpu_attention_forward(res[r][0], res[r][1], q, k, v, B, T, NH, NKV, HD);
+        mt_cpu_attention_forward(res[r][0], res[r][1], q, k, v, NULL, B, T, NH, NKV, HD);
         res[r][2] = nanf_buf(nq);
         res[r][3] = nanf_buf(nkv);
         res[r][4] = nanf_buf(nkv);
         mt_cpu_attention_backward(res[r][2], res[r][3], res[r][4], dout, q, k, v, res[r][0],
-                                  res[r][1], B, T, NH, NKV, HD);
+                                  res[r][1], NULL, B, T, NH, NKV, HD);
     }
     size_t sizes[5] = {nq, B * NH * T, nq, nkv, nkv};
     for (int i = 0; i < 5; i++) {

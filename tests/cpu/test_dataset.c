@@ -59,10 +59,12 @@ Test(dataset, text_and_completion_with_byte_tokenizer) {
     corpus_of(d, ids, keep, 6);
     for (int i = 0; i < 6; i++) cr_expect(ids[i] == want2[i] && keep[i] == keep2[i], "token %d", i);
     cr_expect_eq(mt_dataset_stats(d).trainable, 3);
-    int32_t x[5], y[5];
-    cr_assert_eq(mt_dataset_next_batch(d, 1, 5, x, y), 0);
+    int32_t x[5], y[5], pos[5];
+    cr_expect(!strcmp(mt_dataset_stats(d).packing, "documents"), "completions pack documents");
+    cr_assert_eq(mt_dataset_next_batch(d, 1, 5, x, y, pos), 0);
     int32_t wy[5] = {-100, -100, 'c', 'd', 257};  // targets of inputs BOS a b c d
-    for (int i = 0; i < 5; i++) cr_expect(x[i] == want2[i] && y[i] == wy[i], "position %d", i);
+    for (int i = 0; i < 5; i++)
+        cr_expect(x[i] == want2[i] && y[i] == wy[i] && pos[i] == i, "position %d", i);
     mt_dataset_free(d);
     free(p);
     mt_tokenizer_free(tok);
@@ -241,7 +243,7 @@ Test(dataset, packing_keeps_every_token_once_per_epoch) {
     for (int e = 0; e < 2; e++) {
         int64_t seen[258] = {0};
         for (int64_t r = 0; r < R; r++) {
-            cr_assert_eq(mt_dataset_next_batch(d, 1, T, x, y), 0);
+            cr_assert_eq(mt_dataset_next_batch(d, 1, T, x, y, NULL), 0);
             if (r == 0) memcpy(first[e], x, sizeof x);
             for (int t = 0; t < T; t++) seen[x[t]]++;
             seen[y[T - 1]]++;  // the row's last token (every target has loss in "text")
@@ -256,11 +258,11 @@ Test(dataset, packing_keeps_every_token_once_per_epoch) {
         cr_expect_eq(missing, (int64_t)m->n_tokens - R * (T + 1));
     }
     cr_expect(memcmp(first[0], first[1], sizeof x), "epochs are shuffled differently");
-    cr_expect_eq(mt_dataset_next_batch(d, 1, T, x, y), 1, "two epochs, then end of data");
+    cr_expect_eq(mt_dataset_next_batch(d, 1, T, x, y, NULL), 1, "two epochs, then end of data");
     mt_dataset_free(d);
     // Same seed: same order.
     mt_dataset *d2 = open_data(p, "text", tok, 258, 0, &err);
-    cr_assert_eq(mt_dataset_next_batch(d2, 1, T, x, y), 0);
+    cr_assert_eq(mt_dataset_next_batch(d2, 1, T, x, y, NULL), 0);
     cr_expect(!memcmp(x, first[0], sizeof x));
     mt_dataset_free(d2);
     mt_tokenizer_free(tok);
@@ -279,16 +281,17 @@ Test(dataset, resume_position_reproduces_batches) {
     int32_t xa[N][B * T], ya[N][B * T], x[B * T], y[B * T];
     mt_data_pos saved = {0};
     int n = 0;
-    for (; n < N && mt_dataset_next_batch(a, B, T, xa[n], ya[n]) == 0; n++)
+    for (; n < N && mt_dataset_next_batch(a, B, T, xa[n], ya[n], NULL) == 0; n++)
         if (n == 9) saved = mt_dataset_get_pos(a);
     cr_assert_gt(n, 14);
     mt_dataset *b = open_data(p, "text", tok, 258, 0, &err);
     mt_dataset_set_pos(b, saved);
     for (int i = 10; i < n; i++) {
-        cr_assert_eq(mt_dataset_next_batch(b, B, T, x, y), 0);
+        cr_assert_eq(mt_dataset_next_batch(b, B, T, x, y, NULL), 0);
         cr_expect(!memcmp(x, xa[i], sizeof x) && !memcmp(y, ya[i], sizeof y), "batch %d", i);
     }
-    cr_expect_eq(mt_dataset_next_batch(b, B, T, x, y), mt_dataset_next_batch(a, B, T, x, y));
+    cr_expect_eq(mt_dataset_next_batch(b, B, T, x, y, NULL),
+                 mt_dataset_next_batch(a, B, T, x, y, NULL));
     mt_dataset_free(a), mt_dataset_free(b);
     mt_tokenizer_free(tok);
     free(p);
@@ -355,13 +358,17 @@ Test(dataset, malformed_lines_name_file_line_field) {
 /* ---- .mtok ---- */
 
 static void batches_equal(mt_dataset *a, mt_dataset *b, int64_t T) {
-    int32_t xa[4 * 64], ya[4 * 64], xb[4 * 64], yb[4 * 64];
+    int32_t xa[4 * 64], ya[4 * 64], pa[4 * 64], xb[4 * 64], yb[4 * 64], pb[4 * 64];
     int n = 0;
+    cr_assert_eq(mt_dataset_packs_documents(a), mt_dataset_packs_documents(b));
     for (;; n++) {
-        int ra = mt_dataset_next_batch(a, 4, T, xa, ya), rb = mt_dataset_next_batch(b, 4, T, xb, yb);
+        int ra = mt_dataset_next_batch(a, 4, T, xa, ya, pa),
+            rb = mt_dataset_next_batch(b, 4, T, xb, yb, pb);
         cr_assert_eq(ra, rb);
         if (ra) break;
-        cr_assert(!memcmp(xa, xb, sizeof(int32_t) * 4 * T) && !memcmp(ya, yb, sizeof(int32_t) * 4 * T), "batch %d", n);
+        size_t bytes = sizeof(int32_t) * 4 * T;
+        cr_assert(!memcmp(xa, xb, bytes) && !memcmp(ya, yb, bytes), "batch %d", n);
+        cr_assert(!mt_dataset_packs_documents(a) || !memcmp(pa, pb, bytes), "batch %d", n);
     }
     cr_expect_gt(n, 1);
 }
@@ -387,6 +394,8 @@ Test(dataset, mtok_round_trip_and_corruption) {
     mt_data_stats sa = mt_dataset_stats(a), sb = mt_dataset_stats(b);
     cr_expect(sa.documents == sb.documents && sa.tokens == sb.tokens && sa.trainable == sb.trainable);
     cr_expect(sa.trainable < sa.tokens);
+    // A token file with a loss mask packs documents, as its chat source does.
+    cr_expect(!strcmp(sa.packing, "documents") && !strcmp(sb.packing, "documents"));
     batches_equal(a, b, 16);
     mt_dataset_free(a), mt_dataset_free(b);
     // The model's vocabulary is smaller than the file's ids.

@@ -1,8 +1,8 @@
 /* Tests of the fused causal GQA attention kernels (backend/cuda/attention.h)
  * against a double-precision reference that materialises the whole masked
  * score matrix of each (batch, head). Ragged T (not a multiple of any tile),
- * GQA, MHA (NH == NKV) and MQA (NKV == 1), both precisions, poisoned outputs,
- * bitwise determinism and shape errors. */
+ * GQA, MHA (NH == NKV) and MQA (NKV == 1), packed documents, both
+ * precisions, poisoned outputs, bitwise determinism and shape errors. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -55,10 +55,11 @@ static float from_bf16(uint16_t h) {
 
 typedef struct shape { size_t B, T, NH, NKV, HD; } shape;
 
-/* Double-precision reference: out, lse, dq, dk, dv (all overwritten). */
-static void ref_attention(const shape *s, const float *q, const float *k, const float *v,
-                          const float *dout, double *out, double *lse, double *dq, double *dk,
-                          double *dv) {
+/* Double-precision reference: out, lse, dq, dk, dv (all overwritten).
+ * pos (B,T) or NULL: with positions, query t sees keys t - pos[t] .. t. */
+static void ref_attention(const shape *s, const int32_t *pos, const float *q, const float *k,
+                          const float *v, const float *dout, double *out, double *lse,
+                          double *dq, double *dk, double *dv) {
     const size_t B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, HD = s->HD;
     const double scale = 1.0 / sqrt((double)HD);
     double *P = malloc(T * T * sizeof *P), *dP = malloc(T * T * sizeof *dP);
@@ -72,17 +73,18 @@ static void ref_attention(const shape *s, const float *q, const float *k, const 
 #define KV(x, t) (x + ((b * T + (t)) * NKV + kh) * HD)
             for (size_t t = 0; t < T; t++) {
                 double m = -INFINITY, l = 0;
-                for (size_t u = 0; u <= t; u++) {
+                const size_t u0 = pos ? t - (size_t)pos[b * T + t] : 0; // first key seen
+                for (size_t u = u0; u <= t; u++) {
                     double d = 0;
                     for (size_t i = 0; i < HD; i++) d += (double)Q(t)[i] * KV(k, u)[i];
                     P[t * T + u] = d * scale;
                     if (d * scale > m) m = d * scale;
                 }
-                for (size_t u = 0; u <= t; u++) l += exp(P[t * T + u] - m);
+                for (size_t u = u0; u <= t; u++) l += exp(P[t * T + u] - m);
                 lse[(b * NH + h) * T + t] = m + log(l);
                 double *o = out + ((b * T + t) * NH + h) * HD;
                 for (size_t i = 0; i < HD; i++) o[i] = 0;
-                for (size_t u = 0; u <= t; u++) {
+                for (size_t u = u0; u <= t; u++) {
                     P[t * T + u] = exp(P[t * T + u] - m) / l;
                     for (size_t i = 0; i < HD; i++) o[i] += P[t * T + u] * KV(v, u)[i];
                 }
@@ -90,7 +92,7 @@ static void ref_attention(const shape *s, const float *q, const float *k, const 
                 for (size_t i = 0; i < HD; i++) D += (double)DO(t)[i] * o[i];
                 double *g = dq + ((b * T + t) * NH + h) * HD;
                 for (size_t i = 0; i < HD; i++) g[i] = 0;
-                for (size_t u = 0; u <= t; u++) {
+                for (size_t u = u0; u <= t; u++) {
                     double dp = 0;
                     for (size_t i = 0; i < HD; i++) dp += (double)DO(t)[i] * KV(v, u)[i];
                     double ds = P[t * T + u] * (dp - D);
@@ -151,10 +153,12 @@ static float *host_copy(const void *d, size_t bytes) {
     return h;
 }
 
-/* Runs forward + backward on the GPU. bf16 mode rounds q, k, v, dout to
- * bf16 in place first (so the reference sees exactly the kernel's inputs)
- * and returns out as read back through the fp32 copy. */
-static run_result run_gpu(const shape *s, int bf16, float *q, float *k, float *v, float *dout) {
+/* Runs forward + backward on the GPU, with positions pos (B,T) on the host
+ * or NULL. bf16 mode rounds q, k, v, dout to bf16 in place first (so the
+ * reference sees exactly the kernel's inputs) and returns out as read back
+ * through the fp32 copy. */
+static run_result run_gpu(const shape *s, const int32_t *pos, int bf16, float *q, float *k,
+                          float *v, float *dout) {
     const size_t nq = s->B * s->T * s->NH * s->HD, nk = s->B * s->T * s->NKV * s->HD;
     const size_t nl = s->B * s->NH * s->T;
     mt_error err = {{0}};
@@ -162,6 +166,7 @@ static run_result run_gpu(const shape *s, int bf16, float *q, float *k, float *v
     void *dq_ = dev_poison(nq * 4), *dk_ = dev_poison(nk * 4), *dv_ = dev_poison(nk * 4);
     void *lse = dev_poison(nl * 4), *out32 = dev_poison(nq * 4);
     void *scratch = dev_poison(mt_attn_backward_scratch_bytes(s->B, s->T, s->NH));
+    int32_t *dpos = pos ? dev_copy(pos, s->B * s->T * sizeof *pos) : NULL;
     void *iq, *ik, *iv, *ido, *out;
     if (bf16) {
         uint16_t *hq = malloc(nq * 2), *hk = malloc(nk * 2), *hv = malloc(nk * 2),
@@ -178,11 +183,11 @@ static run_result run_gpu(const shape *s, int bf16, float *q, float *k, float *v
         ido = dev_copy(hdo, nq * 2);
         free(hq); free(hk); free(hv); free(hdo);
         out = dev_poison(nq * 2);
-        int rc = mt_attn_forward_bf16(out, out32, lse, iq, ik, iv, s->B, s->T, s->NH, s->NKV,
-                                      s->HD, 0, &err);
+        int rc = mt_attn_forward_bf16(out, out32, lse, iq, ik, iv, dpos, s->B, s->T, s->NH,
+                                      s->NKV, s->HD, 0, &err);
         cr_assert_eq(rc, 0, "%s", err.msg);
-        rc = mt_attn_backward_bf16(dq_, dk_, dv_, scratch, ido, iq, ik, iv, out, lse, s->B, s->T,
-                                   s->NH, s->NKV, s->HD, 0, &err);
+        rc = mt_attn_backward_bf16(dq_, dk_, dv_, scratch, ido, iq, ik, iv, out, lse, dpos, s->B,
+                                   s->T, s->NH, s->NKV, s->HD, 0, &err);
         cr_assert_eq(rc, 0, "%s", err.msg);
         // The bf16 output must be the fp32 one rounded, every element written.
         uint16_t *ob = malloc(nq * 2);
@@ -195,10 +200,10 @@ static run_result run_gpu(const shape *s, int bf16, float *q, float *k, float *v
         iq = dev_copy(q, nq * 4); ik = dev_copy(k, nk * 4); iv = dev_copy(v, nk * 4);
         ido = dev_copy(dout, nq * 4);
         out = out32;
-        int rc = mt_attn_forward_f32(out32, lse, iq, ik, iv, s->B, s->T, s->NH, s->NKV, s->HD, 0,
-                                     &err);
+        int rc = mt_attn_forward_f32(out32, lse, iq, ik, iv, dpos, s->B, s->T, s->NH, s->NKV,
+                                     s->HD, 0, &err);
         cr_assert_eq(rc, 0, "%s", err.msg);
-        rc = mt_attn_backward_f32(dq_, dk_, dv_, scratch, ido, iq, ik, iv, out32, lse, s->B,
+        rc = mt_attn_backward_f32(dq_, dk_, dv_, scratch, ido, iq, ik, iv, out32, lse, dpos, s->B,
                                   s->T, s->NH, s->NKV, s->HD, 0, &err);
         cr_assert_eq(rc, 0, "%s", err.msg);
     }
@@ -209,14 +214,15 @@ static run_result run_gpu(const shape *s, int bf16, float *q, float *k, float *v
     r.dk = host_copy(dk_, nk * 4);
     r.dv = host_copy(dv_, nk * 4);
     if (out != out32) CK(cudaFree(out));
+    if (dpos) CK(cudaFree(dpos));
     void *bufs[] = {dq_, dk_, dv_, lse, out32, scratch, iq, ik, iv, ido};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) CK(cudaFree(bufs[i]));
     return r;
 }
 
-/* Checks one shape in one precision; tol_fwd bounds out and lse, tol_bwd
- * the gradients (relative L2 errors). */
-static void check_shape(shape s, int bf16, double tol_fwd, double tol_bwd) {
+/* Checks one shape in one precision, with positions pos (B,T) or NULL;
+ * tol_fwd bounds out and lse, tol_bwd the gradients (relative L2 errors). */
+static void check_packed(shape s, const int32_t *pos, int bf16, double tol_fwd, double tol_bwd) {
     skip_without_gpu();
     const size_t nq = s.B * s.T * s.NH * s.HD, nk = s.B * s.T * s.NKV * s.HD;
     const size_t nl = s.B * s.NH * s.T;
@@ -225,11 +231,11 @@ static void check_shape(shape s, int bf16, double tol_fwd, double tol_bwd) {
     fill_normal(k, nk, 2 + s.NKV);
     fill_normal(v, nk, 3 + s.T);
     fill_normal(dout, nq, 4 + s.NH);
-    run_result r = run_gpu(&s, bf16, q, k, v, dout);
+    run_result r = run_gpu(&s, pos, bf16, q, k, v, dout);
     double *out = malloc(nq * 8), *lse = malloc(nl * 8), *dq = malloc(nq * 8),
            *dk = malloc(nk * 8), *dv = malloc(nk * 8);
-    ref_attention(&s, q, k, v, dout, out, lse, dq, dk, dv);
-    const char *mode = bf16 ? "bf16" : "fp32";
+    ref_attention(&s, pos, q, k, v, dout, out, lse, dq, dk, dv);
+    const char *mode = bf16 ? (pos ? "bf16 packed" : "bf16") : (pos ? "fp32 packed" : "fp32");
     double e;
 #define CHECK(name, got, ref, n, tol)                                                     \
     e = rel_err_d(got, ref, n);                                                           \
@@ -246,6 +252,29 @@ static void check_shape(shape s, int bf16, double tol_fwd, double tol_bwd) {
     free_result(&r);
     free(q); free(k); free(v); free(dout);
     free(out); free(lse); free(dq); free(dk); free(dv);
+}
+
+static void check_shape(shape s, int bf16, double tol_fwd, double tol_bwd) {
+    check_packed(s, NULL, bf16, tol_fwd, tol_bwd);
+}
+
+/* Positions (B,T) of rows packed with documents whose lengths cycle through
+ * DOC_LENS, row b starting at its b-th entry; the last row is one document
+ * when B > 1 (mixed rows in one launch). The lengths give one-token
+ * documents, documents ending inside and exactly at 64- and 128-row tiles,
+ * and documents spanning several tiles. malloc'd. */
+static const int DOC_LENS[] = {1, 7, 56, 130, 3, 45, 200, 2, 90, 17, 64};
+static int32_t *packed_pos(size_t B, size_t T) {
+    int32_t *pos = malloc(B * T * sizeof *pos);
+    const size_t n = sizeof DOC_LENS / sizeof *DOC_LENS;
+    for (size_t b = 0; b < B; b++) {
+        size_t k = b, t = 0;
+        while (t < T) {
+            const size_t len = B > 1 && b == B - 1 ? T : (size_t)DOC_LENS[k++ % n];
+            for (size_t i = 0; i < len && t < T; i++, t++) pos[b * T + t] = (int32_t)i;
+        }
+    }
+    return pos;
 }
 
 /* bf16 tolerances. The inputs are exactly bf16 (the reference sees the same
@@ -280,9 +309,57 @@ Test(attention_f32, hd80_and_hd256) {
 }
 Test(attention_f32, gqa8_multi_tile) { check_shape((shape){1, 300, 8, 1, 64}, 0, F32_TOL, F32_TOL); }
 
+/* Packed documents: every key of another document must get no weight and
+ * no gradient; tiles wholly before a row's document are skipped and the
+ * rest masked. Same tolerances: each row's arithmetic is that of a shorter
+ * causal sequence. */
+static void check_docs(shape s, int bf16) {
+    int32_t *pos = packed_pos(s.B, s.T);
+    if (bf16) check_packed(s, pos, 1, BF16_TOL_FWD, BF16_TOL_BWD);
+    else check_packed(s, pos, 0, F32_TOL, F32_TOL);
+    free(pos);
+}
+Test(attention_bf16, packed_gqa4_hd64) { check_docs((shape){3, 300, 8, 2, 64}, 1); }
+Test(attention_bf16, packed_mqa_hd128) { check_docs((shape){2, 300, 4, 1, 128}, 1); }
+Test(attention_bf16, packed_mha_hd128_ragged) { check_docs((shape){2, 193, 4, 4, 128}, 1); }
+Test(attention_f32, packed_gqa4_hd64) { check_docs((shape){3, 300, 8, 2, 64}, 0); }
+Test(attention_f32, packed_hd80_and_hd256) {
+    check_docs((shape){2, 150, 2, 1, 80}, 0);
+    check_docs((shape){1, 260, 2, 2, 256}, 0);
+}
+
+/* Positions 0..T-1 in every row (one document per row) run the packed
+ * kernels on the unpacked problem: the same bits as no positions. */
+static void check_one_document_per_row(int bf16) {
+    skip_without_gpu();
+    shape s = {2, 333, 8, 2, bf16 ? 128 : 64};
+    const size_t nq = s.B * s.T * s.NH * s.HD, nk = s.B * s.T * s.NKV * s.HD;
+    const size_t nl = s.B * s.NH * s.T;
+    float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *dout = malloc(nq * 4);
+    fill_normal(q, nq, 21);
+    fill_normal(k, nk, 22);
+    fill_normal(v, nk, 23);
+    fill_normal(dout, nq, 24);
+    int32_t *pos = malloc(s.B * s.T * sizeof *pos);
+    for (size_t i = 0; i < s.B * s.T; i++) pos[i] = (int32_t)(i % s.T);
+    run_result a = run_gpu(&s, NULL, bf16, q, k, v, dout);
+    run_result b = run_gpu(&s, pos, bf16, q, k, v, dout);
+    cr_assert(!memcmp(a.out, b.out, nq * 4), "out differs");
+    cr_assert(!memcmp(a.lse, b.lse, nl * 4), "lse differs");
+    cr_assert(!memcmp(a.dq, b.dq, nq * 4), "dq differs");
+    cr_assert(!memcmp(a.dk, b.dk, nk * 4), "dk differs");
+    cr_assert(!memcmp(a.dv, b.dv, nk * 4), "dv differs");
+    free_result(&a);
+    free_result(&b);
+    free(q); free(k); free(v); free(dout); free(pos);
+}
+Test(attention_bf16, one_document_per_row_equals_no_positions) { check_one_document_per_row(1); }
+Test(attention_f32, one_document_per_row_equals_no_positions) { check_one_document_per_row(0); }
+
 /* Both precisions claim bitwise reproducible forward and backward (no
- * atomics): two runs on the same inputs must agree to the bit. */
-static void check_deterministic(int bf16) {
+ * atomics), packed or not: two runs on the same inputs must agree to the
+ * bit. */
+static void check_deterministic(int bf16, int packed) {
     skip_without_gpu();
     shape s = {2, 333, 8, 2, bf16 ? 128 : 64};
     const size_t nq = s.B * s.T * s.NH * s.HD, nk = s.B * s.T * s.NKV * s.HD;
@@ -292,8 +369,9 @@ static void check_deterministic(int bf16) {
     fill_normal(k, nk, 12);
     fill_normal(v, nk, 13);
     fill_normal(dout, nq, 14);
-    run_result a = run_gpu(&s, bf16, q, k, v, dout);
-    run_result b = run_gpu(&s, bf16, q, k, v, dout);
+    int32_t *pos = packed ? packed_pos(s.B, s.T) : NULL;
+    run_result a = run_gpu(&s, pos, bf16, q, k, v, dout);
+    run_result b = run_gpu(&s, pos, bf16, q, k, v, dout);
     cr_assert(!memcmp(a.out, b.out, nq * 4), "out differs between runs");
     cr_assert(!memcmp(a.lse, b.lse, nl * 4), "lse differs between runs");
     cr_assert(!memcmp(a.dq, b.dq, nq * 4), "dq differs between runs");
@@ -301,18 +379,23 @@ static void check_deterministic(int bf16) {
     cr_assert(!memcmp(a.dv, b.dv, nk * 4), "dv differs between runs");
     free_result(&a);
     free_result(&b);
-    free(q); free(k); free(v); free(dout);
+    free(q); free(k); free(v); free(dout); free(pos);
 }
-Test(attention_bf16, deterministic) { check_deterministic(1); }
-Test(attention_f32, deterministic) { check_deterministic(0); }
+Test(attention_bf16, deterministic) { check_deterministic(1, 0); }
+Test(attention_f32, deterministic) { check_deterministic(0, 0); }
+Test(attention_bf16, packed_deterministic) { check_deterministic(1, 1); }
+Test(attention_f32, packed_deterministic) { check_deterministic(0, 1); }
 
 Test(attention, rejects_bad_shapes) {
     mt_error err = {{0}};
     // Shape checks come before any device work, so NULL pointers are fine.
-    cr_assert_eq(mt_attn_forward_bf16(NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 6, 4, 64, 0, &err), -1);
+    cr_assert_eq(mt_attn_forward_bf16(NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 6, 4, 64, 0,
+                                      &err), -1);
     cr_assert(strstr(err.msg, "NKV=4"), "message: %s", err.msg);
-    cr_assert_eq(mt_attn_forward_bf16(NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 4, 4, 96, 0, &err), -1);
+    cr_assert_eq(mt_attn_forward_bf16(NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 4, 4, 96, 0,
+                                      &err), -1);
     cr_assert(strstr(err.msg, "head_dim"), "message: %s", err.msg);
-    cr_assert_eq(mt_attn_forward_f32(NULL, NULL, NULL, NULL, NULL, 1, 8, 4, 4, 512, 0, &err), -1);
+    cr_assert_eq(mt_attn_forward_f32(NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 4, 4, 512, 0, &err),
+                 -1);
     cr_assert(strstr(err.msg, "512"), "message: %s", err.msg);
 }

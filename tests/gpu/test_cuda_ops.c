@@ -504,7 +504,8 @@ Test(cuda_ops, rmsnorm_backward_accumulates_deterministically) {
 
 /* ---- RoPE ---- */
 
-Test(cuda_ops, rope_forward_and_inverse) {
+/* pos: NULL, or positions of packed documents (B, T) on the host. */
+static void check_rope(const int32_t *pos) {
     mt_cuda_ctx *ctx = gpu_ctx();
     dev_pool pool = {0};
     const size_t B = 2, T = 5, H = 3, HD = 16, half = HD / 2, n = B * T * H * HD;
@@ -518,7 +519,7 @@ Test(cuda_ops, rope_forward_and_inverse) {
     float *x = hrand(n, 22, -1, 1);
     double *ref = malloc(n * sizeof *ref), *refb = malloc(n * sizeof *refb);
     for (size_t row = 0; row < B * T * H; row++) {
-        size_t t = (row / H) % T;
+        size_t t = pos ? (size_t)pos[row / H] : (row / H) % T;
         for (size_t i = 0; i < half; i++) {
             double c = cosv[t * half + i], s = sinv[t * half + i];
             double x1 = x[row * HD + i], x2 = x[row * HD + i + half];
@@ -530,21 +531,30 @@ Test(cuda_ops, rope_forward_and_inverse) {
     }
     float *d_x = dupload(&pool, x, n * 4);
     float *d_cos = dupload(&pool, cosv, sizeof cosv), *d_sin = dupload(&pool, sinv, sizeof sinv);
+    int32_t *d_pos = pos ? dupload(&pool, pos, B * T * 4) : NULL;
     float *got = malloc(n * 4);
-    mt_cuda_rope_forward(ctx, d_x, d_cos, d_sin, B, T, H, HD);
+    mt_cuda_rope_forward(ctx, d_x, d_cos, d_sin, d_pos, B, T, H, HD);
     download(got, d_x, n * 4);
     expect_close(got, ref, n, TOL_F32, "rope forward");
-    mt_cuda_rope_backward(ctx, d_x, d_cos, d_sin, B, T, H, HD);
+    mt_cuda_rope_backward(ctx, d_x, d_cos, d_sin, d_pos, B, T, H, HD);
     download(got, d_x, n * 4);
     double *xd = dcopy(x, n);
     expect_close(got, xd, n, TOL_F32, "rope backward(forward(x)) == x");
     CUDA_CHECK(cudaMemcpy(d_x, x, n * 4, cudaMemcpyHostToDevice));
-    mt_cuda_rope_backward(ctx, d_x, d_cos, d_sin, B, T, H, HD);
+    mt_cuda_rope_backward(ctx, d_x, d_cos, d_sin, d_pos, B, T, H, HD);
     download(got, d_x, n * 4);
     expect_close(got, refb, n, TOL_F32, "rope backward");
     free(x), free(ref), free(refb), free(got), free(xd);
     pool_free(&pool);
     mt_cuda_ctx_free(ctx);
+}
+
+Test(cuda_ops, rope_forward_and_inverse) { check_rope(NULL); }
+
+/* Positions restarting at each packed document: 2, 3 | 1, 4 tokens. */
+Test(cuda_ops, rope_packed_positions) {
+    static const int32_t pos[10] = {0, 1, 0, 1, 2, 0, 0, 1, 2, 3};
+    check_rope(pos);
 }
 
 /* ---- SwiGLU and residual ---- */

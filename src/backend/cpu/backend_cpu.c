@@ -113,8 +113,10 @@ static void cpu_bind_layer(mt_backend *be, int layer, int backward) {
 }
 
 /* Forward of decoder block `layer` for one micro-batch, keeping every
- * activation the backward needs in cb->a. */
-static void block_forward(cpu_backend *cb, int layer, const float *x, float *out) {
+ * activation the backward needs in cb->a. pos: the micro-batch's token
+ * positions, or NULL (see mt_batch). */
+static void block_forward(cpu_backend *cb, int layer, const int32_t *pos, const float *x,
+                          float *out) {
     const mt_config *c = cb->cfg;
     block_acts *a = &cb->a;
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
@@ -129,9 +131,10 @@ static void block_forward(cpu_backend *cb, int layer, const float *x, float *out
         mt_cpu_rmsnorm_forward(a->k, a->krstd, a->kpre, W(cb, layer, MT_T_KNORM), N * c->NKV,
                                c->HD, c->rms_eps);
     }
-    mt_cpu_rope_forward(a->q, cb->cos, cb->sin, cb->B, cb->T, c->NH, c->HD);
-    mt_cpu_rope_forward(a->k, cb->cos, cb->sin, cb->B, cb->T, c->NKV, c->HD);
-    mt_cpu_attention_forward(a->att, a->lse, a->q, a->k, a->v, cb->B, cb->T, c->NH, c->NKV, c->HD);
+    mt_cpu_rope_forward(a->q, cb->cos, cb->sin, pos, cb->B, cb->T, c->NH, c->HD);
+    mt_cpu_rope_forward(a->k, cb->cos, cb->sin, pos, cb->B, cb->T, c->NKV, c->HD);
+    mt_cpu_attention_forward(a->att, a->lse, a->q, a->k, a->v, pos, cb->B, cb->T, c->NH, c->NKV,
+                             c->HD);
     mt_cpu_matmul_forward(a->xmid, a->att, W(cb, layer, MT_T_WO), NULL, N, Q, C);
     for (size_t i = 0; i < N * C; i++) a->xmid[i] += x[i];
     mt_cpu_rmsnorm_forward(a->xn2, a->rstd2, a->xmid, W(cb, layer, MT_T_MLP_NORM), N, C, c->rms_eps);
@@ -144,7 +147,8 @@ static void block_forward(cpu_backend *cb, int layer, const float *x, float *out
 
 /* Backward of decoder block `layer`: dx holds dL/d(output) on entry and
  * dL/d(input) on exit; cb->a must hold this layer's forward activations. */
-static void block_backward(cpu_backend *cb, int layer, const float *x, float *dx) {
+static void block_backward(cpu_backend *cb, int layer, const int32_t *pos, const float *x,
+                           float *dx) {
     const mt_config *c = cb->cfg;
     block_acts *a = &cb->a;
     block_grads *d = &cb->d;
@@ -169,9 +173,9 @@ static void block_backward(cpu_backend *cb, int layer, const float *x, float *dx
     mt_cpu_matmul_backward(d->datt, G(cb, layer, MT_T_WO), NULL, dx, a->att, W(cb, layer, MT_T_WO),
                            N, Q, C);
     mt_cpu_attention_backward(d->dq, d->dk, d->dv, d->datt, a->q, a->k, a->v, a->att, a->lse,
-                              cb->B, cb->T, c->NH, c->NKV, c->HD);
-    mt_cpu_rope_backward(d->dq, cb->cos, cb->sin, cb->B, cb->T, c->NH, c->HD);
-    mt_cpu_rope_backward(d->dk, cb->cos, cb->sin, cb->B, cb->T, c->NKV, c->HD);
+                              pos, cb->B, cb->T, c->NH, c->NKV, c->HD);
+    mt_cpu_rope_backward(d->dq, cb->cos, cb->sin, pos, cb->B, cb->T, c->NH, c->HD);
+    mt_cpu_rope_backward(d->dk, cb->cos, cb->sin, pos, cb->B, cb->T, c->NKV, c->HD);
     float *dq = d->dq, *dk = d->dk;
     if (c->qk_norm) {
         memset(d->dqn, 0, N * Q * sizeof(float));
@@ -194,6 +198,11 @@ static void block_backward(cpu_backend *cb, int layer, const float *x, float *dx
                             W(cb, layer, MT_T_ATTN_NORM), a->rstd1, N, C);
 }
 
+/* Positions of micro-batch mb, or NULL. */
+static const int32_t *pos_at(cpu_backend *cb, int mb) {
+    return cb->batch->pos ? cb->batch->pos + (size_t)mb * cb->N : NULL;
+}
+
 static void cpu_forward(mt_backend *be, int layer, int mb) {
     cpu_backend *cb = (cpu_backend *)be;
     const int32_t *tok = cb->batch->tokens + (size_t)mb * cb->N;
@@ -201,7 +210,7 @@ static void cpu_forward(mt_backend *be, int layer, int mb) {
         mt_cpu_embedding_forward(ckpt_at(cb, 1, mb), tok, W(cb, 0, MT_T_EMBED), cb->N, cb->cfg->C);
         return;
     }
-    block_forward(cb, layer, ckpt_at(cb, layer, mb), ckpt_at(cb, layer + 1, mb));
+    block_forward(cb, layer, pos_at(cb, mb), ckpt_at(cb, layer, mb), ckpt_at(cb, layer + 1, mb));
 }
 
 /* lm_head weights and gradient: untied models have their own, tied ones
@@ -253,8 +262,8 @@ static void cpu_backward(mt_backend *be, int layer, int mb) {
         return;
     }
     /* Recompute: the forward's activations were not kept. */
-    block_forward(cb, layer, ckpt_at(cb, layer, mb), cb->d.dxn);
-    block_backward(cb, layer, ckpt_at(cb, layer, mb), dx_at(cb, mb));
+    block_forward(cb, layer, pos_at(cb, mb), ckpt_at(cb, layer, mb), cb->d.dxn);
+    block_backward(cb, layer, pos_at(cb, mb), ckpt_at(cb, layer, mb), dx_at(cb, mb));
 }
 
 static void cpu_layer_grads_done(mt_backend *be, int layer) {

@@ -263,16 +263,19 @@ void mt_cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *d
 
 /* ------------------------------------------------------------------------
  * RoPE, rotate-half: the pair (x[i], x[i + HD/2]) is rotated by the angle
- * whose cos/sin are cos[t][i], sin[t][i]. The backward rotates by -angle. */
+ * whose cos/sin are cos[p][i], sin[p][i], p the token's position. The
+ * backward rotates by -angle. */
 
-static void rope_rotate(float *x, const float *cos, const float *sin, size_t B, size_t T,
-                        size_t H, size_t HD, float sign) {
+static void rope_rotate(float *x, const float *cos, const float *sin, const int32_t *pos,
+                        size_t B, size_t T, size_t H, size_t HD, float sign) {
     size_t half = HD / 2;
     MT_ASSERT(HD % 2 == 0);
 #pragma omp parallel for collapse(2) schedule(static)
     for (size_t b = 0; b < B; b++)
         for (size_t t = 0; t < T; t++) {
-            const float *ct = cos + t * half, *st = sin + t * half;  // (HD/2)
+            size_t p = pos ? (size_t)pos[b * T + t] : t;
+            MT_ASSERT(p < T);
+            const float *ct = cos + p * half, *st = sin + p * half;  // (HD/2)
             for (size_t h = 0; h < H; h++) {
                 float *xh = x + ((b * T + t) * H + h) * HD;  // (HD)
                 for (size_t i = 0; i < half; i++) {
@@ -284,19 +287,20 @@ static void rope_rotate(float *x, const float *cos, const float *sin, size_t B, 
         }
 }
 
-void mt_cpu_rope_forward(float *x, const float *cos, const float *sin, size_t B, size_t T,
-                         size_t H, size_t HD) {
-    rope_rotate(x, cos, sin, B, T, H, HD, 1.0f);
+void mt_cpu_rope_forward(float *x, const float *cos, const float *sin, const int32_t *pos,
+                         size_t B, size_t T, size_t H, size_t HD) {
+    rope_rotate(x, cos, sin, pos, B, T, H, HD, 1.0f);
 }
 
-void mt_cpu_rope_backward(float *dx, const float *cos, const float *sin, size_t B, size_t T,
-                          size_t H, size_t HD) {
-    rope_rotate(dx, cos, sin, B, T, H, HD, -1.0f);
+void mt_cpu_rope_backward(float *dx, const float *cos, const float *sin, const int32_t *pos,
+                          size_t B, size_t T, size_t H, size_t HD) {
+    rope_rotate(dx, cos, sin, pos, B, T, H, HD, -1.0f);
 }
 
 /* ------------------------------------------------------------------------
  * Causal GQA attention. Layouts: q, out (B,T,NH,HD); k, v (B,T,NKV,HD);
- * lse (B,NH,T). Softmax in fp32 with the row max subtracted.
+ * lse (B,NH,T). Softmax in fp32 with the row max subtracted. Query t sees
+ * keys j0 .. t, j0 the start of its document (0 without positions).
  *
  * A thread works on one head at a time and first copies that head's keys
  * (and values, in the backward) transposed to (HD, T), so that a row of
@@ -306,46 +310,52 @@ void mt_cpu_rope_backward(float *dx, const float *cos, const float *sin, size_t 
 
 static float attention_scale(size_t HD) { return (float)(1.0 / sqrt((double)HD)); }
 
+/* First key query t of row b sees: its document's start. */
+static inline size_t first_key(const int32_t *pos, size_t b, size_t t, size_t T) {
+    return pos ? t - (size_t)pos[b * T + t] : 0;
+}
+
 /* xt (HD, T) = one head of x, whose rows t are at x + t * stride. */
 static void transpose_head(float *xt, const float *x, size_t T, size_t stride, size_t HD) {
     for (size_t j = 0; j < T; j++)
         for (size_t d = 0; d < HD; d++) xt[d * T + j] = x[j * stride + d];
 }
 
-/* s[j] = sum over d of a[d] * bt[d][j], for j <= t; bt is (HD, T). */
-static inline void score_row(float *s, const float *a, const float *bt, size_t t, size_t T,
-                             size_t HD) {
-    for (size_t j = 0; j <= t; j++) s[j] = 0.0f;
+/* s[j] = sum over d of a[d] * bt[d][j], for j0 <= j <= t; bt is (HD, T). */
+static inline void score_row(float *s, const float *a, const float *bt, size_t j0, size_t t,
+                             size_t T, size_t HD) {
+    for (size_t j = j0; j <= t; j++) s[j] = 0.0f;
     for (size_t d = 0; d < HD; d++) {
         float ad = a[d];
         const float *btd = bt + d * T;
 #pragma omp simd
-        for (size_t j = 0; j <= t; j++) s[j] += ad * btd[j];
+        for (size_t j = j0; j <= t; j++) s[j] += ad * btd[j];
     }
 }
 
 /* All rows of query head h in batch row b. Scratch: kt (HD, T), att (T). */
 CPU_CLONES
 static void attention_forward_head(float *out, float *lse, const float *q, const float *k,
-                                   const float *v, float *kt, float *att, size_t b, size_t h,
-                                   size_t T, size_t NH, size_t NKV, size_t HD) {
+                                   const float *v, const int32_t *pos, float *kt, float *att,
+                                   size_t b, size_t h, size_t T, size_t NH, size_t NKV,
+                                   size_t HD) {
     size_t q_stride = NH * HD, kv_stride = NKV * HD;
     size_t kv_off = b * T * kv_stride + h / (NH / NKV) * HD;
     const float *vh = v + kv_off;
     float scale = attention_scale(HD);
     transpose_head(kt, k + kv_off, T, kv_stride, HD);
     for (size_t t = 0; t < T; t++) {
-        size_t off = (b * T + t) * q_stride + h * HD;
+        size_t off = (b * T + t) * q_stride + h * HD, j0 = first_key(pos, b, t, T);
         float *o = out + off;  // (HD)
-        score_row(att, q + off, kt, t, T, HD);
+        score_row(att, q + off, kt, j0, t, T, HD);
         float m = -INFINITY;
-        for (size_t j = 0; j <= t; j++) {
+        for (size_t j = j0; j <= t; j++) {
             att[j] *= scale;
             m = att[j] > m ? att[j] : m;
         }
         double sum = 0.0;
         for (size_t d = 0; d < HD; d++) o[d] = 0.0f;
-        for (size_t j = 0; j <= t; j++) {
+        for (size_t j = j0; j <= t; j++) {
             float p = expf(att[j] - m);
             sum += p;
             const float *vj = vh + j * kv_stride;
@@ -359,18 +369,18 @@ static void attention_forward_head(float *out, float *lse, const float *q, const
 }
 
 void mt_cpu_attention_forward(float *out, float *lse, const float *q, const float *k,
-                              const float *v, size_t B, size_t T, size_t NH, size_t NKV,
-                              size_t HD) {
+                              const float *v, const int32_t *pos, size_t B, size_t T,
+                              size_t NH, size_t NKV, size_t HD) {
     MT_ASSERT(NKV > 0 && NH % NKV == 0);
 #pragma omp parallel
     {
         float *kt = mt_malloc_or_die(HD * T * sizeof(float));  // (HD, T)
         float *att = mt_malloc_or_die(T * sizeof(float));      // (T) one score row
-        // Every (b, h) costs the same, so a static split balances the threads.
+        // Every (b, h) costs about the same, so a static split balances the threads.
 #pragma omp for collapse(2) schedule(static)
         for (size_t b = 0; b < B; b++)
             for (size_t h = 0; h < NH; h++)
-                attention_forward_head(out, lse, q, k, v, kt, att, b, h, T, NH, NKV, HD);
+                attention_forward_head(out, lse, q, k, v, pos, kt, att, b, h, T, NH, NKV, HD);
         free(kt);
         free(att);
     }
@@ -388,7 +398,7 @@ typedef struct attn_scratch {
 CPU_CLONES
 static void attention_backward_group(float *dq, float *dk, float *dv, const float *dout,
                                      const float *q, const float *k, const float *v,
-                                     const float *out, const float *lse,
+                                     const float *out, const float *lse, const int32_t *pos,
                                      const attn_scratch *sc, size_t b, size_t kvh, size_t T,
                                      size_t NH, size_t NKV, size_t HD) {
     size_t group = NH / NKV, kv_stride = NKV * HD, q_stride = NH * HD;
@@ -402,21 +412,21 @@ static void attention_backward_group(float *dq, float *dk, float *dv, const floa
         for (size_t d = 0; d < HD; d++) dkh[j * kv_stride + d] = dvh[j * kv_stride + d] = 0.0f;
     for (size_t h = kvh * group; h < (kvh + 1) * group; h++) {
         for (size_t t = 0; t < T; t++) {
-            size_t off = (b * T + t) * q_stride + h * HD;
+            size_t off = (b * T + t) * q_stride + h * HD, j0 = first_key(pos, b, t, T);
             const float *qt = q + off, *dyt = dout + off, *ot = out + off;  // (HD)
             float *dqt = dq + off;                                          // (HD)
             float l = lse[(b * NH + h) * T + t];
             float D = 0.0f;  // rowsum(dO * O)
             for (size_t d = 0; d < HD; d++) D += dyt[d] * ot[d];
             // P recomputed from q, k and lse; dP = dO V^T; dS = P * (dP - D).
-            score_row(sc->p, qt, sc->kt, t, T, HD);
-            score_row(sc->ds, dyt, sc->vt, t, T, HD);
-            for (size_t j = 0; j <= t; j++) {
+            score_row(sc->p, qt, sc->kt, j0, t, T, HD);
+            score_row(sc->ds, dyt, sc->vt, j0, t, T, HD);
+            for (size_t j = j0; j <= t; j++) {
                 sc->p[j] = expf(sc->p[j] * scale - l);
                 sc->ds[j] = sc->p[j] * (sc->ds[j] - D);
             }
             for (size_t d = 0; d < HD; d++) dqt[d] = 0.0f;
-            for (size_t j = 0; j <= t; j++) {
+            for (size_t j = j0; j <= t; j++) {
                 const float *kj = kh + j * kv_stride;
                 float *dkj = dkh + j * kv_stride, *dvj = dvh + j * kv_stride;
                 float ds = sc->ds[j], ds_scaled = ds * scale, p = sc->p[j];
@@ -434,8 +444,8 @@ static void attention_backward_group(float *dq, float *dk, float *dv, const floa
 
 void mt_cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                                const float *q, const float *k, const float *v,
-                               const float *out, const float *lse, size_t B, size_t T,
-                               size_t NH, size_t NKV, size_t HD) {
+                               const float *out, const float *lse, const int32_t *pos,
+                               size_t B, size_t T, size_t NH, size_t NKV, size_t HD) {
     MT_ASSERT(NKV > 0 && NH % NKV == 0);
 #pragma omp parallel
     {
@@ -443,12 +453,12 @@ void mt_cpu_attention_backward(float *dq, float *dk, float *dv, const float *dou
                            mt_malloc_or_die(HD * T * sizeof(float)),
                            mt_malloc_or_die(T * sizeof(float)),
                            mt_malloc_or_die(T * sizeof(float))};
-        // Every (b, kvh) costs the same, so a static split balances the threads.
+        // Every (b, kvh) costs about the same, so a static split balances the threads.
 #pragma omp for collapse(2) schedule(static)
         for (size_t b = 0; b < B; b++)
             for (size_t kvh = 0; kvh < NKV; kvh++)
-                attention_backward_group(dq, dk, dv, dout, q, k, v, out, lse, &sc, b, kvh, T,
-                                         NH, NKV, HD);
+                attention_backward_group(dq, dk, dv, dout, q, k, v, out, lse, pos, &sc, b, kvh,
+                                         T, NH, NKV, HD);
         free(sc.kt);
         free(sc.vt);
         free(sc.p);

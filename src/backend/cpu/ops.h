@@ -37,25 +37,30 @@ void mt_cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *d
 
 /* Rotary embedding in place on x (B,T,H,HD), rotate-half convention of
  * Hugging Face: pairs (i, i + HD/2). cos, sin: (T, HD/2), from
- * mt_rope_tables. backward applies the inverse rotation to dx in place. */
-void mt_cpu_rope_forward(float *x, const float *cos, const float *sin,
+ * mt_rope_tables. Token (b, t) is rotated for position pos[b*T + t] (each
+ * < T), or t when pos is NULL. backward applies the inverse rotation to dx
+ * in place. */
+void mt_cpu_rope_forward(float *x, const float *cos, const float *sin, const int32_t *pos,
                          size_t B, size_t T, size_t H, size_t HD);
-void mt_cpu_rope_backward(float *dx, const float *cos, const float *sin,
+void mt_cpu_rope_backward(float *dx, const float *cos, const float *sin, const int32_t *pos,
                           size_t B, size_t T, size_t H, size_t HD);
 
 /* Causal grouped-query attention. q (B,T,NH,HD), k and v (B,T,NKV,HD),
  * out (B,T,NH,HD), lse (B,NH,T) the log-sum-exp of each scaled score row,
  * saved for the backward. Scale 1/sqrt(HD). Query head h uses kv head
- * h / (NH/NKV). Per thread it holds one row of scores and one head's keys
- * (HD*T floats; and values, in the backward), allocated per call. */
+ * h / (NH/NKV). pos (B,T), the positions of packed documents (see
+ * mt_batch), or NULL: query t of row b sees keys t - pos[b*T + t] .. t,
+ * its own document's (keys 0..t without pos). Per thread it holds one row
+ * of scores and one head's keys (HD*T floats; and values, in the
+ * backward), allocated per call. */
 void mt_cpu_attention_forward(float *out, float *lse, const float *q, const float *k,
-                              const float *v, size_t B, size_t T, size_t NH, size_t NKV,
-                              size_t HD);
+                              const float *v, const int32_t *pos, size_t B, size_t T,
+                              size_t NH, size_t NKV, size_t HD);
 /* dq, dk, dv are OVERWRITTEN (same shapes as q, k, v). */
 void mt_cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                                const float *q, const float *k, const float *v,
-                               const float *out, const float *lse, size_t B, size_t T,
-                               size_t NH, size_t NKV, size_t HD);
+                               const float *out, const float *lse, const int32_t *pos,
+                               size_t B, size_t T, size_t NH, size_t NKV, size_t HD);
 
 /* out (N,F) = silu(gate) * up */
 void mt_cpu_swiglu_forward(float *out, const float *gate, const float *up, size_t N, size_t F);

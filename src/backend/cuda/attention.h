@@ -6,6 +6,14 @@
  * query head h reads kv head h / (NH/NKV). No function here ever holds more
  * than one tile of scores per thread block: memory is O(B*T*NH*HD).
  *
+ * Packed documents: pos (B,T), a device array, holds each token's position
+ * within its document (the contract of mt_batch.pos, which engine/step.c
+ * checks: every row starts at 0, each next is 0 or the previous + 1).
+ * Query t of row b then sees keys t - pos[b*T+t] .. t only; tiles wholly
+ * outside every row's document are skipped, partial ones masked. pos NULL:
+ * one causal sequence per row, by kernels compiled without any document
+ * test (the code of the unpacked path does not change).
+ *
  * Two precisions:
  *  - bf16: q, k, v, dout, out are bf16 (passed as their 16-bit patterns);
  *    tensor cores (mma.sync m16n8k16, fp32 accumulation), online softmax in
@@ -45,24 +53,26 @@ size_t mt_attn_backward_scratch_bytes(size_t B, size_t T, size_t NH);
 /* out (B,T,NH,HD) bf16; out_f32 (B,T,NH,HD) fp32 copy of the same values
  * before rounding, or NULL; lse (B,NH,T). */
 int mt_attn_forward_bf16(uint16_t *out, float *out_f32, float *lse, const uint16_t *q,
-                         const uint16_t *k, const uint16_t *v, size_t B, size_t T, size_t NH,
-                         size_t NKV, size_t HD, cudaStream_t stream, mt_error *err);
+                         const uint16_t *k, const uint16_t *v, const int32_t *pos, size_t B,
+                         size_t T, size_t NH, size_t NKV, size_t HD, cudaStream_t stream,
+                         mt_error *err);
 
 /* dq (B,T,NH,HD), dk dv (B,T,NKV,HD) fp32, overwritten. out is the bf16
  * output of the forward, lse its lse. scratch: see above. */
 int mt_attn_backward_bf16(float *dq, float *dk, float *dv, void *scratch, const uint16_t *dout,
                           const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                          const uint16_t *out, const float *lse, size_t B, size_t T, size_t NH,
-                          size_t NKV, size_t HD, cudaStream_t stream, mt_error *err);
+                          const uint16_t *out, const float *lse, const int32_t *pos, size_t B,
+                          size_t T, size_t NH, size_t NKV, size_t HD, cudaStream_t stream,
+                          mt_error *err);
 
 int mt_attn_forward_f32(float *out, float *lse, const float *q, const float *k, const float *v,
-                        size_t B, size_t T, size_t NH, size_t NKV, size_t HD,
-                        cudaStream_t stream, mt_error *err);
+                        const int32_t *pos, size_t B, size_t T, size_t NH, size_t NKV,
+                        size_t HD, cudaStream_t stream, mt_error *err);
 
 int mt_attn_backward_f32(float *dq, float *dk, float *dv, void *scratch, const float *dout,
                          const float *q, const float *k, const float *v, const float *out,
-                         const float *lse, size_t B, size_t T, size_t NH, size_t NKV, size_t HD,
-                         cudaStream_t stream, mt_error *err);
+                         const float *lse, const int32_t *pos, size_t B, size_t T, size_t NH,
+                         size_t NKV, size_t HD, cudaStream_t stream, mt_error *err);
 
 #ifdef __cplusplus
 }

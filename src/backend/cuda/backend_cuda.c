@@ -131,6 +131,7 @@ static int cu_begin_step(mt_backend *be, const mt_batch *batch, float dscale, in
                                cb->s_comp));
     CUDA_CHECK(cudaMemcpyAsync(cb->targets, batch->targets, total * 4, cudaMemcpyHostToDevice,
                                cb->s_comp));
+    mt_cuda_upload_pos(cb, batch);
     CUDA_CHECK(cudaMemcpyAsync(cb->emb_order, cb->h_order, total * 4, cudaMemcpyHostToDevice,
                                cb->s_comp));
     CUDA_CHECK(cudaMemcpyAsync(cb->emb_bounds, cb->h_bounds, (size_t)batch->M * (N + 1) * 4,
@@ -218,7 +219,7 @@ static void cu_forward(mt_backend *be, int layer, int mb) {
         return;
     }
     acts *k = cb->train ? mt_cuda_kept_unit(cb, layer, mb) : NULL;
-    mt_cuda_block_forward(cb, k ? k : &cb->a, layer, ckpt_at(cb, layer, mb),
+    mt_cuda_block_forward(cb, k ? k : &cb->a, layer, mb, ckpt_at(cb, layer, mb),
                           ckpt_at(cb, layer + 1, mb));
 }
 
@@ -275,9 +276,9 @@ static void cu_backward(mt_backend *be, int layer, int mb) {
     acts *k = mt_cuda_kept_unit(cb, layer, mb);
     if (!k) { /* recompute: the forward's activations were not kept */
         k = &cb->a;
-        mt_cuda_block_forward(cb, k, layer, x, cb->a.xtmp);
+        mt_cuda_block_forward(cb, k, layer, mb, x, cb->a.xtmp);
     }
-    mt_cuda_block_backward(cb, k, layer, x, dx_at(cb, mb));
+    mt_cuda_block_backward(cb, k, layer, mb, x, dx_at(cb, mb));
 }
 
 static void cu_layer_grads_done(mt_backend *be, int layer) {

@@ -87,7 +87,7 @@ const float *mt_cuda_recompute_input(cuda_backend *cb, int layer, int mb) {
     }
     int bound = cb->bound;
     cb->bound = k;
-    mt_cuda_block_forward(cb, &cb->a, prev, ckpt_at(cb, prev, mb), cb->xin);
+    mt_cuda_block_forward(cb, &cb->a, prev, mb, ckpt_at(cb, prev, mb), cb->xin);
     cb->bound = bound;
     return cb->xin;
 }

@@ -107,6 +107,8 @@ typedef struct cuda_backend {
     int fast;
     float *cos, *sin;
     int32_t *tokens, *targets, *emb_order, *emb_bounds;
+    int32_t *pos;       /* (max_M, N) positions of a packed batch (mt_batch.pos) */
+    int has_pos;        /* this step's batch has positions */
     size_t *emb_groups; /* host (M) */
     int32_t *h_order, *h_bounds;
     double *loss_dev, *sumsq_dev, *sumsq_scratch;

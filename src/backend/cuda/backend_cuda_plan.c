@@ -62,6 +62,7 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
     cb->sin = TAKE_F(b, cb->T * c->HD / 2);
     cb->tokens = take(b, (size_t)cb->max_M * N * 4);
     cb->targets = take(b, (size_t)cb->max_M * N * 4);
+    cb->pos = take(b, (size_t)cb->max_M * N * 4);
     cb->emb_order = take(b, (size_t)cb->max_M * N * 4);
     cb->emb_bounds = take(b, (size_t)cb->max_M * (N + 1) * 4);
     cb->loss_dev = take(b, sizeof(double));

@@ -126,11 +126,13 @@ void mt_cuda_rmsnorm_backward(mt_cuda_ctx *ctx, float *dinp, float *dw, float *s
                               const float *dout, const float *inp, const float *w,
                               const float *rstd, size_t N, size_t C);
 
-/* ---- RoPE, in place on x (B,T,H,HD); cos, sin (T, HD/2) ---- */
+/* ---- RoPE, in place on x (B,T,H,HD); cos, sin (T, HD/2); token (b, t)
+ * at position pos[b*T+t] (pos (B,T) on the device, each < T: packed
+ * documents), or t when pos is NULL ---- */
 void mt_cuda_rope_forward(mt_cuda_ctx *ctx, float *x, const float *cos, const float *sin,
-                          size_t B, size_t T, size_t H, size_t HD);
+                          const int32_t *pos, size_t B, size_t T, size_t H, size_t HD);
 void mt_cuda_rope_backward(mt_cuda_ctx *ctx, float *dx, const float *cos, const float *sin,
-                           size_t B, size_t T, size_t H, size_t HD);
+                           const int32_t *pos, size_t B, size_t T, size_t H, size_t HD);
 
 /* ---- SwiGLU ---- */
 

@@ -6,8 +6,23 @@
 #include "backend/cuda/layers_cuda.h"
 #include "backend/cuda/ops_fused.h"
 
+/* ---- positions of packed documents (mt_batch.pos) ---- */
+
+void mt_cuda_upload_pos(cuda_backend *cb, const mt_batch *batch) {
+    cb->has_pos = batch->pos != NULL;
+    if (batch->pos)
+        CUDA_CHECK(cudaMemcpyAsync(cb->pos, batch->pos,
+                                   (size_t)batch->M * cb->N * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, cb->s_comp));
+}
+
+/* Positions of micro-batch mb, or NULL: one sequence per row. */
+static const int32_t *block_pos(const cuda_backend *cb, int mb) {
+    return cb->has_pos ? cb->pos + (size_t)mb * cb->N : NULL;
+}
+
 /* The bf16 fast path of block_forward (see cuda_backend.fast). */
-static void block_forward_fast(cuda_backend *cb, acts *a, int layer, const float *x, float *out) {
+static void block_forward_fast(cuda_backend *cb, acts *a, int layer, int mb, const float *x, float *out) {
     const mt_config *c = cb->cfg;
     slot *s = bound_slot(cb);
     mt_cuda_ctx *ctx = cb->ctx;
@@ -15,6 +30,7 @@ static void block_forward_fast(cuda_backend *cb, acts *a, int layer, const float
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
     mt_precision p = MT_PREC_BF16;
     mt_error err;
+    const int32_t *pos = block_pos(cb, mb);
     mt_cuda_rmsnorm_forward(ctx, a->xn1_op, MT_DT_BF16, a->rstd1, x,
                             W32(cb, s, layer, MT_T_ATTN_NORM), N, C, c->rms_eps);
     mt_cuda_matmul_forward(ctx, p, a->q_op, MT_DT_BF16, a->xn1_op, W_op(cb, s, layer, MT_T_WQ),
@@ -23,10 +39,10 @@ static void block_forward_fast(cuda_backend *cb, acts *a, int layer, const float
                            NULL, N, C, KV);
     mt_cuda_matmul_forward(ctx, p, a->v_op, MT_DT_BF16, a->xn1_op, W_op(cb, s, layer, MT_T_WV),
                            NULL, N, C, KV);
-    mt_cuda_rope_forward_bf16(st, a->q_op, cb->cos, cb->sin, cb->B, cb->T, c->NH, c->HD);
-    mt_cuda_rope_forward_bf16(st, a->k_op, cb->cos, cb->sin, cb->B, cb->T, c->NKV, c->HD);
-    attn_check(mt_attn_forward_bf16(a->att_op, NULL, a->lse, a->q_op, a->k_op, a->v_op, cb->B,
-                                    cb->T, c->NH, c->NKV, c->HD, st, &err), &err);
+    mt_cuda_rope_forward_bf16(st, a->q_op, cb->cos, cb->sin, pos, cb->B, cb->T, c->NH, c->HD);
+    mt_cuda_rope_forward_bf16(st, a->k_op, cb->cos, cb->sin, pos, cb->B, cb->T, c->NKV, c->HD);
+    attn_check(mt_attn_forward_bf16(a->att_op, NULL, a->lse, a->q_op, a->k_op, a->v_op, pos,
+                                    cb->B, cb->T, c->NH, c->NKV, c->HD, st, &err), &err);
     mt_cuda_matmul_forward(ctx, p, a->xmid, MT_DT_F32, a->att_op, W_op(cb, s, layer, MT_T_WO),
                            NULL, N, Q, C);
     mt_cuda_residual_add(ctx, a->xmid, a->xmid, x, N * C);
@@ -44,7 +60,7 @@ static void block_forward_fast(cuda_backend *cb, acts *a, int layer, const float
 
 /* Forward activations are read from f (the scratch after a recompute, or a
  * kept unit); gradient buffers come from the scratch. */
-static void block_backward_fast(cuda_backend *cb, const acts *f, int layer, const float *x,
+static void block_backward_fast(cuda_backend *cb, const acts *f, int layer, int mb, const float *x,
                                 float *dx) {
     const mt_config *c = cb->cfg;
     acts *a = &cb->a;
@@ -55,6 +71,7 @@ static void block_backward_fast(cuda_backend *cb, const acts *f, int layer, cons
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
     mt_precision p = MT_PREC_BF16;
     mt_error err;
+    const int32_t *pos = block_pos(cb, mb);
     to_op(cb, a->dx_op, dx, N * C);
     mt_cuda_matmul_backward(ctx, p, a->dmlp32, false, G(cb, g, layer, MT_T_WDOWN), a->dx_op,
                             f->mlp_op, W_op(cb, s, layer, MT_T_WDOWN), N, F, C);
@@ -70,12 +87,12 @@ static void block_backward_fast(cuda_backend *cb, const acts *f, int layer, cons
                             f->att_op, W_op(cb, s, layer, MT_T_WO), N, Q, C);
     to_op(cb, a->datt_op, a->datt32, N * Q);
     attn_check(mt_attn_backward_bf16(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt_op,
-                                     f->q_op, f->k_op, f->v_op, f->att_op, f->lse, cb->B, cb->T,
-                                     c->NH, c->NKV, c->HD, st, &err), &err);
-    mt_cuda_rope_backward_to_bf16(st, a->dq_op, a->dq32, cb->cos, cb->sin, cb->B, cb->T, c->NH,
-                                  c->HD);
-    mt_cuda_rope_backward_to_bf16(st, a->dk_op, a->dk32, cb->cos, cb->sin, cb->B, cb->T, c->NKV,
-                                  c->HD);
+                                     f->q_op, f->k_op, f->v_op, f->att_op, f->lse, pos, cb->B,
+                                     cb->T, c->NH, c->NKV, c->HD, st, &err), &err);
+    mt_cuda_rope_backward_to_bf16(st, a->dq_op, a->dq32, cb->cos, cb->sin, pos, cb->B, cb->T,
+                                  c->NH, c->HD);
+    mt_cuda_rope_backward_to_bf16(st, a->dk_op, a->dk32, cb->cos, cb->sin, pos, cb->B, cb->T,
+                                  c->NKV, c->HD);
     to_op(cb, a->dv_op, a->dv32, N * KV);
     mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WQ), a->dq_op,
                             f->xn1_op, W_op(cb, s, layer, MT_T_WQ), N, C, Q);
@@ -96,7 +113,7 @@ acts *mt_cuda_kept_unit(cuda_backend *cb, int layer, int mb) {
 
 /* The general path: fp32 intermediates (fp32 mode, q/k norm, biases, or
  * head sizes without the bf16 flash kernel); activations in cb->a. */
-static void block_forward_general(cuda_backend *cb, int layer, const float *x, float *out) {
+static void block_forward_general(cuda_backend *cb, int layer, int mb, const float *x, float *out) {
     const mt_config *c = cb->cfg;
     acts *a = &cb->a;
     slot *s = bound_slot(cb);
@@ -104,6 +121,7 @@ static void block_forward_general(cuda_backend *cb, int layer, const float *x, f
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
     mt_precision p = cb->prec;
     mt_error err;
+    const int32_t *pos = block_pos(cb, mb);
     mt_cuda_rmsnorm_forward(ctx, a->xn1_op, op_dt(cb), a->rstd1, x,
                             W32(cb, s, layer, MT_T_ATTN_NORM), N, C, c->rms_eps);
     float *q = c->qk_norm ? a->qpre32 : a->q32, *k = c->qk_norm ? a->kpre32 : a->k32;
@@ -119,19 +137,20 @@ static void block_forward_general(cuda_backend *cb, int layer, const float *x, f
         mt_cuda_rmsnorm_forward(ctx, a->k32, MT_DT_F32, a->krstd, a->kpre32,
                                 W32(cb, s, layer, MT_T_KNORM), N * c->NKV, c->HD, c->rms_eps);
     }
-    mt_cuda_rope_forward(ctx, a->q32, cb->cos, cb->sin, cb->B, cb->T, c->NH, c->HD);
-    mt_cuda_rope_forward(ctx, a->k32, cb->cos, cb->sin, cb->B, cb->T, c->NKV, c->HD);
+    mt_cuda_rope_forward(ctx, a->q32, cb->cos, cb->sin, pos, cb->B, cb->T, c->NH, c->HD);
+    mt_cuda_rope_forward(ctx, a->k32, cb->cos, cb->sin, pos, cb->B, cb->T, c->NKV, c->HD);
     if (cb->attn_bf16) {
         to_op(cb, a->q_op, a->q32, N * Q);
         to_op(cb, a->k_op, a->k32, N * KV);
         to_op(cb, a->v_op, a->v32, N * KV);
-        attn_check(mt_attn_forward_bf16(a->att_op, NULL, a->lse, a->q_op, a->k_op, a->v_op, cb->B,
-                                        cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
+        attn_check(mt_attn_forward_bf16(a->att_op, NULL, a->lse, a->q_op, a->k_op, a->v_op, pos,
+                                        cb->B, cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err),
+                   &err);
     } else {
         /* fp32 mode, or head sizes the bf16 kernel lacks: fp32 attention,
          * its output rounded for the bf16 o_proj product. */
-        attn_check(mt_attn_forward_f32(a->att32, a->lse, a->q32, a->k32, a->v32, cb->B, cb->T,
-                                       c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
+        attn_check(mt_attn_forward_f32(a->att32, a->lse, a->q32, a->k32, a->v32, pos, cb->B,
+                                       cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
         to_op(cb, a->att_op, a->att32, N * Q);
     }
     mt_cuda_matmul_forward(ctx, p, a->xmid, MT_DT_F32, a->att_op, W_op(cb, s, layer, MT_T_WO),
@@ -149,7 +168,7 @@ static void block_forward_general(cuda_backend *cb, int layer, const float *x, f
     mt_cuda_residual_add(ctx, out, out, a->xmid, N * C);
 }
 
-static void block_backward_general(cuda_backend *cb, int layer, const float *x, float *dx) {
+static void block_backward_general(cuda_backend *cb, int layer, int mb, const float *x, float *dx) {
     const mt_config *c = cb->cfg;
     acts *a = &cb->a;
     slot *s = bound_slot(cb);
@@ -158,6 +177,7 @@ static void block_backward_general(cuda_backend *cb, int layer, const float *x, 
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
     mt_precision p = cb->prec;
     mt_error err;
+    const int32_t *pos = block_pos(cb, mb);
     void *dx_op = p == MT_PREC_BF16 ? a->dx_op : dx;
 
     /* MLP: out = xmid + down(silu(gate) * up) */
@@ -181,15 +201,16 @@ static void block_backward_general(cuda_backend *cb, int layer, const float *x, 
     if (cb->attn_bf16) {
         to_op(cb, a->datt_op, a->datt32, N * Q);
         attn_check(mt_attn_backward_bf16(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt_op,
-                                         a->q_op, a->k_op, a->v_op, a->att_op, a->lse, cb->B,
-                                         cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
+                                         a->q_op, a->k_op, a->v_op, a->att_op, a->lse, pos,
+                                         cb->B, cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err),
+                   &err);
     } else {
         attn_check(mt_attn_backward_f32(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt32,
-                                        a->q32, a->k32, a->v32, a->att32, a->lse, cb->B, cb->T,
-                                        c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
+                                        a->q32, a->k32, a->v32, a->att32, a->lse, pos, cb->B,
+                                        cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
     }
-    mt_cuda_rope_backward(ctx, a->dq32, cb->cos, cb->sin, cb->B, cb->T, c->NH, c->HD);
-    mt_cuda_rope_backward(ctx, a->dk32, cb->cos, cb->sin, cb->B, cb->T, c->NKV, c->HD);
+    mt_cuda_rope_backward(ctx, a->dq32, cb->cos, cb->sin, pos, cb->B, cb->T, c->NH, c->HD);
+    mt_cuda_rope_backward(ctx, a->dk32, cb->cos, cb->sin, pos, cb->B, cb->T, c->NKV, c->HD);
     float *dq = a->dq32, *dk = a->dk32;
     if (c->qk_norm) {
         CUDA_CHECK(cudaMemsetAsync(a->dqn32, 0, N * Q * sizeof(float), cb->s_comp));
@@ -222,21 +243,22 @@ static void block_backward_general(cuda_backend *cb, int layer, const float *x, 
                              W32(cb, s, layer, MT_T_ATTN_NORM), a->rstd1, N, C);
 }
 
-void mt_cuda_block_forward(cuda_backend *cb, acts *a, int layer, const float *x, float *out) {
+void mt_cuda_block_forward(cuda_backend *cb, acts *a, int layer, int mb, const float *x,
+                           float *out) {
     if (cb->fast) {
-        block_forward_fast(cb, a, layer, x, out);
+        block_forward_fast(cb, a, layer, mb, x, out);
         return;
     }
     MT_ASSERT(a == &cb->a); /* activations are kept on the fast path only */
-    block_forward_general(cb, layer, x, out);
+    block_forward_general(cb, layer, mb, x, out);
 }
 
-void mt_cuda_block_backward(cuda_backend *cb, const acts *f, int layer, const float *x,
+void mt_cuda_block_backward(cuda_backend *cb, const acts *f, int layer, int mb, const float *x,
                             float *dx) {
     if (cb->fast) {
-        block_backward_fast(cb, f, layer, x, dx);
+        block_backward_fast(cb, f, layer, mb, x, dx);
         return;
     }
     MT_ASSERT(f == &cb->a);
-    block_backward_general(cb, layer, x, dx);
+    block_backward_general(cb, layer, mb, x, dx);
 }

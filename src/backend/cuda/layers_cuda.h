@@ -8,10 +8,16 @@
 
 /* Forward writes its activations into a (the scratch cb->a, or a kept
  * unit); backward reads them from f and takes its gradient buffers from the
- * scratch. */
+ * scratch. mb selects the micro-batch's positions (packed documents). */
 acts *mt_cuda_kept_unit(cuda_backend *cb, int layer, int mb);
-void mt_cuda_block_forward(cuda_backend *cb, acts *a, int layer, const float *x, float *out);
-void mt_cuda_block_backward(cuda_backend *cb, const acts *f, int layer, const float *x,
+void mt_cuda_block_forward(cuda_backend *cb, acts *a, int layer, int mb, const float *x,
+                           float *out);
+void mt_cuda_block_backward(cuda_backend *cb, const acts *f, int layer, int mb, const float *x,
                             float *dx);
+
+/* Uploads the batch's positions of packed documents (mt_batch.pos), if
+ * any, on the compute stream; the blocks then apply them to micro-batch
+ * mb's RoPE and attention. */
+void mt_cuda_upload_pos(cuda_backend *cb, const mt_batch *batch);
 
 #endif

@@ -185,15 +185,16 @@ extern "C" void mt_cuda_swiglu_backward(mt_cuda_ctx *ctx, float *dgate, float *d
 
 /* ---- RoPE ----
  * One thread per rotated pair (i, i + HD/2) of one (b, t, h) row. The
- * backward is the inverse rotation (the transpose of the forward's). */
+ * backward is the inverse rotation (the transpose of the forward's). POS:
+ * positions of packed documents; false compiles the kernel without them. */
 
-template <bool INVERSE>
-__global__ void rope_kernel(float *x, const float *cos, const float *sin, size_t T, size_t H,
-                            size_t half, size_t n_pairs) {
+template <bool INVERSE, bool POS>
+__global__ void rope_kernel(float *x, const float *cos, const float *sin, const int32_t *pos,
+                            size_t T, size_t H, size_t half, size_t n_pairs) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x; p < n_pairs; p += stride) {
         size_t i = p % half, row = p / half; /* row indexes (b, t, h) */
-        size_t t = (row / H) % T;
+        size_t t = POS ? (size_t)pos[row / H] : (row / H) % T;
         float c = cos[t * half + i], s = sin[t * half + i];
         s = INVERSE ? -s : s;
         float *xr = x + row * 2 * half;
@@ -204,26 +205,27 @@ __global__ void rope_kernel(float *x, const float *cos, const float *sin, size_t
 }
 
 static void rope_launch(mt_cuda_ctx *ctx, float *x, const float *cos, const float *sin,
-                        size_t B, size_t T, size_t H, size_t HD, bool inverse) {
+                        const int32_t *pos, size_t B, size_t T, size_t H, size_t HD,
+                        bool inverse) {
     MT_ASSERT(HD % 2 == 0);
     size_t half = HD / 2, n = B * T * H * half;
     if (n == 0) return;
     size_t blocks = MT_CEIL_DIV(n, (size_t)EW_THREADS);
     unsigned g = (unsigned)(blocks > 65536 ? 65536 : blocks);
-    if (inverse)
-        rope_kernel<true><<<g, EW_THREADS, 0, ctx->stream>>>(x, cos, sin, T, H, half, n);
-    else
-        rope_kernel<false><<<g, EW_THREADS, 0, ctx->stream>>>(x, cos, sin, T, H, half, n);
+    auto kern = inverse ? (pos ? rope_kernel<true, true> : rope_kernel<true, false>)
+                        : (pos ? rope_kernel<false, true> : rope_kernel<false, false>);
+    kern<<<g, EW_THREADS, 0, ctx->stream>>>(x, cos, sin, pos, T, H, half, n);
     CUDA_LAUNCH_CHECK();
 }
 
 extern "C" void mt_cuda_rope_forward(mt_cuda_ctx *ctx, float *x, const float *cos,
-                                     const float *sin, size_t B, size_t T, size_t H, size_t HD) {
-    rope_launch(ctx, x, cos, sin, B, T, H, HD, false);
+                                     const float *sin, const int32_t *pos, size_t B, size_t T,
+                                     size_t H, size_t HD) {
+    rope_launch(ctx, x, cos, sin, pos, B, T, H, HD, false);
 }
 
 extern "C" void mt_cuda_rope_backward(mt_cuda_ctx *ctx, float *dx, const float *cos,
-                                      const float *sin, size_t B, size_t T, size_t H,
-                                      size_t HD) {
-    rope_launch(ctx, dx, cos, sin, B, T, H, HD, true);
+                                      const float *sin, const int32_t *pos, size_t B, size_t T,
+                                      size_t H, size_t HD) {
+    rope_launch(ctx, dx, cos, sin, pos, B, T, H, HD, true);
 }

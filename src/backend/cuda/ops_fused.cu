@@ -14,16 +14,17 @@ static unsigned blocks_for(size_t work) {
 }
 
 // One thread rotates 4 consecutive pairs (i..i+3, i+half..i+half+3) of one
-// (b, t, h) row: two 8-byte loads and stores per half. half % 4 == 0.
-template <bool TO_BF16_FROM_F32>
+// (b, t, h) row: two 8-byte loads and stores per half. half % 4 == 0. POS:
+// positions of packed documents; false compiles the kernel without them.
+template <bool TO_BF16_FROM_F32, bool POS>
 __global__ void rope_bf16_kernel(__nv_bfloat16 *out, const void *in, const float *cos,
-                                 const float *sin, size_t T, size_t H, size_t half,
-                                 size_t n_quads, float sign) {
+                                 const float *sin, const int32_t *pos, size_t T, size_t H,
+                                 size_t half, size_t n_quads, float sign) {
     size_t qph = half / 4;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < n_quads; q += stride) {
         size_t row = q / qph, i = (q % qph) * 4;
-        size_t t = (row / H) % T;
+        size_t t = POS ? (size_t)pos[row / H] : (row / H) % T;
         float4 c = *(const float4 *)(cos + t * half + i);
         float4 s = *(const float4 *)(sin + t * half + i);
         float x1[4], x2[4];
@@ -60,26 +61,29 @@ __global__ void rope_bf16_kernel(__nv_bfloat16 *out, const void *in, const float
 }
 
 extern "C" void mt_cuda_rope_forward_bf16(cudaStream_t s, uint16_t *x, const float *cos,
-                                          const float *sin, size_t B, size_t T, size_t H,
-                                          size_t HD) {
+                                          const float *sin, const int32_t *pos, size_t B,
+                                          size_t T, size_t H, size_t HD) {
     size_t half = HD / 2;
     MT_ASSERT(HD % 8 == 0);
     size_t n = B * T * H * half / 4;
     if (!n) return;
-    rope_bf16_kernel<false><<<blocks_for(n), THREADS, 0, s>>>((__nv_bfloat16 *)x, x, cos, sin, T,
-                                                              H, half, n, 1.0f);
+    auto kern = pos ? rope_bf16_kernel<false, true> : rope_bf16_kernel<false, false>;
+    kern<<<blocks_for(n), THREADS, 0, s>>>((__nv_bfloat16 *)x, x, cos, sin, pos, T, H, half, n,
+                                           1.0f);
     CUDA_LAUNCH_CHECK();
 }
 
 extern "C" void mt_cuda_rope_backward_to_bf16(cudaStream_t s, uint16_t *out, const float *dx,
-                                              const float *cos, const float *sin, size_t B,
-                                              size_t T, size_t H, size_t HD) {
+                                              const float *cos, const float *sin,
+                                              const int32_t *pos, size_t B, size_t T, size_t H,
+                                              size_t HD) {
     size_t half = HD / 2;
     MT_ASSERT(HD % 8 == 0);
     size_t n = B * T * H * half / 4;
     if (!n) return;
-    rope_bf16_kernel<true><<<blocks_for(n), THREADS, 0, s>>>((__nv_bfloat16 *)out, dx, cos, sin,
-                                                             T, H, half, n, -1.0f);
+    auto kern = pos ? rope_bf16_kernel<true, true> : rope_bf16_kernel<true, false>;
+    kern<<<blocks_for(n), THREADS, 0, s>>>((__nv_bfloat16 *)out, dx, cos, sin, pos, T, H, half,
+                                           n, -1.0f);
     CUDA_LAUNCH_CHECK();
 }
 

@@ -13,15 +13,16 @@
 extern "C" {
 #endif
 
-/* RoPE in place on bf16 x (B,T,H,HD), fp32 arithmetic; cos, sin (T,HD/2). */
+/* RoPE in place on bf16 x (B,T,H,HD), fp32 arithmetic; cos, sin (T,HD/2);
+ * positions pos (B,T) or NULL, as mt_cuda_rope_forward. */
 void mt_cuda_rope_forward_bf16(cudaStream_t s, uint16_t *x, const float *cos, const float *sin,
-                               size_t B, size_t T, size_t H, size_t HD);
+                               const int32_t *pos, size_t B, size_t T, size_t H, size_t HD);
 
 /* out (B,T,H,HD) bf16 = inverse RoPE of dx (fp32): the backward of RoPE
  * fused with the cast that feeds the next bf16 product. */
 void mt_cuda_rope_backward_to_bf16(cudaStream_t s, uint16_t *out, const float *dx,
-                                   const float *cos, const float *sin, size_t B, size_t T,
-                                   size_t H, size_t HD);
+                                   const float *cos, const float *sin, const int32_t *pos,
+                                   size_t B, size_t T, size_t H, size_t HD);
 
 /* out (n) bf16 = silu(gate) * up, gate and up bf16. */
 void mt_cuda_swiglu_forward_bf16(cudaStream_t s, uint16_t *out, const uint16_t *gate,

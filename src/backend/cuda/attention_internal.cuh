@@ -1,0 +1,207 @@
+/* Internals of the fused attention kernels, shared by their files:
+ *   attention.cu           the API of attention.h: checks, arguments, D = rowsum(dout*out)
+ *   attention_bf16_fwd.cu  bf16 tensor-core forward
+ *   attention_bf16_bwd.cu  bf16 tensor-core backward (dK/dV, then dQ)
+ *   attention_f32.cu       fp32 forward and backward
+ * and the bf16 tensor-core building blocks (cp.async, ldmatrix, mma.sync)
+ * that the bf16 kernels are made of. Not a public interface: use
+ * attention.h. */
+#ifndef MT_BACKEND_CUDA_ATTENTION_INTERNAL_CUH
+#define MT_BACKEND_CUDA_ATTENTION_INTERNAL_CUH
+
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "backend/cuda/attention.h"
+
+typedef __nv_bfloat16 bf16;
+
+#define MT_ATTN_LOG2E 1.4426950408889634f
+#define MT_ATTN_LN2 0.6931471805599453f
+
+/* Everything a kernel needs; unused pointers are NULL. */
+struct mt_attn_args {
+    const void *q, *k, *v, *dout, *out; // (B,T,NH|NKV,HD)
+    void *o;                            // forward output, (B,T,NH,HD)
+    float *o_f32;                       // optional fp32 forward output
+    float *lse;                         // (B,NH,T)
+    float *dsum;                        // (B,NH,T) rowsum(dout*out)
+    float *dq, *dk, *dv;
+    int T, NH, NKV, HD;
+    float scale;
+    const int32_t *pos;                 // (B,T) positions of packed documents, or NULL
+};
+
+/* Host helpers (attention.cu). */
+/* Reports a failed launch (or an earlier sticky error) as a recoverable error. */
+int mt_attn_check_launch(mt_error *err, const char *what);
+/* Raises a kernel's dynamic shared memory limit past the 48 KB default. */
+int mt_attn_set_smem(const void *kernel, size_t bytes, mt_error *err);
+/* D[b,h,t] = rowsum(dout * out) into a.dsum, the backward's first pass. */
+int mt_attn_launch_dsum(const mt_attn_args &a, int B, int is_bf16, cudaStream_t stream,
+                        mt_error *err);
+
+/* The launchers of each precision, for B batch rows. */
+int mt_attn_fwd_bf16(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
+int mt_attn_bwd_bf16(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
+int mt_attn_f32(const mt_attn_args &a, int B, int backward, cudaStream_t st, mt_error *err);
+
+/* Packed documents (a.pos, see attention.h). The first key that query t of
+ * batch row b may see: its document's start, non-decreasing in t. */
+__device__ __forceinline__ int mt_attn_doc_start(const mt_attn_args &a, int b, int t) {
+    return t - a.pos[(int64_t)b * a.T + t];
+}
+
+/* One past the last query of row b that may see key k: the first document
+ * start after k, or T. A binary search, the starts being non-decreasing. */
+__device__ __forceinline__ int mt_attn_doc_end(const mt_attn_args &a, int b, int k) {
+    int lo = k + 1, hi = a.T;
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (mt_attn_doc_start(a, b, mid) > k) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
+
+/* ------------------------------------------------------------------------ */
+/* bf16 tensor-core building blocks                                          */
+
+__device__ __forceinline__ unsigned mt_attn_smem_addr(const void *p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+/* 16-byte async copy; when !valid the destination is zero-filled. */
+__device__ __forceinline__ void mt_attn_cp16(void *dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(mt_attn_smem_addr(dst)),
+                 "l"(src), "r"(valid ? 16 : 0));
+}
+/* 4-byte async copy (zero-filled when !valid). */
+__device__ __forceinline__ void mt_attn_cp4(void *dst, const void *src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(mt_attn_smem_addr(dst)),
+                 "l"(src), "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void mt_attn_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void mt_attn_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void mt_attn_ldsm(unsigned r[4], const bf16 *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(mt_attn_smem_addr(p)));
+}
+__device__ __forceinline__ void mt_attn_ldsm_t(unsigned r[4], const bf16 *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(mt_attn_smem_addr(p)));
+}
+
+/* c (16x8 fp32) += a (16x16 bf16, row) * b (16x8 bf16, col). */
+__device__ __forceinline__ void mt_attn_mma(float c[4], const unsigned a[4], unsigned b0,
+                                            unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* 2^x on the special-function unit (rel. error ~2^-22, ex2(-inf) = 0);
+ * the softmax needs no more, and exp2f's range fix-ups cost extra. */
+__device__ __forceinline__ float mt_attn_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ unsigned mt_attn_pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(unsigned *)&v;
+}
+
+/* Shared-memory rows are padded by 16 bytes so that the 8 row addresses of
+ * an ldmatrix fall in distinct banks. */
+template <int HD> struct mt_attn_tile {
+    static constexpr int SR = HD + 8;
+};
+
+/* Starts the async copy of rows [r0, r0+ROWS) of a (.., T, H, HD) tensor
+ * (row stride ld elements) into smem; rows >= T become zeros. */
+template <int ROWS, int HD, int NT>
+__device__ __forceinline__ void mt_attn_load_tile(bf16 *s, const bf16 *g, int64_t ld, int r0,
+                                                  int T) {
+    constexpr int CPR = HD / 8; // 16-byte chunks per row
+    for (int c = threadIdx.x; c < ROWS * CPR; c += NT) {
+        int r = c / CPR, col = (c % CPR) * 8;
+        bool ok = r0 + r < T;
+        mt_attn_cp16(s + r * mt_attn_tile<HD>::SR + col, g + (ok ? (int64_t)(r0 + r) * ld : 0) + col,
+                     ok);
+    }
+}
+
+/* A fragments (16 rows x 16 cols at k0) of a row-major smem tile. */
+__device__ __forceinline__ void mt_attn_frag_a(unsigned r[4], const bf16 *s, int SR, int row0,
+                                               int k0, int lane) {
+    mt_attn_ldsm(r, s + (row0 + (lane & 15)) * SR + k0 + (lane >> 4) * 8);
+}
+/* B fragments for two 8-column n-blocks (n0, n0+8) and one k-step at k0,
+ * where the smem tile holds B^T row-major ([n][k]): r0,r1 for n0; r2,r3 for n0+8. */
+__device__ __forceinline__ void mt_attn_frag_bt(unsigned r[4], const bf16 *s, int SR, int n0,
+                                                int k0, int lane) {
+    mt_attn_ldsm(r, s + (n0 + (lane & 7) + ((lane >> 4) << 3)) * SR + k0 + ((lane >> 3) & 1) * 8);
+}
+/* B fragments where the smem tile holds B row-major ([k][n]): k-step at k0,
+ * n-blocks n0 (r0,r1) and n0+8 (r2,r3). */
+__device__ __forceinline__ void mt_attn_frag_b(unsigned r[4], const bf16 *s, int SR, int k0,
+                                               int n0, int lane) {
+    mt_attn_ldsm_t(r, s + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * SR + n0 + (lane >> 4) * 8);
+}
+
+/* acc (16 x N) += A (16 x K, smem rows row0..) * B where smem tile sb holds B^T ([n][k]). */
+template <int K, int N>
+__device__ __forceinline__ void mt_attn_mm_smem_bt(float acc[N / 8][4], const bf16 *sa, int SRA,
+                                                   int row0, const bf16 *sb, int SRB, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < K / 16; kk++) {
+        unsigned a[4];
+        mt_attn_frag_a(a, sa, SRA, row0, kk * 16, lane);
+#pragma unroll
+        for (int nn = 0; nn < N / 16; nn++) {
+            unsigned b[4];
+            mt_attn_frag_bt(b, sb, SRB, nn * 16, kk * 16, lane);
+            mt_attn_mma(acc[2 * nn], a, b[0], b[1]);
+            mt_attn_mma(acc[2 * nn + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+/* acc (16 x N) += P (16 x K, fp32 C fragments, rounded to bf16) * B where
+ * smem tile sb holds B row-major ([k][n]). */
+template <int K, int N>
+__device__ __forceinline__ void mt_attn_mm_regs_b(float acc[N / 8][4], const float p[K / 8][4],
+                                                  const bf16 *sb, int SRB, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < K / 16; kk++) {
+        unsigned a[4] = {mt_attn_pack(p[2 * kk][0], p[2 * kk][1]),
+                         mt_attn_pack(p[2 * kk][2], p[2 * kk][3]),
+                         mt_attn_pack(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                         mt_attn_pack(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+        for (int nn = 0; nn < N / 16; nn++) {
+            unsigned b[4];
+            mt_attn_frag_b(b, sb, SRB, kk * 16, nn * 16, lane);
+            mt_attn_mma(acc[2 * nn], a, b[0], b[1]);
+            mt_attn_mma(acc[2 * nn + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+template <int R, int C> __device__ __forceinline__ void mt_attn_zero(float x[R][C]) {
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int j = 0; j < C; j++) x[i][j] = 0.f;
+}
+
+#endif
