@@ -1,6 +1,7 @@
 # megatrain build.
 #   make run       set up, build, train the built-in tiny model
-#   make test      set up, build, run every test that needs no GPU
+#   make test      set up, build, run every test that needs no GPU (C, the
+#                  installed library, the Python package: tests/python)
 #   make test-gpu  build and run the GPU tests (on a machine with a GPU)
 #   make bench     build and run the default benchmarks
 #   make test-asan the CPU tests built with AddressSanitizer + UBSan
@@ -141,6 +142,7 @@ test: setup
 	@$(MAKE) --no-print-directory build
 	$(BUILD)/mt_tests --jobs 2
 	scripts/test_install.sh $(BUILD)
+	scripts/test_python.sh $(BUILD)
 
 # The CPU library and tests with AddressSanitizer + UBSan, in their own
 # build directory; the first error of either kind fails the run.

@@ -120,6 +120,15 @@ int mt_options_load_yaml(mt_options *o, const char *path);
  * numbers for numeric options, true/false for booleans, strings else. */
 int mt_options_set_json(mt_options *o, const char *json);
 
+/* Completes the options as mt_run_open does before it starts: with no
+ * `model`, the built-in tiny model's defaults for every option not set;
+ * with one, `tokenizer` = model/tokenizer.json when not set; then the
+ * checks across options. mt_options_get then gives the values the run will
+ * use (a binding finds the run directory `out` before opening the run).
+ * Call it after the last mt_options_set: an option it filled counts as not
+ * set, but a later `model` keeps the tiny values it gave. */
+int mt_options_resolve(mt_options *o);
+
 /* The command line of `megatrain train` (argv[0] is "train"): defaults,
  * the --config FILE, then the flags (--lr 1e-4, --no-skip-bad-lines), then
  * the tiny-model defaults and the checks. Returns 0, 1 when --help was
@@ -247,6 +256,12 @@ void mt_dataset_opts_defaults(mt_dataset_opts *o);
  * NULL (the defaults). */
 mt_dataset *mt_dataset_load(const char *path, const mt_tokenizer *tok, const mt_dataset_opts *o);
 void mt_dataset_free(mt_dataset *d);
+
+/* Writes the data set's documents as loaded (token ids and loss mask) to a
+ * .mtok file at path (a temporary file, fsync, rename): what `megatrain
+ * tokenize` writes, and training from it gives the batches the source
+ * gives. The order is the file's, not the shuffled one. */
+int mt_dataset_save(const mt_dataset *d, const char *path);
 
 typedef struct mt_dataset_info {
     int64_t documents, tokens, trainable, skipped_lines;

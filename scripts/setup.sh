@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# Installs the Debian packages megatrain builds against, when they are
-# missing and we are root; otherwise says what to install.
+# Installs the Debian packages megatrain builds against, and those its
+# Python tests need, when they are missing and we are root; otherwise says
+# what to install. --check: are the build's packages there (no install)?
+# The Python tests' PyPI packages (tests/python/requirements.txt: pyarrow)
+# go into a virtual environment in the build folder: scripts/test_python.sh.
 set -euo pipefail
 pkgs=(gcc make libcjson-dev libpcre2-dev libutf8proc-dev libyaml-dev libcriterion-dev gnuplot-nox
       libxxhash-dev clang libclang-rt-14-dev pkg-config)
+# the Python package and its tests: a venv with pip, pytest
+python_pkgs=(python3 python3-venv python3-pip python3-pytest)
+[ "${1:-}" = "--check" ] || pkgs+=("${python_pkgs[@]}")
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

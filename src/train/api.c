@@ -89,6 +89,12 @@ int mt_options_set_json(mt_options *o, const char *json) {
     return 0;
 }
 
+int mt_options_resolve(mt_options *o) {
+    mt_error err;
+    mt_train_config_resolve(&o->tc);
+    return mt_train_config_validate(&o->tc, &err) ? mt_set_last_error(&err) : 0;
+}
+
 int mt_options_parse_args(mt_options *o, int argc, char **argv) {
     mt_error err;
     int rc = mt_train_config_parse_args(&o->tc, argc, argv, &err);

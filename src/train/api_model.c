@@ -62,6 +62,15 @@ mt_dataset *mt_dataset_load(const char *path, const mt_tokenizer *tok, const mt_
     return ds;
 }
 
+int mt_dataset_save(const mt_dataset *d, const char *path) {
+    mt_error err;
+    if (!path) {
+        mt_errorf(&err, "dataset: no path to save to; give a .mtok file name");
+        return mt_set_last_error(&err);
+    }
+    return mt_mtok_write(path, mt_dataset_corpus(d), &err) ? mt_set_last_error(&err) : 0;
+}
+
 int mt_dataset_describe(const mt_dataset *d, mt_dataset_info *info) {
     mt_data_stats st = mt_dataset_stats(d);
     *info = (mt_dataset_info){.documents = st.documents, .tokens = st.tokens,

@@ -8,16 +8,12 @@
 
 mt_run *mt_run_open(const mt_options *o, mt_event_fn fn, void *user) {
     mt_error err;
-    mt_train_config tc = o->tc;
     /* what parsing the arguments does last: the tiny model's defaults
      * for what was not set, then the checks across options */
-    mt_train_config_resolve(&tc);
-    if (mt_train_config_validate(&tc, &err)) {
-        mt_set_last_error(&err);
-        return NULL;
-    }
+    mt_options resolved = *o;
+    if (mt_options_resolve(&resolved)) return NULL;
     mt_events ev = {fn, user};
-    mt_run *r = mt_trainer_open(&tc, &ev, &err);
+    mt_run *r = mt_trainer_open(&resolved.tc, &ev, &err);
     if (!r) mt_set_last_error(&err);
     return r;
 }

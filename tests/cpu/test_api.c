@@ -178,6 +178,26 @@ Test(api, options_set_get_and_their_errors) {
     free(dir);
 }
 
+Test(api, options_resolved_as_a_run_will_use_them) {
+    char buf[256];
+    mt_options *o = mt_options_new();
+    cr_assert_eq(mt_options_set(o, "steps", "5"), 0);
+    cr_assert_eq(mt_options_resolve(o), 0, "%s", mt_last_error());
+    mt_options_get(o, "out", buf, sizeof buf);
+    cr_assert_str_eq(buf, "runs/tiny", "no model: the tiny model's out");
+    mt_options_get(o, "steps", buf, sizeof buf);
+    cr_assert_str_eq(buf, "5", "what was set stays");
+    mt_options_free(o);
+    o = mt_options_new();
+    cr_assert_eq(mt_options_set(o, "model", "models/m"), 0);
+    cr_assert_eq(mt_options_resolve(o), 0, "%s", mt_last_error());
+    mt_options_get(o, "out", buf, sizeof buf);
+    cr_assert_str_eq(buf, "runs/megatrain");
+    mt_options_get(o, "tokenizer", buf, sizeof buf);
+    cr_assert_str_eq(buf, "models/m/tokenizer.json");
+    mt_options_free(o);
+}
+
 Test(api, the_option_table_and_the_help_text) {
     char *usage = mt_options_usage();
     size_t n = mt_options_count();
@@ -343,6 +363,20 @@ Test(api, tokenizers_and_data_sets) {
     while (mt_dataset_next_batch(d, 4, 16, tokens, targets, NULL) == 0) batches++;
     /* one epoch of di.tokens tokens in rows of 17, 4 rows a batch */
     cr_assert_eq(batches, di.tokens / 17 / 4);
+    /* saved as .mtok: the bytes `megatrain tokenize` writes */
+    char mine[512], cli[512];
+    snprintf(mine, sizeof mine, "%s/api.mtok", dir);
+    snprintf(cli, sizeof cli, "%s/cli.mtok", dir);
+    cr_assert_eq(mt_dataset_save(d, mine), 0, "%s", mt_last_error());
+    cr_assert_eq(mt_test_cli((char *[]){"tokenize", "--tokenizer", path, "--data", data, "--out",
+                                        cli, NULL}), 0);
+    size_t na, nb;
+    char *a = slurp(mine, &na), *b = slurp(cli, &nb);
+    cr_assert(na == nb && !memcmp(a, b, na), "mt_dataset_save and megatrain tokenize differ");
+    free(a);
+    free(b);
+    cr_assert_eq(mt_dataset_save(d, "/nonexistent/dir/x.mtok"), -1);
+    cr_assert(strstr(mt_last_error(), "/nonexistent/dir/x.mtok"), "%s", mt_last_error());
     mt_dataset_free(d);
     mt_tokenizer_free(tok);
     mt_test_rmtree(dir);

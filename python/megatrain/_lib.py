@@ -1,0 +1,264 @@
+"""libmegatrain through ctypes: finding the shared library, the structs and
+the prototypes of include/megatrain.h, and the error raised when a call
+fails. The header is the contract; every struct here mirrors one of it
+field for field (tests/python/test_abi.py compares their sizes and offsets
+with a C compiler's).
+
+Where the library comes from, first found wins:
+  1. MEGATRAIN_LIB, the path of a libmegatrain.so (an error if it does not load);
+  2. the package's own folder (`pip install ./python` builds the library and
+     puts a copy there);
+  3. the system's loader: LD_LIBRARY_PATH, then the ld.so cache
+     (`make install PREFIX=/usr/local` and `ldconfig`).
+"""
+import ctypes
+import ctypes.util
+import os
+import threading
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_char_p, c_double, c_int, c_int32,
+                    c_int64, c_size_t, c_uint64, c_void_p)
+
+
+class MegatrainError(RuntimeError):
+    """A call of the library failed; the message is its mt_last_error()."""
+
+
+# ---- structs (megatrain.h) ----------------------------------------------
+
+class StepMetrics(Structure):
+    _fields_ = [("step", c_int64), ("total_steps", c_int64), ("epoch", c_double),
+                ("loss", c_double), ("lr", c_double), ("grad_norm", c_double),
+                ("tokens", c_int64), ("tokens_per_s", c_double), ("tflops", c_double),
+                ("step_time_s", c_double), ("eta_s", c_double), ("gpu_mem_gb", c_double),
+                ("host_mem_gb", c_double), ("h2d_gbps", c_double), ("d2h_gbps", c_double),
+                ("skipped", c_int64), ("nonfinite", c_char_p)]
+
+
+class Event(Structure):
+    _fields_ = [("kind", c_int), ("text", c_char_p), ("step", POINTER(StepMetrics))]
+
+
+EVENT_INFO, EVENT_WARNING, EVENT_STEP, EVENT_TEXT = range(4)
+EventFn = CFUNCTYPE(None, POINTER(Event), c_void_p)
+
+
+class OptionInfo(Structure):
+    _fields_ = [("name", c_char_p), ("type", c_char_p), ("default_value", c_char_p),
+                ("tiny_default", c_char_p), ("choices", c_char_p), ("section", c_char_p),
+                ("help", c_char_p)]
+
+
+class DatasetOpts(Structure):
+    _fields_ = [("format", c_char_p), ("chat_template", c_char_p), ("packing", c_char_p),
+                ("skip_bad_lines", c_bool), ("seed", c_uint64), ("epochs", c_int64),
+                ("vocab_size", c_int64)]
+
+
+class DatasetInfo(Structure):
+    _fields_ = [("documents", c_int64), ("tokens", c_int64), ("trainable", c_int64),
+                ("skipped_lines", c_int64), ("format", c_char_p), ("chat_template", c_char_p),
+                ("packing", c_char_p)]
+
+
+class ModelInfo(Structure):
+    _fields_ = [("model_type", c_char_p), ("n_params", c_int64), ("layers", c_int64),
+                ("hidden", c_int64), ("heads", c_int64), ("kv_heads", c_int64), ("ffn", c_int64),
+                ("vocab_size", c_int64), ("max_positions", c_int64), ("tied_embeddings", c_bool)]
+
+
+class ModelShape(Structure):
+    _fields_ = [("hidden", c_int64), ("layers", c_int64), ("heads", c_int64),
+                ("kv_heads", c_int64), ("ffn", c_int64), ("max_positions", c_int64),
+                ("rope_theta", c_double), ("init_std", c_double), ("untied", c_bool),
+                ("seed", c_uint64)]
+
+
+class EvalOpts(Structure):
+    _fields_ = [("data", c_char_p), ("format", c_char_p), ("chat_template", c_char_p),
+                ("packing", c_char_p), ("seq_len", c_int64), ("batch_size", c_int64), ("max_batches", c_int64),
+                ("device", c_char_p), ("precision", c_char_p), ("dump_logits", c_char_p)]
+
+
+class EvalResult(Structure):
+    _fields_ = [("loss", c_double), ("perplexity", c_double), ("tokens", c_int64),
+                ("batches", c_int64)]
+
+
+class GenerateOpts(Structure):
+    _fields_ = [("prompt", c_char_p), ("max_new_tokens", c_int64), ("temperature", c_double),
+                ("top_p", c_double), ("seed", c_uint64), ("context", c_int64),
+                ("device", c_char_p), ("add_special", c_bool)]
+
+
+STRUCTS = {"mt_step_metrics": StepMetrics, "mt_event": Event, "mt_option_info": OptionInfo,
+           "mt_dataset_opts": DatasetOpts, "mt_dataset_info": DatasetInfo,
+           "mt_model_info": ModelInfo, "mt_model_shape": ModelShape, "mt_eval_opts": EvalOpts,
+           "mt_eval_result": EvalResult, "mt_generate_opts": GenerateOpts}
+
+# ---- prototypes: name -> (restype, argtypes) ----------------------------
+
+_p = c_void_p  # every handle, and every string the caller frees (mt_free)
+PROTOTYPES = {
+    "mt_version": (c_char_p, []),
+    "mt_cuda_archs": (c_char_p, []),
+    "mt_last_error": (c_char_p, []),
+    "mt_free": (None, [c_void_p]),
+    "mt_options_new": (_p, []),
+    "mt_options_free": (None, [_p]),
+    "mt_options_set": (c_int, [_p, c_char_p, c_char_p]),
+    "mt_options_get": (c_int, [_p, c_char_p, c_char_p, c_size_t]),
+    "mt_options_load_yaml": (c_int, [_p, c_char_p]),
+    "mt_options_set_json": (c_int, [_p, c_char_p]),
+    "mt_options_resolve": (c_int, [_p]),
+    "mt_options_parse_args": (c_int, [_p, c_int, POINTER(c_char_p)]),
+    "mt_options_to_yaml": (_p, [_p]),
+    "mt_options_to_json": (_p, [_p]),
+    "mt_options_usage": (_p, []),
+    "mt_options_count": (c_size_t, []),
+    "mt_options_describe": (c_int, [c_size_t, POINTER(OptionInfo)]),
+    "mt_run_open": (_p, [_p, EventFn, c_void_p]),
+    "mt_run_step": (c_int, [_p, POINTER(StepMetrics)]),
+    "mt_run_save": (c_int, [_p]),
+    "mt_run_finish": (c_int, [_p]),
+    "mt_run_train": (c_int, [_p]),
+    "mt_run_steps_done": (c_int64, [_p]),
+    "mt_run_total_steps": (c_int64, [_p]),
+    "mt_run_close": (None, [_p]),
+    "mt_tokenizer_open": (_p, [c_char_p]),
+    "mt_tokenizer_free": (None, [_p]),
+    "mt_tokenizer_tokenize": (c_int, [_p, c_char_p, c_size_t, c_bool, POINTER(POINTER(c_int32)),
+                                      POINTER(c_size_t)]),
+    "mt_tokenizer_decode": (_p, [_p, POINTER(c_int32), c_size_t, c_bool]),
+    "mt_tokenizer_vocab_size": (c_size_t, [_p]),
+    "mt_tokenizer_bos_id": (c_int32, [_p]),
+    "mt_tokenizer_eos_id": (c_int32, [_p]),
+    "mt_tokenizer_token_id": (c_int32, [_p, c_char_p]),
+    "mt_dataset_opts_defaults": (None, [POINTER(DatasetOpts)]),
+    "mt_dataset_load": (_p, [c_char_p, _p, POINTER(DatasetOpts)]),
+    "mt_dataset_free": (None, [_p]),
+    "mt_dataset_save": (c_int, [_p, c_char_p]),
+    "mt_dataset_describe": (c_int, [_p, POINTER(DatasetInfo)]),
+    "mt_dataset_next_batch": (c_int, [_p, c_int64, c_int64, POINTER(c_int32), POINTER(c_int32),
+                                      POINTER(c_int32)]),
+    "mt_model_open": (_p, [c_char_p, c_char_p]),
+    "mt_model_close": (None, [_p]),
+    "mt_model_describe": (c_int, [_p, POINTER(ModelInfo)]),
+    "mt_model_tokenizer": (_p, [_p]),
+    "mt_model_shape_defaults": (None, [POINTER(ModelShape)]),
+    "mt_model_init": (c_int, [c_char_p, c_char_p, POINTER(ModelShape), POINTER(ModelInfo)]),
+    "mt_eval_opts_defaults": (None, [POINTER(EvalOpts)]),
+    "mt_model_eval": (c_int, [_p, POINTER(EvalOpts), POINTER(EvalResult)]),
+    "mt_generate_opts_defaults": (None, [POINTER(GenerateOpts)]),
+    "mt_model_generate": (_p, [_p, POINTER(GenerateOpts), EventFn, c_void_p]),
+}
+
+# ---- loading -----------------------------------------------------------
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+_lock = threading.Lock()
+_lib = None
+_lib_path = None
+
+
+def _candidates():
+    """(how it was found, what to pass to CDLL), in the order tried."""
+    env = os.environ.get("MEGATRAIN_LIB")
+    if env:
+        return [("MEGATRAIN_LIB", env)]
+    out = []
+    bundled = os.path.join(HERE, "libmegatrain.so")
+    if os.path.exists(bundled):
+        out.append(("the package folder", bundled))
+    out.append(("the system loader", "libmegatrain.so"))
+    found = ctypes.util.find_library("megatrain")
+    if found:
+        out.append(("the system loader", found))
+    return out
+
+
+def _open():
+    tried = []
+    for how, name in _candidates():
+        try:
+            return ctypes.CDLL(name), name
+        except OSError as e:
+            tried.append(f"{name} ({how}): {e}")
+            if how == "MEGATRAIN_LIB":
+                raise MegatrainError(
+                    f"MEGATRAIN_LIB={name}: cannot load it: {e}; point it at a libmegatrain.so "
+                    "(`make build` writes build/libmegatrain.so) or unset it") from None
+    raise MegatrainError(
+        "libmegatrain.so not found (tried " + "; ".join(tried) + "); install the package with "
+        "`pip install ./python` from a megatrain checkout (it builds and bundles the library), "
+        "set MEGATRAIN_LIB=/path/to/libmegatrain.so, or `make install` and add its lib/ to "
+        "LD_LIBRARY_PATH")
+
+
+def lib():
+    """The loaded library, its prototypes declared (loaded on first use)."""
+    global _lib, _lib_path
+    if _lib is None:
+        with _lock:
+            if _lib is None:
+                handle, path = _open()
+                for name, (res, args) in PROTOTYPES.items():
+                    try:
+                        fn = getattr(handle, name)
+                    except AttributeError:
+                        raise MegatrainError(
+                            f"{path} lacks {name}: it is older than this package; rebuild it "
+                            "(`pip install ./python` again, or `make build`)") from None
+                    fn.restype, fn.argtypes = res, args
+                _lib_path = path
+                _lib = handle
+    return _lib
+
+
+def library_path():
+    """The path (or name) of the libmegatrain.so in use."""
+    lib()
+    return _lib_path
+
+
+def last_error():
+    return lib().mt_last_error().decode("utf-8", "replace")
+
+
+def check(rc):
+    """Raises MegatrainError with the library's message when rc is -1 (or
+    NULL); returns rc otherwise."""
+    if rc is None or (isinstance(rc, int) and rc < 0):
+        raise MegatrainError(last_error())
+    return rc
+
+
+def enc(s):
+    """Text for a const char * (None stays NULL)."""
+    if s is None:
+        return None
+    return os.fsencode(s) if isinstance(s, os.PathLike) else str(s).encode("utf-8")
+
+
+def dec(b):
+    return None if b is None else b.decode("utf-8", "replace")
+
+
+def take_string(p):
+    """A char * the library returned to the caller: its text, then mt_free."""
+    if not p:
+        return None
+    try:
+        return ctypes.string_at(p).decode("utf-8", "replace")
+    finally:
+        lib().mt_free(p)
+
+
+def struct_dict(s, skip=()):
+    """A struct as a dict of Python values (char * as str)."""
+    out = {}
+    for name, _ in s._fields_:
+        if name in skip:
+            continue
+        v = getattr(s, name)
+        out[name] = v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+    return out

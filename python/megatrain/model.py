@@ -1,0 +1,146 @@
+"""Models (mt_model): a Hugging Face model directory in host memory, its
+evaluation and generation; and new models with random weights (init)."""
+import ctypes
+import os
+
+from . import _events, _lib
+from .data import TempJsonl, source
+from .tokenizer import Tokenizer
+
+
+def _set(struct, values):
+    """Sets the struct's fields from values, leaving those given as None at
+    the library's defaults; an unknown name is a TypeError."""
+    names = {n for n, _ in struct._fields_}
+    for k, v in values.items():
+        if k not in names:
+            raise TypeError(f"unknown argument '{k}' (allowed: {', '.join(sorted(names))})")
+        if v is None:
+            continue
+        t = dict(struct._fields_)[k]
+        setattr(struct, k, _lib.enc(v) if t is ctypes.c_char_p else v)
+
+
+class Model:
+    """A Hugging Face model directory (config.json, safetensors) and its
+    tokenizer (None: DIR/tokenizer.json; "bytes": the built-in one), the
+    weights read into host memory in fp32. Close it (or use `with`)."""
+
+    def __init__(self, path, tokenizer=None):
+        self.path = os.fspath(path)
+        self._h = _lib.check(_lib.lib().mt_model_open(_lib.enc(self.path), _lib.enc(tokenizer)))
+
+    @property
+    def handle(self):
+        if not self._h:
+            raise _lib.MegatrainError("model: it was closed")
+        return self._h
+
+    @property
+    def info(self):
+        """model_type, n_params, layers, hidden, heads, kv_heads, ffn,
+        vocab_size, max_positions, tied_embeddings."""
+        i = _lib.ModelInfo()
+        _lib.lib().mt_model_describe(self.handle, ctypes.byref(i))
+        return _lib.struct_dict(i)
+
+    @property
+    def tokenizer(self):
+        """The model's tokenizer (valid while the model is open)."""
+        return Tokenizer(_borrowed=_lib.lib().mt_model_tokenizer(self.handle), _owner=self)
+
+    def generate(self, prompt="", *, on_text=None, **opts):
+        """Continues the prompt (stopping at EOS or after max_new_tokens);
+        returns the prompt and its continuation. on_text(piece) gets the text
+        as it comes (as `megatrain generate` prints it: a line break last). opts: max_new_tokens (64), temperature (0.8; 0 greedy),
+        top_p (0.95), seed (1), context (0: min(512, max positions)), device
+        ("auto"), add_special (True: BOS before the prompt)."""
+        L = _lib.lib()
+        o = _lib.GenerateOpts()
+        L.mt_generate_opts_defaults(ctypes.byref(o))
+        _set(o, dict(opts, prompt=prompt))
+        cb = _events.Callback(lambda ev: on_text(ev.text) if on_text and ev.kind == "text"
+                              else None)
+        p = L.mt_model_generate(self.handle, ctypes.byref(o), cb.c_fn, None)
+        cb.raise_pending()
+        _lib.check(p)
+        return _lib.take_string(p)
+
+    def eval(self, data, **opts):
+        """Mean loss and perplexity on data (a JSONL or .mtok path, or
+        records: see megatrain.data), read once in order in batches of
+        batch_size rows of seq_len tokens. opts: format, chat_template, packing,
+        seq_len (1024), batch_size (4), max_batches (0: all), device,
+        precision, dump_logits, split. Returns loss, perplexity, tokens,
+        batches."""
+        L = _lib.lib()
+        split = opts.pop("split", None)
+        o = _lib.EvalOpts()
+        L.mt_eval_opts_defaults(ctypes.byref(o))
+        _set(o, opts)
+        res = _lib.EvalResult()
+        kind, src = source(data, split)
+
+        def run(path):
+            o.data = _lib.enc(path)
+            _lib.check(L.mt_model_eval(self.handle, ctypes.byref(o), ctypes.byref(res)))
+
+        if kind == "path":
+            run(src)
+        else:
+            with TempJsonl(src) as path:
+                run(path)
+        return _lib.struct_dict(res)
+
+    def close(self):
+        if self._h:
+            _lib.lib().mt_model_close(self._h)
+        self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _with_model(model, tokenizer, fn):
+    if isinstance(model, Model):
+        return fn(model)
+    with Model(model, tokenizer) as m:
+        return fn(m)
+
+
+def generate(model, prompt="", *, tokenizer=None, on_text=None, **opts):
+    """Continues prompt with a model (a Model or an HF directory); returns
+    the text (prompt and continuation). See Model.generate."""
+    return _with_model(model, tokenizer, lambda m: m.generate(prompt, on_text=on_text, **opts))
+
+
+def eval(model, data, *, tokenizer=None, **opts):  # noqa: A001 (megatrain eval)
+    """A model's (a Model or an HF directory) loss and perplexity on data.
+    See Model.eval."""
+    return _with_model(model, tokenizer, lambda m: m.eval(data, **opts))
+
+
+def init(path, tokenizer, **shape):
+    """Writes a new Llama-architecture model with random weights to path
+    (which must not exist), as an HF directory in fp32 with the tokenizer's
+    files; the tokenizer (a tokenizer.json or "bytes") sets the vocabulary.
+    shape: hidden (1024), layers (12), heads (16), kv_heads (4), ffn (2816),
+    max_positions (2048), rope_theta, init_std (0.02), untied (False), seed
+    (1). Returns what was written (as Model.info)."""
+    L = _lib.lib()
+    s = _lib.ModelShape()
+    L.mt_model_shape_defaults(ctypes.byref(s))
+    _set(s, shape)
+    info = _lib.ModelInfo()
+    _lib.check(L.mt_model_init(_lib.enc(os.fspath(path)), _lib.enc(os.fspath(tokenizer)),
+                               ctypes.byref(s), ctypes.byref(info)))
+    return _lib.struct_dict(info)
