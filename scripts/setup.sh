@@ -3,7 +3,8 @@
 # missing and we are root; otherwise says what to install.
 set -euo pipefail
 pkgs=(gcc make libcjson-dev libpcre2-dev libutf8proc-dev libyaml-dev libcriterion-dev gnuplot-nox
-      libxxhash-dev clang libclang-rt-14-dev)
+      libxxhash-dev clang libclang-rt-14-dev zlib1g-dev libzstd-dev libprotobuf-c-dev
+      protobuf-c-compiler libisal-dev python3 python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

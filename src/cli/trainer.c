@@ -22,6 +22,7 @@
 #include "data/builtin_text.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
+#include "engine/eval.h"
 #include "engine/metrics.h"
 #include "engine/optim_pipeline.h"
 #include "engine/optimizer.h"
@@ -47,6 +48,7 @@ typedef struct run {
     mt_host_store store;
     mt_tokenizer *tok;
     mt_dataset *data;        /* NULL: built-in text */
+    mt_eval_set eval;        /* held-out data (eval_data), if any */
     char *text;              /* built-in text and its sampler state */
     size_t text_len;
     uint64_t rng;
@@ -122,11 +124,17 @@ static int open_data(run *R, mt_error *err) {
            (long long)st.documents, (long long)st.tokens, (long long)st.trainable, st.format);
     if (st.skipped_lines) printf(", %lld malformed lines skipped", (long long)st.skipped_lines);
     printf("\n");
-    if (mt_dataset_rows_per_epoch(R->data, tc->seq_len) == 0)
-        return mt_errorf(err, "%s: %lld tokens are fewer than one row of seq_len + 1 = %lld; "
-                         "add data or lower seq_len", tc->data, (long long)st.tokens,
-                         (long long)tc->seq_len + 1);
-    return 0;
+    mt_dataset_describe(R->data, stdout);
+    return mt_dataset_check_rows(R->data, tc->seq_len, err);
+}
+
+static int open_eval(run *R, mt_error *err) {
+    const mt_train_config *tc = R->tc;
+    mt_data_opts o = {.path = tc->eval_data, .format = mt_tc_data_format_name(tc->data_format),
+                      .chat_template = mt_tc_chat_template_name(tc->chat_template),
+                      .skip_bad_lines = tc->skip_bad_lines};
+    return mt_eval_set_open(&R->eval, &o, R->tok, R->cfg.V, (int)tc->micro_batches,
+                            tc->batch_size, tc->seq_len, tc->eval_batches, tc->eval_every, err);
 }
 
 /* Rows of T+1 bytes of the built-in text at random offsets. */
@@ -164,12 +172,7 @@ static char *state_json(const run *R) {
     char rng[32];
     snprintf(rng, sizeof rng, "%llu", (unsigned long long)R->rng);
     cJSON_AddStringToObject(o, "rng", rng); /* 64 bits do not fit a JSON double */
-    if (R->data) {
-        mt_data_pos p = mt_dataset_get_pos(R->data);
-        cJSON *d = cJSON_AddObjectToObject(o, "data");
-        cJSON_AddNumberToObject(d, "epoch", (double)p.epoch);
-        cJSON_AddNumberToObject(d, "row", (double)p.row);
-    }
+    if (R->data) cJSON_AddItemToObject(o, "data", mt_dataset_pos_to_json(R->data));
     char *cfg = mt_train_config_to_json(R->tc);
     cJSON_AddItemToObject(o, "config", cJSON_Parse(cfg));
     free(cfg);
@@ -225,15 +228,9 @@ static int restore_state(run *R, const char *json, mt_error *err) {
     const cJSON *ts = cJSON_GetObjectItemCaseSensitive(tr, "tokens_seen");
     R->tokens_seen = cJSON_IsNumber(ts) ? (int64_t)ts->valuedouble : 0;
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(tr, "data");
-    if (R->data) {
-        const cJSON *ep = d ? cJSON_GetObjectItemCaseSensitive(d, "epoch") : NULL;
-        const cJSON *row = d ? cJSON_GetObjectItemCaseSensitive(d, "row") : NULL;
-        if (!cJSON_IsNumber(ep) || !cJSON_IsNumber(row)) {
-            mt_errorf(err, "%s/trainer_state.json: no data position", R->ckpt_dir);
-            goto out;
-        }
-        mt_dataset_set_pos(R->data, (mt_data_pos){(int64_t)ep->valuedouble,
-                                                  (int64_t)row->valuedouble});
+    if (R->data && mt_dataset_pos_from_json(R->data, d, err)) {
+        mt_error_prefix(err, "%s/trainer_state.json: ", R->ckpt_dir);
+        goto out;
     }
     rc = 0;
 out:
@@ -405,6 +402,7 @@ static int setup(run *R, mt_error *err) {
     /* what a killed run left: temporary saves, a checkpoint beyond keep_last */
     if (mt_checkpoint_cleanup(tc->out, (int)tc->keep_last, R->ckpt_dir[0] ? R->step : -1, err))
         fprintf(stderr, "megatrain: warning: %s\n", err->msg);
+    if (tc->eval_data[0] && open_eval(R, err)) return -1;
     R->total_steps = tc->steps;
     if (!R->total_steps) {
         if (!R->data) return mt_errorf(err, "steps = 0 needs a data file to count epochs over");
@@ -445,6 +443,8 @@ static int setup(run *R, mt_error *err) {
     char path[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", tc->out);
     if (mt_metrics_open(&R->mw, path, R->step, err)) return -1;
+    snprintf(path, sizeof path, "%s/tensorboard", tc->out);
+    if (tc->tensorboard && mt_metrics_open_tensorboard(&R->mw, path, R->step, err)) return -1;
     snprintf(path, sizeof path, "%s/config.yaml", tc->out);
     return mt_train_config_save_yaml(tc, path, err);
 }
@@ -459,6 +459,7 @@ static void teardown(run *R) {
     R->plan = NULL;
     if (R->mw.f) mt_metrics_close(&R->mw);
     if (R->data) mt_dataset_free(R->data);
+    mt_eval_set_free(&R->eval);
     if (R->tok) mt_tokenizer_free(R->tok);
     free(R->text);
     free(R->tokens);
@@ -522,6 +523,13 @@ int mt_train(const mt_train_config *tc, mt_error *err) {
         double t = mt_now_s();
         report(&R, loss, &rep, t - t_prev, t - t_start, R.step - start_step);
         t_prev = t;
+        if (mt_eval_set_due(&R.eval, R.step, R.total_steps)) {  /* on the updated weights */
+            if (R.pipe_on) mt_optim_pipeline_wait_all(&R.pipe);
+            if (mt_eval_set_log(&R.eval, R.r.be, R.table.n_layers, R.step, R.total_steps, &R.mw,
+                                stdout, err))
+                goto out;
+            t_prev = mt_now_s();  /* the next step's time leaves the evaluation out */
+        }
         if (isnan(first) && st == 0) first = loss;
         if (st == 0) last = loss;
         if (mt_signals_pending()) {
