@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "data/dataset.h"
@@ -55,9 +54,8 @@ int mt_cmd_tokenize(int argc, char **argv) {
     } else if (d && !mt_mtok_write(out, mt_dataset_corpus(d), &err)) {
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-        struct stat st;
-        double mb = stat(o.path, &st) == 0 ? (double)st.st_size / 1e6 : 0;
         mt_data_stats ds = mt_dataset_stats(d);
+        double mb = (double)ds.bytes / 1e6;  // JSONL text, decompressed
         printf("%s: %lld documents, %lld tokens, %lld trainable, format %s%s%s, %lld lines skipped\n",
                out, (long long)ds.documents, (long long)ds.tokens, (long long)ds.trainable, ds.format,
                ds.chat_template ? " " : "", ds.chat_template ? ds.chat_template : "",

@@ -57,6 +57,7 @@ static int open_file(const char *path, const mt_data_opts *o, const mt_tokenizer
         }
     }
     int rc = -1;
+    st->bytes = (int64_t)len;
     if (!tok) mt_errorf(err, "%s: JSONL data needs a tokenizer", path);
     else {
         mt_data_opts fo = *o;
@@ -117,6 +118,7 @@ static void add_stats(mt_corpus *c, const mt_data_stats *f) {
     else if (strcmp(s->format, f->format)) s->format = "mixed";
     if (!s->chat_template) s->chat_template = f->chat_template;
     s->skipped_lines += f->skipped_lines;
+    s->bytes += f->bytes;
 }
 
 int mt_corpus_open(mt_corpus *c, const mt_data_opts *o, const mt_tokenizer *tok,

@@ -140,7 +140,7 @@ static int open_sources(mt_dataset *d, const mt_data_opts *o, const mt_data_spec
         const mt_data_stats *cs = &st->c.stats;
         mt_data_stats *ds = &d->stats;
         ds->documents += cs->documents, ds->tokens += cs->tokens, ds->trainable += cs->trainable;
-        ds->skipped_lines += cs->skipped_lines;
+        ds->skipped_lines += cs->skipped_lines, ds->bytes += cs->bytes;
         ds->files += (int64_t)st->c.n_parts;
         if (!ds->format) ds->format = cs->format;
         else if (strcmp(ds->format, cs->format)) ds->format = "mixed";

@@ -42,6 +42,7 @@ typedef struct mt_data_opts {
 typedef struct mt_data_stats {
     int64_t documents, tokens, trainable, skipped_lines;
     int64_t files, sources;     // data files read, sources mixed (1: no mixture)
+    int64_t bytes;              // JSONL text read (after decompression)
     const char *format;         // the format used (after auto-detection), "mixed" if several
     const char *chat_template;  // the chat family used, or NULL
 } mt_data_stats;
