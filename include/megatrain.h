@@ -326,6 +326,9 @@ typedef struct mt_eval_opts {
     const char *chat_template; /* NULL: "auto" */
     const char *packing;       /* NULL: "auto"; as mt_dataset_opts */
     int64_t seq_len, batch_size;
+    int64_t micro_batches;     /* batches of micro_batches x batch_size rows; with a run's
+                                * seq_len, batch_size and micro_batches the loss equals the
+                                * run's eval_loss at the same step */
     int64_t max_batches;       /* 0: the whole file */
     const char *device;        /* "auto" (NULL), "cpu", "cuda" */
     const char *precision;     /* on the GPU: "bf16" (NULL) or "fp32" */
@@ -333,7 +336,8 @@ typedef struct mt_eval_opts {
                                 * ids and logits, or NULL */
 } mt_eval_opts;
 
-/* seq_len 1024, batch_size 4, the whole file, device auto, bf16. */
+/* seq_len 1024, batch_size 4, micro_batches 1, the whole file, device auto,
+ * bf16. */
 void mt_eval_opts_defaults(mt_eval_opts *o);
 
 typedef struct mt_eval_result {

@@ -17,7 +17,7 @@ san="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 make --no-print-directory -j2 BUILD=build/fuzz/lib CC=clang NVCC= \
     EXTRA_CFLAGS="-fsanitize=fuzzer-no-link $san" \
     build/fuzz/lib/libmegatrain.a >/dev/null || exit 2
-libs="-fopenmp -lcjson -lpcre2-8 -lutf8proc -lyaml -lxxhash -lm -lpthread"
+libs="-fopenmp -lcjson -lpcre2-8 -lutf8proc -lyaml -lxxhash -lz -lzstd -lprotobuf-c -lisal -lm -lpthread"
 names=("$@")
 [ ${#names[@]} -eq 0 ] && names=($(ls tests/fuzz/fuzz_*.c | sed 's|tests/fuzz/fuzz_||; s|\.c$||'))
 mkdir -p build/fuzz/crashes  # crashes of earlier runs count again until removed

@@ -2,11 +2,13 @@
 # Installs the Debian packages megatrain builds against, and those its
 # Python tests need, when they are missing and we are root; otherwise says
 # what to install. --check: are the build's packages there (no install)?
-# The Python tests' PyPI packages (tests/python/requirements.txt: pyarrow)
+# The Python tests' PyPI packages (tests/python/requirements.txt: pyarrow,
+# tensorboard)
 # go into a virtual environment in the build folder: scripts/test_python.sh.
 set -euo pipefail
 pkgs=(gcc make libcjson-dev libpcre2-dev libutf8proc-dev libyaml-dev libcriterion-dev gnuplot-nox
-      libxxhash-dev clang libclang-rt-14-dev pkg-config)
+      libxxhash-dev clang libclang-rt-14-dev pkg-config zlib1g-dev libzstd-dev
+      libprotobuf-c-dev protobuf-c-compiler libisal-dev)
 # the Python package and its tests: a venv with pip, pytest
 python_pkgs=(python3 python3-venv python3-pip python3-pytest)
 [ "${1:-}" = "--check" ] || pkgs+=("${python_pkgs[@]}")

@@ -24,6 +24,6 @@ if [ ! -x "$py" ]; then
 fi
 "${pip[@]}" install -r tests/python/requirements.txt
 MEGATRAIN_BUILD=$build "${pip[@]}" install --no-build-isolation --no-deps ./python
-export MEGATRAIN_CLI=$build/megatrain MEGATRAIN_BUILD=$build
+export MEGATRAIN_CLI=$build/megatrain MEGATRAIN=$build/megatrain MEGATRAIN_BUILD=$build
 unset MEGATRAIN_LIB
 "$py" -m pytest -p no:cacheprovider tests/python

@@ -16,7 +16,10 @@ static void usage(FILE *f) {
             "  --chat-template C   auto | llama3 | qwen | llama2 | mistral (default auto)\n"
             "  --packing P         auto | documents | rows, as in train (default auto)\n"
             "  --seq-len T         (default 1024)\n"
-            "  --batch-size B      rows per forward pass (default 4)\n"
+            "  --batch-size B      rows per micro-batch (default 4)\n"
+            "  --micro-batches M   micro-batches per forward pass (default 1); with a run's\n"
+            "                      seq_len, batch_size and micro_batches, the loss equals the\n"
+            "                      run's eval_loss at the checkpoint's step\n"
             "  --max-batches N     stop after N batches, 0 = the whole file (default 0)\n"
             "  --device D          auto | cpu | cuda (default auto)\n"
             "  --precision P       bf16 | fp32, on the GPU (default bf16)\n"
@@ -28,7 +31,7 @@ int mt_cmd_eval(int argc, char **argv) {
     const char *model = NULL, *data = NULL, *tokpath = NULL, *format = "auto",
                *chat = "auto", *device = "auto", *precision = "bf16", *dump = NULL,
                *packing = "auto";
-    long T = 1024, B = 4, max_batches = 0;
+    long T = 1024, B = 4, M = 1, max_batches = 0;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},      {"data", required_argument, 0, 'D'},
         {"tokenizer", required_argument, 0, 't'},  {"format", required_argument, 0, 'f'},
@@ -36,6 +39,7 @@ int mt_cmd_eval(int argc, char **argv) {
         {"batch-size", required_argument, 0, 'b'}, {"max-batches", required_argument, 0, 'n'},
         {"device", required_argument, 0, 'd'},     {"precision", required_argument, 0, 'p'},
         {"dump-logits", required_argument, 0, 'L'}, {"packing", required_argument, 0, 'P'},
+        {"micro-batches", required_argument, 0, 'M'},
         {"help", no_argument, 0, 'h'},             {0, 0, 0, 0},
     };
     optind = 1;
@@ -54,6 +58,7 @@ int mt_cmd_eval(int argc, char **argv) {
         case 'P': packing = optarg; break;
         case 'T': T = mt_arg_ll(optarg, &bad); break;
         case 'b': B = mt_arg_ll(optarg, &bad); break;
+        case 'M': M = mt_arg_ll(optarg, &bad); break;
         case 'n': max_batches = mt_arg_ll(optarg, &bad); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -69,10 +74,10 @@ int mt_cmd_eval(int argc, char **argv) {
         return 2;
     }
     int dev_ok = !strcmp(device, "auto") || !strcmp(device, "cpu") || !strcmp(device, "cuda");
-    if (!dev_ok || T < 1 || B < 1 || max_batches < 0 ||
+    if (!dev_ok || T < 1 || B < 1 || M < 1 || M > 4096 || max_batches < 0 ||
         (strcmp(precision, "bf16") && strcmp(precision, "fp32"))) {
         fprintf(stderr, "megatrain eval: check --device (auto|cpu|cuda), --precision "
-                "(bf16|fp32), --seq-len >= 1, --batch-size >= 1\n");
+                "(bf16|fp32), --seq-len >= 1, --batch-size >= 1, 1 <= --micro-batches <= 4096\n");
         return 2;
     }
     mt_eval_opts eo;
@@ -83,6 +88,7 @@ int mt_cmd_eval(int argc, char **argv) {
     eo.packing = packing;
     eo.seq_len = T;
     eo.batch_size = B;
+    eo.micro_batches = M;
     eo.max_batches = max_batches;
     eo.device = device;
     eo.precision = precision;

@@ -1,4 +1,4 @@
-/* megatrain plot: draws loss (and learning rate, on a second axis) against
+/* megatrain plot: draws loss, eval loss and learning rate (second axis) against
  * step from a metrics.jsonl into a PNG, with gnuplot run as a child process
  * that reads its script, data inline, on stdin. */
 #include <cjson/cJSON.h>
@@ -23,6 +23,8 @@ typedef struct series {
     double *step, *loss, *lr; // (n,) each; lr NAN where absent
     size_t n, cap;
     int has_lr;
+    double *eval_step, *eval_loss; // (n_eval,) the eval rows
+    size_t n_eval, eval_cap;
 } series;
 
 static void series_push(series *s, double step, double loss, double lr) {
@@ -37,10 +39,22 @@ static void series_push(series *s, double step, double loss, double lr) {
     s->has_lr |= !isnan(lr);
 }
 
+static void series_push_eval(series *s, double step, double loss) {
+    if (s->n_eval == s->eval_cap) {
+        s->eval_cap = s->eval_cap ? 2 * s->eval_cap : 64;
+        s->eval_step = mt_realloc_or_die(s->eval_step, s->eval_cap * sizeof *s->eval_step);
+        s->eval_loss = mt_realloc_or_die(s->eval_loss, s->eval_cap * sizeof *s->eval_loss);
+    }
+    s->eval_step[s->n_eval] = step, s->eval_loss[s->n_eval] = loss;
+    s->n_eval++;
+}
+
 static void series_free(series *s) {
     free(s->step);
     free(s->loss);
     free(s->lr);
+    free(s->eval_step);
+    free(s->eval_loss);
 }
 
 /* Rows of metrics.jsonl with a step and a loss; other lines are skipped,
@@ -64,9 +78,11 @@ static int read_series(const char *path, series *s, mt_error *err) {
         const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step");
         const cJSON *lo = cJSON_GetObjectItemCaseSensitive(j, "loss");
         const cJSON *lr = cJSON_GetObjectItemCaseSensitive(j, "lr");
+        const cJSON *ev = cJSON_GetObjectItemCaseSensitive(j, "eval_loss");
         if (cJSON_IsNumber(st) && cJSON_IsNumber(lo))
             series_push(s, st->valuedouble, lo->valuedouble,
                         cJSON_IsNumber(lr) ? lr->valuedouble : NAN);
+        if (cJSON_IsNumber(st) && cJSON_IsNumber(ev)) series_push_eval(s, st->valuedouble, ev->valuedouble);
         cJSON_Delete(j);
     }
     free(line);
@@ -105,7 +121,16 @@ static void write_script(FILE *f, const series *s, const char *out, const char *
         if (isnan(s->lr[i])) fprintf(f, "?\n");
         else fprintf(f, "%.9g\n", s->lr[i]);
     }
-    fprintf(f, "EOD\nplot $data using 1:2 with lines lw 2 lc rgb '#1f77b4' title 'loss' axes x1y1");
+    fprintf(f, "EOD\n");
+    if (s->n_eval) {
+        fprintf(f, "$eval << EOD\n");
+        for (size_t i = 0; i < s->n_eval; i++) fprintf(f, "%.17g %.9g\n", s->eval_step[i], s->eval_loss[i]);
+        fprintf(f, "EOD\n");
+    }
+    fprintf(f, "plot $data using 1:2 with lines lw 2 lc rgb '#1f77b4' title 'loss' axes x1y1");
+    if (s->n_eval)
+        fprintf(f, ", $eval using 1:2 with linespoints pt 7 lw 2 lc rgb '#2ca02c' title 'eval loss' "
+                   "axes x1y1");
     if (s->has_lr)
         fprintf(f, ", $data using 1:3 with lines lw 1 dt 2 lc rgb '#d62728' title 'lr' axes x1y2");
     fprintf(f, "\nset output\n");
@@ -149,7 +174,8 @@ static int run_gnuplot(const series *s, const char *out, const char *title, mt_e
 
 static void usage(FILE *f) {
     fprintf(f, "usage: megatrain plot METRICS.jsonl [-o OUT.png] [--title T]\n"
-               "Draws loss (and learning rate, right axis) against step with gnuplot.\n"
+               "Draws loss, eval loss (points) and learning rate (right axis) against step\n"
+               "with gnuplot.\n"
                "  -o, --output OUT.png  image to write (default loss.png next to METRICS)\n"
                "  --title T             title (default the metrics path)\n");
 }

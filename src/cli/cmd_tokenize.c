@@ -3,17 +3,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: megatrain tokenize --tokenizer PATH --data IN.jsonl --out OUT.mtok\n"
+    fprintf(f, "usage: megatrain tokenize --tokenizer PATH --data IN --out OUT.mtok\n"
                "         [--format auto|text|completion|chat] [--chat-template auto|llama3|qwen|llama2|mistral]\n"
                "         [--skip-bad-lines]\n"
-               "  --tokenizer  tokenizer.json (or 'bytes' for the built-in byte tokenizer)\n");
+               "  --tokenizer  tokenizer.json (or 'bytes' for the built-in byte tokenizer)\n"
+               "  --data       .jsonl, .jsonl.gz, .jsonl.zst, or a directory of them (one .mtok)\n");
 }
 
 int mt_cmd_tokenize(int argc, char **argv) {
@@ -49,12 +49,13 @@ int mt_cmd_tokenize(int argc, char **argv) {
     int rc = 1;
     if (d && mt_dataset_stats(d).format && !strcmp(mt_dataset_stats(d).format, "tokens")) {
         fprintf(stderr, "megatrain tokenize: %s is already a .mtok file\n", o.path);
+    } else if (d && !mt_dataset_corpus(d)) {
+        fprintf(stderr, "megatrain tokenize: --data is a list: tokenize one file or directory at a time\n");
     } else if (d && !mt_mtok_write(out, mt_dataset_corpus(d), &err)) {
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-        struct stat st;
-        double mb = stat(o.path, &st) == 0 ? (double)st.st_size / 1e6 : 0;
         mt_data_stats ds = mt_dataset_stats(d);
+        double mb = (double)ds.bytes / 1e6;  // JSONL text, decompressed
         printf("%s: %lld documents, %lld tokens, %lld trainable, format %s%s%s, %lld lines skipped\n",
                out, (long long)ds.documents, (long long)ds.tokens, (long long)ds.trainable, ds.format,
                ds.chat_template ? " " : "", ds.chat_template ? ds.chat_template : "",

@@ -1,13 +1,22 @@
-/* Training data: documents from JSONL (text, prompt/completion, chat) or a
- * pre-tokenized .mtok file, packed into rows of T+1 tokens.
+/* Training data: documents from JSONL (text, prompt/completion, chat; plain,
+ * gzip or zstd) or pre-tokenized .mtok files, packed into rows of T+1
+ * tokens.
  *
- * Every epoch concatenates all documents in an order shuffled by (seed,
- * epoch) into one stream and cuts it into rows of T+1 tokens; row r is
- * stream[r*(T+1) .. (r+1)*(T+1)). Inputs are row[0..T), targets row[1..T],
- * with -100 where the target token carries no loss. The final partial row of
- * each epoch is dropped; nothing else is dropped or repeated. A batch may
- * span two epochs; the data ends when fewer than `rows` rows remain in the
- * requested epochs.
+ * A source is a file or a directory of shards (corpus.h: the files in name
+ * order, as if concatenated). Every epoch of a source concatenates all its
+ * documents in an order shuffled by (seed, epoch) into one stream and cuts
+ * it into rows of T+1 tokens; row r is stream[r*(T+1) .. (r+1)*(T+1)).
+ * Inputs are row[0..T), targets row[1..T], with -100 where the target token
+ * carries no loss. The final partial row of each epoch is dropped; nothing
+ * else is dropped or repeated. A batch may span two epochs; the data ends
+ * when fewer than `rows` rows remain in the requested epochs.
+ *
+ * Several sources (a list in o->path, data_spec.h) are mixed row by row:
+ * row k of the mixture comes from source i with probability w_i / sum(w),
+ * drawn from a hash of (seed, k), so the choice depends on nothing but the
+ * seed and k. Each source then runs through its own epochs without end (a
+ * small source is repeated, a large one partly seen); the mixture ends after
+ * `epochs` times the rows of all sources together.
  *
  * Packing "rows": a row is one sequence, documents in it see each other.
  * Packing "documents": each piece of a document in a row is a sequence of
@@ -22,6 +31,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "data/token_file.h"
 #include "data/tokenizer.h"
@@ -30,12 +40,12 @@
 #define MT_IGNORE_INDEX (-100)
 
 typedef struct mt_data_opts {
-    const char *path;
+    const char *path;           // a file, a directory of shards, or a list (data_spec.h)
     const char *format;         // "auto" (or NULL), "text", "completion", "chat", "tokens"
     const char *chat_template;  // "auto" (or NULL), "llama3", "qwen", "llama2", "mistral"
     const char *packing;        // "auto" (or NULL), "documents", "rows" (see above); auto:
-                                // documents for completion and chat data and for token
-                                // files with a loss mask, rows for text
+                                // documents when every source is completion or chat data
+                                // (or token files with a loss mask), rows otherwise
     int skip_bad_lines;         // skip (and count) malformed JSONL lines instead of failing
     uint64_t seed;
     int64_t epochs;             // >= 1
@@ -43,7 +53,9 @@ typedef struct mt_data_opts {
 
 typedef struct mt_data_stats {
     int64_t documents, tokens, trainable, skipped_lines;
-    const char *format;         // the format used (after auto-detection)
+    int64_t files, sources;     // data files read, sources mixed (1: no mixture)
+    int64_t bytes;              // JSONL text read (after decompression)
+    const char *format;         // the format used (after auto-detection), "mixed" if several
     const char *chat_template;  // the chat family used, or NULL
     const char *packing;        // "documents" or "rows" (after auto)
 } mt_data_stats;
@@ -74,24 +86,46 @@ int mt_dataset_next_batch(mt_dataset *d, int64_t rows, int64_t T, int32_t *token
 bool mt_dataset_packs_documents(const mt_dataset *d);
 
 mt_data_stats mt_dataset_stats(const mt_dataset *d);
-/* Rows of T+1 tokens in one epoch (0: the data is shorter than one row). */
+/* Rows of T+1 tokens in one epoch, of all sources together (0: shorter
+ * than one row). */
 int64_t mt_dataset_rows_per_epoch(const mt_dataset *d, int64_t T);
+/* -1 with a message naming the source when a source (or the data) is
+ * shorter than one row of T+1 tokens. */
+int mt_dataset_check_rows(const mt_dataset *d, int64_t T, mt_error *err);
 /* Message of the first skipped line (skip_bad_lines), or NULL. */
 const char *mt_dataset_first_skipped(const mt_dataset *d);
+/* Prints a line per source of a mixture, or the file count of a directory
+ * (nothing for one file). */
+void mt_dataset_print_sources(const mt_dataset *d, FILE *f);
 
-/* Position of the next batch; setting a saved position reproduces exactly
- * the batches that followed it. */
+/* Position of the next batch: epoch and row of a single source; of a
+ * mixture, rows drawn so far as epochs of all sources' rows (for display).
+ * Setting a saved position of a single source reproduces exactly the
+ * batches that followed it. */
 mt_data_pos mt_dataset_get_pos(const mt_dataset *d);
 void mt_dataset_set_pos(mt_dataset *d, mt_data_pos pos);
+/* Back to the start (every source at epoch 0, row 0; no rows drawn). */
+void mt_dataset_rewind(mt_dataset *d);
 
-/* The corpus as loaded (for `megatrain tokenize`). */
-const mt_mtok *mt_dataset_corpus(const mt_dataset *d);
+/* The whole position as JSON, for a resume checkpoint: {"epoch", "row",
+ * "tokens"} of a single source, {"draws", "sources": [...]} of a mixture.
+ * tokens is the source's size: a resume refuses data that changed. */
+struct cJSON *mt_dataset_pos_to_json(const mt_dataset *d);
+/* Restores a position written by mt_dataset_pos_to_json (or {"epoch",
+ * "row"} of older checkpoints). -1 naming what does not match. */
+int mt_dataset_pos_from_json(mt_dataset *d, const struct cJSON *j, mt_error *err);
 
-/* Tokenizes a JSONL file into an in-memory corpus (dataset_jsonl.c).
- * *format / *chat are set to the names used; *skipped counts skipped lines
- * and skip_msg (if not NULL) gets the first one's message. */
-int mt_jsonl_tokenize(const mt_data_opts *o, const mt_tokenizer *tok, int64_t vocab_size,
-                      mt_mtok *out, const char **format, const char **chat, int64_t *skipped,
+/* The corpus as loaded, all files of a directory in one (for `megatrain
+ * tokenize`); NULL for a mixture. */
+const mt_mtok *mt_dataset_corpus(mt_dataset *d);
+
+/* Tokenizes the JSONL text buf (len bytes, from the file o->path, named in
+ * messages) into an in-memory corpus (dataset_jsonl.c). *format / *chat
+ * are set to the names used; *skipped counts skipped lines and skip_msg
+ * (if not NULL) gets the first one's message. */
+int mt_jsonl_tokenize(const mt_data_opts *o, const char *buf, size_t len,
+                      const mt_tokenizer *tok, int64_t vocab_size, mt_mtok *out,
+                      const char **format, const char **chat, int64_t *skipped,
                       mt_error *skip_msg, mt_error *err);
 
 #endif

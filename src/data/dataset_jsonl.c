@@ -15,7 +15,6 @@
 
 #include "data/chat.h"
 #include "data/dataset.h"
-#include "io/file.h"
 #include "util/mem.h"
 
 enum { FMT_TEXT, FMT_COMPLETION, FMT_CHAT };
@@ -208,12 +207,12 @@ static int setup_job(job *j, const mt_data_opts *o, const mt_tokenizer *tok, con
 
 /* Splits buf into lines (a final line without '\n' counts; '\r' before
  * '\n' is dropped). */
-static size_t split_lines(char *buf, size_t len, const char ***start, size_t **lens) {
+static size_t split_lines(const char *buf, size_t len, const char ***start, size_t **lens) {
     size_t n = 0, cap = 1024;
     *start = mt_malloc_or_die(cap * sizeof **start);
     *lens = mt_malloc_or_die(cap * sizeof **lens);
     for (size_t i = 0; i < len;) {
-        char *nl = memchr(buf + i, '\n', len - i);
+        const char *nl = memchr(buf + i, '\n', len - i);
         size_t e = nl ? (size_t)(nl - buf) : len, l = e - i;
         if (l && buf[e - 1] == '\r') l--;
         if (n == cap) {
@@ -274,13 +273,11 @@ static int gather(const mt_data_opts *o, const mt_tokenizer *tok, int64_t vocab_
     return 0;
 }
 
-int mt_jsonl_tokenize(const mt_data_opts *o, const mt_tokenizer *tok, int64_t vocab_size,
-                      mt_mtok *out, const char **format, const char **chat, int64_t *skipped,
+int mt_jsonl_tokenize(const mt_data_opts *o, const char *buf, size_t len,
+                      const mt_tokenizer *tok, int64_t vocab_size, mt_mtok *out,
+                      const char **format, const char **chat, int64_t *skipped,
                       mt_error *skip_msg, mt_error *err) {
-    char *buf;
-    size_t len;
     *skipped = 0;
-    if (mt_read_file(o->path, &buf, &len, err)) return -1;
     const char **line;
     size_t *lens, n = split_lines(buf, len, &line, &lens);
     job j;
@@ -311,6 +308,5 @@ done:
     free(docs);
     free(line);
     free(lens);
-    free(buf);
     return rc;
 }

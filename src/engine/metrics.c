@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,7 +17,8 @@ mt_metrics_row mt_metrics_row_make(int64_t step) {
                             .grad_norm = NAN, .tokens = -1, .tokens_per_s = NAN, .tflops = NAN,
                             .step_time_s = NAN, .gpu_mem_gb = NAN, .host_mem_gb = NAN,
                             .h2d_gbps = NAN, .d2h_gbps = NAN, .eta_s = NAN,
-                            .skipped = -1};
+                            .skipped = -1, .eval_loss = NAN, .eval_tokens = -1,
+                            .eval_time_s = NAN};
 }
 
 /* JSON ------------------------------------------------------------------- */
@@ -44,6 +46,10 @@ void mt_metrics_format_json(const mt_metrics_row *r, char *buf, size_t n) {
     u = put(buf, n, u, G, "h2d_gbps", r->h2d_gbps);
     u = put(buf, n, u, G, "d2h_gbps", r->d2h_gbps);
     u = put(buf, n, u, G, "eta_s", r->eta_s);
+    u = put(buf, n, u, G, "eval_loss", r->eval_loss);
+    if (r->eval_tokens >= 0 && u < n)
+        u += (size_t)snprintf(buf + u, n - u, ",\"eval_tokens\":%lld", (long long)r->eval_tokens);
+    u = put(buf, n, u, G, "eval_time_s", r->eval_time_s);
     if (r->skipped >= 0 && u < n) {
         u += (size_t)snprintf(buf + u, n - u, ",\"skipped\":%lld,\"loss_text\":\"%g\","
                               "\"grad_norm_text\":\"%g\"", (long long)r->skipped, r->loss,
@@ -135,17 +141,70 @@ int mt_metrics_open(mt_metrics_writer *w, const char *path, int64_t keep_step, m
     return 0;
 }
 
+int mt_metrics_open_tensorboard(mt_metrics_writer *w, const char *dir, int64_t keep_step,
+                                mt_error *err) {
+    w->tb = mt_tb_open(dir, keep_step + 1, err);
+    return w->tb ? 0 : -1;
+}
+
 int mt_metrics_write(mt_metrics_writer *w, const mt_metrics_row *row, mt_error *err) {
     char line[768];
     mt_metrics_format_json(row, line, sizeof line);
     if (fprintf(w->f, "%s\n", line) < 0 || fflush(w->f))
         return mt_errorf(err, "metrics: writing '%s': %s (disk full?)", w->path, strerror(errno));
-    return 0;
+    if (!w->tb) return 0;
+    mt_tb_scalar s[MT_METRICS_MAX_SCALARS];
+    return mt_tb_write_scalars(w->tb, row->step, s, mt_metrics_scalars(row, s), err);
 }
 
 void mt_metrics_close(mt_metrics_writer *w) {
     if (w->f) fclose(w->f);
     w->f = NULL;
+    mt_tb_close(w->tb);
+    w->tb = NULL;
+}
+
+/* TensorBoard scalars ------------------------------------------------------ */
+
+/* The TensorBoard tag of each metrics.jsonl field that is a scalar series. */
+static const struct {
+    const char *tag;
+    size_t off;  // of a double in mt_metrics_row; tokens fields are int64_t
+    bool is_int;
+} scalar_tags[] = {
+    {"train/loss", offsetof(mt_metrics_row, loss), false},
+    {"train/lr", offsetof(mt_metrics_row, lr), false},
+    {"train/grad_norm", offsetof(mt_metrics_row, grad_norm), false},
+    {"train/epoch", offsetof(mt_metrics_row, epoch), false},
+    {"train/tokens", offsetof(mt_metrics_row, tokens), true},
+    {"perf/tokens_per_s", offsetof(mt_metrics_row, tokens_per_s), false},
+    {"perf/tflops", offsetof(mt_metrics_row, tflops), false},
+    {"perf/step_time_s", offsetof(mt_metrics_row, step_time_s), false},
+    {"perf/h2d_gbps", offsetof(mt_metrics_row, h2d_gbps), false},
+    {"perf/d2h_gbps", offsetof(mt_metrics_row, d2h_gbps), false},
+    {"memory/gpu_gb", offsetof(mt_metrics_row, gpu_mem_gb), false},
+    {"memory/host_gb", offsetof(mt_metrics_row, host_mem_gb), false},
+    {"eval/loss", offsetof(mt_metrics_row, eval_loss), false},
+    {"eval/tokens", offsetof(mt_metrics_row, eval_tokens), true},
+};
+_Static_assert(sizeof scalar_tags / sizeof *scalar_tags <= MT_METRICS_MAX_SCALARS,
+               "raise MT_METRICS_MAX_SCALARS");
+
+size_t mt_metrics_scalars(const mt_metrics_row *row, mt_tb_scalar *out) {
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof scalar_tags / sizeof *scalar_tags; i++) {
+        const char *p = (const char *)row + scalar_tags[i].off;
+        double v;
+        if (scalar_tags[i].is_int) {
+            int64_t k;
+            memcpy(&k, p, sizeof k);
+            v = k >= 0 ? (double)k : NAN;
+        } else {
+            memcpy(&v, p, sizeof v);
+        }
+        if (isfinite(v)) out[n++] = (mt_tb_scalar){scalar_tags[i].tag, (float)v};
+    }
+    return n;
 }
 
 /* Progress line ----------------------------------------------------------- */
@@ -202,6 +261,8 @@ void mt_progress_format(const mt_metrics_row *r, int64_t total_steps, char *buf,
     FIELD(!isnan(r->loss), "loss %s", "%.4f", r->loss);
     FIELD(!isnan(r->lr), "lr %s", "%.2g", r->lr);
     FIELD(!isnan(r->grad_norm), "grad norm %s", "%.3f", r->grad_norm);
+    FIELD(!isnan(r->eval_loss), "eval loss %s", "%.4f", r->eval_loss);
+    FIELD(!isnan(r->eval_loss), "eval ppl %s", "%.4g", exp(r->eval_loss));
 #undef FIELD
     if (!isnan(r->tokens_per_s)) format_rate(r->tokens_per_s, t, sizeof t), add(&l, "%s tok/s", t);
     if (!isnan(r->tflops)) format_3sig(r->tflops, t, sizeof t), add(&l, "%s TFLOPS", t);

@@ -10,7 +10,15 @@
  * The file is appended to, so that a resumed run continues it: opening it
  * for a run that resumes after step S first drops any line with step > S
  * (written after the checkpoint it resumes from), and any torn last line,
- * so that the file never holds a step twice. */
+ * so that the file never holds a step twice.
+ *
+ * An evaluation on held-out data (engine/eval.h) is a row of its own, with
+ * the step and the eval_* fields only (readers that want the training loss
+ * take the rows that have "loss").
+ *
+ * With TensorBoard on, every row is also written as scalars to an event
+ * file (io/tensorboard.h) in <out>/tensorboard/: each finite field under a
+ * tag of mt_metrics_scalars, at the row's step. */
 #ifndef MT_ENGINE_METRICS_H
 #define MT_ENGINE_METRICS_H
 
@@ -18,6 +26,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "io/tensorboard.h"
 #include "util/error.h"
 
 typedef struct mt_metrics_row {
@@ -31,6 +40,9 @@ typedef struct mt_metrics_row {
     double eta_s;
     int64_t skipped;      // a skipped update: how many in a row (1, 2, ...); -1 = absent
     const char *nonfinite; // the first tensor whose gradient is not finite; NULL = absent
+    double eval_loss;     // mean loss per token on the held-out data
+    int64_t eval_tokens;  // tokens it was measured on; -1 = absent
+    double eval_time_s;
 } mt_metrics_row;
 
 /* A row with only `step` set: every other field absent. */
@@ -39,6 +51,7 @@ mt_metrics_row mt_metrics_row_make(int64_t step);
 typedef struct mt_metrics_writer {
     FILE *f;
     char path[1024];
+    mt_tb_writer *tb;  // NULL: no TensorBoard file
 } mt_metrics_writer;
 
 /* Opens path for appending after dropping the lines with step > keep_step
@@ -46,13 +59,24 @@ typedef struct mt_metrics_writer {
  * Rewrites the file atomically (temp file, fsync, rename) when it drops. */
 int mt_metrics_open(mt_metrics_writer *w, const char *path, int64_t keep_step, mt_error *err);
 
-/* Appends one JSON line and flushes it. */
+/* Also writes every row to a new TensorBoard event file in dir, starting
+ * with the marker that drops what an earlier run logged after keep_step. */
+int mt_metrics_open_tensorboard(mt_metrics_writer *w, const char *dir, int64_t keep_step,
+                                mt_error *err);
+
+/* Appends one JSON line (and the TensorBoard event) and flushes it. */
 int mt_metrics_write(mt_metrics_writer *w, const mt_metrics_row *row, mt_error *err);
 
 void mt_metrics_close(mt_metrics_writer *w);
 
 /* The JSON object of a row, without newline, into buf (512 bytes suffice). */
 void mt_metrics_format_json(const mt_metrics_row *row, char *buf, size_t n);
+
+/* The finite fields of a row as TensorBoard scalars: tag "train/loss" for
+ * "loss", and so on (metrics.c: `scalar_tags`). Returns how many (at most
+ * MT_METRICS_MAX_SCALARS). */
+#define MT_METRICS_MAX_SCALARS 16
+size_t mt_metrics_scalars(const mt_metrics_row *row, mt_tb_scalar *out);
 
 /* The progress line, e.g. `step 120/1000 | loss 2.3412 | lr 9.8e-06 |
  * grad norm 0.412 | 41.2k tok/s | 412 TFLOPS | gpu 52.1 GB | host 108 GB |

@@ -68,7 +68,14 @@ int mt_dataset_save(const mt_dataset *d, const char *path) {
         mt_errorf(&err, "dataset: no path to save to; give a .mtok file name");
         return mt_set_last_error(&err);
     }
-    return mt_mtok_write(path, mt_dataset_corpus(d), &err) ? mt_set_last_error(&err) : 0;
+    /* the merged corpus of a shard directory is cached in d; its batches do not change */
+    const mt_mtok *c = mt_dataset_corpus((mt_dataset *)d);
+    if (!c) {
+        mt_errorf(&err, "a mixture of several sources has no single token file to save; save "
+                  "each source");
+        return mt_set_last_error(&err);
+    }
+    return mt_mtok_write(path, c, &err) ? mt_set_last_error(&err) : 0;
 }
 
 int mt_dataset_describe(const mt_dataset *d, mt_dataset_info *info) {

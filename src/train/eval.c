@@ -6,12 +6,13 @@
 #include <string.h>
 
 #include "data/dataset.h"
+#include "engine/eval.h"
 #include "engine/step.h"
 #include "io/safetensors.h"
 #include "util/mem.h"
 
 void mt_eval_opts_defaults(mt_eval_opts *o) {
-    *o = (mt_eval_opts){.seq_len = 1024, .batch_size = 4};
+    *o = (mt_eval_opts){.seq_len = 1024, .batch_size = 4, .micro_batches = 1};
 }
 
 /* Row 0's input ids (T) and logits (T, V) of the batch just evaluated. */
@@ -35,10 +36,12 @@ static int check_opts(const mt_eval_opts *o, int *device, mt_error *err) {
         return mt_errorf(err, "eval: device '%s': use auto, cpu or cuda", o->device);
     if (o->precision && strcmp(o->precision, "bf16") && strcmp(o->precision, "fp32"))
         return mt_errorf(err, "eval: precision '%s': use bf16 or fp32", o->precision);
-    if (o->seq_len < 1 || o->batch_size < 1 || o->max_batches < 0)
-        return mt_errorf(err, "eval: need seq_len >= 1, batch_size >= 1 and max_batches >= 0 "
-                         "(got %lld, %lld, %lld)", (long long)o->seq_len,
-                         (long long)o->batch_size, (long long)o->max_batches);
+    if (o->seq_len < 1 || o->batch_size < 1 || o->max_batches < 0 || o->micro_batches < 1 ||
+        o->micro_batches > 4096)
+        return mt_errorf(err, "eval: need seq_len >= 1, batch_size >= 1, 1 <= micro_batches <= "
+                         "4096 and max_batches >= 0 (got %lld, %lld, %lld, %lld)",
+                         (long long)o->seq_len, (long long)o->batch_size,
+                         (long long)o->micro_batches, (long long)o->max_batches);
     return 0;
 }
 
@@ -46,29 +49,33 @@ int mt_eval_model(mt_loaded_model *m, const mt_eval_opts *o, mt_eval_result *res
                   mt_error *err) {
     int dev;
     if (check_opts(o, &dev, err)) return -1;
-    int64_t T = o->seq_len, B = o->batch_size;
+    int64_t T = o->seq_len, B = o->batch_size, M = o->micro_batches;
     const mt_config *cfg = &m->cfg;
     if (T > cfg->max_pos)
         return mt_errorf(err, "--seq-len %lld exceeds the model's max_position_embeddings %lld",
                          (long long)T, (long long)cfg->max_pos);
     mt_data_opts dopts = {.path = o->data, .format = o->format ? o->format : "auto",
                           .chat_template = o->chat_template ? o->chat_template : "auto",
-                          .packing = o->packing ? o->packing : "auto", .seed = 1, .epochs = 1};
+                          .packing = o->packing ? o->packing : "auto",
+                          .seed = MT_EVAL_SEED, .epochs = 1};
     mt_dataset *ds = mt_dataset_open(&dopts, m->tok, cfg->V, err);
     if (!ds) return -1;
     mt_runner r = {0};
     mt_runner_opts ro = {.device = dev, .fp32 = o->precision && !strcmp(o->precision, "fp32")};
     int32_t *tokens = NULL, *targets = NULL, *pos = NULL;
     int rc = -1;
-    if (mt_runner_init(&r, cfg, &m->table, &m->store, 1, B, T, &ro, err)) goto out;
-    tokens = mt_malloc_or_die((size_t)(B * T) * sizeof *tokens);
-    targets = mt_malloc_or_die((size_t)(B * T) * sizeof *targets);
-    if (mt_dataset_packs_documents(ds)) pos = mt_malloc_or_die((size_t)(B * T) * sizeof *pos);
+    if (mt_runner_init(&r, cfg, &m->table, &m->store, (int)M, B, T, &ro, err)) goto out;
+    size_t n = (size_t)(M * B * T);
+    tokens = mt_malloc_or_die(n * sizeof *tokens);
+    targets = mt_malloc_or_die(n * sizeof *targets);
+    if (mt_dataset_packs_documents(ds)) pos = mt_malloc_or_die(n * sizeof *pos);
     double sum = 0;
     int64_t count = 0, batches = 0;
     while ((!o->max_batches || batches < o->max_batches) &&
-           mt_dataset_next_batch(ds, B, T, tokens, targets, pos) == 0) {
-        mt_batch b = {.M = 1, .B = B, .T = T, .tokens = tokens, .targets = targets, .pos = pos};
+           mt_dataset_next_batch(ds, M * B, T, tokens, targets, pos) == 0) {
+        /* the loop of mt_eval_dataset, which a run's evaluation uses */
+        mt_batch b = {.M = (int)M, .B = B, .T = T, .tokens = tokens, .targets = targets,
+                      .pos = pos};
         double ls;
         int64_t nv;
         if (mt_step_eval(r.be, m->table.n_layers, &b, &ls, &nv, err)) goto out;
@@ -80,7 +87,7 @@ int mt_eval_model(mt_loaded_model *m, const mt_eval_opts *o, mt_eval_result *res
     }
     if (!count) {
         mt_errorf(err, "%s: no full batch of %lld x %lld tokens with a loss; lower --seq-len or "
-                  "--batch-size", o->data, (long long)B, (long long)T);
+                  "--batch-size", o->data, (long long)(M * B), (long long)T);
         goto out;
     }
     *res = (mt_eval_result){.loss = sum / count, .perplexity = exp(sum / count),

@@ -12,6 +12,7 @@
 #include <strings.h>
 
 #include "train/train_config_internal.h"
+#include "data/data_spec.h"
 
 #define OFF(field) offsetof(mt_train_config, field)
 /* Integers must survive a round trip through JSON numbers (doubles). */
@@ -35,7 +36,8 @@ const mt_tc_option mt_tc_options[] = {
     {"tokenizer", MT_TC_STRING, OFF(tokenizer), "", NULL, ANY, NULL, "PATH", NULL,
      "tokenizer.json; empty: <model>/tokenizer.json, or bytes for the tiny model"},
     {"data", MT_TC_STRING, OFF(data), "", NULL, ANY, NULL, "PATH", NULL,
-     "training data: .jsonl or pre-tokenized .mtok; empty: built-in English text"},
+     "training data: .jsonl[.gz|.zst] or .mtok, a directory of them, or a weighted list "
+     "[{path: a, weight: 0.7}, ...]; empty: built-in English text"},
     {"data_format", MT_TC_ENUM, OFF(data_format), "auto", NULL, ANY, data_formats, NULL, NULL,
      "JSONL layout: text, prompt/completion, chat messages, or tokens; auto: detect"},
     {"chat_template", MT_TC_ENUM, OFF(chat_template), "auto", NULL, ANY, chat_templates, NULL,
@@ -110,10 +112,19 @@ const mt_tc_option mt_tc_options[] = {
     {"calibration", MT_TC_STRING, OFF(calibration), "", NULL, ANY, NULL, "PATH", NULL,
      "machine rates for the planner (megatrain calibrate); empty: a short probe"},
 
+    {"eval_data", MT_TC_STRING, OFF(eval_data), "", NULL, ANY, NULL, "PATH", "Evaluation",
+     "held-out data (a file or a directory) whose loss is logged; empty: none"},
+    {"eval_every", MT_TC_INT, OFF(eval_every), "0", NULL, AT_LEAST(0), NULL, NULL, NULL,
+     "evaluate every N steps and after the last; 0: after the last step only"},
+    {"eval_batches", MT_TC_INT, OFF(eval_batches), "0", NULL, AT_LEAST(0), NULL, NULL, NULL,
+     "batches of micro_batches x batch_size rows per evaluation; 0: all of eval_data"},
+
     {"log_every", MT_TC_INT, OFF(log_every), "10", NULL, AT_LEAST(1), NULL, NULL, "Logging",
      "progress line and metrics.jsonl row every N steps"},
     {"sample_tokens", MT_TC_INT, OFF(sample_tokens), "0", "120", AT_LEAST(0), NULL, NULL, NULL,
      "greedy sample of N tokens printed after training; 0: none"},
+    {"tensorboard", MT_TC_BOOL, OFF(tensorboard), "true", NULL, ANY, NULL, NULL, NULL,
+     "also write the metrics as TensorBoard event files in out/tensorboard"},
 };
 const size_t mt_tc_n_options = sizeof mt_tc_options / sizeof *mt_tc_options;
 _Static_assert(sizeof mt_tc_options / sizeof *mt_tc_options <= MT_TC_MAX_OPTIONS,
@@ -336,6 +347,7 @@ int mt_train_config_set(mt_train_config *cfg, const char *key, const char *value
 }
 
 void mt_train_config_resolve(mt_train_config *cfg) {
+    mt_data_spec_canonicalize(cfg->data, sizeof cfg->data);
     if (!cfg->model[0]) {
         for (size_t i = 0; i < mt_tc_n_options; i++) {
             const mt_tc_option *o = &mt_tc_options[i];
@@ -378,6 +390,12 @@ int mt_train_config_validate(const mt_train_config *cfg, mt_error *err) {
                          "documents); set data: FILE or packing: rows");
     if (!cfg->out[0])
         return mt_errorf(err, "out: the run directory must not be empty (e.g. out: runs/my-run)");
+    if (mt_data_spec_check(cfg->data, "data", true, err) ||
+        mt_data_spec_check(cfg->eval_data, "eval_data", false, err))
+        return -1;
+    if (!cfg->eval_data[0] && (cfg->eval_every || cfg->eval_batches))
+        return mt_errorf(err, "%s: set eval_data (held-out data) too, or drop it",
+                         cfg->eval_every ? "eval_every" : "eval_batches");
     return 0;
 }
 

@@ -46,7 +46,7 @@ typedef struct mt_train_config {
     /* model and data */
     char model[MT_TC_STR];          // HF model directory; "" = built-in tiny model
     char tokenizer[MT_TC_STR];      // tokenizer.json; "" = <model>/tokenizer.json or bytes
-    char data[MT_TC_STR];           // .jsonl or .mtok; "" = built-in text
+    char data[MT_TC_STR];           // file, shard directory or weighted list; "" = built-in text
     mt_tc_data_format data_format;
     mt_tc_chat_template chat_template;
     mt_tc_packing packing;          // documents in a row: separate sequences, or one
@@ -77,9 +77,12 @@ typedef struct mt_train_config {
     double gpu_mem, host_mem;       // GB; 0 = the machine's
     int host_grad_dtype;            // auto | fp32 | bf16
     char calibration[MT_TC_STR];    // "" = probe
-    /* logging */
+    /* evaluation and logging */
+    char eval_data[MT_TC_STR];      // held-out data; "" = none
+    int64_t eval_every, eval_batches;
     int64_t log_every;
     int64_t sample_tokens;
+    bool tensorboard;
     /* Which options were given by the config file or a flag (by table index),
      * so that the built-in tiny model can pick its own defaults for the rest. */
     bool given[MT_TC_MAX_OPTIONS];

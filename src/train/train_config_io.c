@@ -4,12 +4,14 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <yaml.h>
 
 #include "train/train_config_internal.h"
+#include "data/data_spec.h"
 
 /* YAML reading ----------------------------------------------------------- */
 
@@ -61,6 +63,12 @@ static int read_pair(yaml_reader *r, mt_train_config *cfg, const yaml_event_t *k
     } else if (r->line_of[o - mt_tc_options]) {
         mt_errorf(err, "%s: %s: already set on line %d; keep one of them", where, name,
                   r->line_of[o - mt_tc_options]);
+    } else if (val.type == YAML_SEQUENCE_START_EVENT && o->offset == offsetof(mt_train_config, data)) {
+        char text[MT_TC_STR], label[MT_TC_STR + 96]; /* a weighted list of sources */
+        snprintf(label, sizeof label, "%s: %s", where, name);
+        rc = mt_data_spec_read_yaml(&r->parser, r->path, name, text, sizeof text, err) ||
+             mt_tc_set(cfg, o, text, label, err) ? -1 : 0;
+        r->line_of[o - mt_tc_options] = (int)line;
     } else if (val.type != YAML_SCALAR_EVENT) {
         mt_errorf(err, "%s: %s: expected a single value, got %s", where, name,
                   node_kind(val.type));
@@ -169,7 +177,9 @@ char *mt_train_config_to_yaml(const mt_train_config *cfg) {
         mt_tc_format(cfg, o, text, sizeof text);
         if (o->section) fprintf(f, "\n# %s\n", o->section);
         fprintf(f, "%s: ", o->name);
-        if (o->type == MT_TC_STRING) yaml_quote(f, text);
+        if (o->type == MT_TC_STRING && !(o->offset == offsetof(mt_train_config, data) &&
+                                         mt_data_spec_is_list(text)))
+            yaml_quote(f, text);
         else fputs(text, f);
         fputc('\n', f);
     }

@@ -66,6 +66,8 @@ static int load_tokenizer(mt_run *R, mt_error *err) {
     return 0;
 }
 
+static void emit_sources(mt_run *R);
+
 static int open_data(mt_run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
     if (!tc->data[0]) {
@@ -90,11 +92,31 @@ static int open_data(mt_run *R, mt_error *err) {
     mt_emitf(&R->ev, MT_EVENT_INFO, "data: %s, %lld documents, %lld tokens (%lld with loss), "
              "format %s, packing %s%s", tc->data, (long long)st.documents, (long long)st.tokens,
              (long long)st.trainable, st.format, st.packing, skipped);
-    if (mt_dataset_rows_per_epoch(R->data, tc->seq_len) == 0)
-        return mt_errorf(err, "%s: %lld tokens are fewer than one row of seq_len + 1 = %lld; "
-                         "add data or lower seq_len", tc->data, (long long)st.tokens,
-                         (long long)tc->seq_len + 1);
-    return 0;
+    emit_sources(R);
+    return mt_dataset_check_rows(R->data, tc->seq_len, err);
+}
+
+/* The sources of a mixture or the files of a directory, a line each. */
+static void emit_sources(mt_run *R) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return;
+    mt_dataset_print_sources(R->data, f);
+    fclose(f);
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
+        mt_emit(&R->ev, MT_EVENT_INFO, line);
+    free(text);
+}
+
+static int open_eval(mt_run *R, mt_error *err) {
+    const mt_train_config *tc = R->tc;
+    mt_data_opts o = {.path = tc->eval_data, .format = mt_tc_data_format_name(tc->data_format),
+                      .chat_template = mt_tc_chat_template_name(tc->chat_template),
+                      .packing = mt_tc_packing_name(tc->packing),
+                      .skip_bad_lines = tc->skip_bad_lines};
+    return mt_eval_set_open(&R->eval, &o, R->tok, R->cfg.V, (int)tc->micro_batches,
+                            tc->batch_size, tc->seq_len, tc->eval_batches, tc->eval_every, err);
 }
 
 /* Rows of T+1 bytes of the built-in text at random offsets. */
@@ -280,6 +302,7 @@ static int setup(mt_run *R, mt_error *err) {
     /* what a killed run left: temporary saves, a checkpoint beyond keep_last */
     if (mt_checkpoint_cleanup(tc->out, (int)tc->keep_last, R->ckpt_dir[0] ? R->step : -1, err))
         mt_emitf(&R->ev, MT_EVENT_WARNING, "warning: %s", err->msg);
+    if (tc->eval_data[0] && open_eval(R, err)) return -1;
     R->total_steps = tc->steps;
     if (!R->total_steps) {
         if (!R->data) return mt_errorf(err, "steps = 0 needs a data file to count epochs over");
@@ -323,6 +346,8 @@ static int setup(mt_run *R, mt_error *err) {
     char path[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", tc->out);
     if (mt_metrics_open(&R->mw, path, R->step, err)) return -1;
+    snprintf(path, sizeof path, "%s/tensorboard", tc->out);
+    if (tc->tensorboard && mt_metrics_open_tensorboard(&R->mw, path, R->step, err)) return -1;
     snprintf(path, sizeof path, "%s/config.yaml", tc->out);
     return mt_train_config_save_yaml(tc, path, err);
 }
@@ -337,6 +362,7 @@ static void teardown(mt_run *R) {
     R->plan = NULL;
     if (R->mw.f) mt_metrics_close(&R->mw);
     if (R->data) mt_dataset_free(R->data);
+    mt_eval_set_free(&R->eval);
     if (R->tok) mt_tokenizer_free(R->tok);
     free(R->text);
     free(R->tokens);
@@ -423,6 +449,15 @@ int mt_trainer_step(mt_run *R, mt_step_metrics *m, mt_error *err) {
     double t = mt_now_s();
     report(R, loss, &rep, t - R->t_prev, t - R->t_start, R->step - R->start_step, m);
     R->t_prev = t;
+    if (mt_eval_set_due(&R->eval, R->step, R->total_steps)) { /* on the updated weights */
+        if (R->pipe_on) mt_optim_pipeline_wait_all(&R->pipe);
+        char line[640];
+        if (mt_eval_set_log(&R->eval, R->r.be, R->table.n_layers, R->step, R->total_steps,
+                            &R->mw, line, sizeof line, err))
+            return -1;
+        mt_emit(&R->ev, MT_EVENT_INFO, line);
+        R->t_prev = mt_now_s(); /* the next step's time leaves the evaluation out */
+    }
     if (isnan(R->first_loss) && st == 0) R->first_loss = loss;
     if (st == 0) R->last_loss = loss;
     /* a stop asked for by a signal saves in mt_trainer_train instead */

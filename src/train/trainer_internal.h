@@ -8,6 +8,7 @@
 
 #include "data/dataset.h"
 #include "data/tokenizer.h"
+#include "engine/eval.h"
 #include "engine/metrics.h"
 #include "engine/optim_pipeline.h"
 #include "engine/optimizer.h"
@@ -29,6 +30,7 @@ struct mt_run {
     mt_host_store store;
     mt_tokenizer *tok;
     mt_dataset *data;        /* NULL: built-in text */
+    mt_eval_set eval;        /* held-out data (eval_data), if any */
     char *text;              /* built-in text and its sampler state */
     size_t text_len;
     uint64_t rng;

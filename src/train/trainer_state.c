@@ -20,12 +20,7 @@ char *mt_run_state_json(const mt_run *R) {
     char rng[32];
     snprintf(rng, sizeof rng, "%llu", (unsigned long long)R->rng);
     cJSON_AddStringToObject(o, "rng", rng); /* 64 bits do not fit a JSON double */
-    if (R->data) {
-        mt_data_pos p = mt_dataset_get_pos(R->data);
-        cJSON *d = cJSON_AddObjectToObject(o, "data");
-        cJSON_AddNumberToObject(d, "epoch", (double)p.epoch);
-        cJSON_AddNumberToObject(d, "row", (double)p.row);
-    }
+    if (R->data) cJSON_AddItemToObject(o, "data", mt_dataset_pos_to_json(R->data));
     char *cfg = mt_train_config_to_json(R->tc);
     cJSON_AddItemToObject(o, "config", cJSON_Parse(cfg));
     free(cfg);
@@ -85,15 +80,9 @@ int mt_run_restore_state(mt_run *R, const char *json, mt_error *err) {
     const cJSON *ts = cJSON_GetObjectItemCaseSensitive(tr, "tokens_seen");
     R->tokens_seen = cJSON_IsNumber(ts) ? (int64_t)ts->valuedouble : 0;
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(tr, "data");
-    if (R->data) {
-        const cJSON *ep = d ? cJSON_GetObjectItemCaseSensitive(d, "epoch") : NULL;
-        const cJSON *row = d ? cJSON_GetObjectItemCaseSensitive(d, "row") : NULL;
-        if (!cJSON_IsNumber(ep) || !cJSON_IsNumber(row)) {
-            mt_errorf(err, "%s/trainer_state.json: no data position", R->ckpt_dir);
-            goto out;
-        }
-        mt_dataset_set_pos(R->data, (mt_data_pos){(int64_t)ep->valuedouble,
-                                                  (int64_t)row->valuedouble});
+    if (R->data && mt_dataset_pos_from_json(R->data, d, err)) {
+        mt_error_prefix(err, "%s/trainer_state.json: ", R->ckpt_dir);
+        goto out;
     }
     rc = 0;
 out:

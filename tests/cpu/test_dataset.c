@@ -29,7 +29,7 @@ static mt_dataset *open_data(const char *path, const char *format, const mt_toke
 }
 
 /* Corpus tokens and loss flags of a dataset, in file order. */
-static void corpus_of(const mt_dataset *d, int32_t *ids, int *keep, size_t n) {
+static void corpus_of(mt_dataset *d, int32_t *ids, int *keep, size_t n) {
     const mt_mtok *m = mt_dataset_corpus(d);
     cr_assert_eq(m->n_tokens, n);
     for (size_t i = 0; i < n; i++) ids[i] = (int32_t)mt_mtok_token(m, i), keep[i] = mt_mtok_trainable(m, i);

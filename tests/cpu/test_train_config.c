@@ -141,7 +141,7 @@ Test(train_config, yaml_errors_name_key_and_line) {
     expect_yaml_error("precision: fp16\n", "precision", "allowed: bf16, fp32");
     expect_yaml_error("skip_bad_lines: maybe\n", "skip_bad_lines", "true or false");
     expect_yaml_error("lr: 1\nlr: 2\n", "run.yaml:2", "already set on line 1");
-    expect_yaml_error("data: [a, b]\n", "run.yaml:1", "data: expected a single value");
+    expect_yaml_error("tokenizer: [a, b]\n", "run.yaml:1", "tokenizer: expected a single value");
     expect_yaml_error("lr:\n", "run.yaml:1", "lr: needs a value");
     expect_yaml_error("- lr\n", "run.yaml:1", "key: value");
 }
