@@ -75,7 +75,8 @@ class ModelShape(Structure):
 
 class EvalOpts(Structure):
     _fields_ = [("data", c_char_p), ("format", c_char_p), ("chat_template", c_char_p),
-                ("packing", c_char_p), ("seq_len", c_int64), ("batch_size", c_int64), ("max_batches", c_int64),
+                ("packing", c_char_p), ("seq_len", c_int64), ("batch_size", c_int64),
+                ("micro_batches", c_int64), ("max_batches", c_int64),
                 ("device", c_char_p), ("precision", c_char_p), ("dump_logits", c_char_p)]
 
 

@@ -70,6 +70,7 @@ class Model:
         """Mean loss and perplexity on data (a JSONL or .mtok path, or
         records: see megatrain.data), read once in order in batches of
         batch_size rows of seq_len tokens. opts: format, chat_template, packing,
+        micro_batches (1),
         seq_len (1024), batch_size (4), max_batches (0: all), device,
         precision, dump_logits, split. Returns loss, perplexity, tokens,
         batches."""
