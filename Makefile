@@ -184,6 +184,7 @@ test-gpu:
 	else echo "test-gpu: build dependencies absent here; running the binaries in $(BUILD)/"; fi
 	LD_LIBRARY_PATH=$(BUILD)/lib:$$LD_LIBRARY_PATH $(BUILD)/mt_gpu_tests --jobs 1
 	LD_LIBRARY_PATH=$(BUILD)/lib:$$LD_LIBRARY_PATH tests/gpu/hf_roundtrip.sh
+	LD_LIBRARY_PATH=$(BUILD)/lib:$$LD_LIBRARY_PATH tests/gpu/eval_roundtrip.sh
 
 # Builds the GPU test binary and the CLI and copies the non-CUDA shared
 # libraries they load into build/lib, for running on a bare GPU machine.
