@@ -1,8 +1,13 @@
-/* Directory helpers shared by checkpoint.c and checkpoint_dir.c; not a
- * public interface. */
+/* What checkpoint.c (save), checkpoint_load.c (load, verify) and
+ * checkpoint_dir.c (listing, pruning) share; not a public interface. */
 #ifndef MT_IO_CHECKPOINT_INTERNAL_H
 #define MT_IO_CHECKPOINT_INTERNAL_H
 
+#include <stdint.h>
+#include <stdio.h>
+
+#include "io/checkpoint.h"
+#include "model/params.h"
 #include "util/error.h"
 
 /* Removes path and everything below it, never following symlinks.
@@ -13,5 +18,31 @@ int mt_ckpt_rmtree(const char *path);
  * step saved again) the two are swapped atomically and the old one
  * removed, so that final always names a complete checkpoint. */
 int mt_ckpt_publish(const char *tmp, const char *final, mt_error *err);
+
+/* The files of a checkpoint, in the order they are written; COMPLETE last. */
+#define N_CKPT_FILES 4
+static inline const char *mt_ckpt_file(int i) {
+    static const char *const files[N_CKPT_FILES] = {"config.json", "model.safetensors",
+                                                    "optimizer.safetensors",
+                                                    "trainer_state.json"};
+    return files[i];
+}
+
+/* trainer_state.json is this prefix, the caller's object verbatim, then
+ * STATE_SUFFIX: verbatim so that 64-bit integers (RNG states, data
+ * positions) survive, which a parse-and-print through doubles would not. */
+static inline void mt_ckpt_state_prefix(char *buf, size_t cap, int64_t step) {
+    snprintf(buf, cap, "{\n  \"format\": \"%s\",\n  \"layout_version\": %d,\n  \"step\": %lld,\n"
+             "  \"trainer\": ", MT_CHECKPOINT_FORMAT, MT_CHECKPOINT_LAYOUT_VERSION,
+             (long long)step);
+}
+#define STATE_SUFFIX "\n}\n"
+
+/* Tensors of the parameter table (one safetensors tensor each). */
+static inline int mt_ckpt_count_tensors(const mt_param_table *t) {
+    int n = 0;
+    for (int l = 0; l < t->n_layers; l++) n += t->layers[l].n_tensors;
+    return n;
+}
 
 #endif

@@ -1,6 +1,6 @@
-/* AdamW update: scalar reference kernel, per-step scalars, ISA choice and
- * the OpenMP split. The vector kernels live in adamw_avx2.c and
- * adamw_avx512.c and must give the same bits as mt_adamw_kernel_scalar. */
+/* AdamW update: per-step scalars, ISA choice and the OpenMP split. The
+ * kernels live in kernels_scalar.c (the reference), adamw_avx2.c and
+ * adamw_avx512.c, which must give the same bits as the reference. */
 #include "optim/adamw.h"
 
 #include <math.h>
@@ -15,24 +15,6 @@
 #define ADAMW_BLOCK ((size_t)8192)
 // Below this many elements threads cost more than they save.
 #define ADAMW_MIN_PARALLEL ((size_t)65536)
-
-void mt_adamw_kernel_scalar(float *p, float *m, float *v, const float *g, uint16_t *shadow,
-                            size_t n, const mt_adamw_coefs *c, bool stream) {
-    (void)stream;
-    for (size_t i = 0; i < n; i++) {
-        float gi = g[i] * c->gscale;
-        float pi = p[i] * c->decay;
-        float mi = m[i];
-        mi = fmaf(c->m_weight, gi - mi, c->m_base_is_g ? gi : mi);
-        float vi = fmaf(c->one_minus_beta2 * gi, gi, v[i] * c->beta2);
-        float denom = sqrtf(vi) / c->bc2_sqrt + c->eps;
-        pi = pi + (c->neg_step_size * mi) / denom;
-        p[i] = pi;
-        m[i] = mi;
-        v[i] = vi;
-        if (shadow) shadow[i] = mt_bf16_rne(pi);
-    }
-}
 
 /* The scalars exactly as _single_tensor_adam computes them: Python doubles,
  * then one rounding to float when ATen reads the Scalar. */

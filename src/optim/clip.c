@@ -12,21 +12,6 @@
 #define SUMSQ_MAX_BLOCKS 1024
 #define SUMSQ_MIN_BLOCK ((size_t)65536)
 
-double mt_sumsq_finish(double *acc, const float *tail, size_t n) {
-    for (size_t j = 0; j < n; j++) acc[j] += (double)tail[j] * (double)tail[j];
-    for (int w = MT_SUMSQ_LANES / 2; w >= 1; w /= 2)
-        for (int j = 0; j < w; j++) acc[j] = acc[j] + acc[j + w];
-    return acc[0];
-}
-
-double mt_sumsq_kernel_scalar(const float *x, size_t n) {
-    double acc[MT_SUMSQ_LANES] = {0};
-    size_t i = 0;
-    for (; i + MT_SUMSQ_LANES <= n; i += MT_SUMSQ_LANES)
-        for (int j = 0; j < MT_SUMSQ_LANES; j++) acc[j] += (double)x[i + j] * (double)x[i + j];
-    return mt_sumsq_finish(acc, x + i, n - i);
-}
-
 static mt_sumsq_kernel sumsq_kernel(mt_isa isa) {
     switch (isa) {
     case MT_ISA_AVX512: return mt_sumsq_kernel_avx512;

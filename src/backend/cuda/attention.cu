@@ -1,7 +1,8 @@
 /* Fused causal GQA attention, forward and backward (see attention.h for
- * the contract): the API, shape checks, and the backward's first pass.
- * The kernels live in attention_bf16_fwd.cu, attention_bf16_bwd.cu and
- * attention_f32.cu (attention_internal.cuh lists them).
+ * the contract): the API and shape checks. The kernels live in
+ * attention_bf16_fwd.cu, attention_bf16_bwd.cu, attention_f32.cu and, the
+ * backward's first pass and launch helpers, attention_common.cu
+ * (attention_internal.cuh lists them).
  *
  * bf16 path (FlashAttention-2 style): a thread block owns a tile of rows and
  * streams the other side's tiles through double-buffered shared memory with
@@ -19,23 +20,6 @@
  * f32 path: plain fp32 FMA, one warp per row, a lane per key of a 32-key
  * tile for scores, a lane per output column for the weighted sums. */
 #include "backend/cuda/attention_internal.cuh"
-
-int mt_attn_check_launch(mt_error *err, const char *what) {
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess)
-        return mt_errorf(err, "attention: launching %s failed: %s", what, cudaGetErrorString(e));
-    return 0;
-}
-
-int mt_attn_set_smem(const void *kernel, size_t bytes, mt_error *err) {
-    cudaError_t e =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-    if (e != cudaSuccess)
-        return mt_errorf(err, "attention: cannot give a kernel %zu bytes of shared memory: %s",
-                         bytes, cudaGetErrorString(e));
-    return 0;
-}
-
 
 static int mt_attn_check_shape(size_t B, size_t T, size_t NH, size_t NKV, size_t HD, int is_bf16,
                                mt_error *err) {
@@ -55,32 +39,6 @@ static int mt_attn_check_shape(size_t B, size_t T, size_t NH, size_t NKV, size_t
 
 size_t mt_attn_backward_scratch_bytes(size_t B, size_t T, size_t NH) {
     return B * T * NH * sizeof(float);
-}
-
-/* D[b,h,t] = sum_d dout*out: one warp per row; shared by both precisions. */
-template <typename TIN>
-__global__ void mt_attn_dsum_kernel(mt_attn_args a, int rows) {
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; // row = (b*T + t)*NH + h
-    int lane = threadIdx.x & 31;
-    if (row >= rows) return;
-    const TIN *dout = (const TIN *)a.dout + (int64_t)row * a.HD;
-    const TIN *out = (const TIN *)a.out + (int64_t)row * a.HD;
-    float s = 0.f;
-    for (int d = lane; d < a.HD; d += 32) s += (float)dout[d] * (float)out[d];
-    for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0) {
-        int h = row % a.NH, bt = row / a.NH, t = bt % a.T, b = bt / a.T;
-        a.dsum[((int64_t)b * a.NH + h) * a.T + t] = s;
-    }
-}
-
-int mt_attn_launch_dsum(const mt_attn_args &a, int B, int is_bf16, cudaStream_t stream,
-                        mt_error *err) {
-    int rows = B * a.T * a.NH, warps = 8;
-    dim3 grid((rows + warps - 1) / warps);
-    if (is_bf16) mt_attn_dsum_kernel<bf16><<<grid, warps * 32, 0, stream>>>(a, rows);
-    else mt_attn_dsum_kernel<float><<<grid, warps * 32, 0, stream>>>(a, rows);
-    return mt_attn_check_launch(err, "attention dsum");
 }
 
 static mt_attn_args mt_attn_make_args(size_t T, size_t NH, size_t NKV, size_t HD) {

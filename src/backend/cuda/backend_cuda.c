@@ -20,7 +20,7 @@
  * layer's gradient once per step. Only events order them.
  * The memory plan is in backend_cuda_plan.c, the layer templates in
  * layers_cuda.c, checkpoint traffic in backend_cuda_ckpt.c, creation and
- * the accessors in backend_cuda_life.c. */
+ * the accessors in backend_cuda_life.c, the timeline in backend_cuda_trace.c. */
 #include "backend/cuda/backend_cuda.h"
 
 #include <cuda_runtime_api.h>
@@ -29,20 +29,6 @@
 #include "backend/cuda/backend_cuda_internal.h"
 #include "backend/cuda/engine_kernels.h"
 #include "backend/cuda/layers_cuda.h"
-
-/* Starts a span on `stream`; returns its index or -1 (tracing off/full). */
-int mt_cuda_span_begin(cuda_backend *cb, cudaStream_t stream, int track, const char *fmt, int a) {
-    if (!cb->trace || cb->n_tspans >= TRACE_SPANS) return -1;
-    int i = cb->n_tspans++;
-    cb->tspan[i].track = track;
-    snprintf(cb->tspan[i].name, sizeof cb->tspan[i].name, fmt, a);
-    CUDA_CHECK(cudaEventRecord(cb->tev[2 * i], stream));
-    return i;
-}
-
-void mt_cuda_span_end(cuda_backend *cb, cudaStream_t stream, int i) {
-    if (cb->trace && i >= 0) CUDA_CHECK(cudaEventRecord(cb->tev[2 * i + 1], stream));
-}
 
 /* ---- weights ---- */
 

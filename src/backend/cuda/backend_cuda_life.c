@@ -266,19 +266,6 @@ void mt_cuda_backend_free(mt_backend *be) {
     free(cb);
 }
 
-void mt_cuda_backend_set_trace(mt_backend *be, mt_trace *trace) {
-    cuda_backend *cb = (cuda_backend *)be;
-    if (!cb->tev) {
-        cb->tev = mt_calloc_or_die(2 * TRACE_SPANS, sizeof *cb->tev);
-        for (int i = 0; i < 2 * TRACE_SPANS; i++) make_event(&cb->tev[i], 1);
-        make_event(&cb->ev_base, 1);
-    }
-    /* One moment seen by both clocks: the event, then the host, at once. */
-    CUDA_CHECK(cudaEventRecord(cb->ev_base, cb->s_comp));
-    CUDA_CHECK(cudaEventSynchronize(cb->ev_base));
-    cb->trace_base_us = mt_trace_now_us();
-    cb->trace = trace;
-}
 
 void mt_cuda_backend_set_weight_gate(mt_backend *be, mt_weight_gate_fn fn, void *ctx) {
     cuda_backend *cb = (cuda_backend *)be;

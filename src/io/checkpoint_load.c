@@ -1,0 +1,239 @@
+/* Resume checkpoints: load and verify (marker, checksums, sizes, config,
+ * tensors); see checkpoint.h. */
+#include "io/checkpoint.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/checkpoint_internal.h"
+#include "io/checksum.h"
+#include "io/file.h"
+#include "io/safetensors.h"
+#include "util/mem.h"
+
+/* The first field of the two configs that differs, as named in config.json. */
+static int compare_configs(const mt_config *a, const mt_config *b, const char *path,
+                           mt_error *err) {
+#define FIELD_MSG "%s: field \"%s\" is %s in the checkpoint but %s in the model being trained; " \
+                  "resume with the model the checkpoint was made from, or start a new run"
+#define CMP_INT(f, key)                                                                  \
+    if (a->f != b->f) {                                                                  \
+        char x[32], y[32];                                                               \
+        snprintf(x, sizeof x, "%lld", (long long)a->f);                                  \
+        snprintf(y, sizeof y, "%lld", (long long)b->f);                                  \
+        return mt_errorf(err, FIELD_MSG, path, key, x, y);                               \
+    }
+#define CMP_NUM(f, key)                                                                  \
+    if (a->f != b->f) {                                                                  \
+        char x[32], y[32];                                                               \
+        snprintf(x, sizeof x, "%.9g", (double)a->f);                                     \
+        snprintf(y, sizeof y, "%.9g", (double)b->f);                                     \
+        return mt_errorf(err, FIELD_MSG, path, key, x, y);                               \
+    }
+    if (strcmp(a->model_type, b->model_type) != 0)
+        return mt_errorf(err, FIELD_MSG, path, "model_type", a->model_type, b->model_type);
+    CMP_INT(C, "hidden_size");
+    CMP_INT(L, "num_hidden_layers");
+    CMP_INT(NH, "num_attention_heads");
+    CMP_INT(NKV, "num_key_value_heads");
+    CMP_INT(HD, "head_dim");
+    CMP_INT(F, "intermediate_size");
+    CMP_INT(V, "vocab_size");
+    CMP_INT(max_pos, "max_position_embeddings");
+    CMP_NUM(rms_eps, "rms_norm_eps");
+    CMP_NUM(rope_theta, "rope_theta");
+    CMP_INT(rope_kind, "rope_scaling.rope_type");
+    CMP_NUM(rope_factor, "rope_scaling.factor");
+    CMP_NUM(rope_low_freq_factor, "rope_scaling.low_freq_factor");
+    CMP_NUM(rope_high_freq_factor, "rope_scaling.high_freq_factor");
+    CMP_INT(rope_orig_max_pos, "rope_scaling.original_max_position_embeddings");
+    CMP_INT(tie_embeddings, "tie_word_embeddings");
+    CMP_INT(qkv_bias, "attention_bias");
+    CMP_INT(qk_norm, "q/k norm");
+    CMP_INT(sliding_window, "sliding_window");
+    return 0;
+#undef CMP_INT
+#undef CMP_NUM
+#undef FIELD_MSG
+}
+
+/* Checks path against the checksum recorded for it, when there is one
+ * (checkpoints of older megatrain versions have sizes only). */
+static int check_sum(const char *path, const cJSON *sums, const char *name, mt_error *err) {
+    const cJSON *want = cJSON_GetObjectItemCaseSensitive(sums, name);
+    if (!sums) return 0;
+    if (!cJSON_IsString(want) || strlen(want->valuestring) != 16)
+        return mt_errorf(err, "%s: no checksum recorded for it in COMPLETE: the marker is "
+                         "corrupt; resume from another checkpoint", path);
+    uint64_t h;
+    char hex[17];
+    if (mt_file_xxh3(path, &h, NULL, err)) return -1;
+    mt_xxh3_hex(h, hex);
+    if (strcmp(hex, want->valuestring) == 0) return 0;
+    return mt_errorf(err, "%s: corrupt: its checksum (xxh3 %s) differs from the one recorded at "
+                     "the save (%s); resume from an earlier checkpoint (--resume auto falls "
+                     "back to one by itself)", path, hex, want->valuestring);
+}
+
+/* Parses dir/COMPLETE and checks every file's size and checksum against it. */
+static int check_complete(const char *dir, int64_t *step, int sums_checked, mt_error *err) {
+    char *path = mt_path_join(dir, "COMPLETE");
+    char *text = NULL;
+    size_t len;
+    int rc = 0;
+    if (!mt_file_exists(path)) {
+        rc = mt_errorf(err, "%s: missing: %s is not a complete checkpoint (a save was "
+                       "interrupted); pass its parent directory to pick the newest complete one",
+                       path, dir);
+    } else if (mt_read_file(path, &text, &len, err) == 0) {
+        cJSON *j = cJSON_Parse(text);
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step");
+        const cJSON *files = cJSON_GetObjectItemCaseSensitive(j, "files");
+        const cJSON *sums = cJSON_GetObjectItemCaseSensitive(j, "xxh3_64");
+        if (!cJSON_IsNumber(st) || !cJSON_IsObject(files) || (sums && !cJSON_IsObject(sums)))
+            rc = mt_errorf(err, "%s: corrupt marker (expected {\"step\", \"files\"})", path);
+        for (int i = 0; i < N_CKPT_FILES && rc == 0; i++) {
+            char *fp = mt_path_join(dir, mt_ckpt_file(i));
+            const cJSON *want = cJSON_GetObjectItemCaseSensitive(files, mt_ckpt_file(i));
+            struct stat sb;
+            if (stat(fp, &sb) != 0)
+                rc = mt_errorf(err, "%s: missing from the checkpoint: %s", fp, strerror(errno));
+            else if (!cJSON_IsNumber(want) || (double)sb.st_size != want->valuedouble)
+                rc = mt_errorf(err, "%s: %lld bytes, but the checkpoint recorded %.0f: the file "
+                               "was truncated or replaced after the save", fp,
+                               (long long)sb.st_size, cJSON_IsNumber(want) ? want->valuedouble : -1.0);
+            else
+                rc = sums_checked ? 0 : check_sum(fp, sums, mt_ckpt_file(i), err);
+            free(fp);
+        }
+        if (rc == 0) *step = (int64_t)st->valuedouble;
+        cJSON_Delete(j);
+    } else {
+        rc = -1;
+    }
+    free(text);
+    free(path);
+    return rc;
+}
+
+/* Reads trainer_state.json and returns the caller's object as saved. */
+static int load_state(const char *dir, int64_t step, char **out, mt_error *err) {
+    char *path = mt_path_join(dir, "trainer_state.json");
+    char *text = NULL;
+    size_t len;
+    int rc = mt_read_file(path, &text, &len, err);
+    cJSON *j = rc == 0 ? cJSON_Parse(text) : NULL;
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(j, "layout_version");
+    const cJSON *tr = cJSON_GetObjectItemCaseSensitive(j, "trainer");
+    if (rc == 0 && (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, MT_CHECKPOINT_FORMAT) ||
+                    !cJSON_IsObject(tr) || !cJSON_IsNumber(ver)))
+        rc = mt_errorf(err, "%s: corrupt: expected {\"format\": \"%s\", \"layout_version\", "
+                       "\"trainer\": {...}}", path, MT_CHECKPOINT_FORMAT);
+    if (rc == 0 && ver->valueint != MT_CHECKPOINT_LAYOUT_VERSION)
+        rc = mt_errorf(err, "%s: layout version %d; this megatrain reads version %d (use the "
+                       "megatrain that wrote it)", path, ver->valueint,
+                       MT_CHECKPOINT_LAYOUT_VERSION);
+    if (rc == 0) {
+        char prefix[256];
+        mt_ckpt_state_prefix(prefix, sizeof prefix, step);
+        size_t p = strlen(prefix), q = strlen(STATE_SUFFIX);
+        if (len >= p + q && memcmp(text, prefix, p) == 0 &&
+            strcmp(text + len - q, STATE_SUFFIX) == 0) {
+            *out = strndup(text + p, len - p - q);
+            MT_ASSERT(*out);
+        } else { /* edited by hand: the object's content, re-printed */
+            *out = cJSON_PrintUnformatted(tr);
+            MT_ASSERT(*out);
+        }
+    }
+    cJSON_Delete(j);
+    free(text);
+    free(path);
+    return rc;
+}
+
+static int shape_matches(const mt_st_tensor_info *ti, const mt_tensor_desc *td) {
+    return ti->ndim == td->ndim && ti->shape[0] == td->shape[0] &&
+           (td->ndim == 1 || ti->shape[1] == td->shape[1]);
+}
+
+/* Reads one store array (w, m or v) from file f, tensors named prefix + HF name. */
+static int read_array(const mt_st_file *f, const mt_param_table *t, const char *prefix,
+                      float *array, mt_error *err) {
+    for (int l = 0; l < t->n_layers; l++) {
+        const mt_layer_desc *ld = &t->layers[l];
+        for (int k = 0; k < ld->n_tensors; k++) {
+            const mt_tensor_desc *td = &ld->tensors[k];
+            char name[128];
+            snprintf(name, sizeof name, "%s%s", prefix, td->name);
+            const mt_st_tensor_info *ti = mt_st_find(f, name);
+            if (!ti) return mt_errorf(err, "%s: tensor \"%s\" is missing", f->path, name);
+            if (ti->dtype != MT_DTYPE_F32 || !shape_matches(ti, td))
+                return mt_errorf(err, "%s: tensor \"%s\" is %s of %d dims [%lld, ...], expected "
+                                 "F32 [%lld, %lld]", f->path, name, mt_dtype_name(ti->dtype),
+                                 ti->ndim, (long long)ti->shape[0], (long long)td->shape[0],
+                                 (long long)td->shape[1]);
+            if (mt_st_read_f32(ti, array + ld->offset + td->offset, td->numel, err)) return -1;
+        }
+    }
+    return 0;
+}
+
+/* Opens dir/file expecting exactly n_expect tensors, then reads arrays. */
+static int load_tensor_file(const char *dir, const char *file, const mt_param_table *t,
+                            int n_expect, const char *const *prefixes, float *const *arrays,
+                            int n_arrays, mt_error *err) {
+    char *path = mt_path_join(dir, file);
+    mt_st_file f;
+    int rc = mt_st_open(&f, path, err);
+    if (rc == 0 && f.n_tensors != n_expect)
+        rc = mt_errorf(err, "%s: %d tensors, expected %d: it does not belong to this model",
+                       path, f.n_tensors, n_expect);
+    for (int i = 0; i < n_arrays && rc == 0; i++)
+        rc = read_array(&f, t, prefixes[i], arrays[i], err);
+    mt_st_close(&f);
+    free(path);
+    return rc;
+}
+
+int mt_checkpoint_verify(const char *dir, mt_error *err) {
+    int64_t step;
+    return check_complete(dir, &step, 0, err);
+}
+
+static int load(const char *dir, mt_host_store *s, const mt_config *cfg, char **state_json,
+                int sums_checked, mt_error *err) {
+    *state_json = NULL;
+    int64_t step = 0;
+    if (check_complete(dir, &step, sums_checked, err))
+        return mt_error_prefix(err, "loading checkpoint: ");
+    char *cpath = mt_path_join(dir, "config.json");
+    mt_config saved;
+    int rc = mt_config_load(&saved, cpath, err);
+    if (rc == 0) rc = compare_configs(&saved, cfg, cpath, err);
+    free(cpath);
+    int n = mt_ckpt_count_tensors(s->table);
+    const char *wp[] = {""}, *op[] = {"exp_avg.", "exp_avg_sq."};
+    float *wa[] = {s->w}, *oa[] = {s->m, s->v};
+    if (rc == 0) rc = load_tensor_file(dir, "model.safetensors", s->table, n, wp, wa, 1, err);
+    if (rc == 0) rc = load_tensor_file(dir, "optimizer.safetensors", s->table, 2 * n, op, oa, 2, err);
+    if (rc == 0) rc = load_state(dir, step, state_json, err);
+    if (rc) mt_error_prefix(err, "loading checkpoint: ");
+    return rc;
+}
+
+int mt_checkpoint_load(const char *dir, mt_host_store *s, const mt_config *cfg,
+                       char **state_json, mt_error *err) {
+    return load(dir, s, cfg, state_json, 0, err);
+}
+
+int mt_checkpoint_load_verified(const char *dir, mt_host_store *s, const mt_config *cfg,
+                                char **state_json, mt_error *err) {
+    return load(dir, s, cfg, state_json, 1, err);
+}
