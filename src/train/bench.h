@@ -1,0 +1,37 @@
+/* The training benchmark behind `megatrain bench train`: warm-up and timed
+ * steps of a synthetic model (random weights and tokens) on the GPU
+ * streaming engine, placed by the planner within budgets (or by the global
+ * switches, for comparisons). Reports model TFLOPS (SPEC 6: 6 * params *
+ * tokens + 12 * layers * hidden * seq per token, over the whole step time
+ * including the optimizer), tokens/s, the step breakdown, GPU and host
+ * memory, the copy rates, and the planner's predicted step next to the
+ * measured one. */
+#ifndef MT_TRAIN_BENCH_H
+#define MT_TRAIN_BENCH_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "model/config.h"
+#include "util/error.h"
+
+typedef struct mt_bench_opts {
+    mt_config cfg;          /* the shape (a preset, overridden) */
+    int M;                  /* micro-batches per step */
+    int64_t B, T, steps;    /* rows per micro-batch, sequence length, timed steps */
+    int fp32, slots, keep;  /* precision, weight slots, kept layers (-1: as many as fit) */
+    int gpu_grads;          /* -1: the planner; 0/1: every gradient on the host / GPU */
+    int host_ckpt;          /* with gpu_grads >= 0: every checkpoint on the host */
+    int grad_dtype;         /* host gradients: -1 planner's choice, 0 fp32, 1 bf16 */
+    int all_gpu;            /* every gradient and checkpoint on the GPU */
+    double gpu_mem, host_mem; /* budgets in GB, 0: the defaults */
+    const char *calib;      /* rates file for the step-time model, or NULL (probe) */
+    const char *trace_path; /* Chrome trace of the timed steps, or NULL */
+} mt_bench_opts;
+
+/* Runs one warm-up and o->steps timed steps and writes the plan, a line per
+ * step and the RESULT line to out. -1 with err (a run that does not fit,
+ * no GPU, a build without CUDA). */
+int mt_bench_train_run(const mt_bench_opts *o, FILE *out, mt_error *err);
+
+#endif
