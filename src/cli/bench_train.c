@@ -1,7 +1,8 @@
 /* megatrain bench train: training steps of a synthetic Llama-shaped model
  * with random weights and tokens, on the GPU streaming engine. Reports
  * model TFLOPS (SPEC 6: 6 * params * tokens + 12 * layers * hidden * seq
- * per token, over the whole step time including the optimizer), tokens/s,
+ * per token, with the active parameters of an MoE model: docs/moe.md; over
+ * the whole step time including the optimizer), tokens/s,
  * the step breakdown, GPU and host memory, and the copy rates. */
 #include <getopt.h>
 #include <stdio.h>
@@ -193,7 +194,7 @@ int mt_bench_train(int argc, char **argv) {
     mt_param_table table;
     if (mt_params_init(&table, &cfg, &err)) goto fail;
     double tokens = (double)M * B * T;
-    double flops = 6.0 * (double)table.n_params * tokens + 12.0 * cfg.L * cfg.C * T * tokens;
+    double flops = mt_config_train_flops_per_token(&cfg, T) * tokens;
     printf("model: %.2fB params, L %lld, C %lld, NH %lld, NKV %lld, F %lld, V %lld%s\n",
            table.n_params / 1e9, (long long)cfg.L, (long long)cfg.C, (long long)cfg.NH,
            (long long)cfg.NKV, (long long)cfg.F, (long long)cfg.V, cfg.tie_embeddings ? ", tied" : "");
