@@ -294,23 +294,39 @@ typedef struct mt_model_info {
     const char *model_type;    /* as config.json says: "llama", "qwen2", ... */
     int64_t n_params, layers, hidden, heads, kv_heads, ffn, vocab_size, max_positions;
     bool tied_embeddings;
+    /* mixture-of-experts models: routed experts per MoE layer, experts per
+     * token, and the parameters one token works with (all 0 / n_params for
+     * a dense model) */
+    int64_t experts, experts_per_tok, active_params;
 } mt_model_info;
 int mt_model_describe(const mt_model *m, mt_model_info *info);
 
 /* The model's tokenizer, borrowed. */
 const mt_tokenizer *mt_model_tokenizer(const mt_model *m);
 
-/* The shape of a new Llama-architecture model. */
+/* The shape of a new model. */
 typedef struct mt_model_shape {
     int64_t hidden, layers, heads, kv_heads, ffn, max_positions;
     double rope_theta;
     double init_std;           /* standard deviation of the random matrices */
     bool untied;               /* a separate lm_head */
     uint64_t seed;
+    /* "llama" (NULL), "mistral", "qwen2", "qwen3", or a mixture-of-experts
+     * type: "mixtral", "qwen2_moe", "qwen3_moe" */
+    const char *model_type;
+    /* MoE types: routed experts per layer, experts per token, an expert's
+     * inner size (0: ffn; mixtral always uses ffn), the shared expert's
+     * inner size (qwen2_moe; 0: ffn), and whether the top-k weights are
+     * renormalised (norm_topk_prob; -1: the type's published default, true
+     * for qwen3_moe, false for qwen2_moe; mixtral always renormalises) */
+    int64_t experts, experts_per_tok, expert_ffn, shared_expert_ffn;
+    int norm_topk;
 } mt_model_shape;
 
 /* hidden 1024, 12 layers, 16 heads, 4 kv heads, ffn 2816, 2048 positions,
- * rope_theta 500000, init_std 0.02, tied, seed 1. */
+ * rope_theta 500000, init_std 0.02, tied, seed 1, llama; for MoE types 8
+ * experts, 2 per token, expert_ffn and shared_expert_ffn 0 (ffn),
+ * norm_topk -1. */
 void mt_model_shape_defaults(mt_model_shape *s);
 
 /* Writes a new model with random weights to dir (which must not exist), as

@@ -63,14 +63,17 @@ class DatasetInfo(Structure):
 class ModelInfo(Structure):
     _fields_ = [("model_type", c_char_p), ("n_params", c_int64), ("layers", c_int64),
                 ("hidden", c_int64), ("heads", c_int64), ("kv_heads", c_int64), ("ffn", c_int64),
-                ("vocab_size", c_int64), ("max_positions", c_int64), ("tied_embeddings", c_bool)]
+                ("vocab_size", c_int64), ("max_positions", c_int64), ("tied_embeddings", c_bool),
+                ("experts", c_int64), ("experts_per_tok", c_int64), ("active_params", c_int64)]
 
 
 class ModelShape(Structure):
     _fields_ = [("hidden", c_int64), ("layers", c_int64), ("heads", c_int64),
                 ("kv_heads", c_int64), ("ffn", c_int64), ("max_positions", c_int64),
                 ("rope_theta", c_double), ("init_std", c_double), ("untied", c_bool),
-                ("seed", c_uint64)]
+                ("seed", c_uint64), ("model_type", c_char_p), ("experts", c_int64),
+                ("experts_per_tok", c_int64), ("expert_ffn", c_int64),
+                ("shared_expert_ffn", c_int64), ("norm_topk", c_int)]
 
 
 class EvalOpts(Structure):

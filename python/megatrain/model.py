@@ -131,12 +131,15 @@ def eval(model, data, *, tokenizer=None, **opts):  # noqa: A001 (megatrain eval)
 
 
 def init(path, tokenizer, **shape):
-    """Writes a new Llama-architecture model with random weights to path
-    (which must not exist), as an HF directory in fp32 with the tokenizer's
-    files; the tokenizer (a tokenizer.json or "bytes") sets the vocabulary.
-    shape: hidden (1024), layers (12), heads (16), kv_heads (4), ffn (2816),
+    """Writes a new model with random weights to path (which must not
+    exist), as an HF directory in fp32 with the tokenizer's files; the
+    tokenizer (a tokenizer.json or "bytes") sets the vocabulary. shape:
+    hidden (1024), layers (12), heads (16), kv_heads (4), ffn (2816),
     max_positions (2048), rope_theta, init_std (0.02), untied (False), seed
-    (1). Returns what was written (as Model.info)."""
+    (1), model_type ("llama"; also "mistral", "qwen2", "qwen3", and the
+    mixture-of-experts "mixtral", "qwen2_moe", "qwen3_moe" with experts (8),
+    experts_per_tok (2), expert_ffn, shared_expert_ffn, norm_topk). Returns
+    what was written (as Model.info)."""
     L = _lib.lib()
     s = _lib.ModelShape()
     L.mt_model_shape_defaults(ctypes.byref(s))

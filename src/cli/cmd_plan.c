@@ -146,6 +146,14 @@ int mt_cmd_plan(int argc, char **argv) {
         fprintf(stderr, "megatrain plan: %s\n", err.msg);
         return 1;
     }
+    if (mt_config_is_moe(&cfg)) {
+        mt_params_free(&t);
+        fprintf(stderr, "megatrain plan: %s: model_type \"%s\" is a mixture-of-experts model; "
+                "the plan sizes the CUDA backend, which does not run those yet (they train on "
+                "the CPU: megatrain train --device cpu)\n", model ? model : "the shape",
+                cfg.model_type);
+        return 1;
+    }
 #ifndef MT_HAVE_CUDA
     mt_params_free(&t);
     fprintf(stderr, "megatrain plan: this build has no CUDA support (the plan sizes the CUDA "
@@ -201,7 +209,7 @@ int mt_cmd_plan(int argc, char **argv) {
     } else {
         mt_plan_print(&plan, &req, stdout);
         double tok = (double)(M * B * T);
-        double flops = 6.0 * (double)t.n_params * tok + 12.0 * cfg.L * cfg.C * T * tok;
+        double flops = mt_config_train_flops_per_token(&cfg, T) * tok;
         printf("PLAN model=%.2fB host_GB=%.1f gpu_GB=%.1f host_bytes_per_param=%.2f "
                "step_s=%.2f TFLOPS=%.0f host_grads=%s kept=%d\n", t.n_params / 1e9,
                plan.host_bytes / 1e9, plan.gpu_bytes / 1e9,

@@ -58,7 +58,10 @@ typedef struct mt_backend_ops {
     /* Layer l's gradient is complete for this step (all micro-batches):
      * the backend moves it to where the optimizer reads it. */
     void (*layer_grads_done)(mt_backend *be, int layer);
-    /* Ends the step; returns the summed loss over valid targets. */
+    /* Ends the step; returns the summed loss over valid targets. When
+     * training with the router's auxiliary loss on (MoE models), the sum
+     * also holds coef * aux / dscale, so that dividing by the valid targets
+     * gives cross-entropy + coef * aux, the loss transformers reports. */
     double (*end_step)(mt_backend *be);
 } mt_backend_ops;
 

@@ -56,6 +56,11 @@ static int compare_configs(const mt_config *a, const mt_config *b, const char *p
     CMP_INT(qkv_bias, "attention_bias");
     CMP_INT(qk_norm, "q/k norm");
     CMP_INT(sliding_window, "sliding_window");
+    /* mixture-of-experts: what changes the math without changing the tensors */
+    CMP_INT(moe.E, "num_experts");
+    CMP_INT(moe.K, "num_experts_per_tok");
+    CMP_INT(moe.norm_topk, "norm_topk_prob");
+    CMP_INT(moe.sparse_step, "decoder_sparse_step");
     return 0;
 #undef CMP_INT
 #undef CMP_NUM

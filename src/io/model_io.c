@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "io/file.h"
+#include "io/model_io_moe.h"
 #include "io/safetensors.h"
 #include "util/mem.h"
 
@@ -35,7 +36,8 @@ int mt_model_load_weights(mt_host_store *s, const char *dir, mt_error *err) {
     mt_config tied = {.tie_embeddings = mt_params_find(t, t->n_layers - 1, MT_T_LM_HEAD) == NULL};
     for (int i = 0; i < m.n_tensors; i++) {
         const char *name = m.tensors[i]->name;
-        if (!mt_params_by_name(t, name, NULL) && !ignorable(name, &tied)) {
+        if (!mt_params_by_name(t, name, NULL) && !ignorable(name, &tied) &&
+            !mt_moe_other_layout_name(t, name)) {
             mt_errorf(err, "%s: tensor \"%s\" is not part of the model that config.json "
                       "describes; check that config.json belongs to these weights", dir, name);
             goto out;
@@ -46,6 +48,12 @@ int mt_model_load_weights(mt_host_store *s, const char *dir, mt_error *err) {
         for (int k = 0; k < ld->n_tensors; k++) {
             const mt_tensor_desc *td = &ld->tensors[k];
             const mt_st_tensor_info *ti = mt_st_model_find(&m, td->name);
+            float *dst = s->w + ld->offset + td->offset;
+            if (!ti && ld->n_experts) { /* an MoE block in another layout */
+                int st = mt_moe_read_other_layout(&m, ld, td, dst, err);
+                if (st < 0) goto out;
+                if (st == 0) continue;
+            }
             if (!ti) {
                 mt_errorf(err, "%s: tensor \"%s\" is missing from the safetensors files",
                           dir, td->name);
@@ -61,7 +69,6 @@ int mt_model_load_weights(mt_host_store *s, const char *dir, mt_error *err) {
                           td->ndim > 1 ? (long long)td->shape[1] : 0LL);
                 goto out;
             }
-            float *dst = s->w + ld->offset + td->offset;
             if (mt_st_read_f32(ti, dst, td->numel, err)) goto out;
         }
     }

@@ -322,6 +322,22 @@ int mt_st_read_f32(const mt_st_tensor_info *t, float *dst, size_t n, mt_error *e
     return 0;
 }
 
+int mt_st_read_f32_range(const mt_st_tensor_info *t, size_t first, float *dst, size_t n,
+                         mt_error *err) {
+    if (!mt_dtype_is_float(t->dtype))
+        return mt_errorf(err, "unsupported dtype %s for tensor '%s' in %s; " HOW_TO_CONVERT,
+                         mt_dtype_name(t->dtype), t->name, t->file);
+    if (first > t->numel || n > t->numel - first)
+        return mt_errorf(err, "%s: tensor '%s' has %zu elements, fewer than the %zu + %zu "
+                         "expected (does config.json match the weights?)", t->file, t->name,
+                         t->numel, first, n);
+    size_t es = t->dtype == MT_DTYPE_F32 ? 4 : 2;
+    const char *src = (const char *)t->data + first * es;
+    if (t->dtype == MT_DTYPE_F32) memcpy(dst, src, n * sizeof(float));
+    else widen16(src, dst, n, t->dtype);
+    return 0;
+}
+
 int mt_st_read_i64(const mt_st_tensor_info *t, int64_t *dst, size_t n, mt_error *err) {
     if (t->dtype != MT_DTYPE_I64 && t->dtype != MT_DTYPE_I32)
         return mt_errorf(err, "%s: tensor '%s' is %s, expected I32 or I64", t->file, t->name,

@@ -72,6 +72,11 @@ const char *mt_st_meta(const mt_st_file *f, const char *key);
  * F16 exactly. Any other dtype is an error that says how to convert. */
 int mt_st_read_f32(const mt_st_tensor_info *t, float *dst, size_t n, mt_error *err);
 
+/* Copies elements [first, first + n) of t (in row-major order) into dst,
+ * widened as mt_st_read_f32 does: one expert's slice of a fused tensor. */
+int mt_st_read_f32_range(const mt_st_tensor_info *t, size_t first, float *dst, size_t n,
+                         mt_error *err);
+
 /* Copies an I32 or I64 tensor into dst (n == t->numel) as int64. */
 int mt_st_read_i64(const mt_st_tensor_info *t, int64_t *dst, size_t n, mt_error *err);
 

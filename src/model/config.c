@@ -1,8 +1,11 @@
-/* config.json parsing for the Llama family (llama, mistral, qwen2, qwen3).
+/* config.json parsing for the Llama family (llama, mistral, qwen2, qwen3)
+ * and its mixture-of-experts relatives (mixtral, qwen2_moe, qwen3_moe).
  *
  * Accepts both the transformers 4 layout (rope_theta + rope_scaling) and the
  * transformers 5 layout (rope_parameters). Anything that would change the
- * math in a way megatrain does not implement is refused, naming the field. */
+ * math in a way megatrain does not implement is refused, naming the field.
+ * A field that is absent takes the default of transformers' config class
+ * for that model_type, as from_pretrained would. */
 #include "model/config.h"
 
 #include <cjson/cJSON.h>
@@ -83,7 +86,8 @@ static int parse_rope(mt_config *cfg, const cJSON *root, const char *src, mt_err
         rp = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
         field = "rope_scaling";
     }
-    if (get_num(root, "rope_theta", 10000.0, &cfg->rope_theta, src, err)) return -1;
+    double theta = cfg->arch == MT_ARCH_MIXTRAL ? 1e6 : 10000.0; /* MixtralConfig.default_theta */
+    if (get_num(root, "rope_theta", theta, &cfg->rope_theta, src, err)) return -1;
     cfg->rope_kind = MT_ROPE_DEFAULT;
     if (!rp || cJSON_IsNull(rp)) return 0;
     if (!cJSON_IsObject(rp)) return mt_errorf(err, "%s: field \"%s\" must be an object", src, field);
@@ -123,7 +127,7 @@ static int refuse_unsupported(const mt_config *cfg, const cJSON *root, const cha
         return mt_errorf(err, "%s: hidden_act must be \"silu\" (SwiGLU); megatrain does not "
                          "implement other activations", src);
     bool b = false;
-    if (cfg->arch != MT_ARCH_QWEN2) {
+    if (cfg->arch != MT_ARCH_QWEN2 && cfg->arch != MT_ARCH_QWEN2_MOE) {
         if (get_bool(root, "attention_bias", false, &b, src, err)) return -1;
         if (b) return mt_errorf(err, "%s: attention_bias = true is not supported for model_type "
                                 "\"%s\"", src, cfg->model_type);
@@ -131,7 +135,7 @@ static int refuse_unsupported(const mt_config *cfg, const cJSON *root, const cha
     if (get_bool(root, "mlp_bias", false, &b, src, err)) return -1;
     if (b) return mt_errorf(err, "%s: mlp_bias = true is not supported", src);
     if (get_bool(root, "use_sliding_window", false, &b, src, err)) return -1;
-    if (b && cfg->arch != MT_ARCH_MISTRAL)
+    if (b && cfg->arch != MT_ARCH_MISTRAL && cfg->arch != MT_ARCH_MIXTRAL)
         return mt_errorf(err, "%s: use_sliding_window = true is not supported; set it to false "
                          "(full attention)", src);
     double prf = 1.0;
@@ -147,13 +151,84 @@ static int refuse_unsupported(const mt_config *cfg, const cJSON *root, const cha
                                  "sliding-window layers are not supported", src);
         }
     }
+    if (mt_config_is_moe(cfg)) return 0;
     const char *moe[] = {"num_experts", "num_local_experts", "n_routed_experts"};
     for (size_t i = 0; i < sizeof moe / sizeof *moe; i++) {
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, moe[i]);
-        if (e && cJSON_IsNumber(e) && e->valuedouble > 0)
-            return mt_errorf(err, "%s: %s is set: mixture-of-experts models are not supported "
-                             "yet", src, moe[i]);
+        if (e && cJSON_IsNumber(e) && e->valuedouble > 0 && cfg->arch < MT_ARCH_MIXTRAL)
+            return mt_errorf(err, "%s: %s is set on model_type \"%s\", which has no experts; "
+                             "megatrain reads mixture-of-experts models as model_type "
+                             "\"mixtral\", \"qwen2_moe\" or \"qwen3_moe\"", src, moe[i],
+                             cfg->model_type);
     }
+    return 0;
+}
+
+/* mlp_only_layers: a list of block indices in [0, L). */
+static int parse_mlp_only(mt_moe_config *m, const cJSON *root, int64_t L, const char *src,
+                          mt_error *err) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers");
+    if (!a || cJSON_IsNull(a)) return 0;
+    if (!cJSON_IsArray(a))
+        return mt_errorf(err, "%s: field \"mlp_only_layers\" must be a list of layer indices",
+                         src);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) ||
+            e->valuedouble < 0 || e->valuedouble >= (double)L)
+            return mt_errorf(err, "%s: mlp_only_layers holds %s; every entry must be a layer "
+                             "index in [0, num_hidden_layers = %lld)", src,
+                             cJSON_IsNumber(e) ? "an out-of-range index" : "a non-integer",
+                             (long long)L);
+        if (m->n_mlp_only == MT_MAX_MLP_ONLY)
+            return mt_errorf(err, "%s: mlp_only_layers lists more than %d layers, more than "
+                             "megatrain reads; use decoder_sparse_step for regular patterns",
+                             src, MT_MAX_MLP_ONLY);
+        m->mlp_only[m->n_mlp_only++] = (int32_t)e->valuedouble;
+    }
+    return 0;
+}
+
+/* The MoE fields of mixtral, qwen2_moe and qwen3_moe, with the defaults of
+ * transformers' MixtralConfig, Qwen2MoeConfig and Qwen3MoeConfig; ranges
+ * are checked by mt_config_validate. */
+static int parse_moe(mt_config *cfg, const cJSON *root, const char *src, mt_error *err) {
+    mt_moe_config *m = &cfg->moe;
+    bool mixtral = cfg->arch == MT_ARCH_MIXTRAL, q2 = cfg->arch == MT_ARCH_QWEN2_MOE;
+    /* transformers maps num_experts and num_local_experts onto each other for
+     * mixtral and qwen3_moe (and writes num_local_experts for qwen3_moe) */
+    const char *ekey = !q2 && cJSON_GetObjectItemCaseSensitive(root, "num_local_experts")
+                           ? "num_local_experts" : "num_experts";
+    if (get_int(root, ekey, mixtral ? 8 : q2 ? 60 : 128, &m->E, src, err)) return -1;
+    if (mixtral && m->E < 1)
+        return mt_errorf(err, "%s: %s must be at least 1 for model_type \"mixtral\"", src, ekey);
+    if (m->E == 0) return 0; /* qwen: every block has the dense MLP */
+    if (get_int(root, "num_experts_per_tok", mixtral ? 2 : q2 ? 4 : 8, &m->K, src, err) ||
+        get_num(root, "router_aux_loss_coef", 0.001, &m->aux_coef, src, err) ||
+        get_bool(root, "output_router_logits", false, &m->output_router_logits, src, err))
+        return -1;
+    m->aux_loss = m->output_router_logits;
+    m->sparse_step = 1;
+    m->norm_topk = true;
+    m->FE = cfg->F;
+    if (mixtral) {
+        double jitter = 0;
+        if (get_num(root, "router_jitter_noise", 0.0, &jitter, src, err)) return -1;
+        if (jitter != 0)
+            return mt_errorf(err, "%s: router_jitter_noise %g is not supported (training-time "
+                             "noise on the router input); set it to 0", src, jitter);
+        return 0;
+    }
+    if (get_int(root, "moe_intermediate_size", q2 ? 1408 : 768, &m->FE, src, err) ||
+        get_bool(root, "norm_topk_prob", false, &m->norm_topk, src, err) ||
+        get_int(root, "decoder_sparse_step", 1, &m->sparse_step, src, err) ||
+        parse_mlp_only(m, root, cfg->L, src, err))
+        return -1;
+    if (q2 && get_int(root, "shared_expert_intermediate_size", 5632, &m->FS, src, err))
+        return -1;
+    if (q2 && m->FS <= 0)
+        return mt_errorf(err, "%s: shared_expert_intermediate_size must be positive (every "
+                         "qwen2_moe block has a shared expert)", src);
     return 0;
 }
 
@@ -170,14 +245,16 @@ int mt_config_parse(mt_config *cfg, const char *json_text, const char *src, mt_e
         mt_errorf(err, "%s: required field \"model_type\" is missing or not a string", src);
         goto out;
     }
-    const char *types[] = {"llama", "mistral", "qwen2", "qwen3"};
-    const mt_arch archs[] = {MT_ARCH_LLAMA, MT_ARCH_MISTRAL, MT_ARCH_QWEN2, MT_ARCH_QWEN3};
+    const char *types[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe",
+                           "qwen3_moe"};
+    const mt_arch archs[] = {MT_ARCH_LLAMA, MT_ARCH_MISTRAL, MT_ARCH_QWEN2, MT_ARCH_QWEN3,
+                             MT_ARCH_MIXTRAL, MT_ARCH_QWEN2_MOE, MT_ARCH_QWEN3_MOE};
     int found = -1;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < (int)(sizeof types / sizeof *types); i++)
         if (!strcmp(mt->valuestring, types[i])) found = i;
     if (found < 0) {
         mt_errorf(err, "%s: model_type \"%s\" is not supported; megatrain trains llama, mistral, "
-                  "qwen2 and qwen3", src, mt->valuestring);
+                  "qwen2, qwen3, mixtral, qwen2_moe and qwen3_moe", src, mt->valuestring);
         goto out;
     }
     cfg->arch = archs[found];
@@ -202,21 +279,53 @@ int mt_config_parse(mt_config *cfg, const char *json_text, const char *src, mt_e
         goto out;
     }
     if (get_int(root, "head_dim", cfg->C / cfg->NH, &cfg->HD, src, err)) goto out;
-    if (cfg->arch == MT_ARCH_MISTRAL || cfg->arch == MT_ARCH_QWEN2) {
+    mt_arch a = cfg->arch;
+    if (a == MT_ARCH_MISTRAL || a == MT_ARCH_QWEN2 || a == MT_ARCH_MIXTRAL) {
         if (get_int(root, "sliding_window", 0, &cfg->sliding_window, src, err)) goto out;
     }
-    if (cfg->arch == MT_ARCH_QWEN2) {
+    if (a == MT_ARCH_QWEN2) {
         bool sw = false;
         if (get_bool(root, "use_sliding_window", false, &sw, src, err)) goto out;
         if (!sw) cfg->sliding_window = 0;
     }
-    cfg->qkv_bias = cfg->arch == MT_ARCH_QWEN2;
-    cfg->qk_norm = cfg->arch == MT_ARCH_QWEN3;
+    cfg->qkv_bias = a == MT_ARCH_QWEN2;
+    /* Qwen2MoeConfig.qkv_bias, true by default (Qwen1.5-MoE has the biases) */
+    if (a == MT_ARCH_QWEN2_MOE && get_bool(root, "qkv_bias", true, &cfg->qkv_bias, src, err))
+        goto out;
+    cfg->qk_norm = a == MT_ARCH_QWEN3 || a == MT_ARCH_QWEN3_MOE;
+    if (a >= MT_ARCH_MIXTRAL && parse_moe(cfg, root, src, err)) goto out;
     if (parse_rope(cfg, root, src, err) || refuse_unsupported(cfg, root, src, err)) goto out;
     rc = mt_config_validate(cfg, src, err);
 out:
     cJSON_Delete(root);
     return rc;
+}
+
+static int validate_moe(const mt_config *c, const char *src, mt_error *err) {
+    const mt_moe_config *m = &c->moe;
+    if (m->E == 0) return 0;
+    const char *ekey = c->arch == MT_ARCH_MIXTRAL ? "num_local_experts" : "num_experts";
+    if (c->arch < MT_ARCH_MIXTRAL)
+        return mt_errorf(err, "%s: model_type \"%s\" has no experts", src, c->model_type);
+    if (m->E < 0 || m->E > 65536)
+        return mt_errorf(err, "%s: %s = %lld is out of range (0..65536)", src, ekey,
+                         (long long)m->E);
+    if (m->K < 1 || m->K > m->E)
+        return mt_errorf(err, "%s: num_experts_per_tok = %lld must be in 1..%s (%lld)", src,
+                         (long long)m->K, ekey, (long long)m->E);
+    const char *fe = c->arch == MT_ARCH_MIXTRAL ? "intermediate_size" : "moe_intermediate_size";
+    if (m->FE <= 0 || m->FE > (1 << 22))
+        return mt_errorf(err, "%s: %s = %lld is out of range (1..%d)", src, fe,
+                         (long long)m->FE, 1 << 22);
+    if (m->FS < 0 || m->FS > (1 << 22))
+        return mt_errorf(err, "%s: shared_expert_intermediate_size = %lld is out of range "
+                         "(1..%d)", src, (long long)m->FS, 1 << 22);
+    if (m->sparse_step < 1)
+        return mt_errorf(err, "%s: decoder_sparse_step must be at least 1 (1: every layer is "
+                         "a mixture-of-experts layer)", src);
+    if (!(m->aux_coef >= 0) || !isfinite(m->aux_coef))
+        return mt_errorf(err, "%s: router_aux_loss_coef must be a finite number >= 0", src);
+    return 0;
 }
 
 int mt_config_validate(const mt_config *c, const char *src, mt_error *err) {
@@ -238,7 +347,7 @@ int mt_config_validate(const mt_config *c, const char *src, mt_error *err) {
                          (long long)c->HD);
     if (!(c->rms_eps > 0)) return mt_errorf(err, "%s: rms_norm_eps must be positive", src);
     if (!(c->rope_theta > 0)) return mt_errorf(err, "%s: rope_theta must be positive", src);
-    return 0;
+    return validate_moe(c, src, err);
 }
 
 int mt_config_load(mt_config *cfg, const char *path, mt_error *err) {
@@ -252,21 +361,82 @@ int mt_config_load(mt_config *cfg, const char *path, mt_error *err) {
     return rc;
 }
 
-int64_t mt_config_num_params(const mt_config *c) {
+bool mt_config_is_moe(const mt_config *c) { return c->moe.E > 0; }
+
+bool mt_config_block_is_moe(const mt_config *c, int64_t i) {
+    const mt_moe_config *m = &c->moe;
+    if (m->E <= 0 || (i + 1) % m->sparse_step != 0) return false;
+    for (int k = 0; k < m->n_mlp_only; k++)
+        if (m->mlp_only[k] == i) return false;
+    return true;
+}
+
+/* Parameters of decoder block i; with active, only K of its E experts. */
+static int64_t block_params(const mt_config *c, int64_t i, bool active) {
     int64_t q = c->NH * c->HD, kv = c->NKV * c->HD;
-    int64_t block = 2 * c->C + q * c->C + 2 * kv * c->C + c->C * q + 3 * c->F * c->C;
+    int64_t block = 2 * c->C + q * c->C + 2 * kv * c->C + c->C * q;
     if (c->qkv_bias) block += q + 2 * kv;
     if (c->qk_norm) block += 2 * c->HD;
-    int64_t emb = c->V * c->C;
-    return emb * (c->tie_embeddings ? 1 : 2) + c->C + c->L * block;
+    if (!mt_config_block_is_moe(c, i)) return block + 3 * c->F * c->C;
+    const mt_moe_config *m = &c->moe;
+    block += m->E * c->C + (active ? m->K : m->E) * 3 * m->FE * c->C;
+    if (m->FS) block += 3 * m->FS * c->C + c->C; /* shared expert and its sigmoid gate */
+    return block;
+}
+
+static int64_t model_params(const mt_config *c, bool active) {
+    int64_t n = c->V * c->C * (c->tie_embeddings ? 1 : 2) + c->C;
+    for (int64_t i = 0; i < c->L; i++) n += block_params(c, i, active);
+    return n;
+}
+
+int64_t mt_config_num_params(const mt_config *c) { return model_params(c, false); }
+int64_t mt_config_active_params(const mt_config *c) { return model_params(c, true); }
+
+double mt_config_train_flops_per_token(const mt_config *c, int64_t T) {
+    return 6.0 * (double)mt_config_active_params(c) + 12.0 * (double)c->L * (double)c->C * (double)T;
 }
 
 char *mt_config_to_json(const mt_config *c) { return mt_config_to_json_dtype(c, "float32"); }
 
+/* A float that reads back as one: transformers 5 checks the types of
+ * config fields, and refuses 0 where it wants 0.0. */
+static void add_float(cJSON *r, const char *key, double v) {
+    char buf[40];
+    snprintf(buf, sizeof buf, "%.17g", v);
+    if (!strpbrk(buf, ".eEn")) strcat(buf, ".0");
+    cJSON_AddRawToObject(r, key, buf);
+}
+
+/* The MoE fields under the names of each type's published config.json
+ * (transformers reads num_experts for qwen3_moe through its attribute map). */
+static void moe_to_json(const mt_config *c, cJSON *r) {
+    const mt_moe_config *m = &c->moe;
+    bool mixtral = c->arch == MT_ARCH_MIXTRAL;
+    cJSON_AddNumberToObject(r, mixtral ? "num_local_experts" : "num_experts", (double)m->E);
+    cJSON_AddNumberToObject(r, "num_experts_per_tok", (double)(m->E ? m->K : 1));
+    add_float(r, "router_aux_loss_coef", m->E ? m->aux_coef : 0.001);
+    cJSON_AddBoolToObject(r, "output_router_logits", m->output_router_logits);
+    if (mixtral) return;
+    cJSON_AddNumberToObject(r, "moe_intermediate_size", (double)(m->E ? m->FE : c->F));
+    cJSON_AddBoolToObject(r, "norm_topk_prob", m->norm_topk);
+    cJSON_AddNumberToObject(r, "decoder_sparse_step", (double)(m->E ? m->sparse_step : 1));
+    cJSON *a = cJSON_AddArrayToObject(r, "mlp_only_layers");
+    for (int k = 0; k < m->n_mlp_only; k++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(m->mlp_only[k]));
+    if (c->arch == MT_ARCH_QWEN2_MOE) {
+        cJSON_AddNumberToObject(r, "shared_expert_intermediate_size", (double)m->FS);
+        cJSON_AddBoolToObject(r, "qkv_bias", c->qkv_bias);
+    } else {
+        cJSON_AddBoolToObject(r, "attention_bias", false);
+    }
+}
+
 char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
     cJSON *r = cJSON_CreateObject();
     const char *arch[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-                          "Qwen3ForCausalLM"};
+                          "Qwen3ForCausalLM", "MixtralForCausalLM", "Qwen2MoeForCausalLM",
+                          "Qwen3MoeForCausalLM"};
     cJSON *a = cJSON_AddArrayToObject(r, "architectures");
     cJSON_AddItemToArray(a, cJSON_CreateString(arch[c->arch]));
     cJSON_AddStringToObject(r, "model_type", c->model_type);
@@ -291,9 +461,11 @@ char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
         cJSON_AddNumberToObject(s, "original_max_position_embeddings",
                                 (double)c->rope_orig_max_pos);
     }
-    if (c->arch == MT_ARCH_QWEN2 || c->arch == MT_ARCH_QWEN3)
+    if (c->arch == MT_ARCH_QWEN2 || c->arch == MT_ARCH_QWEN3 || c->arch == MT_ARCH_QWEN2_MOE ||
+        c->arch == MT_ARCH_QWEN3_MOE)
         cJSON_AddBoolToObject(r, "use_sliding_window", false);
-    if (c->arch == MT_ARCH_MISTRAL) {
+    if (c->arch >= MT_ARCH_MIXTRAL) moe_to_json(c, r);
+    if (c->arch == MT_ARCH_MISTRAL || c->arch == MT_ARCH_MIXTRAL) {
         if (c->sliding_window > 0) cJSON_AddNumberToObject(r, "sliding_window", (double)c->sliding_window);
         else cJSON_AddNullToObject(r, "sliding_window");
     }

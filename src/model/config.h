@@ -1,9 +1,12 @@
 /* Model configuration: the subset of a Hugging Face config.json that
- * describes a decoder-only Llama-family transformer.
+ * describes a decoder-only Llama-family transformer, dense or
+ * mixture-of-experts (docs/moe.md).
  *
  * Dimension letters used across megatrain:
  *   B batch, T sequence, C hidden, L decoder layers, NH query heads,
- *   NKV key/value heads, HD head dim, F MLP inner size, V vocabulary. */
+ *   NKV key/value heads, HD head dim, F MLP inner size, V vocabulary;
+ *   for mixture-of-experts layers: E routed experts, K experts per token,
+ *   FE an expert's inner size, FS the shared expert's inner size. */
 #ifndef MT_MODEL_CONFIG_H
 #define MT_MODEL_CONFIG_H
 
@@ -17,12 +20,37 @@ typedef enum {
     MT_ARCH_MISTRAL,
     MT_ARCH_QWEN2,
     MT_ARCH_QWEN3,
+    MT_ARCH_MIXTRAL,
+    MT_ARCH_QWEN2_MOE,
+    MT_ARCH_QWEN3_MOE,
 } mt_arch;
 
 typedef enum {
     MT_ROPE_DEFAULT,
     MT_ROPE_LLAMA3,
 } mt_rope_kind;
+
+/* Most entries of mlp_only_layers megatrain reads. */
+#define MT_MAX_MLP_ONLY 256
+
+/* The mixture-of-experts part of a config (all zero for a dense model).
+ * A decoder block is an MoE block when E > 0, its index i is not in
+ * mlp_only and (i + 1) % sparse_step == 0; other blocks have the dense MLP
+ * of size F. */
+typedef struct mt_moe_config {
+    int64_t E;                 /* num_local_experts (mixtral) / num_experts (qwen) */
+    int64_t K;                 /* num_experts_per_tok */
+    int64_t FE;                /* moe_intermediate_size (mixtral: intermediate_size) */
+    int64_t FS;                /* shared_expert_intermediate_size (qwen2_moe), else 0 */
+    bool norm_topk;            /* top-k weights renormalised to sum 1 (mixtral: always) */
+    int64_t sparse_step;       /* decoder_sparse_step */
+    int n_mlp_only;
+    int32_t mlp_only[MT_MAX_MLP_ONLY]; /* mlp_only_layers */
+    double aux_coef;           /* router_aux_loss_coef */
+    bool output_router_logits; /* as config.json says (written back unchanged) */
+    bool aux_loss;             /* the backends add coef * load-balancing loss: set from
+                                * output_router_logits, or by the run's router_aux_loss */
+} mt_moe_config;
 
 typedef struct mt_config {
     mt_arch arch;
@@ -48,6 +76,7 @@ typedef struct mt_config {
     int64_t sliding_window;    /* 0 = full attention */
     int64_t bos_id;            /* -1 when absent */
     int64_t eos_id;            /* -1 when absent */
+    mt_moe_config moe;
 } mt_config;
 
 /* Parses config.json text. Unsupported or missing fields are an error that
@@ -74,5 +103,19 @@ int mt_config_validate(const mt_config *cfg, const char *source, mt_error *err);
 
 /* Total parameter count (without padding). */
 int64_t mt_config_num_params(const mt_config *cfg);
+
+/* Whether the model has mixture-of-experts blocks at all, and whether
+ * decoder block i (0-based) is one. */
+bool mt_config_is_moe(const mt_config *cfg);
+bool mt_config_block_is_moe(const mt_config *cfg, int64_t i);
+
+/* Parameters one token works with: every parameter except, in each MoE
+ * block, the E - K routed experts it is not sent to. Equals
+ * mt_config_num_params for a dense model. */
+int64_t mt_config_active_params(const mt_config *cfg);
+
+/* Model FLOPs of one training token at sequence length T (SPEC 6):
+ * 6 * active parameters + 12 * L * C * T (attention). */
+double mt_config_train_flops_per_token(const mt_config *cfg, int64_t T);
 
 #endif

@@ -10,16 +10,21 @@
 
 typedef struct {
     mt_layer_desc *ld;
+    int cap;           /* room in ld->tensors */
     size_t cursor;     /* floats used so far in this layer */
     bool overflow;
 } layer_builder;
 
+/* Tensors other than routed experts in one layer, at most. */
+#define MAX_FIXED_TENSORS 24
+
 static void add(layer_builder *b, mt_role role, const char *name, int64_t rows, int64_t cols) {
     mt_layer_desc *ld = b->ld;
-    MT_ASSERT(ld->n_tensors < MT_MAX_LAYER_TENSORS);
+    MT_ASSERT(ld->n_tensors < b->cap);
     mt_tensor_desc *t = &ld->tensors[ld->n_tensors];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->role = role;
+    t->expert = -1;
     t->ndim = cols > 0 ? 2 : 1;
     t->shape[0] = rows;
     t->shape[1] = cols > 0 ? cols : 1;
@@ -30,20 +35,72 @@ static void add(layer_builder *b, mt_role role, const char *name, int64_t rows, 
     t->numel = n;
     t->offset = b->cursor;
     b->cursor = next;
-    ld->by_role[role] = ld->n_tensors++;
+    if (ld->by_role[role] < 0) ld->by_role[role] = ld->n_tensors;
+    ld->n_tensors++;
 }
 
-static void begin(layer_builder *b, mt_layer_desc *ld, mt_layer_kind kind, int block) {
+/* Rounds the cursor up to a page, where the next expert starts. */
+static void align_page(layer_builder *b) {
+    if (b->cursor > SIZE_MAX - MT_LAYER_ALIGN) b->overflow = true;
+    else b->cursor = mt_round_up(b->cursor, MT_LAYER_ALIGN);
+}
+
+static void begin(layer_builder *b, mt_layer_desc *ld, mt_layer_kind kind, int block,
+                  int64_t n_experts) {
     memset(ld, 0, sizeof *ld);
     ld->kind = kind;
     ld->block = block;
     for (int r = 0; r < MT_T_COUNT; r++) ld->by_role[r] = -1;
+    b->cap = MAX_FIXED_TENSORS + MT_EXPERT_TENSORS * (int)n_experts;
+    ld->tensors = mt_calloc_or_die((size_t)b->cap, sizeof *ld->tensors);
     b->ld = ld;
     b->cursor = 0;
 }
 
 static void end(layer_builder *b) {
     b->ld->numel = mt_round_up(b->cursor, MT_LAYER_ALIGN);
+}
+
+/* The MLP of an MoE block under the names of the published checkpoints:
+ * router, shared expert (qwen2_moe), then expert 0..E-1 on pages of their
+ * own, each gate, up, down. */
+static void build_moe(layer_builder *b, const mt_config *c, int i) {
+    const mt_moe_config *m = &c->moe;
+    const char *mlp = c->arch == MT_ARCH_MIXTRAL ? "block_sparse_moe" : "mlp";
+    bool mixtral = c->arch == MT_ARCH_MIXTRAL;
+    char n[96];
+#define NAME(...) (snprintf(n, sizeof n, __VA_ARGS__), n)
+    add(b, MT_T_ROUTER, NAME("model.layers.%d.%s.gate.weight", i, mlp), m->E, c->C);
+    if (m->FS) {
+        add(b, MT_T_SHARED_WGATE, NAME("model.layers.%d.mlp.shared_expert.gate_proj.weight", i),
+            m->FS, c->C);
+        add(b, MT_T_SHARED_WUP, NAME("model.layers.%d.mlp.shared_expert.up_proj.weight", i),
+            m->FS, c->C);
+        add(b, MT_T_SHARED_WDOWN, NAME("model.layers.%d.mlp.shared_expert.down_proj.weight", i),
+            c->C, m->FS);
+        add(b, MT_T_SHARED_GATE, NAME("model.layers.%d.mlp.shared_expert_gate.weight", i), 1,
+            c->C);
+    }
+    mt_layer_desc *ld = b->ld;
+    align_page(b);
+    ld->n_experts = (int)m->E;
+    ld->expert_first = ld->n_tensors;
+    ld->expert_offset = b->cursor;
+    const char *names[2][MT_EXPERT_TENSORS] = {{"gate_proj", "up_proj", "down_proj"},
+                                               {"w1", "w3", "w2"}};
+    const mt_role roles[MT_EXPERT_TENSORS] = {MT_T_EXP_WGATE, MT_T_EXP_WUP, MT_T_EXP_WDOWN};
+    for (int e = 0; e < m->E; e++) {
+        for (int j = 0; j < MT_EXPERT_TENSORS; j++) {
+            int down = roles[j] == MT_T_EXP_WDOWN;
+            add(b, roles[j], NAME("model.layers.%d.%s.experts.%d.%s.weight", i, mlp, e,
+                                  names[mixtral][j]),
+                down ? c->C : m->FE, down ? m->FE : c->C);
+            ld->tensors[ld->n_tensors - 1].expert = e;
+        }
+        align_page(b);
+        if (e == 0) ld->expert_stride = b->cursor - ld->expert_offset;
+    }
+#undef NAME
 }
 
 static void build_block(layer_builder *b, const mt_config *c, int i) {
@@ -63,6 +120,10 @@ static void build_block(layer_builder *b, const mt_config *c, int i) {
     }
     add(b, MT_T_WO, NAME("self_attn.o_proj.weight"), c->C, q);
     add(b, MT_T_MLP_NORM, NAME("post_attention_layernorm.weight"), c->C, 0);
+    if (mt_config_block_is_moe(c, i)) {
+        build_moe(b, c, i);
+        return;
+    }
     add(b, MT_T_WGATE, NAME("mlp.gate_proj.weight"), c->F, c->C);
     add(b, MT_T_WUP, NAME("mlp.up_proj.weight"), c->F, c->C);
     add(b, MT_T_WDOWN, NAME("mlp.down_proj.weight"), c->C, c->F);
@@ -75,15 +136,16 @@ int mt_params_init(mt_param_table *t, const mt_config *c, mt_error *err) {
     t->layers = mt_calloc_or_die((size_t)t->n_layers, sizeof *t->layers);
     layer_builder b = {0};
 
-    begin(&b, &t->layers[0], MT_LAYER_EMBED, -1);
+    begin(&b, &t->layers[0], MT_LAYER_EMBED, -1, 0);
     add(&b, MT_T_EMBED, "model.embed_tokens.weight", c->V, c->C);
     end(&b);
     for (int i = 0; i < c->L; i++) {
-        begin(&b, &t->layers[i + 1], MT_LAYER_BLOCK, i);
+        begin(&b, &t->layers[i + 1], MT_LAYER_BLOCK, i,
+              mt_config_block_is_moe(c, i) ? c->moe.E : 0);
         build_block(&b, c, i);
         end(&b);
     }
-    begin(&b, &t->layers[t->n_layers - 1], MT_LAYER_HEAD, -1);
+    begin(&b, &t->layers[t->n_layers - 1], MT_LAYER_HEAD, -1, 0);
     add(&b, MT_T_FINAL_NORM, "model.norm.weight", c->C, 0);
     if (!c->tie_embeddings) add(&b, MT_T_LM_HEAD, "lm_head.weight", c->V, c->C);
     end(&b);
@@ -106,6 +168,7 @@ int mt_params_init(mt_param_table *t, const mt_config *c, mt_error *err) {
 }
 
 void mt_params_free(mt_param_table *t) {
+    for (int l = 0; t->layers && l < t->n_layers; l++) free(t->layers[l].tensors);
     free(t->layers);
     memset(t, 0, sizeof *t);
 }
@@ -119,14 +182,24 @@ const mt_tensor_desc *mt_params_find(const mt_param_table *t, int layer, mt_role
 const mt_tensor_desc *mt_params_by_name(const mt_param_table *t, const char *name, int *layer) {
     /* Decoder tensors name their layer, so jump straight to it. */
     int first = 0, last = t->n_layers - 1;
-    int idx;
-    if (sscanf(name, "model.layers.%d.", &idx) == 1) {
+    int idx, pos = 0;
+    if (sscanf(name, "model.layers.%d.%n", &idx, &pos) == 1 && pos > 0) {
         if (idx < 0 || idx + 1 >= t->n_layers - 1) return NULL;
         first = last = idx + 1;
     }
     for (int l = first; l <= last; l++) {
         const mt_layer_desc *ld = &t->layers[l];
-        for (int k = 0; k < ld->n_tensors; k++)
+        int k0 = 0, k1 = ld->n_experts ? ld->expert_first : ld->n_tensors;
+        /* a routed expert's name says which one: look among its tensors only */
+        int e, m = 0;
+        if (ld->n_experts && pos > 0 &&
+            ((sscanf(name + pos, "mlp.experts.%d.%n", &e, &m) == 1 && m > 0) ||
+             (sscanf(name + pos, "block_sparse_moe.experts.%d.%n", &e, &m) == 1 && m > 0))) {
+            if (e < 0 || e >= ld->n_experts) return NULL;
+            k0 = ld->expert_first + MT_EXPERT_TENSORS * e;
+            k1 = k0 + MT_EXPERT_TENSORS;
+        }
+        for (int k = k0; k < k1; k++)
             if (!strcmp(ld->tensors[k].name, name)) {
                 if (layer) *layer = l;
                 return &ld->tensors[k];

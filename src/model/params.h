@@ -8,7 +8,12 @@
  * Every tensor starts on a 64-byte boundary inside its layer, and every
  * layer starts on a 4096-byte boundary, so that one layer is one contiguous,
  * page-aligned range that moves in one copy. The same table drives the host
- * store, gradients, checkpoints, transfers and safetensors I/O. */
+ * store, gradients, checkpoints, transfers and safetensors I/O.
+ *
+ * A mixture-of-experts block is one layer too: its attention, router and
+ * shared expert first, then its E routed experts, each a page-aligned
+ * sub-range of the same size (gate, up, down): expert e starts at
+ * expert_offset + e * expert_stride (docs/moe.md). */
 #ifndef MT_MODEL_PARAMS_H
 #define MT_MODEL_PARAMS_H
 
@@ -45,14 +50,25 @@ typedef enum {
     MT_T_WDOWN,       /* (C, F) */
     MT_T_FINAL_NORM,  /* (C)     model.norm.weight */
     MT_T_LM_HEAD,     /* (V, C)  lm_head.weight, untied only */
+    /* mixture-of-experts blocks, in place of WGATE/WUP/WDOWN */
+    MT_T_ROUTER,      /* (E, C)  mlp.gate.weight (mixtral: block_sparse_moe.gate.weight) */
+    MT_T_SHARED_WGATE, /* (FS, C) mlp.shared_expert.gate_proj.weight   qwen2_moe */
+    MT_T_SHARED_WUP,  /* (FS, C) mlp.shared_expert.up_proj.weight */
+    MT_T_SHARED_WDOWN, /* (C, FS) mlp.shared_expert.down_proj.weight */
+    MT_T_SHARED_GATE, /* (1, C)  mlp.shared_expert_gate.weight: the sigmoid gate */
+    MT_T_EXP_WGATE,   /* (FE, C) mlp.experts.<e>.gate_proj.weight (mixtral: w1), per expert */
+    MT_T_EXP_WUP,     /* (FE, C) mlp.experts.<e>.up_proj.weight (mixtral: w3) */
+    MT_T_EXP_WDOWN,   /* (C, FE) mlp.experts.<e>.down_proj.weight (mixtral: w2) */
     MT_T_COUNT
 } mt_role;
 
-#define MT_MAX_LAYER_TENSORS 16
+/* Tensors of one routed expert, in this order: gate, up, down. */
+#define MT_EXPERT_TENSORS 3
 
 typedef struct mt_tensor_desc {
     char name[96];     /* Hugging Face name, e.g. model.layers.3.mlp.up_proj.weight */
     mt_role role;
+    int expert;        /* routed expert index, -1 for every other tensor */
     int ndim;          /* 1 or 2 */
     int64_t shape[2];  /* (rows, cols) as in PyTorch; shape[1] = 1 for 1-D */
     size_t numel;
@@ -63,10 +79,19 @@ typedef struct mt_layer_desc {
     mt_layer_kind kind;
     int block;                        /* decoder block index, -1 otherwise */
     int n_tensors;
-    mt_tensor_desc tensors[MT_MAX_LAYER_TENSORS];
-    int by_role[MT_T_COUNT];          /* index into tensors, -1 if absent */
+    mt_tensor_desc *tensors;          /* (n_tensors) in offset order */
+    int by_role[MT_T_COUNT];          /* index into tensors, -1 if absent; for the
+                                       * MT_T_EXP_* roles, expert 0's tensor */
     size_t numel;                     /* padded size of the layer, in floats */
     size_t offset;                    /* in floats, from the start of the model */
+    /* routed experts (0 in a dense layer): expert e's tensors are
+     * tensors[expert_first + MT_EXPERT_TENSORS * e + j], j = gate, up, down,
+     * in the range [expert_offset + e * expert_stride, + expert_stride) of
+     * the layer, page-aligned */
+    int n_experts;
+    int expert_first;
+    size_t expert_offset;             /* floats from the start of the layer */
+    size_t expert_stride;             /* floats between consecutive experts */
 } mt_layer_desc;
 
 typedef struct mt_param_table {
@@ -88,11 +113,19 @@ const mt_tensor_desc *mt_params_find(const mt_param_table *t, int layer, mt_role
 const mt_tensor_desc *mt_params_by_name(const mt_param_table *t, const char *name,
                                         int *layer);
 
-/* Pointer to a tensor inside a layer's range (base = start of that layer). */
+/* Pointer to a tensor inside a layer's range (base = start of that layer).
+ * For a routed expert's role, expert 0's tensor. */
 static inline float *mt_layer_tensor(float *layer_base, const mt_layer_desc *ld,
                                      mt_role role) {
     int i = ld->by_role[role];
     return i < 0 ? NULL : layer_base + ld->tensors[i].offset;
+}
+
+/* Pointer to routed expert e's tensor of `role` (MT_T_EXP_*). */
+static inline float *mt_layer_expert_tensor(float *layer_base, const mt_layer_desc *ld,
+                                            mt_role role, int e) {
+    int i = ld->by_role[role];
+    return i < 0 ? NULL : layer_base + ld->tensors[i].offset + (size_t)e * ld->expert_stride;
 }
 
 /* The layer index of the head and of decoder block b. */

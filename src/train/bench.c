@@ -44,8 +44,7 @@ int mt_bench_train_run(const mt_bench_opts *o, FILE *out, mt_error *err) {
     mt_param_table table;
     if (mt_params_init(&table, &o->cfg, err)) goto fail;
     double tokens = (double)o->M * o->B * o->T;
-    double flops =
-        6.0 * (double)table.n_params * tokens + 12.0 * o->cfg.L * o->cfg.C * o->T * tokens;
+    double flops = mt_config_train_flops_per_token(&o->cfg, o->T) * tokens;
     const mt_config *c = &o->cfg;
     fprintf(out, "model: %.2fB params, L %lld, C %lld, NH %lld, NKV %lld, F %lld, V %lld%s\n",
             table.n_params / 1e9, (long long)c->L, (long long)c->C, (long long)c->NH,

@@ -1,7 +1,9 @@
-/* A new Llama-architecture model with random weights, as a Hugging Face
- * directory (`megatrain init`), and what a model is described by. */
+/* A new model with random weights, as a Hugging Face directory (`megatrain
+ * init`), dense or mixture-of-experts, and what a model is described by. */
 #include "train/model_init.h"
 
+#include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include "data/tokenizer.h"
@@ -11,7 +13,7 @@
 void mt_model_shape_defaults(mt_model_shape *s) {
     *s = (mt_model_shape){.hidden = 1024, .layers = 12, .heads = 16, .kv_heads = 4, .ffn = 2816,
                           .max_positions = 2048, .rope_theta = 500000.0, .init_std = 0.02,
-                          .seed = 1};
+                          .seed = 1, .experts = 8, .experts_per_tok = 2, .norm_topk = -1};
 }
 
 void mt_model_info_fill(mt_model_info *info, const mt_config *cfg, const mt_param_table *t) {
@@ -19,7 +21,39 @@ void mt_model_info_fill(mt_model_info *info, const mt_config *cfg, const mt_para
                             .layers = cfg->L, .hidden = cfg->C, .heads = cfg->NH,
                             .kv_heads = cfg->NKV, .ffn = cfg->F, .vocab_size = cfg->V,
                             .max_positions = cfg->max_pos,
-                            .tied_embeddings = cfg->tie_embeddings};
+                            .tied_embeddings = cfg->tie_embeddings,
+                            .experts = cfg->moe.E, .experts_per_tok = cfg->moe.K,
+                            .active_params = mt_config_active_params(cfg)};
+}
+
+static const char *const types[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral",
+                                    "qwen2_moe", "qwen3_moe"};
+static const mt_arch archs[] = {MT_ARCH_LLAMA, MT_ARCH_MISTRAL, MT_ARCH_QWEN2, MT_ARCH_QWEN3,
+                                MT_ARCH_MIXTRAL, MT_ARCH_QWEN2_MOE, MT_ARCH_QWEN3_MOE};
+
+/* The architecture of model_type and what the type implies (q/k/v bias,
+ * q/k norm, experts); returns the type's name, or NULL if unknown. */
+static const char *set_type(mt_config *c, const char *model_type, const mt_model_shape *sh) {
+    int k = -1;
+    for (int i = 0; i < (int)(sizeof types / sizeof *types); i++)
+        if (!strcmp(model_type, types[i])) k = i;
+    if (k < 0) return NULL;
+    c->arch = archs[k];
+    snprintf(c->model_type, sizeof c->model_type, "%s", types[k]);
+    c->qkv_bias = c->arch == MT_ARCH_QWEN2 || c->arch == MT_ARCH_QWEN2_MOE;
+    c->qk_norm = c->arch == MT_ARCH_QWEN3 || c->arch == MT_ARCH_QWEN3_MOE;
+    if (c->arch < MT_ARCH_MIXTRAL) return types[k];
+    mt_moe_config *m = &c->moe;
+    m->E = sh->experts;
+    m->K = sh->experts_per_tok;
+    m->FE = c->arch == MT_ARCH_MIXTRAL || !sh->expert_ffn ? sh->ffn : sh->expert_ffn;
+    if (c->arch == MT_ARCH_QWEN2_MOE) m->FS = sh->shared_expert_ffn ? sh->shared_expert_ffn : sh->ffn;
+    m->norm_topk = c->arch == MT_ARCH_MIXTRAL ? true
+                   : sh->norm_topk >= 0   ? sh->norm_topk != 0
+                                          : c->arch == MT_ARCH_QWEN3_MOE;
+    m->sparse_step = 1;
+    m->aux_coef = c->arch == MT_ARCH_MIXTRAL ? 0.02 : 0.001; /* the published configs' */
+    return types[k];
 }
 
 int mt_model_create(const char *dir, const char *tokpath, const mt_model_shape *sh,
@@ -28,10 +62,17 @@ int mt_model_create(const char *dir, const char *tokpath, const mt_model_shape *
     if (stat(dir, &st) == 0)
         return mt_errorf(err, "%s already exists; choose a new directory (nothing was written)",
                          dir);
-    mt_tokenizer *tok = mt_tokenizer_load(tokpath, err);
-    if (!tok) return -1;
     mt_config cfg;
     mt_config_default_tiny(&cfg);
+    const char *type = set_type(&cfg, sh->model_type ? sh->model_type : "llama", sh);
+    if (!type)
+        return mt_errorf(err, "model type \"%s\" is not one megatrain makes; use llama, mistral, "
+                         "qwen2, qwen3, mixtral, qwen2_moe or qwen3_moe", sh->model_type);
+    if (cfg.moe.E > 0 && (sh->experts_per_tok < 1 || sh->experts_per_tok > sh->experts))
+        return mt_errorf(err, "--experts-per-tok %lld must be in 1..--experts (%lld)",
+                         (long long)sh->experts_per_tok, (long long)sh->experts);
+    mt_tokenizer *tok = mt_tokenizer_load(tokpath, err);
+    if (!tok) return -1;
     cfg.C = sh->hidden;
     cfg.L = sh->layers;
     cfg.NH = sh->heads;
@@ -62,7 +103,7 @@ int mt_model_create(const char *dir, const char *tokpath, const mt_model_shape *
     if (mt_model_copy_tokenizer(tokpath, dir, err)) goto out;
     if (info) {
         mt_model_info_fill(info, &cfg, &t);
-        info->model_type = "llama"; /* cfg is gone on return */
+        info->model_type = type; /* cfg is gone on return */
     }
     rc = 0;
 out:

@@ -47,6 +47,9 @@ const mt_tc_option mt_tc_options[] = {
      "each document) or one sequence (rows); auto: documents for completion and chat data"},
     {"skip_bad_lines", MT_TC_BOOL, OFF(skip_bad_lines), "false", NULL, ANY, NULL, NULL, NULL,
      "skip malformed data lines (counted) instead of stopping"},
+    {"router_aux_loss", MT_TC_BOOL, OFF(router_aux_loss), "false", NULL, ANY, NULL, NULL, NULL,
+     "mixture-of-experts models: add router_aux_loss_coef x the load-balancing loss (also on "
+     "when config.json sets output_router_logits)"},
 
     {"seq_len", MT_TC_INT, OFF(seq_len), "2048", "64", AT_LEAST(1), NULL, NULL, "Batch",
      "tokens per row (T)"},
@@ -92,6 +95,9 @@ const mt_tc_option mt_tc_options[] = {
      "resume checkpoints kept"},
     {"save_dtype", MT_TC_ENUM, OFF(save_dtype), "bf16", NULL, ANY, dtypes, NULL, NULL,
      "dtype of the final HF model"},
+    {"max_shard_size", MT_TC_FLOAT, OFF(max_shard_size), "5", NULL, {0, NAN, true, false}, NULL,
+     "GB", NULL, "largest safetensors file of the final HF model, as save_pretrained's "
+     "max_shard_size (more files and an index beyond it)"},
     {"resume", MT_TC_STRING, OFF(resume), "", NULL, ANY, NULL, "PATH|auto", NULL,
      "resume from a checkpoint directory, or auto: the latest one in out"},
 

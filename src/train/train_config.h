@@ -51,6 +51,7 @@ typedef struct mt_train_config {
     mt_tc_chat_template chat_template;
     mt_tc_packing packing;          // documents in a row: separate sequences, or one
     bool skip_bad_lines;
+    bool router_aux_loss;           // MoE: add the load-balancing loss (docs/moe.md)
     /* batch shape and length */
     int64_t seq_len;                // T
     int64_t batch_size;             // B, rows per micro-batch
@@ -69,6 +70,7 @@ typedef struct mt_train_config {
     char out[MT_TC_STR];
     int64_t save_every, keep_last;
     mt_save_dtype save_dtype;
+    double max_shard_size;          // GB per safetensors file of the saved model
     char resume[MT_TC_STR];         // "" = fresh run, "auto" = latest in out/, or a path
     /* device */
     mt_device_kind device;

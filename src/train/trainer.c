@@ -33,6 +33,9 @@ static int load_config(mt_run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
     if (!tc->model[0]) {
         mt_config_default_tiny(&R->cfg);
+        if (tc->router_aux_loss)
+            return mt_errorf(err, "router_aux_loss: the built-in tiny model has no experts; "
+                             "drop the option");
         if (!tc->data[0] && (size_t)tc->seq_len >= MT_BUILTIN_TEXT_BYTES / 2)
             return mt_errorf(err, "seq_len %lld: the built-in text has %zu bytes, rows of it "
                              "must be shorter than %zu; lower --seq-len or pass --data FILE",
@@ -42,6 +45,10 @@ static int load_config(mt_run *R, mt_error *err) {
         return 0;
     }
     if (mt_model_load_config(&R->cfg, tc->model, err)) return -1;
+    if (tc->router_aux_loss && !mt_config_is_moe(&R->cfg))
+        return mt_errorf(err, "router_aux_loss: %s has no experts (model_type \"%s\"); drop "
+                         "the option", tc->model, R->cfg.model_type);
+    if (tc->router_aux_loss) R->cfg.moe.aux_loss = true;
     if (tc->seq_len > R->cfg.max_pos)
         return mt_errorf(err, "seq_len %lld exceeds the model's max_position_embeddings %lld; "
                          "use seq_len <= %lld", (long long)tc->seq_len,
@@ -197,8 +204,8 @@ static void report(mt_run *R, double loss, const mt_optim_report *rep, double dt
     row.tokens = R->tokens_seen;
     row.step_time_s = dt;
     row.tokens_per_s = tokens / dt;
-    row.tflops = (6.0 * (double)R->table.n_params * tokens +
-                  12.0 * R->cfg.L * R->cfg.C * tc->seq_len * tokens) / dt / 1e12;
+    /* MoE: the parameters a token works with (docs/moe.md) */
+    row.tflops = mt_config_train_flops_per_token(&R->cfg, tc->seq_len) * tokens / dt / 1e12;
     row.host_mem_gb = mt_host_rss_bytes() / 1e9;
     row.eta_s = t_run / (double)steps_run * (double)(R->total_steps - R->step);
     if (R->nf.in_a_row > 0) {

@@ -2,6 +2,7 @@
  * state (trainer_state.json: step, data position, sampler RNG, options),
  * and the two saves of a run: resume checkpoints and the final model. */
 #include <cjson/cJSON.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,7 +110,10 @@ int mt_run_save_model(mt_run *R, mt_error *err) {
     snprintf(dir, sizeof dir, "%s/model", R->tc->out);
     double t0 = mt_now_s();
     mt_dtype dt = R->tc->save_dtype == MT_SAVE_FP32 ? MT_DTYPE_F32 : MT_DTYPE_BF16;
-    if (mt_model_save(&R->store, &R->cfg, dir, dt, (size_t)5 << 30, err)) return -1;
+    /* GB as transformers counts them ("5GB" = 5e9 bytes) */
+    double gb = R->tc->max_shard_size * 1e9;
+    size_t shard = gb >= 1.8e19 ? SIZE_MAX : (size_t)gb;
+    if (mt_model_save(&R->store, &R->cfg, dir, dt, shard ? shard : 1, err)) return -1;
     if (R->tc->tokenizer[0] && strcmp(R->tc->tokenizer, "bytes") &&
         mt_model_copy_tokenizer(R->tc->tokenizer, dir, err))
         return -1;

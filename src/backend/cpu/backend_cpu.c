@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/moe.h"
 #include "backend/cpu/ops.h"
 #include "model/rope.h"
 #include "util/mem.h"
@@ -52,6 +53,7 @@ typedef struct cpu_backend {
     block_grads d;
     float *logits;          /* (HEAD_CHUNK, V) */
     float *xf, *rstdf;      /* (N, C), (N) final norm output */
+    mt_cpu_moe *moe;        /* MoE blocks' scratch (moe.h), NULL for a dense model */
     /* per step */
     const mt_batch *batch;
     float dscale;
@@ -102,6 +104,7 @@ static int cpu_begin_step(mt_backend *be, const mt_batch *batch, float dscale, i
     /* Gradients accumulate over micro-batches and, with tied embeddings,
      * over the head and the embedding: clear them all once per step. */
     if (train) memset(cb->store->g, 0, cb->t->total * sizeof(float));
+    if (cb->moe) mt_cpu_moe_begin_step(cb->moe, train);
     return 0;
 }
 
@@ -138,10 +141,15 @@ static void block_forward(cpu_backend *cb, int layer, const int32_t *pos, const 
     mt_cpu_matmul_forward(a->xmid, a->att, W(cb, layer, MT_T_WO), NULL, N, Q, C);
     for (size_t i = 0; i < N * C; i++) a->xmid[i] += x[i];
     mt_cpu_rmsnorm_forward(a->xn2, a->rstd2, a->xmid, W(cb, layer, MT_T_MLP_NORM), N, C, c->rms_eps);
-    mt_cpu_matmul_forward(a->gate, a->xn2, W(cb, layer, MT_T_WGATE), NULL, N, C, F);
-    mt_cpu_matmul_forward(a->up, a->xn2, W(cb, layer, MT_T_WUP), NULL, N, C, F);
-    mt_cpu_swiglu_forward(a->mlp, a->gate, a->up, N, F);
-    mt_cpu_matmul_forward(out, a->mlp, W(cb, layer, MT_T_WDOWN), NULL, N, F, C);
+    const mt_layer_desc *ld = &cb->t->layers[layer];
+    if (ld->n_experts) {
+        mt_cpu_moe_forward(cb->moe, ld, cb->w + ld->offset, a->xn2, out);
+    } else {
+        mt_cpu_matmul_forward(a->gate, a->xn2, W(cb, layer, MT_T_WGATE), NULL, N, C, F);
+        mt_cpu_matmul_forward(a->up, a->xn2, W(cb, layer, MT_T_WUP), NULL, N, C, F);
+        mt_cpu_swiglu_forward(a->mlp, a->gate, a->up, N, F);
+        mt_cpu_matmul_forward(out, a->mlp, W(cb, layer, MT_T_WDOWN), NULL, N, F, C);
+    }
     for (size_t i = 0; i < N * C; i++) out[i] += a->xmid[i];
 }
 
@@ -154,16 +162,22 @@ static void block_backward(cpu_backend *cb, int layer, const int32_t *pos, const
     block_grads *d = &cb->d;
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
 
-    /* MLP: out = xmid + down(silu(gate) * up) */
-    memset(d->dbig1, 0, N * F * sizeof(float));
-    mt_cpu_matmul_backward(d->dbig1, G(cb, layer, MT_T_WDOWN), NULL, dx, a->mlp,
-                           W(cb, layer, MT_T_WDOWN), N, F, C);
-    mt_cpu_swiglu_backward(d->dbig2, d->dbig3, d->dbig1, a->gate, a->up, N, F);
+    /* MLP: out = xmid + down(silu(gate) * up), or the experts' mixture */
+    const mt_layer_desc *ld = &cb->t->layers[layer];
     memset(d->dxn, 0, N * C * sizeof(float));
-    mt_cpu_matmul_backward(d->dxn, G(cb, layer, MT_T_WGATE), NULL, d->dbig2, a->xn2,
-                           W(cb, layer, MT_T_WGATE), N, C, F);
-    mt_cpu_matmul_backward(d->dxn, G(cb, layer, MT_T_WUP), NULL, d->dbig3, a->xn2,
-                           W(cb, layer, MT_T_WUP), N, C, F);
+    if (ld->n_experts) {
+        mt_cpu_moe_backward(cb->moe, ld, cb->w + ld->offset, cb->g + ld->offset, a->xn2, dx,
+                            d->dxn);
+    } else {
+        memset(d->dbig1, 0, N * F * sizeof(float));
+        mt_cpu_matmul_backward(d->dbig1, G(cb, layer, MT_T_WDOWN), NULL, dx, a->mlp,
+                               W(cb, layer, MT_T_WDOWN), N, F, C);
+        mt_cpu_swiglu_backward(d->dbig2, d->dbig3, d->dbig1, a->gate, a->up, N, F);
+        mt_cpu_matmul_backward(d->dxn, G(cb, layer, MT_T_WGATE), NULL, d->dbig2, a->xn2,
+                               W(cb, layer, MT_T_WGATE), N, C, F);
+        mt_cpu_matmul_backward(d->dxn, G(cb, layer, MT_T_WUP), NULL, d->dbig3, a->xn2,
+                               W(cb, layer, MT_T_WUP), N, C, F);
+    }
     /* dx now becomes dL/d(xmid): the residual path plus the norm's input. */
     mt_cpu_rmsnorm_backward(dx, G(cb, layer, MT_T_MLP_NORM), d->dxn, a->xmid,
                             W(cb, layer, MT_T_MLP_NORM), a->rstd2, N, C);
@@ -211,6 +225,7 @@ static void cpu_forward(mt_backend *be, int layer, int mb) {
         return;
     }
     block_forward(cb, layer, pos_at(cb, mb), ckpt_at(cb, layer, mb), ckpt_at(cb, layer + 1, mb));
+    if (cb->t->layers[layer].n_experts) mt_cpu_moe_count(cb->moe); /* not in recompute */
 }
 
 /* lm_head weights and gradient: untied models have their own, tied ones
@@ -270,7 +285,12 @@ static void cpu_layer_grads_done(mt_backend *be, int layer) {
     /* The gradient already lives in the host store. */
 }
 
-static double cpu_end_step(mt_backend *be) { return ((cpu_backend *)be)->loss_sum; }
+static double cpu_end_step(mt_backend *be) {
+    cpu_backend *cb = (cpu_backend *)be;
+    /* the router's auxiliary loss is a mean already: scaled like the sum */
+    double aux = cb->moe ? mt_cpu_moe_aux_loss(cb->moe) : 0.0;
+    return cb->loss_sum + (aux != 0.0 ? aux / cb->dscale : 0.0);
+}
 
 static const mt_backend_ops cpu_ops = {
     .begin_step = cpu_begin_step,
@@ -304,7 +324,8 @@ int mt_cpu_backend_bytes(const mt_config *c, const mt_param_table *t, int max_M,
               muladd((size_t)t->n_layers + 1, (size_t)max_M, 0, &LM) &&      /* ckpt, dx */
               muladd(LM, NC, f, &f) && muladd(N, row, f, &f) &&
               muladd(HEAD_CHUNK, (size_t)c->V, f, &f) && mt_mul_size(f, sizeof(float), bytes);
-    return ok ? 0 : -1;
+    size_t moe = ok ? mt_cpu_moe_bytes(c, N) : 0;
+    return ok && moe != SIZE_MAX && mt_add_size(*bytes, moe, bytes) ? 0 : -1;
 }
 
 mt_backend *mt_cpu_backend_create(const mt_config *c, const mt_param_table *t,
@@ -381,6 +402,8 @@ mt_backend *mt_cpu_backend_create(const mt_config *c, const mt_param_table *t,
     cb->logits = alloc_floats((size_t)HEAD_CHUNK * c->V, &tot);
     cb->xf = alloc_floats(N * C, &tot);
     cb->rstdf = alloc_floats(N, &tot);
+    cb->moe = mt_cpu_moe_create(c, N);
+    tot += mt_cpu_moe_bytes(c, N);
     MT_ASSERT(tot == need);  /* mt_cpu_backend_bytes must list what create allocates */
     return &cb->base;
 }
@@ -395,6 +418,7 @@ void mt_cpu_backend_free(mt_backend *be) {
                      a->rstd2, a->gate, a->up, a->mlp, d->dbig1, d->dbig2, d->dbig3, d->dq, d->dk, d->dv,
                      d->dqn, d->dkn, d->datt, d->dxn, cb->logits, cb->xf, cb->rstdf};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    mt_cpu_moe_free(cb->moe);
     free(cb);
 }
 

@@ -63,6 +63,10 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
         return mt_errorf(err, "no CUDA GPU is visible; use --device cpu"), NULL;
     if (max_M <= 0 || B <= 0 || T <= 0)
         return mt_errorf(err, "micro-batch shape must be positive"), NULL;
+    if (mt_config_is_moe(c))
+        return mt_errorf(err, "model_type \"%s\" is a mixture-of-experts model, which the CUDA "
+                         "backend does not run yet; train it on the CPU with --device cpu",
+                         c->model_type), NULL;
     if (c->HD % 4 || c->C % 4)
         return mt_errorf(err, "the CUDA backend needs hidden_size and head_dim divisible by 4"),
                NULL;
