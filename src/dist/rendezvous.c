@@ -282,6 +282,21 @@ static int open_rank0(mt_rdv *g, const mt_dist_env *env, const char *config, mt_
 
 /* ---- the other ranks --------------------------------------------------- */
 
+/* Connects the non-blocking socket fd to a, waiting no later than the
+ * deadline (a blocking connect to an unreachable host waits for the
+ * kernel's SYN retries, minutes). 0, or -1 with errno set. */
+static int connect_by(int fd, const struct addrinfo *a, double deadline) {
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) return 0;
+    if (errno != EINPROGRESS) return -1;
+    int w = wait_fd(fd, POLLOUT, deadline), e = 0;
+    socklen_t len = sizeof e;
+    if (w == 0) errno = ETIMEDOUT;
+    if (w <= 0) return -1;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) != 0) return -1;
+    errno = e;
+    return e == 0 ? 0 : -1;
+}
+
 /* A connected socket to addr:port, retrying until the deadline. */
 static int connect_rank0(const mt_rdv *g, const mt_dist_env *env, double deadline, int *out,
                          mt_error *err) {
@@ -297,9 +312,9 @@ static int connect_rank0(const mt_rdv *g, const mt_dist_env *env, double deadlin
                              "host name or address of rank 0's machine", g->rank,
                              env->master_addr, gai_strerror(rc));
         for (struct addrinfo *a = res; a; a = a->ai_next) {
-            int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+            int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK, a->ai_protocol);
             if (fd < 0) continue;
-            if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+            if (connect_by(fd, a, deadline) == 0) {
                 freeaddrinfo(res);
                 int one = 1;
                 setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);

@@ -242,3 +242,29 @@ Test(dist_rendezvous, dead_peer_is_named, .init = setup, .fini = teardown) {
     /* process 1 exits 0 right after meeting; process 0 must report it */
     run_expect(2, 2, &x);
 }
+
+Test(dist_rendezvous, unreachable_rank0_within_timeout) {
+    /* 192.0.2.1 is TEST-NET-1 (RFC 5737), routed nowhere: a blocking
+     * connect would wait for the kernel's SYN retries (minutes) */
+    mt_dist_env e = env_of(1, 2, 29500, 0.5);
+    snprintf(e.master_addr, sizeof e.master_addr, "192.0.2.1");
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    mt_rdv g;
+    mt_error err;
+    cr_assert_eq(mt_rdv_open(&g, &e, CONFIG, NULL, &err), -1);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    cr_assert(strstr(err.msg, "could not reach rank 0 at 192.0.2.1:29500 within 0.5 s"), "%s",
+              err.msg);
+    cr_assert(s < 5, "took %g s", s);
+}
+
+Test(dist_rendezvous, unknown_host_named) {
+    mt_dist_env e = env_of(1, 2, 29500, 0.5);
+    snprintf(e.master_addr, sizeof e.master_addr, "no-such-host.invalid");
+    mt_rdv g;
+    mt_error err;
+    cr_assert_eq(mt_rdv_open(&g, &e, CONFIG, NULL, &err), -1);
+    cr_assert(strstr(err.msg, "no-such-host.invalid"), "%s", err.msg);
+}
