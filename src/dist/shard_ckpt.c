@@ -154,10 +154,8 @@ static int agree(mt_rdv *g, stage_status *st, mt_error *err) {
     if (rc == 0 && g->rank == 0)
         for (int r = 0; r < g->world; r++)
             if (all[r].rc) {
-                if (r != 0) {
-                    st->rc = -1;
-                    snprintf(st->msg, sizeof st->msg, "rank %d: %.900s", r, all[r].msg);
-                }
+                st->rc = -1;
+                snprintf(st->msg, sizeof st->msg, "rank %d: %.900s", r, all[r].msg);
                 break;
             }
     free(all);

@@ -23,6 +23,7 @@
 #include "host/store.h"
 #include "io/checkpoint.h"
 #include "io/file.h"
+#include "util/fault.h"
 #include "testlib.h"
 
 static char *tmp;
@@ -76,6 +77,7 @@ static void fill_grad(const mt_param_table *t, float *g, int k) {
 typedef struct rank_job {
     int port, world;
     int fail_rank;   /* this rank's writes fail (file size limit); -1: none */
+    long rename_fault;  /* rank 0's n-th rename fails (util/fault.h); 0: none */
 } rank_job;
 
 /* One rank: meet, two sharded steps with the norm summed over the ranks,
@@ -112,6 +114,7 @@ static int rank_main(int rank, const rank_job *job, char *msg, size_t cap) {
         struct rlimit rl = {.rlim_cur = 4096, .rlim_max = 4096};
         setrlimit(RLIMIT_FSIZE, &rl);
     }
+    if (rank == 0 && job->rename_fault) mt_fault_arm(MT_FAULT_RENAME, job->rename_fault);
     char saved[1024] = "";
     int rc = mt_shard_ckpt_save(&g, tmp, 2, &s, &cfg, rank == 0 ? STATE : NULL, 3, saved,
                                 sizeof saved, &err);
@@ -120,7 +123,8 @@ static int rank_main(int rank, const rank_job *job, char *msg, size_t cap) {
     free(full);
     mt_shard_store_free(&s);
     mt_params_free(&t);
-    return job->fail_rank >= 0 ? (rc == 0 ? 3 : 0) : (rc ? 4 : 0);
+    int expect_fail = job->fail_rank >= 0 || job->rename_fault;
+    return expect_fail ? (rc == 0 ? 3 : 0) : (rc ? 4 : 0);
 }
 
 /* Forks the ranks of job; asserts each exited 0; their messages into msgs. */
@@ -282,6 +286,29 @@ Test(dist_ckpt, failed_rank_fails_every_rank, .init = setup, .fini = teardown) {
     cr_assert_eq(count_entries(ck, ".tmp"), 0);
     cr_assert_eq(count_entries(ck, "step-"), 0);
     free(ck);
+}
+
+Test(dist_ckpt, failed_rank0_fails_every_rank, .init = setup, .fini = teardown) {
+    /* rank 0's renames: its shard file (1), config.json, trainer_state.json,
+     * COMPLETE, then the directory (5): a failure while writing its files
+     * and one while publishing */
+    long faults[] = {1, 5};
+    const char *where[] = {"shard-00000-of-00002.safetensors: cannot rename", "step-00000002: "};
+    for (int i = 0; i < 2; i++) {
+        rank_job job = {.port = free_port(), .world = 2, .fail_rank = -1,
+                        .rename_fault = faults[i]};
+        char msgs[2][1200];
+        run_ranks(&job, msgs);
+        for (int r = 0; r < 2; r++) {
+            cr_assert(strstr(msgs[r], "rank 0: "), "fault %ld rank %d: %s", faults[i], r, msgs[r]);
+            cr_assert(strstr(msgs[r], where[i]), "fault %ld rank %d: %s", faults[i], r, msgs[r]);
+            cr_assert(strstr(msgs[r], "earlier checkpoints are untouched"), "%s", msgs[r]);
+        }
+        char *ck = mt_path_join(tmp, "checkpoints");
+        cr_assert_eq(count_entries(ck, ".tmp"), 0, "fault %ld", faults[i]);
+        cr_assert_eq(count_entries(ck, "step-"), 0, "fault %ld", faults[i]);
+        free(ck);
+    }
 }
 
 Test(dist_ckpt, load_errors, .init = setup, .fini = teardown) {
