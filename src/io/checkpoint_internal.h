@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "io/checkpoint.h"
+#include "model/config.h"
 #include "model/params.h"
 #include "util/error.h"
 
@@ -18,6 +19,15 @@ int mt_ckpt_rmtree(const char *path);
  * step saved again) the two are swapped atomically and the old one
  * removed, so that final always names a complete checkpoint. */
 int mt_ckpt_publish(const char *tmp, const char *final, mt_error *err);
+
+/* The first field in which config a (read from path) differs from b, as an
+ * error naming it and both values; 0 when equal. */
+int mt_ckpt_compare_configs(const mt_config *a, const mt_config *b, const char *path,
+                            mt_error *err);
+
+/* Reads dir/trainer_state.json of a checkpoint of `step` and returns the
+ * trainer's object as saved (malloc'd). */
+int mt_ckpt_load_state(const char *dir, int64_t step, char **out, mt_error *err);
 
 /* The files of a checkpoint, in the order they are written; COMPLETE last. */
 #define N_CKPT_FILES 4

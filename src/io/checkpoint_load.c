@@ -17,8 +17,8 @@
 #include "util/mem.h"
 
 /* The first field of the two configs that differs, as named in config.json. */
-static int compare_configs(const mt_config *a, const mt_config *b, const char *path,
-                           mt_error *err) {
+int mt_ckpt_compare_configs(const mt_config *a, const mt_config *b, const char *path,
+                            mt_error *err) {
 #define FIELD_MSG "%s: field \"%s\" is %s in the checkpoint but %s in the model being trained; " \
                   "resume with the model the checkpoint was made from, or start a new run"
 #define CMP_INT(f, key)                                                                  \
@@ -127,7 +127,7 @@ static int check_complete(const char *dir, int64_t *step, int sums_checked, mt_e
 }
 
 /* Reads trainer_state.json and returns the caller's object as saved. */
-static int load_state(const char *dir, int64_t step, char **out, mt_error *err) {
+int mt_ckpt_load_state(const char *dir, int64_t step, char **out, mt_error *err) {
     char *path = mt_path_join(dir, "trainer_state.json");
     char *text = NULL;
     size_t len;
@@ -221,14 +221,14 @@ static int load(const char *dir, mt_host_store *s, const mt_config *cfg, char **
     char *cpath = mt_path_join(dir, "config.json");
     mt_config saved;
     int rc = mt_config_load(&saved, cpath, err);
-    if (rc == 0) rc = compare_configs(&saved, cfg, cpath, err);
+    if (rc == 0) rc = mt_ckpt_compare_configs(&saved, cfg, cpath, err);
     free(cpath);
     int n = mt_ckpt_count_tensors(s->table);
     const char *wp[] = {""}, *op[] = {"exp_avg.", "exp_avg_sq."};
     float *wa[] = {s->w}, *oa[] = {s->m, s->v};
     if (rc == 0) rc = load_tensor_file(dir, "model.safetensors", s->table, n, wp, wa, 1, err);
     if (rc == 0) rc = load_tensor_file(dir, "optimizer.safetensors", s->table, 2 * n, op, oa, 2, err);
-    if (rc == 0) rc = load_state(dir, step, state_json, err);
+    if (rc == 0) rc = mt_ckpt_load_state(dir, step, state_json, err);
     if (rc) mt_error_prefix(err, "loading checkpoint: ");
     return rc;
 }

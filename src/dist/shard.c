@@ -1,0 +1,104 @@
+/* Shard arithmetic and a rank's share of the host store (see shard.h). */
+#include "dist/shard.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/mem.h"
+
+mt_shard_range mt_shard_split(size_t n, int ranks, int rank) {
+    MT_ASSERT(ranks >= 1 && rank >= 0 && rank < ranks);
+    /* Whole alignment units, the first `extra` ranks one more; the last
+     * unit may be short when n is not a multiple of the unit. */
+    size_t units = (n + MT_SHARD_ALIGN - 1) / MT_SHARD_ALIGN;
+    size_t base = units / (size_t)ranks, extra = units % (size_t)ranks, r = (size_t)rank;
+    size_t first = r * base + (r < extra ? r : extra);
+    size_t count = base + (r < extra ? 1 : 0);
+    size_t begin = first * MT_SHARD_ALIGN, end = (first + count) * MT_SHARD_ALIGN;
+    if (begin > n) begin = n;
+    if (end > n) end = n;
+    return (mt_shard_range){begin, end};
+}
+
+int mt_shard_layout_init(mt_shard_layout *sl, const mt_param_table *t, int rank, int ranks,
+                         mt_error *err) {
+    memset(sl, 0, sizeof *sl);
+    if (ranks < 1 || rank < 0 || rank >= ranks)
+        return mt_errorf(err, "rank %d of %d: a rank runs from 0 to the number of ranks - 1",
+                         rank, ranks);
+    sl->table = t;
+    sl->rank = rank;
+    sl->ranks = ranks;
+    sl->part = mt_calloc_or_die((size_t)t->n_layers, sizeof *sl->part);
+    sl->local = mt_calloc_or_die((size_t)t->n_layers, sizeof *sl->local);
+    size_t at = 0;
+    for (int l = 0; l < t->n_layers; l++) {
+        sl->part[l] = mt_shard_split(t->layers[l].numel, ranks, rank);
+        sl->local[l] = at;
+        at = mt_round_up(at + mt_shard_len(sl, l), MT_SHARD_ALIGN);
+    }
+    sl->total = at;
+    return 0;
+}
+
+void mt_shard_layout_free(mt_shard_layout *sl) {
+    free(sl->part);
+    free(sl->local);
+    memset(sl, 0, sizeof *sl);
+}
+
+int mt_shard_pieces(const mt_shard_layout *sl, int layer, mt_shard_piece *out) {
+    const mt_layer_desc *ld = &sl->table->layers[layer];
+    const mt_shard_range p = sl->part[layer];
+    int n = 0;
+    for (int k = 0; k < ld->n_tensors; k++) {
+        size_t tb = ld->tensors[k].offset, te = tb + ld->tensors[k].numel;
+        size_t b = tb > p.begin ? tb : p.begin, e = te < p.end ? te : p.end;
+        if (b >= e) continue;
+        out[n++] = (mt_shard_piece){
+            .tensor = k, .first = b - tb, .local = sl->local[layer] + (b - p.begin), .n = e - b};
+    }
+    return n;
+}
+
+void mt_shard_take(const mt_shard_layout *sl, const float *full, float *local) {
+    for (int l = 0; l < sl->table->n_layers; l++)
+        memcpy(local + sl->local[l], full + sl->table->layers[l].offset + sl->part[l].begin,
+               mt_shard_len(sl, l) * sizeof(float));
+}
+
+void mt_shard_put(const mt_shard_layout *sl, const float *local, float *full) {
+    for (int l = 0; l < sl->table->n_layers; l++)
+        memcpy(full + sl->table->layers[l].offset + sl->part[l].begin, local + sl->local[l],
+               mt_shard_len(sl, l) * sizeof(float));
+}
+
+int mt_shard_store_init(mt_shard_store *s, const mt_param_table *t, int rank, int ranks,
+                        int grads, mt_error *err) {
+    memset(s, 0, sizeof *s);
+    if (mt_shard_layout_init(&s->layout, t, rank, ranks, err)) return -1;
+    size_t bytes = mt_round_up(s->layout.total, MT_SHARD_ALIGN) * sizeof(float);
+    if (bytes == 0) bytes = 64;
+    float **arrays[] = {&s->w, &s->m, &s->v, &s->g};
+    int n = grads ? 4 : 3;
+    for (int i = 0; i < n; i++) {
+        *arrays[i] = mt_aligned_alloc_try(64, bytes);
+        if (!*arrays[i]) {
+            mt_shard_store_free(s);
+            return mt_errorf(err, "rank %d of %d: cannot allocate its share of the host store "
+                             "(%d arrays of %zu bytes): free memory or use more ranks",
+                             rank, ranks, n, bytes);
+        }
+        memset(*arrays[i], 0, bytes);
+    }
+    return 0;
+}
+
+void mt_shard_store_free(mt_shard_store *s) {
+    free(s->w);
+    free(s->m);
+    free(s->v);
+    free(s->g);
+    mt_shard_layout_free(&s->layout);
+    memset(s, 0, sizeof *s);
+}

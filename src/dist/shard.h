@@ -1,0 +1,81 @@
+/* Shard arithmetic: which part of the host store each of n ranks owns.
+ *
+ * Every layer's range (model/params.h: layer-major, padded) is cut into n
+ * contiguous parts, one per rank, in rank order: each non-empty part starts on an
+ * MT_SHARD_ALIGN boundary, part sizes differ by at most one alignment unit
+ * (the first ranks take the extra units), and every element of the layer is
+ * owned exactly once. Cutting every layer, rather than the whole model,
+ * keeps the traffic of each layer's all-gather and reduce-scatter even over
+ * the ranks.
+ *
+ * A rank keeps its parts back to back in its own arrays (w, m, v, g: the
+ * "local" layout), layer 0's part first, each part starting aligned.
+ * Optimizer, checkpoints and (later) collectives are loops over these
+ * parts; a tensor boundary inside a part is found with mt_shard_pieces. */
+#ifndef MT_DIST_SHARD_H
+#define MT_DIST_SHARD_H
+
+#include <stddef.h>
+
+#include "model/params.h"
+#include "util/error.h"
+
+#define MT_SHARD_ALIGN MT_TENSOR_ALIGN  /* floats: 64 bytes, the optimizer's vector alignment */
+
+/* [begin, end) in floats. */
+typedef struct mt_shard_range {
+    size_t begin, end;
+} mt_shard_range;
+
+/* Rank `rank`'s part of a range of n floats cut among `ranks` (>= 1). */
+mt_shard_range mt_shard_split(size_t n, int ranks, int rank);
+
+/* One rank's parts of every layer of a table. */
+typedef struct mt_shard_layout {
+    const mt_param_table *table;
+    int rank, ranks;
+    mt_shard_range *part;   /* (n_layers) relative to the layer's start */
+    size_t *local;          /* (n_layers) where the part starts in the rank's arrays */
+    size_t total;           /* floats of the rank's arrays */
+} mt_shard_layout;
+
+/* Layout of rank `rank` of `ranks`; -1 with a message for a bad pair. */
+int mt_shard_layout_init(mt_shard_layout *sl, const mt_param_table *t, int rank, int ranks,
+                         mt_error *err);
+void mt_shard_layout_free(mt_shard_layout *sl);
+
+static inline size_t mt_shard_len(const mt_shard_layout *sl, int layer) {
+    return sl->part[layer].end - sl->part[layer].begin;
+}
+
+/* The part of one tensor inside a rank's part of a layer. */
+typedef struct mt_shard_piece {
+    int tensor;      /* index in the layer's tensors */
+    size_t first;    /* first element of the tensor in the piece */
+    size_t local;    /* where the piece starts in the rank's arrays */
+    size_t n;        /* elements */
+} mt_shard_piece;
+
+/* The pieces of every tensor of `layer` inside the rank's part, in order,
+ * into out (MT_MAX_LAYER_TENSORS); returns how many. Padding between
+ * tensors belongs to no piece. */
+int mt_shard_pieces(const mt_shard_layout *sl, int layer, mt_shard_piece *out);
+
+/* Copies the rank's parts of a full layer-major array (table->total) into
+ * its local array (sl->total), and back. Padding of the local array between
+ * parts is left alone. */
+void mt_shard_take(const mt_shard_layout *sl, const float *full, float *local);
+void mt_shard_put(const mt_shard_layout *sl, const float *local, float *full);
+
+/* A rank's share of the host store: w, m, v (and g when asked) in the
+ * local layout, zero-filled, 64-byte aligned. */
+typedef struct mt_shard_store {
+    mt_shard_layout layout;
+    float *w, *m, *v, *g;
+} mt_shard_store;
+
+int mt_shard_store_init(mt_shard_store *s, const mt_param_table *t, int rank, int ranks,
+                        int grads, mt_error *err);
+void mt_shard_store_free(mt_shard_store *s);
+
+#endif

@@ -1,0 +1,379 @@
+/* Sharded checkpoints: the collective save and the re-sharding load (see
+ * shard_ckpt.h). The directory handling (publish, prune) and the trainer
+ * state's format are those of src/io/checkpoint*.c. */
+#include "dist/shard_ckpt.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/checkpoint.h"
+#include "io/checkpoint_internal.h"
+#include "io/checksum.h"
+#include "io/file.h"
+#include "io/safetensors.h"
+#include "util/mem.h"
+
+/* What one rank tells the others about a stage of the save. */
+typedef struct stage_status {
+    int32_t rc;
+    int32_t pid;        /* rank 0's, which names the temporary directory */
+    char msg[1000];
+} stage_status;
+
+static void shard_name(char *buf, size_t cap, int rank, int ranks) {
+    snprintf(buf, cap, "shard-%05d-of-%05d.safetensors", rank, ranks);
+}
+
+/* Writes text to dir/name atomically (temporary name, fsync, rename). */
+static int write_text(const char *dir, const char *name, const char *text, mt_error *err) {
+    char *path = mt_path_join(dir, name);
+    mt_atomic_file af;
+    int rc = mt_atomic_open(&af, path, err);
+    if (rc == 0) {
+        rc = mt_write_all(af.fd, text, strlen(text), path, err);
+        if (rc) mt_atomic_abort(&af);
+        else rc = mt_atomic_commit(&af, err);
+    }
+    free(path);
+    return rc;
+}
+
+/* ---- save --------------------------------------------------------------- */
+
+/* This rank's shard file: per layer, its parts of w, m and v. */
+static int write_shard(const char *tmp, const mt_shard_store *s, mt_error *err) {
+    const mt_shard_layout *sl = &s->layout;
+    const int L = sl->table->n_layers;
+    char (*names)[32] = mt_calloc_or_die(3 * (size_t)L + 1, sizeof *names);
+    mt_st_write_tensor *t = mt_calloc_or_die(3 * (size_t)L + 1, sizeof *t);
+    const float *arrays[3] = {s->w, s->m, s->v};
+    const char *prefix[3] = {"w", "m", "v"};
+    int n = 0;
+    for (int a = 0; a < 3; a++)
+        for (int l = 0; l < L; l++) {
+            if (mt_shard_len(sl, l) == 0) continue;  /* more ranks than units */
+            snprintf(names[n], sizeof names[n], "%s.%d", prefix[a], l);
+            t[n] = (mt_st_write_tensor){.name = names[n], .dtype = MT_DTYPE_F32, .ndim = 1,
+                                        .f32 = arrays[a] + sl->local[l]};
+            t[n].shape[0] = (int64_t)mt_shard_len(sl, l);
+            n++;
+        }
+    char file[64], rank[16], ranks[16];
+    shard_name(file, sizeof file, sl->rank, sl->ranks);
+    snprintf(rank, sizeof rank, "%d", sl->rank);
+    snprintf(ranks, sizeof ranks, "%d", sl->ranks);
+    mt_st_kv meta[] = {{"format", "megatrain-shard"}, {"rank", rank}, {"ranks", ranks}};
+    char *path = mt_path_join(tmp, file);
+    int rc = mt_st_write(path, t, n, meta, 3, err);
+    free(path);
+    free(names);
+    free(t);
+    return rc;
+}
+
+static int write_state(const char *tmp, int64_t step, const char *state_json, mt_error *err) {
+    cJSON *j = cJSON_ParseWithOpts(state_json ? state_json : "", NULL, 1);
+    int ok = j && cJSON_IsObject(j);
+    cJSON_Delete(j);
+    if (!ok)
+        return mt_errorf(err, "trainer state must be one JSON object; this is a bug in the "
+                         "caller");
+    char prefix[256];
+    mt_ckpt_state_prefix(prefix, sizeof prefix, step);
+    size_t n = strlen(prefix) + strlen(state_json) + sizeof STATE_SUFFIX;
+    char *text = mt_malloc_or_die(n);
+    snprintf(text, n, "%s%s%s", prefix, state_json, STATE_SUFFIX);
+    int rc = write_text(tmp, "trainer_state.json", text, err);
+    free(text);
+    return rc;
+}
+
+/* COMPLETE: format, step, ranks, and the size and XXH3-64 of every file. */
+static int write_complete(const char *tmp, int64_t step, int ranks, mt_error *err) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "format", MT_CHECKPOINT_FORMAT);
+    cJSON_AddNumberToObject(r, "step", (double)step);
+    cJSON_AddNumberToObject(r, "ranks", ranks);
+    cJSON *files = cJSON_AddObjectToObject(r, "files");
+    cJSON *sums = cJSON_AddObjectToObject(r, "xxh3_64");
+    int rc = 0;
+    for (int i = -2; i < ranks && rc == 0; i++) {
+        char name[64];
+        if (i < 0) snprintf(name, sizeof name, "%s", i == -2 ? "config.json" : "trainer_state.json");
+        else shard_name(name, sizeof name, i, ranks);
+        char *path = mt_path_join(tmp, name), hex[17];
+        uint64_t h;
+        int64_t n;
+        rc = mt_file_xxh3(path, &h, &n, err);
+        if (rc == 0) {
+            mt_xxh3_hex(h, hex);
+            cJSON_AddNumberToObject(files, name, (double)n);
+            cJSON_AddStringToObject(sums, name, hex);
+        }
+        free(path);
+    }
+    char *text = cJSON_Print(r);
+    cJSON_Delete(r);
+    MT_ASSERT(text);
+    if (rc == 0) rc = write_text(tmp, "COMPLETE", text, err);
+    free(text);
+    return rc;
+}
+
+/* Rank 0: the temporary directory, made afresh. */
+static int make_tmp(const char *ck, const char *tmp, mt_error *err) {
+    if (mt_mkdirs(ck, err)) return -1;
+    mt_ckpt_rmtree(tmp);
+    if (mkdir(tmp, 0755) != 0)
+        return mt_errorf(err, "%s: cannot create directory: %s", tmp, strerror(errno));
+    return 0;
+}
+
+/* Rank 0, once every shard is in: COMPLETE, fsync, rename, prune. */
+static int finish(const char *ck, const char *tmp, const char *final, int64_t step, int ranks,
+                  int keep_last, const char *out_dir, mt_error *err) {
+    int rc = write_complete(tmp, step, ranks, err);
+    if (rc == 0) rc = mt_fsync_dir(tmp, err);
+    if (rc == 0) rc = mt_ckpt_publish(tmp, final, err);
+    if (rc == 0) rc = mt_fsync_dir(ck, err);
+    if (rc == 0 && mt_checkpoint_prune(out_dir, keep_last, err) != 0)
+        fprintf(stderr, "warning: %s\n", err->msg);  /* the checkpoint itself is durable */
+    return rc;
+}
+
+/* Every rank learns whether any rank failed a stage: gathers the statuses
+ * on rank 0 and broadcasts the first failure (or rank 0's success). */
+static int agree(mt_rdv *g, stage_status *st, mt_error *err) {
+    stage_status *all = g->rank == 0 ? mt_calloc_or_die((size_t)g->world, sizeof *all) : NULL;
+    int rc = mt_rdv_gather(g, st, sizeof *st, all, err);
+    if (rc == 0 && g->rank == 0)
+        for (int r = 0; r < g->world; r++)
+            if (all[r].rc) {
+                st->rc = -1;
+                snprintf(st->msg, sizeof st->msg, "rank %d: %.900s", r, all[r].msg);
+                break;
+            }
+    free(all);
+    if (rc == 0) rc = mt_rdv_bcast(g, st, sizeof *st, err);
+    return rc;
+}
+
+int mt_shard_ckpt_save(mt_rdv *g, const char *out_dir, int64_t step, const mt_shard_store *s,
+                       const mt_config *cfg, const char *state_json, int keep_last,
+                       char *saved_path, size_t cap, mt_error *err) {
+    MT_ASSERT(s->layout.ranks == g->world && s->layout.rank == g->rank);
+    if (step < 0) return mt_errorf(err, "checkpoint step %lld is negative", (long long)step);
+    char *ck = mt_path_join(out_dir, "checkpoints");
+    char name[64], tmp_name[96];
+    snprintf(name, sizeof name, "step-%08lld", (long long)step);
+    char *final = mt_path_join(ck, name), *tmp = NULL;
+    /* 1. rank 0 makes the temporary directory and names it to all */
+    stage_status st = {.pid = (int32_t)getpid()};
+    mt_error e = {{0}};
+    if (g->rank == 0) {
+        snprintf(tmp_name, sizeof tmp_name, ".tmp-%s-%ld", name, (long)st.pid);
+        tmp = mt_path_join(ck, tmp_name);
+        st.rc = make_tmp(ck, tmp, &e);
+        snprintf(st.msg, sizeof st.msg, "%.900s", e.msg);
+    }
+    int rc = mt_rdv_bcast(g, &st, sizeof st, err);
+    if (rc == 0 && st.rc) rc = mt_errorf(err, "%s%s", g->rank ? "rank 0: " : "", st.msg);
+    int made_tmp = rc == 0;
+    /* 2. every rank writes its shard; rank 0 the config and trainer state */
+    if (rc == 0) {
+        if (!tmp) {
+            snprintf(tmp_name, sizeof tmp_name, ".tmp-%s-%ld", name, (long)st.pid);
+            tmp = mt_path_join(ck, tmp_name);
+        }
+        stage_status mine = {0};
+        mine.rc = write_shard(tmp, s, &e);
+        if (mine.rc == 0 && g->rank == 0) {
+            char *cfg_json = mt_config_to_json(cfg);
+            mine.rc = write_text(tmp, "config.json", cfg_json, &e);
+            free(cfg_json);
+            if (mine.rc == 0) mine.rc = write_state(tmp, step, state_json, &e);
+        }
+        if (mine.rc) snprintf(mine.msg, sizeof mine.msg, "%.900s", e.msg);
+        /* 3. rank 0 publishes once all are in, and tells everyone how it went */
+        rc = agree(g, &mine, err);
+        if (rc == 0 && g->rank == 0 && mine.rc == 0) {
+            mine.rc = finish(ck, tmp, final, step, g->world, keep_last, out_dir, &e);
+            if (mine.rc) snprintf(mine.msg, sizeof mine.msg, "rank 0: %.900s", e.msg);
+        }
+        if (rc == 0) rc = mt_rdv_bcast(g, &mine, sizeof mine, err);
+        if (rc == 0 && mine.rc) rc = mt_errorf(err, "%s", mine.msg);
+    }
+    if (rc != 0 && made_tmp && g->rank == 0) mt_ckpt_rmtree(tmp);
+    if (rc == 0 && saved_path) snprintf(saved_path, cap, "%s", final);
+    if (rc != 0)
+        mt_error_prefix(err, "saving sharded checkpoint step %lld to %s (earlier checkpoints "
+                        "are untouched): ", (long long)step, ck);
+    free(ck);
+    free(final);
+    free(tmp);
+    return rc;
+}
+
+/* ---- load --------------------------------------------------------------- */
+
+/* The marker's step, ranks, sizes and checksums. */
+typedef struct marker {
+    cJSON *root;
+    const cJSON *files, *sums;
+    int64_t step;
+    int ranks;
+} marker;
+
+static int read_marker(const char *dir, marker *mk, mt_error *err) {
+    char *path = mt_path_join(dir, "COMPLETE"), *text = NULL;
+    size_t len;
+    int rc = 0;
+    memset(mk, 0, sizeof *mk);
+    if (!mt_file_exists(path))
+        rc = mt_errorf(err, "%s: missing: %s is not a complete checkpoint (a save was "
+                       "interrupted); pass its parent directory to pick the newest complete one",
+                       path, dir);
+    else if (mt_read_file(path, &text, &len, err) == 0) {
+        mk->root = cJSON_Parse(text);
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(mk->root, "step");
+        const cJSON *rk = cJSON_GetObjectItemCaseSensitive(mk->root, "ranks");
+        mk->files = cJSON_GetObjectItemCaseSensitive(mk->root, "files");
+        mk->sums = cJSON_GetObjectItemCaseSensitive(mk->root, "xxh3_64");
+        if (!cJSON_IsNumber(st) || !cJSON_IsObject(mk->files) || !cJSON_IsObject(mk->sums))
+            rc = mt_errorf(err, "%s: corrupt marker (expected {\"step\", \"files\", "
+                           "\"xxh3_64\"})", path);
+        else if (!rk)
+            rc = mt_errorf(err, "%s: a checkpoint of one process (no \"ranks\"): it holds the "
+                           "whole store; load it with the one-process loader", dir);
+        else if (!cJSON_IsNumber(rk) || rk->valuedouble < 1 || rk->valuedouble > (1 << 20))
+            rc = mt_errorf(err, "%s: corrupt marker (\"ranks\" is not a count)", path);
+        else {
+            mk->step = (int64_t)st->valuedouble;
+            mk->ranks = rk->valueint;
+        }
+    } else
+        rc = -1;
+    free(text);
+    free(path);
+    return rc;
+}
+
+/* dir/name against the size and checksum COMPLETE records for it. */
+static int check_file(const char *dir, const char *name, const marker *mk, mt_error *err) {
+    char *path = mt_path_join(dir, name), hex[17];
+    const cJSON *size = cJSON_GetObjectItemCaseSensitive(mk->files, name);
+    const cJSON *sum = cJSON_GetObjectItemCaseSensitive(mk->sums, name);
+    struct stat sb;
+    uint64_t h;
+    int rc = 0;
+    if (!cJSON_IsNumber(size) || !cJSON_IsString(sum))
+        rc = mt_errorf(err, "%s: not recorded in COMPLETE: the marker is corrupt; resume from "
+                       "another checkpoint", path);
+    else if (stat(path, &sb) != 0)
+        rc = mt_errorf(err, "%s: missing from the checkpoint: %s", path, strerror(errno));
+    else if ((double)sb.st_size != size->valuedouble)
+        rc = mt_errorf(err, "%s: %lld bytes, but the checkpoint recorded %.0f: the file was "
+                       "truncated or replaced after the save", path, (long long)sb.st_size,
+                       size->valuedouble);
+    else if (mt_file_xxh3(path, &h, NULL, err) == 0) {
+        mt_xxh3_hex(h, hex);
+        if (strcmp(hex, sum->valuestring))
+            rc = mt_errorf(err, "%s: corrupt: its checksum (xxh3 %s) differs from the one "
+                           "recorded at the save (%s); resume from an earlier checkpoint", path,
+                           hex, sum->valuestring);
+    } else
+        rc = -1;
+    free(path);
+    return rc;
+}
+
+/* Copies, from old rank k's shard file f, the elements of each layer that
+ * both k and this rank own; counts them into *copied. */
+static int copy_overlap(const mt_st_file *f, const mt_shard_layout *old, mt_shard_store *s,
+                        size_t *copied, mt_error *err) {
+    const mt_shard_layout *sl = &s->layout;
+    float *arrays[3] = {s->w, s->m, s->v};
+    const char *prefix[3] = {"w", "m", "v"};
+    for (int l = 0; l < sl->table->n_layers; l++) {
+        mt_shard_range mine = sl->part[l], theirs = old->part[l];
+        size_t b = mine.begin > theirs.begin ? mine.begin : theirs.begin;
+        size_t e = mine.end < theirs.end ? mine.end : theirs.end;
+        if (b >= e) continue;
+        for (int a = 0; a < 3; a++) {
+            char name[32];
+            snprintf(name, sizeof name, "%s.%d", prefix[a], l);
+            const mt_st_tensor_info *ti = mt_st_find(f, name);
+            if (!ti) return mt_errorf(err, "%s: tensor \"%s\" is missing", f->path, name);
+            size_t want = theirs.end - theirs.begin;
+            if (ti->dtype != MT_DTYPE_F32 || ti->ndim != 1 || (size_t)ti->shape[0] != want)
+                return mt_errorf(err, "%s: tensor \"%s\" is %s of %d dims [%lld, ...], expected "
+                                 "F32 [%zu]: the shard does not belong to this model", f->path,
+                                 name, mt_dtype_name(ti->dtype), ti->ndim,
+                                 (long long)ti->shape[0], want);
+            memcpy(arrays[a] + sl->local[l] + (b - mine.begin),
+                   (const char *)ti->data + (b - theirs.begin) * sizeof(float),
+                   (e - b) * sizeof(float));
+        }
+        *copied += e - b;
+    }
+    return 0;
+}
+
+static int load_shards(const char *dir, const marker *mk, mt_shard_store *s, mt_error *err) {
+    const mt_shard_layout *sl = &s->layout;
+    size_t copied = 0, owned = 0;
+    for (int l = 0; l < sl->table->n_layers; l++) owned += mt_shard_len(sl, l);
+    int rc = 0;
+    for (int k = 0; k < mk->ranks && rc == 0; k++) {
+        mt_shard_layout old;
+        rc = mt_shard_layout_init(&old, sl->table, k, mk->ranks, err);
+        int overlaps = 0;
+        for (int l = 0; l < sl->table->n_layers && rc == 0; l++)
+            overlaps |= old.part[l].begin < sl->part[l].end &&
+                        sl->part[l].begin < old.part[l].end;
+        char name[64];
+        shard_name(name, sizeof name, k, mk->ranks);
+        if (rc == 0 && overlaps) rc = check_file(dir, name, mk, err);
+        if (rc == 0 && overlaps) {
+            char *path = mt_path_join(dir, name);
+            mt_st_file f;
+            rc = mt_st_open(&f, path, err);
+            if (rc == 0) rc = copy_overlap(&f, &old, s, &copied, err);
+            mt_st_close(&f);
+            free(path);
+        }
+        mt_shard_layout_free(&old);
+    }
+    MT_ASSERT(rc != 0 || copied == owned);  /* the parts of all old ranks cover every layer */
+    return rc;
+}
+
+int mt_shard_ckpt_load(const char *dir, mt_shard_store *s, const mt_config *cfg,
+                       char **state_json, mt_error *err) {
+    if (state_json) *state_json = NULL;
+    marker mk;
+    int rc = read_marker(dir, &mk, err);
+    if (rc == 0) rc = check_file(dir, "config.json", &mk, err);
+    if (rc == 0) {
+        char *cpath = mt_path_join(dir, "config.json");
+        mt_config saved;
+        rc = mt_config_load(&saved, cpath, err);
+        if (rc == 0) rc = mt_ckpt_compare_configs(&saved, cfg, cpath, err);
+        free(cpath);
+    }
+    if (rc == 0) rc = load_shards(dir, &mk, s, err);
+    if (rc == 0 && state_json) {
+        rc = check_file(dir, "trainer_state.json", &mk, err);
+        if (rc == 0) rc = mt_ckpt_load_state(dir, mk.step, state_json, err);
+    }
+    cJSON_Delete(mk.root);
+    if (rc)
+        mt_error_prefix(err, "loading sharded checkpoint as rank %d of %d: ", s->layout.rank,
+                        s->layout.ranks);
+    return rc;
+}
