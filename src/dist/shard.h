@@ -57,7 +57,7 @@ typedef struct mt_shard_piece {
 } mt_shard_piece;
 
 /* The pieces of every tensor of `layer` inside the rank's part, in order,
- * into out (MT_MAX_LAYER_TENSORS); returns how many. Padding between
+ * into out (the layer's n_tensors at most); returns how many. Padding between
  * tensors belongs to no piece. */
 int mt_shard_pieces(const mt_shard_layout *sl, int layer, mt_shard_piece *out);
 

@@ -3,7 +3,10 @@
  * updated tensor piece by tensor piece. */
 #include "dist/shard_optim.h"
 
+#include <stdlib.h>
+
 #include "optim/clip.h"
+#include "util/mem.h"
 
 double mt_shard_optim_sumsq(const mt_optimizer *o, const mt_shard_store *s, const float *g) {
     const mt_shard_layout *sl = &s->layout;
@@ -20,9 +23,9 @@ void mt_shard_optim_apply(mt_optimizer *o, mt_shard_store *s, const float *g, do
     mt_optimizer_plan(o, total_sumsq, &r);
     mt_adamw_hparams h = {
         .lr = r.lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps, .step = o->step + 1};
-    mt_shard_piece pieces[MT_MAX_LAYER_TENSORS];
     for (int l = 0; l < sl->table->n_layers; l++) {
         const mt_layer_desc *ld = &sl->table->layers[l];
+        mt_shard_piece *pieces = mt_malloc_or_die((size_t)ld->n_tensors * sizeof *pieces);
         int n = mt_shard_pieces(sl, l, pieces);
         for (int i = 0; i < n; i++) {
             const mt_shard_piece *p = &pieces[i];
@@ -30,6 +33,7 @@ void mt_shard_optim_apply(mt_optimizer *o, mt_shard_store *s, const float *g, do
             mt_adamw_update(&o->cpu, s->w + p->local, s->m + p->local, s->v + p->local,
                             g + p->local, NULL, p->n, &h, wd, r.clip_coef);
         }
+        free(pieces);
     }
     o->step++;
     if (rep) *rep = r;
