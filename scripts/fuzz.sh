@@ -9,12 +9,17 @@
 # corpus size, crashes. A crash leaves its input in build/fuzz/crashes/;
 # turn it into a regression input under tests/fuzz/regressions/<harness>/
 # (make test replays those). Exits 1 if any harness crashed.
+#
+# Two runs may go on at once with different harness lists (one per core):
+# the library build is serialised by a lock, and each harness has its own
+# binary, corpus, log and crash prefix under build/fuzz/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
-make --no-print-directory -j2 BUILD=build/fuzz/lib CC=clang NVCC= \
+mkdir -p build/fuzz
+flock build/fuzz/.lock make --no-print-directory -j2 BUILD=build/fuzz/lib CC=clang NVCC= \
     EXTRA_CFLAGS="-fsanitize=fuzzer-no-link $san" \
     build/fuzz/lib/libmegatrain.a >/dev/null || exit 2
 libs="-fopenmp -lcjson -lpcre2-8 -lutf8proc -lyaml -lxxhash -lz -lzstd -lprotobuf-c -lisal -lm -lpthread"

@@ -1,7 +1,7 @@
 /* megatrain plot: draws loss, eval loss and learning rate (second axis) against
  * step from a metrics.jsonl into a PNG, with gnuplot run as a child process
- * that reads its script, data inline, on stdin. */
-#include <cjson/cJSON.h>
+ * that reads its script, data inline, on stdin (the file is read by
+ * engine/metrics_read.h). */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -14,84 +14,11 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "engine/metrics_read.h"
 #include "util/error.h"
 #include "util/mem.h"
 
 extern char **environ;
-
-typedef struct series {
-    double *step, *loss, *lr; // (n,) each; lr NAN where absent
-    size_t n, cap;
-    int has_lr;
-    double *eval_step, *eval_loss; // (n_eval,) the eval rows
-    size_t n_eval, eval_cap;
-} series;
-
-static void series_push(series *s, double step, double loss, double lr) {
-    if (s->n == s->cap) {
-        s->cap = s->cap ? 2 * s->cap : 256;
-        s->step = mt_realloc_or_die(s->step, s->cap * sizeof *s->step);
-        s->loss = mt_realloc_or_die(s->loss, s->cap * sizeof *s->loss);
-        s->lr = mt_realloc_or_die(s->lr, s->cap * sizeof *s->lr);
-    }
-    s->step[s->n] = step, s->loss[s->n] = loss, s->lr[s->n] = lr;
-    s->n++;
-    s->has_lr |= !isnan(lr);
-}
-
-static void series_push_eval(series *s, double step, double loss) {
-    if (s->n_eval == s->eval_cap) {
-        s->eval_cap = s->eval_cap ? 2 * s->eval_cap : 64;
-        s->eval_step = mt_realloc_or_die(s->eval_step, s->eval_cap * sizeof *s->eval_step);
-        s->eval_loss = mt_realloc_or_die(s->eval_loss, s->eval_cap * sizeof *s->eval_loss);
-    }
-    s->eval_step[s->n_eval] = step, s->eval_loss[s->n_eval] = loss;
-    s->n_eval++;
-}
-
-static void series_free(series *s) {
-    free(s->step);
-    free(s->loss);
-    free(s->lr);
-    free(s->eval_step);
-    free(s->eval_loss);
-}
-
-/* Rows of metrics.jsonl with a step and a loss; other lines are skipped,
- * a malformed one with a warning (a run killed mid-write leaves one). */
-static int read_series(const char *path, series *s, mt_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mt_errorf(err, "'%s': %s (give the metrics.jsonl of a run's out directory)", path,
-                         strerror(errno));
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    for (int lineno = 1; (len = getline(&line, &cap, f)) >= 0; lineno++) {
-        cJSON *j = cJSON_ParseWithLength(line, (size_t)len);
-        if (!j) {
-            if (strspn(line, " \t\r\n") != (size_t)len)
-                fprintf(stderr, "megatrain plot: warning: %s:%d is not JSON, skipped\n", path,
-                        lineno);
-            continue;
-        }
-        const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step");
-        const cJSON *lo = cJSON_GetObjectItemCaseSensitive(j, "loss");
-        const cJSON *lr = cJSON_GetObjectItemCaseSensitive(j, "lr");
-        const cJSON *ev = cJSON_GetObjectItemCaseSensitive(j, "eval_loss");
-        if (cJSON_IsNumber(st) && cJSON_IsNumber(lo))
-            series_push(s, st->valuedouble, lo->valuedouble,
-                        cJSON_IsNumber(lr) ? lr->valuedouble : NAN);
-        if (cJSON_IsNumber(st) && cJSON_IsNumber(ev)) series_push_eval(s, st->valuedouble, ev->valuedouble);
-        cJSON_Delete(j);
-    }
-    free(line);
-    fclose(f);
-    if (s->n == 0)
-        return mt_errorf(err, "'%s' has no rows with \"step\" and \"loss\" (is it a megatrain "
-                              "metrics.jsonl? a run logs every log_every steps)", path);
-    return 0;
-}
 
 /* s as a gnuplot single-quoted string ('' stands for '). */
 static void gp_quote(FILE *f, const char *s) {
@@ -103,7 +30,7 @@ static void gp_quote(FILE *f, const char *s) {
     fputc('\'', f);
 }
 
-static void write_script(FILE *f, const series *s, const char *out, const char *title) {
+static void write_script(FILE *f, const mt_metrics_series *s, const char *out, const char *title) {
     fprintf(f, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
                "  set terminal pngcairo size 1000,600 noenhanced font 'sans,11'\n"
                "} else {\n  set terminal png size 1000,600 noenhanced\n}\n");
@@ -137,7 +64,8 @@ static void write_script(FILE *f, const series *s, const char *out, const char *
 }
 
 /* Runs gnuplot with the script on its stdin and waits for it. */
-static int run_gnuplot(const series *s, const char *out, const char *title, mt_error *err) {
+static int run_gnuplot(const mt_metrics_series *s, const char *out, const char *title,
+                       mt_error *err) {
     int fds[2];
     if (pipe(fds)) return mt_errorf(err, "pipe: %s", strerror(errno));
     posix_spawn_file_actions_t fa;
@@ -213,12 +141,12 @@ int mt_cmd_plot(int argc, char **argv) {
         return 2;
     }
     char *own_out = out ? NULL : default_out(in);
-    series s = {0};
+    mt_metrics_series s = {0};
     mt_error err;
-    int rc = read_series(in, &s, &err) || run_gnuplot(&s, out ? out : own_out, title ? title : in, &err);
+    int rc = mt_metrics_read(in, &s, "megatrain plot", &err) || run_gnuplot(&s, out ? out : own_out, title ? title : in, &err);
     if (rc) fprintf(stderr, "megatrain plot: %s\n", err.msg);
     else printf("megatrain plot: %zu points -> %s\n", s.n, out ? out : own_out);
-    series_free(&s);
+    mt_metrics_series_free(&s);
     free(own_out);
     return rc ? 1 : 0;
 }

@@ -21,6 +21,9 @@
 #define LLVMFuzzerTestOneInput mt_fuzz_mtok
 #include "../fuzz/fuzz_mtok.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput mt_fuzz_plot
+#include "../fuzz/fuzz_plot.c"
+#undef LLVMFuzzerTestOneInput
 #define LLVMFuzzerTestOneInput mt_fuzz_safetensors
 #include "../fuzz/fuzz_safetensors.c"
 #undef LLVMFuzzerTestOneInput
@@ -75,6 +78,7 @@ Test(fuzz_regressions, config) { replay("config", mt_fuzz_config); }
 Test(fuzz_regressions, jsonl) { replay("jsonl", mt_fuzz_jsonl); }
 Test(fuzz_regressions, metrics) { replay("metrics", mt_fuzz_metrics); }
 Test(fuzz_regressions, mtok) { replay("mtok", mt_fuzz_mtok); }
+Test(fuzz_regressions, plot) { replay("plot", mt_fuzz_plot); }
 Test(fuzz_regressions, safetensors) { replay("safetensors", mt_fuzz_safetensors); }
 Test(fuzz_regressions, st_index) { replay("st_index", mt_fuzz_st_index); }
 Test(fuzz_regressions, tokenizer) { replay("tokenizer", mt_fuzz_tokenizer); }

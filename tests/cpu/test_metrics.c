@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/metrics.h"
+#include "engine/metrics_read.h"
 #include "testlib.h"
 
 
@@ -151,6 +152,34 @@ Test(plot, writes_a_png) {
     cr_assert_gt(size, 1000); // a 1000x600 chart with text is tens of kB; an empty one is not
     mt_test_rmtree(dir);
     free(dir);
+}
+
+/* The reader on the fuzz seeds: which lines count as rows. */
+Test(plot, reads_rows) {
+    mt_metrics_series s = {0};
+    mt_error err;
+    cr_assert_eq(mt_metrics_read("tests/fuzz/corpus/plot/eval", &s, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(s.n, 2);
+    cr_assert_eq(s.n_eval, 2);
+    cr_assert(s.has_lr);
+    cr_assert_eq(s.step[1], 20);
+    cr_assert_eq(s.eval_step[1], 20);
+    cr_assert_eq(s.eval_loss[1], 4.02);
+    mt_metrics_series_free(&s);
+    // strings, null, arrays and non-JSON are skipped; 1e400 reads as inf
+    cr_assert_eq(mt_metrics_read("tests/fuzz/corpus/plot/nonnumeric", &s, NULL, &err), 0);
+    cr_assert_eq(s.n, 2);
+    cr_assert_eq(s.n_eval, 0);
+    cr_assert_eq(s.step[1], 5);
+    cr_assert(isinf(s.loss[1]));
+    cr_assert(isnan(s.lr[0]));
+    mt_metrics_series_free(&s);
+    cr_assert_eq(mt_metrics_read("tests/fuzz/corpus/plot/torn", &s, NULL, &err), 0);
+    cr_assert_eq(s.n, 2);
+    mt_metrics_series_free(&s);
+    cr_assert_eq(mt_metrics_read("tests/fuzz/corpus/plot/noloss", &s, NULL, &err), -1);
+    cr_assert_null(s.step);
+    cr_assert(strstr(err.msg, "no rows with"), "%s", err.msg);
 }
 
 Test(plot, errors) {
