@@ -39,7 +39,10 @@ export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 ${CC:-cc} -std=c11 -Wall -Wextra -Werror examples/finetune.c $(pkg-config --cflags --libs megatrain) \
     -o "$tmp/finetune"
 export LD_LIBRARY_PATH=$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-ldd "$tmp/finetune" | grep -q "$prefix/lib/libmegatrain.so" \
+# ldd's whole output first: grep -q may stop reading early, and with
+# pipefail ldd's broken pipe would then fail the check at random
+ldd "$tmp/finetune" > "$tmp/ldd.txt"
+grep -q "$prefix/lib/libmegatrain.so" "$tmp/ldd.txt" \
     || { echo "test_install: the example is not linked to the installed libmegatrain.so" >&2; exit 1; }
 echo "== the built-in tiny model"
 "$tmp/finetune" "$tmp/tiny" device=cpu
