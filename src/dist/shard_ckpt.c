@@ -29,20 +29,6 @@ static void shard_name(char *buf, size_t cap, int rank, int ranks) {
     snprintf(buf, cap, "shard-%05d-of-%05d.safetensors", rank, ranks);
 }
 
-/* Writes text to dir/name atomically (temporary name, fsync, rename). */
-static int write_text(const char *dir, const char *name, const char *text, mt_error *err) {
-    char *path = mt_path_join(dir, name);
-    mt_atomic_file af;
-    int rc = mt_atomic_open(&af, path, err);
-    if (rc == 0) {
-        rc = mt_write_all(af.fd, text, strlen(text), path, err);
-        if (rc) mt_atomic_abort(&af);
-        else rc = mt_atomic_commit(&af, err);
-    }
-    free(path);
-    return rc;
-}
-
 /* ---- save --------------------------------------------------------------- */
 
 /* This rank's shard file: per layer, its parts of w, m and v. */
@@ -76,23 +62,6 @@ static int write_shard(const char *tmp, const mt_shard_store *s, mt_error *err) 
     return rc;
 }
 
-static int write_state(const char *tmp, int64_t step, const char *state_json, mt_error *err) {
-    cJSON *j = cJSON_ParseWithOpts(state_json ? state_json : "", NULL, 1);
-    int ok = j && cJSON_IsObject(j);
-    cJSON_Delete(j);
-    if (!ok)
-        return mt_errorf(err, "trainer state must be one JSON object; this is a bug in the "
-                         "caller");
-    char prefix[256];
-    mt_ckpt_state_prefix(prefix, sizeof prefix, step);
-    size_t n = strlen(prefix) + strlen(state_json) + sizeof STATE_SUFFIX;
-    char *text = mt_malloc_or_die(n);
-    snprintf(text, n, "%s%s%s", prefix, state_json, STATE_SUFFIX);
-    int rc = write_text(tmp, "trainer_state.json", text, err);
-    free(text);
-    return rc;
-}
-
 /* COMPLETE: format, step, ranks, and the size and XXH3-64 of every file. */
 static int write_complete(const char *tmp, int64_t step, int ranks, mt_error *err) {
     cJSON *r = cJSON_CreateObject();
@@ -106,21 +75,12 @@ static int write_complete(const char *tmp, int64_t step, int ranks, mt_error *er
         char name[64];
         if (i < 0) snprintf(name, sizeof name, "%s", i == -2 ? "config.json" : "trainer_state.json");
         else shard_name(name, sizeof name, i, ranks);
-        char *path = mt_path_join(tmp, name), hex[17];
-        uint64_t h;
-        int64_t n;
-        rc = mt_file_xxh3(path, &h, &n, err);
-        if (rc == 0) {
-            mt_xxh3_hex(h, hex);
-            cJSON_AddNumberToObject(files, name, (double)n);
-            cJSON_AddStringToObject(sums, name, hex);
-        }
-        free(path);
+        rc = mt_ckpt_record_file(tmp, name, files, sums, err);
     }
     char *text = cJSON_Print(r);
     cJSON_Delete(r);
     MT_ASSERT(text);
-    if (rc == 0) rc = write_text(tmp, "COMPLETE", text, err);
+    if (rc == 0) rc = mt_ckpt_write_text(tmp, "COMPLETE", text, err);
     free(text);
     return rc;
 }
@@ -194,9 +154,10 @@ int mt_shard_ckpt_save(mt_rdv *g, const char *out_dir, int64_t step, const mt_sh
         mine.rc = write_shard(tmp, s, &e);
         if (mine.rc == 0 && g->rank == 0) {
             char *cfg_json = mt_config_to_json(cfg);
-            mine.rc = write_text(tmp, "config.json", cfg_json, &e);
+            mine.rc = mt_ckpt_write_text(tmp, "config.json", cfg_json, &e);
             free(cfg_json);
-            if (mine.rc == 0) mine.rc = write_state(tmp, step, state_json, &e);
+            if (mine.rc == 0) mine.rc = mt_ckpt_check_state_json(state_json, &e);
+            if (mine.rc == 0) mine.rc = mt_ckpt_write_state(tmp, step, state_json, &e);
         }
         if (mine.rc) snprintf(mine.msg, sizeof mine.msg, "%.900s", e.msg);
         /* 3. rank 0 publishes once all are in, and tells everyone how it went */

@@ -22,8 +22,7 @@
 
 /* ---- small file helpers ------------------------------------------------- */
 
-/* Writes text to dir/name atomically (temp name, fsync, rename). */
-static int write_text(const char *dir, const char *name, const char *text, mt_error *err) {
+int mt_ckpt_write_text(const char *dir, const char *name, const char *text, mt_error *err) {
     char *path = mt_path_join(dir, name);
     mt_atomic_file af;
     int rc = mt_atomic_open(&af, path, err);
@@ -118,7 +117,7 @@ static int write_tensors(const char *tmp, const mt_host_store *s, const mt_check
 /* ---- trainer state ------------------------------------------------------ */
 
 
-static int check_state_json(const char *state_json, mt_error *err) {
+int mt_ckpt_check_state_json(const char *state_json, mt_error *err) {
     cJSON *j = cJSON_ParseWithOpts(state_json ? state_json : "", NULL, 1);
     int ok = j && cJSON_IsObject(j);
     cJSON_Delete(j);
@@ -128,14 +127,29 @@ static int check_state_json(const char *state_json, mt_error *err) {
                      state_json && strlen(state_json) > 60 ? "..." : "");
 }
 
-static int write_state(const char *tmp, int64_t step, const char *state_json, mt_error *err) {
+int mt_ckpt_write_state(const char *tmp, int64_t step, const char *state_json, mt_error *err) {
     char prefix[256];
     mt_ckpt_state_prefix(prefix, sizeof prefix, step);
     size_t n = strlen(prefix) + strlen(state_json) + sizeof STATE_SUFFIX;
     char *text = mt_malloc_or_die(n);
     snprintf(text, n, "%s%s%s", prefix, state_json, STATE_SUFFIX);
-    int rc = write_text(tmp, "trainer_state.json", text, err);
+    int rc = mt_ckpt_write_text(tmp, "trainer_state.json", text, err);
     free(text);
+    return rc;
+}
+
+int mt_ckpt_record_file(const char *dir, const char *name, cJSON *files, cJSON *sums,
+                        mt_error *err) {
+    char *path = mt_path_join(dir, name), hex[17];
+    uint64_t h;
+    int64_t n;
+    int rc = mt_file_xxh3(path, &h, &n, err);
+    if (rc == 0) {
+        mt_xxh3_hex(h, hex);
+        cJSON_AddNumberToObject(files, name, (double)n);
+        cJSON_AddStringToObject(sums, name, hex);
+    }
+    free(path);
     return rc;
 }
 
@@ -150,22 +164,12 @@ static int write_complete(const char *tmp, int64_t step, mt_error *err) {
     cJSON *files = cJSON_AddObjectToObject(r, "files");
     cJSON *sums = cJSON_AddObjectToObject(r, "xxh3_64");
     int rc = 0;
-    for (int i = 0; i < N_CKPT_FILES && rc == 0; i++) {
-        char *path = mt_path_join(tmp, mt_ckpt_file(i)), hex[17];
-        uint64_t h;
-        int64_t n;
-        rc = mt_file_xxh3(path, &h, &n, err);
-        if (rc == 0) {
-            mt_xxh3_hex(h, hex);
-            cJSON_AddNumberToObject(files, mt_ckpt_file(i), (double)n);
-            cJSON_AddStringToObject(sums, mt_ckpt_file(i), hex);
-        }
-        free(path);
-    }
+    for (int i = 0; i < N_CKPT_FILES && rc == 0; i++)
+        rc = mt_ckpt_record_file(tmp, mt_ckpt_file(i), files, sums, err);
     char *text = cJSON_Print(r);
     cJSON_Delete(r);
     MT_ASSERT(text);
-    if (rc == 0) rc = write_text(tmp, "COMPLETE", text, err);
+    if (rc == 0) rc = mt_ckpt_write_text(tmp, "COMPLETE", text, err);
     free(text);
     return rc;
 }
@@ -177,11 +181,11 @@ static int write_all_files(const char *tmp, int64_t step, const mt_host_store *s
                            const mt_config *cfg, const char *state_json,
                            const mt_checkpoint_opts *o, mt_error *err) {
     char *cfg_json = mt_config_to_json(cfg);
-    int rc = write_text(tmp, "config.json", cfg_json, err);
+    int rc = mt_ckpt_write_text(tmp, "config.json", cfg_json, err);
     free(cfg_json);
     if (rc == 0) rc = run_hook(o, tmp, "config.json", err);
     if (rc == 0) rc = write_tensors(tmp, s, o, err);
-    if (rc == 0) rc = write_state(tmp, step, state_json, err);
+    if (rc == 0) rc = mt_ckpt_write_state(tmp, step, state_json, err);
     if (rc == 0) rc = run_hook(o, tmp, "trainer_state.json", err);
     if (rc == 0) rc = write_complete(tmp, step, err);
     if (rc == 0) rc = mt_fsync_dir(tmp, err);
@@ -193,7 +197,7 @@ int mt_checkpoint_save_opts(const char *out_dir, int64_t step, const mt_host_sto
                             const mt_checkpoint_opts *o, char *saved_path, size_t cap,
                             mt_error *err) {
     if (step < 0) return mt_errorf(err, "checkpoint step %lld is negative", (long long)step);
-    if (check_state_json(state_json, err)) return -1;
+    if (mt_ckpt_check_state_json(state_json, err)) return -1;
     char *ck = mt_path_join(out_dir, "checkpoints");
     char name[64], tmp_name[96];
     snprintf(name, sizeof name, "step-%08lld", (long long)step);

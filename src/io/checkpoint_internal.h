@@ -29,6 +29,21 @@ int mt_ckpt_compare_configs(const mt_config *a, const mt_config *b, const char *
  * trainer's object as saved (malloc'd). */
 int mt_ckpt_load_state(const char *dir, int64_t step, char **out, mt_error *err);
 
+/* Writes text to dir/name atomically (temporary name, fsync, rename). */
+int mt_ckpt_write_text(const char *dir, const char *name, const char *text, mt_error *err);
+
+/* -1 unless state_json is one JSON object (a bug in the caller). */
+int mt_ckpt_check_state_json(const char *state_json, mt_error *err);
+/* dir/trainer_state.json: the prefix of step, the caller's object verbatim,
+ * STATE_SUFFIX (see mt_ckpt_state_prefix). */
+int mt_ckpt_write_state(const char *dir, int64_t step, const char *state_json, mt_error *err);
+
+/* Adds dir/name's size to files and its XXH3-64 (hex) to sums, the two
+ * objects of a COMPLETE marker. */
+struct cJSON;
+int mt_ckpt_record_file(const char *dir, const char *name, struct cJSON *files,
+                        struct cJSON *sums, mt_error *err);
+
 /* The files of a checkpoint, in the order they are written; COMPLETE last. */
 #define N_CKPT_FILES 4
 static inline const char *mt_ckpt_file(int i) {
