@@ -25,6 +25,40 @@ class MegatrainError(RuntimeError):
 
 # ---- structs (megatrain.h) ----------------------------------------------
 
+class Handle:
+    """An object owning one library handle (self._h), released once: by
+    close(), at the end of a `with` block, or when garbage collected.
+    Subclasses name themselves in _kind and release in _release."""
+    _h = None
+    _kind = "handle"
+
+    def _release(self, h):
+        raise NotImplementedError
+
+    @property
+    def handle(self):
+        if not self._h:
+            raise MegatrainError(f"{self._kind}: it was closed")
+        return self._h
+
+    def close(self):
+        if self._h:
+            self._release(self._h)
+        self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
 class StepMetrics(Structure):
     _fields_ = [("step", c_int64), ("total_steps", c_int64), ("epoch", c_double),
                 ("loss", c_double), ("lr", c_double), ("grad_norm", c_double),

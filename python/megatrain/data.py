@@ -228,11 +228,12 @@ def save_records(records, folder):
 
 # ---- data sets (mt_dataset) ---------------------------------------------
 
-class Dataset:
+class Dataset(_lib.Handle):
     """Data as the trainer sees it: documents tokenized (JSONL, records) or
     mapped (.mtok), packed into rows. `data` is anything `source` takes;
     `tokenizer` a Tokenizer, a tokenizer.json path or "bytes" (None for a
     .mtok, then give vocab_size). Close it (or use `with`) to release it."""
+    _kind = "dataset"
 
     def __init__(self, data, tokenizer=None, *, format=None, chat_template=None, packing=None,
                  skip_bad_lines=False, seed=1, epochs=1, vocab_size=0, split=None):
@@ -258,11 +259,6 @@ class Dataset:
             if owned:
                 tok.close()
 
-    @property
-    def handle(self):
-        if not self._h:
-            raise _lib.MegatrainError("dataset: it was closed")
-        return self._h
 
     @property
     def info(self):
@@ -296,19 +292,5 @@ class Dataset:
         tokenize` writes)."""
         _lib.check(_lib.lib().mt_dataset_save(self.handle, _lib.enc(os.fspath(path))))
 
-    def close(self):
-        if self._h:
-            _lib.lib().mt_dataset_free(self._h)
-        self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _release(self, h):
+        _lib.lib().mt_dataset_free(h)

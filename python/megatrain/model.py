@@ -21,20 +21,16 @@ def _set(struct, values):
         setattr(struct, k, _lib.enc(v) if t is ctypes.c_char_p else v)
 
 
-class Model:
+class Model(_lib.Handle):
     """A Hugging Face model directory (config.json, safetensors) and its
     tokenizer (None: DIR/tokenizer.json; "bytes": the built-in one), the
     weights read into host memory in fp32. Close it (or use `with`)."""
+    _kind = "model"
 
     def __init__(self, path, tokenizer=None):
         self.path = os.fspath(path)
         self._h = _lib.check(_lib.lib().mt_model_open(_lib.enc(self.path), _lib.enc(tokenizer)))
 
-    @property
-    def handle(self):
-        if not self._h:
-            raise _lib.MegatrainError("model: it was closed")
-        return self._h
 
     @property
     def info(self):
@@ -93,22 +89,8 @@ class Model:
                 run(path)
         return _lib.struct_dict(res)
 
-    def close(self):
-        if self._h:
-            _lib.lib().mt_model_close(self._h)
-        self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _release(self, h):
+        _lib.lib().mt_model_close(h)
 
 
 def _with_model(model, tokenizer, fn):

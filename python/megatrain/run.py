@@ -109,7 +109,7 @@ def options_dict(config=None, **overrides):
         L.mt_options_free(o)
 
 
-class Run:
+class Run(_lib.Handle):
     """A training run, stepped by the caller:
 
         with megatrain.Run({"steps": 20, "device": "cpu"}) as run:
@@ -123,6 +123,7 @@ class Run:
     megatrain.print_event prints it as the command line does). Closing
     releases everything; what was saved stays, steps since the last
     checkpoint are lost."""
+    _kind = "run"
 
     def __init__(self, config=None, *, on_event=None, **options):
         L = _lib.lib()
@@ -145,11 +146,6 @@ class Run:
         if ev.kind == "step" and ev.step["loss"] is not None:
             self.losses.append(ev.step["loss"])
 
-    @property
-    def handle(self):
-        if not self._h:
-            raise _lib.MegatrainError("run: it was closed")
-        return self._h
 
     def _call(self, fn):
         rc = fn(self.handle)
@@ -209,22 +205,8 @@ class Run:
             "config": os.path.join(self.out, "config.yaml"), "data": self.data,
         }
 
-    def close(self):
-        if self._h:
-            _lib.lib().mt_run_close(self._h)
-        self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _release(self, h):
+        _lib.lib().mt_run_close(h)
 
 
 def train(config=None, *, on_event=_events.print_event, **options):

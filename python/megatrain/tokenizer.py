@@ -5,10 +5,11 @@ import os
 from . import _lib
 
 
-class Tokenizer:
+class Tokenizer(_lib.Handle):
     """A tokenizer.json (with the BOS/EOS of a tokenizer_config.json beside
     it), or "bytes": the built-in byte tokenizer (ids 0-255 the bytes, 256
     BOS, 257 EOS). Close it (or use `with`) to release it at once."""
+    _kind = "tokenizer"
 
     def __init__(self, path="bytes", *, _borrowed=None, _owner=None):
         L = _lib.lib()
@@ -21,11 +22,6 @@ class Tokenizer:
         self._h = _lib.check(L.mt_tokenizer_open(_lib.enc(self.path)))
         self._owned, self._owner = True, None
 
-    @property
-    def handle(self):
-        if not self._h:
-            raise _lib.MegatrainError("tokenizer: it was closed")
-        return self._h
 
     def encode(self, text, add_special=False):
         """The ids of text, as HF `tokenizers` gives them; add_special: with
@@ -69,22 +65,9 @@ class Tokenizer:
         v = _lib.lib().mt_tokenizer_token_id(self.handle, _lib.enc(token))
         return None if v < 0 else v
 
-    def close(self):
-        if self._h and self._owned:
-            _lib.lib().mt_tokenizer_free(self._h)
-        self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _release(self, h):
+        if self._owned:
+            _lib.lib().mt_tokenizer_free(h)
 
 
 def as_tokenizer(tok):
