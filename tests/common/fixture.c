@@ -2,6 +2,7 @@
 #include "fixture.h"
 
 #include <criterion/criterion.h>
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,4 +105,24 @@ double mt_fixture_compare(mt_fixture *f, const float *array, const char *prefix,
         }
     }
     return worst;
+}
+
+cJSON *mt_fixture_train_json(mt_fixture *f) {
+    char path[640];
+    snprintf(path, sizeof path, "%s/train.json", f->dir);
+    FILE *fp = fopen(path, "rb");
+    cr_assert_not_null(fp, "%s: missing", path);
+    char buf[4096];
+    size_t len = fread(buf, 1, sizeof buf - 1, fp);
+    fclose(fp);
+    buf[len] = 0;
+    cJSON *hp = cJSON_Parse(buf);
+    cr_assert_not_null(hp, "%s: not JSON", path);
+    return hp;
+}
+
+double mt_fixture_json_num(cJSON *root, const char *key) {
+    cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    cr_assert(cJSON_IsNumber(it), "train.json: %s", key);
+    return it->valuedouble;
 }

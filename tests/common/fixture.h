@@ -44,4 +44,11 @@ int32_t *mt_fixture_i32(mt_fixture *f, const char *name, size_t offset, size_t c
 double mt_fixture_compare(mt_fixture *f, const float *array, const char *prefix, double tol,
                           const char *what, int mask_noise);
 
+/* The fixture's train.json (the trajectory's hyperparameters), parsed;
+ * the caller frees it with cJSON_Delete. */
+struct cJSON;
+struct cJSON *mt_fixture_train_json(mt_fixture *f);
+/* A number of a train.json object, asserted to be there. */
+double mt_fixture_json_num(struct cJSON *root, const char *key);
+
 #endif

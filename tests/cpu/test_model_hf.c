@@ -93,12 +93,6 @@ ParameterizedTest(int *which, hf, logits_loss_and_gradients) {
     mt_fixture_close(&f);
 }
 
-static double json_num(cJSON *root, const char *key) {
-    cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
-    cr_assert(cJSON_IsNumber(it), "train.json: %s", key);
-    return it->valuedouble;
-}
-
 ParameterizedTestParameters(hf, five_step_adamw_trajectory) {
     return cr_make_param_array(int, model_index, 4);
 }
@@ -107,30 +101,21 @@ ParameterizedTest(int *which, hf, five_step_adamw_trajectory) {
     mt_fixture f;
     mt_fixture_open(&f, mt_fixture_models[*which]);
     mt_error err;
-    char path[640];
-    snprintf(path, sizeof path, "%s/train.json", f.dir);
-    FILE *fp = fopen(path, "rb");
-    cr_assert_not_null(fp);
-    char buf[4096];
-    size_t len = fread(buf, 1, sizeof buf - 1, fp);
-    fclose(fp);
-    buf[len] = 0;
-    cJSON *hp = cJSON_Parse(buf);
-    cr_assert_not_null(hp);
+    cJSON *hp = mt_fixture_train_json(&f);
     cJSON *betas = cJSON_GetObjectItemCaseSensitive(hp, "betas");
-    cr_assert_float_eq(json_num(hp, "weight_decay_1d"), 0.0, 0, "1-D tensors are not decayed");
+    cr_assert_float_eq(mt_fixture_json_num(hp, "weight_decay_1d"), 0.0, 0, "1-D tensors are not decayed");
     mt_optimizer opt = {
         .beta1 = cJSON_GetArrayItem(betas, 0)->valuedouble,
         .beta2 = cJSON_GetArrayItem(betas, 1)->valuedouble,
-        .eps = json_num(hp, "eps"),
-        .weight_decay = json_num(hp, "weight_decay"),
-        .max_grad_norm = (float)json_num(hp, "max_grad_norm"),
+        .eps = mt_fixture_json_num(hp, "eps"),
+        .weight_decay = mt_fixture_json_num(hp, "weight_decay"),
+        .max_grad_norm = (float)mt_fixture_json_num(hp, "max_grad_norm"),
     };
     cJSON *sched = cJSON_GetObjectItemCaseSensitive(hp, "schedule");
     mt_lr_kind kind;
     cr_assert_eq(mt_lr_kind_parse(sched->valuestring, &kind, &err), 0, "%s", err.msg);
-    int64_t S = (int64_t)json_num(hp, "total_steps");
-    opt.sched = mt_lr_schedule_make(kind, json_num(hp, "lr"), (int64_t)json_num(hp, "warmup_steps"), S);
+    int64_t S = (int64_t)mt_fixture_json_num(hp, "total_steps");
+    opt.sched = mt_lr_schedule_make(kind, mt_fixture_json_num(hp, "lr"), (int64_t)mt_fixture_json_num(hp, "warmup_steps"), S);
     cr_assert_eq(mt_optim_cpu_init(&opt.cpu, 0, &err), 0, "%s", err.msg);
     cJSON_Delete(hp);
 
