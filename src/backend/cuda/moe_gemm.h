@@ -1,0 +1,55 @@
+/* Grouped matrix products of the routed experts of one MoE block, on the
+ * GPU, in one launch for all experts (docs/moe.md).
+ *
+ * Rows are grouped by expert: expert e owns rows [start[e], start[e+1]) of
+ * the R grouped rows (start: device int32 (E+1), start[0] = 0, start[E] <=
+ * R; rows from start[E] on are not touched). An expert with no rows costs
+ * nothing. The sizes live on the device only: nothing here reads them on
+ * the host, so a caller never waits for the routing.
+ *
+ * Expert e's weight matrix is (OC, IC) row-major at w + e * w_stride
+ * elements (the experts of a layer are w_stride apart in its range), and
+ * its fp32 gradient at dw + e * dw_stride floats.
+ *
+ * Types follow cuda_ops.h: in MT_PREC_BF16, x, w and dy are bf16 (uint16_t
+ * patterns) and products accumulate in fp32; in MT_PREC_FP32 everything is
+ * fp32 and no TF32 is used. Every product is deterministic (no float
+ * atomics: run twice, same bits). Nothing allocates: scratch comes from the
+ * caller (mt_cuda_moe_gemm_scratch_bytes). Work is queued on ctx's stream. */
+#ifndef MT_BACKEND_CUDA_MOE_GEMM_H
+#define MT_BACKEND_CUDA_MOE_GEMM_H
+
+#include "backend/cuda/cuda_ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bytes of device scratch the products below need for E experts. */
+size_t mt_cuda_moe_gemm_scratch_bytes(int E);
+
+/* y (R, OC) = x (R, IC) @ W_e^T on each expert's rows; y_dt MT_DT_F32, or
+ * MT_DT_BF16 in bf16 precision. */
+void mt_cuda_moe_gemm_forward(mt_cuda_ctx *ctx, mt_precision prec, void *y, mt_dt y_dt,
+                              const void *x, const void *w, size_t w_stride,
+                              const int32_t *start, int E, size_t R, size_t IC, size_t OC,
+                              void *scratch);
+
+/* dx (R, IC) = (or += when accumulate) dy (R, OC) @ W_e on each expert's
+ * rows; dx is fp32. */
+void mt_cuda_moe_gemm_dinp(mt_cuda_ctx *ctx, mt_precision prec, float *dx, bool accumulate,
+                           const void *dy, const void *w, size_t w_stride,
+                           const int32_t *start, int E, size_t R, size_t IC, size_t OC,
+                           void *scratch);
+
+/* dW_e (OC, IC) += dy_e^T @ x_e over expert e's rows, at dw + e * dw_stride;
+ * an expert with no rows keeps its gradient. */
+void mt_cuda_moe_gemm_dw(mt_cuda_ctx *ctx, mt_precision prec, float *dw, size_t dw_stride,
+                         const void *dy, const void *x, const int32_t *start, int E,
+                         size_t R, size_t IC, size_t OC, void *scratch);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
