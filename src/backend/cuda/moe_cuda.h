@@ -25,12 +25,14 @@ extern "C" {
 
 typedef struct mt_cuda_moe mt_cuda_moe;
 
-/* Device bytes mt_cuda_moe_init carves for cfg, N tokens and prec; 0 for
- * a dense model, SIZE_MAX when they do not fit a size_t. */
+/* Device bytes mt_cuda_moe_create carves for cfg, N tokens and prec; 0 for
+ * a dense model, SIZE_MAX when they do not fit a size_t or N * K passes
+ * INT32_MAX (grouped rows are int32 on the device). */
 size_t mt_cuda_moe_bytes(const mt_config *cfg, size_t N, mt_precision prec);
 
 /* A module on dev, a device range of mt_cuda_moe_bytes(cfg, N, prec)
- * bytes (256-byte aligned). NULL for a dense model. */
+ * bytes (256-byte aligned), at most MT_MOE_MAX_EXPERTS (2048) experts.
+ * NULL for a dense model. */
 mt_cuda_moe *mt_cuda_moe_create(const mt_config *cfg, size_t N, mt_precision prec, void *dev);
 void mt_cuda_moe_free(mt_cuda_moe *m);
 
@@ -39,8 +41,9 @@ void mt_cuda_moe_begin_step(mt_cuda_moe *m, mt_cuda_ctx *ctx, int train);
 
 /* out (N, C) fp32 = the MoE MLP of xn (N, C, operand type of prec) with
  * layer ld's weights: w_op, the layer's range in the operand type, and
- * w32, the same range in fp32 (the router and the shared gate may read
- * either). Keeps the routing and activations for the backward. */
+ * w32, the same range in fp32 (the router and the shared gate read it:
+ * they are fp32 products in both precisions). Keeps the routing and
+ * activations for the backward. */
 void mt_cuda_moe_forward(mt_cuda_moe *m, mt_cuda_ctx *ctx, const mt_layer_desc *ld,
                          const void *w_op, const float *w32, const void *xn, float *out);
 
