@@ -355,8 +355,10 @@ static int parse_added(mt_tokenizer *tok, const cJSON *list, mt_error *err) {
         const cJSON *a = cJSON_GetArrayItem(list, i);
         const char *content = json_str(a, "content");
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(a, "id");
-        if (!content || !*content || !cJSON_IsNumber(id) || id->valuedouble < 0)
-            return mt_errorf(err, "added_tokens[%d]: needs a non-empty \"content\" and an \"id\"", i);
+        if (!content || !*content || !cJSON_IsNumber(id) || id->valuedouble < 0 ||
+            id->valuedouble >= INT32_MAX)
+            return mt_errorf(err, "added_tokens[%d]: needs a non-empty \"content\" and an \"id\" "
+                             "in [0, 2^31 - 1)", i);
         if (json_true(a, "single_word") || json_true(a, "lstrip") || json_true(a, "rstrip"))
             return unsupported(err, "added_tokens", "single_word, lstrip or rstrip true");
         mt_tok_addedset *s = json_true(a, "normalized") ? &tok->added_norm : &tok->added_raw;
@@ -371,15 +373,24 @@ static int parse_added(mt_tokenizer *tok, const cJSON *list, mt_error *err) {
     return 0;
 }
 
+/* Ids may leave gaps (unused ids), but the id table has one entry per id
+ * up to the largest: an id far beyond the number of tokens would make it
+ * huge for nothing (2.4 GB for an id of 3e8), so it is refused. */
+#define MT_TOK_ID_SLACK 65536
+
 /* id -> spelling, from the vocab and the added tokens (these win). */
-static void build_id_table(mt_tokenizer *tok, const cJSON *vocab) {
-    size_t n = 0;
-    for (const cJSON *v = vocab->child; v; v = v->next)
+static int build_id_table(mt_tokenizer *tok, const cJSON *vocab, mt_error *err) {
+    size_t n = 0, entries = 0;
+    for (const cJSON *v = vocab->child; v; v = v->next, entries++)
         if ((size_t)v->valuedouble + 1 > n) n = (size_t)v->valuedouble + 1;
     const mt_tok_addedset *sets[2] = {&tok->added_raw, &tok->added_norm};
     for (int k = 0; k < 2; k++)
-        for (size_t i = 0; i < sets[k]->n; i++)
+        for (size_t i = 0; i < sets[k]->n; i++, entries++)
             if ((size_t)sets[k]->tok[i].id + 1 > n) n = (size_t)sets[k]->tok[i].id + 1;
+    if (n > 2 * entries + MT_TOK_ID_SLACK)
+        return mt_errorf(err, "token id %zu is far beyond the %zu tokens of model.vocab and "
+                         "added_tokens (ids above %zu are refused); check the file's ids",
+                         n - 1, entries, 2 * entries + MT_TOK_ID_SLACK - 1);
     tok->vocab_size = n;
     const char **str = mt_calloc_or_die(n ? n : 1, sizeof *str);
     for (const cJSON *v = vocab->child; v; v = v->next) str[(size_t)v->valuedouble] = v->string;
@@ -404,6 +415,7 @@ static void build_id_table(mt_tokenizer *tok, const cJSON *vocab) {
     }
     tok->id_off[n] = off;
     free(str);
+    return 0;
 }
 
 /* ---- SentencePiece chunking ---- */
@@ -473,7 +485,7 @@ static int parse_root(mt_tokenizer *tok, const cJSON *root, mt_error *err) {
     if (tok->has_decoder && parse_decoder(tok, cJSON_GetObjectItemCaseSensitive(root, "decoder"), "decoder", err))
         return -1;
     if (parse_added(tok, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), err)) return -1;
-    build_id_table(tok, cJSON_GetObjectItemCaseSensitive(c, "vocab"));
+    if (build_id_table(tok, cJSON_GetObjectItemCaseSensitive(c, "vocab"), err)) return -1;
     tok->bos_id = tok->n_prefix ? tok->prefix_ids[0] : -1;
     tok->eos_id = -1;
     tok->sp_chunks = mt_tok_sp_chunks_exact(tok);

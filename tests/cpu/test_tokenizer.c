@@ -194,6 +194,11 @@ Test(tokenizer, refuses_unsupported_components_naming_them) {
     cr_expect_null(mt_tokenizer_load(write_temp(dir, json), &err));
     cr_expect(strstr(err.msg, "model.merges[0]"), "%s", err.msg);
     cr_expect_null(mt_tokenizer_load("/nonexistent/tokenizer.json", &err));
+    /* found by fuzzing: one id of 3e8 made the id table 2.4 GB */
+    snprintf(json, sizeof json, "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,"
+             "\"ab\":3e8},\"merges\":[\"a b\"]}}");
+    cr_expect_null(mt_tokenizer_load(write_temp(dir, json), &err));
+    cr_expect(strstr(err.msg, "token id 300000000 is far beyond the 3 tokens"), "%s", err.msg);
 
     snprintf(json, sizeof json, "{%s}", model);  // a minimal valid file
     mt_tokenizer *tok = mt_tokenizer_load(write_temp(dir, json), &err);
