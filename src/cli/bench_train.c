@@ -15,8 +15,10 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: megatrain bench train [--preset NAME] [shape options] [options]\n"
             "  --preset P          model shape (default 7b = Llama-2-7B; 1b 3b 8b 13b 20b 34b 70b\n"
-            "                      123b 405b)\n"
+            "                      123b 405b; mixture-of-experts mixtral-8x7b qwen3-30b-a3b\n"
+            "                      qwen3-235b-a22b)\n"
             "  --layers N --hidden N --heads N --kv-heads N --ffn N --vocab N  override\n"
+            "                      (--ffn: the experts' size for a mixture-of-experts shape)\n"
             "  --seq-len T         (default 2048)\n"
             "  --batch-size B      rows per micro-batch (default 8)\n"
             "  --micro-batches M   per optimizer step (default 4)\n"
@@ -136,17 +138,15 @@ int mt_bench_train(int argc, char **argv) {
         return 2;
     }
     mt_config cfg;
-    mt_config_default_tiny(&cfg);
-    cfg.C = over[1] ? over[1] : ps->C;
-    cfg.L = over[0] ? over[0] : ps->L;
-    cfg.NH = over[2] ? over[2] : ps->NH;
-    cfg.NKV = over[3] ? over[3] : (over[2] ? cfg.NH : ps->NKV);
-    cfg.F = over[4] ? over[4] : ps->F;
-    cfg.V = over[5] ? over[5] : ps->V;
-    cfg.HD = cfg.C / cfg.NH;
-    cfg.tie_embeddings = ps->tied;
-    cfg.max_pos = T;
-    cfg.rms_eps = 1e-5f;
+    mt_preset_config(ps, T, &cfg);
+    if (over[1]) cfg.C = over[1];
+    if (over[0]) cfg.L = over[0];
+    if (over[2]) cfg.NH = over[2];
+    if (over[3] || over[2]) cfg.NKV = over[3] ? over[3] : cfg.NH;
+    if (over[4]) cfg.F = over[4];
+    if (over[4] && cfg.moe.E) cfg.moe.FE = over[4]; /* MoE: the experts' size */
+    if (over[5]) cfg.V = over[5];
+    if (over[1] || over[2]) cfg.HD = cfg.C / cfg.NH;
     mt_bench_opts bo = {.cfg = cfg, .M = M, .B = B, .T = T, .steps = steps, .fp32 = fp32,
                         .slots = slots, .keep = keep, .gpu_grads = gpu_grads,
                         .host_ckpt = host_ckpt, .grad_dtype = grad_dtype, .all_gpu = all_gpu,

@@ -26,6 +26,7 @@ static void usage(FILE *f) {
             "usage: megatrain plan (--model DIR | --preset NAME | --hidden N --layers N --heads N\n"
             "                       [--kv-heads N] --ffn N [--vocab N]) [options]\n"
             "  --preset NAME       a published shape: %s\n"
+            "                      (with --layers N: that shape with N decoder layers)\n"
             "  --seq-len T --batch-size B --micro-batches M   (default 2048, 8, 4)\n"
             "  --precision P       bf16 | fp32 (default bf16)\n"
             "  --gpu-mem GB        GPU memory for the run (default: this GPU's free memory, or 139)\n"
@@ -122,6 +123,7 @@ int mt_cmd_plan(int argc, char **argv) {
             return 2;
         }
         mt_preset_config(p, T, &cfg);
+        if (L) cfg.L = L; /* a preset's shape with fewer or more layers */
     } else {
         if (!C || !L || !NH || !F) {
             fprintf(stderr, "megatrain plan: give --model DIR, --preset NAME, or --hidden, "
@@ -144,14 +146,6 @@ int mt_cmd_plan(int argc, char **argv) {
     if (mt_config_validate(&cfg, model ? model : "the shape", &err) ||
         mt_params_init(&t, &cfg, &err)) {
         fprintf(stderr, "megatrain plan: %s\n", err.msg);
-        return 1;
-    }
-    if (mt_config_is_moe(&cfg)) {
-        mt_params_free(&t);
-        fprintf(stderr, "megatrain plan: %s: model_type \"%s\" is a mixture-of-experts model; "
-                "the plan sizes the CUDA backend, which does not run those yet (they train on "
-                "the CPU: megatrain train --device cpu)\n", model ? model : "the shape",
-                cfg.model_type);
         return 1;
     }
 #ifndef MT_HAVE_CUDA

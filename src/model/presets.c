@@ -1,19 +1,26 @@
 /* Shapes from the published config.json files of each model. */
 #include "model/presets.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const mt_preset presets[] = {
-    {"1b", "Llama-3.2-1B", 2048, 16, 32, 8, 8192, 128256, 1},
-    {"3b", "Llama-3.2-3B", 3072, 28, 24, 8, 8192, 128256, 1},
-    {"7b", "Llama-2-7B", 4096, 32, 32, 32, 11008, 32000, 0},
-    {"8b", "Llama-3.1-8B", 4096, 32, 32, 8, 14336, 128256, 0},
-    {"13b", "Llama-2-13B", 5120, 40, 40, 40, 13824, 32000, 0},
-    {"20b", "a 20B Llama-3 shape", 6144, 48, 48, 8, 16384, 128256, 0},
-    {"34b", "CodeLlama-34B", 8192, 48, 64, 8, 22016, 32000, 0},
-    {"70b", "Llama-3.1-70B", 8192, 80, 64, 8, 28672, 128256, 0},
-    {"123b", "Mistral-Large-2 (123B)", 12288, 88, 96, 8, 28672, 32768, 0},
-    {"405b", "Llama-3.1-405B", 16384, 126, 128, 8, 53248, 128256, 0},
+    {"1b", "Llama-3.2-1B", 2048, 16, 32, 8, 8192, 128256, 1, MT_ARCH_LLAMA, 0, 0, 0, 0},
+    {"3b", "Llama-3.2-3B", 3072, 28, 24, 8, 8192, 128256, 1, MT_ARCH_LLAMA, 0, 0, 0, 0},
+    {"7b", "Llama-2-7B", 4096, 32, 32, 32, 11008, 32000, 0, MT_ARCH_LLAMA, 0, 0, 0, 0},
+    {"8b", "Llama-3.1-8B", 4096, 32, 32, 8, 14336, 128256, 0, MT_ARCH_LLAMA, 0, 0, 0, 0},
+    {"13b", "Llama-2-13B", 5120, 40, 40, 40, 13824, 32000, 0, MT_ARCH_LLAMA, 0, 0, 0, 0},
+    {"20b", "a 20B Llama-3 shape", 6144, 48, 48, 8, 16384, 128256, 0, MT_ARCH_LLAMA, 0, 0, 0, 0},
+    {"34b", "CodeLlama-34B", 8192, 48, 64, 8, 22016, 32000, 0, MT_ARCH_LLAMA, 0, 0, 0, 0},
+    {"70b", "Llama-3.1-70B", 8192, 80, 64, 8, 28672, 128256, 0, MT_ARCH_LLAMA, 0, 0, 0, 0},
+    {"123b", "Mistral-Large-2 (123B)", 12288, 88, 96, 8, 28672, 32768, 0, MT_ARCH_LLAMA, 0, 0, 0, 0},
+    {"405b", "Llama-3.1-405B", 16384, 126, 128, 8, 53248, 128256, 0, MT_ARCH_LLAMA, 0, 0, 0, 0},
+    {"mixtral-8x7b", "Mixtral-8x7B", 4096, 32, 32, 8, 14336, 32000, 0, MT_ARCH_MIXTRAL, 0, 8,
+     2, 14336},
+    {"qwen3-30b-a3b", "Qwen3-30B-A3B", 2048, 48, 32, 4, 6144, 151936, 0, MT_ARCH_QWEN3_MOE, 128,
+     128, 8, 768},
+    {"qwen3-235b-a22b", "Qwen3-235B-A22B", 4096, 94, 64, 4, 12288, 151936, 0, MT_ARCH_QWEN3_MOE,
+     128, 128, 8, 1536},
 };
 
 const mt_preset *mt_preset_find(const char *name) {
@@ -22,7 +29,9 @@ const mt_preset *mt_preset_find(const char *name) {
     return NULL;
 }
 
-const char *mt_preset_names(void) { return "1b, 3b, 7b, 8b, 13b, 20b, 34b, 70b, 123b, 405b"; }
+const char *mt_preset_names(void) { return "1b, 3b, 7b, 8b, 13b, 20b, 34b, 70b, 123b, 405b, mixtral-8x7b, qwen3-30b-a3b, "
+           "qwen3-235b-a22b";
+}
 
 void mt_preset_config(const mt_preset *p, int64_t T, mt_config *cfg) {
     mt_config_default_tiny(cfg);
@@ -36,4 +45,14 @@ void mt_preset_config(const mt_preset *p, int64_t T, mt_config *cfg) {
     cfg->tie_embeddings = p->tied;
     cfg->max_pos = T;
     cfg->rms_eps = 1e-5f;
+    if (!p->E) return;
+    cfg->arch = p->arch;
+    snprintf(cfg->model_type, sizeof cfg->model_type, "%s",
+             p->arch == MT_ARCH_MIXTRAL ? "mixtral" : "qwen3_moe");
+    if (p->HD) cfg->HD = p->HD;
+    cfg->qk_norm = p->arch == MT_ARCH_QWEN3_MOE;
+    cfg->rms_eps = 1e-6f;
+    cfg->rope_theta = 1e6;
+    cfg->moe = (mt_moe_config){.E = p->E, .K = p->K, .FE = p->FE, .sparse_step = 1,
+                               .norm_topk = true, .aux_coef = 0.001};
 }

@@ -12,6 +12,10 @@ typedef struct mt_preset {
     const char *what;     /* the published model of that shape */
     int64_t C, L, NH, NKV, F, V;
     int tied;
+    /* mixture-of-experts shapes (0 for dense): arch, head_dim when it is
+     * not C / NH, experts, top-k, expert size */
+    mt_arch arch;
+    int64_t HD, E, K, FE;
 } mt_preset;
 
 /* NULL when the name is unknown. */

@@ -111,22 +111,12 @@ int mt_runner_plan_cuda(mt_plan_request *req, mt_plan *plan, const mt_config *cf
 }
 #endif
 
-/* The CUDA backend has no MoE layers yet: refused before the planner's
- * probe runs anything on the GPU. */
-static int refuse_moe_on_gpu(const mt_config *cfg, int device, mt_error *err) {
-    if (!mt_config_is_moe(cfg)) return 0;
-    return mt_errorf(err, "model_type \"%s\" is a mixture-of-experts model, which the CUDA "
-                     "backend does not run yet; %s", cfg->model_type,
-                     device == 2 ? "use --device cpu" : "run it on the CPU with --device cpu");
-}
-
 int mt_runner_plan_make(mt_runner_plan **out, const mt_config *cfg, const mt_param_table *t,
                         int M, int64_t B, int64_t T, const mt_runner_opts *o, FILE *log,
                         mt_error *err) {
     *out = NULL;
     int gpu = mt_runner_pick_gpu(o->device, err);
     if (gpu < 0) return -1;
-    if (gpu && refuse_moe_on_gpu(cfg, o->device, err)) return -1;
     if (!gpu || !o->train || o->host_checkpoints) return 0;
 #ifdef MT_HAVE_CUDA
     mt_runner_plan *p = mt_calloc_or_die(1, sizeof *p);
@@ -165,7 +155,6 @@ int mt_runner_init(mt_runner *r, const mt_config *cfg, const mt_param_table *t,
     r->T = T;
     int gpu = mt_runner_pick_gpu(o->device, err);
     if (gpu < 0) return -1;
-    if (gpu && refuse_moe_on_gpu(cfg, o->device, err)) return -1;
     if (!gpu) {
         r->be = mt_cpu_backend_create(cfg, t, store, M, B, T, err);
         return r->be ? 0 : -1;

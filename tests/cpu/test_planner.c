@@ -203,4 +203,32 @@ Test(planner, calibration_files_round_trip_and_bad_ones_are_refused) {
     mt_test_rmtree(dir);
     free(dir);
 }
+/* The Qwen3-30B-A3B shape (128 experts, top 8) with 12 of its 48 blocks on
+ * one H200 of a 125 GiB host: the layers are 0.62B parameters each, so a
+ * slot and an accumulator are large, and the model TFLOPS count only the
+ * active parameters (docs/moe.md). */
+Test(planner, twelve_qwen3_30b_a3b_blocks_fit_one_h200_and_125_gib) {
+    mt_error err;
+    mt_config cfg;
+    mt_param_table t;
+    mt_preset_config(mt_preset_find("qwen3-30b-a3b"), 2048, &cfg);
+    cfg.L = 12;
+    cr_assert(mt_config_is_moe(&cfg));
+    cr_assert_eq(mt_config_validate(&cfg, "qwen3-30b-a3b", &err), 0, "%s", err.msg);
+    cr_assert_eq(mt_params_init(&t, &cfg, &err), 0, "%s", err.msg);
+    cr_assert_gt(t.max_layer_numel, (size_t)600000000);
+    mt_plan_request q = {.cfg = &cfg, .t = &t, .M = 4, .B = 8, .T = 2048,
+                         .precision = MT_GPU_BF16, .gpu_budget = 139e9, .host_budget = 125.0 * (1 << 30),
+                         .host_grad_dtype = -1, .keep_layers = -1};
+    mt_rates_default(&q.rates);
+    mt_plan p;
+    cr_assert_eq(mt_plan_make(&q, &p, &err), 0, "%s", err.msg);
+    cr_assert(p.fits, "%s", p.why);
+    cr_assert_leq(p.gpu_bytes, q.gpu_budget);
+    cr_assert_leq(p.host_bytes, q.host_budget);
+    cr_assert_eq(p.n_keep, 0, "MoE blocks keep no activations");
+    mt_plan_free(&p);
+    mt_params_free(&t);
+}
+
 #endif

@@ -29,6 +29,7 @@
 #include "backend/cuda/backend_cuda_internal.h"
 #include "backend/cuda/engine_kernels.h"
 #include "backend/cuda/layers_cuda.h"
+#include "backend/cuda/moe_cuda.h"
 
 /* ---- weights ---- */
 
@@ -123,6 +124,7 @@ static int cu_begin_step(mt_backend *be, const mt_batch *batch, float dscale, in
     CUDA_CHECK(cudaMemcpyAsync(cb->emb_bounds, cb->h_bounds, (size_t)batch->M * (N + 1) * 4,
                                cudaMemcpyHostToDevice, cb->s_comp));
     CUDA_CHECK(cudaMemsetAsync(cb->loss_dev, 0, sizeof(double), cb->s_comp));
+    if (cb->moe) mt_cuda_moe_begin_step(cb->moe, cb->ctx, train);
     if (train && c->tie_embeddings && cb->home[0].grad_host) {
         CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->embed_drained, 0));
         CUDA_CHECK(cudaMemsetAsync(cb->gacc_embed, 0, cb->t->layers[0].numel * sizeof(float),
@@ -207,6 +209,8 @@ static void cu_forward(mt_backend *be, int layer, int mb) {
     acts *k = cb->train ? mt_cuda_kept_unit(cb, layer, mb) : NULL;
     mt_cuda_block_forward(cb, k ? k : &cb->a, layer, mb, ckpt_at(cb, layer, mb),
                           ckpt_at(cb, layer + 1, mb));
+    /* the load-balancing counts: this forward, not the backward's recompute */
+    if (cb->t->layers[layer].n_experts) mt_cuda_moe_count(cb->moe, cb->ctx);
 }
 
 /* The output matrix and its gradient: the head's own, or layer 0's. */
@@ -304,6 +308,9 @@ static void cu_layer_grads_done(mt_backend *be, int layer) {
 static double cu_end_step(mt_backend *be) {
     cuda_backend *cb = (cuda_backend *)be;
     release_bound(cb);
+    /* loss / valid targets = cross-entropy + coef * aux, as on the CPU */
+    if (cb->moe && cb->train)
+        mt_cuda_moe_add_aux_loss(cb->moe, cb->ctx, cb->loss_dev, 1.0 / cb->dscale);
     CUDA_CHECK(cudaMemcpyAsync(cb->h_loss, cb->loss_dev, sizeof(double), cudaMemcpyDeviceToHost,
                                cb->s_comp));
     if (cb->train)

@@ -114,6 +114,8 @@ typedef struct cuda_backend {
     double *loss_dev, *sumsq_dev, *sumsq_scratch;
     double *h_loss, *h_sumsq; /* pinned */
     acts a;
+    struct mt_cuda_moe *moe; /* MoE blocks' MLP (moe_cuda.h), NULL for a dense model */
+    void *moe_dev;      /* its device range */
     acts *kept;         /* (n_keep * max_M) forward activations kept for backward */
     int n_keep;         /* layers kept: the last n_keep decoder blocks */
     size_t keep_unit_bytes;

@@ -10,6 +10,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cuda/backend_cuda_internal.h"
 #include "backend/cuda/engine_kernels.h"
+#include "backend/cuda/moe_cuda.h"
 #include "model/rope.h"
 #include "util/mem.h"
 
@@ -63,10 +64,6 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
         return mt_errorf(err, "no CUDA GPU is visible; use --device cpu"), NULL;
     if (max_M <= 0 || B <= 0 || T <= 0)
         return mt_errorf(err, "micro-batch shape must be positive"), NULL;
-    if (mt_config_is_moe(c))
-        return mt_errorf(err, "model_type \"%s\" is a mixture-of-experts model, which the CUDA "
-                         "backend does not run yet; train it on the CPU with --device cpu",
-                         c->model_type), NULL;
     if (c->HD % 4 || c->C % 4)
         return mt_errorf(err, "the CUDA backend needs hidden_size and head_dim divisible by 4"),
                NULL;
@@ -99,7 +96,8 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
                           ? cb->o.gpu_budget - MT_CUDA_CONTEXT_RESERVE : 0;
         if (ours < avail) avail = ours;
     }
-    if (cb->fast && cb->o.keep_layers != 0) {
+    /* MoE blocks keep no activations: their backward always recomputes. */
+    if (cb->fast && cb->o.keep_layers != 0 && !mt_config_is_moe(c)) {
         /* Keep whole layers (all micro-batches) with what memory is left,
          * less a margin for cuBLAS and the CUDA context when no budget
          * accounts for them. */
@@ -137,6 +135,7 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
     }
     b = (bump){.base = cb->dev_base};
     mt_cuda_plan(cb, &b);
+    cb->moe = mt_cuda_moe_create(c, (size_t)cb->N, cb->prec, cb->moe_dev);
     CUDA_CHECK(cudaStreamCreateWithFlags(&cb->s_h2d, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&cb->s_comp, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&cb->s_d2h, cudaStreamNonBlocking));
@@ -230,6 +229,7 @@ void mt_cuda_backend_free(mt_backend *be) {
          * half way) reports an error we expect: clear it. */
         (void)cudaGetLastError();
     }
+    mt_cuda_moe_free(cb->moe);
     if (cb->ctx) mt_cuda_ctx_free(cb->ctx);
     if (cb->ctx_h2d) mt_cuda_ctx_free(cb->ctx_h2d);
     for (int k = 0; k < cb->o.slots; k++) {

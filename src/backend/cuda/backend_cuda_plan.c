@@ -6,6 +6,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/backend_cuda_internal.h"
 #include "backend/cuda/engine_kernels.h"
+#include "backend/cuda/moe_cuda.h"
 #include "util/mem.h"
 
 
@@ -136,6 +137,8 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
     a->row_loss = TAKE_F(b, N);
     size_t R = (size_t)cb->o.head_chunk < N ? (size_t)cb->o.head_chunk : N;
     a->head_scratch = take(b, mt_cuda_lm_head_scratch_bytes(cb->prec, R, c->V));
+    size_t moe = mt_cuda_moe_bytes(c, N, cb->prec);
+    cb->moe_dev = moe ? take(b, moe) : NULL;
     size_t before = b->used;
     for (int u = 0; u < cb->n_keep * cb->max_M; u++) {
         acts *k = &cb->kept[u];
@@ -238,7 +241,7 @@ size_t mt_cuda_backend_bytes(const mt_config *cfg, const mt_param_table *t, int 
     counting_backend(&cb, cfg, t, max_M, B, T, in);
     bump b = {0};
     mt_cuda_plan(&cb, &b); /* learns whether the fast path (the one that keeps) applies */
-    if (cb.fast && cb.o.keep_layers > 0) { /* as many kept layers as asked, not capped here */
+    if (cb.fast && cb.o.keep_layers > 0 && !mt_config_is_moe(cfg)) { /* as many kept layers as asked, not capped here */
         cb.n_keep = cb.o.keep_layers;
         cb.kept = mt_calloc_or_die((size_t)cb.n_keep * max_M, sizeof *cb.kept);
         b = (bump){0};

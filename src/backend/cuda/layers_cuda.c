@@ -4,6 +4,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/backend_cuda_internal.h"
 #include "backend/cuda/layers_cuda.h"
+#include "backend/cuda/moe_cuda.h"
 #include "backend/cuda/ops_fused.h"
 
 /* ---- positions of packed documents (mt_batch.pos) ---- */
@@ -19,6 +20,29 @@ void mt_cuda_upload_pos(cuda_backend *cb, const mt_batch *batch) {
 /* Positions of micro-batch mb, or NULL: one sequence per row. */
 static const int32_t *block_pos(const cuda_backend *cb, int mb) {
     return cb->has_pos ? cb->pos + (size_t)mb * cb->N : NULL;
+}
+
+/* ---- the MLP of a mixture-of-experts block (moe_cuda.h) ---- */
+
+static int is_moe(const cuda_backend *cb, int layer) { return cb->t->layers[layer].n_experts > 0; }
+
+static const void *layer_op(const cuda_backend *cb, const slot *s) {
+    return cb->prec == MT_PREC_BF16 ? (const void *)s->w16 : (const void *)s->w32;
+}
+
+/* out (N, C) = the MoE MLP of xn2 (operand type). */
+static void moe_forward(cuda_backend *cb, int layer, const void *xn2, float *out) {
+    const slot *s = bound_slot(cb);
+    mt_cuda_moe_forward(cb->moe, cb->ctx, &cb->t->layers[layer], layer_op(cb, s), s->w32, xn2,
+                        out);
+}
+
+/* dxn2 (N, C) = dL/d xn2 from dout = dL/d out; gradients into g_cur. */
+static void moe_backward(cuda_backend *cb, int layer, const void *xn2, const float *dout,
+                         float *dxn2) {
+    const slot *s = bound_slot(cb);
+    mt_cuda_moe_backward(cb->moe, cb->ctx, &cb->t->layers[layer], layer_op(cb, s), s->w32,
+                         cb->g_cur, xn2, dout, dxn2);
 }
 
 /* The bf16 fast path of block_forward (see cuda_backend.fast). */
@@ -48,13 +72,17 @@ static void block_forward_fast(cuda_backend *cb, acts *a, int layer, int mb, con
     mt_cuda_residual_add(ctx, a->xmid, a->xmid, x, N * C);
     mt_cuda_rmsnorm_forward(ctx, a->xn2_op, MT_DT_BF16, a->rstd2, a->xmid,
                             W32(cb, s, layer, MT_T_MLP_NORM), N, C, c->rms_eps);
-    mt_cuda_matmul_forward(ctx, p, a->gate16, MT_DT_BF16, a->xn2_op,
-                           W_op(cb, s, layer, MT_T_WGATE), NULL, N, C, F);
-    mt_cuda_matmul_forward(ctx, p, a->up16, MT_DT_BF16, a->xn2_op, W_op(cb, s, layer, MT_T_WUP),
-                           NULL, N, C, F);
-    mt_cuda_swiglu_forward_bf16(st, a->mlp_op, a->gate16, a->up16, N * F);
-    mt_cuda_matmul_forward(ctx, p, out, MT_DT_F32, a->mlp_op, W_op(cb, s, layer, MT_T_WDOWN),
-                           NULL, N, F, C);
+    if (is_moe(cb, layer)) {
+        moe_forward(cb, layer, a->xn2_op, out);
+    } else {
+        mt_cuda_matmul_forward(ctx, p, a->gate16, MT_DT_BF16, a->xn2_op,
+                               W_op(cb, s, layer, MT_T_WGATE), NULL, N, C, F);
+        mt_cuda_matmul_forward(ctx, p, a->up16, MT_DT_BF16, a->xn2_op,
+                               W_op(cb, s, layer, MT_T_WUP), NULL, N, C, F);
+        mt_cuda_swiglu_forward_bf16(st, a->mlp_op, a->gate16, a->up16, N * F);
+        mt_cuda_matmul_forward(ctx, p, out, MT_DT_F32, a->mlp_op,
+                               W_op(cb, s, layer, MT_T_WDOWN), NULL, N, F, C);
+    }
     mt_cuda_residual_add(ctx, out, out, a->xmid, N * C);
 }
 
@@ -72,14 +100,19 @@ static void block_backward_fast(cuda_backend *cb, const acts *f, int layer, int 
     mt_precision p = MT_PREC_BF16;
     mt_error err;
     const int32_t *pos = block_pos(cb, mb);
-    to_op(cb, a->dx_op, dx, N * C);
-    mt_cuda_matmul_backward(ctx, p, a->dmlp32, false, G(cb, g, layer, MT_T_WDOWN), a->dx_op,
-                            f->mlp_op, W_op(cb, s, layer, MT_T_WDOWN), N, F, C);
-    mt_cuda_swiglu_backward_bf16(st, a->dgate_op, a->dup_op, a->dmlp32, f->gate16, f->up16, N * F);
-    mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WGATE), a->dgate_op,
-                            f->xn2_op, W_op(cb, s, layer, MT_T_WGATE), N, C, F);
-    mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WUP), a->dup_op,
-                            f->xn2_op, W_op(cb, s, layer, MT_T_WUP), N, C, F);
+    if (is_moe(cb, layer)) {
+        moe_backward(cb, layer, f->xn2_op, dx, a->dxn32);
+    } else {
+        to_op(cb, a->dx_op, dx, N * C);
+        mt_cuda_matmul_backward(ctx, p, a->dmlp32, false, G(cb, g, layer, MT_T_WDOWN),
+                                a->dx_op, f->mlp_op, W_op(cb, s, layer, MT_T_WDOWN), N, F, C);
+        mt_cuda_swiglu_backward_bf16(st, a->dgate_op, a->dup_op, a->dmlp32, f->gate16, f->up16,
+                                     N * F);
+        mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WGATE),
+                                a->dgate_op, f->xn2_op, W_op(cb, s, layer, MT_T_WGATE), N, C, F);
+        mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WUP), a->dup_op,
+                                f->xn2_op, W_op(cb, s, layer, MT_T_WUP), N, C, F);
+    }
     mt_cuda_rmsnorm_backward(ctx, dx, G(cb, g, layer, MT_T_MLP_NORM), a->colsum, a->dxn32,
                              f->xmid, W32(cb, s, layer, MT_T_MLP_NORM), f->rstd2, N, C);
     to_op(cb, a->dx_op, dx, N * C);
@@ -158,13 +191,17 @@ static void block_forward_general(cuda_backend *cb, int layer, int mb, const flo
     mt_cuda_residual_add(ctx, a->xmid, a->xmid, x, N * C);
     mt_cuda_rmsnorm_forward(ctx, a->xn2_op, op_dt(cb), a->rstd2, a->xmid,
                             W32(cb, s, layer, MT_T_MLP_NORM), N, C, c->rms_eps);
-    mt_cuda_matmul_forward(ctx, p, a->gate32, MT_DT_F32, a->xn2_op,
-                           W_op(cb, s, layer, MT_T_WGATE), NULL, N, C, F);
-    mt_cuda_matmul_forward(ctx, p, a->up32, MT_DT_F32, a->xn2_op, W_op(cb, s, layer, MT_T_WUP),
-                           NULL, N, C, F);
-    mt_cuda_swiglu_forward(ctx, a->mlp_op, op_dt(cb), a->gate32, a->up32, N, F);
-    mt_cuda_matmul_forward(ctx, p, out, MT_DT_F32, a->mlp_op, W_op(cb, s, layer, MT_T_WDOWN),
-                           NULL, N, F, C);
+    if (is_moe(cb, layer)) {
+        moe_forward(cb, layer, a->xn2_op, out);
+    } else {
+        mt_cuda_matmul_forward(ctx, p, a->gate32, MT_DT_F32, a->xn2_op,
+                               W_op(cb, s, layer, MT_T_WGATE), NULL, N, C, F);
+        mt_cuda_matmul_forward(ctx, p, a->up32, MT_DT_F32, a->xn2_op,
+                               W_op(cb, s, layer, MT_T_WUP), NULL, N, C, F);
+        mt_cuda_swiglu_forward(ctx, a->mlp_op, op_dt(cb), a->gate32, a->up32, N, F);
+        mt_cuda_matmul_forward(ctx, p, out, MT_DT_F32, a->mlp_op,
+                               W_op(cb, s, layer, MT_T_WDOWN), NULL, N, F, C);
+    }
     mt_cuda_residual_add(ctx, out, out, a->xmid, N * C);
 }
 
@@ -180,17 +217,21 @@ static void block_backward_general(cuda_backend *cb, int layer, int mb, const fl
     const int32_t *pos = block_pos(cb, mb);
     void *dx_op = p == MT_PREC_BF16 ? a->dx_op : dx;
 
-    /* MLP: out = xmid + down(silu(gate) * up) */
-    to_op(cb, dx_op, dx, N * C);
-    mt_cuda_matmul_backward(ctx, p, a->dmlp32, false, G(cb, g, layer, MT_T_WDOWN), dx_op,
-                            a->mlp_op, W_op(cb, s, layer, MT_T_WDOWN), N, F, C);
-    mt_cuda_swiglu_backward(ctx, a->dgate32, a->dup32, a->dmlp32, a->gate32, a->up32, N, F);
-    to_op(cb, a->dgate_op, a->dgate32, N * F);
-    to_op(cb, a->dup_op, a->dup32, N * F);
-    mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WGATE), a->dgate_op,
-                            a->xn2_op, W_op(cb, s, layer, MT_T_WGATE), N, C, F);
-    mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WUP), a->dup_op,
-                            a->xn2_op, W_op(cb, s, layer, MT_T_WUP), N, C, F);
+    /* MLP: out = xmid + down(silu(gate) * up), or + the MoE MLP */
+    if (is_moe(cb, layer)) {
+        moe_backward(cb, layer, a->xn2_op, dx, a->dxn32);
+    } else {
+        to_op(cb, dx_op, dx, N * C);
+        mt_cuda_matmul_backward(ctx, p, a->dmlp32, false, G(cb, g, layer, MT_T_WDOWN), dx_op,
+                                a->mlp_op, W_op(cb, s, layer, MT_T_WDOWN), N, F, C);
+        mt_cuda_swiglu_backward(ctx, a->dgate32, a->dup32, a->dmlp32, a->gate32, a->up32, N, F);
+        to_op(cb, a->dgate_op, a->dgate32, N * F);
+        to_op(cb, a->dup_op, a->dup32, N * F);
+        mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WGATE),
+                                a->dgate_op, a->xn2_op, W_op(cb, s, layer, MT_T_WGATE), N, C, F);
+        mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WUP), a->dup_op,
+                                a->xn2_op, W_op(cb, s, layer, MT_T_WUP), N, C, F);
+    }
     mt_cuda_rmsnorm_backward(ctx, dx, G(cb, g, layer, MT_T_MLP_NORM), a->colsum, a->dxn32,
                              a->xmid, W32(cb, s, layer, MT_T_MLP_NORM), a->rstd2, N, C);
 

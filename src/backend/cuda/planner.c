@@ -35,11 +35,15 @@ static layer_costs costs(const mt_plan_request *q) {
     if (probed_for(r, c, (int64_t)tok, q->T))
         return (layer_costs){r->layer_fwd_s, r->layer_bwd_s, r->layer_bwd_kept_s,
                              r->head_s * (double)c->V / (double)r->probe_V, r->embed_s};
-    double Q = (double)c->NH * c->HD, KV = (double)c->NKV * c->HD;
-    double Pm = (double)c->C * (Q + 2 * KV) + Q * c->C + 3.0 * c->C * c->F;
+    double Q = (double)c->NH * c->HD;
+    /* parameters one token works with in an average block: the dense
+     * block's, or for MoE the attention, router and its top-k experts */
+    double outside = (double)c->V * c->C * (c->tie_embeddings ? 1 : 2) + c->C;
+    double Pm = ((double)mt_config_active_params(c) - outside) / (double)c->L;
+    double Fa = mt_config_is_moe(c) ? (double)c->moe.K * c->moe.FE + c->moe.FS : (double)c->F;
     double G = r->gemm_tflops * 1e12, H = r->hbm_gbs * 1e9;
     double attn = 2.0 * q->T * Q * tok; /* causal: half of 4 * T * Q per token */
-    double ew = tok * (24.0 * c->C + 12.0 * c->F + 16.0 * Q);
+    double ew = tok * (24.0 * c->C + 12.0 * Fa + 16.0 * Q);
     layer_costs k;
     k.f = 2 * Pm * tok / G + attn / (r->attn_fwd_tflops * 1e12) + ew / H;
     k.b_kept = 4 * Pm * tok / G + 2.5 * attn / (r->attn_bwd_tflops * 1e12) + 2 * ew / H;
@@ -270,7 +274,8 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
     }
     /* the rest of the GPU buys speed: checkpoints home (no PCIe traffic),
      * kept layers (no recompute), by the model's gain per byte */
-    int keep_ok = q->precision == MT_GPU_BF16 && q->keep_layers != 0;
+    int keep_ok = q->precision == MT_GPU_BF16 && q->keep_layers != 0 &&
+                  !mt_config_is_moe(q->cfg); /* MoE blocks always recompute */
     for (;;) {
         mt_step_prediction base = mt_plan_predict(q, p->homes, bf16, p->n_keep);
         double best_gain = 0;
@@ -380,7 +385,7 @@ void mt_plan_print(const mt_plan *p, const mt_plan_request *q, FILE *f) {
             p->pinned_bytes / 1e9, (p->store_bytes + p->pinned_bytes) / (double)q->t->n_params);
     const mt_step_prediction *s = &p->pred;
     double tok = (double)q->M * q->B * q->T;
-    double flops = 6.0 * (double)q->t->n_params * tok + 12.0 * q->cfg->L * q->cfg->C * q->T * tok;
+    double flops = mt_config_train_flops_per_token(q->cfg, q->T) * tok;
     fprintf(f, "predicted step %.3f s (forward %.3f, head+backward %.3f; compute %.3f, H2D busy "
             "%.3f, D2H busy %.3f, CPU AdamW %.3f overlapped) = %.0f model TFLOPS [rates: %s]\n",
             s->step, s->fwd, s->bwd, s->compute, s->h2d_busy, s->d2h_busy, s->opt,
