@@ -147,7 +147,9 @@ Test(moe_engine, training_follows_the_cpu_and_repeats_exactly, .timeout = 180) {
         {0, MT_GPU_FP32, cpu}, {1, MT_GPU_FP32, g32}, {1, MT_GPU_BF16, g16}, {1, MT_GPU_BF16, g16b},
     };
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
-        mt_host_store_init_random(&s, 11, 0.05f);
+        mt_host_store_init_random(&s, 11, 0.05f); /* the weights; the moments start at 0 */
+        memset(s.m, 0, t.total * sizeof(float));
+        memset(s.v, 0, t.total * sizeof(float));
         mt_test_train(&cfg, &t, &s, 128, runs[i].gpu, runs[i].p, 0, NULL, 0, S, runs[i].out);
     }
     for (int k = 0; k < S; k++) {
