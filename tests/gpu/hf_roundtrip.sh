@@ -2,7 +2,7 @@
 # A model trained and saved by megatrain on the GPU loads in Hugging Face
 # transformers with from_pretrained and gives the same logits as megatrain.
 # Run by `make test-gpu` on the GPU machine (python3 with torch and
-# transformers there). Prints "N passed, N failed".
+# transformers there). Prints "N passed, N failed". Dense and qwen3_moe models, bf16 and fp32.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bin=${BUILD:-build}/megatrain
@@ -19,20 +19,39 @@ with open(sys.argv[1], "w") as f:
     for i in range(200):
         f.write(json.dumps({"text": " ".join(random.choice(words) for _ in range(40))}) + "\n")
 PY
-$bin init --tokenizer tests/fixtures/tokenizer/tiny_bytelevel.json --out "$tmp/init" \
+# ROUNDTRIP_DATA: a JSONL file to train on (default: the generated one
+# above), e.g. the brown.jsonl corpus.
+data=${ROUNDTRIP_DATA:-$tmp/data.jsonl}
+$bin init --tokenizer tests/fixtures/tokenizer/tiny_bytelevel.json --out "$tmp/init-dense" \
     --hidden 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --max-pos 128 >/dev/null
+# a qwen3_moe: q/k norm, 8 experts of which each token takes 2
+$bin init --tokenizer tests/fixtures/tokenizer/tiny_bytelevel.json --out "$tmp/init-moe" \
+    --model-type qwen3_moe --hidden 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 \
+    --experts 8 --experts-per-tok 2 --expert-ffn 128 --max-pos 128 >/dev/null
+for kind in dense moe; do
 for prec in bf16 fp32; do
+    dir=$tmp/run-$kind-$prec
     run() {
-        $bin train --model "$tmp/init" --data "$tmp/data.jsonl" --out "$tmp/run-$prec" \
+        $bin train --model "$tmp/init-$kind" --data "$data" --out "$dir" \
             --device cuda --precision $prec --seq-len 64 --batch-size 4 --micro-batches 2 \
-            --steps 10 --lr 1e-3 --warmup-steps 2 --save-dtype fp32 --log-every 5 &&
-        $bin eval --model "$tmp/run-$prec/model" --data "$tmp/data.jsonl" --device cuda \
+            --steps 30 --lr 1e-3 --warmup-steps 2 --save-dtype fp32 --log-every 5 >/dev/null &&
+        $bin eval --model "$dir/model" --data "$data" --device cuda \
             --precision fp32 --seq-len 64 --batch-size 2 --max-batches 1 \
-            --dump-logits "$tmp/ours-$prec.safetensors"
+            --dump-logits "$tmp/ours-$kind-$prec.safetensors" >/dev/null
     }
     check run
+    lowered() {
+        python3 - "$dir/metrics.jsonl" "$kind $prec" <<'PY'
+import json, sys
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "loss" in r]  # training rows
+first, last = rows[0]["loss"], rows[-1]["loss"]
+print(f"{sys.argv[2]}: loss {first:.4f} at step {rows[0]['step']} -> {last:.4f} at step {rows[-1]['step']}")
+sys.exit(0 if last < first else 1)
+PY
+    }
+    check lowered
     compare() {
-        python3 - "$tmp/run-$prec/model" "$tmp/ours-$prec.safetensors" <<'PY'
+        python3 - "$dir/model" "$tmp/ours-$kind-$prec.safetensors" "$kind $prec" <<'PY'
 import sys, torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
@@ -44,13 +63,15 @@ ids = ours["input_ids"].long().cuda()[None]
 with torch.no_grad():
     ref = model(ids).logits[0].float().cpu()
 err = ((ours["logits"] - ref).norm() / ref.norm()).item()
-# fp32 on both sides (TF32 off): only summation order differs, ~1e-6;
-# 1e-4 leaves margin and fails on any layout or naming mistake.
-print(f"from_pretrained logits vs megatrain: rel err {err:.2e}")
-sys.exit(0 if err < 1e-4 else 1)
+# fp32 on both sides (TF32 off): only summation order differs, ~1e-6 (the
+# routing of the MoE model is the same on both sides unless two experts
+# tie within that); 1e-5 fails on any layout or naming mistake.
+print(f"{sys.argv[3]}: from_pretrained logits vs megatrain: rel err {err:.2e}")
+sys.exit(0 if err < 1e-5 else 1)
 PY
     }
     check compare
+done
 done
 echo "hf_roundtrip: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -4,7 +4,8 @@
  * without the router's auxiliary loss, one micro-batch and two; and
  * against the CPU reference over training steps on a shape that takes the
  * bf16 fast path (flash attention, tensor-core expert products), run twice
- * for determinism. */
+ * for determinism (random batches: the loss need not fall in 8 steps;
+ * tests/gpu/hf_roundtrip.sh trains on text and checks that it does). */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>
@@ -163,7 +164,6 @@ Test(moe_engine, training_follows_the_cpu_and_repeats_exactly, .timeout = 180) {
                      g16[k], g16b[k]);
         cr_log_info("step %d: cpu %.7f fp32 %.7f bf16 %.7f", k, cpu[k], g32[k], g16[k]);
     }
-    cr_assert_lt(cpu[S - 1], cpu[0], "training lowers the loss");
     mt_host_store_free(&s);
     mt_params_free(&t);
 }
