@@ -190,7 +190,7 @@ template <typename T> static void mt_moe_plain_run(int op, const mt_moe_args &a,
 
 static bool mt_moe_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-void mt_moe_gemm_run(int op, mt_precision prec, const mt_moe_args &a, int stages,
+void mt_moe_gemm_run(int op, mt_precision prec, const mt_moe_args &a, int bk, int stages,
                      cudaStream_t stream) {
     /* Nothing to write. An empty reduction (forward with IC = 0, dinp with
      * OC = 0) still writes its zeros, through the plain kernel. */
@@ -200,7 +200,7 @@ void mt_moe_gemm_run(int op, mt_precision prec, const mt_moe_args &a, int stages
                       mt_moe_aligned16(a.a) && mt_moe_aligned16(a.b) &&
                       mt_moe_aligned16(a.out) &&
                       (op == MT_MOE_DW ? a.out_stride % 4 == 0 : a.w_stride % 8 == 0);
-    if (fast) mt_moe_mma_run(op, a, stages, stream);
+    if (fast) mt_moe_mma_run(op, a, bk, stages, stream);
     else if (prec == MT_PREC_BF16) mt_moe_plain_run<__nv_bfloat16>(op, a, stream);
     else mt_moe_plain_run<float>(op, a, stream);
 }
@@ -247,7 +247,7 @@ extern "C" void mt_cuda_moe_gemm_forward(mt_cuda_ctx *ctx, mt_precision prec, vo
     MT_ASSERT(prec == MT_PREC_BF16 || y_dt == MT_DT_F32);
     mt_moe_args a = mt_moe_args_make(x, w, y, w_stride, 0, start, E, R, IC, OC, scratch);
     a.out_bf16 = y_dt == MT_DT_BF16;
-    mt_moe_gemm_run(MT_MOE_FWD, prec, a, 0, ctx->stream);
+    mt_moe_gemm_run(MT_MOE_FWD, prec, a, 0, 0, ctx->stream);
 }
 
 extern "C" void mt_cuda_moe_gemm_dinp(mt_cuda_ctx *ctx, mt_precision prec, float *dx,
@@ -256,7 +256,7 @@ extern "C" void mt_cuda_moe_gemm_dinp(mt_cuda_ctx *ctx, mt_precision prec, float
                                       size_t IC, size_t OC, void *scratch) {
     mt_moe_args a = mt_moe_args_make(dy, w, dx, w_stride, 0, start, E, R, IC, OC, scratch);
     a.accumulate = accumulate;
-    mt_moe_gemm_run(MT_MOE_DINP, prec, a, 0, ctx->stream);
+    mt_moe_gemm_run(MT_MOE_DINP, prec, a, 0, 0, ctx->stream);
 }
 
 extern "C" void mt_cuda_moe_gemm_dw(mt_cuda_ctx *ctx, mt_precision prec, float *dw,
@@ -264,5 +264,5 @@ extern "C" void mt_cuda_moe_gemm_dw(mt_cuda_ctx *ctx, mt_precision prec, float *
                                     const int32_t *start, int E, size_t R, size_t IC, size_t OC,
                                     void *scratch) {
     mt_moe_args a = mt_moe_args_make(dy, x, dw, 0, dw_stride, start, E, R, IC, OC, scratch);
-    mt_moe_gemm_run(MT_MOE_DW, prec, a, 0, ctx->stream);
+    mt_moe_gemm_run(MT_MOE_DW, prec, a, 0, 0, ctx->stream);
 }

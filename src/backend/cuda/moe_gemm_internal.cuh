@@ -70,15 +70,18 @@ void mt_moe_tile_offsets(const mt_moe_args &a, int bm, cudaStream_t stream);
 
 /* The tensor-core kernel (moe_gemm_mma.cu): bf16 operands, every pointer
  * 16-byte aligned, IC, OC and w_stride multiples of 8, out_stride of 4.
- * stages: cp.async pipeline depth (0: the deepest of at most 4 that fits
- * the device's shared memory; else 2..5, clamped to what fits). */
+ * bk: its k step, 32 or 64; stages: its cp.async pipeline depth, 2..5;
+ * 0 for either lets it choose (mt_moe_mma_pick), and what the device's
+ * shared memory cannot hold is lowered. */
 bool mt_moe_mma_shape_ok(size_t IC, size_t OC);
-void mt_moe_mma_run(int op, const mt_moe_args &a, int stages, cudaStream_t stream);
+void mt_moe_mma_run(int op, const mt_moe_args &a, int bk, int stages, cudaStream_t stream);
+/* The k step and depth mt_moe_mma_run takes for op on the current device. */
+void mt_moe_mma_pick(int op, int *bk, int *stages);
 
 /* The product through the tensor cores when prec, shapes and alignment
- * allow it, else through the plain kernels (moe_gemm.cu); stages as for
- * mt_moe_mma_run. What the API calls, and what the benchmark times. */
-void mt_moe_gemm_run(int op, mt_precision prec, const mt_moe_args &a, int stages,
+ * allow it, else through the plain kernels (moe_gemm.cu); bk and stages as
+ * for mt_moe_mma_run. What the API calls, and what the benchmark times. */
+void mt_moe_gemm_run(int op, mt_precision prec, const mt_moe_args &a, int bk, int stages,
                      cudaStream_t stream);
 
 #endif

@@ -3,8 +3,9 @@
  *
  * One kernel for the three products. A block of 8 warps computes 128 x 256
  * output tiles (warps 2 x 4, 64 x 64 outputs each) with mma.sync m16n8k16
- * (bf16 in, fp32 accumulate), stepping k by 32 through a ring of `stages`
- * shared-memory buffers filled by cp.async. The operands sit in shared
+ * (bf16 in, fp32 accumulate), stepping k by BK (64, or 32 on GPUs with
+ * less shared memory) through a ring of `stages` shared-memory buffers
+ * filled by cp.async (pick() below). The operands sit in shared
  * memory as they sit in global memory, rows padded by 16 bytes so that the
  * 8 addresses of each ldmatrix fall in distinct banks:
  *   forward  A = x [m][k],  B = W [n][k]   ldmatrix
@@ -28,16 +29,17 @@ typedef __nv_bfloat16 bf16;
 
 namespace {
 
-constexpr int BM = 128, BN = 256, BK = 32; // output tile and k step
-constexpr int NT = 256;                     // threads: 8 warps, 2 along M x 4 along N
-constexpr int GM = 8;                       // row tiles per group of the tile order
-constexpr int PAD = 8;                      // 16 bytes of padding per shared-memory row
-constexpr int SK = BK + PAD;                // pitch of a tile stored [m or n][k]
+constexpr int BM = 128, BN = 256; // output tile
+constexpr int NT = 256;           // threads: 8 warps, 2 along M x 4 along N
+constexpr int GM = 8;             // row tiles per group of the tile order
+constexpr int PAD = 8;            // 16 bytes of padding per shared-memory row
 constexpr int MAX_STAGES = 5;
 
-template <int OP> struct Cfg {
+/* The buffers of product OP for k steps of BK (32 or 64). */
+template <int OP, int BK> struct Cfg {
     static constexpr bool A_K = OP != MT_MOE_DW;  // A stored [m][k], else [k][m]
     static constexpr bool B_K = OP == MT_MOE_FWD; // B stored [n][k], else [k][n]
+    static constexpr int SK = BK + PAD;           // pitch of an operand stored [m or n][k]
     static constexpr int A_ELEMS = A_K ? BM * SK : BK * (BM + PAD);
     static constexpr int B_ELEMS = B_K ? BN * SK : BK * (BN + PAD);
     static constexpr int STAGE = A_ELEMS + B_ELEMS; // bf16 elements per buffer
@@ -91,25 +93,26 @@ __device__ __forceinline__ void mma(float c[4], const unsigned a[4], unsigned b0
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* ROWS x BK operand stored [row][k] (pitch SK) from g (row pitch ld): each
- * thread copies ROWS/64 chunks of 8 k. Rows >= rl or k >= kl read as 0
- * (kl is a multiple of 8 here: a chunk is all in or all out). */
-template <int ROWS>
+/* ROWS x BK operand stored [row][k] (pitch BK + PAD) from g (row pitch
+ * ld), in chunks of 8 k. Rows >= rl or k >= kl read as 0 (kl is a
+ * multiple of 8 here: a chunk is all in or all out). */
+template <int ROWS, int BK>
 __device__ __forceinline__ void load_rows(bf16 *s, const bf16 *g, int ld, int rl, int k0,
                                           int kl) {
-    const int kc = (threadIdx.x & 3) * 8, r0 = threadIdx.x >> 2;
+    constexpr int CPR = BK / 8, RPP = NT / CPR; // chunks per row, rows per pass
+    const int kc = (threadIdx.x % CPR) * 8, r0 = threadIdx.x / CPR;
     const bool k_ok = k0 + kc < kl;
 #pragma unroll
-    for (int i = 0; i < ROWS / 64; i++) {
-        const int r = r0 + i * 64;
+    for (int i = 0; i < ROWS / RPP; i++) {
+        const int r = r0 + i * RPP;
         const bool ok = k_ok && r < rl;
-        cp16(s + r * SK + kc, ok ? g + (int64_t)r * ld + k0 + kc : g, ok);
+        cp16(s + r * (BK + PAD) + kc, ok ? g + (int64_t)r * ld + k0 + kc : g, ok);
     }
 }
 
 /* BK x COLS operand stored [k][col] (pitch COLS + PAD) from g (k pitch
  * ld). k >= kl or columns >= cl (a multiple of 8) read as 0. */
-template <int COLS>
+template <int COLS, int BK>
 __device__ __forceinline__ void load_kmajor(bf16 *s, const bf16 *g, int ld, int k0, int kl,
                                             int cl) {
     constexpr int CPR = COLS / 8, RPP = NT / CPR; // chunks per k row, k rows per pass
@@ -124,19 +127,19 @@ __device__ __forceinline__ void load_kmajor(bf16 *s, const bf16 *g, int ld, int 
 }
 
 /* Starts the copy of k-step ks of tile t into buffer s. */
-template <int OP>
+template <int OP, int BK>
 __device__ __forceinline__ void load_step(bf16 *s, const Tile &t, int ks, const mt_moe_args &a) {
     const int k0 = ks * BK;
-    bf16 *sb = s + Cfg<OP>::A_ELEMS;
+    bf16 *sb = s + Cfg<OP, BK>::A_ELEMS;
     if (OP == MT_MOE_FWD) {
-        load_rows<BM>(s, t.a, a.IC, t.m_lim, k0, t.k_lim);
-        load_rows<BN>(sb, t.b, a.IC, t.n_lim, k0, t.k_lim);
+        load_rows<BM, BK>(s, t.a, a.IC, t.m_lim, k0, t.k_lim);
+        load_rows<BN, BK>(sb, t.b, a.IC, t.n_lim, k0, t.k_lim);
     } else if (OP == MT_MOE_DINP) {
-        load_rows<BM>(s, t.a, a.OC, t.m_lim, k0, t.k_lim);
-        load_kmajor<BN>(sb, t.b, a.IC, k0, t.k_lim, t.n_lim);
+        load_rows<BM, BK>(s, t.a, a.OC, t.m_lim, k0, t.k_lim);
+        load_kmajor<BN, BK>(sb, t.b, a.IC, k0, t.k_lim, t.n_lim);
     } else {
-        load_kmajor<BM>(s, t.a, a.OC, k0, t.k_lim, t.m_lim);
-        load_kmajor<BN>(sb, t.b, a.IC, k0, t.k_lim, t.n_lim);
+        load_kmajor<BM, BK>(s, t.a, a.OC, k0, t.k_lim, t.m_lim);
+        load_kmajor<BN, BK>(sb, t.b, a.IC, k0, t.k_lim, t.n_lim);
     }
 }
 
@@ -145,15 +148,16 @@ __device__ __forceinline__ void load_step(bf16 *s, const Tile &t, int ks, const 
  * ldmatrix.x4 matrices, for A: (m0-7, k0-7), (m8-15, k0-7), (m0-7, k8-15),
  * (m8-15, k8-15); for B: (k0-7, n0-7), (k8-15, n0-7), (k0-7, n8-15),
  * (k8-15, n8-15); .trans reads the same ones from [k][m or n] rows. */
-template <int OP>
+template <int OP, int BK>
 __device__ __forceinline__ void load_frags(unsigned af[4][4], unsigned bf[4][4], const bf16 *s,
                                            int kk, int wm, int wn, int lane) {
-    const bf16 *sa = s, *sb = s + Cfg<OP>::A_ELEMS;
+    using CF = Cfg<OP, BK>;
+    const bf16 *sa = s, *sb = s + CF::A_ELEMS;
 #pragma unroll
     for (int mi = 0; mi < 4; mi++) {
         const int m0 = wm * 64 + mi * 16;
-        if (Cfg<OP>::A_K)
-            ldsm(af[mi], sa + (m0 + (lane & 15)) * SK + kk + (lane >> 4) * 8);
+        if (CF::A_K)
+            ldsm(af[mi], sa + (m0 + (lane & 15)) * CF::SK + kk + (lane >> 4) * 8);
         else
             ldsm_t(af[mi], sa + (kk + (lane & 7) + (lane >> 4) * 8) * (BM + PAD) + m0 +
                                ((lane >> 3) & 1) * 8);
@@ -161,8 +165,8 @@ __device__ __forceinline__ void load_frags(unsigned af[4][4], unsigned bf[4][4],
 #pragma unroll
     for (int nj = 0; nj < 4; nj++) {
         const int n0 = wn * 64 + nj * 16;
-        if (Cfg<OP>::B_K)
-            ldsm(bf[nj], sb + (n0 + (lane & 7) + ((lane >> 4) << 3)) * SK + kk +
+        if (CF::B_K)
+            ldsm(bf[nj], sb + (n0 + (lane & 7) + ((lane >> 4) << 3)) * CF::SK + kk +
                              ((lane >> 3) & 1) * 8);
         else
             ldsm_t(bf[nj], sb + (kk + (lane & 7) + ((lane >> 3) & 1) * 8) * (BN + PAD) + n0 +
@@ -173,15 +177,16 @@ __device__ __forceinline__ void load_frags(unsigned af[4][4], unsigned bf[4][4],
 /* acc += the warp's 64 x 64 part of buffer s's A (BM x BK) times B (BK x
  * BN); the fragments of the next 16-deep slice load while the products of
  * the current one run. */
-template <int OP>
+template <int OP, int BK>
 __device__ __forceinline__ void mma_step(float acc[4][8][4], const bf16 *s, int wm, int wn,
                                          int lane) {
     unsigned af[2][4][4], bf[2][4][4];
-    load_frags<OP>(af[0], bf[0], s, 0, wm, wn, lane);
+    load_frags<OP, BK>(af[0], bf[0], s, 0, wm, wn, lane);
 #pragma unroll
     for (int kk = 0; kk < BK / 16; kk++) {
         const int cur = kk & 1;
-        if (kk + 1 < BK / 16) load_frags<OP>(af[cur ^ 1], bf[cur ^ 1], s, (kk + 1) * 16, wm, wn, lane);
+        if (kk + 1 < BK / 16)
+            load_frags<OP, BK>(af[cur ^ 1], bf[cur ^ 1], s, (kk + 1) * 16, wm, wn, lane);
 #pragma unroll
         for (int mi = 0; mi < 4; mi++)
 #pragma unroll
@@ -196,7 +201,7 @@ __device__ __forceinline__ void mma_step(float acc[4][8][4], const bf16 *s, int 
  * moves *t past the tiles of experts with no rows (by whole strides of
  * gridDim.x, so the walk stays this block's). ncol: column tiles; tpe: dw's
  * tiles per expert. */
-template <int OP>
+template <int OP, int BK>
 __device__ __forceinline__ bool get_tile(const mt_moe_args &a, int *t, int ntiles, int ncol,
                                          int tpe, Tile &T) {
     if (OP != MT_MOE_DW) {
@@ -274,9 +279,10 @@ __device__ __forceinline__ void store_tile(const mt_moe_args &a, const Tile &T,
         }
 }
 
-template <int OP>
+template <int OP, int BK>
 __global__ void __launch_bounds__(NT, 1)
     mt_moe_mma_kernel(const mt_moe_args a, int stages, int ncol, int tpe) {
+    using CF = Cfg<OP, BK>;
     extern __shared__ __align__(16) unsigned char mt_moe_smem[];
     bf16 *smem = (bf16 *)mt_moe_smem;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp >> 2, wn = warp & 3;
@@ -285,16 +291,16 @@ __global__ void __launch_bounds__(NT, 1)
     // The loader: tile lt, its k-step lk, the buffer it fills next.
     Tile L;
     int lt = blockIdx.x, lk = 0, lbuf = 0;
-    bool lvalid = get_tile<OP>(a, &lt, ntiles, ncol, tpe, L);
+    bool lvalid = get_tile<OP, BK>(a, &lt, ntiles, ncol, tpe, L);
     const int first = lt;
     auto load_next = [&]() {
-        if (lvalid) load_step<OP>(smem + lbuf * Cfg<OP>::STAGE, L, lk, a);
+        if (lvalid) load_step<OP, BK>(smem + lbuf * CF::STAGE, L, lk, a);
         cp_commit(); // an empty group past the end keeps the count in step
         lbuf = lbuf + 1 == stages ? 0 : lbuf + 1;
         if (lvalid && ++lk == L.k_steps) {
             lk = 0;
             lt += gridDim.x;
-            lvalid = get_tile<OP>(a, &lt, ntiles, ncol, tpe, L);
+            lvalid = get_tile<OP, BK>(a, &lt, ntiles, ncol, tpe, L);
         }
     };
     for (int s = 0; s < stages - 1; s++) load_next();
@@ -302,7 +308,7 @@ __global__ void __launch_bounds__(NT, 1)
     // The products walk the same tiles, stages-1 k-steps behind the loader.
     int cbuf = 0;
     Tile C;
-    for (int ct = first; get_tile<OP>(a, &ct, ntiles, ncol, tpe, C); ct += gridDim.x) {
+    for (int ct = first; get_tile<OP, BK>(a, &ct, ntiles, ncol, tpe, C); ct += gridDim.x) {
         float acc[4][8][4];
 #pragma unroll
         for (int i = 0; i < 4; i++)
@@ -314,7 +320,7 @@ __global__ void __launch_bounds__(NT, 1)
             cp_wait(stages - 2); // this thread's copies of step ks are done,
             __syncthreads();     // everyone's too, and the buffer of step ks-1 is free
             load_next();
-            mma_step<OP>(acc, smem + cbuf * Cfg<OP>::STAGE, wm, wn, lane);
+            mma_step<OP, BK>(acc, smem + cbuf * CF::STAGE, wm, wn, lane);
             cbuf = cbuf + 1 == stages ? 0 : cbuf + 1;
         }
         store_tile<OP>(a, C, acc, wm, wn, lane);
@@ -322,14 +328,10 @@ __global__ void __launch_bounds__(NT, 1)
     cp_wait(0);
 }
 
-template <int OP>
-void launch(const mt_moe_args &a, int stages, int sms, int smem_optin, cudaStream_t st) {
-    const size_t stage_bytes = (size_t)Cfg<OP>::STAGE * sizeof(bf16);
-    int s = stages > 0 ? stages : 4;
-    s = min(min(s, MAX_STAGES), (int)(smem_optin / stage_bytes));
-    MT_ASSERT(s >= 2); /* every GPU with bf16 mma.sync has room for 2 x 30 KB */
-    const size_t smem = (size_t)s * stage_bytes;
-    auto kern = mt_moe_mma_kernel<OP>;
+template <int OP, int BK>
+void launch(const mt_moe_args &a, int stages, int sms, cudaStream_t st) {
+    const size_t smem = (size_t)stages * Cfg<OP, BK>::STAGE * sizeof(bf16);
+    auto kern = mt_moe_mma_kernel<OP, BK>;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int64_t tiles; // an upper bound of the tiles: a grid of more blocks than SMs is useless
     int ncol = 0, tpe = 0;
@@ -344,8 +346,32 @@ void launch(const mt_moe_args &a, int stages, int sms, int smem_optin, cudaStrea
     MT_ASSERT(tiles + sms < INT32_MAX); /* tile numbers, one stride past the last, are int */
     const int grid = (int)(tiles < sms ? tiles : sms);
     if (grid == 0) return;
-    kern<<<grid, NT, smem, st>>>(a, s, ncol, tpe);
+    kern<<<grid, NT, smem, st>>>(a, stages, ncol, tpe);
     CUDA_LAUNCH_CHECK();
+}
+
+template <int OP> size_t stage_bytes(int bk) {
+    return (size_t)(bk == 64 ? Cfg<OP, 64>::STAGE : Cfg<OP, 32>::STAGE) * sizeof(bf16);
+}
+
+/* The k step and pipeline depth of product OP: the asked ones (0: choose)
+ * within what the device's shared memory holds. The choice: k steps of 64
+ * when 3 buffers of them fit (A100: 3, H100: 4 of ~54 KB), else of 32
+ * (GPUs of ~100 KB: 3 of ~30 KB); at most 4 buffers. */
+template <int OP> void pick(int *bk, int *stages, int smem_optin) {
+    const size_t optin = (size_t)smem_optin;
+    if (*bk != 32 && *bk != 64) *bk = 3 * stage_bytes<OP>(64) <= optin ? 64 : 32;
+    if (*bk == 64 && 2 * stage_bytes<OP>(64) > optin) *bk = 32;
+    const int fit = (int)(optin / stage_bytes<OP>(*bk));
+    *stages = min(min(*stages > 0 ? *stages : 4, MAX_STAGES), fit);
+    MT_ASSERT(*stages >= 2); /* every GPU with bf16 mma.sync holds 2 x 30 KB */
+}
+
+void device_limits(int *sms, int *smem_optin) {
+    int dev;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
 }
 
 } // namespace
@@ -354,12 +380,26 @@ bool mt_moe_mma_shape_ok(size_t IC, size_t OC) {
     return IC > 0 && OC > 0 && IC % 8 == 0 && OC % 8 == 0;
 }
 
-void mt_moe_mma_run(int op, const mt_moe_args &a, int stages, cudaStream_t stream) {
-    int dev, sms, optin;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    if (op == MT_MOE_FWD) launch<MT_MOE_FWD>(a, stages, sms, optin, stream);
-    else if (op == MT_MOE_DINP) launch<MT_MOE_DINP>(a, stages, sms, optin, stream);
-    else launch<MT_MOE_DW>(a, stages, sms, optin, stream);
+void mt_moe_mma_pick(int op, int *bk, int *stages) {
+    int sms, optin;
+    device_limits(&sms, &optin);
+    if (op == MT_MOE_FWD) pick<MT_MOE_FWD>(bk, stages, optin);
+    else if (op == MT_MOE_DINP) pick<MT_MOE_DINP>(bk, stages, optin);
+    else pick<MT_MOE_DW>(bk, stages, optin);
+}
+
+void mt_moe_mma_run(int op, const mt_moe_args &a, int bk, int stages, cudaStream_t stream) {
+    int sms, optin;
+    device_limits(&sms, &optin);
+    mt_moe_mma_pick(op, &bk, &stages);
+    if (op == MT_MOE_FWD) {
+        if (bk == 64) launch<MT_MOE_FWD, 64>(a, stages, sms, stream);
+        else launch<MT_MOE_FWD, 32>(a, stages, sms, stream);
+    } else if (op == MT_MOE_DINP) {
+        if (bk == 64) launch<MT_MOE_DINP, 64>(a, stages, sms, stream);
+        else launch<MT_MOE_DINP, 32>(a, stages, sms, stream);
+    } else {
+        if (bk == 64) launch<MT_MOE_DW, 64>(a, stages, sms, stream);
+        else launch<MT_MOE_DW, 32>(a, stages, sms, stream);
+    }
 }
