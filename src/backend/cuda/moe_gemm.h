@@ -56,9 +56,10 @@ void mt_cuda_moe_gemm_dw(mt_cuda_ctx *ctx, mt_precision prec, float *dw, size_t 
 
 /* Benchmark (a program, never a test: `megatrain bench moe-gemm`): prints
  * TFLOP/s of the three bf16 products on the expert shapes of Qwen3-30B-A3B
- * and Mixtral-8x7B next to cuBLAS called once per expert. stages: the
- * tensor-core kernel's pipeline depth, 2..5, or 0 for its own choice. */
-int mt_cuda_moe_gemm_bench(FILE *f, int stages, mt_error *err);
+ * and Mixtral-8x7B next to cuBLAS called once per expert. bk (32 or 64)
+ * and stages (2..5): the tensor-core kernel's k step and pipeline depth,
+ * 0 for its own choice. */
+int mt_cuda_moe_gemm_bench(FILE *f, int bk, int stages, mt_error *err);
 
 #ifdef __cplusplus
 }
