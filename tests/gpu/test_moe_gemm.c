@@ -308,5 +308,6 @@ Test(moe_gemm, no_rows_writes_nothing) {
 }
 
 Test(moe_gemm, scratch_holds_the_tile_offsets) {
-    for (int E = 0; E < 2000; E += 37) cr_assert_geq(mt_cuda_moe_gemm_scratch_bytes(E), ((size_t)E + 1) * 4);
+    for (int E = 0; E < 2000; E += 37)
+        cr_assert_geq(mt_cuda_moe_gemm_scratch_bytes(E), ((size_t)E + 1) * 4);
 }

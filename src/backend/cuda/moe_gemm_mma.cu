@@ -18,7 +18,9 @@
  * thread allow no second one) walks tiles blockIdx.x, + gridDim.x, ... The
  * loads run stages-1 k-steps ahead of the products across tile boundaries,
  * so the next tile's first operands arrive while a tile's results are
- * stored. Tile order: forward and dinp take groups of 8 row tiles (which
+ * stored. One barrier per k-step, placed before the step's last 16-deep
+ * slice of products, as in CUTLASS's multistage main loop: the tensor
+ * cores still have work queued while the warps meet. Tile order: forward and dinp take groups of 8 row tiles (which
  * may span experts) across all column tiles, so that the tiles running at
  * once share their operands in L2; dw takes (expert, output tile), experts
  * with no rows skipped. Every output is one thread's fp32 sum in a fixed
@@ -174,27 +176,17 @@ __device__ __forceinline__ void load_frags(unsigned af[4][4], unsigned bf[4][4],
     }
 }
 
-/* acc += the warp's 64 x 64 part of buffer s's A (BM x BK) times B (BK x
- * BN); the fragments of the next 16-deep slice load while the products of
- * the current one run. */
-template <int OP, int BK>
-__device__ __forceinline__ void mma_step(float acc[4][8][4], const bf16 *s, int wm, int wn,
-                                         int lane) {
-    unsigned af[2][4][4], bf[2][4][4];
-    load_frags<OP, BK>(af[0], bf[0], s, 0, wm, wn, lane);
+/* acc += the warp's 64 x 64 part of A (BM x 16) times B (16 x BN), from
+ * the fragments of one 16-deep slice. */
+__device__ __forceinline__ void mma_slice(float acc[4][8][4], const unsigned af[4][4],
+                                          const unsigned bf[4][4]) {
 #pragma unroll
-    for (int kk = 0; kk < BK / 16; kk++) {
-        const int cur = kk & 1;
-        if (kk + 1 < BK / 16)
-            load_frags<OP, BK>(af[cur ^ 1], bf[cur ^ 1], s, (kk + 1) * 16, wm, wn, lane);
+    for (int mi = 0; mi < 4; mi++)
 #pragma unroll
-        for (int mi = 0; mi < 4; mi++)
-#pragma unroll
-            for (int nj = 0; nj < 4; nj++) {
-                mma(acc[mi][2 * nj], af[cur][mi], bf[cur][nj][0], bf[cur][nj][1]);
-                mma(acc[mi][2 * nj + 1], af[cur][mi], bf[cur][nj][2], bf[cur][nj][3]);
-            }
-    }
+        for (int nj = 0; nj < 4; nj++) {
+            mma(acc[mi][2 * nj], af[mi], bf[nj][0], bf[nj][1]);
+            mma(acc[mi][2 * nj + 1], af[mi], bf[nj][2], bf[nj][3]);
+        }
 }
 
 /* Tile number *t of this block's walk, or false past the last one. dw
@@ -306,6 +298,18 @@ __global__ void __launch_bounds__(NT, 1)
     for (int s = 0; s < stages - 1; s++) load_next();
 
     // The products walk the same tiles, stages-1 k-steps behind the loader.
+    // Fragments are double-buffered in registers: slice kk+1 loads while
+    // slice kk multiplies, and the last slice of a step multiplies after
+    // the barrier that makes the next step's buffer readable, with the next
+    // step's first slice loading meanwhile (the barrier's wait overlaps the
+    // products already issued). Step ks's loads (at its first slice) refill
+    // the buffer of step ks-1, whose last reads came before that barrier of
+    // step ks-1; so every buffer read and write is fenced by a barrier.
+    constexpr int KK = BK / 16; // slices per step, even: slice 0 is always in fragment set 0
+    cp_wait(stages - 2);
+    __syncthreads();
+    unsigned af[2][4][4], bf[2][4][4];
+    load_frags<OP, BK>(af[0], bf[0], smem, 0, wm, wn, lane);
     int cbuf = 0;
     Tile C;
     for (int ct = first; get_tile<OP, BK>(a, &ct, ntiles, ncol, tpe, C); ct += gridDim.x) {
@@ -317,11 +321,23 @@ __global__ void __launch_bounds__(NT, 1)
 #pragma unroll
                 for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
         for (int ks = 0; ks < C.k_steps; ks++) {
-            cp_wait(stages - 2); // this thread's copies of step ks are done,
-            __syncthreads();     // everyone's too, and the buffer of step ks-1 is free
-            load_next();
-            mma_step<OP, BK>(acc, smem + cbuf * CF::STAGE, wm, wn, lane);
-            cbuf = cbuf + 1 == stages ? 0 : cbuf + 1;
+            const int nbuf = cbuf + 1 == stages ? 0 : cbuf + 1;
+            const bf16 *cur = smem + cbuf * CF::STAGE, *nxt = smem + nbuf * CF::STAGE;
+#pragma unroll
+            for (int kk = 0; kk < KK; kk++) {
+                const int r = kk & 1;
+                if (kk + 1 < KK)
+                    load_frags<OP, BK>(af[r ^ 1], bf[r ^ 1], cur, (kk + 1) * 16, wm, wn, lane);
+                else
+                    load_frags<OP, BK>(af[r ^ 1], bf[r ^ 1], nxt, 0, wm, wn, lane);
+                if (kk == 0) load_next();
+                mma_slice(acc, af[r], bf[r]);
+                if (kk == KK - 2) {
+                    cp_wait(stages - 2); // this thread's copies of step ks+1 are done,
+                    __syncthreads();     // everyone's too, and step ks's buffer is read out
+                }
+            }
+            cbuf = nbuf;
         }
         store_tile<OP>(a, C, acc, wm, wn, lane);
     }
