@@ -14,16 +14,25 @@
 #include "io/file.h"
 #include "optim/adamw.h"
 
+#ifdef MT_HAVE_CUDA
+#include "backend/cuda/moe_gemm.h"
+#endif
+
 static void bench_usage(FILE *f) {
     fprintf(f,
             "usage: megatrain bench adamw [--params N] [--threads T]\n"
             "       megatrain bench train [--help]\n"
             "       megatrain bench tokenizer --tokenizer PATH --data FILE.jsonl\n"
+            "       megatrain bench moe-gemm [--bk 32|64] [--stages S]\n"
             "  tokenizer encoding speed on one core over the \"text\" of each line\n"
             "  train     training steps of a synthetic model on the GPU\n"
             "  adamw     fused CPU AdamW update: Gparam/s and GB/s\n"
+            "  moe-gemm  grouped expert products on the GPU (Qwen3-30B-A3B, Mixtral-8x7B\n"
+            "            expert shapes) against cuBLAS per expert: TFLOP/s\n"
             "  --params  parameters to update (default 268435456)\n"
-            "  --threads threads (default: all cores)\n");
+            "  --threads threads (default: all cores)\n"
+            "  --bk, --stages  moe-gemm: k step and pipeline depth (2..5) of the\n"
+            "            tensor-core kernel (default: its own choice)\n");
 }
 
 /* Encoding speed on one core: every line's "text" (or the whole line when
@@ -88,6 +97,34 @@ static int bench_tokenizer(int argc, char **argv) {
     return 0;
 }
 
+/* The grouped expert products against cuBLAS (backend/cuda/moe_gemm.h). */
+static int bench_moe_gemm(int argc, char **argv) {
+    long long bk = 0, stages = 0;
+    for (int i = 1; i < argc; i++) {
+        int bad = 0;
+        if (!strcmp(argv[i], "--stages") && i + 1 < argc) stages = mt_arg_ll(argv[++i], &bad);
+        else if (!strcmp(argv[i], "--bk") && i + 1 < argc) bk = mt_arg_ll(argv[++i], &bad);
+        else bad = 1;
+        if (bad || !(stages == 0 || (stages >= 2 && stages <= 5)) ||
+            !(bk == 0 || bk == 32 || bk == 64)) {
+            fprintf(stderr, "megatrain bench moe-gemm: '%s': the options are --bk 32|64 and "
+                    "--stages 2..5\n", argv[i]);
+            return 2;
+        }
+    }
+#ifndef MT_HAVE_CUDA
+    fprintf(stderr, "megatrain bench moe-gemm: this build has no CUDA support\n");
+    return 1;
+#else
+    mt_error err;
+    if (mt_cuda_moe_gemm_bench(stdout, (int)bk, (int)stages, &err)) {
+        fprintf(stderr, "megatrain bench moe-gemm: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+#endif
+}
+
 int mt_cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         bench_usage(argc < 2 ? stderr : stdout);
@@ -96,6 +133,7 @@ int mt_cmd_bench(int argc, char **argv) {
     const char *what = argv[1];
     if (!strcmp(what, "train")) return mt_bench_train(argc - 1, argv + 1);
     if (!strcmp(what, "tokenizer")) return bench_tokenizer(argc - 1, argv + 1);
+    if (!strcmp(what, "moe-gemm")) return bench_moe_gemm(argc - 1, argv + 1);
     long long params = 1ll << 28;
     int threads = 0;
     static const struct option opts[] = {

@@ -1,143 +1,268 @@
-/* Grouped expert products (moe_gemm.h), in their plainest form: one thread
- * per output element, summing in a fixed order in fp32. Correct for every
- * shape and deterministic, but far from the speed of a tiled tensor-core
- * kernel; it lets the MoE module (moe_cuda.h) run and be tested. */
-#include <cuda_bf16.h>
+/* Grouped expert products (contract: moe_gemm.h; the problem in one
+ * shape: moe_gemm_internal.cuh): the API, the choice of path, the tile
+ * offsets, and the plain kernels.
+ *
+ * The plain kernels take what the tensor-core kernel (moe_gemm_mma.cu)
+ * cannot: fp32 precision (fp32 FMA, no TF32), and bf16 operands of sizes
+ * that are not multiples of 8 or pointers that are not 16-byte aligned
+ * (bf16 read, fp32 FMA). A block computes a 64 x 64 output tile, each
+ * thread 4 x 4 of it, stepping k by 16 through shared memory; every output
+ * is one thread's fp32 sum in k order, so a run repeats to the bit. */
+#include <limits.h>
 
-#include "backend/cuda/cuda_common.h"
-#include "backend/cuda/moe_gemm.h"
+#include "backend/cuda/moe_gemm_internal.cuh"
 
-#define GEMM_THREADS 256
+#define MT_MOE_SBM 64 /* plain kernel tile: rows (M), columns (N), k step */
+#define MT_MOE_SBN 64
+#define MT_MOE_SBK 16
 
-__device__ __forceinline__ float ld(const float *p, size_t i) { return p[i]; }
-__device__ __forceinline__ float ld(const __nv_bfloat16 *p, size_t i) {
-    return __bfloat162float(p[i]);
-}
-__device__ __forceinline__ void st(float *p, size_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void st(__nv_bfloat16 *p, size_t i, float v) {
-    p[i] = __float2bfloat16_rn(v);
-}
+/* ---- tile offsets ---- */
 
-/* The expert owning grouped row r (start[e] <= r < start[e+1]), or -1 for
- * a row past start[E]. */
-__device__ int expert_of(const int32_t *start, int E, size_t r) {
-    if ((int64_t)r >= start[E]) return -1;
-    int lo = 0, hi = E - 1; /* the last e with start[e] <= r */
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (start[mid] <= (int64_t)r) lo = mid;
-        else hi = mid - 1;
+/* tile_off[e] = sum over experts i < e of ceil(rows_i / bm); tile_off[E]
+ * = the total. One block: an inclusive scan per warp, then over warps,
+ * blockDim.x experts at a time. Integers: the same bits every run. */
+__global__ void mt_moe_tile_offsets_kernel(const int32_t *start, int E, int R, int bm,
+                                           int32_t *tile_off) {
+    __shared__ int warp_total[32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int run = 0; // tiles of the experts of earlier passes (the same in every thread)
+    for (int base = 0; base < E; base += blockDim.x) {
+        const int i = base + threadIdx.x;
+        int n = 0;
+        if (i < E) {
+            int b, e;
+            mt_moe_segment(start, i, R, &b, &e);
+            n = (e - b) / bm + ((e - b) % bm != 0);
+        }
+        int incl = n;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const int v = __shfl_up_sync(0xffffffffu, incl, d);
+            if (lane >= d) incl += v;
+        }
+        if (lane == 31) warp_total[w] = incl;
+        __syncthreads();
+        int before = 0, pass = 0;
+        for (int j = 0; j < nw; j++) {
+            const int t = warp_total[j];
+            if (j < w) before += t;
+            pass += t;
+        }
+        if (i < E) tile_off[i] = run + before + incl - n;
+        run += pass;
+        __syncthreads(); // warp_total is rewritten by the next pass
     }
-    return lo;
+    if (threadIdx.x == 0) tile_off[E] = run;
 }
 
-static unsigned grid_for(size_t n) {
-    size_t b = MT_CEIL_DIV(n, (size_t)GEMM_THREADS);
-    if (b > 65535 * 16) b = 65535 * 16;
-    return (unsigned)(b ? b : 1);
+void mt_moe_tile_offsets(const mt_moe_args &a, int bm, cudaStream_t stream) {
+    mt_moe_tile_offsets_kernel<<<1, 256, 0, stream>>>(a.start, a.E, a.R, bm, a.tile_off);
+    CUDA_LAUNCH_CHECK();
 }
 
-/* y[r][o] = sum_i x[r][i] W_e[o][i] */
-template <typename T, typename Y>
-__global__ void fwd_kernel(Y *y, const T *x, const T *w, size_t w_stride, const int32_t *start,
-                           int E, size_t R, size_t IC, size_t OC) {
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < R * OC; t += stride) {
-        size_t r = t / OC, o = t % OC;
-        int e = expert_of(start, E, r);
-        if (e < 0) continue;
-        const T *we = w + (size_t)e * w_stride + o * IC;
-        float s = 0.0f;
-        for (size_t i = 0; i < IC; i++) s += ld(x, r * IC + i) * ld(we, i);
-        st(y, t, s);
-    }
-}
+/* ---- plain kernels ---- */
 
-/* dx[r][i] (=|+=) sum_o dy[r][o] W_e[o][i] */
-template <typename T>
-__global__ void dinp_kernel(float *dx, bool acc, const T *dy, const T *w, size_t w_stride,
-                            const int32_t *start, int E, size_t R, size_t IC, size_t OC) {
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < R * IC; t += stride) {
-        size_t r = t / IC, i = t % IC;
-        int e = expert_of(start, E, r);
-        if (e < 0) continue;
-        const T *we = w + (size_t)e * w_stride + i;
-        float s = 0.0f;
-        for (size_t o = 0; o < OC; o++) s += ld(dy, r * OC + o) * ld(we, o * IC);
-        dx[t] = acc ? dx[t] + s : s;
-    }
-}
+__device__ __forceinline__ float mt_moe_ld(const float *p) { return *p; }
+__device__ __forceinline__ float mt_moe_ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
 
-/* dW_e[o][i] += sum over e's rows r of dy[r][o] x[r][i], rows in order */
-template <typename T>
-__global__ void dw_kernel(float *dw, size_t dw_stride, const T *dy, const T *x,
-                          const int32_t *start, int E, size_t IC, size_t OC) {
-    size_t stride = (size_t)gridDim.x * blockDim.x, n = (size_t)E * OC * IC;
-    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += stride) {
-        size_t e = t / (OC * IC), o = (t / IC) % OC, i = t % IC;
-        int r0 = start[e], r1 = start[e + 1];
-        if (r0 == r1) continue;
-        float s = 0.0f;
-        for (int r = r0; r < r1; r++) s += ld(dy, (size_t)r * OC + o) * ld(x, (size_t)r * IC + i);
-        dw[e * dw_stride + o * IC + i] += s;
-    }
-}
-
-extern "C" size_t mt_cuda_moe_gemm_scratch_bytes(int E) { return 0; }
-
-extern "C" void mt_cuda_moe_gemm_forward(mt_cuda_ctx *ctx, mt_precision prec, void *y, mt_dt y_dt,
-                                         const void *x, const void *w, size_t w_stride,
-                                         const int32_t *start, int E, size_t R, size_t IC,
-                                         size_t OC, void *scratch) {
-    if (!R || !OC) return;
-    cudaStream_t s = ctx->stream;
-    unsigned g = grid_for(R * OC);
-    if (prec == MT_PREC_BF16) {
-        const __nv_bfloat16 *xb = (const __nv_bfloat16 *)x, *wb = (const __nv_bfloat16 *)w;
-        if (y_dt == MT_DT_BF16)
-            fwd_kernel<<<g, GEMM_THREADS, 0, s>>>((__nv_bfloat16 *)y, xb, wb, w_stride, start, E,
-                                                  R, IC, OC);
-        else
-            fwd_kernel<<<g, GEMM_THREADS, 0, s>>>((float *)y, xb, wb, w_stride, start, E, R, IC,
-                                                  OC);
+/* T: the operand type (float or bf16). forward and dinp: blockIdx.x is a
+ * row tile (those past tile_off[E] exit), blockIdx.y a column tile. dw:
+ * blockIdx.x an output tile, blockIdx.y the expert. */
+template <typename T, int OP>
+__global__ void __launch_bounds__(256) mt_moe_plain_kernel(const mt_moe_args a) {
+    __shared__ float sA[MT_MOE_SBK][MT_MOE_SBM + 1]; // A(m, k) at sA[k][m]
+    __shared__ float sB[MT_MOE_SBK][MT_MOE_SBN + 1]; // B(k, n) at sB[k][n]
+    const T *ga, *gb; // A(0, 0) and B(0, 0) of the tile
+    int64_t out0;     // C(0, 0) of the tile, elements from a.out
+    int m_lim, n_lim, K, ldo;
+    if (OP != MT_MOE_DW) {
+        const int t = blockIdx.x;
+        if (t >= __ldg(a.tile_off + a.E)) return;
+        const int e = mt_moe_find_expert(a.tile_off, a.E, t);
+        int r0, r1;
+        mt_moe_segment(a.start, e, a.R, &r0, &r1);
+        const int row0 = r0 + (t - __ldg(a.tile_off + e)) * MT_MOE_SBM;
+        const int n0 = blockIdx.y * MT_MOE_SBN;
+        const int N = OP == MT_MOE_FWD ? a.OC : a.IC;
+        K = OP == MT_MOE_FWD ? a.IC : a.OC;
+        ga = (const T *)a.a + (int64_t)row0 * K;
+        const T *we = (const T *)a.b + (size_t)e * a.w_stride;
+        gb = OP == MT_MOE_FWD ? we + (int64_t)n0 * a.IC : we + n0;
+        out0 = (int64_t)row0 * N + n0;
+        m_lim = r1 - row0;
+        n_lim = N - n0;
+        ldo = N;
     } else {
-        MT_ASSERT(y_dt == MT_DT_F32);
-        fwd_kernel<<<g, GEMM_THREADS, 0, s>>>((float *)y, (const float *)x, (const float *)w,
-                                              w_stride, start, E, R, IC, OC);
+        const int e = blockIdx.y;
+        int r0, r1;
+        mt_moe_segment(a.start, e, a.R, &r0, &r1);
+        if (r1 == r0) return; // an expert with no rows keeps its gradient
+        const int ntn = (a.IC + MT_MOE_SBN - 1) / MT_MOE_SBN;
+        const int m0 = (blockIdx.x / ntn) * MT_MOE_SBM, n0 = (blockIdx.x % ntn) * MT_MOE_SBN;
+        K = r1 - r0;
+        ga = (const T *)a.a + (int64_t)r0 * a.OC + m0;
+        gb = (const T *)a.b + (int64_t)r0 * a.IC + n0;
+        out0 = (int64_t)e * a.out_stride + (int64_t)m0 * a.IC + n0;
+        m_lim = a.OC - m0;
+        n_lim = a.IC - n0;
+        ldo = a.IC;
+    }
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    float acc[4][4] = {};
+    for (int k0 = 0; k0 < K; k0 += MT_MOE_SBK) {
+        // Consecutive threads read consecutive addresses of the operand's
+        // contiguous dimension; outside the problem reads as 0.
+        for (int i = threadIdx.x; i < MT_MOE_SBM * MT_MOE_SBK; i += 256) {
+            int m, k;
+            float v = 0.f;
+            if (OP != MT_MOE_DW) { // A(m, k) = ga[m * K + k]
+                m = i / MT_MOE_SBK, k = i % MT_MOE_SBK;
+                if (m < m_lim && k0 + k < K) v = mt_moe_ld(ga + (int64_t)m * K + k0 + k);
+            } else { // A(m, k) = ga[k * OC + m]
+                m = i % MT_MOE_SBM, k = i / MT_MOE_SBM;
+                if (m < m_lim && k0 + k < K) v = mt_moe_ld(ga + (int64_t)(k0 + k) * a.OC + m);
+            }
+            sA[k][m] = v;
+        }
+        for (int i = threadIdx.x; i < MT_MOE_SBN * MT_MOE_SBK; i += 256) {
+            int n, k;
+            float v = 0.f;
+            if (OP == MT_MOE_FWD) { // B(k, n) = gb[n * IC + k]
+                n = i / MT_MOE_SBK, k = i % MT_MOE_SBK;
+                if (n < n_lim && k0 + k < K) v = mt_moe_ld(gb + (int64_t)n * a.IC + k0 + k);
+            } else { // B(k, n) = gb[k * IC + n]
+                n = i % MT_MOE_SBN, k = i / MT_MOE_SBN;
+                if (n < n_lim && k0 + k < K) v = mt_moe_ld(gb + (int64_t)(k0 + k) * a.IC + n);
+            }
+            sB[k][n] = v;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < MT_MOE_SBK; k++) {
+            float av[4], bv[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) av[i] = sA[k][ty + 16 * i];
+#pragma unroll
+            for (int j = 0; j < 4; j++) bv[j] = sB[k][tx + 16 * j];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+    const bool add = OP == MT_MOE_DW || (OP == MT_MOE_DINP && a.accumulate);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int m = ty + 16 * i;
+        if (m >= m_lim) continue;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int n = tx + 16 * j;
+            if (n >= n_lim) continue;
+            const int64_t o = out0 + (int64_t)m * ldo + n;
+            if (OP == MT_MOE_FWD && a.out_bf16) {
+                ((__nv_bfloat16 *)a.out)[o] = __float2bfloat16_rn(acc[i][j]);
+            } else {
+                float *p = (float *)a.out + o;
+                *p = add ? *p + acc[i][j] : acc[i][j];
+            }
+        }
+    }
+}
+
+template <typename T> static void mt_moe_plain_run(int op, const mt_moe_args &a, cudaStream_t st) {
+    if (op == MT_MOE_DW) {
+        MT_ASSERT(a.E <= 65535); /* the grid's y extent */
+        dim3 grid(MT_CEIL_DIV(a.OC, MT_MOE_SBM) * MT_CEIL_DIV(a.IC, MT_MOE_SBN), a.E);
+        mt_moe_plain_kernel<T, MT_MOE_DW><<<grid, 256, 0, st>>>(a);
+    } else {
+        mt_moe_tile_offsets(a, MT_MOE_SBM, st);
+        const int N = op == MT_MOE_FWD ? a.OC : a.IC;
+        dim3 grid(MT_CEIL_DIV(a.R, MT_MOE_SBM) + a.E, MT_CEIL_DIV(N, MT_MOE_SBN));
+        if (op == MT_MOE_FWD) mt_moe_plain_kernel<T, MT_MOE_FWD><<<grid, 256, 0, st>>>(a);
+        else mt_moe_plain_kernel<T, MT_MOE_DINP><<<grid, 256, 0, st>>>(a);
     }
     CUDA_LAUNCH_CHECK();
+}
+
+/* ---- the API ---- */
+
+static bool mt_moe_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+void mt_moe_gemm_run(int op, mt_precision prec, const mt_moe_args &a, int bk, int stages,
+                     cudaStream_t stream) {
+    /* Nothing to write. An empty reduction (forward with IC = 0, dinp with
+     * OC = 0) still writes its zeros, through the plain kernel. */
+    const int N = op == MT_MOE_FWD ? a.OC : a.IC;
+    if (a.E == 0 || a.R == 0 || N == 0 || (op == MT_MOE_DW && a.OC == 0)) return;
+    const bool fast = prec == MT_PREC_BF16 && mt_moe_mma_shape_ok(a.IC, a.OC) &&
+                      mt_moe_aligned16(a.a) && mt_moe_aligned16(a.b) &&
+                      mt_moe_aligned16(a.out) &&
+                      (op == MT_MOE_DW ? a.out_stride % 4 == 0 : a.w_stride % 8 == 0);
+    if (fast) mt_moe_mma_run(op, a, bk, stages, stream);
+    else if (prec == MT_PREC_BF16) mt_moe_plain_run<__nv_bfloat16>(op, a, stream);
+    else mt_moe_plain_run<float>(op, a, stream);
+}
+
+/* The arguments, checked: sizes fit the kernels' int arithmetic (start is
+ * int32, so R does too). */
+static mt_moe_args mt_moe_args_make(const void *a, const void *b, void *out, size_t w_stride,
+                                    size_t out_stride, const int32_t *start, int E, size_t R,
+                                    size_t IC, size_t OC, void *scratch) {
+    MT_ASSERT(E >= 0 && R <= INT32_MAX && IC <= INT32_MAX && OC <= INT32_MAX);
+    /* row tiles of 64 plus one partial per expert, and output tiles */
+    MT_ASSERT(R / 64 + (size_t)E + 1 < INT32_MAX / 2);
+    MT_ASSERT(E == 0 || start != NULL);
+    mt_moe_args m;
+    m.a = a;
+    m.b = b;
+    m.out = out;
+    m.w_stride = w_stride;
+    m.out_stride = out_stride;
+    m.start = start;
+    m.tile_off = (int32_t *)scratch;
+    m.E = E;
+    m.R = (int)R;
+    m.IC = (int)IC;
+    m.OC = (int)OC;
+    m.accumulate = 0;
+    m.out_bf16 = 0;
+    return m;
+}
+
+extern "C" size_t mt_cuda_moe_gemm_scratch_bytes(int E) {
+    MT_ASSERT(E >= 0);
+    return (((size_t)E + 1) * sizeof(int32_t) + 255) & ~(size_t)255;
+}
+
+extern "C" bool mt_cuda_moe_gemm_tensor_cores(mt_precision prec, size_t IC, size_t OC) {
+    return prec == MT_PREC_BF16 && mt_moe_mma_shape_ok(IC, OC);
+}
+
+extern "C" void mt_cuda_moe_gemm_forward(mt_cuda_ctx *ctx, mt_precision prec, void *y,
+                                         mt_dt y_dt, const void *x, const void *w,
+                                         size_t w_stride, const int32_t *start, int E, size_t R,
+                                         size_t IC, size_t OC, void *scratch) {
+    MT_ASSERT(prec == MT_PREC_BF16 || y_dt == MT_DT_F32);
+    mt_moe_args a = mt_moe_args_make(x, w, y, w_stride, 0, start, E, R, IC, OC, scratch);
+    a.out_bf16 = y_dt == MT_DT_BF16;
+    mt_moe_gemm_run(MT_MOE_FWD, prec, a, 0, 0, ctx->stream);
 }
 
 extern "C" void mt_cuda_moe_gemm_dinp(mt_cuda_ctx *ctx, mt_precision prec, float *dx,
                                       bool accumulate, const void *dy, const void *w,
                                       size_t w_stride, const int32_t *start, int E, size_t R,
                                       size_t IC, size_t OC, void *scratch) {
-    if (!R || !IC) return;
-    unsigned g = grid_for(R * IC);
-    if (prec == MT_PREC_BF16)
-        dinp_kernel<<<g, GEMM_THREADS, 0, ctx->stream>>>(
-            dx, accumulate, (const __nv_bfloat16 *)dy, (const __nv_bfloat16 *)w, w_stride, start,
-            E, R, IC, OC);
-    else
-        dinp_kernel<<<g, GEMM_THREADS, 0, ctx->stream>>>(dx, accumulate, (const float *)dy,
-                                                         (const float *)w, w_stride, start, E, R,
-                                                         IC, OC);
-    CUDA_LAUNCH_CHECK();
+    mt_moe_args a = mt_moe_args_make(dy, w, dx, w_stride, 0, start, E, R, IC, OC, scratch);
+    a.accumulate = accumulate;
+    mt_moe_gemm_run(MT_MOE_DINP, prec, a, 0, 0, ctx->stream);
 }
 
 extern "C" void mt_cuda_moe_gemm_dw(mt_cuda_ctx *ctx, mt_precision prec, float *dw,
                                     size_t dw_stride, const void *dy, const void *x,
                                     const int32_t *start, int E, size_t R, size_t IC, size_t OC,
                                     void *scratch) {
-    size_t n = (size_t)E * OC * IC;
-    if (!n) return;
-    unsigned g = grid_for(n);
-    if (prec == MT_PREC_BF16)
-        dw_kernel<<<g, GEMM_THREADS, 0, ctx->stream>>>(dw, dw_stride, (const __nv_bfloat16 *)dy,
-                                                       (const __nv_bfloat16 *)x, start, E, IC, OC);
-    else
-        dw_kernel<<<g, GEMM_THREADS, 0, ctx->stream>>>(dw, dw_stride, (const float *)dy,
-                                                       (const float *)x, start, E, IC, OC);
-    CUDA_LAUNCH_CHECK();
+    mt_moe_args a = mt_moe_args_make(dy, x, dw, 0, dw_stride, start, E, R, IC, OC, scratch);
+    mt_moe_gemm_run(MT_MOE_DW, prec, a, 0, 0, ctx->stream);
 }

@@ -28,6 +28,12 @@ extern "C" {
 /* Bytes of device scratch the products below need for E experts. */
 size_t mt_cuda_moe_gemm_scratch_bytes(int E);
 
+/* Whether products of these sizes run on the tensor cores: bf16, IC and
+ * OC multiples of 8, and (checked per call) every pointer 16-byte aligned,
+ * w_stride a multiple of 8 and dw_stride of 4. Any other product takes a
+ * plain fp32-FMA path: the same contract, much slower. */
+bool mt_cuda_moe_gemm_tensor_cores(mt_precision prec, size_t IC, size_t OC);
+
 /* y (R, OC) = x (R, IC) @ W_e^T on each expert's rows; y_dt MT_DT_F32, or
  * MT_DT_BF16 in bf16 precision. */
 void mt_cuda_moe_gemm_forward(mt_cuda_ctx *ctx, mt_precision prec, void *y, mt_dt y_dt,
@@ -47,6 +53,13 @@ void mt_cuda_moe_gemm_dinp(mt_cuda_ctx *ctx, mt_precision prec, float *dx, bool 
 void mt_cuda_moe_gemm_dw(mt_cuda_ctx *ctx, mt_precision prec, float *dw, size_t dw_stride,
                          const void *dy, const void *x, const int32_t *start, int E,
                          size_t R, size_t IC, size_t OC, void *scratch);
+
+/* Benchmark (a program, never a test: `megatrain bench moe-gemm`): prints
+ * TFLOP/s of the three bf16 products on the expert shapes of Qwen3-30B-A3B
+ * and Mixtral-8x7B next to cuBLAS called once per expert. bk (32 or 64)
+ * and stages (2..5): the tensor-core kernel's k step and pipeline depth,
+ * 0 for its own choice. */
+int mt_cuda_moe_gemm_bench(FILE *f, int bk, int stages, mt_error *err);
 
 #ifdef __cplusplus
 }
