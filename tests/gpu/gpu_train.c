@@ -9,6 +9,11 @@
 #include "engine/optim_pipeline.h"
 #include "engine/optimizer.h"
 #include "engine/step.h"
+#include "backend/cuda/cuda_ops.h"
+
+void mt_test_need_gpu(void) {
+    if (mt_cuda_device_count() <= 0) cr_skip_test("no CUDA device: GPU test skipped");
+}
 
 void mt_test_make_batch(const mt_config *cfg, int64_t n, uint64_t seed, int32_t *tok,
                         int32_t *tgt) {

@@ -10,6 +10,9 @@
 #include "model/config.h"
 #include "model/params.h"
 
+/* Skips the calling test when no CUDA device is visible. */
+void mt_test_need_gpu(void);
+
 /* Random tokens and targets (every fifth target ignored), the same for a
  * given seed. */
 void mt_test_make_batch(const mt_config *cfg, int64_t n, uint64_t seed, int32_t *tok,

@@ -34,10 +34,6 @@
 #define TOL16_LOSS 6e-3
 #define TOL16_GRAD 6e-2
 
-static void need_gpu(void) {
-    if (mt_cuda_device_count() <= 0) cr_skip_test("no CUDA device: GPU test skipped");
-}
-
 static void gpu_grads(mt_fixture *f, mt_gpu_precision prec, int M, int host_ckpt, double *loss) {
     mt_error err;
     size_t N = (size_t)(f->B * f->T);
@@ -85,7 +81,7 @@ static int model_index[] = {0, 1, 2, 3};
 ParameterizedTestParameters(engine, matches_hf) { return cr_make_param_array(int, model_index, 4); }
 
 ParameterizedTest(int *which, engine, matches_hf) {
-    need_gpu();
+    mt_test_need_gpu();
     mt_fixture f;
     mt_fixture_open(&f, mt_fixture_models[*which]);
     float *ref_loss = mt_fixture_f32(&f, "loss", NULL);
@@ -123,7 +119,7 @@ static void train(mt_fixture *f, int gpu, mt_gpu_precision prec, int gpu_grads, 
 }
 
 Test(engine, twenty_steps_follow_the_cpu_and_repeat_exactly, .timeout = 120) {
-    need_gpu();
+    mt_test_need_gpu();
     enum { S = 20 };
     mt_fixture f;
     mt_fixture_open(&f, "qwen2_bias_tied");
@@ -199,7 +195,7 @@ static size_t used_after_step(int layers) {
 }
 
 Test(engine, gpu_memory_does_not_grow_with_depth) {
-    need_gpu();
+    mt_test_need_gpu();
     size_t base;
     {
         size_t fr, tot;
@@ -260,7 +256,7 @@ static void cpu_and_gpu_grads(const mt_config *cfg, mt_gpu_precision prec, doubl
  * Llama-like layers, the general path for qwen3 (q/k norm) and qwen2
  * (biases). */
 Test(engine, flash_attention_paths_match_the_cpu_reference) {
-    need_gpu();
+    mt_test_need_gpu();
     const mt_arch archs[] = {MT_ARCH_LLAMA, MT_ARCH_QWEN3, MT_ARCH_QWEN2};
     const char *names[] = {"llama", "qwen3", "qwen2"};
     for (int i = 0; i < 3; i++) {
@@ -289,7 +285,7 @@ Test(engine, flash_attention_paths_match_the_cpu_reference) {
 /* Keeping a layer's activations instead of recomputing them runs the same
  * kernels on the same inputs: the gradients must be bitwise identical. */
 Test(engine, kept_activations_equal_recompute_bitwise) {
-    need_gpu();
+    mt_test_need_gpu();
     mt_error err;
     mt_config c = small_config(256, 4, 2, 512, 512, 3, 128);
     mt_param_table t;
@@ -330,7 +326,7 @@ Test(engine, kept_activations_equal_recompute_bitwise) {
  * within the bf16-mode bound of the test above, and the drift from the
  * fp32-gradient run is logged for docs/placement.md. */
 Test(engine, mixed_placements_match_all_gpu_bitwise, .timeout = 180) {
-    need_gpu();
+    mt_test_need_gpu();
     enum { S = 20 };
     const char *models[] = {"qwen2_bias_tied", "llama_gqa"};
     for (int mi = 0; mi < 2; mi++) {
@@ -375,7 +371,7 @@ Test(engine, mixed_placements_match_all_gpu_bitwise, .timeout = 180) {
 /* A GPU budget is a ceiling on everything the process holds on the device,
  * as cudaMemGetInfo sees it, and the backend fills it with kept layers. */
 Test(engine, gpu_budget_is_never_exceeded) {
-    need_gpu();
+    mt_test_need_gpu();
     mt_error err;
     mt_config cfg = small_config(1024, 8, 8, 4096, 4096, 8, 512);
     mt_param_table t;

@@ -35,10 +35,6 @@
 #define TOL16_LOSS 6e-3
 #define TOL16_GRAD 6e-2
 
-static void need_gpu(void) {
-    if (mt_cuda_device_count() <= 0) cr_skip_test("no CUDA device: GPU test skipped");
-}
-
 static const char *models[] = {"mixtral_moe", "qwen2_moe_shared", "qwen3_moe_qknorm"};
 static int model_index[] = {0, 1, 2};
 
@@ -84,7 +80,7 @@ ParameterizedTestParameters(moe_engine, matches_hf) {
 }
 
 ParameterizedTest(int *which, moe_engine, matches_hf) {
-    need_gpu();
+    mt_test_need_gpu();
     mt_fixture f;
     mt_fixture_open(&f, models[*which]);
     float *ref_loss = mt_fixture_f32(&f, "loss", NULL);
@@ -133,7 +129,7 @@ static void fast_moe_config(mt_config *c) {
 }
 
 Test(moe_engine, training_follows_the_cpu_and_repeats_exactly, .timeout = 180) {
-    need_gpu();
+    mt_test_need_gpu();
     enum { S = 8 };
     mt_config cfg;
     fast_moe_config(&cfg);

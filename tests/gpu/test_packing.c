@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "engine/step.h"
 #include "fixture.h"
+#include "gpu_train.h"
 #include "testlib.h"
 
 /* The bounds of test_engine.c, for the same reasons: fp32 differs from the
@@ -28,10 +29,6 @@
 #define TOL32_LOGITS 3e-5 /* test_engine.c's bound for fp32 logits */
 #define TOL16_LOSS 6e-3
 #define TOL16_GRAD 6e-2
-
-static void need_gpu(void) {
-    if (mt_cuda_device_count() <= 0) cr_skip_test("no CUDA device: GPU test skipped");
-}
 
 /* ---- against transformers ---- */
 
@@ -74,7 +71,7 @@ static double gpu_packed_step(mt_fixture *f, mt_gpu_precision prec, int M, int h
 }
 
 static void check_hf_packed(const char *model) {
-    need_gpu();
+    mt_test_need_gpu();
     mt_fixture f;
     mt_fixture_open(&f, model);
     mt_fixture_use_ref(&f, "packed.safetensors");
@@ -198,7 +195,7 @@ static step_out gpu_step(const mt_config *c, const mt_param_table *t, mt_host_st
  * equal), with kept activations (bitwise equal to recomputing), and with
  * positions 0..T-1 in every row against no positions (bitwise equal). */
 Test(packing_gpu, flash_paths_match_the_cpu_on_packed_rows, .timeout = 120) {
-    need_gpu();
+    mt_test_need_gpu();
     const mt_arch archs[] = {MT_ARCH_LLAMA, MT_ARCH_QWEN3, MT_ARCH_QWEN2};
     const char *names[] = {"llama", "qwen3", "qwen2"};
     int32_t *tok = malloc(N_TOK * 4), *tgt = malloc(N_TOK * 4), *pos = malloc(N_TOK * 4);

@@ -11,10 +11,6 @@
 #include "backend/cuda/cuda_ops.h"
 #include "gpu_train.h"
 
-static void need_gpu(void) {
-    if (mt_cuda_device_count() <= 0) cr_skip_test("no CUDA device: GPU test skipped");
-}
-
 /* Six blocks, head dim 64 (the bf16 flash kernel and the fast path). */
 static mt_config deep_config(int tied) {
     mt_config c;
@@ -32,7 +28,7 @@ static mt_config deep_config(int tied) {
 }
 
 Test(placement, recomputed_checkpoints_match_all_gpu_bitwise, .timeout = 180) {
-    need_gpu();
+    mt_test_need_gpu();
     enum { S = 6 };
     mt_error err;
     for (int tied = 0; tied < 2; tied++) {

@@ -47,25 +47,10 @@ struct mt_cpu_moe {
     void *block;           /* every buffer above, carved from one allocation */
 };
 
-/* Carves the buffers of m out of one block (base NULL: only counts). */
-typedef struct {
-    char *base;
-    size_t used;
-    bool overflow;
-} arena;
+/* The buffers of m, carved from one block (mt_arena). */
+static void *take(mt_arena *a, size_t n, size_t elem) { return mt_arena_take(a, n, elem, 64); }
 
-static void *take(arena *a, size_t n, size_t elem) {
-    size_t b, end;
-    if (!mt_mul_size(n, elem, &b) || !mt_add_size(a->used, mt_round_up(b, 64), &end)) {
-        a->overflow = true;
-        return NULL;
-    }
-    void *p = a->base ? a->base + a->used : NULL;
-    a->used = end;
-    return p;
-}
-
-static void carve(mt_cpu_moe *m, arena *a) {
+static void carve(mt_cpu_moe *m, mt_arena *a) {
     size_t N = m->N, C = m->C, E = m->E, K = m->K, FE = m->FE, FS = m->FS, NK = 0;
     if (!mt_mul_size(N, K, &NK)) a->overflow = true;
     m->p = take(a, N * E, 4);
@@ -110,7 +95,7 @@ size_t mt_cpu_moe_bytes(const mt_config *c, size_t N) {
     if (!mt_config_is_moe(c)) return 0;
     mt_cpu_moe m;
     shape(&m, c, N);
-    arena a = {0};
+    mt_arena a = {0};
     carve(&m, &a);
     return a.overflow ? SIZE_MAX : a.used;
 }
@@ -122,7 +107,7 @@ mt_cpu_moe *mt_cpu_moe_create(const mt_config *c, size_t N) {
     mt_cpu_moe *m = mt_calloc_or_die(1, sizeof *m);
     shape(m, c, N);
     m->block = mt_aligned_alloc_or_die(64, bytes);
-    arena a = {.base = m->block};
+    mt_arena a = {.base = m->block};
     carve(m, &a);
     MT_ASSERT(a.used == bytes);
     return m;

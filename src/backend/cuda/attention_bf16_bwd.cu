@@ -47,16 +47,16 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dkv_bf16_kernel(mt_attn_args 
         for (int r = threadIdx.x; r < C::BR; r += C::NT) {
             const bool ok = q0 + r < T;
             const int64_t i = ((int64_t)b * a.NH + h) * T + (ok ? q0 + r : 0);
-            mt_attn_cp4(sL + buf * C::BR + r, a.lse + i, ok);
-            mt_attn_cp4(sD + buf * C::BR + r, a.dsum + i, ok);
+            mt_tc_cp4(sL + buf * C::BR + r, a.lse + i, ok);
+            mt_tc_cp4(sD + buf * C::BR + r, a.dsum + i, ok);
             if (DOCS)
-                mt_attn_cp4(sP + buf * C::BR + r, a.pos + (int64_t)b * T + (ok ? q0 + r : 0), ok);
+                mt_tc_cp4(sP + buf * C::BR + r, a.pos + (int64_t)b * T + (ok ? q0 + r : 0), ok);
         }
     };
     mt_attn_load_tile<C::BC, HD, C::NT>(sK, gk, ldk, k0, T);
     mt_attn_load_tile<C::BC, HD, C::NT>(sV, gv, ldk, k0, T);
     load_q(0, 0);
-    mt_attn_cp_commit();
+    mt_tc_cp_commit();
 
     const float sl2 = a.scale * MT_ATTN_LOG2E;
     const int g = lane >> 2, t4 = lane & 3;
@@ -69,10 +69,10 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dkv_bf16_kernel(mt_attn_args 
         const int buf = it & 1;
         if (it + 1 < nit) {
             load_q(it + 1, buf ^ 1);
-            mt_attn_cp_commit();
-            mt_attn_cp_wait<1>();
+            mt_tc_cp_commit();
+            mt_tc_cp_wait<1>();
         } else {
-            mt_attn_cp_wait<0>();
+            mt_tc_cp_wait<0>();
         }
         __syncthreads();
         const bf16 *q_s = sQ + buf * C::BR * C::SR, *do_s = sO + buf * C::BR * C::SR;
@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dq_bf16_kernel(mt_attn_args a
     mt_attn_load_tile<C::BR, HD, C::NT>(sO, (const bf16 *)a.dout + qoff, ldq, q0, T);
     mt_attn_load_tile<C::BC, HD, C::NT>(sK, gk, ldk, j0 * C::BC, T);
     mt_attn_load_tile<C::BC, HD, C::NT>(sV, gv, ldk, j0 * C::BC, T);
-    mt_attn_cp_commit();
+    mt_tc_cp_commit();
 
     const float sl2 = a.scale * MT_ATTN_LOG2E;
     const int g = lane >> 2, t4 = lane & 3;
@@ -192,10 +192,10 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dq_bf16_kernel(mt_attn_args a
                                                 (j + 1) * C::BC, T);
             mt_attn_load_tile<C::BC, HD, C::NT>(sV + (buf ^ 1) * C::BC * C::SR, gv, ldk,
                                                 (j + 1) * C::BC, T);
-            mt_attn_cp_commit();
-            mt_attn_cp_wait<1>();
+            mt_tc_cp_commit();
+            mt_tc_cp_wait<1>();
         } else {
-            mt_attn_cp_wait<0>();
+            mt_tc_cp_wait<0>();
         }
         __syncthreads();
         const bf16 *k_s = sK + buf * C::BC * C::SR, *v_s = sV + buf * C::BC * C::SR;

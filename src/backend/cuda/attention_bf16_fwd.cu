@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_fwd_bf16_kernel(mt_attn_args 
     mt_attn_load_tile<C::BR, HD, C::NT>(sQ, gq, ldq, q0, T);
     mt_attn_load_tile<C::BC, HD, C::NT>(sK, gk, ldk, j0 * C::BC, T);
     mt_attn_load_tile<C::BC, HD, C::NT>(sV, gv, ldk, j0 * C::BC, T);
-    mt_attn_cp_commit();
+    mt_tc_cp_commit();
 
     const float sl2 = a.scale * MT_ATTN_LOG2E;
     const int g = lane >> 2, t4 = lane & 3;
@@ -63,10 +63,10 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_fwd_bf16_kernel(mt_attn_args 
                                                 (j + 1) * C::BC, T);
             mt_attn_load_tile<C::BC, HD, C::NT>(sV + (buf ^ 1) * C::BC * C::SR, gv, ldk,
                                                 (j + 1) * C::BC, T);
-            mt_attn_cp_commit();
-            mt_attn_cp_wait<1>();
+            mt_tc_cp_commit();
+            mt_tc_cp_wait<1>();
         } else {
-            mt_attn_cp_wait<0>();
+            mt_tc_cp_wait<0>();
         }
         __syncthreads();
         const bf16 *k_s = sK + buf * C::BC * C::SR, *v_s = sV + buf * C::BC * C::SR;
@@ -85,8 +85,8 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_fwd_bf16_kernel(mt_attn_args 
                 mt_attn_frag_bt(bfr, k_s, C::SR, nn * 16, kk * 16, lane);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    mt_attn_mma(s[mt][2 * nn], qf[mt], bfr[0], bfr[1]);
-                    mt_attn_mma(s[mt][2 * nn + 1], qf[mt], bfr[2], bfr[3]);
+                    mt_tc_mma(s[mt][2 * nn], qf[mt], bfr[0], bfr[1]);
+                    mt_tc_mma(s[mt][2 * nn + 1], qf[mt], bfr[2], bfr[3]);
                 }
             }
         }
@@ -152,8 +152,8 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_fwd_bf16_kernel(mt_attn_args 
                 mt_attn_frag_b(bfr, v_s, C::SR, kk * 16, nn * 16, lane);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    mt_attn_mma(o[mt][2 * nn], pa[mt], bfr[0], bfr[1]);
-                    mt_attn_mma(o[mt][2 * nn + 1], pa[mt], bfr[2], bfr[3]);
+                    mt_tc_mma(o[mt][2 * nn], pa[mt], bfr[0], bfr[1]);
+                    mt_tc_mma(o[mt][2 * nn + 1], pa[mt], bfr[2], bfr[3]);
                 }
             }
         }

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "backend/cuda/attention.h"
+#include "backend/cuda/tc_ptx.cuh"
 
 typedef __nv_bfloat16 bf16;
 
@@ -66,46 +67,7 @@ __device__ __forceinline__ int mt_attn_doc_end(const mt_attn_args &a, int b, int
 }
 
 /* ------------------------------------------------------------------------ */
-/* bf16 tensor-core building blocks                                          */
-
-__device__ __forceinline__ unsigned mt_attn_smem_addr(const void *p) {
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-/* 16-byte async copy; when !valid the destination is zero-filled. */
-__device__ __forceinline__ void mt_attn_cp16(void *dst, const void *src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(mt_attn_smem_addr(dst)),
-                 "l"(src), "r"(valid ? 16 : 0));
-}
-/* 4-byte async copy (zero-filled when !valid). */
-__device__ __forceinline__ void mt_attn_cp4(void *dst, const void *src, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(mt_attn_smem_addr(dst)),
-                 "l"(src), "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void mt_attn_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void mt_attn_cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void mt_attn_ldsm(unsigned r[4], const bf16 *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(mt_attn_smem_addr(p)));
-}
-__device__ __forceinline__ void mt_attn_ldsm_t(unsigned r[4], const bf16 *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(mt_attn_smem_addr(p)));
-}
-
-/* c (16x8 fp32) += a (16x16 bf16, row) * b (16x8 bf16, col). */
-__device__ __forceinline__ void mt_attn_mma(float c[4], const unsigned a[4], unsigned b0,
-                                            unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+/* bf16 tensor-core building blocks (the PTX wrappers are in tc_ptx.cuh)    */
 
 /* 2^x on the special-function unit (rel. error ~2^-22, ex2(-inf) = 0);
  * the softmax needs no more, and exp2f's range fix-ups cost extra. */
@@ -135,7 +97,7 @@ __device__ __forceinline__ void mt_attn_load_tile(bf16 *s, const bf16 *g, int64_
     for (int c = threadIdx.x; c < ROWS * CPR; c += NT) {
         int r = c / CPR, col = (c % CPR) * 8;
         bool ok = r0 + r < T;
-        mt_attn_cp16(s + r * mt_attn_tile<HD>::SR + col, g + (ok ? (int64_t)(r0 + r) * ld : 0) + col,
+        mt_tc_cp16(s + r * mt_attn_tile<HD>::SR + col, g + (ok ? (int64_t)(r0 + r) * ld : 0) + col,
                      ok);
     }
 }
@@ -143,19 +105,19 @@ __device__ __forceinline__ void mt_attn_load_tile(bf16 *s, const bf16 *g, int64_
 /* A fragments (16 rows x 16 cols at k0) of a row-major smem tile. */
 __device__ __forceinline__ void mt_attn_frag_a(unsigned r[4], const bf16 *s, int SR, int row0,
                                                int k0, int lane) {
-    mt_attn_ldsm(r, s + (row0 + (lane & 15)) * SR + k0 + (lane >> 4) * 8);
+    mt_tc_ldsm(r, s + (row0 + (lane & 15)) * SR + k0 + (lane >> 4) * 8);
 }
 /* B fragments for two 8-column n-blocks (n0, n0+8) and one k-step at k0,
  * where the smem tile holds B^T row-major ([n][k]): r0,r1 for n0; r2,r3 for n0+8. */
 __device__ __forceinline__ void mt_attn_frag_bt(unsigned r[4], const bf16 *s, int SR, int n0,
                                                 int k0, int lane) {
-    mt_attn_ldsm(r, s + (n0 + (lane & 7) + ((lane >> 4) << 3)) * SR + k0 + ((lane >> 3) & 1) * 8);
+    mt_tc_ldsm(r, s + (n0 + (lane & 7) + ((lane >> 4) << 3)) * SR + k0 + ((lane >> 3) & 1) * 8);
 }
 /* B fragments where the smem tile holds B row-major ([k][n]): k-step at k0,
  * n-blocks n0 (r0,r1) and n0+8 (r2,r3). */
 __device__ __forceinline__ void mt_attn_frag_b(unsigned r[4], const bf16 *s, int SR, int k0,
                                                int n0, int lane) {
-    mt_attn_ldsm_t(r, s + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * SR + n0 + (lane >> 4) * 8);
+    mt_tc_ldsm_t(r, s + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * SR + n0 + (lane >> 4) * 8);
 }
 
 /* acc (16 x N) += A (16 x K, smem rows row0..) * B where smem tile sb holds B^T ([n][k]). */
@@ -170,8 +132,8 @@ __device__ __forceinline__ void mt_attn_mm_smem_bt(float acc[N / 8][4], const bf
         for (int nn = 0; nn < N / 16; nn++) {
             unsigned b[4];
             mt_attn_frag_bt(b, sb, SRB, nn * 16, kk * 16, lane);
-            mt_attn_mma(acc[2 * nn], a, b[0], b[1]);
-            mt_attn_mma(acc[2 * nn + 1], a, b[2], b[3]);
+            mt_tc_mma(acc[2 * nn], a, b[0], b[1]);
+            mt_tc_mma(acc[2 * nn + 1], a, b[2], b[3]);
         }
     }
 }
@@ -191,8 +153,8 @@ __device__ __forceinline__ void mt_attn_mm_regs_b(float acc[N / 8][4], const flo
         for (int nn = 0; nn < N / 16; nn++) {
             unsigned b[4];
             mt_attn_frag_b(b, sb, SRB, kk * 16, nn * 16, lane);
-            mt_attn_mma(acc[2 * nn], a, b[0], b[1]);
-            mt_attn_mma(acc[2 * nn + 1], a, b[2], b[3]);
+            mt_tc_mma(acc[2 * nn], a, b[0], b[1]);
+            mt_tc_mma(acc[2 * nn + 1], a, b[2], b[3]);
         }
     }
 }

@@ -66,27 +66,13 @@ struct mt_cuda_moe {
     double *cnt, *psum;    /* (E) top-K selections and summed p of each expert */
 };
 
-/* Carves the buffers of m out of one device range (base NULL: only counts). */
-typedef struct {
-    char *base;
-    size_t used;
-    bool overflow;
-} arena;
-
-static void *take(arena *a, size_t n, size_t elem) {
-    size_t b, end;
-    if (!mt_mul_size(n, elem, &b) || b > SIZE_MAX - MOE_ALIGN ||
-        !mt_add_size(a->used, mt_round_up(b, MOE_ALIGN), &end)) {
-        a->overflow = true;
-        return NULL;
-    }
-    void *p = a->base ? a->base + a->used : NULL;
-    a->used = end;
-    return p;
+/* The buffers of m, carved from one device range (mt_arena). */
+static void *take(mt_arena *a, size_t n, size_t elem) {
+    return mt_arena_take(a, n, elem, MOE_ALIGN);
 }
 
 /* n x m elements of elem bytes, with the product checked. */
-static void *take2(arena *a, size_t n, size_t m, size_t elem) {
+static void *take2(mt_arena *a, size_t n, size_t m, size_t elem) {
     size_t nm;
     if (!mt_mul_size(n, m, &nm)) {
         a->overflow = true;
@@ -95,7 +81,7 @@ static void *take2(arena *a, size_t n, size_t m, size_t elem) {
     return take(a, nm, elem);
 }
 
-static void carve(mt_cuda_moe *m, arena *a) {
+static void carve(mt_cuda_moe *m, mt_arena *a) {
     size_t N = m->N, C = m->C, E = m->E, K = m->K, FE = m->FE, FS = m->FS, es = m->es, NK;
     if (!mt_mul_size(N, K, &NK) || NK > (size_t)INT32_MAX) { /* int32 grouped rows */
         a->overflow = true;
@@ -151,7 +137,7 @@ size_t mt_cuda_moe_bytes(const mt_config *c, size_t N, mt_precision prec) {
     if (!mt_config_is_moe(c)) return 0;
     mt_cuda_moe m;
     shape(&m, c, N, prec);
-    arena a = {0};
+    mt_arena a = {0};
     carve(&m, &a);
     return a.overflow ? SIZE_MAX : a.used;
 }
@@ -164,7 +150,7 @@ mt_cuda_moe *mt_cuda_moe_create(const mt_config *c, size_t N, mt_precision prec,
     MT_ASSERT(N >= 1 && c->moe.K >= 1 && c->moe.K <= c->moe.E && c->moe.E <= MT_MOE_MAX_EXPERTS);
     mt_cuda_moe *m = mt_calloc_or_die(1, sizeof *m);
     shape(m, c, N, prec);
-    arena a = {.base = dev};
+    mt_arena a = {.base = dev};
     carve(m, &a);
     MT_ASSERT(a.used == bytes);
     return m;

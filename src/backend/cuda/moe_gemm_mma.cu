@@ -26,6 +26,7 @@
  * with no rows skipped. Every output is one thread's fp32 sum in a fixed
  * order: the same bits every run. */
 #include "backend/cuda/moe_gemm_internal.cuh"
+#include "backend/cuda/tc_ptx.cuh"
 
 typedef __nv_bfloat16 bf16;
 
@@ -56,43 +57,14 @@ struct Tile {
     int k_lim, k_steps; // reduction length, and its steps of BK
 };
 
-__device__ __forceinline__ unsigned smem_addr(const void *p) {
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-/* 16-byte async copy; zero-fill when !valid (nothing is read then). */
-__device__ __forceinline__ void cp16(bf16 *dst, const bf16 *src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
-                 "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 /* Waits until at most `pending` (0..3, uniform over the block) groups are in flight. */
 __device__ __forceinline__ void cp_wait(int pending) {
     switch (pending) {
-    case 0: asm volatile("cp.async.wait_group 0;\n" ::); break;
-    case 1: asm volatile("cp.async.wait_group 1;\n" ::); break;
-    case 2: asm volatile("cp.async.wait_group 2;\n" ::); break;
-    default: asm volatile("cp.async.wait_group 3;\n" ::); break;
+    case 0: mt_tc_cp_wait<0>(); break;
+    case 1: mt_tc_cp_wait<1>(); break;
+    case 2: mt_tc_cp_wait<2>(); break;
+    default: mt_tc_cp_wait<3>(); break;
     }
-}
-
-__device__ __forceinline__ void ldsm(unsigned r[4], const bf16 *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldsm_t(unsigned r[4], const bf16 *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-
-/* c (16x8 fp32) += a (16x16 bf16, row) * b (16x8 bf16, col). */
-__device__ __forceinline__ void mma(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 /* ROWS x BK operand stored [row][k] (pitch BK + PAD) from g (row pitch
@@ -108,7 +80,7 @@ __device__ __forceinline__ void load_rows(bf16 *s, const bf16 *g, int ld, int rl
     for (int i = 0; i < ROWS / RPP; i++) {
         const int r = r0 + i * RPP;
         const bool ok = k_ok && r < rl;
-        cp16(s + r * (BK + PAD) + kc, ok ? g + (int64_t)r * ld + k0 + kc : g, ok);
+        mt_tc_cp16(s + r * (BK + PAD) + kc, ok ? g + (int64_t)r * ld + k0 + kc : g, ok);
     }
 }
 
@@ -124,7 +96,7 @@ __device__ __forceinline__ void load_kmajor(bf16 *s, const bf16 *g, int ld, int 
     for (int i = 0; i < BK / RPP; i++) {
         const int kr = kr0 + i * RPP;
         const bool ok = c_ok && k0 + kr < kl;
-        cp16(s + kr * (COLS + PAD) + c, ok ? g + (int64_t)(k0 + kr) * ld + c : g, ok);
+        mt_tc_cp16(s + kr * (COLS + PAD) + c, ok ? g + (int64_t)(k0 + kr) * ld + c : g, ok);
     }
 }
 
@@ -159,19 +131,19 @@ __device__ __forceinline__ void load_frags(unsigned af[4][4], unsigned bf[4][4],
     for (int mi = 0; mi < 4; mi++) {
         const int m0 = wm * 64 + mi * 16;
         if (CF::A_K)
-            ldsm(af[mi], sa + (m0 + (lane & 15)) * CF::SK + kk + (lane >> 4) * 8);
+            mt_tc_ldsm(af[mi], sa + (m0 + (lane & 15)) * CF::SK + kk + (lane >> 4) * 8);
         else
-            ldsm_t(af[mi], sa + (kk + (lane & 7) + (lane >> 4) * 8) * (BM + PAD) + m0 +
+            mt_tc_ldsm_t(af[mi], sa + (kk + (lane & 7) + (lane >> 4) * 8) * (BM + PAD) + m0 +
                                ((lane >> 3) & 1) * 8);
     }
 #pragma unroll
     for (int nj = 0; nj < 4; nj++) {
         const int n0 = wn * 64 + nj * 16;
         if (CF::B_K)
-            ldsm(bf[nj], sb + (n0 + (lane & 7) + ((lane >> 4) << 3)) * CF::SK + kk +
+            mt_tc_ldsm(bf[nj], sb + (n0 + (lane & 7) + ((lane >> 4) << 3)) * CF::SK + kk +
                              ((lane >> 3) & 1) * 8);
         else
-            ldsm_t(bf[nj], sb + (kk + (lane & 7) + ((lane >> 3) & 1) * 8) * (BN + PAD) + n0 +
+            mt_tc_ldsm_t(bf[nj], sb + (kk + (lane & 7) + ((lane >> 3) & 1) * 8) * (BN + PAD) + n0 +
                                (lane >> 4) * 8);
     }
 }
@@ -184,8 +156,8 @@ __device__ __forceinline__ void mma_slice(float acc[4][8][4], const unsigned af[
     for (int mi = 0; mi < 4; mi++)
 #pragma unroll
         for (int nj = 0; nj < 4; nj++) {
-            mma(acc[mi][2 * nj], af[mi], bf[nj][0], bf[nj][1]);
-            mma(acc[mi][2 * nj + 1], af[mi], bf[nj][2], bf[nj][3]);
+            mt_tc_mma(acc[mi][2 * nj], af[mi], bf[nj][0], bf[nj][1]);
+            mt_tc_mma(acc[mi][2 * nj + 1], af[mi], bf[nj][2], bf[nj][3]);
         }
 }
 
@@ -287,7 +259,7 @@ __global__ void __launch_bounds__(NT, 1)
     const int first = lt;
     auto load_next = [&]() {
         if (lvalid) load_step<OP, BK>(smem + lbuf * CF::STAGE, L, lk, a);
-        cp_commit(); // an empty group past the end keeps the count in step
+        mt_tc_cp_commit(); // an empty group past the end keeps the count in step
         lbuf = lbuf + 1 == stages ? 0 : lbuf + 1;
         if (lvalid && ++lk == L.k_steps) {
             lk = 0;
