@@ -3,6 +3,9 @@
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
 
+#include <stdio.h>
+#include <string.h>
+
 #include "testlib.h"
 
 static void quiet(void) { cr_redirect_stdout(); }
@@ -16,6 +19,33 @@ Test(plan, a_30b_model_fits_512_gib_with_host_gradients, .init = quiet) {
     cr_assert_eq(mt_test_cli(argv), 0);
     fflush(stdout);
     cr_assert_stdout_neq_str("");
+}
+
+/* 12 blocks of Qwen3-30B-A3B at 64k tokens: the CPU optimizer over 8.1B
+ * parameters outlasts the forward over 1.3B active ones, so the plan names
+ * more micro-batches; a dense 7B at 64k tokens gains too little to say so. */
+static int plan_says_more_tokens(char **argv) {
+    cr_redirect_stdout();
+    int rc = mt_test_cli(argv);
+    fflush(stdout);
+    cr_assert_eq(rc, 0);
+    FILE *f = cr_get_redirected_stdout();
+    char line[1024];
+    int found = 0;
+    while (fgets(line, sizeof line, f))
+        found |= strstr(line, "more tokens per step: --micro-batches") != NULL;
+    return found;
+}
+
+Test(plan, an_optimizer_bound_moe_step_names_more_micro_batches) {
+    char *moe[] = {"plan", "--preset", "qwen3-30b-a3b", "--layers", "12", "--gpu-mem", "139",
+                   "--host-mem", "125", NULL};
+    cr_assert(plan_says_more_tokens(moe));
+}
+
+Test(plan, a_compute_bound_dense_step_names_nothing) {
+    char *dense[] = {"plan", "--preset", "7b", "--gpu-mem", "139", "--host-mem", "125", NULL};
+    cr_assert_not(plan_says_more_tokens(dense));
 }
 #else
 Test(plan, a_build_without_cuda_refuses_to_plan, .init = quiet) {
