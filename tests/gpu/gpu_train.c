@@ -3,12 +3,15 @@
 
 #include <criterion/criterion.h>
 #include <stdlib.h>
+#include <string.h>
+#include <math.h>
 
 #include "backend/cpu/backend_cpu.h"
 #include "backend/cpu/ops.h"
 #include "engine/optim_pipeline.h"
 #include "engine/optimizer.h"
 #include "engine/step.h"
+#include "testlib.h"
 #include "backend/cuda/cuda_ops.h"
 
 void mt_test_need_gpu(void) {
@@ -76,4 +79,49 @@ void mt_test_train(const mt_config *cfg, const mt_param_table *t, mt_host_store 
     }
     free(tok);
     free(tgt);
+}
+
+double mt_test_gpu_step(mt_fixture *f, mt_gpu_precision prec, int M, int host_ckpt) {
+    double loss;
+    mt_error err;
+    size_t N = (size_t)(f->B * f->T);
+    int32_t *tok = mt_fixture_i32(f, "input_ids", 0, N);
+    int32_t *tgt = mt_fixture_i32(f, "targets", 0, N);
+    mt_cuda_backend_opts o = {.precision = prec, .host_checkpoints = host_ckpt};
+    int64_t B = f->B / M;
+    mt_backend *be = mt_cuda_backend_create(&f->cfg, &f->table, &f->store, M, B, f->T, &o, &err);
+    cr_assert_not_null(be, "%s", err.msg);
+    memset(f->store.g, 0x7f, f->table.total * sizeof(float)); /* poison: every grad is written */
+    mt_batch b = {.M = M, .B = B, .T = f->T, .tokens = tok, .targets = tgt};
+    cr_assert_eq(mt_step_forward_backward(be, f->table.n_layers, &b, &loss, &err), 0, "%s",
+                 err.msg);
+    mt_cuda_backend_wait_grads(be);
+    /* The per-layer norms the GPU computed agree with the host copy. */
+    const double *sq = mt_cuda_backend_layer_sumsq(be);
+    for (int l = 0; l < f->table.n_layers; l++) {
+        const mt_layer_desc *ld = &f->table.layers[l];
+        double ref = 0;
+        for (size_t i = 0; i < ld->numel; i++) ref += (double)f->store.g[ld->offset + i] *
+                                                     f->store.g[ld->offset + i];
+        cr_assert_lt(fabs(sq[l] - ref), 1e-9 + 1e-9 * ref, "layer %d sumsq %.12g vs %.12g", l,
+                     sq[l], ref);
+    }
+    if (prec == MT_GPU_FP32 && M == 1 && !f->cfg.moe.aux_loss) {
+        double sum;
+        int64_t nv;
+        cr_assert_eq(mt_step_eval(be, f->table.n_layers, &b, &sum, &nv, &err), 0);
+        size_t nl;
+        float *ref = mt_fixture_f32(f, "logits", &nl);
+        float *ours = malloc(nl * sizeof *ours);
+        for (size_t r = 0; r < N; r++) mt_cuda_backend_logits(be, 0, (int64_t)r, ours + r * f->cfg.V);
+        double e = mt_test_rel_err(ours, ref, nl);
+        cr_assert_lt(e, MT_TEST_TOL32_LOGITS, "%s: logits rel err %.3g", f->dir, e);
+        cr_log_info("%s: logits rel err %.2e", f->dir, e);
+        free(ours);
+        free(ref);
+    }
+    mt_cuda_backend_free(be);
+    free(tok);
+    free(tgt);
+    return loss;
 }

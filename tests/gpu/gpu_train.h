@@ -9,6 +9,7 @@
 #include "host/store.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "fixture.h"
 
 /* Skips the calling test when no CUDA device is visible. */
 void mt_test_need_gpu(void);
@@ -25,5 +26,17 @@ void mt_test_make_batch(const mt_config *cfg, int64_t n, uint64_t seed, int32_t 
 void mt_test_train(const mt_config *cfg, const mt_param_table *t, mt_host_store *s, int64_t T,
                    int gpu, mt_gpu_precision prec, int gpu_grads, const mt_layer_home *homes,
                    int grad_bf16, int steps, double *losses);
+
+/* fp32 logits against the HF fixture: TF32 off, summation order only
+ * (observed < 1e-6 dense, 4.2e-7 MoE), with the margin of the other GPU
+ * bounds. */
+#define MT_TEST_TOL32_LOGITS 3e-5
+
+/* One training step of the fixture's batch as M micro-batches on the GPU
+ * (host checkpoints or not): returns the loss and leaves every gradient in
+ * the store's g (poisoned first, so each must be written). Checks the
+ * per-layer norms against g and, in fp32 with M = 1 and no aux loss, the
+ * logits against the fixture's. */
+double mt_test_gpu_step(mt_fixture *f, mt_gpu_precision prec, int M, int host_ckpt);
 
 #endif

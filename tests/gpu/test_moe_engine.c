@@ -25,10 +25,9 @@
  * against ~1e-7 of fp32 differences). The CPU reference's own bounds
  * against the same fixtures (test_moe_hf.c: loss 1e-6, gradients 2e-5,
  * logits 1e-5) with the engine test's margin for GPU reductions
- * (test_engine.c: 1e-5, 2e-4, 3e-5). */
+ * (test_engine.c: 1e-5, 2e-4; logits: MT_TEST_TOL32_LOGITS). */
 #define TOL32_LOSS 1e-5
 #define TOL32_GRAD 2e-4
-#define TOL32_LOGITS 3e-5
 /* bf16 against the fp32 reference: as test_engine.c's bf16 bounds (twice
  * the fixtures' own bf16-autocast distance), which a wrong operator (1e-1
  * and more) still fails. */
@@ -37,43 +36,6 @@
 
 static const char *models[] = {"mixtral_moe", "qwen2_moe_shared", "qwen3_moe_qknorm"};
 static int model_index[] = {0, 1, 2};
-
-/* One step of M micro-batches on the GPU: the loss, and the gradient in
- * the store's g. fp32 with M = 1 also checks the logits. */
-static double gpu_step(mt_fixture *f, mt_gpu_precision prec, int M, int host_ckpt) {
-    mt_error err;
-    size_t N = (size_t)(f->B * f->T);
-    int32_t *tok = mt_fixture_i32(f, "input_ids", 0, N);
-    int32_t *tgt = mt_fixture_i32(f, "targets", 0, N);
-    mt_cuda_backend_opts o = {.precision = prec, .host_checkpoints = host_ckpt};
-    int64_t B = f->B / M;
-    mt_backend *be = mt_cuda_backend_create(&f->cfg, &f->table, &f->store, M, B, f->T, &o, &err);
-    cr_assert_not_null(be, "%s", err.msg);
-    memset(f->store.g, 0x7f, f->table.total * sizeof(float)); /* poison: every grad is written */
-    mt_batch b = {.M = M, .B = B, .T = f->T, .tokens = tok, .targets = tgt};
-    double loss;
-    cr_assert_eq(mt_step_forward_backward(be, f->table.n_layers, &b, &loss, &err), 0, "%s",
-                 err.msg);
-    mt_cuda_backend_wait_grads(be);
-    if (prec == MT_GPU_FP32 && M == 1 && !f->cfg.moe.aux_loss) {
-        double sum;
-        int64_t nv;
-        cr_assert_eq(mt_step_eval(be, f->table.n_layers, &b, &sum, &nv, &err), 0);
-        size_t nl;
-        float *ref = mt_fixture_f32(f, "logits", &nl);
-        float *ours = malloc(nl * sizeof *ours);
-        for (size_t r = 0; r < N; r++) mt_cuda_backend_logits(be, 0, (int64_t)r, ours + r * f->cfg.V);
-        double e = mt_test_rel_err(ours, ref, nl);
-        cr_assert_lt(e, TOL32_LOGITS, "%s: logits rel err %.3g", f->dir, e);
-        cr_log_info("%s: logits rel err %.2e", f->dir, e);
-        free(ours);
-        free(ref);
-    }
-    mt_cuda_backend_free(be);
-    free(tok);
-    free(tgt);
-    return loss;
-}
 
 ParameterizedTestParameters(moe_engine, matches_hf) {
     return cr_make_param_array(int, model_index, 3);
@@ -94,7 +56,7 @@ ParameterizedTest(int *which, moe_engine, matches_hf) {
     for (int aux = 0; aux < 2; aux++)
         for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
             f.cfg.moe.aux_loss = aux;
-            double loss = gpu_step(&f, runs[i].p, runs[i].M, runs[i].host);
+            double loss = mt_test_gpu_step(&f, runs[i].p, runs[i].M, runs[i].host);
             double ref = aux ? ref_aux[0] : ref_loss[0];
             cr_assert_lt(fabs(loss - ref) / ref, runs[i].tl, "%s aux=%d run %zu: loss %.7f vs HF "
                          "%.7f", models[*which], aux, i, loss, ref);
