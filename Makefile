@@ -13,10 +13,12 @@ CC      ?= gcc
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
 BUILD   ?= build
 # GPU code: machine code for each architecture (A100, A10/3090, L40S/4090,
-# H100/H200) and PTX of the newest for later GPUs. CUDA_GENCODE overrides
-# (e.g. PTX for compute_80 only, to test the path every GPU can run).
+# H100/H200: sm_90a, whose warpgroup products the Hopper kernels use) and
+# PTX of the newest for later GPUs. CUDA_GENCODE overrides (e.g. PTX for
+# compute_80 only, to test the path every GPU can run).
 CUDA_ARCHS ?= 80 86 89 90
-CUDA_GENCODE ?= $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+mt_arch = $(1)$(if $(filter 90,$(1)),a)
+CUDA_GENCODE ?= $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(call mt_arch,$(a)),code=sm_$(call mt_arch,$(a))) \
                 -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
 # -fPIC: the same objects make the static and the shared library.
 CFLAGS  := -std=c11 -ffp-contract=off -O2 -g -fPIC -Wall -Wextra -Wno-unused-parameter -fopenmp -D_GNU_SOURCE \
@@ -64,6 +66,9 @@ LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcubla
 # The GPU code asked of nvcc (sm_NN: machine code, compute_NN: PTX), for
 # `megatrain --version` (mt_cuda_archs).
 CUDA_CODES := $(strip $(foreach w,$(CUDA_GENCODE),$(if $(findstring code=,$(w)),$(lastword $(subst code=, ,$(w))))))
+# Hopper kernels (wgmma) are compiled, and chosen on an sm_90 device, when
+# the build has sm_90a machine code.
+NVFLAGS += $(if $(filter sm_90a,$(CUDA_CODES)),-DMT_CUDA_SM90A)
 else
 CUDA_CODES := none (CPU only)
 endif

@@ -1,6 +1,8 @@
 /* Tests of the grouped expert products (backend/cuda/moe_gemm.h) against a
  * double-precision reference computed expert by expert here, in both
- * precisions, on the tensor-core path and on the plain path.
+ * precisions, on the tensor-core path (both kernels on a Hopper GPU: the
+ * wgmma one the products take, and the mma.sync one of other GPUs) and on
+ * the plain path.
  *
  * Every case routes uneven segments: experts with no rows, a segment
  * smaller than a tile, segments that are not multiples of the tile, and
@@ -19,8 +21,13 @@
  *    terms here (~1e-6 in the worst case, ~1e-7 typical).
  *  - bf16 outputs: one rounding to 8 significant bits, 2^-9 per element:
  *    4e-3 (TOL_BF16_OUT). */
+#include <cuda_runtime.h>
+#include <string.h>
+
 #include "cuda_ops_util.h"
+#include "gpu_train.h"
 #include "backend/cuda/moe_gemm.h"
+#include "megatrain.h"
 
 #define GUARD 64 /* elements after each output that nothing may write */
 
@@ -298,6 +305,40 @@ Test(moe_gemm, bf16_tensor_cores_many_tiles) {
     for (int e = 0; e < 96; e++) sum += counts[e];
     cr_assert_eq(sum, 2624); /* the tile counts above */
     check_case(&many, MT_PREC_BF16, 1);
+}
+
+/* The same cases through the mma.sync kernel, which a Hopper GPU does not
+ * otherwise take (elsewhere these repeat the tests above). */
+Test(moe_gemm, bf16_mma_sync_uneven_segments) {
+    mt_cuda_moe_gemm_use(MT_CUDA_MOE_KERNEL_MMA);
+    cr_assert_str_eq(mt_cuda_moe_gemm_kernel_name(), "mma.sync");
+    check_case(&uneven, MT_PREC_BF16, 1);
+    mt_cuda_moe_gemm_use(MT_CUDA_MOE_KERNEL_AUTO);
+}
+
+Test(moe_gemm, bf16_mma_sync_many_tiles) {
+    int counts[96];
+    for (int e = 0; e < 96; e++) counts[e] = (e * 37) % 61; /* 0..60 rows, some empty */
+    const moe_case many = {96, counts, 3000, 392, 392, 0};
+    mt_cuda_moe_gemm_use(MT_CUDA_MOE_KERNEL_MMA);
+    check_case(&many, MT_PREC_BF16, 1);
+    mt_cuda_moe_gemm_use(MT_CUDA_MOE_KERNEL_AUTO);
+}
+
+/* A Hopper GPU (compute capability 9.0) takes the wgmma kernel when the
+ * build has sm_90a code, so that the tests above cover it; every other
+ * GPU the mma.sync one. */
+Test(moe_gemm, the_kernel_follows_the_device) {
+    mt_test_need_gpu();
+    int dev, major, minor;
+    cr_assert_eq(cudaGetDevice(&dev), cudaSuccess);
+    cr_assert_eq(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
+                 cudaSuccess);
+    cr_assert_eq(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev),
+                 cudaSuccess);
+    const bool hopper = major == 9 && minor == 0 && strstr(mt_cuda_archs(), "sm_90a");
+    cr_assert_str_eq(mt_cuda_moe_gemm_kernel_name(), hopper ? "wgmma" : "mma.sync",
+                     "compute capability %d.%d, archs %s", major, minor, mt_cuda_archs());
 }
 
 /* No routed rows at all (start all 0): nothing is written. */

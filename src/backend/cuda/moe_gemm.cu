@@ -60,6 +60,18 @@ void mt_moe_tile_offsets(const mt_moe_args &a, int bm, cudaStream_t stream) {
     CUDA_LAUNCH_CHECK();
 }
 
+int64_t mt_moe_tile_walk(int op, const mt_moe_args &a, int bm, int bn, int *ncol, int *tpe,
+                         cudaStream_t stream) {
+    *ncol = *tpe = 0;
+    if (op == MT_MOE_DW) {
+        *tpe = MT_CEIL_DIV(a.OC, bm) * MT_CEIL_DIV(a.IC, bn);
+        return (int64_t)a.E * *tpe;
+    }
+    mt_moe_tile_offsets(a, bm, stream);
+    *ncol = MT_CEIL_DIV(op == MT_MOE_FWD ? a.OC : a.IC, bn);
+    return ((int64_t)MT_CEIL_DIV(a.R, bm) + a.E) * *ncol;
+}
+
 /* ---- plain kernels ---- */
 
 __device__ __forceinline__ float mt_moe_ld(const float *p) { return *p; }
@@ -190,8 +202,8 @@ template <typename T> static void mt_moe_plain_run(int op, const mt_moe_args &a,
 
 static bool mt_moe_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-void mt_moe_gemm_run(int op, mt_precision prec, const mt_moe_args &a, int bk, int stages,
-                     cudaStream_t stream) {
+void mt_moe_gemm_run(int op, mt_precision prec, const mt_moe_args &a, mt_cuda_moe_kernel kernel,
+                     int bk, int stages, cudaStream_t stream) {
     /* Nothing to write. An empty reduction (forward with IC = 0, dinp with
      * OC = 0) still writes its zeros, through the plain kernel. */
     const int N = op == MT_MOE_FWD ? a.OC : a.IC;
@@ -200,7 +212,9 @@ void mt_moe_gemm_run(int op, mt_precision prec, const mt_moe_args &a, int bk, in
                       mt_moe_aligned16(a.a) && mt_moe_aligned16(a.b) &&
                       mt_moe_aligned16(a.out) &&
                       (op == MT_MOE_DW ? a.out_stride % 4 == 0 : a.w_stride % 8 == 0);
-    if (fast) mt_moe_mma_run(op, a, bk, stages, stream);
+    if (fast && kernel == MT_CUDA_MOE_KERNEL_AUTO && mt_moe_wgmma_available())
+        mt_moe_wgmma_run(op, a, stream);
+    else if (fast) mt_moe_mma_run(op, a, bk, stages, stream);
     else if (prec == MT_PREC_BF16) mt_moe_plain_run<__nv_bfloat16>(op, a, stream);
     else mt_moe_plain_run<float>(op, a, stream);
 }
@@ -231,6 +245,20 @@ static mt_moe_args mt_moe_args_make(const void *a, const void *b, void *out, siz
     return m;
 }
 
+static mt_cuda_moe_kernel mt_moe_kernel_choice = MT_CUDA_MOE_KERNEL_AUTO;
+
+extern "C" mt_cuda_moe_kernel mt_cuda_moe_gemm_use(mt_cuda_moe_kernel k) {
+    const mt_cuda_moe_kernel was = mt_moe_kernel_choice;
+    mt_moe_kernel_choice = k;
+    return was;
+}
+
+extern "C" const char *mt_cuda_moe_gemm_kernel_name(void) {
+    return mt_moe_kernel_choice == MT_CUDA_MOE_KERNEL_AUTO && mt_moe_wgmma_available()
+               ? "wgmma"
+               : "mma.sync";
+}
+
 extern "C" size_t mt_cuda_moe_gemm_scratch_bytes(int E) {
     MT_ASSERT(E >= 0);
     return (((size_t)E + 1) * sizeof(int32_t) + 255) & ~(size_t)255;
@@ -247,7 +275,7 @@ extern "C" void mt_cuda_moe_gemm_forward(mt_cuda_ctx *ctx, mt_precision prec, vo
     MT_ASSERT(prec == MT_PREC_BF16 || y_dt == MT_DT_F32);
     mt_moe_args a = mt_moe_args_make(x, w, y, w_stride, 0, start, E, R, IC, OC, scratch);
     a.out_bf16 = y_dt == MT_DT_BF16;
-    mt_moe_gemm_run(MT_MOE_FWD, prec, a, 0, 0, ctx->stream);
+    mt_moe_gemm_run(MT_MOE_FWD, prec, a, mt_moe_kernel_choice, 0, 0, ctx->stream);
 }
 
 extern "C" void mt_cuda_moe_gemm_dinp(mt_cuda_ctx *ctx, mt_precision prec, float *dx,
@@ -256,7 +284,7 @@ extern "C" void mt_cuda_moe_gemm_dinp(mt_cuda_ctx *ctx, mt_precision prec, float
                                       size_t IC, size_t OC, void *scratch) {
     mt_moe_args a = mt_moe_args_make(dy, w, dx, w_stride, 0, start, E, R, IC, OC, scratch);
     a.accumulate = accumulate;
-    mt_moe_gemm_run(MT_MOE_DINP, prec, a, 0, 0, ctx->stream);
+    mt_moe_gemm_run(MT_MOE_DINP, prec, a, mt_moe_kernel_choice, 0, 0, ctx->stream);
 }
 
 extern "C" void mt_cuda_moe_gemm_dw(mt_cuda_ctx *ctx, mt_precision prec, float *dw,
@@ -264,5 +292,5 @@ extern "C" void mt_cuda_moe_gemm_dw(mt_cuda_ctx *ctx, mt_precision prec, float *
                                     const int32_t *start, int E, size_t R, size_t IC, size_t OC,
                                     void *scratch) {
     mt_moe_args a = mt_moe_args_make(dy, x, dw, 0, dw_stride, start, E, R, IC, OC, scratch);
-    mt_moe_gemm_run(MT_MOE_DW, prec, a, 0, 0, ctx->stream);
+    mt_moe_gemm_run(MT_MOE_DW, prec, a, mt_moe_kernel_choice, 0, 0, ctx->stream);
 }

@@ -54,11 +54,23 @@ void mt_cuda_moe_gemm_dw(mt_cuda_ctx *ctx, mt_precision prec, float *dw, size_t 
                          const void *dy, const void *x, const int32_t *start, int E,
                          size_t R, size_t IC, size_t OC, void *scratch);
 
+/* The tensor-core kernel the products take: AUTO, the best the device has
+ * (wgmma on sm_90 when the build has sm_90a code, else mma.sync); MMA, the
+ * mma.sync kernel on every GPU (so that tests cover both on Hopper).
+ * Process-wide; returns the previous choice. */
+typedef enum { MT_CUDA_MOE_KERNEL_AUTO, MT_CUDA_MOE_KERNEL_MMA } mt_cuda_moe_kernel;
+mt_cuda_moe_kernel mt_cuda_moe_gemm_use(mt_cuda_moe_kernel k);
+
+/* The name of the tensor-core kernel that the current choice takes on the
+ * current device: "wgmma" or "mma.sync". */
+const char *mt_cuda_moe_gemm_kernel_name(void);
+
 /* Benchmark (a program, never a test: `megatrain bench moe-gemm`): prints
  * TFLOP/s of the three bf16 products on the expert shapes of Qwen3-30B-A3B
- * and Mixtral-8x7B next to cuBLAS called once per expert. bk (32 or 64)
- * and stages (2..5): the tensor-core kernel's k step and pipeline depth,
- * 0 for its own choice. */
+ * and Mixtral-8x7B, through the kernel the products take, through the
+ * mma.sync kernel when that is another one, and through cuBLAS called
+ * once per expert. bk (32 or 64) and stages (2..5): the mma.sync kernel's
+ * k step and pipeline depth, 0 for its own choice. */
 int mt_cuda_moe_gemm_bench(FILE *f, int bk, int stages, mt_error *err);
 
 #ifdef __cplusplus

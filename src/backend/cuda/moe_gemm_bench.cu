@@ -120,8 +120,10 @@ static const char *mb_op_name(mb_op op) {
     }
 }
 
-/* The tensor-core kernel's k step and pipeline depth (0: its choice). */
+/* The tensor-core kernel, and the mma.sync kernel's k step and pipeline
+ * depth (0: its choice). */
 typedef struct {
+    mt_cuda_moe_kernel kernel;
     int bk, stages;
 } mb_variant;
 
@@ -148,7 +150,7 @@ static void mb_grouped(const mb_model *m, mb_op op, size_t IC, size_t OC, mb_var
     } else {
         a.a = m->x, a.b = m->w, a.out = out, a.out_bf16 = op == MB_FWD_BF16;
     }
-    mt_moe_gemm_run(mb_kernel_op(op), MT_PREC_BF16, a, v.bk, v.stages, st);
+    mt_moe_gemm_run(mb_kernel_op(op), MT_PREC_BF16, a, v.kernel, v.bk, v.stages, st);
 }
 
 /* The same products through cuBLAS, one call per expert (column-major
@@ -232,14 +234,18 @@ static void mb_model_run(FILE *f, mb_model *m, mb_variant v, cublasHandle_t h, u
     CUDA_LAUNCH_CHECK();
     fprintf(f, "\n%s: E=%d experts, top-%d of %zu tokens = %zu rows, %d..%d rows per expert\n",
             m->name, m->E, m->K, m->T, R, lo, hi);
-    fprintf(f, "%-8s %6s %6s  %-24s %5s %9s %9s %9s\n", "matrix", "IC", "OC", "product",
-            "bk/st", "grouped", "cuBLAS", "rel.diff");
+    fprintf(f, "%-8s %6s %6s  %-24s %9s %5s %9s %9s %9s\n", "matrix", "IC", "OC", "product",
+            mt_cuda_moe_gemm_kernel_name(), "bk/st", "mma.sync", "cuBLAS", "rel.diff");
+    mb_variant mma = v;
+    mma.kernel = MT_CUDA_MOE_KERNEL_MMA;
+    const bool two = strcmp(mt_cuda_moe_gemm_kernel_name(), "mma.sync") != 0;
     const size_t shapes[2][2] = {{C, F}, {F, C}}; // gate/up, down
     for (int s = 0; s < 2; s++) {
         const size_t IC = shapes[s][0], OC = shapes[s][1];
         for (int op = MB_FWD_BF16; op <= MB_DW; op++) {
             const mb_op o = (mb_op)op;
             const double tg = mb_time(m, o, IC, OC, v, NULL, st);
+            const double tm = two ? mb_time(m, o, IC, OC, mma, NULL, st) : tg;
             const double tc = mb_time(m, o, IC, OC, v, h, st);
             /* the check: one run of each from the same state */
             double diff = NAN;
@@ -257,9 +263,9 @@ static void mb_model_run(FILE *f, mb_model *m, mb_variant v, cublasHandle_t h, u
             mt_moe_mma_pick(mb_kernel_op(o), &used.bk, &used.stages);
             char dtxt[32] = "-"; /* bf16 outputs: the fp32 row checks the same kernel */
             if (!isnan(diff)) snprintf(dtxt, sizeof dtxt, "%.2g", diff);
-            fprintf(f, "%-8s %6zu %6zu  %-24s %2d/%-2d %9.1f %9.1f %9s\n",
-                    s == 0 ? "gate/up" : "down", IC, OC, mb_op_name(o), used.bk, used.stages, tg,
-                    tc, dtxt);
+            fprintf(f, "%-8s %6zu %6zu  %-24s %9.1f %2d/%-2d %9.1f %9.1f %9s\n",
+                    s == 0 ? "gate/up" : "down", IC, OC, mb_op_name(o), tg, used.bk, used.stages,
+                    tm, tc, dtxt);
             fflush(f);
         }
     }
@@ -281,7 +287,7 @@ extern "C" int mt_cuda_moe_gemm_bench(FILE *f, int bk, int stages, mt_error *err
         return mt_errorf(err, "moe-gemm bench: --stages must be 2..5 (or 0: automatic)");
     if (bk != 0 && bk != 32 && bk != 64)
         return mt_errorf(err, "moe-gemm bench: --bk must be 32 or 64 (or 0: automatic)");
-    const mb_variant v = {bk, stages};
+    const mb_variant v = {MT_CUDA_MOE_KERNEL_AUTO, bk, stages};
     cudaStream_t st;
     CUDA_CHECK(cudaStreamCreate(&st));
     cublasHandle_t h;
@@ -292,8 +298,9 @@ extern "C" int mt_cuda_moe_gemm_bench(FILE *f, int bk, int stages, mt_error *err
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     fprintf(f, "grouped expert products (bf16 operands, fp32 accumulation) on %s, %d SMs; "
-               "TFLOP/s, mean of %d runs after %d warm-ups; bk/st: the tensor-core kernel's k "
-               "step and pipeline depth\n",
+               "TFLOP/s, mean of %d runs after %d warm-ups; first column: the kernel the "
+               "products take; bk/st: the mma.sync kernel's k step and pipeline depth; "
+               "rel.diff: the first column's against cuBLAS\n",
             prop.name, prop.multiProcessorCount, MB_ITERS, MB_WARMUP);
     /* name, E, K, T, C, F */
     const struct { const char *name; int E, K; size_t T, C, F; } shapes[2] = {

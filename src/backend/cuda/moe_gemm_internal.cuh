@@ -1,7 +1,8 @@
 /* Internals of the grouped expert products (moe_gemm.h), shared by:
  *   moe_gemm.cu        the API: checks, the choice of path, the tile
  *                      offsets, and the plain fp32-FMA kernels (any shape)
- *   moe_gemm_mma.cu    the bf16 tensor-core kernel (mma.sync)
+ *   moe_gemm_mma.cu    the bf16 tensor-core kernel (mma.sync, sm_80 on)
+ *   moe_gemm_wgmma.cu  the bf16 Hopper kernel (wgmma, sm_90)
  *   moe_gemm_bench.cu  the benchmark
  *
  * All three products are one shape of problem, C (M, N) = sum_k A(m, k)
@@ -65,6 +66,90 @@ __device__ __forceinline__ int mt_moe_find_expert(const int32_t *tile_off, int E
     return lo;
 }
 
+/* One output tile of a tensor-core kernel: where its operands and results
+ * are, and how much of it is real. */
+struct mt_moe_tile {
+    const __nv_bfloat16 *a, *b; // A(0, 0) and B(0, 0) of the tile
+    int64_t out;                // C(0, 0), elements from args.out
+    int m_lim, n_lim;           // valid rows and columns (may exceed the tile)
+    int k_lim, k_steps;         // reduction length, and its steps of BK
+};
+
+/* Tile number *t of a persistent block's walk over BM x BN output tiles
+ * (k steps of BK), or false past the last one. Forward and dinp take
+ * groups of GM row tiles (which may span experts) across all ncol column
+ * tiles, row tiles fastest, so that the tiles running at once share their
+ * operands in L2. dw takes (expert, output tile), tpe tiles per expert,
+ * and moves *t past the tiles of experts with no rows (by whole strides of
+ * gridDim.x, so the walk stays this block's). */
+template <int OP, int BM, int BN, int BK, int GM>
+__device__ __forceinline__ bool mt_moe_get_tile(const mt_moe_args &a, int *t, int ntiles,
+                                                int ncol, int tpe, mt_moe_tile &T) {
+    typedef __nv_bfloat16 bf16;
+    if (OP != MT_MOE_DW) {
+        if (*t >= ntiles) return false;
+        const int rows = ntiles / ncol, group = *t / (GM * ncol), first = group * GM;
+        const int gsz = min(rows - first, GM), local = *t - group * GM * ncol;
+        const int rt = first + local % gsz, ct = local / gsz;
+        const int e = mt_moe_find_expert(a.tile_off, a.E, rt);
+        int r0, r1;
+        mt_moe_segment(a.start, e, a.R, &r0, &r1);
+        const int row0 = r0 + (rt - __ldg(a.tile_off + e)) * BM, n0 = ct * BN;
+        const int N = OP == MT_MOE_FWD ? a.OC : a.IC, K = OP == MT_MOE_FWD ? a.IC : a.OC;
+        const bf16 *we = (const bf16 *)a.b + (size_t)e * a.w_stride;
+        T.a = (const bf16 *)a.a + (int64_t)row0 * K;
+        T.b = OP == MT_MOE_FWD ? we + (int64_t)n0 * a.IC : we + n0;
+        T.out = (int64_t)row0 * N + n0;
+        T.m_lim = r1 - row0;
+        T.n_lim = N - n0;
+        T.k_lim = K;
+    } else {
+        int e, r0, r1;
+        for (;;) {
+            if (*t >= ntiles) return false;
+            e = *t / tpe;
+            mt_moe_segment(a.start, e, a.R, &r0, &r1);
+            if (r1 > r0) break;
+            // the first tile of the next expert that is in this block's walk
+            *t += ((e + 1) * tpe - *t + (int)gridDim.x - 1) / (int)gridDim.x * (int)gridDim.x;
+        }
+        const int local = *t - e * tpe, ntn = tpe / ((a.OC + BM - 1) / BM);
+        const int m0 = (local / ntn) * BM, n0 = (local % ntn) * BN;
+        T.a = (const bf16 *)a.a + (int64_t)r0 * a.OC + m0;
+        T.b = (const bf16 *)a.b + (int64_t)r0 * a.IC + n0;
+        T.out = (int64_t)e * a.out_stride + (int64_t)m0 * a.IC + n0;
+        T.m_lim = a.OC - m0;
+        T.n_lim = a.IC - n0;
+        T.k_lim = r1 - r0;
+    }
+    T.k_steps = (T.k_lim + BK - 1) / BK;
+    return true;
+}
+
+/* The number of tiles a grid walks (an upper bound for forward and dinp,
+ * whose row tiles are counted on the device), after computing tile_off for
+ * forward and dinp; ncol and tpe as for mt_moe_get_tile. */
+int64_t mt_moe_tile_walk(int op, const mt_moe_args &a, int bm, int bn, int *ncol, int *tpe,
+                         cudaStream_t stream);
+
+/* The output of one fp32 accumulator pair (columns c and c+1 of a row at
+ * element offset row of a.out): bf16 or fp32, = or += as the product says. */
+template <int OP>
+__device__ __forceinline__ void mt_moe_store2(const mt_moe_args &a, int64_t row, int c, float v0,
+                                              float v1) {
+    if (OP == MT_MOE_FWD && a.out_bf16) {
+        *(__nv_bfloat162 *)((__nv_bfloat16 *)a.out + row + c) = __floats2bfloat162_rn(v0, v1);
+        return;
+    }
+    float2 *p = (float2 *)((float *)a.out + row + c);
+    if (OP == MT_MOE_DW || (OP == MT_MOE_DINP && a.accumulate)) {
+        const float2 o = *p;
+        v0 = o.x + v0;
+        v1 = o.y + v1;
+    }
+    *p = make_float2(v0, v1);
+}
+
 /* tile_off (E+1) from start for tiles of bm rows, on stream. */
 void mt_moe_tile_offsets(const mt_moe_args &a, int bm, cudaStream_t stream);
 
@@ -78,10 +163,17 @@ void mt_moe_mma_run(int op, const mt_moe_args &a, int bk, int stages, cudaStream
 /* The k step and depth mt_moe_mma_run takes for op on the current device. */
 void mt_moe_mma_pick(int op, int *bk, int *stages);
 
+/* The Hopper kernel (moe_gemm_wgmma.cu): the same operands as
+ * mt_moe_mma_run, through warpgroup products (wgmma) on sm_90. Whether
+ * this build and the current device have it. */
+bool mt_moe_wgmma_available(void);
+void mt_moe_wgmma_run(int op, const mt_moe_args &a, cudaStream_t stream);
+
 /* The product through the tensor cores when prec, shapes and alignment
- * allow it, else through the plain kernels (moe_gemm.cu); bk and stages as
- * for mt_moe_mma_run. What the API calls, and what the benchmark times. */
-void mt_moe_gemm_run(int op, mt_precision prec, const mt_moe_args &a, int bk, int stages,
-                     cudaStream_t stream);
+ * allow it (kernel: which one, moe_gemm.h), else through the plain kernels
+ * (moe_gemm.cu); bk and stages as for mt_moe_mma_run. What the API calls,
+ * and what the benchmark times. */
+void mt_moe_gemm_run(int op, mt_precision prec, const mt_moe_args &a, mt_cuda_moe_kernel kernel,
+                     int bk, int stages, cudaStream_t stream);
 
 #endif

@@ -20,7 +20,7 @@
  * so the next tile's first operands arrive while a tile's results are
  * stored. One barrier per k-step, placed before the step's last 16-deep
  * slice of products, as in CUTLASS's multistage main loop: the tensor
- * cores still have work queued while the warps meet. Tile order: forward and dinp take groups of 8 row tiles (which
+ * cores still have work queued while the warps meet. mt_moe_tile order: forward and dinp take groups of 8 row tiles (which
  * may span experts) across all column tiles, so that the tiles running at
  * once share their operands in L2; dw takes (expert, output tile), experts
  * with no rows skipped. Every output is one thread's fp32 sum in a fixed
@@ -46,15 +46,6 @@ template <int OP, int BK> struct Cfg {
     static constexpr int A_ELEMS = A_K ? BM * SK : BK * (BM + PAD);
     static constexpr int B_ELEMS = B_K ? BN * SK : BK * (BN + PAD);
     static constexpr int STAGE = A_ELEMS + B_ELEMS; // bf16 elements per buffer
-};
-
-/* One output tile: where its operands and results are, and how much of it
- * is real. */
-struct Tile {
-    const bf16 *a, *b; // A(0, 0) and B(0, 0) of the tile
-    int64_t out;       // C(0, 0), elements from args.out
-    int m_lim, n_lim;  // valid rows and columns (may exceed the tile)
-    int k_lim, k_steps; // reduction length, and its steps of BK
 };
 
 /* Waits until at most `pending` (0..3, uniform over the block) groups are in flight. */
@@ -102,7 +93,7 @@ __device__ __forceinline__ void load_kmajor(bf16 *s, const bf16 *g, int ld, int 
 
 /* Starts the copy of k-step ks of tile t into buffer s. */
 template <int OP, int BK>
-__device__ __forceinline__ void load_step(bf16 *s, const Tile &t, int ks, const mt_moe_args &a) {
+__device__ __forceinline__ void load_step(bf16 *s, const mt_moe_tile &t, int ks, const mt_moe_args &a) {
     const int k0 = ks * BK;
     bf16 *sb = s + Cfg<OP, BK>::A_ELEMS;
     if (OP == MT_MOE_FWD) {
@@ -161,61 +152,12 @@ __device__ __forceinline__ void mma_slice(float acc[4][8][4], const unsigned af[
         }
 }
 
-/* Tile number *t of this block's walk, or false past the last one. dw
- * moves *t past the tiles of experts with no rows (by whole strides of
- * gridDim.x, so the walk stays this block's). ncol: column tiles; tpe: dw's
- * tiles per expert. */
-template <int OP, int BK>
-__device__ __forceinline__ bool get_tile(const mt_moe_args &a, int *t, int ntiles, int ncol,
-                                         int tpe, Tile &T) {
-    if (OP != MT_MOE_DW) {
-        if (*t >= ntiles) return false;
-        // Groups of GM row tiles; in a group, row tiles vary fastest.
-        const int rows = ntiles / ncol, group = *t / (GM * ncol), first = group * GM;
-        const int gsz = min(rows - first, GM), local = *t - group * GM * ncol;
-        const int rt = first + local % gsz, ct = local / gsz;
-        const int e = mt_moe_find_expert(a.tile_off, a.E, rt);
-        int r0, r1;
-        mt_moe_segment(a.start, e, a.R, &r0, &r1);
-        const int row0 = r0 + (rt - __ldg(a.tile_off + e)) * BM, n0 = ct * BN;
-        const int N = OP == MT_MOE_FWD ? a.OC : a.IC, K = OP == MT_MOE_FWD ? a.IC : a.OC;
-        const bf16 *we = (const bf16 *)a.b + (size_t)e * a.w_stride;
-        T.a = (const bf16 *)a.a + (int64_t)row0 * K;
-        T.b = OP == MT_MOE_FWD ? we + (int64_t)n0 * a.IC : we + n0;
-        T.out = (int64_t)row0 * N + n0;
-        T.m_lim = r1 - row0;
-        T.n_lim = N - n0;
-        T.k_lim = K;
-    } else {
-        int e, r0, r1;
-        for (;;) {
-            if (*t >= ntiles) return false;
-            e = *t / tpe;
-            mt_moe_segment(a.start, e, a.R, &r0, &r1);
-            if (r1 > r0) break;
-            // the first tile of the next expert that is in this block's walk
-            *t += ((e + 1) * tpe - *t + (int)gridDim.x - 1) / (int)gridDim.x * (int)gridDim.x;
-        }
-        const int local = *t - e * tpe, ntn = tpe / ((a.OC + BM - 1) / BM);
-        const int m0 = (local / ntn) * BM, n0 = (local % ntn) * BN;
-        T.a = (const bf16 *)a.a + (int64_t)r0 * a.OC + m0;
-        T.b = (const bf16 *)a.b + (int64_t)r0 * a.IC + n0;
-        T.out = (int64_t)e * a.out_stride + (int64_t)m0 * a.IC + n0;
-        T.m_lim = a.OC - m0;
-        T.n_lim = a.IC - n0;
-        T.k_lim = r1 - r0;
-    }
-    T.k_steps = (T.k_lim + BK - 1) / BK;
-    return true;
-}
-
 /* Stores the warp's accumulators: c[0..1] are row g, columns 2*t4 and
  * 2*t4+1 of each 16 x 8 block, c[2..3] row g+8. */
 template <int OP>
-__device__ __forceinline__ void store_tile(const mt_moe_args &a, const Tile &T,
+__device__ __forceinline__ void store_tile(const mt_moe_args &a, const mt_moe_tile &T,
                                            const float acc[4][8][4], int wm, int wn, int lane) {
     const int g = lane >> 2, t4 = lane & 3, ldo = OP == MT_MOE_FWD ? a.OC : a.IC;
-    const bool add = OP == MT_MOE_DW || (OP == MT_MOE_DINP && a.accumulate);
 #pragma unroll
     for (int mi = 0; mi < 4; mi++)
 #pragma unroll
@@ -227,18 +169,7 @@ __device__ __forceinline__ void store_tile(const mt_moe_args &a, const Tile &T,
             for (int ni = 0; ni < 8; ni++) {
                 const int c = wn * 64 + ni * 8 + 2 * t4;
                 if (c >= T.n_lim) continue; // n_lim is even: c + 1 is in when c is
-                float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
-                if (OP == MT_MOE_FWD && a.out_bf16) {
-                    *(__nv_bfloat162 *)((bf16 *)a.out + row + c) = __floats2bfloat162_rn(v0, v1);
-                } else {
-                    float2 *p = (float2 *)((float *)a.out + row + c);
-                    if (add) {
-                        const float2 o = *p;
-                        v0 = o.x + v0;
-                        v1 = o.y + v1;
-                    }
-                    *p = make_float2(v0, v1);
-                }
+                mt_moe_store2<OP>(a, row, c, acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
             }
         }
 }
@@ -253,9 +184,9 @@ __global__ void __launch_bounds__(NT, 1)
     const int ntiles = OP == MT_MOE_DW ? a.E * tpe : __ldg(a.tile_off + a.E) * ncol;
 
     // The loader: tile lt, its k-step lk, the buffer it fills next.
-    Tile L;
+    mt_moe_tile L;
     int lt = blockIdx.x, lk = 0, lbuf = 0;
-    bool lvalid = get_tile<OP, BK>(a, &lt, ntiles, ncol, tpe, L);
+    bool lvalid = mt_moe_get_tile<OP, BM, BN, BK, GM>(a, &lt, ntiles, ncol, tpe, L);
     const int first = lt;
     auto load_next = [&]() {
         if (lvalid) load_step<OP, BK>(smem + lbuf * CF::STAGE, L, lk, a);
@@ -264,7 +195,7 @@ __global__ void __launch_bounds__(NT, 1)
         if (lvalid && ++lk == L.k_steps) {
             lk = 0;
             lt += gridDim.x;
-            lvalid = get_tile<OP, BK>(a, &lt, ntiles, ncol, tpe, L);
+            lvalid = mt_moe_get_tile<OP, BM, BN, BK, GM>(a, &lt, ntiles, ncol, tpe, L);
         }
     };
     for (int s = 0; s < stages - 1; s++) load_next();
@@ -283,8 +214,9 @@ __global__ void __launch_bounds__(NT, 1)
     unsigned af[2][4][4], bf[2][4][4];
     load_frags<OP, BK>(af[0], bf[0], smem, 0, wm, wn, lane);
     int cbuf = 0;
-    Tile C;
-    for (int ct = first; get_tile<OP, BK>(a, &ct, ntiles, ncol, tpe, C); ct += gridDim.x) {
+    mt_moe_tile C;
+    for (int ct = first; mt_moe_get_tile<OP, BM, BN, BK, GM>(a, &ct, ntiles, ncol, tpe, C);
+         ct += gridDim.x) {
         float acc[4][8][4];
 #pragma unroll
         for (int i = 0; i < 4; i++)
@@ -321,18 +253,10 @@ void launch(const mt_moe_args &a, int stages, int sms, cudaStream_t st) {
     const size_t smem = (size_t)stages * Cfg<OP, BK>::STAGE * sizeof(bf16);
     auto kern = mt_moe_mma_kernel<OP, BK>;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    int64_t tiles; // an upper bound of the tiles: a grid of more blocks than SMs is useless
-    int ncol = 0, tpe = 0;
-    if (OP != MT_MOE_DW) {
-        mt_moe_tile_offsets(a, BM, st);
-        ncol = MT_CEIL_DIV(OP == MT_MOE_FWD ? a.OC : a.IC, BN);
-        tiles = ((int64_t)MT_CEIL_DIV(a.R, BM) + a.E) * ncol;
-    } else {
-        tpe = MT_CEIL_DIV(a.OC, BM) * MT_CEIL_DIV(a.IC, BN);
-        tiles = (int64_t)a.E * tpe;
-    }
+    int ncol, tpe;
+    const int64_t tiles = mt_moe_tile_walk(OP, a, BM, BN, &ncol, &tpe, st);
     MT_ASSERT(tiles + sms < INT32_MAX); /* tile numbers, one stride past the last, are int */
-    const int grid = (int)(tiles < sms ? tiles : sms);
+    const int grid = (int)(tiles < sms ? tiles : sms); /* more blocks than SMs: useless */
     if (grid == 0) return;
     kern<<<grid, NT, smem, st>>>(a, stages, ncol, tpe);
     CUDA_LAUNCH_CHECK();
