@@ -15,6 +15,8 @@ static const mt_preset presets[] = {
     {"70b", "Llama-3.1-70B", 8192, 80, 64, 8, 28672, 128256, 0, MT_ARCH_LLAMA, 0, 0, 0, 0},
     {"123b", "Mistral-Large-2 (123B)", 12288, 88, 96, 8, 28672, 32768, 0, MT_ARCH_LLAMA, 0, 0, 0, 0},
     {"405b", "Llama-3.1-405B", 16384, 126, 128, 8, 53248, 128256, 0, MT_ARCH_LLAMA, 0, 0, 0, 0},
+    {"qwen2.5-7b", "Qwen2.5-7B", 3584, 28, 28, 4, 18944, 152064, 0, MT_ARCH_QWEN2, 0, 0, 0, 0},
+    {"qwen3-8b", "Qwen3-8B", 4096, 36, 32, 8, 12288, 151936, 0, MT_ARCH_QWEN3, 128, 0, 0, 0},
     {"mixtral-8x7b", "Mixtral-8x7B", 4096, 32, 32, 8, 14336, 32000, 0, MT_ARCH_MIXTRAL, 0, 8,
      2, 14336},
     {"qwen3-30b-a3b", "Qwen3-30B-A3B", 2048, 48, 32, 4, 6144, 151936, 0, MT_ARCH_QWEN3_MOE, 128,
@@ -29,8 +31,9 @@ const mt_preset *mt_preset_find(const char *name) {
     return NULL;
 }
 
-const char *mt_preset_names(void) { return "1b, 3b, 7b, 8b, 13b, 20b, 34b, 70b, 123b, 405b, mixtral-8x7b, qwen3-30b-a3b, "
-           "qwen3-235b-a22b";
+const char *mt_preset_names(void) {
+    return "1b, 3b, 7b, 8b, 13b, 20b, 34b, 70b, 123b, 405b, qwen2.5-7b, qwen3-8b, mixtral-8x7b, "
+           "qwen3-30b-a3b, qwen3-235b-a22b";
 }
 
 void mt_preset_config(const mt_preset *p, int64_t T, mt_config *cfg) {
@@ -45,14 +48,19 @@ void mt_preset_config(const mt_preset *p, int64_t T, mt_config *cfg) {
     cfg->tie_embeddings = p->tied;
     cfg->max_pos = T;
     cfg->rms_eps = 1e-5f;
-    if (!p->E) return;
+    if (p->arch == MT_ARCH_LLAMA) return;
     cfg->arch = p->arch;
     snprintf(cfg->model_type, sizeof cfg->model_type, "%s",
-             p->arch == MT_ARCH_MIXTRAL ? "mixtral" : "qwen3_moe");
+             p->arch == MT_ARCH_MIXTRAL ? "mixtral"
+             : p->arch == MT_ARCH_QWEN2 ? "qwen2"
+             : p->arch == MT_ARCH_QWEN3 ? "qwen3"
+                                        : "qwen3_moe");
     if (p->HD) cfg->HD = p->HD;
-    cfg->qk_norm = p->arch == MT_ARCH_QWEN3_MOE;
+    cfg->qk_norm = p->arch == MT_ARCH_QWEN3 || p->arch == MT_ARCH_QWEN3_MOE;
+    cfg->qkv_bias = p->arch == MT_ARCH_QWEN2;
     cfg->rms_eps = 1e-6f;
     cfg->rope_theta = 1e6;
+    if (!p->E) return;
     cfg->moe = (mt_moe_config){.E = p->E, .K = p->K, .FE = p->FE, .sparse_step = 1,
                                .norm_topk = true, .aux_coef = 0.001};
 }

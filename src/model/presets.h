@@ -1,5 +1,5 @@
-/* Named Llama-family shapes for benchmarks and plan projections (random
- * weights; only the shape matters). */
+/* Named Llama-family, Qwen and mixture-of-experts shapes for benchmarks and
+ * plan projections (random weights; only the shape matters). */
 #ifndef MT_MODEL_PRESETS_H
 #define MT_MODEL_PRESETS_H
 
@@ -12,8 +12,8 @@ typedef struct mt_preset {
     const char *what;     /* the published model of that shape */
     int64_t C, L, NH, NKV, F, V;
     int tied;
-    /* mixture-of-experts shapes (0 for dense): arch, head_dim when it is
-     * not C / NH, experts, top-k, expert size */
+    /* arch (Qwen: q/k norms or biases), head_dim when it is not C / NH;
+     * mixture-of-experts shapes (0 for dense): experts, top-k, expert size */
     mt_arch arch;
     int64_t HD, E, K, FE;
 } mt_preset;

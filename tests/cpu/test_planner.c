@@ -203,6 +203,40 @@ Test(planner, calibration_files_round_trip_and_bad_ones_are_refused) {
     mt_test_rmtree(dir);
     free(dir);
 }
+/* The dense Qwen presets carry their architecture: parameter counts equal
+ * those of the published checkpoints (model.safetensors.index.json
+ * total_size / 2 bytes: 15231233024 for Qwen2.5-7B, 16381470720 for
+ * Qwen3-8B), qkv biases or q/k norms, and they plan like Llama shapes. */
+Test(planner, qwen_presets_have_the_published_shapes) {
+    static const struct { const char *name; int64_t params; int bias, qk_norm; } want[] = {
+        {"qwen2.5-7b", 7615616512, 1, 0},
+        {"qwen3-8b", 8190735360, 0, 1},
+    };
+    for (int i = 0; i < 2; i++) {
+        mt_error err;
+        mt_config cfg;
+        mt_param_table t;
+        mt_preset_config(mt_preset_find(want[i].name), 2048, &cfg);
+        cr_assert_eq(mt_config_validate(&cfg, want[i].name, &err), 0, "%s", err.msg);
+        cr_assert_eq(mt_params_init(&t, &cfg, &err), 0, "%s", err.msg);
+        cr_assert_eq(t.n_params, want[i].params, "%s: %lld", want[i].name,
+                     (long long)t.n_params);
+        cr_assert_eq(cfg.qkv_bias, want[i].bias);
+        cr_assert_eq(cfg.qk_norm, want[i].qk_norm);
+        mt_plan_request q = {.cfg = &cfg, .t = &t, .M = 4, .B = 8, .T = 2048,
+                             .precision = MT_GPU_BF16, .gpu_budget = 139e9,
+                             .host_budget = 125.0 * (1 << 30), .host_grad_dtype = -1,
+                             .keep_layers = -1};
+        mt_rates_default(&q.rates);
+        mt_plan p;
+        cr_assert_eq(mt_plan_make(&q, &p, &err), 0, "%s", err.msg);
+        cr_assert(p.fits, "%s: %s", want[i].name, p.why);
+        cr_assert_gt(p.n_keep, 0, "%s: the bf16 fast path keeps activations", want[i].name);
+        mt_plan_free(&p);
+        mt_params_free(&t);
+    }
+}
+
 /* The Qwen3-30B-A3B shape (128 experts, top 8) with 12 of its 48 blocks on
  * one H200 of a 125 GiB host: the layers are 0.62B parameters each, so a
  * slot and an accumulator are large, and the model TFLOPS count only the

@@ -209,9 +209,9 @@ static void cpu_and_gpu_grads(const mt_config *cfg, mt_gpu_precision prec, doubl
     free(tgt);
 }
 
-/* Head dim 64 selects the bf16 flash-attention kernel: the fast path for
- * Llama-like layers, the general path for qwen3 (q/k norm) and qwen2
- * (biases). */
+/* Head dim 64 selects the bf16 flash-attention kernel and the bf16 fast
+ * path, for Llama-like layers, qwen3 (q/k norm over bf16 q, k) and qwen2
+ * (biases); fp32 takes the general path. */
 Test(engine, flash_attention_paths_match_the_cpu_reference) {
     mt_test_need_gpu();
     const mt_arch archs[] = {MT_ARCH_LLAMA, MT_ARCH_QWEN3, MT_ARCH_QWEN2};

@@ -32,6 +32,7 @@ typedef struct acts {
     void *xn1_op; float *rstd1;
     float *q32, *k32, *v32, *qpre32, *kpre32, *qrstd, *krstd;
     void *q_op, *k_op, *v_op;
+    void *qpre_op, *kpre_op;  /* fast path with q/k norms: bf16 q, k before the norm */
     void *att_op; float *att32; float *lse;
     float *xmid;
     void *xn2_op; float *rstd2;
@@ -101,9 +102,10 @@ typedef struct cuda_backend {
     int dck_holds[2];   /* checkpoint in dck[b] now, -1 none (host order of issue) */
     cudaEvent_t dck_saved[2], dck_loaded[2], dck_free[2], dck_written[2];
     int attn_bf16;      /* bf16 flash kernel (HD 64/128); else fp32 attention */
-    /* bf16 fast path (no q/k norm, no biases, flash attention): products
-     * write bf16 and RoPE/SwiGLU work on bf16, as PyTorch's autocast does,
-     * instead of fp32 intermediates and separate casts. */
+    /* bf16 fast path (flash attention): products write bf16 (biases added
+     * in the product) and the q/k norms, RoPE and SwiGLU work on bf16, as
+     * PyTorch's autocast does, instead of fp32 intermediates and separate
+     * casts; only this path keeps activations. */
     int fast;
     float *cos, *sin;
     int32_t *tokens, *targets, *emb_order, *emb_bounds;

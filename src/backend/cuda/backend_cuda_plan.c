@@ -86,7 +86,11 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
     a->k_op = take_op(b, cb, N * KV, a->k32);
     a->v_op = take_op(b, cb, N * KV, a->v32);
     cb->attn_bf16 = bf && (c->HD == 64 || c->HD == 128);
-    cb->fast = cb->attn_bf16 && !c->qk_norm && !c->qkv_bias && c->HD % 8 == 0;
+    cb->fast = cb->attn_bf16 && c->HD % 8 == 0;
+    if (cb->fast && c->qk_norm) {
+        a->qpre_op = take(b, N * Q * 2);
+        a->kpre_op = take(b, N * KV * 2);
+    }
     a->att32 = cb->attn_bf16 ? NULL : TAKE_F(b, N * Q);
     a->att_op = bf ? take(b, N * Q * 2) : a->att32;
     a->lse = TAKE_F(b, N * c->NH);
@@ -155,6 +159,12 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
         k->gate16 = take(b, N * F * 2);
         k->up16 = take(b, N * F * 2);
         k->mlp_op = take(b, N * F * 2);
+        if (c->qk_norm) {
+            k->qpre_op = take(b, N * Q * 2);
+            k->kpre_op = take(b, N * KV * 2);
+            k->qrstd = TAKE_F(b, N * c->NH);
+            k->krstd = TAKE_F(b, N * c->NKV);
+        }
     }
     if (cb->n_keep) cb->keep_unit_bytes = (b->used - before) / ((size_t)cb->n_keep * cb->max_M);
 }
@@ -163,8 +173,10 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
 size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb) {
     const mt_config *c = cb->cfg;
     size_t N = cb->N, Q = c->NH * c->HD, KV = c->NKV * c->HD;
-    return N * (c->C * 2 * 2 + c->C * 4 + (Q * 2 + KV * 2) * 2 + 3 * c->F * 2 + 8 + c->NH * 4) +
-           13 * 256;
+    size_t qk = c->qk_norm ? (Q + KV) * 2 + (c->NH + c->NKV) * 4 : 0; /* pre-norm q, k; rstds */
+    return N * (c->C * 2 * 2 + c->C * 4 + (Q * 2 + KV * 2) * 2 + 3 * c->F * 2 + 8 + c->NH * 4 +
+                qk) +
+           (c->qk_norm ? 17 : 13) * 256;
 }
 
 void mt_cuda_default_opts(mt_cuda_backend_opts *o, const mt_cuda_backend_opts *in) {

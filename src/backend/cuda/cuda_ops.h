@@ -120,6 +120,11 @@ void mt_cuda_embedding_backward(mt_cuda_ctx *ctx, float *dwte, const float *dout
 void mt_cuda_rmsnorm_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt, float *rstd,
                              const float *inp, const float *w, size_t N, size_t C, float eps);
 
+/* The same of bf16 rows into bf16 (q/k norms of the bf16 fast path). */
+void mt_cuda_rmsnorm_forward_bf16(mt_cuda_ctx *ctx, uint16_t *out, float *rstd,
+                                  const uint16_t *inp, const float *w, size_t N, size_t C,
+                                  float eps);
+
 /* dinp (N,C) +=, dw (C) += ; rstd from the forward; scratch of
  * mt_cuda_colsum_scratch_floats(N, C) floats. */
 void mt_cuda_rmsnorm_backward(mt_cuda_ctx *ctx, float *dinp, float *dw, float *scratch,

@@ -45,6 +45,46 @@ static void moe_backward(cuda_backend *cb, int layer, const void *xn2, const flo
                          cb->g_cur, xn2, dout, dxn2);
 }
 
+/* From the attention's fp32 dq32, dk32, dv32 (cb->a) to the operands of
+ * the q and k products' backward, *dq_op and *dk_op (a->dq_op and dk_op
+ * in bf16, fp32 buffers of cb->a in fp32), and a->dv_op: RoPE's backward,
+ * the q/k norms' (pre-norm q, k in fp32 and their rstd from the forward)
+ * and the biases' gradients on the way. */
+static void qkv_grads_to_op(cuda_backend *cb, int layer, int mb, const float *qpre32,
+                            const float *kpre32, const float *qrstd, const float *krstd,
+                            void **dq_op, void **dk_op) {
+    const mt_config *c = cb->cfg;
+    acts *a = &cb->a;
+    slot *s = bound_slot(cb);
+    mt_cuda_ctx *ctx = cb->ctx;
+    float *g = cb->g_cur;
+    size_t N = cb->N, Q = c->NH * c->HD, KV = c->NKV * c->HD;
+    const int32_t *pos = block_pos(cb, mb);
+    mt_cuda_rope_backward(ctx, a->dq32, cb->cos, cb->sin, pos, cb->B, cb->T, c->NH, c->HD);
+    mt_cuda_rope_backward(ctx, a->dk32, cb->cos, cb->sin, pos, cb->B, cb->T, c->NKV, c->HD);
+    float *dq = a->dq32, *dk = a->dk32;
+    if (c->qk_norm) {
+        CUDA_CHECK(cudaMemsetAsync(a->dqn32, 0, N * Q * sizeof(float), cb->s_comp));
+        CUDA_CHECK(cudaMemsetAsync(a->dkn32, 0, N * KV * sizeof(float), cb->s_comp));
+        mt_cuda_rmsnorm_backward(ctx, a->dqn32, G(cb, g, layer, MT_T_QNORM), a->colsum, a->dq32,
+                                 qpre32, W32(cb, s, layer, MT_T_QNORM), qrstd, N * c->NH, c->HD);
+        mt_cuda_rmsnorm_backward(ctx, a->dkn32, G(cb, g, layer, MT_T_KNORM), a->colsum, a->dk32,
+                                 kpre32, W32(cb, s, layer, MT_T_KNORM), krstd, N * c->NKV, c->HD);
+        dq = a->dqn32;
+        dk = a->dkn32;
+    }
+    if (c->qkv_bias) {
+        mt_cuda_bias_backward(ctx, G(cb, g, layer, MT_T_BQ), a->colsum, dq, N, Q);
+        mt_cuda_bias_backward(ctx, G(cb, g, layer, MT_T_BK), a->colsum, dk, N, KV);
+        mt_cuda_bias_backward(ctx, G(cb, g, layer, MT_T_BV), a->colsum, a->dv32, N, KV);
+    }
+    *dq_op = cb->prec == MT_PREC_BF16 ? a->dq_op : dq;
+    *dk_op = cb->prec == MT_PREC_BF16 ? a->dk_op : dk;
+    to_op(cb, *dq_op, dq, N * Q);
+    to_op(cb, *dk_op, dk, N * KV);
+    to_op(cb, a->dv_op, a->dv32, N * KV);
+}
+
 /* The bf16 fast path of block_forward (see cuda_backend.fast). */
 static void block_forward_fast(cuda_backend *cb, acts *a, int layer, int mb, const float *x, float *out) {
     const mt_config *c = cb->cfg;
@@ -57,12 +97,21 @@ static void block_forward_fast(cuda_backend *cb, acts *a, int layer, int mb, con
     const int32_t *pos = block_pos(cb, mb);
     mt_cuda_rmsnorm_forward(ctx, a->xn1_op, MT_DT_BF16, a->rstd1, x,
                             W32(cb, s, layer, MT_T_ATTN_NORM), N, C, c->rms_eps);
-    mt_cuda_matmul_forward(ctx, p, a->q_op, MT_DT_BF16, a->xn1_op, W_op(cb, s, layer, MT_T_WQ),
-                           NULL, N, C, Q);
-    mt_cuda_matmul_forward(ctx, p, a->k_op, MT_DT_BF16, a->xn1_op, W_op(cb, s, layer, MT_T_WK),
-                           NULL, N, C, KV);
+    /* q, k, v with their biases (Qwen2); Qwen3's q/k norms (over each
+     * head) read the bf16 products and write the attention's operands */
+    void *q = c->qk_norm ? a->qpre_op : a->q_op, *k = c->qk_norm ? a->kpre_op : a->k_op;
+    mt_cuda_matmul_forward(ctx, p, q, MT_DT_BF16, a->xn1_op, W_op(cb, s, layer, MT_T_WQ),
+                           W32(cb, s, layer, MT_T_BQ), N, C, Q);
+    mt_cuda_matmul_forward(ctx, p, k, MT_DT_BF16, a->xn1_op, W_op(cb, s, layer, MT_T_WK),
+                           W32(cb, s, layer, MT_T_BK), N, C, KV);
     mt_cuda_matmul_forward(ctx, p, a->v_op, MT_DT_BF16, a->xn1_op, W_op(cb, s, layer, MT_T_WV),
-                           NULL, N, C, KV);
+                           W32(cb, s, layer, MT_T_BV), N, C, KV);
+    if (c->qk_norm) {
+        mt_cuda_rmsnorm_forward_bf16(ctx, a->q_op, a->qrstd, q, W32(cb, s, layer, MT_T_QNORM),
+                                     N * c->NH, c->HD, c->rms_eps);
+        mt_cuda_rmsnorm_forward_bf16(ctx, a->k_op, a->krstd, k, W32(cb, s, layer, MT_T_KNORM),
+                                     N * c->NKV, c->HD, c->rms_eps);
+    }
     mt_cuda_rope_forward_bf16(st, a->q_op, cb->cos, cb->sin, pos, cb->B, cb->T, c->NH, c->HD);
     mt_cuda_rope_forward_bf16(st, a->k_op, cb->cos, cb->sin, pos, cb->B, cb->T, c->NKV, c->HD);
     attn_check(mt_attn_forward_bf16(a->att_op, NULL, a->lse, a->q_op, a->k_op, a->v_op, pos,
@@ -122,11 +171,21 @@ static void block_backward_fast(cuda_backend *cb, const acts *f, int layer, int 
     attn_check(mt_attn_backward_bf16(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt_op,
                                      f->q_op, f->k_op, f->v_op, f->att_op, f->lse, pos, cb->B,
                                      cb->T, c->NH, c->NKV, c->HD, st, &err), &err);
-    mt_cuda_rope_backward_to_bf16(st, a->dq_op, a->dq32, cb->cos, cb->sin, pos, cb->B, cb->T,
-                                  c->NH, c->HD);
-    mt_cuda_rope_backward_to_bf16(st, a->dk_op, a->dk32, cb->cos, cb->sin, pos, cb->B, cb->T,
-                                  c->NKV, c->HD);
-    to_op(cb, a->dv_op, a->dv32, N * KV);
+    if (c->qk_norm || c->qkv_bias) {
+        if (c->qk_norm) { /* the norms' backward reads the pre-norm q, k in fp32 */
+            mt_cuda_cast_bf16_to_f32(ctx, a->qpre32, f->qpre_op, N * Q);
+            mt_cuda_cast_bf16_to_f32(ctx, a->kpre32, f->kpre_op, N * KV);
+        }
+        void *dq_op, *dk_op; /* a->dq_op, a->dk_op in bf16 */
+        qkv_grads_to_op(cb, layer, mb, a->qpre32, a->kpre32, f->qrstd, f->krstd, &dq_op,
+                        &dk_op);
+    } else {
+        mt_cuda_rope_backward_to_bf16(st, a->dq_op, a->dq32, cb->cos, cb->sin, pos, cb->B, cb->T,
+                                      c->NH, c->HD);
+        mt_cuda_rope_backward_to_bf16(st, a->dk_op, a->dk32, cb->cos, cb->sin, pos, cb->B, cb->T,
+                                      c->NKV, c->HD);
+        to_op(cb, a->dv_op, a->dv32, N * KV);
+    }
     mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WQ), a->dq_op,
                             f->xn1_op, W_op(cb, s, layer, MT_T_WQ), N, C, Q);
     mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WK), a->dk_op,
@@ -250,30 +309,8 @@ static void block_backward_general(cuda_backend *cb, int layer, int mb, const fl
                                         a->q32, a->k32, a->v32, a->att32, a->lse, pos, cb->B,
                                         cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
     }
-    mt_cuda_rope_backward(ctx, a->dq32, cb->cos, cb->sin, pos, cb->B, cb->T, c->NH, c->HD);
-    mt_cuda_rope_backward(ctx, a->dk32, cb->cos, cb->sin, pos, cb->B, cb->T, c->NKV, c->HD);
-    float *dq = a->dq32, *dk = a->dk32;
-    if (c->qk_norm) {
-        CUDA_CHECK(cudaMemsetAsync(a->dqn32, 0, N * Q * sizeof(float), cb->s_comp));
-        CUDA_CHECK(cudaMemsetAsync(a->dkn32, 0, N * KV * sizeof(float), cb->s_comp));
-        mt_cuda_rmsnorm_backward(ctx, a->dqn32, G(cb, g, layer, MT_T_QNORM), a->colsum, a->dq32,
-                                 a->qpre32, W32(cb, s, layer, MT_T_QNORM), a->qrstd, N * c->NH,
-                                 c->HD);
-        mt_cuda_rmsnorm_backward(ctx, a->dkn32, G(cb, g, layer, MT_T_KNORM), a->colsum, a->dk32,
-                                 a->kpre32, W32(cb, s, layer, MT_T_KNORM), a->krstd, N * c->NKV,
-                                 c->HD);
-        dq = a->dqn32;
-        dk = a->dkn32;
-    }
-    if (c->qkv_bias) {
-        mt_cuda_bias_backward(ctx, G(cb, g, layer, MT_T_BQ), a->colsum, dq, N, Q);
-        mt_cuda_bias_backward(ctx, G(cb, g, layer, MT_T_BK), a->colsum, dk, N, KV);
-        mt_cuda_bias_backward(ctx, G(cb, g, layer, MT_T_BV), a->colsum, a->dv32, N, KV);
-    }
-    void *dq_op = p == MT_PREC_BF16 ? a->dq_op : dq, *dk_op = p == MT_PREC_BF16 ? a->dk_op : dk;
-    to_op(cb, dq_op, dq, N * Q);
-    to_op(cb, dk_op, dk, N * KV);
-    to_op(cb, a->dv_op, a->dv32, N * KV);
+    void *dq_op, *dk_op;
+    qkv_grads_to_op(cb, layer, mb, a->qpre32, a->kpre32, a->qrstd, a->krstd, &dq_op, &dk_op);
     mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WQ), dq_op, a->xn1_op,
                             W_op(cb, s, layer, MT_T_WQ), N, C, Q);
     mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WK), dk_op, a->xn1_op,

@@ -34,13 +34,15 @@ namespace {
 
 constexpr int BM = 128, BN = 256, BK = 64; // output tile, k step
 constexpr int NT = 256;                    // 2 warpgroups of 64 rows x 256 columns
-constexpr int GM = 8;                      // row tiles per group of the tile order
-constexpr int STAGES = 4, AHEAD = STAGES - 2;
+constexpr int STAGES = 4;
 constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE = A_BYTES + B_BYTES;
-constexpr int MN_BLOCK = BK * 128; // bytes of 64 columns x BK k rows, MN-major
 constexpr size_t SMEM = (size_t)STAGES * STAGE + 1024; // + room to align the base to 1024
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+constexpr int GM = 8;                // row tiles per group of the tile order
+constexpr int AHEAD = STAGES - 2;    // k steps the loads run before the products
+constexpr int MN_BLOCK = BK * 128;   // bytes of 64 columns x BK k rows, MN-major
 
 /* K-major operand, ROWS rows (m or n) x BK k, from g (row pitch ld): rows
  * >= rl and k >= kl (a multiple of 8: a chunk is all in or all out) read

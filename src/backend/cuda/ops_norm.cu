@@ -29,21 +29,28 @@ __device__ __forceinline__ void store4(__nv_bfloat16 *out, float4 v) {
     *(__nv_bfloat162 *)(out + 2) = __floats2bfloat162_rn(v.z, v.w);
 }
 
-template <typename OUT>
-__global__ void rmsnorm_fwd_kernel(OUT *out, float *rstd, const float *inp, const float *w,
+__device__ __forceinline__ float4 load4(const float *p) { return *(const float4 *)p; }
+__device__ __forceinline__ float4 load4(const __nv_bfloat16 *p) {
+    const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)p);
+    const float2 b = __bfloat1622float2(*(const __nv_bfloat162 *)(p + 2));
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
+template <typename IN, typename OUT>
+__global__ void rmsnorm_fwd_kernel(OUT *out, float *rstd, const IN *inp, const float *w,
                                    size_t N, size_t C, float eps) {
     size_t row = (size_t)blockIdx.x * NORM_WARPS + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (row >= N) return;
-    const float *x = inp + row * C;
+    const IN *x = inp + row * C;
     float ss = 0.0f;
     for (size_t i = (size_t)lane * 4; i < C; i += 128) {
-        float4 v = *(const float4 *)(x + i);
+        float4 v = load4(x + i);
         ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
     }
     float r = rsqrtf(warp_sum(ss) / (float)C + eps);
     for (size_t i = (size_t)lane * 4; i < C; i += 128) {
-        float4 v = *(const float4 *)(x + i), g = *(const float4 *)(w + i);
+        float4 v = load4(x + i), g = *(const float4 *)(w + i);
         store4(out + row * C + i,
                make_float4(v.x * r * g.x, v.y * r * g.y, v.z * r * g.z, v.w * r * g.w));
     }
@@ -64,11 +71,24 @@ extern "C" void mt_cuda_rmsnorm_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_d
     check_rows(out, C);
     unsigned g = (unsigned)MT_CEIL_DIV(N, (size_t)NORM_WARPS);
     if (out_dt == MT_DT_BF16)
-        rmsnorm_fwd_kernel<__nv_bfloat16><<<g, NORM_WARPS * 32, 0, ctx->stream>>>(
+        rmsnorm_fwd_kernel<float, __nv_bfloat16><<<g, NORM_WARPS * 32, 0, ctx->stream>>>(
             (__nv_bfloat16 *)out, rstd, inp, w, N, C, eps);
     else
-        rmsnorm_fwd_kernel<float><<<g, NORM_WARPS * 32, 0, ctx->stream>>>(
+        rmsnorm_fwd_kernel<float, float><<<g, NORM_WARPS * 32, 0, ctx->stream>>>(
             (float *)out, rstd, inp, w, N, C, eps);
+    CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void mt_cuda_rmsnorm_forward_bf16(mt_cuda_ctx *ctx, uint16_t *out, float *rstd,
+                                             const uint16_t *inp, const float *w, size_t N,
+                                             size_t C, float eps) {
+    if (N == 0) return;
+    check_rows(inp, C);
+    check_rows(w, C);
+    check_rows(out, C);
+    unsigned g = (unsigned)MT_CEIL_DIV(N, (size_t)NORM_WARPS);
+    rmsnorm_fwd_kernel<__nv_bfloat16, __nv_bfloat16><<<g, NORM_WARPS * 32, 0, ctx->stream>>>(
+        (__nv_bfloat16 *)out, rstd, (const __nv_bfloat16 *)inp, w, N, C, eps);
     CUDA_LAUNCH_CHECK();
 }
 
