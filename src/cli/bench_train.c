@@ -15,8 +15,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: megatrain bench train [--preset NAME] [shape options] [options]\n"
             "  --preset P          model shape (default 7b = Llama-2-7B; 1b 3b 8b 13b 20b 34b 70b\n"
-            "                      123b 405b; mixture-of-experts mixtral-8x7b qwen3-30b-a3b\n"
-            "                      qwen3-235b-a22b)\n"
+            "                      123b 405b; Qwen qwen2.5-7b qwen3-8b; mixture-of-experts\n"
+            "                      mixtral-8x7b qwen3-30b-a3b qwen3-235b-a22b)\n"
             "  --layers N --hidden N --heads N --kv-heads N --ffn N --vocab N  override\n"
             "                      (--ffn: the experts' size for a mixture-of-experts shape)\n"
             "  --seq-len T         (default 2048)\n"

@@ -145,8 +145,7 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
     cb->moe_dev = moe ? take(b, moe) : NULL;
     size_t before = b->used;
     for (int u = 0; u < cb->n_keep * cb->max_M; u++) {
-        acts *k = &cb->kept[u];
-        k->xn1_op = take(b, N * C * 2);
+        acts *k = &cb->kept[u]; /* xn1, xn2 and the SwiGLU output are rebuilt (layers_cuda.c) */
         k->rstd1 = TAKE_F(b, N);
         k->q_op = take(b, N * Q * 2);
         k->k_op = take(b, N * KV * 2);
@@ -154,11 +153,9 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
         k->att_op = take(b, N * Q * 2);
         k->lse = TAKE_F(b, N * c->NH);
         k->xmid = TAKE_F(b, N * C);
-        k->xn2_op = take(b, N * C * 2);
         k->rstd2 = TAKE_F(b, N);
         k->gate16 = take(b, N * F * 2);
         k->up16 = take(b, N * F * 2);
-        k->mlp_op = take(b, N * F * 2);
         if (c->qk_norm) {
             k->qpre_op = take(b, N * Q * 2);
             k->kpre_op = take(b, N * KV * 2);
@@ -166,7 +163,10 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
             k->krstd = TAKE_F(b, N * c->NKV);
         }
     }
-    if (cb->n_keep) cb->keep_unit_bytes = (b->used - before) / ((size_t)cb->n_keep * cb->max_M);
+    if (cb->n_keep) {
+        cb->keep_unit_bytes = (b->used - before) / ((size_t)cb->n_keep * cb->max_M);
+        MT_ASSERT(cb->keep_unit_bytes <= mt_cuda_keep_unit_bytes(cb)); /* what life.c fits by */
+    }
 }
 
 /* Bytes of one kept (layer, micro-batch) unit of forward activations. */
@@ -174,9 +174,8 @@ size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb) {
     const mt_config *c = cb->cfg;
     size_t N = cb->N, Q = c->NH * c->HD, KV = c->NKV * c->HD;
     size_t qk = c->qk_norm ? (Q + KV) * 2 + (c->NH + c->NKV) * 4 : 0; /* pre-norm q, k; rstds */
-    return N * (c->C * 2 * 2 + c->C * 4 + (Q * 2 + KV * 2) * 2 + 3 * c->F * 2 + 8 + c->NH * 4 +
-                qk) +
-           (c->qk_norm ? 17 : 13) * 256;
+    return N * (c->C * 4 + (Q * 2 + KV * 2) * 2 + 2 * c->F * 2 + 8 + c->NH * 4 + qk) +
+           (c->qk_norm ? 14 : 10) * 256;
 }
 
 void mt_cuda_default_opts(mt_cuda_backend_opts *o, const mt_cuda_backend_opts *in) {

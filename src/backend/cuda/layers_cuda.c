@@ -85,26 +85,32 @@ static void qkv_grads_to_op(cuda_backend *cb, int layer, int mb, const float *qp
     to_op(cb, a->dv_op, a->dv32, N * KV);
 }
 
-/* The bf16 fast path of block_forward (see cuda_backend.fast). */
+/* The bf16 fast path of block_forward (see cuda_backend.fast), into the
+ * scratch cb->a or a kept unit a. A kept unit has no room for the normed
+ * inputs xn1, xn2 nor the SwiGLU output: they go to the scratch, and the
+ * backward rebuilds them (cheap element-wise passes; the same kernels on
+ * the same inputs give the same bits). */
 static void block_forward_fast(cuda_backend *cb, acts *a, int layer, int mb, const float *x, float *out) {
     const mt_config *c = cb->cfg;
     slot *s = bound_slot(cb);
+    void *xn1 = a->xn1_op ? a->xn1_op : cb->a.xn1_op, *xn2 = a->xn2_op ? a->xn2_op : cb->a.xn2_op;
+    void *mlp = a->mlp_op ? a->mlp_op : cb->a.mlp_op;
     mt_cuda_ctx *ctx = cb->ctx;
     cudaStream_t st = cb->s_comp;
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
     mt_precision p = MT_PREC_BF16;
     mt_error err;
     const int32_t *pos = block_pos(cb, mb);
-    mt_cuda_rmsnorm_forward(ctx, a->xn1_op, MT_DT_BF16, a->rstd1, x,
+    mt_cuda_rmsnorm_forward(ctx, xn1, MT_DT_BF16, a->rstd1, x,
                             W32(cb, s, layer, MT_T_ATTN_NORM), N, C, c->rms_eps);
     /* q, k, v with their biases (Qwen2); Qwen3's q/k norms (over each
      * head) read the bf16 products and write the attention's operands */
     void *q = c->qk_norm ? a->qpre_op : a->q_op, *k = c->qk_norm ? a->kpre_op : a->k_op;
-    mt_cuda_matmul_forward(ctx, p, q, MT_DT_BF16, a->xn1_op, W_op(cb, s, layer, MT_T_WQ),
+    mt_cuda_matmul_forward(ctx, p, q, MT_DT_BF16, xn1, W_op(cb, s, layer, MT_T_WQ),
                            W32(cb, s, layer, MT_T_BQ), N, C, Q);
-    mt_cuda_matmul_forward(ctx, p, k, MT_DT_BF16, a->xn1_op, W_op(cb, s, layer, MT_T_WK),
+    mt_cuda_matmul_forward(ctx, p, k, MT_DT_BF16, xn1, W_op(cb, s, layer, MT_T_WK),
                            W32(cb, s, layer, MT_T_BK), N, C, KV);
-    mt_cuda_matmul_forward(ctx, p, a->v_op, MT_DT_BF16, a->xn1_op, W_op(cb, s, layer, MT_T_WV),
+    mt_cuda_matmul_forward(ctx, p, a->v_op, MT_DT_BF16, xn1, W_op(cb, s, layer, MT_T_WV),
                            W32(cb, s, layer, MT_T_BV), N, C, KV);
     if (c->qk_norm) {
         mt_cuda_rmsnorm_forward_bf16(ctx, a->q_op, a->qrstd, q, W32(cb, s, layer, MT_T_QNORM),
@@ -119,24 +125,25 @@ static void block_forward_fast(cuda_backend *cb, acts *a, int layer, int mb, con
     mt_cuda_matmul_forward(ctx, p, a->xmid, MT_DT_F32, a->att_op, W_op(cb, s, layer, MT_T_WO),
                            NULL, N, Q, C);
     mt_cuda_residual_add(ctx, a->xmid, a->xmid, x, N * C);
-    mt_cuda_rmsnorm_forward(ctx, a->xn2_op, MT_DT_BF16, a->rstd2, a->xmid,
+    mt_cuda_rmsnorm_forward(ctx, xn2, MT_DT_BF16, a->rstd2, a->xmid,
                             W32(cb, s, layer, MT_T_MLP_NORM), N, C, c->rms_eps);
     if (is_moe(cb, layer)) {
-        moe_forward(cb, layer, a->xn2_op, out);
+        moe_forward(cb, layer, xn2, out);
     } else {
-        mt_cuda_matmul_forward(ctx, p, a->gate16, MT_DT_BF16, a->xn2_op,
+        mt_cuda_matmul_forward(ctx, p, a->gate16, MT_DT_BF16, xn2,
                                W_op(cb, s, layer, MT_T_WGATE), NULL, N, C, F);
-        mt_cuda_matmul_forward(ctx, p, a->up16, MT_DT_BF16, a->xn2_op,
+        mt_cuda_matmul_forward(ctx, p, a->up16, MT_DT_BF16, xn2,
                                W_op(cb, s, layer, MT_T_WUP), NULL, N, C, F);
-        mt_cuda_swiglu_forward_bf16(st, a->mlp_op, a->gate16, a->up16, N * F);
-        mt_cuda_matmul_forward(ctx, p, out, MT_DT_F32, a->mlp_op,
+        mt_cuda_swiglu_forward_bf16(st, mlp, a->gate16, a->up16, N * F);
+        mt_cuda_matmul_forward(ctx, p, out, MT_DT_F32, mlp,
                                W_op(cb, s, layer, MT_T_WDOWN), NULL, N, F, C);
     }
     mt_cuda_residual_add(ctx, out, out, a->xmid, N * C);
 }
 
 /* Forward activations are read from f (the scratch after a recompute, or a
- * kept unit); gradient buffers come from the scratch. */
+ * kept unit, whose xn1, xn2 and SwiGLU output are rebuilt into the
+ * scratch); gradient buffers come from the scratch. */
 static void block_backward_fast(cuda_backend *cb, const acts *f, int layer, int mb, const float *x,
                                 float *dx) {
     const mt_config *c = cb->cfg;
@@ -149,18 +156,28 @@ static void block_backward_fast(cuda_backend *cb, const acts *f, int layer, int 
     mt_precision p = MT_PREC_BF16;
     mt_error err;
     const int32_t *pos = block_pos(cb, mb);
+    const void *xn1 = f->xn1_op, *xn2 = f->xn2_op, *mlp = f->mlp_op;
+    if (!xn2) {
+        mt_cuda_rmsnorm_forward(ctx, a->xn2_op, MT_DT_BF16, NULL, f->xmid,
+                                W32(cb, s, layer, MT_T_MLP_NORM), N, C, c->rms_eps);
+        xn2 = a->xn2_op;
+    }
     if (is_moe(cb, layer)) {
-        moe_backward(cb, layer, f->xn2_op, dx, a->dxn32);
+        moe_backward(cb, layer, xn2, dx, a->dxn32);
     } else {
+        if (!mlp) {
+            mt_cuda_swiglu_forward_bf16(st, a->mlp_op, f->gate16, f->up16, N * F);
+            mlp = a->mlp_op;
+        }
         to_op(cb, a->dx_op, dx, N * C);
         mt_cuda_matmul_backward(ctx, p, a->dmlp32, false, G(cb, g, layer, MT_T_WDOWN),
-                                a->dx_op, f->mlp_op, W_op(cb, s, layer, MT_T_WDOWN), N, F, C);
+                                a->dx_op, mlp, W_op(cb, s, layer, MT_T_WDOWN), N, F, C);
         mt_cuda_swiglu_backward_bf16(st, a->dgate_op, a->dup_op, a->dmlp32, f->gate16, f->up16,
                                      N * F);
         mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WGATE),
-                                a->dgate_op, f->xn2_op, W_op(cb, s, layer, MT_T_WGATE), N, C, F);
+                                a->dgate_op, xn2, W_op(cb, s, layer, MT_T_WGATE), N, C, F);
         mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WUP), a->dup_op,
-                                f->xn2_op, W_op(cb, s, layer, MT_T_WUP), N, C, F);
+                                xn2, W_op(cb, s, layer, MT_T_WUP), N, C, F);
     }
     mt_cuda_rmsnorm_backward(ctx, dx, G(cb, g, layer, MT_T_MLP_NORM), a->colsum, a->dxn32,
                              f->xmid, W32(cb, s, layer, MT_T_MLP_NORM), f->rstd2, N, C);
@@ -186,12 +203,17 @@ static void block_backward_fast(cuda_backend *cb, const acts *f, int layer, int 
                                       c->NKV, c->HD);
         to_op(cb, a->dv_op, a->dv32, N * KV);
     }
-    mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WQ), a->dq_op,
-                            f->xn1_op, W_op(cb, s, layer, MT_T_WQ), N, C, Q);
+    if (!xn1) {
+        mt_cuda_rmsnorm_forward(ctx, a->xn1_op, MT_DT_BF16, NULL, x,
+                                W32(cb, s, layer, MT_T_ATTN_NORM), N, C, c->rms_eps);
+        xn1 = a->xn1_op;
+    }
+    mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WQ), a->dq_op, xn1,
+                            W_op(cb, s, layer, MT_T_WQ), N, C, Q);
     mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WK), a->dk_op,
-                            f->xn1_op, W_op(cb, s, layer, MT_T_WK), N, C, KV);
+                            xn1, W_op(cb, s, layer, MT_T_WK), N, C, KV);
     mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WV), a->dv_op,
-                            f->xn1_op, W_op(cb, s, layer, MT_T_WV), N, C, KV);
+                            xn1, W_op(cb, s, layer, MT_T_WV), N, C, KV);
     mt_cuda_rmsnorm_backward(ctx, dx, G(cb, g, layer, MT_T_ATTN_NORM), a->colsum, a->dxn32, x,
                              W32(cb, s, layer, MT_T_ATTN_NORM), f->rstd1, N, C);
 }
