@@ -126,6 +126,31 @@ __device__ __forceinline__ bool mt_moe_get_tile(const mt_moe_args &a, int *t, in
     return true;
 }
 
+/* The loader of a persistent block's walk: the tile and k step it copies
+ * next, and the ring buffer they go to. After each step's copy, next()
+ * moves on, to the next tile of the walk (blockIdx.x, + gridDim.x, ...)
+ * after a tile's last step; valid turns false past the walk's end. */
+template <int OP, int BM, int BN, int BK, int GM> struct mt_moe_loader {
+    mt_moe_tile t;
+    int tile, k, buf;
+    bool valid;
+    int ntiles, ncol, tpe, stages;
+    __device__ __forceinline__ mt_moe_loader(const mt_moe_args &a, int ntiles_, int ncol_,
+                                             int tpe_, int stages_)
+        : tile(blockIdx.x), k(0), buf(0), ntiles(ntiles_), ncol(ncol_), tpe(tpe_),
+          stages(stages_) {
+        valid = mt_moe_get_tile<OP, BM, BN, BK, GM>(a, &tile, ntiles, ncol, tpe, t);
+    }
+    __device__ __forceinline__ void next(const mt_moe_args &a) {
+        buf = buf + 1 == stages ? 0 : buf + 1;
+        if (valid && ++k == t.k_steps) {
+            k = 0;
+            tile += gridDim.x;
+            valid = mt_moe_get_tile<OP, BM, BN, BK, GM>(a, &tile, ntiles, ncol, tpe, t);
+        }
+    }
+};
+
 /* The number of tiles a grid walks (an upper bound for forward and dinp,
  * whose row tiles are counted on the device), after computing tile_off for
  * forward and dinp; ncol and tpe as for mt_moe_get_tile. */

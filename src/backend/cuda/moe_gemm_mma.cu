@@ -183,20 +183,12 @@ __global__ void __launch_bounds__(NT, 1)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp >> 2, wn = warp & 3;
     const int ntiles = OP == MT_MOE_DW ? a.E * tpe : __ldg(a.tile_off + a.E) * ncol;
 
-    // The loader: tile lt, its k-step lk, the buffer it fills next.
-    mt_moe_tile L;
-    int lt = blockIdx.x, lk = 0, lbuf = 0;
-    bool lvalid = mt_moe_get_tile<OP, BM, BN, BK, GM>(a, &lt, ntiles, ncol, tpe, L);
-    const int first = lt;
+    mt_moe_loader<OP, BM, BN, BK, GM> L(a, ntiles, ncol, tpe, stages);
+    const int first = L.tile;
     auto load_next = [&]() {
-        if (lvalid) load_step<OP, BK>(smem + lbuf * CF::STAGE, L, lk, a);
+        if (L.valid) load_step<OP, BK>(smem + L.buf * CF::STAGE, L.t, L.k, a);
         mt_tc_cp_commit(); // an empty group past the end keeps the count in step
-        lbuf = lbuf + 1 == stages ? 0 : lbuf + 1;
-        if (lvalid && ++lk == L.k_steps) {
-            lk = 0;
-            lt += gridDim.x;
-            lvalid = mt_moe_get_tile<OP, BM, BN, BK, GM>(a, &lt, ntiles, ncol, tpe, L);
-        }
+        L.next(a);
     };
     for (int s = 0; s < stages - 1; s++) load_next();
 
