@@ -266,7 +266,7 @@ static void cu_backward(mt_backend *be, int layer, int mb) {
     acts *k = mt_cuda_kept_unit(cb, layer, mb);
     if (!k) { /* recompute: the forward's activations were not kept */
         k = &cb->a;
-        mt_cuda_block_forward(cb, k, layer, mb, x, cb->a.xtmp);
+        mt_cuda_block_forward(cb, k, layer, mb, x, NULL);
     }
     mt_cuda_block_backward(cb, k, layer, mb, x, dx_at(cb, mb));
 }

@@ -38,7 +38,7 @@ typedef struct acts {
     void *xn2_op; float *rstd2;
     float *gate32, *up32; void *mlp_op;
     uint16_t *gate16, *up16;  /* fast path */
-    float *xtmp;        /* recompute's unused output */
+    float *xtmp;        /* an MoE block's output in a recompute (unused) */
     /* backward */
     void *dx_op;
     float *dmlp32, *dgate32, *dup32; void *dgate_op, *dup_op;

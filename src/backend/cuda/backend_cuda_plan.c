@@ -105,7 +105,7 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
         a->up32 = TAKE_F(b, N * F);
     }
     a->mlp_op = take(b, N * F * op_size(cb));
-    a->xtmp = TAKE_F(b, N * C);
+    a->xtmp = mt_config_is_moe(c) ? TAKE_F(b, N * C) : NULL;
     a->dx_op = bf ? take(b, N * C * 2) : NULL; /* fp32: the dx of the micro-batch */
     a->dmlp32 = TAKE_F(b, N * F);
     if (!cb->fast) {

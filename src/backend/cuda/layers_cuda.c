@@ -128,17 +128,18 @@ static void block_forward_fast(cuda_backend *cb, acts *a, int layer, int mb, con
     mt_cuda_rmsnorm_forward(ctx, xn2, MT_DT_BF16, a->rstd2, a->xmid,
                             W32(cb, s, layer, MT_T_MLP_NORM), N, C, c->rms_eps);
     if (is_moe(cb, layer)) {
-        moe_forward(cb, layer, xn2, out);
+        moe_forward(cb, layer, xn2, out ? out : cb->a.xtmp);
     } else {
         mt_cuda_matmul_forward(ctx, p, a->gate16, MT_DT_BF16, xn2,
                                W_op(cb, s, layer, MT_T_WGATE), NULL, N, C, F);
         mt_cuda_matmul_forward(ctx, p, a->up16, MT_DT_BF16, xn2,
                                W_op(cb, s, layer, MT_T_WUP), NULL, N, C, F);
         mt_cuda_swiglu_forward_bf16(st, mlp, a->gate16, a->up16, N * F);
-        mt_cuda_matmul_forward(ctx, p, out, MT_DT_F32, mlp,
-                               W_op(cb, s, layer, MT_T_WDOWN), NULL, N, F, C);
+        if (out)
+            mt_cuda_matmul_forward(ctx, p, out, MT_DT_F32, mlp,
+                                   W_op(cb, s, layer, MT_T_WDOWN), NULL, N, F, C);
     }
-    mt_cuda_residual_add(ctx, out, out, a->xmid, N * C);
+    if (out) mt_cuda_residual_add(ctx, out, out, a->xmid, N * C);
 }
 
 /* Forward activations are read from f (the scratch after a recompute, or a
@@ -273,17 +274,18 @@ static void block_forward_general(cuda_backend *cb, int layer, int mb, const flo
     mt_cuda_rmsnorm_forward(ctx, a->xn2_op, op_dt(cb), a->rstd2, a->xmid,
                             W32(cb, s, layer, MT_T_MLP_NORM), N, C, c->rms_eps);
     if (is_moe(cb, layer)) {
-        moe_forward(cb, layer, a->xn2_op, out);
+        moe_forward(cb, layer, a->xn2_op, out ? out : a->xtmp);
     } else {
         mt_cuda_matmul_forward(ctx, p, a->gate32, MT_DT_F32, a->xn2_op,
                                W_op(cb, s, layer, MT_T_WGATE), NULL, N, C, F);
         mt_cuda_matmul_forward(ctx, p, a->up32, MT_DT_F32, a->xn2_op,
                                W_op(cb, s, layer, MT_T_WUP), NULL, N, C, F);
         mt_cuda_swiglu_forward(ctx, a->mlp_op, op_dt(cb), a->gate32, a->up32, N, F);
-        mt_cuda_matmul_forward(ctx, p, out, MT_DT_F32, a->mlp_op,
-                               W_op(cb, s, layer, MT_T_WDOWN), NULL, N, F, C);
+        if (out)
+            mt_cuda_matmul_forward(ctx, p, out, MT_DT_F32, a->mlp_op,
+                                   W_op(cb, s, layer, MT_T_WDOWN), NULL, N, F, C);
     }
-    mt_cuda_residual_add(ctx, out, out, a->xmid, N * C);
+    if (out) mt_cuda_residual_add(ctx, out, out, a->xmid, N * C);
 }
 
 static void block_backward_general(cuda_backend *cb, int layer, int mb, const float *x, float *dx) {

@@ -7,8 +7,12 @@
 #include "backend/cuda/backend_cuda_internal.h"
 
 /* Forward writes its activations into a (the scratch cb->a, or a kept
- * unit); backward reads them from f and takes its gradient buffers from the
- * scratch. mb selects the micro-batch's positions (packed documents). */
+ * unit) and the block's output into out; out NULL: a recompute for the
+ * backward, which needs the activations only, so that a dense block stops
+ * before its down projection (an MoE block's backward reads its experts'
+ * outputs: it runs whole). Backward reads the activations from f and takes
+ * its gradient buffers from the scratch. mb selects the micro-batch's
+ * positions (packed documents). */
 acts *mt_cuda_kept_unit(cuda_backend *cb, int layer, int mb);
 void mt_cuda_block_forward(cuda_backend *cb, acts *a, int layer, int mb, const float *x,
                            float *out);

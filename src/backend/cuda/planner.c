@@ -47,7 +47,11 @@ static layer_costs costs(const mt_plan_request *q) {
     layer_costs k;
     k.f = 2 * Pm * tok / G + attn / (r->attn_fwd_tflops * 1e12) + ew / H;
     k.b_kept = 4 * Pm * tok / G + 2.5 * attn / (r->attn_bwd_tflops * 1e12) + 2 * ew / H;
-    k.b = k.f + k.b_kept;
+    /* the backward's recompute of a dense block stops before the down
+     * projection (its output is not needed); an MoE block's recomputes it
+     * all (its backward reads the experts' outputs) */
+    double down = mt_config_is_moe(c) ? 0 : 2.0 * c->F * c->C * tok / G;
+    k.b = k.f - down + k.b_kept;
     k.head = 6.0 * c->V * c->C * tok / G + tok * c->V * 8.0 / H;
     k.embed = tok * c->C * 16.0 / H;
     return k;
