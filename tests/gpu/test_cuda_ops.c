@@ -108,6 +108,50 @@ static void check_matmul_forward(mt_precision prec) {
 Test(cuda_ops, matmul_forward_fp32) { check_matmul_forward(MT_PREC_FP32); }
 Test(cuda_ops, matmul_forward_bf16) { check_matmul_forward(MT_PREC_BF16); }
 
+/* out = add + inp @ w^T in the product's epilogue (a residual connection),
+ * into another buffer and in place, both precisions: the sum of the
+ * product's reference and add, at the product's tolerance. */
+static void check_matmul_forward_add(mt_precision prec) {
+    mt_cuda_ctx *ctx = gpu_ctx();
+    dev_pool pool = {0};
+    const size_t N = 37, IC = 96, OC = 72;
+    float *inp = hrand(N * IC, 5, -1, 1), *w = hrand(OC * IC, 6, -1, 1);
+    float *add = hrand(N * OC, 7, -4, 4);
+    bool bf = prec == MT_PREC_BF16;
+    float *inp_r = bf ? rounded(inp, N * IC) : inp, *w_r = bf ? rounded(w, OC * IC) : w;
+    void *d_inp, *d_w;
+    if (bf) {
+        uint16_t *a = to_bf16(inp, N * IC), *b = to_bf16(w, OC * IC);
+        d_inp = dupload(&pool, a, N * IC * 2);
+        d_w = dupload(&pool, b, OC * IC * 2);
+        free(a), free(b);
+    } else {
+        d_inp = dupload(&pool, inp, N * IC * 4);
+        d_w = dupload(&pool, w, OC * IC * 4);
+    }
+    float *d_add = dupload(&pool, add, N * OC * 4), *d_out = dalloc(&pool, N * OC * 4);
+    double *ref = malloc(N * OC * sizeof *ref);
+    float *out = malloc(N * OC * 4), *add_after = malloc(N * OC * 4);
+    ref_matmul(ref, inp_r, w_r, NULL, N, IC, OC);
+    for (size_t i = 0; i < N * OC; i++) ref[i] += add[i];
+    dpoison(d_out, N * OC * 4);
+    mt_cuda_matmul_forward_add(ctx, prec, d_out, d_inp, d_w, d_add, N, IC, OC);
+    download(out, d_out, N * OC * 4);
+    download(add_after, d_add, N * OC * 4);
+    expect_close(out, ref, N * OC, TOL_F32, "matmul fwd + add");
+    cr_assert(!memcmp(add_after, add, N * OC * 4), "the addend is left as it was");
+    mt_cuda_matmul_forward_add(ctx, prec, d_add, d_inp, d_w, d_add, N, IC, OC); /* in place */
+    download(add_after, d_add, N * OC * 4);
+    cr_assert(!memcmp(add_after, out, N * OC * 4), "in place gives the same bits");
+    if (bf) free(inp_r), free(w_r);
+    free(inp), free(w), free(add), free(ref), free(out), free(add_after);
+    pool_free(&pool);
+    mt_cuda_ctx_free(ctx);
+}
+
+Test(cuda_ops, matmul_forward_add_fp32) { check_matmul_forward_add(MT_PREC_FP32); }
+Test(cuda_ops, matmul_forward_add_bf16) { check_matmul_forward_add(MT_PREC_BF16); }
+
 static void check_matmul_backward(mt_precision prec) {
     mt_cuda_ctx *ctx = gpu_ctx();
     dev_pool pool = {0};
@@ -306,6 +350,33 @@ Test(cuda_ops, rmsnorm_forward_fp32_and_bf16_out) {
     float *of = bf16_to_f32_host(o16, N * C);
     expect_close(of, ref, N * C, TOL_BF16_OUT, "rmsnorm bf16 out");
     free(inp), free(w), free(ref), free(out), free(o16), free(of);
+    pool_free(&pool);
+    mt_cuda_ctx_free(ctx);
+}
+
+/* bf16 rows in, bf16 out (the q/k norms of the fast path): the reference
+ * normalises the same bf16 values; one bf16 rounding of the output. */
+Test(cuda_ops, rmsnorm_forward_bf16_in_and_out) {
+    mt_cuda_ctx *ctx = gpu_ctx();
+    dev_pool pool = {0};
+    const size_t N = 53, C = 128;
+    const float eps = 1e-6f;
+    float *inp = hrand(N * C, 17, -3, 3), *w = hrand(C, 18, 0.5f, 1.5f);
+    float *inp_r = rounded(inp, N * C);
+    double *ref = malloc(N * C * sizeof *ref), rref[53];
+    ref_rmsnorm(ref, rref, inp_r, w, N, C, eps);
+    uint16_t *in16 = to_bf16(inp, N * C);
+    uint16_t *d_inp = dupload(&pool, in16, N * C * 2), *d_out = dalloc(&pool, N * C * 2);
+    float *d_w = dupload(&pool, w, C * 4), *d_rstd = dalloc(&pool, N * 4), rstd[53];
+    dpoison(d_out, N * C * 2);
+    mt_cuda_rmsnorm_forward_bf16(ctx, d_out, d_rstd, d_inp, d_w, N, C, eps);
+    uint16_t *o16 = malloc(N * C * 2);
+    download(o16, d_out, N * C * 2);
+    download(rstd, d_rstd, N * 4);
+    float *of = bf16_to_f32_host(o16, N * C);
+    expect_close(of, ref, N * C, TOL_BF16_OUT, "rmsnorm bf16 in, bf16 out");
+    expect_close(rstd, rref, N, TOL_F32, "rmsnorm bf16 in: rstd");
+    free(inp), free(w), free(inp_r), free(ref), free(in16), free(o16), free(of);
     pool_free(&pool);
     mt_cuda_ctx_free(ctx);
 }

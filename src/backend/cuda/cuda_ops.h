@@ -78,6 +78,13 @@ void mt_cuda_matmul_forward(mt_cuda_ctx *ctx, mt_precision prec, void *out, mt_d
                             const void *inp, const void *w, const float *bias, size_t N,
                             size_t IC, size_t OC);
 
+/* out (N,OC) = add (N,OC) + inp @ w^T in fp32, in the product's epilogue:
+ * a residual connection with no pass of its own (add and out the same
+ * buffer or disjoint). */
+void mt_cuda_matmul_forward_add(mt_cuda_ctx *ctx, mt_precision prec, float *out,
+                                const void *inp, const void *w, const float *add, size_t N,
+                                size_t IC, size_t OC);
+
 /* dinp (N,IC) = or += dout (N,OC) @ w (OC,IC)   (dinp may be NULL)
  * dw (OC,IC) += dout^T @ inp (N,IC)             (dw may be NULL)
  * dinp_accumulate picks "=" (no zeroing needed) or "+=" as in ops.h.

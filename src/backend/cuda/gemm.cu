@@ -200,10 +200,13 @@ static mt_gemm_plan *plan_get(mt_cuda_ctx *ctx, const mt_gemm_key *key) {
     return lru;
 }
 
-extern "C" void mt_cuda_gemm_cm(mt_cuda_ctx *ctx, int transa, int transb, int64_t m,
-                                int64_t n, int64_t k, const void *A, int adt, int64_t lda,
-                                const void *B, int bdt, int64_t ldb, void *D, int ddt,
-                                int64_t ldd, const float *bias, int accumulate) {
+/* mt_cuda_gemm_cm with the addend C (same layout as D; C == D to
+ * accumulate, NULL for none): cuBLASLt's D = A B + C, one pass. */
+static void gemm_cm_add(mt_cuda_ctx *ctx, int transa, int transb, int64_t m, int64_t n,
+                        int64_t k, const void *A, int adt, int64_t lda, const void *B, int bdt,
+                        int64_t ldb, const void *C, void *D, int ddt, int64_t ldd,
+                        const float *bias) {
+    const int accumulate = C != NULL;
     MT_ASSERT(m > 0 && n > 0 && k > 0);
     MT_ASSERT(!(accumulate && ddt == MT_DT_BF16)); /* gradients accumulate in fp32 */
     mt_gemm_key key;
@@ -229,9 +232,9 @@ extern "C" void mt_cuda_gemm_cm(mt_cuda_ctx *ctx, int transa, int transb, int64_
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                     &bias, sizeof bias));
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    CUBLAS_CHECK(cublasLtMatmul(ctx->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, D, p->ld,
-                                D, p->ld, &p->algo, ctx->workspace, ctx->workspace_bytes,
-                                ctx->stream));
+    CUBLAS_CHECK(cublasLtMatmul(ctx->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta,
+                                C ? C : D, p->ld, D, p->ld, &p->algo, ctx->workspace,
+                                ctx->workspace_bytes, ctx->stream));
     if (bias && p->bias_kernel) {
         int64_t blocks = MT_CEIL_DIV(m * n, (int64_t)256);
         unsigned g = (unsigned)(blocks > 65536 ? 65536 : blocks);
@@ -242,6 +245,23 @@ extern "C" void mt_cuda_gemm_cm(mt_cuda_ctx *ctx, int transa, int transb, int64_
             add_bias_kernel<float><<<g, 256, 0, ctx->stream>>>((float *)D, bias, m, n, ldd);
         CUDA_LAUNCH_CHECK();
     }
+}
+
+extern "C" void mt_cuda_gemm_cm(mt_cuda_ctx *ctx, int transa, int transb, int64_t m,
+                                int64_t n, int64_t k, const void *A, int adt, int64_t lda,
+                                const void *B, int bdt, int64_t ldb, void *D, int ddt,
+                                int64_t ldd, const float *bias, int accumulate) {
+    gemm_cm_add(ctx, transa, transb, m, n, k, A, adt, lda, B, bdt, ldb, accumulate ? D : NULL, D,
+                ddt, ldd, bias);
+}
+
+extern "C" void mt_cuda_matmul_forward_add(mt_cuda_ctx *ctx, mt_precision prec, float *out,
+                                           const void *inp, const void *w, const float *add,
+                                           size_t N, size_t IC, size_t OC) {
+    int dt = mt_prec_operand_dtype(prec);
+    MT_ASSERT(add != NULL && (add == out || add + N * OC <= out || out + N * OC <= add));
+    gemm_cm_add(ctx, 1, 0, (int64_t)OC, (int64_t)N, (int64_t)IC, w, dt, (int64_t)IC, inp, dt,
+                (int64_t)IC, add, out, MT_DT_F32, (int64_t)OC, NULL);
 }
 
 extern "C" void mt_cuda_matmul_forward(mt_cuda_ctx *ctx, mt_precision prec, void *out,

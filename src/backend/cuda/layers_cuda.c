@@ -122,24 +122,23 @@ static void block_forward_fast(cuda_backend *cb, acts *a, int layer, int mb, con
     mt_cuda_rope_forward_bf16(st, a->k_op, cb->cos, cb->sin, pos, cb->B, cb->T, c->NKV, c->HD);
     attn_check(mt_attn_forward_bf16(a->att_op, NULL, a->lse, a->q_op, a->k_op, a->v_op, pos,
                                     cb->B, cb->T, c->NH, c->NKV, c->HD, st, &err), &err);
-    mt_cuda_matmul_forward(ctx, p, a->xmid, MT_DT_F32, a->att_op, W_op(cb, s, layer, MT_T_WO),
-                           NULL, N, Q, C);
-    mt_cuda_residual_add(ctx, a->xmid, a->xmid, x, N * C);
+    mt_cuda_matmul_forward_add(ctx, p, a->xmid, a->att_op, W_op(cb, s, layer, MT_T_WO), x, N, Q,
+                               C);
     mt_cuda_rmsnorm_forward(ctx, xn2, MT_DT_BF16, a->rstd2, a->xmid,
                             W32(cb, s, layer, MT_T_MLP_NORM), N, C, c->rms_eps);
     if (is_moe(cb, layer)) {
         moe_forward(cb, layer, xn2, out ? out : cb->a.xtmp);
-    } else {
-        mt_cuda_matmul_forward(ctx, p, a->gate16, MT_DT_BF16, xn2,
-                               W_op(cb, s, layer, MT_T_WGATE), NULL, N, C, F);
-        mt_cuda_matmul_forward(ctx, p, a->up16, MT_DT_BF16, xn2,
-                               W_op(cb, s, layer, MT_T_WUP), NULL, N, C, F);
-        mt_cuda_swiglu_forward_bf16(st, mlp, a->gate16, a->up16, N * F);
-        if (out)
-            mt_cuda_matmul_forward(ctx, p, out, MT_DT_F32, mlp,
-                                   W_op(cb, s, layer, MT_T_WDOWN), NULL, N, F, C);
+        if (out) mt_cuda_residual_add(ctx, out, out, a->xmid, N * C);
+        return;
     }
-    if (out) mt_cuda_residual_add(ctx, out, out, a->xmid, N * C);
+    mt_cuda_matmul_forward(ctx, p, a->gate16, MT_DT_BF16, xn2, W_op(cb, s, layer, MT_T_WGATE),
+                           NULL, N, C, F);
+    mt_cuda_matmul_forward(ctx, p, a->up16, MT_DT_BF16, xn2, W_op(cb, s, layer, MT_T_WUP), NULL,
+                           N, C, F);
+    mt_cuda_swiglu_forward_bf16(st, mlp, a->gate16, a->up16, N * F);
+    if (out) /* out = xmid + down(mlp); a recompute for the backward stops before it */
+        mt_cuda_matmul_forward_add(ctx, p, out, mlp, W_op(cb, s, layer, MT_T_WDOWN), a->xmid, N,
+                                   F, C);
 }
 
 /* Forward activations are read from f (the scratch after a recompute, or a
@@ -268,24 +267,23 @@ static void block_forward_general(cuda_backend *cb, int layer, int mb, const flo
                                        cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
         to_op(cb, a->att_op, a->att32, N * Q);
     }
-    mt_cuda_matmul_forward(ctx, p, a->xmid, MT_DT_F32, a->att_op, W_op(cb, s, layer, MT_T_WO),
-                           NULL, N, Q, C);
-    mt_cuda_residual_add(ctx, a->xmid, a->xmid, x, N * C);
+    mt_cuda_matmul_forward_add(ctx, p, a->xmid, a->att_op, W_op(cb, s, layer, MT_T_WO), x, N, Q,
+                               C);
     mt_cuda_rmsnorm_forward(ctx, a->xn2_op, op_dt(cb), a->rstd2, a->xmid,
                             W32(cb, s, layer, MT_T_MLP_NORM), N, C, c->rms_eps);
     if (is_moe(cb, layer)) {
         moe_forward(cb, layer, a->xn2_op, out ? out : a->xtmp);
-    } else {
-        mt_cuda_matmul_forward(ctx, p, a->gate32, MT_DT_F32, a->xn2_op,
-                               W_op(cb, s, layer, MT_T_WGATE), NULL, N, C, F);
-        mt_cuda_matmul_forward(ctx, p, a->up32, MT_DT_F32, a->xn2_op,
-                               W_op(cb, s, layer, MT_T_WUP), NULL, N, C, F);
-        mt_cuda_swiglu_forward(ctx, a->mlp_op, op_dt(cb), a->gate32, a->up32, N, F);
-        if (out)
-            mt_cuda_matmul_forward(ctx, p, out, MT_DT_F32, a->mlp_op,
-                                   W_op(cb, s, layer, MT_T_WDOWN), NULL, N, F, C);
+        if (out) mt_cuda_residual_add(ctx, out, out, a->xmid, N * C);
+        return;
     }
-    if (out) mt_cuda_residual_add(ctx, out, out, a->xmid, N * C);
+    mt_cuda_matmul_forward(ctx, p, a->gate32, MT_DT_F32, a->xn2_op,
+                           W_op(cb, s, layer, MT_T_WGATE), NULL, N, C, F);
+    mt_cuda_matmul_forward(ctx, p, a->up32, MT_DT_F32, a->xn2_op, W_op(cb, s, layer, MT_T_WUP),
+                           NULL, N, C, F);
+    mt_cuda_swiglu_forward(ctx, a->mlp_op, op_dt(cb), a->gate32, a->up32, N, F);
+    if (out) /* out = xmid + down(mlp); a recompute for the backward stops before it */
+        mt_cuda_matmul_forward_add(ctx, p, out, a->mlp_op, W_op(cb, s, layer, MT_T_WDOWN),
+                                   a->xmid, N, F, C);
 }
 
 static void block_backward_general(cuda_backend *cb, int layer, int mb, const float *x, float *dx) {
