@@ -52,6 +52,17 @@ static int parse_tmp_name(const char *name, int64_t *pid) {
 
 static int is_dir(const char *path) { return mt_is_dir(path); }
 
+static int dir_is_empty(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+    closedir(d);
+    return n == 0;
+}
+
 static int has_file(const char *dir, const char *name) {
     char *p = mt_path_join(dir, name);
     int r = mt_file_exists(p);
@@ -62,6 +73,10 @@ static int has_file(const char *dir, const char *name) {
 /* ---- directory operations ----------------------------------------------- */
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    if (mt_fault_hit(MT_FAULT_REMOVE)) {
+        errno = EIO;
+        return 1;
+    }
     return remove(path) != 0 && errno != ENOENT;
 }
 
@@ -130,6 +145,12 @@ static int list_dir(const char *ck, int all_tmp, ckpt_list *out, mt_error *err) 
         char *p = mt_path_join(ck, e->d_name);
         if (parse_step_name(e->d_name, &step) && is_dir(p) && has_file(p, "COMPLETE"))
             push((void **)&out->steps, &out->n, sizeof step, &step);
+        /* An empty step directory: what a removal cut short left in older
+         * versions (they removed a checkpoint in place). Nothing is in it. */
+        if (all_tmp && parse_step_name(e->d_name, &step) && is_dir(p) && dir_is_empty(p)) {
+            char *q = mt_strdup_or_die(p);
+            push((void **)&out->stale, &out->n_stale, sizeof q, &q);
+        }
         if (parse_tmp_name(e->d_name, &pid) && is_dir(p) &&
             (all_tmp ? pid != (int64_t)getpid() : tmp_is_stale(pid))) {
             char *q = mt_strdup_or_die(p);
@@ -238,11 +259,27 @@ static int prune(const char *out_dir, int keep_last, int all_tmp, int64_t spare,
         if (mt_ckpt_rmtree(l.stale[i]) != 0)
             rc = mt_errorf(err, "%s: cannot remove stale temporary directory: %s", l.stale[i],
                            strerror(errno));
+    /* An old checkpoint is first renamed to a temporary name, then removed:
+     * a process killed in the removal leaves a .tmp directory that a later
+     * prune removes, never a step directory with part of its files. */
     for (int i = 0; keep_last > 0 && i < l.n - keep_last && rc == 0; i++) {
         if (l.steps[i] == spare) continue;
-        char *p = step_path(ck, l.steps[i]);
-        if (mt_ckpt_rmtree(p) != 0)
+        char *p = step_path(ck, l.steps[i]), name[96];
+        snprintf(name, sizeof name, ".tmp-step-%08lld-%ld", (long long)l.steps[i],
+                 (long)getpid());
+        char *tmp = mt_path_join(ck, name);
+        int moved = mt_ckpt_rmtree(tmp) == 0;
+        if (moved && mt_fault_hit(MT_FAULT_RENAME)) {
+            errno = EIO;
+            moved = 0;
+        }
+        if (moved && rename(p, tmp) != 0) moved = 0;
+        if (!moved)
             rc = mt_errorf(err, "%s: cannot remove old checkpoint: %s", p, strerror(errno));
+        else if (mt_ckpt_rmtree(tmp) != 0)
+            rc = mt_errorf(err, "%s: cannot remove old checkpoint (renamed %s): %s", p, tmp,
+                           strerror(errno));
+        free(tmp);
         free(p);
     }
     if (rc == 0) rc = mt_fsync_dir(ck, err);

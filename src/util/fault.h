@@ -1,7 +1,9 @@
-/* Fault injection, for tests only: makes the n-th write, fsync, rename or
- * allocation from now fail as the system call would (ENOSPC, EIO, EIO,
- * NULL), so that tests can prove every failure path of a save leaves the
- * previous checkpoint usable and reports an error.
+/* Fault injection, for tests only: makes the n-th write, fsync, rename,
+ * allocation or removal from now fail as the system call would (ENOSPC,
+ * EIO, EIO, NULL, EIO), so that tests can prove every failure path of a
+ * save leaves the previous checkpoint usable and reports an error, and that
+ * a removal cut short (a process killed in it) leaves no incomplete
+ * checkpoint.
  *
  * Like util/signals.h this is process-global state, and has to be: the
  * call sites (mt_write_all, mt_atomic_commit, the allocators) take no
@@ -15,6 +17,7 @@ typedef enum mt_fault_kind {
     MT_FAULT_FSYNC,   /* fsync of a file or a directory */
     MT_FAULT_RENAME,  /* rename of a file or a checkpoint directory */
     MT_FAULT_ALLOC,   /* mt_malloc_try, mt_aligned_alloc_try */
+    MT_FAULT_REMOVE,  /* one file or directory of a checkpoint's removal */
     MT_FAULT_KINDS
 } mt_fault_kind;
 
