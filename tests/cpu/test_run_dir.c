@@ -39,6 +39,18 @@ static int count_entries(const char *dir, const char *prefix) {
     return n;
 }
 
+/* A run of 3 steps under dir/run that saved every step (3 checkpoints);
+ * out and ck receive the run and checkpoint directories. */
+static void three_checkpoints(const char *dir, char *out, size_t outcap, char *ck, size_t ckcap) {
+    snprintf(out, outcap, "%s/run", dir);
+    snprintf(ck, ckcap, "%s/checkpoints", out);
+    mt_train_config tc;
+    mt_error err;
+    config(&tc, out, "--steps 3 --save-every 1 --keep-last 5");
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    cr_assert_eq(count_entries(ck, "step-"), 3);
+}
+
 Test(run_dir, a_second_run_on_a_locked_out_is_refused_naming_the_pid, .timeout = 60) {
     char *dir = mt_test_tmpdir(), out[512];
     snprintf(out, sizeof out, "%s/run", dir);
@@ -93,13 +105,9 @@ Test(run_dir, a_second_run_on_a_locked_out_is_refused_naming_the_pid, .timeout =
  * reused keeps such a directory looking alive. The next run removes all. */
 Test(run_dir, a_run_starts_by_removing_what_a_killed_run_left, .timeout = 60) {
     char *dir = mt_test_tmpdir(), out[512], ck[600], tmp[700];
-    snprintf(out, sizeof out, "%s/run", dir);
-    snprintf(ck, sizeof ck, "%s/checkpoints", out);
+    three_checkpoints(dir, out, sizeof out, ck, sizeof ck);
     mt_train_config tc;
     mt_error err;
-    config(&tc, out, "--steps 3 --save-every 1 --keep-last 5");
-    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
-    cr_assert_eq(count_entries(ck, "step-"), 3);
     /* a save in progress of a process that exists (our parent) */
     snprintf(tmp, sizeof tmp, "%s/.tmp-step-00000004-%ld", ck, (long)getppid());
     cr_assert_eq(mkdir(tmp, 0755), 0);
@@ -146,13 +154,9 @@ static int count_broken(const char *ck) {
  * empty step directory, as older versions left, goes too. */
 Test(run_dir, a_removal_cut_short_leaves_no_incomplete_checkpoint, .timeout = 60) {
     char *dir = mt_test_tmpdir(), out[512], ck[600], legacy[700];
-    snprintf(out, sizeof out, "%s/run", dir);
-    snprintf(ck, sizeof ck, "%s/checkpoints", out);
+    three_checkpoints(dir, out, sizeof out, ck, sizeof ck);
     mt_train_config tc;
     mt_error err;
-    config(&tc, out, "--steps 3 --save-every 1 --keep-last 5");
-    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
-    cr_assert_eq(count_entries(ck, "step-"), 3);
     pid_t child = fork();
     cr_assert(child >= 0);
     if (child == 0) {
