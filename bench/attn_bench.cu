@@ -1,12 +1,15 @@
 /* Benchmark of the fused attention kernels (backend/cuda/attention.h).
  *
  * Build and run (from the repository root):
- *   nvcc -O3 -std=c++17 -arch=sm_90 -Isrc -o build/attn_bench bench/attn_bench.cu \
- *        src/backend/cuda/attention*.cu src/util/error.c && build/attn_bench
+ *   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DMT_CUDA_SM90A -Isrc \
+ *        -o build/attn_bench bench/attn_bench.cu src/backend/cuda/attention*.cu \
+ *        src/util/error.c && build/attn_bench
+ * (other GPUs: -arch=sm_80 and no MT_CUDA_SM90A; the mma.sync kernels only).
  *
  * For each shape: random N(0,1) inputs, 3 warm-up runs, then the median of
  * 20 timed runs (CUDA events) of the forward and of the backward (the
- * backward includes its rowsum pass). TFLOPS count causal FLOPs: forward
+ * backward includes its rowsum pass); on Hopper the bf16 forward also
+ * through the mma.sync kernel (column "mma"). TFLOPS count causal FLOPs: forward
  * 4*B*NH*T*T*HD/2 (QK^T and PV over the lower triangle), backward 2.5x.
  * Shapes with doc > 0 pack every row with documents of doc tokens (the
  * last one cut at T) and count each document's own triangle. */
@@ -14,6 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <vector>
 
 #include <cuda_bf16.h>
@@ -115,12 +119,15 @@ static void bench_one(const bench_shape &s) {
     BENCH_CK(cudaEventCreate(&e0));
     BENCH_CK(cudaEventCreate(&e1));
     const int warm = 3, reps = s.bf16 ? 20 : 5;
-    float ms[2];
-    for (int pass = 0; pass < 2; pass++) {
+    // passes: forward, backward, forward through the mma.sync kernel
+    const bool two = s.bf16 && strcmp(mt_attn_fwd_kernel_name(), "mma.sync") != 0;
+    float ms[3] = {0, 0, 0};
+    for (int pass = 0; pass < (two ? 3 : 2); pass++) {
         std::vector<float> t;
+        if (pass == 2) mt_attn_use(MT_ATTN_KERNEL_MMA);
         for (int i = 0; i < warm + reps; i++) {
             BENCH_CK(cudaEventRecord(e0));
-            if (pass == 0) fwd(); else bwd();
+            if (pass != 1) fwd(); else bwd();
             BENCH_CK(cudaEventRecord(e1));
             BENCH_CK(cudaEventSynchronize(e1));
             float x;
@@ -128,11 +135,14 @@ static void bench_one(const bench_shape &s) {
             if (i >= warm) t.push_back(x);
         }
         ms[pass] = median(t);
+        if (pass == 2) mt_attn_use(MT_ATTN_KERNEL_AUTO);
     }
     const double fl = 4.0 * s.B * s.NH * pairs * s.HD;
-    printf("%-5s %5zu %2zu %5zu %3zu/%-3zu %4zu %5zu | %8.3f %7.1f | %8.3f %7.1f\n",
+    char mma[16] = "-";
+    if (two) snprintf(mma, sizeof mma, "%.1f", fl / ms[2] * 1e-9);
+    printf("%-5s %5zu %2zu %5zu %3zu/%-3zu %4zu %5zu | %8.3f %7.1f %7s | %8.3f %7.1f\n",
            s.bf16 ? "bf16" : "fp32", s.T, s.B, s.B * s.T, s.NH, s.NKV, s.HD, s.doc, ms[0],
-           fl / ms[0] * 1e-9, ms[1], 2.5 * fl / ms[1] * 1e-9);
+           fl / ms[0] * 1e-9, mma, ms[1], 2.5 * fl / ms[1] * 1e-9);
     fflush(stdout);
     void *all[] = {q, k, v, dout, out, scratch, lse, dq, dk, dv, pos};
     for (void *p : all) BENCH_CK(cudaFree(p));
@@ -143,8 +153,10 @@ static void bench_one(const bench_shape &s) {
 int main(void) {
     cudaDeviceProp prop;
     BENCH_CK(cudaGetDeviceProperties(&prop, 0));
-    printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
-    printf("mode      T  B  B*T  NH/NKV   HD   doc |   fwd ms  TFLOPS |   bwd ms  TFLOPS\n");
+    printf("device: %s, %d SMs; bf16 forward kernel: %s\n", prop.name,
+           prop.multiProcessorCount, mt_attn_fwd_kernel_name());
+    printf("mode      T  B  B*T  NH/NKV   HD   doc |   fwd ms  TFLOPS     mma |   bwd ms  "
+           "TFLOPS\n");
     const bench_shape shapes[] = {
         {8, 2048, 32, 8, 128, 1, 0},   {8, 2048, 32, 32, 128, 1, 0}, {8, 2048, 32, 8, 64, 1, 0},
         {4, 4096, 32, 8, 128, 1, 0},   {16, 1024, 32, 8, 128, 1, 0}, {2, 8192, 32, 8, 128, 1, 0},

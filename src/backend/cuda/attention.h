@@ -47,6 +47,15 @@ extern "C" {
 
 #include "util/error.h"
 
+/* The bf16 forward's kernel: AUTO, the best the device has (on sm_90 with
+ * sm_90a code in the build, a wgmma kernel; else mma.sync); MMA, the
+ * mma.sync kernel everywhere (so that tests cover both on Hopper).
+ * Process-wide; returns the previous choice. */
+typedef enum { MT_ATTN_KERNEL_AUTO, MT_ATTN_KERNEL_MMA } mt_attn_kernel;
+mt_attn_kernel mt_attn_use(mt_attn_kernel k);
+/* "wgmma" or "mma.sync": the forward kernel of the current choice and device. */
+const char *mt_attn_fwd_kernel_name(void);
+
 /* Bytes of device scratch the backward needs: one fp32 per (b, h, t). */
 size_t mt_attn_backward_scratch_bytes(size_t B, size_t T, size_t NH);
 

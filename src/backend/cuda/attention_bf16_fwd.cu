@@ -202,7 +202,25 @@ static int mt_attn_fwd_bf16_launch(const mt_attn_args &a, int B, cudaStream_t st
     return mt_attn_check_launch(err, "attention forward (bf16)");
 }
 
+static mt_attn_kernel mt_attn_kernel_choice = MT_ATTN_KERNEL_AUTO;
+
+extern "C" mt_attn_kernel mt_attn_use(mt_attn_kernel k) {
+    const mt_attn_kernel was = mt_attn_kernel_choice;
+    mt_attn_kernel_choice = k;
+    return was;
+}
+
+/* Whether the forward takes the Hopper kernel on the current device. */
+static bool mt_attn_fwd_takes_wgmma(void) {
+    return mt_attn_kernel_choice == MT_ATTN_KERNEL_AUTO && mt_attn_wgmma_available();
+}
+
+extern "C" const char *mt_attn_fwd_kernel_name(void) {
+    return mt_attn_fwd_takes_wgmma() ? "wgmma" : "mma.sync";
+}
+
 int mt_attn_fwd_bf16(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
+    if (mt_attn_fwd_takes_wgmma()) return mt_attn_fwd_wgmma(a, B, st, err);
     if (a.pos)
         return a.HD == 64 ? mt_attn_fwd_bf16_launch<64, true>(a, B, st, err)
                           : mt_attn_fwd_bf16_launch<128, true>(a, B, st, err);

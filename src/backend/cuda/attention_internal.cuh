@@ -1,6 +1,7 @@
 /* Internals of the fused attention kernels, shared by their files:
  *   attention.cu           the API of attention.h: checks, arguments, D = rowsum(dout*out)
- *   attention_bf16_fwd.cu  bf16 tensor-core forward
+ *   attention_bf16_fwd.cu  bf16 tensor-core forward (mma.sync), and the choice of kernel
+ *   attention_wgmma_fwd.cu bf16 forward on Hopper (wgmma)
  *   attention_bf16_bwd.cu  bf16 tensor-core backward (dK/dV, then dQ)
  *   attention_f32.cu       fp32 forward and backward
  * and the bf16 tensor-core building blocks (cp.async, ldmatrix, mma.sync)
@@ -14,6 +15,7 @@
 #include <stdint.h>
 
 #include "backend/cuda/attention.h"
+#include "backend/cuda/cuda_common.h"
 #include "backend/cuda/tc_ptx.cuh"
 
 typedef __nv_bfloat16 bf16;
@@ -47,6 +49,10 @@ int mt_attn_launch_dsum(const mt_attn_args &a, int B, int is_bf16, cudaStream_t 
 int mt_attn_fwd_bf16(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
 int mt_attn_bwd_bf16(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
 int mt_attn_f32(const mt_attn_args &a, int B, int backward, cudaStream_t st, mt_error *err);
+/* The Hopper forward (attention_wgmma_fwd.cu): whether this build and the
+ * current device have it, and its launcher. */
+bool mt_attn_wgmma_available(void);
+int mt_attn_fwd_wgmma(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
 
 /* Packed documents (a.pos, see attention.h). The first key that query t of
  * batch row b may see: its document's start, non-decreasing in t. */

@@ -1,0 +1,245 @@
+/* The Hopper bf16 attention forward (contract: attention.h); the mma.sync
+ * kernel (attention_bf16_fwd.cu) is that of other GPUs.
+ *
+ * A block owns 128 query rows of one head: 2 warpgroups of 64 rows. Key
+ * tiles of 128 stream through two shared-memory buffers (cp.async, one tile
+ * ahead). Q, K and V sit in the 128-byte swizzled layout of wgmma_ptx.cuh,
+ * as rows of 64 head-dim columns (HD 128: two such blocks):
+ *   S = Q K^T  wgmma m64n128k16, A = Q and B = K from shared memory, both
+ *              K-major (the head dim is the reduction);
+ *   O += P V   wgmma m64nHDk16, A = P from registers (the scores' fp32
+ *              accumulators, rescaled and rounded to bf16, are already laid
+ *              out as the A fragments), B = V, MN-major: the same rows of
+ *              64 columns, read along the keys.
+ * The online softmax is the mma.sync kernel's (log2 domain, one FFMA and one
+ * EX2 a score, the same masks, packed documents included, and the same
+ * lse). Each product group is
+ * waited for before its results are read; the loads of the next tile run
+ * under both. */
+#include "backend/cuda/attention_internal.cuh"
+#include "backend/cuda/wgmma_ptx.cuh"
+
+namespace {
+
+constexpr int BR = 128, BC = 128, NT = 256; // query rows, keys per tile, threads
+
+template <int HD> struct Cfg {
+    static constexpr int Q_BYTES = BR * HD * 2, KV_BYTES = BC * HD * 2;
+    // Q, two buffers of (K, V), and room to align the base to 1024 bytes
+    static constexpr size_t SMEM = (size_t)Q_BYTES + 4 * KV_BYTES + 1024;
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+/* Starts the copy of rows [r0, r0+ROWS) of a (.., T, H, HD) tensor (row
+ * pitch ld elements) into s, swizzled, 64-column block c at c * ROWS * 128
+ * bytes; rows >= T become zeros. */
+template <int ROWS, int HD>
+__device__ __forceinline__ void load_rows(unsigned char *s, const bf16 *g, int64_t ld, int r0,
+                                          int T) {
+    constexpr int CPR = HD / 8; // 16-byte chunks per row
+    for (int i = threadIdx.x; i < ROWS * CPR; i += NT) {
+        const int r = i / CPR, ch = i % CPR;
+        const bool ok = r0 + r < T;
+        mt_tc_cp16(s + (ch >> 3) * (ROWS * 128) + mt_wg_swz(r, ch & 7),
+                   g + (ok ? (int64_t)(r0 + r) * ld : 0) + ch * 8, ok);
+    }
+}
+
+template <int HD> __device__ __forceinline__ void pv(float o[HD / 2], const unsigned p[4],
+                                                     uint64_t db);
+template <> __device__ __forceinline__ void pv<64>(float o[32], const unsigned p[4], uint64_t db) {
+    mt_wg_mma_64x64_rs<1>(o, p, db);
+}
+template <> __device__ __forceinline__ void pv<128>(float o[64], const unsigned p[4], uint64_t db) {
+    mt_wg_mma_64x128_rs<1>(o, p, db);
+}
+
+#endif // __CUDA_ARCH_FEAT_SM90_ALL
+
+/* DOCS: packed documents (a.pos); false compiles the plain causal kernel. */
+template <int HD, bool DOCS>
+__global__ void __launch_bounds__(NT, 1) mt_attn_fwd_wgmma_kernel(mt_attn_args a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using C = Cfg<HD>;
+    extern __shared__ __align__(1024) unsigned char mt_attn_wg_smem[];
+    unsigned char *sq = mt_attn_wg_smem + ((1024 - (mt_tc_smem_addr(mt_attn_wg_smem) & 1023)) & 1023);
+    unsigned char *skv = sq + C::Q_BYTES; // buffer b: K at skv + 2b KV_BYTES, V after it
+    const int T = a.T, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+    const int wg = threadIdx.x >> 7;
+    const int qb = gridDim.x - 1 - blockIdx.x; // heaviest (last) query tiles first
+    const int h = blockIdx.y, b = blockIdx.z, kvh = h / (a.NH / a.NKV);
+    const int q0 = qb * BR;
+    const int64_t ldq = (int64_t)a.NH * HD, ldk = (int64_t)a.NKV * HD;
+    const bf16 *gq = (const bf16 *)a.q + ((int64_t)b * T * a.NH + h) * HD;
+    const bf16 *gk = (const bf16 *)a.k + ((int64_t)b * T * a.NKV + kvh) * HD;
+    const bf16 *gv = (const bf16 *)a.v + ((int64_t)b * T * a.NKV + kvh) * HD;
+    const int nkb = (min(q0 + BR, T) + BC - 1) / BC;
+    // Documents: no row of the tile sees a key before its first row's document.
+    const int j0 = DOCS ? mt_attn_doc_start(a, b, min(q0, T - 1)) / BC : 0;
+
+    load_rows<BR, HD>(sq, gq, ldq, q0, T);
+    load_rows<BC, HD>(skv, gk, ldk, j0 * BC, T);
+    load_rows<BC, HD>(skv + C::KV_BYTES, gv, ldk, j0 * BC, T);
+    mt_tc_cp_commit();
+
+    const float sl2 = a.scale * MT_ATTN_LOG2E;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int row_lo = q0 + wg * 64 + warp * 16 + g; // this thread's rows: row_lo, row_lo + 8
+    const unsigned sq_wg = mt_tc_smem_addr(sq) + wg * 64 * 128; // the warpgroup's 64 rows
+    // Documents: the first key of this thread's rows (rows past T take row
+    // T-1's) and of the warpgroup's last row (the latest start).
+    int dstart[2] = {0, 0}, dstart_wg = 0;
+    if (DOCS) {
+        for (int r = 0; r < 2; r++) dstart[r] = mt_attn_doc_start(a, b, min(row_lo + r * 8, T - 1));
+        dstart_wg = mt_attn_doc_start(a, b, min(q0 + wg * 64 + 63, T - 1));
+    }
+    float o[HD / 2];
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++) o[i] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}; // log2-domain max, sum
+
+    for (int j = j0; j < nkb; j++) {
+        const int buf = (j - j0) & 1;
+        if (j + 1 < nkb) {
+            unsigned char *nb = skv + (buf ^ 1) * 2 * C::KV_BYTES;
+            load_rows<BC, HD>(nb, gk, ldk, (j + 1) * BC, T);
+            load_rows<BC, HD>(nb + C::KV_BYTES, gv, ldk, (j + 1) * BC, T);
+            mt_tc_cp_commit();
+            mt_tc_cp_wait<1>();
+        } else {
+            mt_tc_cp_wait<0>();
+        }
+        mt_wg_fence_smem();
+        __syncthreads();
+        const unsigned sk = mt_tc_smem_addr(skv + buf * 2 * C::KV_BYTES), sv = sk + C::KV_BYTES;
+
+        // S = Q K^T (64 x 128 per warpgroup), k16 slice kk of the head dim in
+        // column block kk / 4, 32 bytes per slice within it.
+        float s[BC / 2];
+#pragma unroll
+        for (int i = 0; i < BC / 2; i++) s[i] = 0.f;
+        mt_wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+            const unsigned off = (kk & 3) * 32;
+            const uint64_t da = mt_wg_desc(sq_wg + (kk >> 2) * (BR * 128) + off, 16);
+            const uint64_t db = mt_wg_desc(sk + (kk >> 2) * (BC * 128) + off, 16);
+            mt_wg_mma_64x128_ss<0, 0>(s, da, db);
+        }
+        mt_wg_commit();
+        mt_wg_wait<0>();
+#pragma unroll
+        for (int i = 0; i < BC / 2; i++) mt_wg_fence_reg(s[i]);
+
+        // Mask keys after the query, past T or before its document; online
+        // softmax per row.
+        const int k0 = j * BC;
+        const bool need_mask =
+            k0 + BC - 1 > q0 + wg * 64 || k0 + BC > T || (DOCS && k0 < dstart_wg);
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                if (need_mask) {
+                    const int key = k0 + n * 8 + 2 * t4 + (e & 1), row = row_lo + (e >> 1) * 8;
+                    if (key > row || key >= T || (DOCS && key < dstart[e >> 1]))
+                        s[4 * n + e] = -INFINITY;
+                }
+                mx[e >> 1] = fmaxf(mx[e >> 1], s[4 * n + e]);
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            const float mn = fmaxf(m[r], mx[r] * sl2);
+            const float mu = mn == -INFINITY ? 0.f : mn; // a row with every key masked so far
+            const float alpha = mt_attn_exp2(m[r] - mu);
+            m[r] = mn;
+            float ps = 0.f;
+#pragma unroll
+            for (int n = 0; n < BC / 8; n++) {
+                s[4 * n + 2 * r] = mt_attn_exp2(fmaf(s[4 * n + 2 * r], sl2, -mu));
+                s[4 * n + 2 * r + 1] = mt_attn_exp2(fmaf(s[4 * n + 2 * r + 1], sl2, -mu));
+                ps += s[4 * n + 2 * r] + s[4 * n + 2 * r + 1];
+            }
+            l[r] = l[r] * alpha + ps;
+#pragma unroll
+            for (int n = 0; n < HD / 8; n++) {
+                o[4 * n + 2 * r] *= alpha;
+                o[4 * n + 2 * r + 1] *= alpha;
+            }
+        }
+
+        // O += P V: P's k16 slice kk is the accumulators of n8 blocks 2kk and
+        // 2kk+1 (rows g and g+8), V's its keys 16kk.. (2048 bytes a slice).
+#pragma unroll
+        for (int i = 0; i < HD / 2; i++) mt_wg_fence_reg(o[i]);
+        mt_wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; kk++) {
+            const unsigned p[4] = {mt_attn_pack(s[8 * kk], s[8 * kk + 1]),
+                                   mt_attn_pack(s[8 * kk + 2], s[8 * kk + 3]),
+                                   mt_attn_pack(s[8 * kk + 4], s[8 * kk + 5]),
+                                   mt_attn_pack(s[8 * kk + 6], s[8 * kk + 7])};
+            pv<HD>(o, p, mt_wg_desc(sv + kk * 2048, BC * 128));
+        }
+        mt_wg_commit();
+        mt_wg_wait<0>();
+#pragma unroll
+        for (int i = 0; i < HD / 2; i++) mt_wg_fence_reg(o[i]);
+        __syncthreads(); // this buffer is refilled in the next iteration
+    }
+
+    bf16 *go = (bf16 *)a.o + ((int64_t)b * T * a.NH + h) * HD;
+    float *gof = a.o_f32 ? a.o_f32 + ((int64_t)b * T * a.NH + h) * HD : nullptr;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float lr = l[r];
+        lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+        lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+        const int row = row_lo + r * 8;
+        if (row >= T) continue;
+        const float inv = 1.f / lr;
+#pragma unroll
+        for (int n = 0; n < HD / 8; n++) {
+            const int d = n * 8 + 2 * t4;
+            const float x0 = o[4 * n + 2 * r] * inv, x1 = o[4 * n + 2 * r + 1] * inv;
+            *(__nv_bfloat162 *)(go + row * ldq + d) = __floats2bfloat162_rn(x0, x1);
+            if (gof) *(float2 *)(gof + row * ldq + d) = make_float2(x0, x1);
+        }
+        if (t4 == 0) a.lse[((int64_t)b * a.NH + h) * T + row] = m[r] * MT_ATTN_LN2 + logf(lr);
+    }
+#endif
+}
+
+template <int HD, bool DOCS>
+int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
+    auto kern = mt_attn_fwd_wgmma_kernel<HD, DOCS>;
+    if (mt_attn_set_smem((const void *)kern, Cfg<HD>::SMEM, err)) return -1;
+    dim3 grid((a.T + BR - 1) / BR, a.NH, B);
+    kern<<<grid, NT, Cfg<HD>::SMEM, st>>>(a);
+    return mt_attn_check_launch(err, "attention forward (bf16, wgmma)");
+}
+
+} // namespace
+
+bool mt_attn_wgmma_available(void) {
+#ifdef MT_CUDA_SM90A
+    int dev, major, minor, optin;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return major == 9 && minor == 0 && (size_t)optin >= Cfg<128>::SMEM;
+#else
+    return false;
+#endif
+}
+
+int mt_attn_fwd_wgmma(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
+    if (a.pos)
+        return a.HD == 64 ? launch<64, true>(a, B, st, err) : launch<128, true>(a, B, st, err);
+    return a.HD == 64 ? launch<64, false>(a, B, st, err) : launch<128, false>(a, B, st, err);
+}
