@@ -16,6 +16,14 @@ void *dupload(dev_pool *pool, const void *h, size_t bytes) {
     return p;
 }
 
+void *dupload_op(dev_pool *pool, const float *v, size_t n, mt_precision p) {
+    if (p != MT_PREC_BF16) return dupload(pool, v, n * sizeof(float));
+    uint16_t *b = to_bf16(v, n);
+    void *d = dupload(pool, b, n * sizeof *b);
+    free(b);
+    return d;
+}
+
 void dpoison(void *d, size_t bytes) { CUDA_CHECK(cudaMemset(d, 0xff, bytes)); }
 
 void download(void *h, const void *d, size_t bytes) {

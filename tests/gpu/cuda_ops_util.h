@@ -28,6 +28,8 @@ typedef struct {
 
 void *dalloc(dev_pool *pool, size_t bytes);
 void *dupload(dev_pool *pool, const void *h, size_t bytes);
+/* n operand values of precision p: bf16 bits (rounded) in bf16, else fp32. */
+void *dupload_op(dev_pool *pool, const float *v, size_t n, mt_precision p);
 void dpoison(void *d, size_t bytes);
 void download(void *h, const void *d, size_t bytes);
 void pool_free(dev_pool *pool);

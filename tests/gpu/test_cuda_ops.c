@@ -64,16 +64,8 @@ static void check_matmul_forward(mt_precision prec) {
     bool bf = prec == MT_PREC_BF16;
     /* The reference sees exactly the operands the GPU sees. */
     float *inp_r = bf ? rounded(inp, N * IC) : inp, *w_r = bf ? rounded(w, OC * IC) : w;
-    void *d_inp, *d_w;
-    if (bf) {
-        uint16_t *a = to_bf16(inp, N * IC), *b = to_bf16(w, OC * IC);
-        d_inp = dupload(&pool, a, N * IC * 2);
-        d_w = dupload(&pool, b, OC * IC * 2);
-        free(a), free(b);
-    } else {
-        d_inp = dupload(&pool, inp, N * IC * 4);
-        d_w = dupload(&pool, w, OC * IC * 4);
-    }
+    void *d_inp = dupload_op(&pool, inp, N * IC, prec);
+    void *d_w = dupload_op(&pool, w, OC * IC, prec);
     float *d_bias = dupload(&pool, bias, OC * 4);
     float *d_out = dalloc(&pool, N * OC * 4);
     double *ref = malloc(N * OC * sizeof *ref), *ref32 = malloc(N * OC * sizeof *ref32);
@@ -119,16 +111,8 @@ static void check_matmul_forward_add(mt_precision prec) {
     float *add = hrand(N * OC, 7, -4, 4);
     bool bf = prec == MT_PREC_BF16;
     float *inp_r = bf ? rounded(inp, N * IC) : inp, *w_r = bf ? rounded(w, OC * IC) : w;
-    void *d_inp, *d_w;
-    if (bf) {
-        uint16_t *a = to_bf16(inp, N * IC), *b = to_bf16(w, OC * IC);
-        d_inp = dupload(&pool, a, N * IC * 2);
-        d_w = dupload(&pool, b, OC * IC * 2);
-        free(a), free(b);
-    } else {
-        d_inp = dupload(&pool, inp, N * IC * 4);
-        d_w = dupload(&pool, w, OC * IC * 4);
-    }
+    void *d_inp = dupload_op(&pool, inp, N * IC, prec);
+    void *d_w = dupload_op(&pool, w, OC * IC, prec);
     float *d_add = dupload(&pool, add, N * OC * 4), *d_out = dalloc(&pool, N * OC * 4);
     double *ref = malloc(N * OC * sizeof *ref);
     float *out = malloc(N * OC * 4), *add_after = malloc(N * OC * 4);
@@ -162,18 +146,9 @@ static void check_matmul_backward(mt_precision prec) {
     float *dinp0 = hrand(N * IC, 8, -1, 1), *dw0 = hrand(OC * IC, 9, -1, 1);
     float *inp_r = bf ? rounded(inp, N * IC) : inp, *w_r = bf ? rounded(w, OC * IC) : w;
     float *dout_r = bf ? rounded(dout, N * OC) : dout;
-    void *d_inp, *d_w, *d_dout;
-    if (bf) {
-        uint16_t *a = to_bf16(inp, N * IC), *b = to_bf16(w, OC * IC), *c = to_bf16(dout, N * OC);
-        d_inp = dupload(&pool, a, N * IC * 2);
-        d_w = dupload(&pool, b, OC * IC * 2);
-        d_dout = dupload(&pool, c, N * OC * 2);
-        free(a), free(b), free(c);
-    } else {
-        d_inp = dupload(&pool, inp, N * IC * 4);
-        d_w = dupload(&pool, w, OC * IC * 4);
-        d_dout = dupload(&pool, dout, N * OC * 4);
-    }
+    void *d_inp = dupload_op(&pool, inp, N * IC, prec);
+    void *d_w = dupload_op(&pool, w, OC * IC, prec);
+    void *d_dout = dupload_op(&pool, dout, N * OC, prec);
     float *d_dinp = dupload(&pool, dinp0, N * IC * 4), *d_dw = dupload(&pool, dw0, OC * IC * 4);
     double *rdinp = dcopy(dinp0, N * IC), *rdw = dcopy(dw0, OC * IC);
     ref_matmul_bwd(rdinp, rdw, dout_r, inp_r, w_r, N, IC, OC);

@@ -205,16 +205,7 @@ static void check_lm_head(mt_precision prec) {
     float *dlf = to_float(dl, N * V);
     double *rdh = dcopy(dh0, N * C), *rdw = dcopy(dw0, V * C);
     ref_matmul_bwd(rdh, rdw, dlf, hid_r, w_r, N, C, V);
-    void *d_hid, *d_w;
-    if (bf) {
-        uint16_t *a = to_bf16(hid, N * C), *b = to_bf16(w, V * C);
-        d_hid = dupload(&pool, a, N * C * 2);
-        d_w = dupload(&pool, b, V * C * 2);
-        free(a), free(b);
-    } else {
-        d_hid = dupload(&pool, hid, N * C * 4);
-        d_w = dupload(&pool, w, V * C * 4);
-    }
+    void *d_hid = dupload_op(&pool, hid, N * C, prec), *d_w = dupload_op(&pool, w, V * C, prec);
     float *d_dh = dupload(&pool, dh0, N * C * 4), *d_dw = dupload(&pool, dw0, V * C * 4);
     float *d_loss = dalloc(&pool, N * 4);
     int32_t *d_t = dupload(&pool, targets, sizeof targets);
