@@ -8,8 +8,8 @@
  *
  * For each shape: random N(0,1) inputs, 3 warm-up runs, then the median of
  * 20 timed runs (CUDA events) of the forward and of the backward (the
- * backward includes its rowsum pass); on Hopper the bf16 forward also
- * through the mma.sync kernel (column "mma"). TFLOPS count causal FLOPs: forward
+ * backward includes its rowsum pass); on Hopper the bf16 forward and
+ * backward also through the mma.sync kernels (columns "mma"). TFLOPS count causal FLOPs: forward
  * 4*B*NH*T*T*HD/2 (QK^T and PV over the lower triangle), backward 2.5x.
  * Shapes with doc > 0 pack every row with documents of doc tokens (the
  * last one cut at T) and count each document's own triangle. */
@@ -119,15 +119,15 @@ static void bench_one(const bench_shape &s) {
     BENCH_CK(cudaEventCreate(&e0));
     BENCH_CK(cudaEventCreate(&e1));
     const int warm = 3, reps = s.bf16 ? 20 : 5;
-    // passes: forward, backward, forward through the mma.sync kernel
-    const bool two = s.bf16 && strcmp(mt_attn_fwd_kernel_name(), "mma.sync") != 0;
-    float ms[3] = {0, 0, 0};
-    for (int pass = 0; pass < (two ? 3 : 2); pass++) {
+    // passes: forward, backward, then both through the mma.sync kernels
+    const bool two = s.bf16 && strcmp(mt_attn_kernel_name(), "mma.sync") != 0;
+    float ms[4] = {0, 0, 0, 0};
+    for (int pass = 0; pass < (two ? 4 : 2); pass++) {
         std::vector<float> t;
         if (pass == 2) mt_attn_use(MT_ATTN_KERNEL_MMA);
         for (int i = 0; i < warm + reps; i++) {
             BENCH_CK(cudaEventRecord(e0));
-            if (pass != 1) fwd(); else bwd();
+            if (pass % 2 == 0) fwd(); else bwd();
             BENCH_CK(cudaEventRecord(e1));
             BENCH_CK(cudaEventSynchronize(e1));
             float x;
@@ -135,14 +135,17 @@ static void bench_one(const bench_shape &s) {
             if (i >= warm) t.push_back(x);
         }
         ms[pass] = median(t);
-        if (pass == 2) mt_attn_use(MT_ATTN_KERNEL_AUTO);
     }
+    if (two) mt_attn_use(MT_ATTN_KERNEL_AUTO);
     const double fl = 4.0 * s.B * s.NH * pairs * s.HD;
-    char mma[16] = "-";
-    if (two) snprintf(mma, sizeof mma, "%.1f", fl / ms[2] * 1e-9);
-    printf("%-5s %5zu %2zu %5zu %3zu/%-3zu %4zu %5zu | %8.3f %7.1f %7s | %8.3f %7.1f\n",
+    char mma_f[16] = "-", mma_b[16] = "-";
+    if (two) {
+        snprintf(mma_f, sizeof mma_f, "%.1f", fl / ms[2] * 1e-9);
+        snprintf(mma_b, sizeof mma_b, "%.1f", 2.5 * fl / ms[3] * 1e-9);
+    }
+    printf("%-5s %5zu %2zu %5zu %3zu/%-3zu %4zu %5zu | %8.3f %7.1f %7s | %8.3f %7.1f %7s\n",
            s.bf16 ? "bf16" : "fp32", s.T, s.B, s.B * s.T, s.NH, s.NKV, s.HD, s.doc, ms[0],
-           fl / ms[0] * 1e-9, mma, ms[1], 2.5 * fl / ms[1] * 1e-9);
+           fl / ms[0] * 1e-9, mma_f, ms[1], 2.5 * fl / ms[1] * 1e-9, mma_b);
     fflush(stdout);
     void *all[] = {q, k, v, dout, out, scratch, lse, dq, dk, dv, pos};
     for (void *p : all) BENCH_CK(cudaFree(p));
@@ -153,10 +156,10 @@ static void bench_one(const bench_shape &s) {
 int main(void) {
     cudaDeviceProp prop;
     BENCH_CK(cudaGetDeviceProperties(&prop, 0));
-    printf("device: %s, %d SMs; bf16 forward kernel: %s\n", prop.name,
-           prop.multiProcessorCount, mt_attn_fwd_kernel_name());
+    printf("device: %s, %d SMs; bf16 kernels: %s\n", prop.name,
+           prop.multiProcessorCount, mt_attn_kernel_name());
     printf("mode      T  B  B*T  NH/NKV   HD   doc |   fwd ms  TFLOPS     mma |   bwd ms  "
-           "TFLOPS\n");
+           "TFLOPS     mma\n");
     const bench_shape shapes[] = {
         {8, 2048, 32, 8, 128, 1, 0},   {8, 2048, 32, 32, 128, 1, 0}, {8, 2048, 32, 8, 64, 1, 0},
         {4, 4096, 32, 8, 128, 1, 0},   {16, 1024, 32, 8, 128, 1, 0}, {2, 8192, 32, 8, 128, 1, 0},

@@ -3,8 +3,8 @@
  * score matrix of each (batch, head). Ragged T (not a multiple of any tile),
  * GQA, MHA (NH == NKV) and MQA (NKV == 1), packed documents, both
  * precisions, poisoned outputs, bitwise determinism and shape errors. On a
- * Hopper GPU the bf16 forward runs the wgmma kernel, and again the
- * mma.sync one of other GPUs (attention_bf16_mma.*). */
+ * Hopper GPU the bf16 tests run the wgmma kernels, and again the mma.sync
+ * ones of other GPUs (attention_bf16_mma.*). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -322,11 +322,11 @@ static void check_docs(shape s, int bf16) {
     else check_packed(s, pos, 0, F32_TOL, F32_TOL);
     free(pos);
 }
-/* The same through the mma.sync forward, which a Hopper GPU does not
+/* The same through the mma.sync kernels, which a Hopper GPU does not
  * otherwise take (elsewhere these repeat the tests above). */
 static void with_mma(void (*check)(shape, int), shape s) {
     mt_attn_use(MT_ATTN_KERNEL_MMA);
-    cr_assert_str_eq(mt_attn_fwd_kernel_name(), "mma.sync");
+    cr_assert_str_eq(mt_attn_kernel_name(), "mma.sync");
     check(s, 1);
     mt_attn_use(MT_ATTN_KERNEL_AUTO);
 }
@@ -335,17 +335,17 @@ Test(attention_bf16_mma, gqa_hd64_ragged) { with_mma(check_bf16, (shape){2, 67, 
 Test(attention_bf16_mma, gqa8_hd128_multi_tile) { with_mma(check_bf16, (shape){1, 300, 8, 1, 128}); }
 Test(attention_bf16_mma, packed_mqa_hd128) { with_mma(check_docs, (shape){2, 300, 4, 1, 128}); }
 
-/* A Hopper GPU (compute capability 9.0) takes the wgmma forward when the
- * build has sm_90a code, so that the bf16 tests above cover it; every other
- * GPU the mma.sync one. */
-Test(attention_bf16, the_forward_kernel_follows_the_device) {
+/* A Hopper GPU (compute capability 9.0) takes the wgmma kernels when the
+ * build has sm_90a code, so that the bf16 tests above cover them; every
+ * other GPU the mma.sync ones. */
+Test(attention_bf16, the_kernels_follow_the_device) {
     skip_without_gpu();
     int dev, major, minor;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     CK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
     const int hopper = major == 9 && minor == 0 && strstr(mt_cuda_archs(), "sm_90a");
-    cr_assert_str_eq(mt_attn_fwd_kernel_name(), hopper ? "wgmma" : "mma.sync",
+    cr_assert_str_eq(mt_attn_kernel_name(), hopper ? "wgmma" : "mma.sync",
                      "compute capability %d.%d, archs %s", major, minor, mt_cuda_archs());
 }
 

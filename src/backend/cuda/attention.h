@@ -16,8 +16,9 @@
  *
  * Two precisions:
  *  - bf16: q, k, v, dout, out are bf16 (passed as their 16-bit patterns);
- *    tensor cores (mma.sync m16n8k16, fp32 accumulation), online softmax in
- *    fp32. lse and the gradients dq, dk, dv are fp32. HD = 64 or 128.
+ *    tensor cores (wgmma on Hopper, mma.sync m16n8k16 elsewhere; fp32
+ *    accumulation), online softmax in fp32. lse and the gradients dq, dk,
+ *    dv are fp32. HD = 64 or 128.
  *  - f32: everything fp32, plain FMA (no tensor cores, no TF32); HD <= 256.
  *
  * Backward (both precisions) is deterministic: dk, dv come from a kernel
@@ -47,14 +48,14 @@ extern "C" {
 
 #include "util/error.h"
 
-/* The bf16 forward's kernel: AUTO, the best the device has (on sm_90 with
- * sm_90a code in the build, a wgmma kernel; else mma.sync); MMA, the
- * mma.sync kernel everywhere (so that tests cover both on Hopper).
- * Process-wide; returns the previous choice. */
+/* The bf16 kernels, forward and backward: AUTO, the best the device has
+ * (on sm_90 with sm_90a code in the build, wgmma kernels; else mma.sync);
+ * MMA, the mma.sync kernels everywhere (so that tests cover both on
+ * Hopper). Process-wide; returns the previous choice. */
 typedef enum { MT_ATTN_KERNEL_AUTO, MT_ATTN_KERNEL_MMA } mt_attn_kernel;
 mt_attn_kernel mt_attn_use(mt_attn_kernel k);
-/* "wgmma" or "mma.sync": the forward kernel of the current choice and device. */
-const char *mt_attn_fwd_kernel_name(void);
+/* "wgmma" or "mma.sync": the bf16 kernels of the current choice and device. */
+const char *mt_attn_kernel_name(void);
 
 /* Bytes of device scratch the backward needs: one fp32 per (b, h, t). */
 size_t mt_attn_backward_scratch_bytes(size_t B, size_t T, size_t NH);

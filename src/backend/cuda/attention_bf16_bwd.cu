@@ -268,6 +268,7 @@ static int mt_attn_bwd_bf16_launch(const mt_attn_args &a, int B, cudaStream_t st
 }
 
 int mt_attn_bwd_bf16(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
+    if (mt_attn_takes_wgmma()) return mt_attn_bwd_wgmma(a, B, st, err);
     if (a.pos)
         return a.HD == 64 ? mt_attn_bwd_bf16_launch<64, true>(a, B, st, err)
                           : mt_attn_bwd_bf16_launch<128, true>(a, B, st, err);

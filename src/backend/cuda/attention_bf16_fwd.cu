@@ -210,17 +210,16 @@ extern "C" mt_attn_kernel mt_attn_use(mt_attn_kernel k) {
     return was;
 }
 
-/* Whether the forward takes the Hopper kernel on the current device. */
-static bool mt_attn_fwd_takes_wgmma(void) {
+bool mt_attn_takes_wgmma(void) {
     return mt_attn_kernel_choice == MT_ATTN_KERNEL_AUTO && mt_attn_wgmma_available();
 }
 
-extern "C" const char *mt_attn_fwd_kernel_name(void) {
-    return mt_attn_fwd_takes_wgmma() ? "wgmma" : "mma.sync";
+extern "C" const char *mt_attn_kernel_name(void) {
+    return mt_attn_takes_wgmma() ? "wgmma" : "mma.sync";
 }
 
 int mt_attn_fwd_bf16(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
-    if (mt_attn_fwd_takes_wgmma()) return mt_attn_fwd_wgmma(a, B, st, err);
+    if (mt_attn_takes_wgmma()) return mt_attn_fwd_wgmma(a, B, st, err);
     if (a.pos)
         return a.HD == 64 ? mt_attn_fwd_bf16_launch<64, true>(a, B, st, err)
                           : mt_attn_fwd_bf16_launch<128, true>(a, B, st, err);

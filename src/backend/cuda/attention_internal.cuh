@@ -3,6 +3,7 @@
  *   attention_bf16_fwd.cu  bf16 tensor-core forward (mma.sync), and the choice of kernel
  *   attention_wgmma_fwd.cu bf16 forward on Hopper (wgmma)
  *   attention_bf16_bwd.cu  bf16 tensor-core backward (dK/dV, then dQ)
+ *   attention_wgmma_bwd.cu the same on Hopper (wgmma)
  *   attention_f32.cu       fp32 forward and backward
  * and the bf16 tensor-core building blocks (cp.async, ldmatrix, mma.sync)
  * that the bf16 kernels are made of. Not a public interface: use
@@ -49,10 +50,13 @@ int mt_attn_launch_dsum(const mt_attn_args &a, int B, int is_bf16, cudaStream_t 
 int mt_attn_fwd_bf16(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
 int mt_attn_bwd_bf16(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
 int mt_attn_f32(const mt_attn_args &a, int B, int backward, cudaStream_t st, mt_error *err);
-/* The Hopper forward (attention_wgmma_fwd.cu): whether this build and the
- * current device have it, and its launcher. */
+/* The Hopper kernels (attention_wgmma_*.cu): whether this build and the
+ * current device have them, whether the bf16 launchers take them (that and
+ * the choice of mt_attn_use), and their launchers. */
 bool mt_attn_wgmma_available(void);
+bool mt_attn_takes_wgmma(void);
 int mt_attn_fwd_wgmma(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
+int mt_attn_bwd_wgmma(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
 
 /* Packed documents (a.pos, see attention.h). The first key that query t of
  * batch row b may see: its document's start, non-decreasing in t. */

@@ -16,8 +16,7 @@
  * lse). Each product group is
  * waited for before its results are read; the loads of the next tile run
  * under both. */
-#include "backend/cuda/attention_internal.cuh"
-#include "backend/cuda/wgmma_ptx.cuh"
+#include "backend/cuda/attention_wgmma.cuh"
 
 namespace {
 
@@ -29,41 +28,13 @@ template <int HD> struct Cfg {
     static constexpr size_t SMEM = (size_t)Q_BYTES + 4 * KV_BYTES + 1024;
 };
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-
-/* Starts the copy of rows [r0, r0+ROWS) of a (.., T, H, HD) tensor (row
- * pitch ld elements) into s, swizzled, 64-column block c at c * ROWS * 128
- * bytes; rows >= T become zeros. */
-template <int ROWS, int HD>
-__device__ __forceinline__ void load_rows(unsigned char *s, const bf16 *g, int64_t ld, int r0,
-                                          int T) {
-    constexpr int CPR = HD / 8; // 16-byte chunks per row
-    for (int i = threadIdx.x; i < ROWS * CPR; i += NT) {
-        const int r = i / CPR, ch = i % CPR;
-        const bool ok = r0 + r < T;
-        mt_tc_cp16(s + (ch >> 3) * (ROWS * 128) + mt_wg_swz(r, ch & 7),
-                   g + (ok ? (int64_t)(r0 + r) * ld : 0) + ch * 8, ok);
-    }
-}
-
-template <int HD> __device__ __forceinline__ void pv(float o[HD / 2], const unsigned p[4],
-                                                     uint64_t db);
-template <> __device__ __forceinline__ void pv<64>(float o[32], const unsigned p[4], uint64_t db) {
-    mt_wg_mma_64x64_rs<1>(o, p, db);
-}
-template <> __device__ __forceinline__ void pv<128>(float o[64], const unsigned p[4], uint64_t db) {
-    mt_wg_mma_64x128_rs<1>(o, p, db);
-}
-
-#endif // __CUDA_ARCH_FEAT_SM90_ALL
-
 /* DOCS: packed documents (a.pos); false compiles the plain causal kernel. */
 template <int HD, bool DOCS>
 __global__ void __launch_bounds__(NT, 1) mt_attn_fwd_wgmma_kernel(mt_attn_args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using C = Cfg<HD>;
     extern __shared__ __align__(1024) unsigned char mt_attn_wg_smem[];
-    unsigned char *sq = mt_attn_wg_smem + ((1024 - (mt_tc_smem_addr(mt_attn_wg_smem) & 1023)) & 1023);
+    unsigned char *sq = mt_attn_wg_align(mt_attn_wg_smem);
     unsigned char *skv = sq + C::Q_BYTES; // buffer b: K at skv + 2b KV_BYTES, V after it
     const int T = a.T, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
     const int wg = threadIdx.x >> 7;
@@ -78,9 +49,9 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_fwd_wgmma_kernel(mt_attn_args a
     // Documents: no row of the tile sees a key before its first row's document.
     const int j0 = DOCS ? mt_attn_doc_start(a, b, min(q0, T - 1)) / BC : 0;
 
-    load_rows<BR, HD>(sq, gq, ldq, q0, T);
-    load_rows<BC, HD>(skv, gk, ldk, j0 * BC, T);
-    load_rows<BC, HD>(skv + C::KV_BYTES, gv, ldk, j0 * BC, T);
+    mt_attn_wg_load<BR, HD, NT>(sq, gq, ldq, q0, T);
+    mt_attn_wg_load<BC, HD, NT>(skv, gk, ldk, j0 * BC, T);
+    mt_attn_wg_load<BC, HD, NT>(skv + C::KV_BYTES, gv, ldk, j0 * BC, T);
     mt_tc_cp_commit();
 
     const float sl2 = a.scale * MT_ATTN_LOG2E;
@@ -103,8 +74,8 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_fwd_wgmma_kernel(mt_attn_args a
         const int buf = (j - j0) & 1;
         if (j + 1 < nkb) {
             unsigned char *nb = skv + (buf ^ 1) * 2 * C::KV_BYTES;
-            load_rows<BC, HD>(nb, gk, ldk, (j + 1) * BC, T);
-            load_rows<BC, HD>(nb + C::KV_BYTES, gv, ldk, (j + 1) * BC, T);
+            mt_attn_wg_load<BC, HD, NT>(nb, gk, ldk, (j + 1) * BC, T);
+            mt_attn_wg_load<BC, HD, NT>(nb + C::KV_BYTES, gv, ldk, (j + 1) * BC, T);
             mt_tc_cp_commit();
             mt_tc_cp_wait<1>();
         } else {
@@ -114,23 +85,15 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_fwd_wgmma_kernel(mt_attn_args a
         __syncthreads();
         const unsigned sk = mt_tc_smem_addr(skv + buf * 2 * C::KV_BYTES), sv = sk + C::KV_BYTES;
 
-        // S = Q K^T (64 x 128 per warpgroup), k16 slice kk of the head dim in
-        // column block kk / 4, 32 bytes per slice within it.
+        // S = Q K^T (64 x 128 per warpgroup)
         float s[BC / 2];
 #pragma unroll
         for (int i = 0; i < BC / 2; i++) s[i] = 0.f;
         mt_wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++) {
-            const unsigned off = (kk & 3) * 32;
-            const uint64_t da = mt_wg_desc(sq_wg + (kk >> 2) * (BR * 128) + off, 16);
-            const uint64_t db = mt_wg_desc(sk + (kk >> 2) * (BC * 128) + off, 16);
-            mt_wg_mma_64x128_ss<0, 0>(s, da, db);
-        }
+        mt_attn_wg_abt<BC, HD, BR, BC>(s, sq_wg, sk);
         mt_wg_commit();
         mt_wg_wait<0>();
-#pragma unroll
-        for (int i = 0; i < BC / 2; i++) mt_wg_fence_reg(s[i]);
+        mt_attn_wg_fence<BC / 2>(s);
 
         // Mask keys after the query, past T or before its document; online
         // softmax per row.
@@ -172,23 +135,13 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_fwd_wgmma_kernel(mt_attn_args a
             }
         }
 
-        // O += P V: P's k16 slice kk is the accumulators of n8 blocks 2kk and
-        // 2kk+1 (rows g and g+8), V's its keys 16kk.. (2048 bytes a slice).
-#pragma unroll
-        for (int i = 0; i < HD / 2; i++) mt_wg_fence_reg(o[i]);
+        // O += P V, P from the scores' registers
+        mt_attn_wg_fence<HD / 2>(o);
         mt_wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < BC / 16; kk++) {
-            const unsigned p[4] = {mt_attn_pack(s[8 * kk], s[8 * kk + 1]),
-                                   mt_attn_pack(s[8 * kk + 2], s[8 * kk + 3]),
-                                   mt_attn_pack(s[8 * kk + 4], s[8 * kk + 5]),
-                                   mt_attn_pack(s[8 * kk + 6], s[8 * kk + 7])};
-            pv<HD>(o, p, mt_wg_desc(sv + kk * 2048, BC * 128));
-        }
+        mt_attn_wg_pb<BC, HD, BC>(o, s, sv);
         mt_wg_commit();
         mt_wg_wait<0>();
-#pragma unroll
-        for (int i = 0; i < HD / 2; i++) mt_wg_fence_reg(o[i]);
+        mt_attn_wg_fence<HD / 2>(o);
         __syncthreads(); // this buffer is refilled in the next iteration
     }
 

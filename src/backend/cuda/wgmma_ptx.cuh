@@ -1,6 +1,6 @@
 /* PTX wrappers of Hopper's warpgroup matrix products (sm_90a), for the
  * bf16 kernels: the shared-memory matrix descriptor of the 128-byte
- * swizzled layout, wgmma.mma_async m64nNk16 bf16 -> fp32 (N = 256 and 128
+ * swizzled layout, wgmma.mma_async m64nNk16 bf16 -> fp32 (N = 256, 128 and 64
  * from shared memory, N = 128 and 64 with A from registers) and its fences.
  * The callers compile them only where __CUDA_ARCH_FEAT_SM90_ALL is defined.
  *
@@ -129,6 +129,28 @@ __device__ __forceinline__ void mt_wg_mma_64x128_ss(float d[64], uint64_t da, ui
           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(1));
+}
+
+/* d (64 x 64 fp32, 32 registers a thread, laid out as for the 64 x 256
+ * product) += A (64 x 16) B (16 x 64), both from shared-memory descriptors. */
+template <int TA, int TB>
+__device__ __forceinline__ void mt_wg_mma_64x64_ss(float d[32], uint64_t da, uint64_t db) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %36, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, %34, %35;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(1));
 }
 

@@ -1,0 +1,298 @@
+/* The Hopper bf16 attention backward (contract: attention.h); the mma.sync
+ * kernels (attention_bf16_bwd.cu) are those of other GPUs. The same two
+ * passes, each without atomics, with the products on warpgroups (operands
+ * in the swizzled tiles of attention_wgmma.cuh):
+ *   dK, dV: a block owns 128 keys of one kv head (64 a warpgroup) and walks
+ *     the query tiles of 64 of every head of its group, two buffers deep:
+ *       S^T = K Q^T, dP^T = V dO^T    m64n64, both from shared memory
+ *       P^T = exp(S^T - lse), dS^T = P^T (dP^T - D)    in registers
+ *       dV += P^T dO, dK += dS^T Q    m64nHD, A from registers, B MN-major
+ *   dQ: a block owns 128 query rows of one head (64 a warpgroup) and walks
+ *     its key tiles of 128, two buffers deep:
+ *       S = Q K^T, dP = dO V^T        m64n128, from shared memory
+ *       dQ += dS K                    A from registers, B MN-major
+ * The masks, the document bounds and the lse and D reads are those of the
+ * mma.sync kernels. dP waits while P is computed from S. */
+#include "backend/cuda/attention_wgmma.cuh"
+
+namespace {
+
+constexpr int NT = 256; // two warpgroups
+
+template <int HD> struct DkvCfg {
+    static constexpr int BC = 128, BR = 64; // keys per block, queries per tile
+    static constexpr int K_BYTES = BC * HD * 2, Q_BYTES = BR * HD * 2;
+    // K, V, two buffers of (Q, dO) and of (lse, D, positions), room to align
+    static constexpr size_t SMEM = 2 * (size_t)K_BYTES + 4 * Q_BYTES + 2 * 3 * BR * 4 + 1024;
+};
+
+template <int HD> struct DqCfg {
+    static constexpr int BR = 128, BC = 128; // query rows per block, keys per tile
+    static constexpr int Q_BYTES = BR * HD * 2, KV_BYTES = BC * HD * 2;
+    // Q, dO, two buffers of (K, V), room to align
+    static constexpr size_t SMEM = 2 * (size_t)Q_BYTES + 4 * KV_BYTES + 1024;
+};
+
+/* DOCS: packed documents (a.pos); false compiles the plain causal kernel. */
+template <int HD, bool DOCS>
+__global__ void __launch_bounds__(NT, 1) mt_attn_dkv_wgmma_kernel(mt_attn_args a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using C = DkvCfg<HD>;
+    extern __shared__ __align__(1024) unsigned char mt_attn_wg_smem[];
+    unsigned char *sk = mt_attn_wg_align(mt_attn_wg_smem), *sv = sk + C::K_BYTES;
+    unsigned char *sq = sv + C::K_BYTES;        // buffer b: Q at sq + 2b Q_BYTES, dO after it
+    float *sl = (float *)(sq + 4 * C::Q_BYTES); // buffer b: lse at sl + 3b BR, D, positions
+    const int T = a.T, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+    const int wg = threadIdx.x >> 7;
+    const int kb = gridDim.x - 1 - blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+    const int k0 = kb * C::BC, G = a.NH / a.NKV;
+    const int64_t ldq = (int64_t)a.NH * HD, ldk = (int64_t)a.NKV * HD;
+    // Queries from the key tile on, up to the end of its last key's document.
+    const int q_end = DOCS ? mt_attn_doc_end(a, b, min(k0 + C::BC, T) - 1) : T;
+    const int qb0 = k0 / C::BR, nqb = (q_end + C::BR - 1) / C::BR - qb0; // query tiles per head
+    const int nit = G * nqb;
+
+    // Iteration it covers query head kvh*G + it / nqb and query tile qb0 + it % nqb.
+    auto load_q = [&](int it, int buf) {
+        const int h = kvh * G + it / nqb, q0 = (qb0 + it % nqb) * C::BR;
+        const int64_t off = ((int64_t)b * T * a.NH + h) * HD;
+        unsigned char *d = sq + buf * 2 * C::Q_BYTES;
+        mt_attn_wg_load<C::BR, HD, NT>(d, (const bf16 *)a.q + off, ldq, q0, T);
+        mt_attn_wg_load<C::BR, HD, NT>(d + C::Q_BYTES, (const bf16 *)a.dout + off, ldq, q0, T);
+        float *l = sl + buf * 3 * C::BR;
+        for (int r = threadIdx.x; r < C::BR; r += NT) {
+            const bool ok = q0 + r < T;
+            const int64_t i = ((int64_t)b * a.NH + h) * T + (ok ? q0 + r : 0);
+            mt_tc_cp4(l + r, a.lse + i, ok);
+            mt_tc_cp4(l + C::BR + r, a.dsum + i, ok);
+            if (DOCS)
+                mt_tc_cp4(l + 2 * C::BR + r, a.pos + (int64_t)b * T + (ok ? q0 + r : 0), ok);
+        }
+    };
+    mt_attn_wg_load<C::BC, HD, NT>(sk, (const bf16 *)a.k + ((int64_t)b * T * a.NKV + kvh) * HD,
+                                   ldk, k0, T);
+    mt_attn_wg_load<C::BC, HD, NT>(sv, (const bf16 *)a.v + ((int64_t)b * T * a.NKV + kvh) * HD,
+                                   ldk, k0, T);
+    load_q(0, 0);
+    mt_tc_cp_commit();
+
+    const float sl2 = a.scale * MT_ATTN_LOG2E;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int kw = k0 + wg * 64 + warp * 16, key_lo = kw + g; // keys key_lo, key_lo + 8
+    const unsigned sk_wg = mt_tc_smem_addr(sk) + wg * 64 * 128; // the warpgroup's 64 keys
+    const unsigned sv_wg = mt_tc_smem_addr(sv) + wg * 64 * 128;
+    float dk[HD / 2], dv[HD / 2];
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++) dk[i] = dv[i] = 0.f;
+
+    for (int it = 0; it < nit; it++) {
+        const int buf = it & 1;
+        if (it + 1 < nit) {
+            load_q(it + 1, buf ^ 1);
+            mt_tc_cp_commit();
+            mt_tc_cp_wait<1>();
+        } else {
+            mt_tc_cp_wait<0>();
+        }
+        mt_wg_fence_smem();
+        __syncthreads();
+        const unsigned q_s = mt_tc_smem_addr(sq + buf * 2 * C::Q_BYTES), do_s = q_s + C::Q_BYTES;
+        const float *l_s = sl + buf * 3 * C::BR, *d_s = l_s + C::BR;
+        const int32_t *p_s = (const int32_t *)(d_s + C::BR);
+        const int q0 = (qb0 + it % nqb) * C::BR;
+        int dstart_last = 0; // documents: the tile's last query has the latest start
+        if (DOCS) {
+            const int q_last = min(q0 + C::BR, T) - 1;
+            dstart_last = q_last - p_s[q_last - q0];
+        }
+
+        // S^T = K Q^T and dP^T = V dO^T (64 keys x 64 queries a warpgroup).
+        float st[32], dpt[32];
+#pragma unroll
+        for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.f;
+        mt_wg_fence();
+        mt_attn_wg_abt<64, HD, C::BC, C::BR>(st, sk_wg, q_s);
+        mt_wg_commit();
+        mt_attn_wg_abt<64, HD, C::BC, C::BR>(dpt, sv_wg, do_s);
+        mt_wg_commit();
+        mt_wg_wait<1>();
+        mt_attn_wg_fence<32>(st);
+        // P^T: the causal mask, queries past T (their lse reads 0) and
+        // queries of a later document than the key give 0.
+        const bool need_mask = q0 < kw + 15 || q0 + C::BR > T || (DOCS && dstart_last > kw);
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            const int qc = (i >> 2) * 8 + 2 * t4 + (i & 1), key = key_lo + ((i >> 1) & 1) * 8;
+            float x = mt_attn_exp2(fmaf(st[i], sl2, -l_s[qc] * MT_ATTN_LOG2E));
+            if (need_mask &&
+                (q0 + qc < key || q0 + qc >= T || (DOCS && q0 + qc - p_s[qc] > key)))
+                x = 0.f;
+            st[i] = x;
+        }
+        mt_wg_wait<0>();
+        mt_attn_wg_fence<32>(dpt);
+#pragma unroll
+        for (int i = 0; i < 32; i++) dpt[i] = st[i] * (dpt[i] - d_s[(i >> 2) * 8 + 2 * t4 + (i & 1)]);
+
+        // dV += P^T dO, dK += dS^T Q (the queries are the reduction).
+        mt_attn_wg_fence<HD / 2>(dv);
+        mt_attn_wg_fence<HD / 2>(dk);
+        mt_wg_fence();
+        mt_attn_wg_pb<64, HD, C::BR>(dv, st, do_s);
+        mt_attn_wg_pb<64, HD, C::BR>(dk, dpt, q_s);
+        mt_wg_commit();
+        mt_wg_wait<0>();
+        mt_attn_wg_fence<HD / 2>(dv);
+        mt_attn_wg_fence<HD / 2>(dk);
+        __syncthreads(); // this buffer is refilled in the next iteration
+    }
+
+    float *gdk = a.dk + ((int64_t)b * T * a.NKV + kvh) * HD;
+    float *gdv = a.dv + ((int64_t)b * T * a.NKV + kvh) * HD;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key_lo + r * 8;
+        if (key >= T) continue;
+#pragma unroll
+        for (int n = 0; n < HD / 8; n++) {
+            const int d = n * 8 + 2 * t4;
+            *(float2 *)(gdk + key * ldk + d) =
+                make_float2(dk[4 * n + 2 * r] * a.scale, dk[4 * n + 2 * r + 1] * a.scale);
+            *(float2 *)(gdv + key * ldk + d) = make_float2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+        }
+    }
+#endif
+}
+
+template <int HD, bool DOCS>
+__global__ void __launch_bounds__(NT, 1) mt_attn_dq_wgmma_kernel(mt_attn_args a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using C = DqCfg<HD>;
+    extern __shared__ __align__(1024) unsigned char mt_attn_wg_smem[];
+    unsigned char *sq = mt_attn_wg_align(mt_attn_wg_smem), *sdo = sq + C::Q_BYTES;
+    unsigned char *skv = sdo + C::Q_BYTES; // buffer b: K at skv + 2b KV_BYTES, V after it
+    const int T = a.T, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+    const int wg = threadIdx.x >> 7;
+    const int qb = gridDim.x - 1 - blockIdx.x; // heaviest (last) query tiles first
+    const int h = blockIdx.y, b = blockIdx.z, kvh = h / (a.NH / a.NKV);
+    const int q0 = qb * C::BR;
+    const int64_t ldq = (int64_t)a.NH * HD, ldk = (int64_t)a.NKV * HD;
+    const int64_t qoff = ((int64_t)b * T * a.NH + h) * HD;
+    const bf16 *gk = (const bf16 *)a.k + ((int64_t)b * T * a.NKV + kvh) * HD;
+    const bf16 *gv = (const bf16 *)a.v + ((int64_t)b * T * a.NKV + kvh) * HD;
+    const int nkb = (min(q0 + C::BR, T) + C::BC - 1) / C::BC;
+    // Documents: no row of the tile sees a key before its first row's document.
+    const int j0 = DOCS ? mt_attn_doc_start(a, b, min(q0, T - 1)) / C::BC : 0;
+
+    mt_attn_wg_load<C::BR, HD, NT>(sq, (const bf16 *)a.q + qoff, ldq, q0, T);
+    mt_attn_wg_load<C::BR, HD, NT>(sdo, (const bf16 *)a.dout + qoff, ldq, q0, T);
+    mt_attn_wg_load<C::BC, HD, NT>(skv, gk, ldk, j0 * C::BC, T);
+    mt_attn_wg_load<C::BC, HD, NT>(skv + C::KV_BYTES, gv, ldk, j0 * C::BC, T);
+    mt_tc_cp_commit();
+
+    const float sl2 = a.scale * MT_ATTN_LOG2E;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int rw = q0 + wg * 64 + warp * 16, row_lo = rw + g; // rows row_lo, row_lo + 8
+    const int64_t lrow = ((int64_t)b * a.NH + h) * T;
+    // Rows past T are never stored; any finite values keep them harmless.
+    float lse2[2], D[2];
+    int dstart[2] = {0, 0};
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row_lo + r * 8;
+        lse2[r] = row < T ? a.lse[lrow + row] * MT_ATTN_LOG2E : 0.f;
+        D[r] = row < T ? a.dsum[lrow + row] : 0.f;
+        if (DOCS) dstart[r] = mt_attn_doc_start(a, b, min(row, T - 1));
+    }
+    const int dstart_warp = DOCS ? mt_attn_doc_start(a, b, min(rw + 15, T - 1)) : 0;
+    const unsigned sq_wg = mt_tc_smem_addr(sq) + wg * 64 * 128; // the warpgroup's 64 rows
+    const unsigned sdo_wg = mt_tc_smem_addr(sdo) + wg * 64 * 128;
+    float dq[HD / 2];
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++) dq[i] = 0.f;
+
+    for (int j = j0; j < nkb; j++) {
+        const int buf = (j - j0) & 1;
+        if (j + 1 < nkb) {
+            unsigned char *nb = skv + (buf ^ 1) * 2 * C::KV_BYTES;
+            mt_attn_wg_load<C::BC, HD, NT>(nb, gk, ldk, (j + 1) * C::BC, T);
+            mt_attn_wg_load<C::BC, HD, NT>(nb + C::KV_BYTES, gv, ldk, (j + 1) * C::BC, T);
+            mt_tc_cp_commit();
+            mt_tc_cp_wait<1>();
+        } else {
+            mt_tc_cp_wait<0>();
+        }
+        mt_wg_fence_smem();
+        __syncthreads();
+        const unsigned k_s = mt_tc_smem_addr(skv + buf * 2 * C::KV_BYTES), v_s = k_s + C::KV_BYTES;
+
+        // S = Q K^T and dP = dO V^T (64 rows x 128 keys a warpgroup).
+        float s[64], dp[64];
+#pragma unroll
+        for (int i = 0; i < 64; i++) s[i] = dp[i] = 0.f;
+        mt_wg_fence();
+        mt_attn_wg_abt<128, HD, C::BR, C::BC>(s, sq_wg, k_s);
+        mt_wg_commit();
+        mt_attn_wg_abt<128, HD, C::BR, C::BC>(dp, sdo_wg, v_s);
+        mt_wg_commit();
+        mt_wg_wait<1>();
+        mt_attn_wg_fence<64>(s);
+        const int k0 = j * C::BC;
+        const bool need_mask = k0 + C::BC - 1 > rw || k0 + C::BC > T || (DOCS && k0 < dstart_warp);
+#pragma unroll
+        for (int i = 0; i < 64; i++) {
+            const int r = (i >> 1) & 1, key = k0 + (i >> 2) * 8 + 2 * t4 + (i & 1);
+            float x = mt_attn_exp2(fmaf(s[i], sl2, -lse2[r]));
+            if (need_mask && (key > row_lo + r * 8 || key >= T || (DOCS && key < dstart[r])))
+                x = 0.f;
+            s[i] = x;
+        }
+        mt_wg_wait<0>();
+        mt_attn_wg_fence<64>(dp);
+#pragma unroll
+        for (int i = 0; i < 64; i++) dp[i] = s[i] * (dp[i] - D[(i >> 1) & 1]);
+
+        // dQ += dS K (the keys are the reduction).
+        mt_attn_wg_fence<HD / 2>(dq);
+        mt_wg_fence();
+        mt_attn_wg_pb<128, HD, C::BC>(dq, dp, k_s);
+        mt_wg_commit();
+        mt_wg_wait<0>();
+        mt_attn_wg_fence<HD / 2>(dq);
+        __syncthreads(); // this buffer is refilled in the next iteration
+    }
+
+    float *gdq = a.dq + qoff;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row_lo + r * 8;
+        if (row >= T) continue;
+#pragma unroll
+        for (int n = 0; n < HD / 8; n++)
+            *(float2 *)(gdq + row * ldq + n * 8 + 2 * t4) =
+                make_float2(dq[4 * n + 2 * r] * a.scale, dq[4 * n + 2 * r + 1] * a.scale);
+    }
+#endif
+}
+
+template <int HD, bool DOCS>
+int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
+    auto kdkv = mt_attn_dkv_wgmma_kernel<HD, DOCS>;
+    auto kdq = mt_attn_dq_wgmma_kernel<HD, DOCS>;
+    if (mt_attn_set_smem((const void *)kdkv, DkvCfg<HD>::SMEM, err)) return -1;
+    if (mt_attn_set_smem((const void *)kdq, DqCfg<HD>::SMEM, err)) return -1;
+    if (mt_attn_launch_dsum(a, B, 1, st, err)) return -1;
+    kdkv<<<dim3((a.T + DkvCfg<HD>::BC - 1) / DkvCfg<HD>::BC, a.NKV, B), NT, DkvCfg<HD>::SMEM,
+           st>>>(a);
+    if (mt_attn_check_launch(err, "attention backward dK/dV (bf16, wgmma)")) return -1;
+    kdq<<<dim3((a.T + DqCfg<HD>::BR - 1) / DqCfg<HD>::BR, a.NH, B), NT, DqCfg<HD>::SMEM, st>>>(a);
+    return mt_attn_check_launch(err, "attention backward dQ (bf16, wgmma)");
+}
+
+} // namespace
+
+int mt_attn_bwd_wgmma(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
+    if (a.pos)
+        return a.HD == 64 ? launch<64, true>(a, B, st, err) : launch<128, true>(a, B, st, err);
+    return a.HD == 64 ? launch<64, false>(a, B, st, err) : launch<128, false>(a, B, st, err);
+}
