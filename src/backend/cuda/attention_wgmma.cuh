@@ -48,30 +48,42 @@ __device__ __forceinline__ void mt_attn_wg_abt(float acc[N / 2], unsigned sa, un
     }
 }
 
-/* acc (64 x HD) += P B: P (64 x K) the fp32 accumulators of a 64 x K
- * product, rounded to bf16 (they are laid out as the A fragments: slice kk
- * is accumulator blocks 2kk and 2kk+1), B the K rows at sb of a tile of RB
- * rows, read along the head dim (MN-major: 2048 bytes a k16 slice, column
- * blocks RB * 128 apart). Issued, not committed. */
+/* acc (64 x HD) += P B: P (64 x K) in bf16 pairs laid out as A fragments
+ * (k16 slice kk at p[4kk..4kk+3], as mt_attn_wg_pack leaves them), B the K
+ * rows at sb of a tile of RB rows, read along the head dim (MN-major: 2048
+ * bytes a k16 slice, column blocks RB * 128 apart). Issued, not committed;
+ * p must not change until the products are waited for. */
 template <int K, int HD, int RB>
-__device__ __forceinline__ void mt_attn_wg_pb(float acc[HD / 2], const float p[K / 2],
+__device__ __forceinline__ void mt_attn_wg_pb(float acc[HD / 2], const unsigned p[K / 4],
                                               unsigned sb) {
 #pragma unroll
     for (int kk = 0; kk < K / 16; kk++) {
-        const unsigned a[4] = {mt_attn_pack(p[8 * kk], p[8 * kk + 1]),
-                               mt_attn_pack(p[8 * kk + 2], p[8 * kk + 3]),
-                               mt_attn_pack(p[8 * kk + 4], p[8 * kk + 5]),
-                               mt_attn_pack(p[8 * kk + 6], p[8 * kk + 7])};
         const uint64_t db = mt_wg_desc(sb + kk * 2048, RB * 128);
-        if constexpr (HD == 128) mt_wg_mma_64x128_rs<1>(acc, a, db);
-        else mt_wg_mma_64x64_rs<1>(acc, a, db);
+        if constexpr (HD == 128) mt_wg_mma_64x128_rs<1>(acc, p + 4 * kk, db);
+        else mt_wg_mma_64x64_rs<1>(acc, p + 4 * kk, db);
     }
+}
+
+/* The fp32 accumulators x of a 64 x K product rounded to bf16 pairs: they
+ * are laid out as the A fragments of a product that reduces over K (slice
+ * kk is accumulator blocks 2kk and 2kk+1). */
+template <int K> __device__ __forceinline__ void mt_attn_wg_pack(unsigned p[K / 4], const float x[K / 2]) {
+#pragma unroll
+    for (int i = 0; i < K / 4; i++) p[i] = mt_attn_pack(x[2 * i], x[2 * i + 1]);
 }
 
 /* Keeps the compiler from moving accesses of x[0..N) across the products. */
 template <int N> __device__ __forceinline__ void mt_attn_wg_fence(float x[N]) {
 #pragma unroll
     for (int i = 0; i < N; i++) mt_wg_fence_reg(x[i]);
+}
+
+/* Keeps the registers of p (the A operand of products in flight) live up
+ * to here, so that no other value takes them before the products are
+ * waited for. */
+template <int N> __device__ __forceinline__ void mt_attn_wg_hold(unsigned p[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+r"(p[i])::"memory");
 }
 
 #endif // __CUDA_ARCH_FEAT_SM90_ALL

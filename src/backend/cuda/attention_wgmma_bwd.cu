@@ -135,11 +135,14 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_dkv_wgmma_kernel(mt_attn_args a
         for (int i = 0; i < 32; i++) dpt[i] = st[i] * (dpt[i] - d_s[(i >> 2) * 8 + 2 * t4 + (i & 1)]);
 
         // dV += P^T dO, dK += dS^T Q (the queries are the reduction).
+        unsigned pt[16], dst[16];
+        mt_attn_wg_pack<64>(pt, st);
+        mt_attn_wg_pack<64>(dst, dpt);
         mt_attn_wg_fence<HD / 2>(dv);
         mt_attn_wg_fence<HD / 2>(dk);
         mt_wg_fence();
-        mt_attn_wg_pb<64, HD, C::BR>(dv, st, do_s);
-        mt_attn_wg_pb<64, HD, C::BR>(dk, dpt, q_s);
+        mt_attn_wg_pb<64, HD, C::BR>(dv, pt, do_s);
+        mt_attn_wg_pb<64, HD, C::BR>(dk, dst, q_s);
         mt_wg_commit();
         mt_wg_wait<0>();
         mt_attn_wg_fence<HD / 2>(dv);
@@ -253,9 +256,11 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_dq_wgmma_kernel(mt_attn_args a)
         for (int i = 0; i < 64; i++) dp[i] = s[i] * (dp[i] - D[(i >> 1) & 1]);
 
         // dQ += dS K (the keys are the reduction).
+        unsigned ds[32];
+        mt_attn_wg_pack<128>(ds, dp);
         mt_attn_wg_fence<HD / 2>(dq);
         mt_wg_fence();
-        mt_attn_wg_pb<128, HD, C::BC>(dq, dp, k_s);
+        mt_attn_wg_pb<128, HD, C::BC>(dq, ds, k_s);
         mt_wg_commit();
         mt_wg_wait<0>();
         mt_attn_wg_fence<HD / 2>(dq);

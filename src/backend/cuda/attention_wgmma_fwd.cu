@@ -2,20 +2,19 @@
  * kernel (attention_bf16_fwd.cu) is that of other GPUs.
  *
  * A block owns 128 query rows of one head: 2 warpgroups of 64 rows. Key
- * tiles of 128 stream through two shared-memory buffers (cp.async, one tile
- * ahead). Q, K and V sit in the 128-byte swizzled layout of wgmma_ptx.cuh,
- * as rows of 64 head-dim columns (HD 128: two such blocks):
+ * tiles of 128 stream through three shared-memory buffers (cp.async, one
+ * tile ahead; the third holds the V that the previous tile's product still
+ * reads). Q, K and V sit in the swizzled tiles of attention_wgmma.cuh:
  *   S = Q K^T  wgmma m64n128k16, A = Q and B = K from shared memory, both
  *              K-major (the head dim is the reduction);
  *   O += P V   wgmma m64nHDk16, A = P from registers (the scores' fp32
  *              accumulators, rescaled and rounded to bf16, are already laid
- *              out as the A fragments), B = V, MN-major: the same rows of
- *              64 columns, read along the keys.
- * The online softmax is the mma.sync kernel's (log2 domain, one FFMA and one
- * EX2 a score, the same masks, packed documents included, and the same
- * lse). Each product group is
- * waited for before its results are read; the loads of the next tile run
- * under both. */
+ *              out as the A fragments), B = V, MN-major.
+ * Tile j's S = Q K_j^T and the previous tile's O += P V_{j-1} are issued
+ * together; the softmax of S_j runs while the second is in flight, and O is
+ * rescaled once it lands. The online softmax is the mma.sync kernel's (log2
+ * domain, one FFMA and one EX2 a score, the same masks, packed documents
+ * included, and the same lse). */
 #include "backend/cuda/attention_wgmma.cuh"
 
 namespace {
@@ -24,8 +23,8 @@ constexpr int BR = 128, BC = 128, NT = 256; // query rows, keys per tile, thread
 
 template <int HD> struct Cfg {
     static constexpr int Q_BYTES = BR * HD * 2, KV_BYTES = BC * HD * 2;
-    // Q, two buffers of (K, V), and room to align the base to 1024 bytes
-    static constexpr size_t SMEM = (size_t)Q_BYTES + 4 * KV_BYTES + 1024;
+    // Q, three buffers of (K, V), and room to align the base to 1024 bytes
+    static constexpr size_t SMEM = (size_t)Q_BYTES + 6 * KV_BYTES + 1024;
 };
 
 /* DOCS: packed documents (a.pos); false compiles the plain causal kernel. */
@@ -49,10 +48,15 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_fwd_wgmma_kernel(mt_attn_args a
     // Documents: no row of the tile sees a key before its first row's document.
     const int j0 = DOCS ? mt_attn_doc_start(a, b, min(q0, T - 1)) / BC : 0;
 
+    // Tile j in buffer (j - j0) % 3.
+    auto kv_buf = [&](int j) { return skv + ((j - j0) % 3) * 2 * C::KV_BYTES; };
+    auto load_kv = [&](int j) {
+        mt_attn_wg_load<BC, HD, NT>(kv_buf(j), gk, ldk, j * BC, T);
+        mt_attn_wg_load<BC, HD, NT>(kv_buf(j) + C::KV_BYTES, gv, ldk, j * BC, T);
+        mt_tc_cp_commit();
+    };
     mt_attn_wg_load<BR, HD, NT>(sq, gq, ldq, q0, T);
-    mt_attn_wg_load<BC, HD, NT>(skv, gk, ldk, j0 * BC, T);
-    mt_attn_wg_load<BC, HD, NT>(skv + C::KV_BYTES, gv, ldk, j0 * BC, T);
-    mt_tc_cp_commit();
+    load_kv(j0);
 
     const float sl2 = a.scale * MT_ATTN_LOG2E;
     const int g = lane >> 2, t4 = lane & 3;
@@ -69,34 +73,26 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_fwd_wgmma_kernel(mt_attn_args a
 #pragma unroll
     for (int i = 0; i < HD / 2; i++) o[i] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}; // log2-domain max, sum
+    unsigned p[BC / 4]; // the previous tile's probabilities, bf16 A fragments
 
-    for (int j = j0; j < nkb; j++) {
-        const int buf = (j - j0) & 1;
-        if (j + 1 < nkb) {
-            unsigned char *nb = skv + (buf ^ 1) * 2 * C::KV_BYTES;
-            mt_attn_wg_load<BC, HD, NT>(nb, gk, ldk, (j + 1) * BC, T);
-            mt_attn_wg_load<BC, HD, NT>(nb + C::KV_BYTES, gv, ldk, (j + 1) * BC, T);
-            mt_tc_cp_commit();
-            mt_tc_cp_wait<1>();
-        } else {
-            mt_tc_cp_wait<0>();
-        }
+    // Waits for tile j, frees tile j - 2's buffer for tile j + 1.
+    auto next_tile = [&](int j) {
+        mt_tc_cp_wait<0>();
         mt_wg_fence_smem();
         __syncthreads();
-        const unsigned sk = mt_tc_smem_addr(skv + buf * 2 * C::KV_BYTES), sv = sk + C::KV_BYTES;
-
-        // S = Q K^T (64 x 128 per warpgroup)
-        float s[BC / 2];
+        if (j + 1 < nkb) load_kv(j + 1);
+    };
+    // Issues S = Q K_j^T (64 x 128 per warpgroup), uncommitted.
+    auto scores = [&](float s[BC / 2], int j) {
 #pragma unroll
         for (int i = 0; i < BC / 2; i++) s[i] = 0.f;
         mt_wg_fence();
-        mt_attn_wg_abt<BC, HD, BR, BC>(s, sq_wg, sk);
-        mt_wg_commit();
-        mt_wg_wait<0>();
-        mt_attn_wg_fence<BC / 2>(s);
-
-        // Mask keys after the query, past T or before its document; online
-        // softmax per row.
+        mt_attn_wg_abt<BC, HD, BR, BC>(s, sq_wg, mt_tc_smem_addr(kv_buf(j)));
+    };
+    // Masks keys after the query, past T or before its document, and turns
+    // tile j's scores into probabilities (online softmax per row); alpha:
+    // the rescale of this thread's two rows' earlier sums.
+    auto softmax = [&](float s[BC / 2], int j, float alpha[2]) {
         const int k0 = j * BC;
         const bool need_mask =
             k0 + BC - 1 > q0 + wg * 64 || k0 + BC > T || (DOCS && k0 < dstart_wg);
@@ -118,7 +114,7 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_fwd_wgmma_kernel(mt_attn_args a
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
             const float mn = fmaxf(m[r], mx[r] * sl2);
             const float mu = mn == -INFINITY ? 0.f : mn; // a row with every key masked so far
-            const float alpha = mt_attn_exp2(m[r] - mu);
+            alpha[r] = mt_attn_exp2(m[r] - mu);
             m[r] = mn;
             float ps = 0.f;
 #pragma unroll
@@ -127,23 +123,46 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_fwd_wgmma_kernel(mt_attn_args a
                 s[4 * n + 2 * r + 1] = mt_attn_exp2(fmaf(s[4 * n + 2 * r + 1], sl2, -mu));
                 ps += s[4 * n + 2 * r] + s[4 * n + 2 * r + 1];
             }
-            l[r] = l[r] * alpha + ps;
-#pragma unroll
-            for (int n = 0; n < HD / 8; n++) {
-                o[4 * n + 2 * r] *= alpha;
-                o[4 * n + 2 * r + 1] *= alpha;
-            }
+            l[r] = l[r] * alpha[r] + ps;
         }
+    };
 
-        // O += P V, P from the scores' registers
+    float s[BC / 2], alpha[2];
+    next_tile(j0);
+    scores(s, j0);
+    mt_wg_commit();
+    mt_wg_wait<0>();
+    mt_attn_wg_fence<BC / 2>(s);
+    softmax(s, j0, alpha);
+    mt_attn_wg_pack<BC>(p, s);
+    for (int j = j0 + 1; j < nkb; j++) {
+        next_tile(j);
+        // S = Q K_j^T and O += P V_{j-1}; the softmax of S runs under the second.
         mt_attn_wg_fence<HD / 2>(o);
-        mt_wg_fence();
-        mt_attn_wg_pb<BC, HD, BC>(o, s, sv);
+        scores(s, j);
         mt_wg_commit();
-        mt_wg_wait<0>();
+        mt_attn_wg_pb<BC, HD, BC>(o, p, mt_tc_smem_addr(kv_buf(j - 1) + C::KV_BYTES));
+        mt_wg_commit();
+        mt_wg_wait<1>();
+        mt_attn_wg_fence<BC / 2>(s);
+        softmax(s, j, alpha);
+        mt_attn_wg_fence<BC / 2>(s); // (keeps the softmax before the wait)
+        mt_wg_wait<0>();              // the product has read p and added into O
+        mt_attn_wg_hold<BC / 4>(p);
         mt_attn_wg_fence<HD / 2>(o);
-        __syncthreads(); // this buffer is refilled in the next iteration
+        mt_attn_wg_pack<BC>(p, s);
+#pragma unroll
+        for (int n = 0; n < HD / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o[4 * n + e] *= alpha[e >> 1];
     }
+    // The last tile's O += P V.
+    mt_attn_wg_fence<HD / 2>(o);
+    mt_wg_fence();
+    mt_attn_wg_pb<BC, HD, BC>(o, p, mt_tc_smem_addr(kv_buf(nkb - 1) + C::KV_BYTES));
+    mt_wg_commit();
+    mt_wg_wait<0>();
+    mt_attn_wg_fence<HD / 2>(o);
 
     bf16 *go = (bf16 *)a.o + ((int64_t)b * T * a.NH + h) * HD;
     float *gof = a.o_f32 ? a.o_f32 + ((int64_t)b * T * a.NH + h) * HD : nullptr;
