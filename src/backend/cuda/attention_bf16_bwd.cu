@@ -22,9 +22,9 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dkv_bf16_kernel(mt_attn_args 
     bf16 *sV = sK + C::BC * C::SR;         // (BC, SR)
     bf16 *sQ = sV + C::BC * C::SR;         // 2 x (BR, SR)
     bf16 *sO = sQ + 2 * C::BR * C::SR;     // 2 x (BR, SR) dout
-    float *sL = (float *)(sO + 2 * C::BR * C::SR); // 2 x BR lse (0 past T)
-    float *sD = sL + 2 * C::BR;                    // 2 x BR dsum
-    int32_t *sP = (int32_t *)(sD + 2 * C::BR);     // 2 x BR positions (DOCS; 0 past T)
+    // 2 buffers of BR lse, BR dsum and (DOCS) BR positions, 0 past T
+    float *sL = (float *)(sO + 2 * C::BR * C::SR);
+    constexpr int LS = (DOCS ? 3 : 2) * C::BR;
     const int T = a.T, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int kb = gridDim.x - 1 - blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
     const int k0 = kb * C::BC, G = a.NH / a.NKV;
@@ -44,14 +44,7 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dkv_bf16_kernel(mt_attn_args 
         mt_attn_load_tile<C::BR, HD, C::NT>(sQ + buf * C::BR * C::SR, gq, ldq, q0, T);
         mt_attn_load_tile<C::BR, HD, C::NT>(sO + buf * C::BR * C::SR, gdo, ldq, q0, T);
         // Asynchronous too: a plain load here would stall its warps a memory latency.
-        for (int r = threadIdx.x; r < C::BR; r += C::NT) {
-            const bool ok = q0 + r < T;
-            const int64_t i = ((int64_t)b * a.NH + h) * T + (ok ? q0 + r : 0);
-            mt_tc_cp4(sL + buf * C::BR + r, a.lse + i, ok);
-            mt_tc_cp4(sD + buf * C::BR + r, a.dsum + i, ok);
-            if (DOCS)
-                mt_tc_cp4(sP + buf * C::BR + r, a.pos + (int64_t)b * T + (ok ? q0 + r : 0), ok);
-        }
+        mt_attn_load_rowstats<C::BR, C::NT, DOCS>(sL + buf * LS, a, b, h, q0);
     };
     mt_attn_load_tile<C::BC, HD, C::NT>(sK, gk, ldk, k0, T);
     mt_attn_load_tile<C::BC, HD, C::NT>(sV, gv, ldk, k0, T);
@@ -76,8 +69,8 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dkv_bf16_kernel(mt_attn_args 
         }
         __syncthreads();
         const bf16 *q_s = sQ + buf * C::BR * C::SR, *do_s = sO + buf * C::BR * C::SR;
-        const float *l_s = sL + buf * C::BR, *d_s = sD + buf * C::BR;
-        const int32_t *p_s = sP + buf * C::BR;
+        const float *l_s = sL + buf * LS, *d_s = l_s + C::BR;
+        const int32_t *p_s = (const int32_t *)(d_s + C::BR);
         const int q0 = (qb0 + it % nqb) * C::BR;
         int dstart_last = 0; // documents: the tile's last query has the latest start
         if (DOCS) {

@@ -32,6 +32,12 @@ __device__ __forceinline__ void mt_attn_wg_load(unsigned char *s, const bf16 *g,
     }
 }
 
+/* Keeps the compiler from moving accesses of x[0..N) across the products. */
+template <int N> __device__ __forceinline__ void mt_attn_wg_fence(float x[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) mt_wg_fence_reg(x[i]);
+}
+
 /* acc (64 x N, the warpgroup's) += A B^T over the head dim: A the 64 rows
  * at shared address sa of a tile of RA rows, B the N rows at sb of a tile of
  * RB rows (both K-major: a k16 slice kk sits in column block kk / 4, 32
@@ -46,6 +52,23 @@ __device__ __forceinline__ void mt_attn_wg_abt(float acc[N / 2], unsigned sa, un
         if constexpr (N == 128) mt_wg_mma_64x128_ss<0, 0>(acc, da, db);
         else mt_wg_mma_64x64_ss<0, 0>(acc, da, db);
     }
+}
+
+/* x = A1 B1^T and y = A2 B2^T (64 x N each, operands as for
+ * mt_attn_wg_abt) as two groups of products; returns once x has landed, y
+ * still in flight (mt_wg_wait<0>, then mt_attn_wg_fence on y, to read it). */
+template <int N, int HD, int RA, int RB>
+__device__ __forceinline__ void mt_attn_wg_abt2(float x[N / 2], unsigned a1, unsigned b1,
+                                                float y[N / 2], unsigned a2, unsigned b2) {
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) x[i] = y[i] = 0.f;
+    mt_wg_fence();
+    mt_attn_wg_abt<N, HD, RA, RB>(x, a1, b1);
+    mt_wg_commit();
+    mt_attn_wg_abt<N, HD, RA, RB>(y, a2, b2);
+    mt_wg_commit();
+    mt_wg_wait<1>();
+    mt_attn_wg_fence<N / 2>(x);
 }
 
 /* acc (64 x HD) += P B: P (64 x K) in bf16 pairs laid out as A fragments
@@ -70,12 +93,6 @@ __device__ __forceinline__ void mt_attn_wg_pb(float acc[HD / 2], const unsigned 
 template <int K> __device__ __forceinline__ void mt_attn_wg_pack(unsigned p[K / 4], const float x[K / 2]) {
 #pragma unroll
     for (int i = 0; i < K / 4; i++) p[i] = mt_attn_pack(x[2 * i], x[2 * i + 1]);
-}
-
-/* Keeps the compiler from moving accesses of x[0..N) across the products. */
-template <int N> __device__ __forceinline__ void mt_attn_wg_fence(float x[N]) {
-#pragma unroll
-    for (int i = 0; i < N; i++) mt_wg_fence_reg(x[i]);
 }
 
 /* Keeps the registers of p (the A operand of products in flight) live up

@@ -59,15 +59,7 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_dkv_wgmma_kernel(mt_attn_args a
         unsigned char *d = sq + buf * 2 * C::Q_BYTES;
         mt_attn_wg_load<C::BR, HD, NT>(d, (const bf16 *)a.q + off, ldq, q0, T);
         mt_attn_wg_load<C::BR, HD, NT>(d + C::Q_BYTES, (const bf16 *)a.dout + off, ldq, q0, T);
-        float *l = sl + buf * 3 * C::BR;
-        for (int r = threadIdx.x; r < C::BR; r += NT) {
-            const bool ok = q0 + r < T;
-            const int64_t i = ((int64_t)b * a.NH + h) * T + (ok ? q0 + r : 0);
-            mt_tc_cp4(l + r, a.lse + i, ok);
-            mt_tc_cp4(l + C::BR + r, a.dsum + i, ok);
-            if (DOCS)
-                mt_tc_cp4(l + 2 * C::BR + r, a.pos + (int64_t)b * T + (ok ? q0 + r : 0), ok);
-        }
+        mt_attn_load_rowstats<C::BR, NT, DOCS>(sl + buf * 3 * C::BR, a, b, h, q0);
     };
     mt_attn_wg_load<C::BC, HD, NT>(sk, (const bf16 *)a.k + ((int64_t)b * T * a.NKV + kvh) * HD,
                                    ldk, k0, T);
@@ -108,15 +100,7 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_dkv_wgmma_kernel(mt_attn_args a
 
         // S^T = K Q^T and dP^T = V dO^T (64 keys x 64 queries a warpgroup).
         float st[32], dpt[32];
-#pragma unroll
-        for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.f;
-        mt_wg_fence();
-        mt_attn_wg_abt<64, HD, C::BC, C::BR>(st, sk_wg, q_s);
-        mt_wg_commit();
-        mt_attn_wg_abt<64, HD, C::BC, C::BR>(dpt, sv_wg, do_s);
-        mt_wg_commit();
-        mt_wg_wait<1>();
-        mt_attn_wg_fence<32>(st);
+        mt_attn_wg_abt2<64, HD, C::BC, C::BR>(st, sk_wg, q_s, dpt, sv_wg, do_s);
         // P^T: the causal mask, queries past T (their lse reads 0) and
         // queries of a later document than the key give 0.
         const bool need_mask = q0 < kw + 15 || q0 + C::BR > T || (DOCS && dstart_last > kw);
@@ -231,15 +215,7 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_dq_wgmma_kernel(mt_attn_args a)
 
         // S = Q K^T and dP = dO V^T (64 rows x 128 keys a warpgroup).
         float s[64], dp[64];
-#pragma unroll
-        for (int i = 0; i < 64; i++) s[i] = dp[i] = 0.f;
-        mt_wg_fence();
-        mt_attn_wg_abt<128, HD, C::BR, C::BC>(s, sq_wg, k_s);
-        mt_wg_commit();
-        mt_attn_wg_abt<128, HD, C::BR, C::BC>(dp, sdo_wg, v_s);
-        mt_wg_commit();
-        mt_wg_wait<1>();
-        mt_attn_wg_fence<64>(s);
+        mt_attn_wg_abt2<128, HD, C::BR, C::BC>(s, sq_wg, k_s, dp, sdo_wg, v_s);
         const int k0 = j * C::BC;
         const bool need_mask = k0 + C::BC - 1 > rw || k0 + C::BC > T || (DOCS && k0 < dstart_warp);
 #pragma unroll

@@ -197,18 +197,8 @@ int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
 
 } // namespace
 
-bool mt_attn_wgmma_available(void) {
-#ifdef MT_CUDA_SM90A
-    int dev, major, minor, optin;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    return major == 9 && minor == 0 && (size_t)optin >= Cfg<128>::SMEM;
-#else
-    return false;
-#endif
-}
+/* The forward at HD 128 takes the most shared memory of the Hopper kernels. */
+bool mt_attn_wgmma_available(void) { return mt_wg_device_fits(Cfg<128>::SMEM); }
 
 int mt_attn_fwd_wgmma(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
     if (a.pos)

@@ -195,18 +195,7 @@ template <int OP> void launch(const mt_moe_args &a, int sms, cudaStream_t st) {
 
 } // namespace
 
-bool mt_moe_wgmma_available(void) {
-#ifdef MT_CUDA_SM90A
-    int dev, major, minor, optin;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    return major == 9 && minor == 0 && (size_t)optin >= SMEM;
-#else
-    return false;
-#endif
-}
+bool mt_moe_wgmma_available(void) { return mt_wg_device_fits(SMEM); }
 
 void mt_moe_wgmma_run(int op, const mt_moe_args &a, cudaStream_t stream) {
     MT_ASSERT(mt_moe_wgmma_available());

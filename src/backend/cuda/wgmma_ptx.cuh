@@ -17,7 +17,27 @@
 #ifndef MT_BACKEND_CUDA_WGMMA_PTX_CUH
 #define MT_BACKEND_CUDA_WGMMA_PTX_CUH
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "backend/cuda/cuda_common.h"
+
+/* Host side: whether the current device runs this build's sm_90a code
+ * (compute capability 9.0, a build with MT_CUDA_SM90A) and lets a block
+ * have smem bytes of shared memory. */
+inline bool mt_wg_device_fits(size_t smem) {
+#ifdef MT_CUDA_SM90A
+    int dev, major, minor, optin;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return major == 9 && minor == 0 && (size_t)optin >= smem;
+#else
+    (void)smem;
+    return false;
+#endif
+}
 
 /* Byte offset of 16-byte chunk c (0..7) of 128-byte row r in a swizzled
  * tile. */
