@@ -57,6 +57,7 @@ bool mt_attn_wgmma_available(void);
 bool mt_attn_takes_wgmma(void);
 int mt_attn_fwd_wgmma(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
 int mt_attn_bwd_wgmma(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
+size_t mt_attn_bwd_wgmma_smem(void); /* the backward's largest block, HD 128 */
 
 /* Packed documents (a.pos, see attention.h). The first key that query t of
  * batch row b may see: its document's start, non-decreasing in t. */

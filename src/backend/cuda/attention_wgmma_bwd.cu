@@ -272,6 +272,10 @@ int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
 
 } // namespace
 
+size_t mt_attn_bwd_wgmma_smem(void) {
+    return DqCfg<128>::SMEM > DkvCfg<128>::SMEM ? DqCfg<128>::SMEM : DkvCfg<128>::SMEM;
+}
+
 int mt_attn_bwd_wgmma(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
     if (a.pos)
         return a.HD == 64 ? launch<64, true>(a, B, st, err) : launch<128, true>(a, B, st, err);

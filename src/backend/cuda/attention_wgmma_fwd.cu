@@ -1,73 +1,113 @@
 /* The Hopper bf16 attention forward (contract: attention.h); the mma.sync
  * kernel (attention_bf16_fwd.cu) is that of other GPUs.
  *
- * A block owns 128 query rows of one head: 2 warpgroups of 64 rows. Key
- * tiles of 128 stream through three shared-memory buffers (cp.async, one
- * tile ahead; the third holds the V that the previous tile's product still
- * reads). Q, K and V sit in the swizzled tiles of attention_wgmma.cuh:
+ * FlashAttention-3's structure. A block owns 128 query rows of one head and
+ * has three warpgroups: a producer, whose one thread loads Q once and the
+ * key tiles of 128 (K and V, two buffers each) by TMA into the 128-byte
+ * swizzled tiles of attention_wgmma.cuh, each buffer with a full and an
+ * empty barrier; and two consumers of 64 rows each, which take turns (two
+ * named barriers) to issue their products, so that one's softmax runs under
+ * the other's products:
  *   S = Q K^T  wgmma m64n128k16, A = Q and B = K from shared memory, both
  *              K-major (the head dim is the reduction);
  *   O += P V   wgmma m64nHDk16, A = P from registers (the scores' fp32
  *              accumulators, rescaled and rounded to bf16, are already laid
  *              out as the A fragments), B = V, MN-major.
- * Tile j's S = Q K_j^T and the previous tile's O += P V_{j-1} are issued
- * together; the softmax of S_j runs while the second is in flight, and O is
- * rescaled once it lands. The online softmax is the mma.sync kernel's (log2
- * domain, one FFMA and one EX2 a score, the same masks, packed documents
- * included, and the same lse). */
+ * Tile j's S and the previous tile's P V are issued together; the softmax
+ * of S_j sits between their waits and O is rescaled once the second lands.
+ * The online softmax is the mma.sync kernel's (log2 domain, one FFMA and
+ * one EX2 a score, the same masks, packed documents included, and the same
+ * lse). */
+#include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled */
+
 #include "backend/cuda/attention_wgmma.cuh"
+#include "backend/cuda/tma_ptx.cuh"
 
 namespace {
 
-constexpr int BR = 128, BC = 128, NT = 256; // query rows, keys per tile, threads
+constexpr int BR = 128, BC = 128, NT = 384; // query rows, keys per tile, threads
+constexpr int STAGES = 2;                      // buffers of K and of V
 
 template <int HD> struct Cfg {
     static constexpr int Q_BYTES = BR * HD * 2, KV_BYTES = BC * HD * 2;
-    // Q, three buffers of (K, V), and room to align the base to 1024 bytes
-    static constexpr size_t SMEM = (size_t)Q_BYTES + 6 * KV_BYTES + 1024;
+    // Q, the K and V buffers, room to align the base to 1024 bytes, the barriers
+    static constexpr size_t SMEM = (size_t)Q_BYTES + 2 * STAGES * KV_BYTES + 1024 + 256;
 };
 
-/* DOCS: packed documents (a.pos); false compiles the plain causal kernel. */
+/* DOCS: packed documents (a.pos); false compiles the plain causal kernel.
+ * tq, tk, tv: TMA maps of q, k, v as (HD, heads, T, B), boxes of 64
+ * head-dim columns by 128 rows, 128-byte swizzle. */
 template <int HD, bool DOCS>
-__global__ void __launch_bounds__(NT, 1) mt_attn_fwd_wgmma_kernel(mt_attn_args a) {
+__global__ void __launch_bounds__(NT, 1)
+    mt_attn_fwd_wgmma_kernel(const __grid_constant__ CUtensorMap tq,
+                             const __grid_constant__ CUtensorMap tk,
+                             const __grid_constant__ CUtensorMap tv, mt_attn_args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using C = Cfg<HD>;
     extern __shared__ __align__(1024) unsigned char mt_attn_wg_smem[];
     unsigned char *sq = mt_attn_wg_align(mt_attn_wg_smem);
-    unsigned char *skv = sq + C::Q_BYTES; // buffer b: K at skv + 2b KV_BYTES, V after it
+    const unsigned q_s = mt_tc_smem_addr(sq);
+    const unsigned k_s = q_s + C::Q_BYTES, v_s = k_s + STAGES * C::KV_BYTES; // + stage * KV_BYTES
+    // Barriers (8 bytes each): Q full, then per stage K full, V full, K empty, V empty.
+    const unsigned bar = v_s + STAGES * C::KV_BYTES;
+    auto full_k = [&](int st) { return bar + 8 + 32 * st; };
+    auto full_v = [&](int st) { return bar + 16 + 32 * st; };
+    auto empty_k = [&](int st) { return bar + 24 + 32 * st; };
+    auto empty_v = [&](int st) { return bar + 32 + 32 * st; };
     const int T = a.T, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
     const int wg = threadIdx.x >> 7;
     const int qb = gridDim.x - 1 - blockIdx.x; // heaviest (last) query tiles first
     const int h = blockIdx.y, b = blockIdx.z, kvh = h / (a.NH / a.NKV);
     const int q0 = qb * BR;
-    const int64_t ldq = (int64_t)a.NH * HD, ldk = (int64_t)a.NKV * HD;
-    const bf16 *gq = (const bf16 *)a.q + ((int64_t)b * T * a.NH + h) * HD;
-    const bf16 *gk = (const bf16 *)a.k + ((int64_t)b * T * a.NKV + kvh) * HD;
-    const bf16 *gv = (const bf16 *)a.v + ((int64_t)b * T * a.NKV + kvh) * HD;
     const int nkb = (min(q0 + BR, T) + BC - 1) / BC;
     // Documents: no row of the tile sees a key before its first row's document.
     const int j0 = DOCS ? mt_attn_doc_start(a, b, min(q0, T - 1)) / BC : 0;
 
-    // Tile j in buffer (j - j0) % 3.
-    auto kv_buf = [&](int j) { return skv + ((j - j0) % 3) * 2 * C::KV_BYTES; };
-    auto load_kv = [&](int j) {
-        mt_attn_wg_load<BC, HD, NT>(kv_buf(j), gk, ldk, j * BC, T);
-        mt_attn_wg_load<BC, HD, NT>(kv_buf(j) + C::KV_BYTES, gv, ldk, j * BC, T);
-        mt_tc_cp_commit();
-    };
-    mt_attn_wg_load<BR, HD, NT>(sq, gq, ldq, q0, T);
-    load_kv(j0);
+    if (threadIdx.x == 0) {
+        mt_mb_init(bar, 1);
+        for (int st = 0; st < STAGES; st++) {
+            mt_mb_init(full_k(st), 1);
+            mt_mb_init(full_v(st), 1);
+            mt_mb_init(empty_k(st), 256); // every consumer thread
+            mt_mb_init(empty_v(st), 256);
+        }
+        mt_mb_fence_init();
+    }
+    __syncthreads();
 
+    if (wg == 0) { // the producer
+        mt_wg_regs_dec<24>();
+        if (threadIdx.x != 0) return;
+        mt_mb_expect_tx(bar, C::Q_BYTES);
+        for (int c = 0; c < HD / 64; c++) mt_tma_load4(q_s + c * BR * 128, &tq, c * 64, h, q0, b, bar);
+        for (int j = j0; j < nkb; j++) {
+            const int i = j - j0, st = i % STAGES;
+            const unsigned ph = (i / STAGES) & 1;
+            if (i >= STAGES) mt_mb_wait(empty_k(st), ph ^ 1);
+            mt_mb_expect_tx(full_k(st), C::KV_BYTES);
+            for (int c = 0; c < HD / 64; c++)
+                mt_tma_load4(k_s + st * C::KV_BYTES + c * BC * 128, &tk, c * 64, kvh, j * BC, b,
+                             full_k(st));
+            if (i >= STAGES) mt_mb_wait(empty_v(st), ph ^ 1);
+            mt_mb_expect_tx(full_v(st), C::KV_BYTES);
+            for (int c = 0; c < HD / 64; c++)
+                mt_tma_load4(v_s + st * C::KV_BYTES + c * BC * 128, &tv, c * 64, kvh, j * BC, b,
+                             full_v(st));
+        }
+        return;
+    }
+    mt_wg_regs_inc<240>();
+    const int cw = wg - 1; // this consumer: rows q0 + 64 cw ..
     const float sl2 = a.scale * MT_ATTN_LOG2E;
     const int g = lane >> 2, t4 = lane & 3;
-    const int row_lo = q0 + wg * 64 + warp * 16 + g; // this thread's rows: row_lo, row_lo + 8
-    const unsigned sq_wg = mt_tc_smem_addr(sq) + wg * 64 * 128; // the warpgroup's 64 rows
+    const int row_lo = q0 + cw * 64 + warp * 16 + g; // this thread's rows: row_lo, row_lo + 8
+    const unsigned sq_wg = q_s + cw * 64 * 128;      // the consumer's 64 rows
     // Documents: the first key of this thread's rows (rows past T take row
-    // T-1's) and of the warpgroup's last row (the latest start).
+    // T-1's) and of the consumer's last row (the latest start).
     int dstart[2] = {0, 0}, dstart_wg = 0;
     if (DOCS) {
         for (int r = 0; r < 2; r++) dstart[r] = mt_attn_doc_start(a, b, min(row_lo + r * 8, T - 1));
-        dstart_wg = mt_attn_doc_start(a, b, min(q0 + wg * 64 + 63, T - 1));
+        dstart_wg = mt_attn_doc_start(a, b, min(q0 + cw * 64 + 63, T - 1));
     }
     float o[HD / 2];
 #pragma unroll
@@ -75,19 +115,20 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_fwd_wgmma_kernel(mt_attn_args a
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}; // log2-domain max, sum
     unsigned p[BC / 4]; // the previous tile's probabilities, bf16 A fragments
 
-    // Waits for tile j, frees tile j - 2's buffer for tile j + 1.
-    auto next_tile = [&](int j) {
-        mt_tc_cp_wait<0>();
-        mt_wg_fence_smem();
-        __syncthreads();
-        if (j + 1 < nkb) load_kv(j + 1);
+    // Turns: consumer cw issues its products after the other has issued its
+    // own (barrier 1 + cw), then lets the other go (barrier 2 - cw).
+    // Consumer 0 goes first; consumer 1 skips its last hand-over so that
+    // every arrival has its wait.
+    auto my_turn = [&]() { mt_bar_sync(1 + cw, 256); };
+    auto hand_over = [&](bool last) {
+        if (cw == 0 || !last) mt_bar_arrive(2 - cw, 256);
     };
-    // Issues S = Q K_j^T (64 x 128 per warpgroup), uncommitted.
-    auto scores = [&](float s[BC / 2], int j) {
+    // Issues S = Q K^T (64 x 128 per consumer) over K buffer st, uncommitted.
+    auto scores = [&](float s[BC / 2], int st) {
 #pragma unroll
         for (int i = 0; i < BC / 2; i++) s[i] = 0.f;
         mt_wg_fence();
-        mt_attn_wg_abt<BC, HD, BR, BC>(s, sq_wg, mt_tc_smem_addr(kv_buf(j)));
+        mt_attn_wg_abt<BC, HD, BR, BC>(s, sq_wg, k_s + st * C::KV_BYTES);
     };
     // Masks keys after the query, past T or before its document, and turns
     // tile j's scores into probabilities (online softmax per row); alpha:
@@ -95,7 +136,7 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_fwd_wgmma_kernel(mt_attn_args a
     auto softmax = [&](float s[BC / 2], int j, float alpha[2]) {
         const int k0 = j * BC;
         const bool need_mask =
-            k0 + BC - 1 > q0 + wg * 64 || k0 + BC > T || (DOCS && k0 < dstart_wg);
+            k0 + BC - 1 > q0 + cw * 64 || k0 + BC > T || (DOCS && k0 < dstart_wg);
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int n = 0; n < BC / 8; n++)
@@ -128,28 +169,39 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_fwd_wgmma_kernel(mt_attn_args a
     };
 
     float s[BC / 2], alpha[2];
-    next_tile(j0);
-    scores(s, j0);
+    mt_mb_wait(bar, 0);
+    if (cw == 1) mt_bar_arrive(1, 256);
+    mt_mb_wait(full_k(0), 0);
+    my_turn();
+    scores(s, 0);
     mt_wg_commit();
+    hand_over(false);
     mt_wg_wait<0>();
     mt_attn_wg_fence<BC / 2>(s);
+    mt_mb_arrive(empty_k(0));
     softmax(s, j0, alpha);
     mt_attn_wg_pack<BC>(p, s);
     for (int j = j0 + 1; j < nkb; j++) {
-        next_tile(j);
+        const int i = j - j0, st = i % STAGES, pst = (i - 1) % STAGES;
+        mt_mb_wait(full_k(st), (i / STAGES) & 1);
+        mt_mb_wait(full_v(pst), ((i - 1) / STAGES) & 1);
         // S = Q K_j^T and O += P V_{j-1}; the softmax of S runs under the second.
+        my_turn();
         mt_attn_wg_fence<HD / 2>(o);
-        scores(s, j);
+        scores(s, st);
         mt_wg_commit();
-        mt_attn_wg_pb<BC, HD, BC>(o, p, mt_tc_smem_addr(kv_buf(j - 1) + C::KV_BYTES));
+        mt_attn_wg_pb<BC, HD, BC>(o, p, v_s + pst * C::KV_BYTES);
         mt_wg_commit();
+        hand_over(false);
         mt_wg_wait<1>();
         mt_attn_wg_fence<BC / 2>(s);
+        mt_mb_arrive(empty_k(st));
         softmax(s, j, alpha);
         mt_attn_wg_fence<BC / 2>(s); // (keeps the softmax before the wait)
         mt_wg_wait<0>();              // the product has read p and added into O
         mt_attn_wg_hold<BC / 4>(p);
         mt_attn_wg_fence<HD / 2>(o);
+        mt_mb_arrive(empty_v(pst));
         mt_attn_wg_pack<BC>(p, s);
 #pragma unroll
         for (int n = 0; n < HD / 8; n++)
@@ -157,13 +209,18 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_fwd_wgmma_kernel(mt_attn_args a
             for (int e = 0; e < 4; e++) o[4 * n + e] *= alpha[e >> 1];
     }
     // The last tile's O += P V.
+    const int il = nkb - 1 - j0;
+    mt_mb_wait(full_v(il % STAGES), (il / STAGES) & 1);
+    my_turn();
     mt_attn_wg_fence<HD / 2>(o);
     mt_wg_fence();
-    mt_attn_wg_pb<BC, HD, BC>(o, p, mt_tc_smem_addr(kv_buf(nkb - 1) + C::KV_BYTES));
+    mt_attn_wg_pb<BC, HD, BC>(o, p, v_s + (il % STAGES) * C::KV_BYTES);
     mt_wg_commit();
+    hand_over(true);
     mt_wg_wait<0>();
     mt_attn_wg_fence<HD / 2>(o);
 
+    const int64_t ldq = (int64_t)a.NH * HD;
     bf16 *go = (bf16 *)a.o + ((int64_t)b * T * a.NH + h) * HD;
     float *gof = a.o_f32 ? a.o_f32 + ((int64_t)b * T * a.NH + h) * HD : nullptr;
 #pragma unroll
@@ -186,19 +243,62 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_fwd_wgmma_kernel(mt_attn_args a
 #endif
 }
 
+/* The driver's tensor-map encoder, through the runtime (no link to the
+ * driver library); NULL where the driver has none. */
+PFN_cuTensorMapEncodeTiled_v12000 encoder(void) {
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+        void *f = nullptr;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                             cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            f = nullptr;
+        (void)cudaGetLastError();
+        return (PFN_cuTensorMapEncodeTiled_v12000)f;
+    }();
+    return fn;
+}
+
+/* The map of a (B, T, H, HD) bf16 tensor at p, boxes of 64 x rows. */
+int tensor_map(CUtensorMap *map, const void *p, int B, int T, int H, int HD, int rows,
+               mt_error *err) {
+    const cuuint64_t dim[4] = {(cuuint64_t)HD, (cuuint64_t)H, (cuuint64_t)T, (cuuint64_t)B};
+    const cuuint64_t stride[3] = {(cuuint64_t)HD * 2, (cuuint64_t)H * HD * 2,
+                                  (cuuint64_t)T * H * HD * 2};
+    const cuuint32_t box[4] = {64, 1, (cuuint32_t)rows, 1}, estride[4] = {1, 1, 1, 1};
+    const CUresult r = encoder()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)p, dim, stride,
+                                 box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return mt_errorf(err, "attention forward (bf16, wgmma): the driver cannot describe q, k "
+                              "or v to the TMA (error %d; device pointers must be 16-byte "
+                              "aligned)", (int)r);
+    return 0;
+}
+
 template <int HD, bool DOCS>
 int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
     auto kern = mt_attn_fwd_wgmma_kernel<HD, DOCS>;
+    CUtensorMap tq, tk, tv;
+    if (tensor_map(&tq, a.q, B, a.T, a.NH, HD, BR, err) ||
+        tensor_map(&tk, a.k, B, a.T, a.NKV, HD, BC, err) ||
+        tensor_map(&tv, a.v, B, a.T, a.NKV, HD, BC, err))
+        return -1;
     if (mt_attn_set_smem((const void *)kern, Cfg<HD>::SMEM, err)) return -1;
     dim3 grid((a.T + BR - 1) / BR, a.NH, B);
-    kern<<<grid, NT, Cfg<HD>::SMEM, st>>>(a);
+    kern<<<grid, NT, Cfg<HD>::SMEM, st>>>(tq, tk, tv, a);
     return mt_attn_check_launch(err, "attention forward (bf16, wgmma)");
 }
 
 } // namespace
 
-/* The forward at HD 128 takes the most shared memory of the Hopper kernels. */
-bool mt_attn_wgmma_available(void) { return mt_wg_device_fits(Cfg<128>::SMEM); }
+/* The kernels at HD 128 take the most shared memory; the forward needs the
+ * driver's tensor maps too. */
+bool mt_attn_wgmma_available(void) {
+    return mt_wg_device_fits(Cfg<128>::SMEM) && mt_wg_device_fits(mt_attn_bwd_wgmma_smem()) &&
+           encoder() != nullptr;
+}
 
 int mt_attn_fwd_wgmma(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
     if (a.pos)
