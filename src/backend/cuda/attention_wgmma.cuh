@@ -8,7 +8,14 @@
 #define MT_BACKEND_CUDA_ATTENTION_WGMMA_CUH
 
 #include "backend/cuda/attention_internal.cuh"
+#include "backend/cuda/tma_ptx.cuh"
 #include "backend/cuda/wgmma_ptx.cuh"
+
+/* The TMA map (host side; attention_wgmma_fwd.cu) of a (B, T, H, HD) bf16
+ * tensor at p as (HD, H, T, B), boxes of 64 head-dim columns by rows rows,
+ * 128-byte swizzle (the tiles above); rows past T read as zeros. */
+int mt_attn_tma_map(CUtensorMap *map, const void *p, int B, int T, int H, int HD, int rows,
+                    mt_error *err);
 
 /* The first 1024-byte aligned address of dynamic shared memory at p. */
 __device__ __forceinline__ unsigned char *mt_attn_wg_align(unsigned char *p) {

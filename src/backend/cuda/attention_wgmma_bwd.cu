@@ -27,10 +27,11 @@ template <int HD> struct DkvCfg {
 };
 
 template <int HD> struct DqCfg {
-    static constexpr int BR = 128, BC = 128; // query rows per block, keys per tile
+    static constexpr int BR = 128, BC = 128, NT = 384; // rows per block, keys per tile, threads
+    static constexpr int STAGES = 2;                   // buffers of K and of V
     static constexpr int Q_BYTES = BR * HD * 2, KV_BYTES = BC * HD * 2;
-    // Q, dO, two buffers of (K, V), room to align
-    static constexpr size_t SMEM = 2 * (size_t)Q_BYTES + 4 * KV_BYTES + 1024;
+    // Q, dO, the K and V buffers, room to align, the barriers
+    static constexpr size_t SMEM = 2 * (size_t)Q_BYTES + 2 * STAGES * KV_BYTES + 1024 + 256;
 };
 
 /* DOCS: packed documents (a.pos); false compiles the plain causal kernel. */
@@ -151,35 +152,75 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_dkv_wgmma_kernel(mt_attn_args a
 #endif
 }
 
+/* tq, tdo, tk, tv: TMA maps (attention_wgmma.cuh) of q, dout, k, v. */
 template <int HD, bool DOCS>
-__global__ void __launch_bounds__(NT, 1) mt_attn_dq_wgmma_kernel(mt_attn_args a) {
+__global__ void __launch_bounds__(DqCfg<HD>::NT, 1)
+    mt_attn_dq_wgmma_kernel(const __grid_constant__ CUtensorMap tq,
+                            const __grid_constant__ CUtensorMap tdo,
+                            const __grid_constant__ CUtensorMap tk,
+                            const __grid_constant__ CUtensorMap tv, mt_attn_args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using C = DqCfg<HD>;
+    constexpr int S = C::STAGES;
     extern __shared__ __align__(1024) unsigned char mt_attn_wg_smem[];
-    unsigned char *sq = mt_attn_wg_align(mt_attn_wg_smem), *sdo = sq + C::Q_BYTES;
-    unsigned char *skv = sdo + C::Q_BYTES; // buffer b: K at skv + 2b KV_BYTES, V after it
+    const unsigned q_s = mt_tc_smem_addr(mt_attn_wg_align(mt_attn_wg_smem)), do_s = q_s + C::Q_BYTES;
+    const unsigned k_s = do_s + C::Q_BYTES, v_s = k_s + S * C::KV_BYTES; // + stage * KV_BYTES
+    // Barriers (8 bytes each): Q and dO full, then per stage K full, V full, K empty, V empty.
+    const unsigned bar = v_s + S * C::KV_BYTES;
+    auto full_k = [&](int st) { return bar + 8 + 32 * st; };
+    auto full_v = [&](int st) { return bar + 16 + 32 * st; };
+    auto empty_k = [&](int st) { return bar + 24 + 32 * st; };
+    auto empty_v = [&](int st) { return bar + 32 + 32 * st; };
     const int T = a.T, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
     const int wg = threadIdx.x >> 7;
     const int qb = gridDim.x - 1 - blockIdx.x; // heaviest (last) query tiles first
     const int h = blockIdx.y, b = blockIdx.z, kvh = h / (a.NH / a.NKV);
     const int q0 = qb * C::BR;
-    const int64_t ldq = (int64_t)a.NH * HD, ldk = (int64_t)a.NKV * HD;
-    const int64_t qoff = ((int64_t)b * T * a.NH + h) * HD;
-    const bf16 *gk = (const bf16 *)a.k + ((int64_t)b * T * a.NKV + kvh) * HD;
-    const bf16 *gv = (const bf16 *)a.v + ((int64_t)b * T * a.NKV + kvh) * HD;
     const int nkb = (min(q0 + C::BR, T) + C::BC - 1) / C::BC;
     // Documents: no row of the tile sees a key before its first row's document.
     const int j0 = DOCS ? mt_attn_doc_start(a, b, min(q0, T - 1)) / C::BC : 0;
 
-    mt_attn_wg_load<C::BR, HD, NT>(sq, (const bf16 *)a.q + qoff, ldq, q0, T);
-    mt_attn_wg_load<C::BR, HD, NT>(sdo, (const bf16 *)a.dout + qoff, ldq, q0, T);
-    mt_attn_wg_load<C::BC, HD, NT>(skv, gk, ldk, j0 * C::BC, T);
-    mt_attn_wg_load<C::BC, HD, NT>(skv + C::KV_BYTES, gv, ldk, j0 * C::BC, T);
-    mt_tc_cp_commit();
+    if (threadIdx.x == 0) {
+        mt_mb_init(bar, 1);
+        for (int st = 0; st < S; st++) {
+            mt_mb_init(full_k(st), 1);
+            mt_mb_init(full_v(st), 1);
+            mt_mb_init(empty_k(st), 256); // every consumer thread
+            mt_mb_init(empty_v(st), 256);
+        }
+        mt_mb_fence_init();
+    }
+    __syncthreads();
 
+    if (wg == 0) { // the producer
+        mt_wg_regs_dec<24>();
+        if (threadIdx.x != 0) return;
+        mt_mb_expect_tx(bar, 2 * C::Q_BYTES);
+        for (int c = 0; c < HD / 64; c++) {
+            mt_tma_load4(q_s + c * C::BR * 128, &tq, c * 64, h, q0, b, bar);
+            mt_tma_load4(do_s + c * C::BR * 128, &tdo, c * 64, h, q0, b, bar);
+        }
+        for (int j = j0; j < nkb; j++) {
+            const int i = j - j0, st = i % S;
+            const unsigned ph = (i / S) & 1;
+            if (i >= S) mt_mb_wait(empty_k(st), ph ^ 1);
+            mt_mb_expect_tx(full_k(st), C::KV_BYTES);
+            for (int c = 0; c < HD / 64; c++)
+                mt_tma_load4(k_s + st * C::KV_BYTES + c * C::BC * 128, &tk, c * 64, kvh, j * C::BC,
+                             b, full_k(st));
+            if (i >= S) mt_mb_wait(empty_v(st), ph ^ 1);
+            mt_mb_expect_tx(full_v(st), C::KV_BYTES);
+            for (int c = 0; c < HD / 64; c++)
+                mt_tma_load4(v_s + st * C::KV_BYTES + c * C::BC * 128, &tv, c * 64, kvh, j * C::BC,
+                             b, full_v(st));
+        }
+        return;
+    }
+    mt_wg_regs_inc<240>();
+    const int cw = wg - 1; // this consumer: rows q0 + 64 cw ..
     const float sl2 = a.scale * MT_ATTN_LOG2E;
     const int g = lane >> 2, t4 = lane & 3;
-    const int rw = q0 + wg * 64 + warp * 16, row_lo = rw + g; // rows row_lo, row_lo + 8
+    const int rw = q0 + cw * 64 + warp * 16, row_lo = rw + g; // rows row_lo, row_lo + 8
     const int64_t lrow = ((int64_t)b * a.NH + h) * T;
     // Rows past T are never stored; any finite values keep them harmless.
     float lse2[2], D[2];
@@ -192,30 +233,35 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_dq_wgmma_kernel(mt_attn_args a)
         if (DOCS) dstart[r] = mt_attn_doc_start(a, b, min(row, T - 1));
     }
     const int dstart_warp = DOCS ? mt_attn_doc_start(a, b, min(rw + 15, T - 1)) : 0;
-    const unsigned sq_wg = mt_tc_smem_addr(sq) + wg * 64 * 128; // the warpgroup's 64 rows
-    const unsigned sdo_wg = mt_tc_smem_addr(sdo) + wg * 64 * 128;
+    const unsigned sq_wg = q_s + cw * 64 * 128, sdo_wg = do_s + cw * 64 * 128; // 64 rows
     float dq[HD / 2];
 #pragma unroll
     for (int i = 0; i < HD / 2; i++) dq[i] = 0.f;
 
+    // Turns, as in the forward: consumer 0 first; consumer 1 skips its last
+    // hand-over so that every arrival has its wait.
+    mt_mb_wait(bar, 0);
+    if (cw == 1) mt_bar_arrive(1, 256);
     for (int j = j0; j < nkb; j++) {
-        const int buf = (j - j0) & 1;
-        if (j + 1 < nkb) {
-            unsigned char *nb = skv + (buf ^ 1) * 2 * C::KV_BYTES;
-            mt_attn_wg_load<C::BC, HD, NT>(nb, gk, ldk, (j + 1) * C::BC, T);
-            mt_attn_wg_load<C::BC, HD, NT>(nb + C::KV_BYTES, gv, ldk, (j + 1) * C::BC, T);
-            mt_tc_cp_commit();
-            mt_tc_cp_wait<1>();
-        } else {
-            mt_tc_cp_wait<0>();
-        }
-        mt_wg_fence_smem();
-        __syncthreads();
-        const unsigned k_s = mt_tc_smem_addr(skv + buf * 2 * C::KV_BYTES), v_s = k_s + C::KV_BYTES;
+        const int i = j - j0, st = i % S;
+        const unsigned ph = (i / S) & 1;
+        mt_mb_wait(full_k(st), ph);
+        mt_mb_wait(full_v(st), ph);
+        const unsigned kt = k_s + st * C::KV_BYTES, vt = v_s + st * C::KV_BYTES;
 
-        // S = Q K^T and dP = dO V^T (64 rows x 128 keys a warpgroup).
+        // S = Q K^T and dP = dO V^T (64 rows x 128 keys a consumer).
         float s[64], dp[64];
-        mt_attn_wg_abt2<128, HD, C::BR, C::BC>(s, sq_wg, k_s, dp, sdo_wg, v_s);
+#pragma unroll
+        for (int i = 0; i < 64; i++) s[i] = dp[i] = 0.f;
+        mt_bar_sync(1 + cw, 256);
+        mt_wg_fence();
+        mt_attn_wg_abt<128, HD, C::BR, C::BC>(s, sq_wg, kt);
+        mt_wg_commit();
+        mt_attn_wg_abt<128, HD, C::BR, C::BC>(dp, sdo_wg, vt);
+        mt_wg_commit();
+        if (cw == 0 || j + 1 < nkb) mt_bar_arrive(2 - cw, 256);
+        mt_wg_wait<1>();
+        mt_attn_wg_fence<64>(s);
         const int k0 = j * C::BC;
         const bool need_mask = k0 + C::BC - 1 > rw || k0 + C::BC > T || (DOCS && k0 < dstart_warp);
 #pragma unroll
@@ -228,6 +274,7 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_dq_wgmma_kernel(mt_attn_args a)
         }
         mt_wg_wait<0>();
         mt_attn_wg_fence<64>(dp);
+        mt_mb_arrive(empty_v(st));
 #pragma unroll
         for (int i = 0; i < 64; i++) dp[i] = s[i] * (dp[i] - D[(i >> 1) & 1]);
 
@@ -236,14 +283,15 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_dq_wgmma_kernel(mt_attn_args a)
         mt_attn_wg_pack<128>(ds, dp);
         mt_attn_wg_fence<HD / 2>(dq);
         mt_wg_fence();
-        mt_attn_wg_pb<128, HD, C::BC>(dq, ds, k_s);
+        mt_attn_wg_pb<128, HD, C::BC>(dq, ds, kt);
         mt_wg_commit();
         mt_wg_wait<0>();
         mt_attn_wg_fence<HD / 2>(dq);
-        __syncthreads(); // this buffer is refilled in the next iteration
+        mt_mb_arrive(empty_k(st));
     }
 
-    float *gdq = a.dq + qoff;
+    const int64_t ldq = (int64_t)a.NH * HD;
+    float *gdq = a.dq + ((int64_t)b * T * a.NH + h) * HD;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int row = row_lo + r * 8;
@@ -258,15 +306,22 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_dq_wgmma_kernel(mt_attn_args a)
 
 template <int HD, bool DOCS>
 int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
+    using CK = DkvCfg<HD>;
+    using CQ = DqCfg<HD>;
     auto kdkv = mt_attn_dkv_wgmma_kernel<HD, DOCS>;
     auto kdq = mt_attn_dq_wgmma_kernel<HD, DOCS>;
-    if (mt_attn_set_smem((const void *)kdkv, DkvCfg<HD>::SMEM, err)) return -1;
-    if (mt_attn_set_smem((const void *)kdq, DqCfg<HD>::SMEM, err)) return -1;
+    CUtensorMap tq, tdo, tk, tv;
+    if (mt_attn_tma_map(&tq, a.q, B, a.T, a.NH, HD, CQ::BR, err) ||
+        mt_attn_tma_map(&tdo, a.dout, B, a.T, a.NH, HD, CQ::BR, err) ||
+        mt_attn_tma_map(&tk, a.k, B, a.T, a.NKV, HD, CQ::BC, err) ||
+        mt_attn_tma_map(&tv, a.v, B, a.T, a.NKV, HD, CQ::BC, err))
+        return -1;
+    if (mt_attn_set_smem((const void *)kdkv, CK::SMEM, err)) return -1;
+    if (mt_attn_set_smem((const void *)kdq, CQ::SMEM, err)) return -1;
     if (mt_attn_launch_dsum(a, B, 1, st, err)) return -1;
-    kdkv<<<dim3((a.T + DkvCfg<HD>::BC - 1) / DkvCfg<HD>::BC, a.NKV, B), NT, DkvCfg<HD>::SMEM,
-           st>>>(a);
+    kdkv<<<dim3((a.T + CK::BC - 1) / CK::BC, a.NKV, B), NT, CK::SMEM, st>>>(a);
     if (mt_attn_check_launch(err, "attention backward dK/dV (bf16, wgmma)")) return -1;
-    kdq<<<dim3((a.T + DqCfg<HD>::BR - 1) / DqCfg<HD>::BR, a.NH, B), NT, DqCfg<HD>::SMEM, st>>>(a);
+    kdq<<<dim3((a.T + CQ::BR - 1) / CQ::BR, a.NH, B), CQ::NT, CQ::SMEM, st>>>(tq, tdo, tk, tv, a);
     return mt_attn_check_launch(err, "attention backward dQ (bf16, wgmma)");
 }
 

@@ -21,7 +21,6 @@
 #include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled */
 
 #include "backend/cuda/attention_wgmma.cuh"
-#include "backend/cuda/tma_ptx.cuh"
 
 namespace {
 
@@ -243,9 +242,25 @@ __global__ void __launch_bounds__(NT, 1)
 #endif
 }
 
+template <int HD, bool DOCS>
+int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
+    auto kern = mt_attn_fwd_wgmma_kernel<HD, DOCS>;
+    CUtensorMap tq, tk, tv;
+    if (mt_attn_tma_map(&tq, a.q, B, a.T, a.NH, HD, BR, err) ||
+        mt_attn_tma_map(&tk, a.k, B, a.T, a.NKV, HD, BC, err) ||
+        mt_attn_tma_map(&tv, a.v, B, a.T, a.NKV, HD, BC, err))
+        return -1;
+    if (mt_attn_set_smem((const void *)kern, Cfg<HD>::SMEM, err)) return -1;
+    dim3 grid((a.T + BR - 1) / BR, a.NH, B);
+    kern<<<grid, NT, Cfg<HD>::SMEM, st>>>(tq, tk, tv, a);
+    return mt_attn_check_launch(err, "attention forward (bf16, wgmma)");
+}
+
+} // namespace
+
 /* The driver's tensor-map encoder, through the runtime (no link to the
  * driver library); NULL where the driver has none. */
-PFN_cuTensorMapEncodeTiled_v12000 encoder(void) {
+static PFN_cuTensorMapEncodeTiled_v12000 encoder(void) {
     static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
         void *f = nullptr;
         cudaDriverEntryPointQueryResult q;
@@ -259,8 +274,7 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder(void) {
     return fn;
 }
 
-/* The map of a (B, T, H, HD) bf16 tensor at p, boxes of 64 x rows. */
-int tensor_map(CUtensorMap *map, const void *p, int B, int T, int H, int HD, int rows,
+int mt_attn_tma_map(CUtensorMap *map, const void *p, int B, int T, int H, int HD, int rows,
                mt_error *err) {
     const cuuint64_t dim[4] = {(cuuint64_t)HD, (cuuint64_t)H, (cuuint64_t)T, (cuuint64_t)B};
     const cuuint64_t stride[3] = {(cuuint64_t)HD * 2, (cuuint64_t)H * HD * 2,
@@ -271,27 +285,12 @@ int tensor_map(CUtensorMap *map, const void *p, int B, int T, int H, int HD, int
                                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
-        return mt_errorf(err, "attention forward (bf16, wgmma): the driver cannot describe q, k "
-                              "or v to the TMA (error %d; device pointers must be 16-byte "
+        return mt_errorf(err, "attention (bf16, wgmma): the driver cannot describe q, k, v "
+                              "or dout to the TMA (error %d; device pointers must be 16-byte "
                               "aligned)", (int)r);
     return 0;
 }
 
-template <int HD, bool DOCS>
-int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
-    auto kern = mt_attn_fwd_wgmma_kernel<HD, DOCS>;
-    CUtensorMap tq, tk, tv;
-    if (tensor_map(&tq, a.q, B, a.T, a.NH, HD, BR, err) ||
-        tensor_map(&tk, a.k, B, a.T, a.NKV, HD, BC, err) ||
-        tensor_map(&tv, a.v, B, a.T, a.NKV, HD, BC, err))
-        return -1;
-    if (mt_attn_set_smem((const void *)kern, Cfg<HD>::SMEM, err)) return -1;
-    dim3 grid((a.T + BR - 1) / BR, a.NH, B);
-    kern<<<grid, NT, Cfg<HD>::SMEM, st>>>(tq, tk, tv, a);
-    return mt_attn_check_launch(err, "attention forward (bf16, wgmma)");
-}
-
-} // namespace
 
 /* The kernels at HD 128 take the most shared memory; the forward needs the
  * driver's tensor maps too. */
