@@ -61,23 +61,6 @@ __device__ __forceinline__ void mt_attn_wg_abt(float acc[N / 2], unsigned sa, un
     }
 }
 
-/* x = A1 B1^T and y = A2 B2^T (64 x N each, operands as for
- * mt_attn_wg_abt) as two groups of products; returns once x has landed, y
- * still in flight (mt_wg_wait<0>, then mt_attn_wg_fence on y, to read it). */
-template <int N, int HD, int RA, int RB>
-__device__ __forceinline__ void mt_attn_wg_abt2(float x[N / 2], unsigned a1, unsigned b1,
-                                                float y[N / 2], unsigned a2, unsigned b2) {
-#pragma unroll
-    for (int i = 0; i < N / 2; i++) x[i] = y[i] = 0.f;
-    mt_wg_fence();
-    mt_attn_wg_abt<N, HD, RA, RB>(x, a1, b1);
-    mt_wg_commit();
-    mt_attn_wg_abt<N, HD, RA, RB>(y, a2, b2);
-    mt_wg_commit();
-    mt_wg_wait<1>();
-    mt_attn_wg_fence<N / 2>(x);
-}
-
 /* acc (64 x HD) += P B: P (64 x K) in bf16 pairs laid out as A fragments
  * (k16 slice kk at p[4kk..4kk+3], as mt_attn_wg_pack leaves them), B the K
  * rows at sb of a tile of RB rows, read along the head dim (MN-major: 2048

@@ -1,29 +1,32 @@
 /* The Hopper bf16 attention backward (contract: attention.h); the mma.sync
  * kernels (attention_bf16_bwd.cu) are those of other GPUs. The same two
- * passes, each without atomics, with the products on warpgroups (operands
- * in the swizzled tiles of attention_wgmma.cuh):
- *   dK, dV: a block owns 128 keys of one kv head (64 a warpgroup) and walks
- *     the query tiles of 64 of every head of its group, two buffers deep:
+ * passes, each without atomics, in the forward's structure: a producer
+ * warpgroup loads tiles by TMA into buffers with full/empty barriers, and
+ * two consumer warpgroups take turns (named barriers) to issue products
+ * from the swizzled tiles of attention_wgmma.cuh:
+ *   dK, dV: a block owns 128 keys of one kv head (64 a consumer), loaded
+ *     once, and walks the query tiles of 64 of every head of its group
+ *     (Q, dO and their rows' lse, D and positions; three buffers):
  *       S^T = K Q^T, dP^T = V dO^T    m64n64, both from shared memory
  *       P^T = exp(S^T - lse), dS^T = P^T (dP^T - D)    in registers
  *       dV += P^T dO, dK += dS^T Q    m64nHD, A from registers, B MN-major
- *   dQ: a block owns 128 query rows of one head (64 a warpgroup) and walks
- *     its key tiles of 128, two buffers deep:
+ *   dQ: a block owns 128 query rows of one head (64 a consumer), Q and dO
+ *     loaded once, and walks its key tiles of 128 (two buffers of K and V):
  *       S = Q K^T, dP = dO V^T        m64n128, from shared memory
  *       dQ += dS K                    A from registers, B MN-major
- * The masks, the document bounds and the lse and D reads are those of the
+ * The masks, the document bounds and the lse and D values are those of the
  * mma.sync kernels. dP waits while P is computed from S. */
 #include "backend/cuda/attention_wgmma.cuh"
 
 namespace {
 
-constexpr int NT = 256; // two warpgroups
-
 template <int HD> struct DkvCfg {
-    static constexpr int BC = 128, BR = 64; // keys per block, queries per tile
-    static constexpr int K_BYTES = BC * HD * 2, Q_BYTES = BR * HD * 2;
-    // K, V, two buffers of (Q, dO) and of (lse, D, positions), room to align
-    static constexpr size_t SMEM = 2 * (size_t)K_BYTES + 4 * Q_BYTES + 2 * 3 * BR * 4 + 1024;
+    static constexpr int BC = 128, BR = 64, NT = 384; // keys per block, queries per tile, threads
+    static constexpr int STAGES = 3;                  // buffers of (Q, dO, lse, D, positions)
+    static constexpr int K_BYTES = BC * HD * 2, Q_BYTES = BR * HD * 2, ST_BYTES = 3 * BR * 4;
+    // K, V, the buffers, room to align, the barriers
+    static constexpr size_t SMEM =
+        2 * (size_t)K_BYTES + STAGES * (2 * Q_BYTES + ST_BYTES) + 1024 + 256;
 };
 
 template <int HD> struct DqCfg {
@@ -34,63 +37,100 @@ template <int HD> struct DqCfg {
     static constexpr size_t SMEM = 2 * (size_t)Q_BYTES + 2 * STAGES * KV_BYTES + 1024 + 256;
 };
 
-/* DOCS: packed documents (a.pos); false compiles the plain causal kernel. */
+/* DOCS: packed documents (a.pos); false compiles the plain causal kernel.
+ * tq, tdo: TMA maps of q and dout with boxes of 64 rows, tk, tv of k and v
+ * with boxes of 128 (attention_wgmma.cuh). */
 template <int HD, bool DOCS>
-__global__ void __launch_bounds__(NT, 1) mt_attn_dkv_wgmma_kernel(mt_attn_args a) {
+__global__ void __launch_bounds__(DkvCfg<HD>::NT, 1)
+    mt_attn_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap tq,
+                             const __grid_constant__ CUtensorMap tdo,
+                             const __grid_constant__ CUtensorMap tk,
+                             const __grid_constant__ CUtensorMap tv, mt_attn_args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using C = DkvCfg<HD>;
+    constexpr int S = C::STAGES;
     extern __shared__ __align__(1024) unsigned char mt_attn_wg_smem[];
-    unsigned char *sk = mt_attn_wg_align(mt_attn_wg_smem), *sv = sk + C::K_BYTES;
-    unsigned char *sq = sv + C::K_BYTES;        // buffer b: Q at sq + 2b Q_BYTES, dO after it
-    float *sl = (float *)(sq + 4 * C::Q_BYTES); // buffer b: lse at sl + 3b BR, D, positions
+    unsigned char *base = mt_attn_wg_align(mt_attn_wg_smem);
+    const unsigned k_s = mt_tc_smem_addr(base), v_s = k_s + C::K_BYTES;
+    const unsigned q_s = v_s + C::K_BYTES; // stage st: Q at q_s + 2 st Q_BYTES, dO after it
+    float *sl = (float *)(base + 2 * C::K_BYTES + 2 * S * C::Q_BYTES); // stage st: + 3 st BR
+    // Barriers (8 bytes each): K and V full, then per stage full and empty.
+    const unsigned bar = q_s + 2 * S * C::Q_BYTES + S * C::ST_BYTES;
+    auto full = [&](int st) { return bar + 8 + 16 * st; };
+    auto empty = [&](int st) { return bar + 16 + 16 * st; };
     const int T = a.T, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
     const int wg = threadIdx.x >> 7;
     const int kb = gridDim.x - 1 - blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
     const int k0 = kb * C::BC, G = a.NH / a.NKV;
-    const int64_t ldq = (int64_t)a.NH * HD, ldk = (int64_t)a.NKV * HD;
     // Queries from the key tile on, up to the end of its last key's document.
     const int q_end = DOCS ? mt_attn_doc_end(a, b, min(k0 + C::BC, T) - 1) : T;
     const int qb0 = k0 / C::BR, nqb = (q_end + C::BR - 1) / C::BR - qb0; // query tiles per head
     const int nit = G * nqb;
 
-    // Iteration it covers query head kvh*G + it / nqb and query tile qb0 + it % nqb.
-    auto load_q = [&](int it, int buf) {
-        const int h = kvh * G + it / nqb, q0 = (qb0 + it % nqb) * C::BR;
-        const int64_t off = ((int64_t)b * T * a.NH + h) * HD;
-        unsigned char *d = sq + buf * 2 * C::Q_BYTES;
-        mt_attn_wg_load<C::BR, HD, NT>(d, (const bf16 *)a.q + off, ldq, q0, T);
-        mt_attn_wg_load<C::BR, HD, NT>(d + C::Q_BYTES, (const bf16 *)a.dout + off, ldq, q0, T);
-        mt_attn_load_rowstats<C::BR, NT, DOCS>(sl + buf * 3 * C::BR, a, b, h, q0);
-    };
-    mt_attn_wg_load<C::BC, HD, NT>(sk, (const bf16 *)a.k + ((int64_t)b * T * a.NKV + kvh) * HD,
-                                   ldk, k0, T);
-    mt_attn_wg_load<C::BC, HD, NT>(sv, (const bf16 *)a.v + ((int64_t)b * T * a.NKV + kvh) * HD,
-                                   ldk, k0, T);
-    load_q(0, 0);
-    mt_tc_cp_commit();
+    if (threadIdx.x == 0) {
+        mt_mb_init(bar, 1);
+        for (int st = 0; st < S; st++) {
+            mt_mb_init(full(st), 128); // every producer thread (their row statistics)
+            mt_mb_init(empty(st), 256); // every consumer thread
+        }
+        mt_mb_fence_init();
+    }
+    __syncthreads();
 
+    // Iteration it covers query head kvh*G + it / nqb and query tile qb0 + it % nqb.
+    if (wg == 0) { // the producer: thread 0 the tiles, every thread the row statistics
+        mt_wg_regs_dec<40>();
+        if (threadIdx.x == 0) {
+            mt_mb_expect_tx(bar, 2 * C::K_BYTES);
+            for (int c = 0; c < HD / 64; c++) {
+                mt_tma_load4(k_s + c * C::BC * 128, &tk, c * 64, kvh, k0, b, bar);
+                mt_tma_load4(v_s + c * C::BC * 128, &tv, c * 64, kvh, k0, b, bar);
+            }
+        }
+        for (int it = 0; it < nit; it++) {
+            const int st = it % S, h = kvh * G + it / nqb, q0 = (qb0 + it % nqb) * C::BR;
+            if (it >= S) mt_mb_wait(empty(st), ((it / S) & 1) ^ 1);
+            if (threadIdx.x < C::BR) { // lse, D, positions; rows past T read 0
+                const int r = threadIdx.x, q = q0 + r;
+                const int64_t i = ((int64_t)b * a.NH + h) * T + q;
+                float *l = sl + st * 3 * C::BR;
+                l[r] = q < T ? a.lse[i] : 0.f;
+                l[C::BR + r] = q < T ? a.dsum[i] : 0.f;
+                if (DOCS) ((int32_t *)l)[2 * C::BR + r] = q < T ? a.pos[(int64_t)b * T + q] : 0;
+            }
+            if (threadIdx.x == 0) {
+                mt_mb_expect_tx(full(st), 2 * C::Q_BYTES);
+                const unsigned d = q_s + st * 2 * C::Q_BYTES;
+                for (int c = 0; c < HD / 64; c++) {
+                    mt_tma_load4(d + c * C::BR * 128, &tq, c * 64, h, q0, b, full(st));
+                    mt_tma_load4(d + C::Q_BYTES + c * C::BR * 128, &tdo, c * 64, h, q0, b,
+                                 full(st));
+                }
+            } else {
+                mt_mb_arrive(full(st));
+            }
+        }
+        return;
+    }
+    mt_wg_regs_inc<232>();
+    const int cw = wg - 1; // this consumer: keys k0 + 64 cw ..
     const float sl2 = a.scale * MT_ATTN_LOG2E;
     const int g = lane >> 2, t4 = lane & 3;
-    const int kw = k0 + wg * 64 + warp * 16, key_lo = kw + g; // keys key_lo, key_lo + 8
-    const unsigned sk_wg = mt_tc_smem_addr(sk) + wg * 64 * 128; // the warpgroup's 64 keys
-    const unsigned sv_wg = mt_tc_smem_addr(sv) + wg * 64 * 128;
+    const int kw = k0 + cw * 64 + warp * 16, key_lo = kw + g; // keys key_lo, key_lo + 8
+    const unsigned sk_wg = k_s + cw * 64 * 128, sv_wg = v_s + cw * 64 * 128; // the 64 keys
     float dk[HD / 2], dv[HD / 2];
 #pragma unroll
     for (int i = 0; i < HD / 2; i++) dk[i] = dv[i] = 0.f;
 
+    // Turns, as in the forward: consumer 0 first; consumer 1 skips its last
+    // hand-over so that every arrival has its wait.
+    mt_mb_wait(bar, 0);
+    if (cw == 1) mt_bar_arrive(1, 256);
     for (int it = 0; it < nit; it++) {
-        const int buf = it & 1;
-        if (it + 1 < nit) {
-            load_q(it + 1, buf ^ 1);
-            mt_tc_cp_commit();
-            mt_tc_cp_wait<1>();
-        } else {
-            mt_tc_cp_wait<0>();
-        }
-        mt_wg_fence_smem();
-        __syncthreads();
-        const unsigned q_s = mt_tc_smem_addr(sq + buf * 2 * C::Q_BYTES), do_s = q_s + C::Q_BYTES;
-        const float *l_s = sl + buf * 3 * C::BR, *d_s = l_s + C::BR;
+        const int st = it % S;
+        mt_mb_wait(full(st), (it / S) & 1);
+        const unsigned qt = q_s + st * 2 * C::Q_BYTES, dot = qt + C::Q_BYTES;
+        const float *l_s = sl + st * 3 * C::BR, *d_s = l_s + C::BR;
         const int32_t *p_s = (const int32_t *)(d_s + C::BR);
         const int q0 = (qb0 + it % nqb) * C::BR;
         int dstart_last = 0; // documents: the tile's last query has the latest start
@@ -99,42 +139,53 @@ __global__ void __launch_bounds__(NT, 1) mt_attn_dkv_wgmma_kernel(mt_attn_args a
             dstart_last = q_last - p_s[q_last - q0];
         }
 
-        // S^T = K Q^T and dP^T = V dO^T (64 keys x 64 queries a warpgroup).
-        float st[32], dpt[32];
-        mt_attn_wg_abt2<64, HD, C::BC, C::BR>(st, sk_wg, q_s, dpt, sv_wg, do_s);
+        // S^T = K Q^T and dP^T = V dO^T (64 keys x 64 queries a consumer).
+        float st_[32], dpt[32];
+#pragma unroll
+        for (int i = 0; i < 32; i++) st_[i] = dpt[i] = 0.f;
+        mt_bar_sync(1 + cw, 256);
+        mt_wg_fence();
+        mt_attn_wg_abt<64, HD, C::BC, C::BR>(st_, sk_wg, qt);
+        mt_wg_commit();
+        mt_attn_wg_abt<64, HD, C::BC, C::BR>(dpt, sv_wg, dot);
+        mt_wg_commit();
+        if (cw == 0 || it + 1 < nit) mt_bar_arrive(2 - cw, 256);
+        mt_wg_wait<1>();
+        mt_attn_wg_fence<32>(st_);
         // P^T: the causal mask, queries past T (their lse reads 0) and
         // queries of a later document than the key give 0.
         const bool need_mask = q0 < kw + 15 || q0 + C::BR > T || (DOCS && dstart_last > kw);
 #pragma unroll
         for (int i = 0; i < 32; i++) {
             const int qc = (i >> 2) * 8 + 2 * t4 + (i & 1), key = key_lo + ((i >> 1) & 1) * 8;
-            float x = mt_attn_exp2(fmaf(st[i], sl2, -l_s[qc] * MT_ATTN_LOG2E));
+            float x = mt_attn_exp2(fmaf(st_[i], sl2, -l_s[qc] * MT_ATTN_LOG2E));
             if (need_mask &&
                 (q0 + qc < key || q0 + qc >= T || (DOCS && q0 + qc - p_s[qc] > key)))
                 x = 0.f;
-            st[i] = x;
+            st_[i] = x;
         }
         mt_wg_wait<0>();
         mt_attn_wg_fence<32>(dpt);
 #pragma unroll
-        for (int i = 0; i < 32; i++) dpt[i] = st[i] * (dpt[i] - d_s[(i >> 2) * 8 + 2 * t4 + (i & 1)]);
+        for (int i = 0; i < 32; i++) dpt[i] = st_[i] * (dpt[i] - d_s[(i >> 2) * 8 + 2 * t4 + (i & 1)]);
 
         // dV += P^T dO, dK += dS^T Q (the queries are the reduction).
         unsigned pt[16], dst[16];
-        mt_attn_wg_pack<64>(pt, st);
+        mt_attn_wg_pack<64>(pt, st_);
         mt_attn_wg_pack<64>(dst, dpt);
         mt_attn_wg_fence<HD / 2>(dv);
         mt_attn_wg_fence<HD / 2>(dk);
         mt_wg_fence();
-        mt_attn_wg_pb<64, HD, C::BR>(dv, pt, do_s);
-        mt_attn_wg_pb<64, HD, C::BR>(dk, dst, q_s);
+        mt_attn_wg_pb<64, HD, C::BR>(dv, pt, dot);
+        mt_attn_wg_pb<64, HD, C::BR>(dk, dst, qt);
         mt_wg_commit();
         mt_wg_wait<0>();
         mt_attn_wg_fence<HD / 2>(dv);
         mt_attn_wg_fence<HD / 2>(dk);
-        __syncthreads(); // this buffer is refilled in the next iteration
+        mt_mb_arrive(empty(st));
     }
 
+    const int64_t ldk = (int64_t)a.NKV * HD;
     float *gdk = a.dk + ((int64_t)b * T * a.NKV + kvh) * HD;
     float *gdv = a.dv + ((int64_t)b * T * a.NKV + kvh) * HD;
 #pragma unroll
@@ -310,16 +361,20 @@ int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
     using CQ = DqCfg<HD>;
     auto kdkv = mt_attn_dkv_wgmma_kernel<HD, DOCS>;
     auto kdq = mt_attn_dq_wgmma_kernel<HD, DOCS>;
-    CUtensorMap tq, tdo, tk, tv;
+    // Boxes of 128 rows for the dQ pass and the keys, of 64 for dK/dV's query tiles.
+    CUtensorMap tq, tdo, tk, tv, tq64, tdo64;
     if (mt_attn_tma_map(&tq, a.q, B, a.T, a.NH, HD, CQ::BR, err) ||
         mt_attn_tma_map(&tdo, a.dout, B, a.T, a.NH, HD, CQ::BR, err) ||
         mt_attn_tma_map(&tk, a.k, B, a.T, a.NKV, HD, CQ::BC, err) ||
-        mt_attn_tma_map(&tv, a.v, B, a.T, a.NKV, HD, CQ::BC, err))
+        mt_attn_tma_map(&tv, a.v, B, a.T, a.NKV, HD, CQ::BC, err) ||
+        mt_attn_tma_map(&tq64, a.q, B, a.T, a.NH, HD, CK::BR, err) ||
+        mt_attn_tma_map(&tdo64, a.dout, B, a.T, a.NH, HD, CK::BR, err))
         return -1;
     if (mt_attn_set_smem((const void *)kdkv, CK::SMEM, err)) return -1;
     if (mt_attn_set_smem((const void *)kdq, CQ::SMEM, err)) return -1;
     if (mt_attn_launch_dsum(a, B, 1, st, err)) return -1;
-    kdkv<<<dim3((a.T + CK::BC - 1) / CK::BC, a.NKV, B), NT, CK::SMEM, st>>>(a);
+    kdkv<<<dim3((a.T + CK::BC - 1) / CK::BC, a.NKV, B), CK::NT, CK::SMEM, st>>>(tq64, tdo64, tk,
+                                                                               tv, a);
     if (mt_attn_check_launch(err, "attention backward dK/dV (bf16, wgmma)")) return -1;
     kdq<<<dim3((a.T + CQ::BR - 1) / CQ::BR, a.NH, B), CQ::NT, CQ::SMEM, st>>>(tq, tdo, tk, tv, a);
     return mt_attn_check_launch(err, "attention backward dQ (bf16, wgmma)");
