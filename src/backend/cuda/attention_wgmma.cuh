@@ -93,6 +93,64 @@ template <int N> __device__ __forceinline__ void mt_attn_wg_hold(unsigned p[N]) 
     for (int i = 0; i < N; i++) asm volatile("" : "+r"(p[i])::"memory");
 }
 
+/* The two consumer warpgroups' turns at issuing products: consumer c waits
+ * for its turn (named barrier 1 + c), issues, then passes it (barrier
+ * 2 - c), so that the tensor cores run one's products while the other
+ * computes. Consumer 0 goes first; consumer 1 passes all but its last turn,
+ * so that every arrival has its wait. */
+__device__ __forceinline__ void mt_attn_turns_begin(int c) {
+    if (c == 1) mt_bar_arrive(1, 256);
+}
+__device__ __forceinline__ void mt_attn_turn_take(int c) { mt_bar_sync(1 + c, 256); }
+__device__ __forceinline__ void mt_attn_turn_pass(int c, bool last) {
+    if (c == 0 || !last) mt_bar_arrive(2 - c, 256);
+}
+
+/* The key-tile ring of the forward and of the dQ pass: S buffers, each a K
+ * and a V tile of ROWS rows (k(st), v(st)), and four barriers a buffer at
+ * bar (8-byte aligned, 32 S bytes): K full and V full (the producer's
+ * transactions), K empty and V empty (the 256 consumer threads'
+ * arrivals). Tile i (from the first) sits in buffer i % S. */
+template <int ROWS, int HD, int S> struct mt_attn_kv_ring {
+    static constexpr int BYTES = ROWS * HD * 2;
+    unsigned k_s, v_s, bar; // S K tiles, S V tiles, the barriers
+    __device__ unsigned k(int st) const { return k_s + st * BYTES; }
+    __device__ unsigned v(int st) const { return v_s + st * BYTES; }
+    __device__ unsigned full_k(int st) const { return bar + 32 * st; }
+    __device__ unsigned full_v(int st) const { return bar + 32 * st + 8; }
+    __device__ unsigned empty_k(int st) const { return bar + 32 * st + 16; }
+    __device__ unsigned empty_v(int st) const { return bar + 32 * st + 24; }
+    /* By one thread, before a block barrier (with mt_mb_fence_init). */
+    __device__ void init() const {
+        for (int st = 0; st < S; st++) {
+            mt_mb_init(full_k(st), 1);
+            mt_mb_init(full_v(st), 1);
+            mt_mb_init(empty_k(st), 256);
+            mt_mb_init(empty_v(st), 256);
+        }
+    }
+    /* The producer's thread: key tiles j0 .. nkb-1 (rows j ROWS ..) of kv
+     * head kvh, batch row b; a buffer is refilled once it is emptied. */
+    __device__ void produce(const CUtensorMap *tk, const CUtensorMap *tv, int kvh, int b, int j0,
+                            int nkb) const {
+        for (int j = j0; j < nkb; j++) {
+            const int i = j - j0, st = i % S;
+            const unsigned ph = (i / S) & 1;
+            if (i >= S) mt_mb_wait(empty_k(st), ph ^ 1);
+            mt_mb_expect_tx(full_k(st), BYTES);
+            for (int c = 0; c < HD / 64; c++)
+                mt_tma_load4(k(st) + c * ROWS * 128, tk, c * 64, kvh, j * ROWS, b, full_k(st));
+            if (i >= S) mt_mb_wait(empty_v(st), ph ^ 1);
+            mt_mb_expect_tx(full_v(st), BYTES);
+            for (int c = 0; c < HD / 64; c++)
+                mt_tma_load4(v(st) + c * ROWS * 128, tv, c * 64, kvh, j * ROWS, b, full_v(st));
+        }
+    }
+    /* Consumers: wait until tile i's K (V) has landed. */
+    __device__ void wait_k(int i) const { mt_mb_wait(full_k(i % S), (i / S) & 1); }
+    __device__ void wait_v(int i) const { mt_mb_wait(full_v(i % S), (i / S) & 1); }
+};
+
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 
 #endif

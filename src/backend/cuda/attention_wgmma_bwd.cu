@@ -122,10 +122,8 @@ __global__ void __launch_bounds__(DkvCfg<HD>::NT, 1)
 #pragma unroll
     for (int i = 0; i < HD / 2; i++) dk[i] = dv[i] = 0.f;
 
-    // Turns, as in the forward: consumer 0 first; consumer 1 skips its last
-    // hand-over so that every arrival has its wait.
     mt_mb_wait(bar, 0);
-    if (cw == 1) mt_bar_arrive(1, 256);
+    mt_attn_turns_begin(cw);
     for (int it = 0; it < nit; it++) {
         const int st = it % S;
         mt_mb_wait(full(st), (it / S) & 1);
@@ -143,13 +141,13 @@ __global__ void __launch_bounds__(DkvCfg<HD>::NT, 1)
         float st_[32], dpt[32];
 #pragma unroll
         for (int i = 0; i < 32; i++) st_[i] = dpt[i] = 0.f;
-        mt_bar_sync(1 + cw, 256);
+        mt_attn_turn_take(cw);
         mt_wg_fence();
         mt_attn_wg_abt<64, HD, C::BC, C::BR>(st_, sk_wg, qt);
         mt_wg_commit();
         mt_attn_wg_abt<64, HD, C::BC, C::BR>(dpt, sv_wg, dot);
         mt_wg_commit();
-        if (cw == 0 || it + 1 < nit) mt_bar_arrive(2 - cw, 256);
+        mt_attn_turn_pass(cw, it + 1 == nit);
         mt_wg_wait<1>();
         mt_attn_wg_fence<32>(st_);
         // P^T: the causal mask, queries past T (their lse reads 0) and
@@ -215,13 +213,10 @@ __global__ void __launch_bounds__(DqCfg<HD>::NT, 1)
     constexpr int S = C::STAGES;
     extern __shared__ __align__(1024) unsigned char mt_attn_wg_smem[];
     const unsigned q_s = mt_tc_smem_addr(mt_attn_wg_align(mt_attn_wg_smem)), do_s = q_s + C::Q_BYTES;
-    const unsigned k_s = do_s + C::Q_BYTES, v_s = k_s + S * C::KV_BYTES; // + stage * KV_BYTES
-    // Barriers (8 bytes each): Q and dO full, then per stage K full, V full, K empty, V empty.
-    const unsigned bar = v_s + S * C::KV_BYTES;
-    auto full_k = [&](int st) { return bar + 8 + 32 * st; };
-    auto full_v = [&](int st) { return bar + 16 + 32 * st; };
-    auto empty_k = [&](int st) { return bar + 24 + 32 * st; };
-    auto empty_v = [&](int st) { return bar + 32 + 32 * st; };
+    // Q, dO, the key-tile ring, then the barriers: Q and dO full (8 bytes), the ring's.
+    const unsigned bar = do_s + C::Q_BYTES + 2 * S * C::KV_BYTES;
+    const mt_attn_kv_ring<C::BC, HD, S> kv = {do_s + C::Q_BYTES,
+                                              do_s + C::Q_BYTES + S * C::KV_BYTES, bar + 8};
     const int T = a.T, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
     const int wg = threadIdx.x >> 7;
     const int qb = gridDim.x - 1 - blockIdx.x; // heaviest (last) query tiles first
@@ -233,12 +228,7 @@ __global__ void __launch_bounds__(DqCfg<HD>::NT, 1)
 
     if (threadIdx.x == 0) {
         mt_mb_init(bar, 1);
-        for (int st = 0; st < S; st++) {
-            mt_mb_init(full_k(st), 1);
-            mt_mb_init(full_v(st), 1);
-            mt_mb_init(empty_k(st), 256); // every consumer thread
-            mt_mb_init(empty_v(st), 256);
-        }
+        kv.init();
         mt_mb_fence_init();
     }
     __syncthreads();
@@ -251,20 +241,7 @@ __global__ void __launch_bounds__(DqCfg<HD>::NT, 1)
             mt_tma_load4(q_s + c * C::BR * 128, &tq, c * 64, h, q0, b, bar);
             mt_tma_load4(do_s + c * C::BR * 128, &tdo, c * 64, h, q0, b, bar);
         }
-        for (int j = j0; j < nkb; j++) {
-            const int i = j - j0, st = i % S;
-            const unsigned ph = (i / S) & 1;
-            if (i >= S) mt_mb_wait(empty_k(st), ph ^ 1);
-            mt_mb_expect_tx(full_k(st), C::KV_BYTES);
-            for (int c = 0; c < HD / 64; c++)
-                mt_tma_load4(k_s + st * C::KV_BYTES + c * C::BC * 128, &tk, c * 64, kvh, j * C::BC,
-                             b, full_k(st));
-            if (i >= S) mt_mb_wait(empty_v(st), ph ^ 1);
-            mt_mb_expect_tx(full_v(st), C::KV_BYTES);
-            for (int c = 0; c < HD / 64; c++)
-                mt_tma_load4(v_s + st * C::KV_BYTES + c * C::BC * 128, &tv, c * 64, kvh, j * C::BC,
-                             b, full_v(st));
-        }
+        kv.produce(&tk, &tv, kvh, b, j0, nkb);
         return;
     }
     mt_wg_regs_inc<240>();
@@ -289,28 +266,25 @@ __global__ void __launch_bounds__(DqCfg<HD>::NT, 1)
 #pragma unroll
     for (int i = 0; i < HD / 2; i++) dq[i] = 0.f;
 
-    // Turns, as in the forward: consumer 0 first; consumer 1 skips its last
-    // hand-over so that every arrival has its wait.
     mt_mb_wait(bar, 0);
-    if (cw == 1) mt_bar_arrive(1, 256);
+    mt_attn_turns_begin(cw);
     for (int j = j0; j < nkb; j++) {
         const int i = j - j0, st = i % S;
-        const unsigned ph = (i / S) & 1;
-        mt_mb_wait(full_k(st), ph);
-        mt_mb_wait(full_v(st), ph);
-        const unsigned kt = k_s + st * C::KV_BYTES, vt = v_s + st * C::KV_BYTES;
+        kv.wait_k(i);
+        kv.wait_v(i);
+        const unsigned kt = kv.k(st), vt = kv.v(st);
 
         // S = Q K^T and dP = dO V^T (64 rows x 128 keys a consumer).
         float s[64], dp[64];
 #pragma unroll
         for (int i = 0; i < 64; i++) s[i] = dp[i] = 0.f;
-        mt_bar_sync(1 + cw, 256);
+        mt_attn_turn_take(cw);
         mt_wg_fence();
         mt_attn_wg_abt<128, HD, C::BR, C::BC>(s, sq_wg, kt);
         mt_wg_commit();
         mt_attn_wg_abt<128, HD, C::BR, C::BC>(dp, sdo_wg, vt);
         mt_wg_commit();
-        if (cw == 0 || j + 1 < nkb) mt_bar_arrive(2 - cw, 256);
+        mt_attn_turn_pass(cw, j + 1 == nkb);
         mt_wg_wait<1>();
         mt_attn_wg_fence<64>(s);
         const int k0 = j * C::BC;
@@ -325,7 +299,7 @@ __global__ void __launch_bounds__(DqCfg<HD>::NT, 1)
         }
         mt_wg_wait<0>();
         mt_attn_wg_fence<64>(dp);
-        mt_mb_arrive(empty_v(st));
+        mt_mb_arrive(kv.empty_v(st));
 #pragma unroll
         for (int i = 0; i < 64; i++) dp[i] = s[i] * (dp[i] - D[(i >> 1) & 1]);
 
@@ -338,7 +312,7 @@ __global__ void __launch_bounds__(DqCfg<HD>::NT, 1)
         mt_wg_commit();
         mt_wg_wait<0>();
         mt_attn_wg_fence<HD / 2>(dq);
-        mt_mb_arrive(empty_k(st));
+        mt_mb_arrive(kv.empty_k(st));
     }
 
     const int64_t ldq = (int64_t)a.NH * HD;

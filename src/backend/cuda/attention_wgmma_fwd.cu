@@ -46,13 +46,10 @@ __global__ void __launch_bounds__(NT, 1)
     extern __shared__ __align__(1024) unsigned char mt_attn_wg_smem[];
     unsigned char *sq = mt_attn_wg_align(mt_attn_wg_smem);
     const unsigned q_s = mt_tc_smem_addr(sq);
-    const unsigned k_s = q_s + C::Q_BYTES, v_s = k_s + STAGES * C::KV_BYTES; // + stage * KV_BYTES
-    // Barriers (8 bytes each): Q full, then per stage K full, V full, K empty, V empty.
-    const unsigned bar = v_s + STAGES * C::KV_BYTES;
-    auto full_k = [&](int st) { return bar + 8 + 32 * st; };
-    auto full_v = [&](int st) { return bar + 16 + 32 * st; };
-    auto empty_k = [&](int st) { return bar + 24 + 32 * st; };
-    auto empty_v = [&](int st) { return bar + 32 + 32 * st; };
+    // Q, the key-tile ring, then the barriers: Q full (8 bytes), the ring's.
+    const unsigned bar = q_s + C::Q_BYTES + 2 * STAGES * C::KV_BYTES;
+    const mt_attn_kv_ring<BC, HD, STAGES> kv = {q_s + C::Q_BYTES,
+                                                q_s + C::Q_BYTES + STAGES * C::KV_BYTES, bar + 8};
     const int T = a.T, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
     const int wg = threadIdx.x >> 7;
     const int qb = gridDim.x - 1 - blockIdx.x; // heaviest (last) query tiles first
@@ -64,12 +61,7 @@ __global__ void __launch_bounds__(NT, 1)
 
     if (threadIdx.x == 0) {
         mt_mb_init(bar, 1);
-        for (int st = 0; st < STAGES; st++) {
-            mt_mb_init(full_k(st), 1);
-            mt_mb_init(full_v(st), 1);
-            mt_mb_init(empty_k(st), 256); // every consumer thread
-            mt_mb_init(empty_v(st), 256);
-        }
+        kv.init();
         mt_mb_fence_init();
     }
     __syncthreads();
@@ -79,20 +71,7 @@ __global__ void __launch_bounds__(NT, 1)
         if (threadIdx.x != 0) return;
         mt_mb_expect_tx(bar, C::Q_BYTES);
         for (int c = 0; c < HD / 64; c++) mt_tma_load4(q_s + c * BR * 128, &tq, c * 64, h, q0, b, bar);
-        for (int j = j0; j < nkb; j++) {
-            const int i = j - j0, st = i % STAGES;
-            const unsigned ph = (i / STAGES) & 1;
-            if (i >= STAGES) mt_mb_wait(empty_k(st), ph ^ 1);
-            mt_mb_expect_tx(full_k(st), C::KV_BYTES);
-            for (int c = 0; c < HD / 64; c++)
-                mt_tma_load4(k_s + st * C::KV_BYTES + c * BC * 128, &tk, c * 64, kvh, j * BC, b,
-                             full_k(st));
-            if (i >= STAGES) mt_mb_wait(empty_v(st), ph ^ 1);
-            mt_mb_expect_tx(full_v(st), C::KV_BYTES);
-            for (int c = 0; c < HD / 64; c++)
-                mt_tma_load4(v_s + st * C::KV_BYTES + c * BC * 128, &tv, c * 64, kvh, j * BC, b,
-                             full_v(st));
-        }
+        kv.produce(&tk, &tv, kvh, b, j0, nkb);
         return;
     }
     mt_wg_regs_inc<240>();
@@ -114,20 +93,12 @@ __global__ void __launch_bounds__(NT, 1)
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}; // log2-domain max, sum
     unsigned p[BC / 4]; // the previous tile's probabilities, bf16 A fragments
 
-    // Turns: consumer cw issues its products after the other has issued its
-    // own (barrier 1 + cw), then lets the other go (barrier 2 - cw).
-    // Consumer 0 goes first; consumer 1 skips its last hand-over so that
-    // every arrival has its wait.
-    auto my_turn = [&]() { mt_bar_sync(1 + cw, 256); };
-    auto hand_over = [&](bool last) {
-        if (cw == 0 || !last) mt_bar_arrive(2 - cw, 256);
-    };
     // Issues S = Q K^T (64 x 128 per consumer) over K buffer st, uncommitted.
     auto scores = [&](float s[BC / 2], int st) {
 #pragma unroll
         for (int i = 0; i < BC / 2; i++) s[i] = 0.f;
         mt_wg_fence();
-        mt_attn_wg_abt<BC, HD, BR, BC>(s, sq_wg, k_s + st * C::KV_BYTES);
+        mt_attn_wg_abt<BC, HD, BR, BC>(s, sq_wg, kv.k(st));
     };
     // Masks keys after the query, past T or before its document, and turns
     // tile j's scores into probabilities (online softmax per row); alpha:
@@ -169,38 +140,39 @@ __global__ void __launch_bounds__(NT, 1)
 
     float s[BC / 2], alpha[2];
     mt_mb_wait(bar, 0);
-    if (cw == 1) mt_bar_arrive(1, 256);
-    mt_mb_wait(full_k(0), 0);
-    my_turn();
+    mt_attn_turns_begin(cw);
+    kv.wait_k(0);
+    mt_attn_turn_take(cw);
     scores(s, 0);
     mt_wg_commit();
-    hand_over(false);
+    mt_attn_turn_pass(cw, false);
     mt_wg_wait<0>();
     mt_attn_wg_fence<BC / 2>(s);
-    mt_mb_arrive(empty_k(0));
+    mt_mb_arrive(kv.empty_k(0));
     softmax(s, j0, alpha);
     mt_attn_wg_pack<BC>(p, s);
     for (int j = j0 + 1; j < nkb; j++) {
         const int i = j - j0, st = i % STAGES, pst = (i - 1) % STAGES;
-        mt_mb_wait(full_k(st), (i / STAGES) & 1);
-        mt_mb_wait(full_v(pst), ((i - 1) / STAGES) & 1);
-        // S = Q K_j^T and O += P V_{j-1}; the softmax of S runs under the second.
-        my_turn();
+        kv.wait_k(i);
+        kv.wait_v(i - 1);
+        // S = Q K_j^T and O += P V_{j-1}; the softmax of S runs under the other
+        // consumer's products.
+        mt_attn_turn_take(cw);
         mt_attn_wg_fence<HD / 2>(o);
         scores(s, st);
         mt_wg_commit();
-        mt_attn_wg_pb<BC, HD, BC>(o, p, v_s + pst * C::KV_BYTES);
+        mt_attn_wg_pb<BC, HD, BC>(o, p, kv.v(pst));
         mt_wg_commit();
-        hand_over(false);
+        mt_attn_turn_pass(cw, false);
         mt_wg_wait<1>();
         mt_attn_wg_fence<BC / 2>(s);
-        mt_mb_arrive(empty_k(st));
+        mt_mb_arrive(kv.empty_k(st));
         softmax(s, j, alpha);
         mt_attn_wg_fence<BC / 2>(s); // (keeps the softmax before the wait)
         mt_wg_wait<0>();              // the product has read p and added into O
         mt_attn_wg_hold<BC / 4>(p);
         mt_attn_wg_fence<HD / 2>(o);
-        mt_mb_arrive(empty_v(pst));
+        mt_mb_arrive(kv.empty_v(pst));
         mt_attn_wg_pack<BC>(p, s);
 #pragma unroll
         for (int n = 0; n < HD / 8; n++)
@@ -209,13 +181,13 @@ __global__ void __launch_bounds__(NT, 1)
     }
     // The last tile's O += P V.
     const int il = nkb - 1 - j0;
-    mt_mb_wait(full_v(il % STAGES), (il / STAGES) & 1);
-    my_turn();
+    kv.wait_v(il);
+    mt_attn_turn_take(cw);
     mt_attn_wg_fence<HD / 2>(o);
     mt_wg_fence();
-    mt_attn_wg_pb<BC, HD, BC>(o, p, v_s + (il % STAGES) * C::KV_BYTES);
+    mt_attn_wg_pb<BC, HD, BC>(o, p, kv.v(il % STAGES));
     mt_wg_commit();
-    hand_over(true);
+    mt_attn_turn_pass(cw, true);
     mt_wg_wait<0>();
     mt_attn_wg_fence<HD / 2>(o);
 
