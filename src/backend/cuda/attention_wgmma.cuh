@@ -106,6 +106,27 @@ __device__ __forceinline__ void mt_attn_turn_pass(int c, bool last) {
     if (c == 0 || !last) mt_bar_arrive(2 - c, 256);
 }
 
+/* Consumer c's turn at x = A1 B1^T and y = A2 B2^T (64 x N each, operands
+ * as for mt_attn_wg_abt), two groups of products; returns once x has
+ * landed, y still in flight (mt_wg_wait<0>, then mt_attn_wg_fence on y, to
+ * read it). last: the consumer's last turn. */
+template <int N, int HD, int RA, int RB>
+__device__ __forceinline__ void mt_attn_wg_abt2(float x[N / 2], unsigned a1, unsigned b1,
+                                                float y[N / 2], unsigned a2, unsigned b2, int c,
+                                                bool last) {
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) x[i] = y[i] = 0.f;
+    mt_attn_turn_take(c);
+    mt_wg_fence();
+    mt_attn_wg_abt<N, HD, RA, RB>(x, a1, b1);
+    mt_wg_commit();
+    mt_attn_wg_abt<N, HD, RA, RB>(y, a2, b2);
+    mt_wg_commit();
+    mt_attn_turn_pass(c, last);
+    mt_wg_wait<1>();
+    mt_attn_wg_fence<N / 2>(x);
+}
+
 /* The key-tile ring of the forward and of the dQ pass: S buffers, each a K
  * and a V tile of ROWS rows (k(st), v(st)), and four barriers a buffer at
  * bar (8-byte aligned, 32 S bytes): K full and V full (the producer's

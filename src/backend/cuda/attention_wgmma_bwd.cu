@@ -139,17 +139,7 @@ __global__ void __launch_bounds__(DkvCfg<HD>::NT, 1)
 
         // S^T = K Q^T and dP^T = V dO^T (64 keys x 64 queries a consumer).
         float st_[32], dpt[32];
-#pragma unroll
-        for (int i = 0; i < 32; i++) st_[i] = dpt[i] = 0.f;
-        mt_attn_turn_take(cw);
-        mt_wg_fence();
-        mt_attn_wg_abt<64, HD, C::BC, C::BR>(st_, sk_wg, qt);
-        mt_wg_commit();
-        mt_attn_wg_abt<64, HD, C::BC, C::BR>(dpt, sv_wg, dot);
-        mt_wg_commit();
-        mt_attn_turn_pass(cw, it + 1 == nit);
-        mt_wg_wait<1>();
-        mt_attn_wg_fence<32>(st_);
+        mt_attn_wg_abt2<64, HD, C::BC, C::BR>(st_, sk_wg, qt, dpt, sv_wg, dot, cw, it + 1 == nit);
         // P^T: the causal mask, queries past T (their lse reads 0) and
         // queries of a later document than the key give 0.
         const bool need_mask = q0 < kw + 15 || q0 + C::BR > T || (DOCS && dstart_last > kw);
@@ -276,17 +266,7 @@ __global__ void __launch_bounds__(DqCfg<HD>::NT, 1)
 
         // S = Q K^T and dP = dO V^T (64 rows x 128 keys a consumer).
         float s[64], dp[64];
-#pragma unroll
-        for (int i = 0; i < 64; i++) s[i] = dp[i] = 0.f;
-        mt_attn_turn_take(cw);
-        mt_wg_fence();
-        mt_attn_wg_abt<128, HD, C::BR, C::BC>(s, sq_wg, kt);
-        mt_wg_commit();
-        mt_attn_wg_abt<128, HD, C::BR, C::BC>(dp, sdo_wg, vt);
-        mt_wg_commit();
-        mt_attn_turn_pass(cw, j + 1 == nkb);
-        mt_wg_wait<1>();
-        mt_attn_wg_fence<64>(s);
+        mt_attn_wg_abt2<128, HD, C::BR, C::BC>(s, sq_wg, kt, dp, sdo_wg, vt, cw, j + 1 == nkb);
         const int k0 = j * C::BC;
         const bool need_mask = k0 + C::BC - 1 > rw || k0 + C::BC > T || (DOCS && k0 < dstart_warp);
 #pragma unroll
