@@ -49,7 +49,8 @@ extern "C" {
 #include "util/error.h"
 
 /* The bf16 kernels, forward and backward: AUTO, the best the device has
- * (on sm_90 with sm_90a code in the build, wgmma kernels; else mma.sync);
+ * (on sm_90 with sm_90a code in the build and a driver with TMA tensor
+ * maps, the wgmma kernels; else mma.sync);
  * MMA, the mma.sync kernels everywhere (so that tests cover both on
  * Hopper). Process-wide; returns the previous choice. */
 typedef enum { MT_ATTN_KERNEL_AUTO, MT_ATTN_KERNEL_MMA } mt_attn_kernel;
