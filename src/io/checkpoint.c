@@ -199,10 +199,7 @@ int mt_checkpoint_save_opts(const char *out_dir, int64_t step, const mt_host_sto
     if (step < 0) return mt_errorf(err, "checkpoint step %lld is negative", (long long)step);
     if (mt_ckpt_check_state_json(state_json, err)) return -1;
     char *ck = mt_path_join(out_dir, "checkpoints");
-    char name[64], tmp_name[96];
-    snprintf(name, sizeof name, "step-%08lld", (long long)step);
-    snprintf(tmp_name, sizeof tmp_name, ".tmp-%s-%ld", name, (long)getpid());
-    char *final = mt_path_join(ck, name), *tmp = mt_path_join(ck, tmp_name);
+    char *final = mt_ckpt_step_path(ck, step), *tmp = mt_ckpt_tmp_path(ck, step);
     int rc = mt_mkdirs(ck, err);
     if (rc == 0) {
         mt_ckpt_rmtree(tmp);  /* left by an earlier failed attempt of this process */

@@ -87,9 +87,7 @@ int mt_ckpt_rmtree(const char *path) {
 }
 
 int mt_ckpt_publish(const char *tmp, const char *final, mt_error *err) {
-    if (mt_fault_hit(MT_FAULT_RENAME))
-        return mt_errorf(err, "cannot rename %s to %s: %s", tmp, final, strerror(EIO));
-    if (rename(tmp, final) == 0) return 0;
+    if (mt_rename(tmp, final) == 0) return 0;
     if (errno != ENOTEMPTY && errno != EEXIST)
         return mt_errorf(err, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
     /* The same step saved again (a resumed run): swap, then drop the old. */
@@ -143,13 +141,15 @@ static int list_dir(const char *ck, int all_tmp, ckpt_list *out, mt_error *err) 
     while ((e = readdir(d)) != NULL) {
         int64_t step, pid;
         char *p = mt_path_join(ck, e->d_name);
-        if (parse_step_name(e->d_name, &step) && is_dir(p) && has_file(p, "COMPLETE"))
-            push((void **)&out->steps, &out->n, sizeof step, &step);
-        /* An empty step directory: what a removal cut short left in older
-         * versions (they removed a checkpoint in place). Nothing is in it. */
-        if (all_tmp && parse_step_name(e->d_name, &step) && is_dir(p) && dir_is_empty(p)) {
-            char *q = mt_strdup_or_die(p);
-            push((void **)&out->stale, &out->n_stale, sizeof q, &q);
+        if (parse_step_name(e->d_name, &step) && is_dir(p)) {
+            if (has_file(p, "COMPLETE")) {
+                push((void **)&out->steps, &out->n, sizeof step, &step);
+            } else if (all_tmp && dir_is_empty(p)) {
+                /* What a removal cut short left in older versions (they
+                 * removed a checkpoint in place). Nothing is in it. */
+                char *q = mt_strdup_or_die(p);
+                push((void **)&out->stale, &out->n_stale, sizeof q, &q);
+            }
         }
         if (parse_tmp_name(e->d_name, &pid) && is_dir(p) &&
             (all_tmp ? pid != (int64_t)getpid() : tmp_is_stale(pid))) {
@@ -169,9 +169,15 @@ static void list_free(ckpt_list *l) {
     free(l->steps);
 }
 
-static char *step_path(const char *ck, int64_t step) {
+char *mt_ckpt_step_path(const char *ck, int64_t step) {
     char name[64];
     snprintf(name, sizeof name, "step-%08lld", (long long)step);
+    return mt_path_join(ck, name);
+}
+
+char *mt_ckpt_tmp_path(const char *ck, int64_t step) {
+    char name[96];
+    snprintf(name, sizeof name, ".tmp-step-%08lld-%ld", (long long)step, (long)getpid());
     return mt_path_join(ck, name);
 }
 
@@ -195,7 +201,7 @@ int mt_checkpoint_find_intact(const char *path, char *found, size_t cap, mt_erro
     ckpt_list l;
     int rc = list_dir(ck, 0, &l, err), ok = 0;
     for (int i = l.n - 2; i >= 0 && rc == 0 && !ok; i--) {
-        char *p = step_path(ck, l.steps[i]);
+        char *p = mt_ckpt_step_path(ck, l.steps[i]);
         mt_error e;
         if (mt_checkpoint_verify(p, &e) == 0) {
             fprintf(stderr, "megatrain: warning: falling back to %s, the newest intact "
@@ -236,7 +242,7 @@ int mt_checkpoint_find_latest(const char *path, char *found, size_t cap, mt_erro
         rc = mt_errorf(err, "%s: no complete checkpoint here (looked for step-NNNNNNNN/COMPLETE); "
                        "check the path given to --resume", ck);
     if (rc == 0) {
-        char *p = step_path(ck, l.steps[l.n - 1]);
+        char *p = mt_ckpt_step_path(ck, l.steps[l.n - 1]);
         snprintf(found, cap, "%s", p);
         free(p);
     }
@@ -264,17 +270,8 @@ static int prune(const char *out_dir, int keep_last, int all_tmp, int64_t spare,
      * prune removes, never a step directory with part of its files. */
     for (int i = 0; keep_last > 0 && i < l.n - keep_last && rc == 0; i++) {
         if (l.steps[i] == spare) continue;
-        char *p = step_path(ck, l.steps[i]), name[96];
-        snprintf(name, sizeof name, ".tmp-step-%08lld-%ld", (long long)l.steps[i],
-                 (long)getpid());
-        char *tmp = mt_path_join(ck, name);
-        int moved = mt_ckpt_rmtree(tmp) == 0;
-        if (moved && mt_fault_hit(MT_FAULT_RENAME)) {
-            errno = EIO;
-            moved = 0;
-        }
-        if (moved && rename(p, tmp) != 0) moved = 0;
-        if (!moved)
+        char *p = mt_ckpt_step_path(ck, l.steps[i]), *tmp = mt_ckpt_tmp_path(ck, l.steps[i]);
+        if (mt_ckpt_rmtree(tmp) != 0 || mt_rename(p, tmp) != 0)
             rc = mt_errorf(err, "%s: cannot remove old checkpoint: %s", p, strerror(errno));
         else if (mt_ckpt_rmtree(tmp) != 0)
             rc = mt_errorf(err, "%s: cannot remove old checkpoint (renamed %s): %s", p, tmp,

@@ -15,6 +15,11 @@
  * Best effort: returns -1 if anything stayed. */
 int mt_ckpt_rmtree(const char *path);
 
+/* ck/step-<8 digits>, and the temporary directory a save or a removal of
+ * that step by this process uses, ck/.tmp-step-<8 digits>-<pid> (malloc'd). */
+char *mt_ckpt_step_path(const char *ck, int64_t step);
+char *mt_ckpt_tmp_path(const char *ck, int64_t step);
+
 /* Moves the finished tmp directory to final. If final exists (the same
  * step saved again) the two are swapped atomically and the old one
  * removed, so that final always names a complete checkpoint. */

@@ -21,6 +21,14 @@ static int fsync_fault(int fd) {
     return fsync(fd);
 }
 
+int mt_rename(const char *from, const char *to) {
+    if (mt_fault_hit(MT_FAULT_RENAME)) {
+        errno = EIO;
+        return -1;
+    }
+    return rename(from, to);
+}
+
 int mt_read_file(const char *path, char **buf, size_t *len, mt_error *err) {
     FILE *fp = fopen(path, "rb");
     if (!fp) return mt_errorf(err, "%s: cannot open: %s", path, strerror(errno));
@@ -107,7 +115,7 @@ int mt_atomic_commit(mt_atomic_file *f, mt_error *err) {
         rc = mt_errorf(err, "%s: fsync failed: %s", f->tmp, strerror(errno));
     if (close(f->fd) != 0 && rc == 0)
         rc = mt_errorf(err, "%s: close failed: %s", f->tmp, strerror(errno));
-    if (rc == 0 && (mt_fault_hit(MT_FAULT_RENAME) ? (errno = EIO, 1) : rename(f->tmp, f->path)))
+    if (rc == 0 && mt_rename(f->tmp, f->path) != 0)
         rc = mt_errorf(err, "%s: cannot rename %s over it: %s", f->path, f->tmp, strerror(errno));
     if (rc != 0) unlink(f->tmp);
     else rc = fsync_parent_dir(f->path, err);

@@ -47,6 +47,10 @@ int mt_copy_file(const char *from, const char *to, mt_error *err);
 /* Whether path is a directory. */
 int mt_is_dir(const char *path);
 
+/* rename(2), an instrumented site: an armed MT_FAULT_RENAME (util/fault.h)
+ * makes it fail with EIO. */
+int mt_rename(const char *from, const char *to);
+
 /* fsync a directory, so that entries created or renamed in it survive a crash. */
 int mt_fsync_dir(const char *path, mt_error *err);
 
