@@ -6,6 +6,21 @@
 /* ------------------------------------------------------------------------ */
 /* bf16 backward: dK, dV                                                     */
 
+/* Starts the async copy (by NT threads) of the lse, D and (DOCS) positions
+ * of query rows [q0, q0+BR) of head h, batch row b, into l[0..BR),
+ * l[BR..2BR) and l[2BR..3BR) (the positions as int32); rows past T read 0. */
+template <int BR, int NT, bool DOCS>
+__device__ __forceinline__ void mt_attn_load_rowstats(float *l, const mt_attn_args &a, int b,
+                                                      int h, int q0) {
+    for (int r = threadIdx.x; r < BR; r += NT) {
+        const bool ok = q0 + r < a.T;
+        const int64_t i = ((int64_t)b * a.NH + h) * a.T + (ok ? q0 + r : 0);
+        mt_tc_cp4(l + r, a.lse + i, ok);
+        mt_tc_cp4(l + BR + r, a.dsum + i, ok);
+        if (DOCS) mt_tc_cp4(l + 2 * BR + r, a.pos + (int64_t)b * a.T + (ok ? q0 + r : 0), ok);
+    }
+}
+
 template <int HD, int NW> struct mt_attn_dkv_cfg {
     static constexpr int BC = 16 * NW, BR = 64, SR = HD + 8, NT = 32 * NW;
     static constexpr size_t SMEM =

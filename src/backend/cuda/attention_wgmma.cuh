@@ -11,9 +11,11 @@
 #include "backend/cuda/tma_ptx.cuh"
 #include "backend/cuda/wgmma_ptx.cuh"
 
-/* The TMA map (host side; attention_wgmma_fwd.cu) of a (B, T, H, HD) bf16
- * tensor at p as (HD, H, T, B), boxes of 64 head-dim columns by rows rows,
- * 128-byte swizzle (the tiles above); rows past T read as zeros. */
+/* Host side (attention_common.cu): whether the driver can build TMA maps,
+ * and the TMA map of a (B, T, H, HD) bf16 tensor at p as (HD, H, T, B),
+ * boxes of 64 head-dim columns by rows rows, 128-byte swizzle (the tiles
+ * above); rows past T read as zeros. */
+bool mt_attn_tma_available(void);
 int mt_attn_tma_map(CUtensorMap *map, const void *p, int B, int T, int H, int HD, int rows,
                     mt_error *err);
 
@@ -23,21 +25,6 @@ __device__ __forceinline__ unsigned char *mt_attn_wg_align(unsigned char *p) {
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-
-/* Starts the copy (by NT threads) of rows [r0, r0+ROWS) of a (.., T, H, HD)
- * tensor (row pitch ld elements) into the swizzled tile s; rows >= T
- * become zeros. */
-template <int ROWS, int HD, int NT>
-__device__ __forceinline__ void mt_attn_wg_load(unsigned char *s, const bf16 *g, int64_t ld,
-                                                int r0, int T) {
-    constexpr int CPR = HD / 8; // 16-byte chunks per row
-    for (int i = threadIdx.x; i < ROWS * CPR; i += NT) {
-        const int r = i / CPR, ch = i % CPR;
-        const bool ok = r0 + r < T;
-        mt_tc_cp16(s + (ch >> 3) * (ROWS * 128) + mt_wg_swz(r, ch & 7),
-                   g + (ok ? (int64_t)(r0 + r) * ld : 0) + ch * 8, ok);
-    }
-}
 
 /* Keeps the compiler from moving accesses of x[0..N) across the products. */
 template <int N> __device__ __forceinline__ void mt_attn_wg_fence(float x[N]) {

@@ -18,8 +18,6 @@
  * The online softmax is the mma.sync kernel's (log2 domain, one FFMA and
  * one EX2 a score, the same masks, packed documents included, and the same
  * lse). */
-#include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled */
-
 #include "backend/cuda/attention_wgmma.cuh"
 
 namespace {
@@ -230,45 +228,11 @@ int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
 
 } // namespace
 
-/* The driver's tensor-map encoder, through the runtime (no link to the
- * driver library); NULL where the driver has none. */
-static PFN_cuTensorMapEncodeTiled_v12000 encoder(void) {
-    static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-        void *f = nullptr;
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
-                                             cudaEnableDefault, &q) != cudaSuccess ||
-            q != cudaDriverEntryPointSuccess)
-            f = nullptr;
-        (void)cudaGetLastError();
-        return (PFN_cuTensorMapEncodeTiled_v12000)f;
-    }();
-    return fn;
-}
-
-int mt_attn_tma_map(CUtensorMap *map, const void *p, int B, int T, int H, int HD, int rows,
-               mt_error *err) {
-    const cuuint64_t dim[4] = {(cuuint64_t)HD, (cuuint64_t)H, (cuuint64_t)T, (cuuint64_t)B};
-    const cuuint64_t stride[3] = {(cuuint64_t)HD * 2, (cuuint64_t)H * HD * 2,
-                                  (cuuint64_t)T * H * HD * 2};
-    const cuuint32_t box[4] = {64, 1, (cuuint32_t)rows, 1}, estride[4] = {1, 1, 1, 1};
-    const CUresult r = encoder()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)p, dim, stride,
-                                 box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        return mt_errorf(err, "attention (bf16, wgmma): the driver cannot describe q, k, v "
-                              "or dout to the TMA (error %d; device pointers must be 16-byte "
-                              "aligned)", (int)r);
-    return 0;
-}
-
-
 /* The kernels at HD 128 take the most shared memory; the forward needs the
  * driver's tensor maps too. */
 bool mt_attn_wgmma_available(void) {
     return mt_wg_device_fits(Cfg<128>::SMEM) && mt_wg_device_fits(mt_attn_bwd_wgmma_smem()) &&
-           encoder() != nullptr;
+           mt_attn_tma_available();
 }
 
 int mt_attn_fwd_wgmma(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
