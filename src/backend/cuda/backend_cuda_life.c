@@ -62,6 +62,10 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
                                    const mt_cuda_backend_opts *o, mt_error *err) {
     if (mt_cuda_device_count() <= 0)
         return mt_errorf(err, "no CUDA GPU is visible; use --device cpu"), NULL;
+    /* A thread waiting for the GPU sleeps instead of spinning: the CPU
+     * AdamW runs on every core while the engine waits for copies. */
+    if (cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) != cudaSuccess)
+        (void)cudaGetLastError(); /* a context made earlier keeps its flags */
     if (max_M <= 0 || B <= 0 || T <= 0)
         return mt_errorf(err, "micro-batch shape must be positive"), NULL;
     if (c->HD % 4 || c->C % 4)
