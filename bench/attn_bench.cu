@@ -120,7 +120,13 @@ static void bench_one(const bench_shape &s) {
     BENCH_CK(cudaEventCreate(&e1));
     const int warm = 3, reps = s.bf16 ? 20 : 5;
     // passes: forward, backward, then both through the mma.sync kernels
-    const bool two = s.bf16 && strcmp(mt_attn_kernel_name(), "mma.sync") != 0;
+    // where they take the head dim
+    bool two = s.bf16 && strcmp(mt_attn_kernel_name(), "mma.sync") != 0;
+    if (two) {
+        mt_attn_use(MT_ATTN_KERNEL_MMA);
+        two = mt_attn_bf16_supports(s.HD);
+        mt_attn_use(MT_ATTN_KERNEL_AUTO);
+    }
     float ms[4] = {0, 0, 0, 0};
     for (int pass = 0; pass < (two ? 4 : 2); pass++) {
         std::vector<float> t;
@@ -163,7 +169,7 @@ int main(void) {
     const bench_shape shapes[] = {
         {8, 2048, 32, 8, 128, 1, 0},   {8, 2048, 32, 32, 128, 1, 0}, {8, 2048, 32, 8, 64, 1, 0},
         {4, 4096, 32, 8, 128, 1, 0},   {16, 1024, 32, 8, 128, 1, 0}, {2, 8192, 32, 8, 128, 1, 0},
-        {1, 2048, 32, 8, 128, 0, 0},
+        {8, 2048, 32, 8, 96, 1, 0},    {8, 2048, 32, 8, 80, 1, 0},   {1, 2048, 32, 8, 128, 0, 0},
         // packed documents: one per row (the packed kernels on the causal problem), then shorter
         {8, 2048, 32, 8, 128, 1, 2048}, {8, 2048, 32, 8, 128, 1, 512}, {8, 2048, 32, 8, 128, 1, 128},
         {1, 2048, 32, 8, 128, 0, 512},

@@ -21,6 +21,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 SHAPES = [  # B, T, NH, NKV, HD: attn_bench.cu's bf16 rows without packed documents
     (8, 2048, 32, 8, 128), (8, 2048, 32, 32, 128), (8, 2048, 32, 8, 64),
     (4, 4096, 32, 8, 128), (16, 1024, 32, 8, 128), (2, 8192, 32, 8, 128),
+    (8, 2048, 32, 8, 96), (8, 2048, 32, 8, 80),
 ]
 WARM, REPS = 3, 20
 

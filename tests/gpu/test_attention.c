@@ -349,6 +349,36 @@ Test(attention_bf16, the_kernels_follow_the_device) {
                      "compute capability %d.%d, archs %s", major, minor, mt_cuda_archs());
 }
 
+/* Head dims 80 and 96: the wgmma kernels compute them as 128, the TMA
+ * reading the columns past HD as zeros and the stores leaving them out;
+ * the mma.sync kernels refuse them. Ragged tiles, GQA, several tiles and
+ * packed documents, against the same reference and tolerances. */
+static void check_padded_head_dims(void) {
+    skip_without_gpu();
+    const size_t hds[] = {80, 96};
+    for (int i = 0; i < 2; i++) {
+        const size_t hd = hds[i];
+        if (strcmp(mt_attn_kernel_name(), "wgmma")) {
+            cr_assert(!mt_attn_bf16_supports(hd), "mma.sync claims head dim %zu", hd);
+            continue;
+        }
+        cr_assert(mt_attn_bf16_supports(hd), "wgmma refuses head dim %zu", hd);
+        check_shape((shape){2, 67, 4, 2, hd}, 1, BF16_TOL_FWD, BF16_TOL_BWD);
+        check_shape((shape){1, 300, 8, 1, hd}, 1, BF16_TOL_FWD, BF16_TOL_BWD);
+        check_docs((shape){2, 193, 4, 4, hd}, 1);
+    }
+}
+Test(attention_bf16, padded_head_dims_80_96) { check_padded_head_dims(); }
+Test(attention_bf16_mma, padded_head_dims_are_refused) {
+    mt_attn_use(MT_ATTN_KERNEL_MMA);
+    check_padded_head_dims();
+    mt_error err = {{0}};
+    cr_assert_eq(mt_attn_forward_bf16(NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 4, 4, 96, 0,
+                                      &err), -1);
+    cr_assert(strstr(err.msg, "head_dim 64 or 128, got 96"), "message: %s", err.msg);
+    mt_attn_use(MT_ATTN_KERNEL_AUTO);
+}
+
 Test(attention_bf16, packed_gqa4_hd64) { check_docs((shape){3, 300, 8, 2, 64}, 1); }
 Test(attention_bf16, packed_mqa_hd128) { check_docs((shape){2, 300, 4, 1, 128}, 1); }
 Test(attention_bf16, packed_mha_hd128_ragged) { check_docs((shape){2, 193, 4, 4, 128}, 1); }
@@ -422,9 +452,9 @@ Test(attention, rejects_bad_shapes) {
     cr_assert_eq(mt_attn_forward_bf16(NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 6, 4, 64, 0,
                                       &err), -1);
     cr_assert(strstr(err.msg, "NKV=4"), "message: %s", err.msg);
-    cr_assert_eq(mt_attn_forward_bf16(NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 4, 4, 96, 0,
+    cr_assert_eq(mt_attn_forward_bf16(NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 4, 4, 72, 0,
                                       &err), -1);
-    cr_assert(strstr(err.msg, "head_dim"), "message: %s", err.msg);
+    cr_assert(strstr(err.msg, "head_dim") && strstr(err.msg, "got 72"), "message: %s", err.msg);
     cr_assert_eq(mt_attn_forward_f32(NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 4, 4, 512, 0, &err),
                  -1);
     cr_assert(strstr(err.msg, "512"), "message: %s", err.msg);

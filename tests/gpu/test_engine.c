@@ -11,6 +11,7 @@
 
 #include "backend/cpu/backend_cpu.h"
 #include "backend/cpu/ops.h"
+#include "backend/cuda/attention.h"
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/cuda_ops.h"
 #include "engine/optim_pipeline.h"
@@ -236,6 +237,34 @@ Test(engine, flash_attention_paths_match_the_cpu_reference) {
         cr_log_info("%s bf16: loss %.6f vs cpu %.6f, worst grad err %.3g", names[i], lg, lc, worst);
         cr_assert_lt(fabs(lg - lc) / lc, TOL16_LOSS, "%s bf16 loss %.7f vs %.7f", names[i], lg, lc);
         cr_assert_lt(worst, TOL16_GRAD, "%s bf16 worst grad err %.3g", names[i], worst);
+    }
+}
+
+/* Head dims 80 (Llama-like) and 96 (qwen2, biases): on Hopper the bf16
+ * fast path with the wgmma kernels run padded to 128, elsewhere the general
+ * path with fp32 attention; the same bounds as above either way. */
+Test(engine, padded_head_dims_match_the_cpu_reference) {
+    mt_test_need_gpu();
+    const int64_t widths[] = {320, 384}; /* 4 heads of 80, of 96 */
+    const mt_arch archs[] = {MT_ARCH_LLAMA, MT_ARCH_QWEN2};
+    const char *names[] = {"llama", "qwen2"};
+    for (int i = 0; i < 2; i++) {
+        mt_config c = small_config(widths[i], 4, 2, 512, 512, 2, 128);
+        c.arch = archs[i];
+        snprintf(c.model_type, sizeof c.model_type, "%s", names[i]);
+        c.qkv_bias = archs[i] == MT_ARCH_QWEN2;
+        double lc, lg, worst;
+        cpu_and_gpu_grads(&c, MT_GPU_FP32, &lc, &lg, &worst);
+        cr_assert_lt(fabs(lg - lc) / lc, TOL32_LOSS, "HD %lld fp32 loss %.7f vs %.7f",
+                     (long long)c.HD, lg, lc);
+        cr_assert_lt(worst, TOL32_GRAD, "HD %lld fp32 worst grad err %.3g", (long long)c.HD, worst);
+        cpu_and_gpu_grads(&c, MT_GPU_BF16, &lc, &lg, &worst);
+        cr_log_info("HD %lld (%s) bf16: loss %.6f vs cpu %.6f, worst grad err %.3g",
+                    (long long)c.HD, mt_attn_bf16_supports((size_t)c.HD) ? "wgmma" : "fp32 attention",
+                    lg, lc, worst);
+        cr_assert_lt(fabs(lg - lc) / lc, TOL16_LOSS, "HD %lld bf16 loss %.7f vs %.7f",
+                     (long long)c.HD, lg, lc);
+        cr_assert_lt(worst, TOL16_GRAD, "HD %lld bf16 worst grad err %.3g", (long long)c.HD, worst);
     }
 }
 

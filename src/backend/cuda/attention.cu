@@ -26,15 +26,20 @@ static int mt_attn_check_shape(size_t B, size_t T, size_t NH, size_t NKV, size_t
     if (NH == 0 || NKV == 0 || NH % NKV != 0)
         return mt_errorf(err, "attention: NH=%zu is not a multiple of NKV=%zu; use a model "
                          "whose query heads split evenly over its kv heads", NH, NKV);
-    if (is_bf16 && HD != 64 && HD != 128)
-        return mt_errorf(err, "attention: bf16 kernels support head_dim 64 or 128, got %zu; "
-                         "use --precision fp32 or add an instantiation", HD);
+    if (is_bf16 && !mt_attn_bf16_supports(HD))
+        return mt_errorf(err, "attention: the bf16 kernels (%s) take head_dim 64 or 128%s, "
+                         "got %zu; use --precision fp32", mt_attn_kernel_name(),
+                         mt_attn_takes_wgmma() ? ", 80 or 96" : "", HD);
     if (!is_bf16 && (HD == 0 || HD > 256))
         return mt_errorf(err, "attention: fp32 kernels support head_dim 1..256, got %zu", HD);
     if (B > 65535 || NH > 65535 || T > (size_t)INT32_MAX / 2 || T * NH * HD > (size_t)INT32_MAX)
         return mt_errorf(err, "attention: shape B=%zu T=%zu NH=%zu HD=%zu too large for one "
                          "launch; split the micro-batch", B, T, NH, HD);
     return 0;
+}
+
+extern "C" bool mt_attn_bf16_supports(size_t HD) {
+    return HD == 64 || HD == 128 || (mt_attn_takes_wgmma() && (HD == 80 || HD == 96));
 }
 
 size_t mt_attn_backward_scratch_bytes(size_t B, size_t T, size_t NH) {

@@ -18,7 +18,9 @@
  *  - bf16: q, k, v, dout, out are bf16 (passed as their 16-bit patterns);
  *    tensor cores (wgmma on Hopper, mma.sync m16n8k16 elsewhere; fp32
  *    accumulation), online softmax in fp32. lse and the gradients dq, dk,
- *    dv are fp32. HD = 64 or 128.
+ *    dv are fp32. HD = 64 or 128 everywhere; 80 and 96 on the wgmma
+ *    kernels, which run them as 128 with the columns past HD read as zeros
+ *    (TMA fills them) and never written (mt_attn_bf16_supports).
  *  - f32: everything fp32, plain FMA (no tensor cores, no TF32); HD <= 256.
  *
  * Backward (both precisions) is deterministic: dk, dv come from a kernel
@@ -33,6 +35,7 @@
 #ifndef MT_BACKEND_CUDA_ATTENTION_H
 #define MT_BACKEND_CUDA_ATTENTION_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -57,6 +60,8 @@ typedef enum { MT_ATTN_KERNEL_AUTO, MT_ATTN_KERNEL_MMA } mt_attn_kernel;
 mt_attn_kernel mt_attn_use(mt_attn_kernel k);
 /* "wgmma" or "mma.sync": the bf16 kernels of the current choice and device. */
 const char *mt_attn_kernel_name(void);
+/* Whether the bf16 kernels of the current choice and device take head dim HD. */
+bool mt_attn_bf16_supports(size_t HD);
 
 /* Bytes of device scratch the backward needs: one fp32 per (b, h, t). */
 size_t mt_attn_backward_scratch_bytes(size_t B, size_t T, size_t NH);

@@ -14,7 +14,7 @@
 /* Host side (attention_common.cu): whether the driver can build TMA maps,
  * and the TMA map of a (B, T, H, HD) bf16 tensor at p as (HD, H, T, B),
  * boxes of 64 head-dim columns by rows rows, 128-byte swizzle (the tiles
- * above); rows past T read as zeros. */
+ * above); rows past T and columns past HD read as zeros. */
 bool mt_attn_tma_available(void);
 int mt_attn_tma_map(CUtensorMap *map, const void *p, int B, int T, int H, int HD, int rows,
                     mt_error *err);

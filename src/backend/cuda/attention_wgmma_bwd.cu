@@ -173,9 +173,9 @@ __global__ void __launch_bounds__(DkvCfg<HD>::NT, 1)
         mt_mb_arrive(empty(st));
     }
 
-    const int64_t ldk = (int64_t)a.NKV * HD;
-    float *gdk = a.dk + ((int64_t)b * T * a.NKV + kvh) * HD;
-    float *gdv = a.dv + ((int64_t)b * T * a.NKV + kvh) * HD;
+    const int64_t ldk = (int64_t)a.NKV * a.HD;
+    float *gdk = a.dk + ((int64_t)b * T * a.NKV + kvh) * a.HD;
+    float *gdv = a.dv + ((int64_t)b * T * a.NKV + kvh) * a.HD;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int key = key_lo + r * 8;
@@ -183,6 +183,7 @@ __global__ void __launch_bounds__(DkvCfg<HD>::NT, 1)
 #pragma unroll
         for (int n = 0; n < HD / 8; n++) {
             const int d = n * 8 + 2 * t4;
+            if (d >= a.HD) break; // padded columns
             *(float2 *)(gdk + key * ldk + d) =
                 make_float2(dk[4 * n + 2 * r] * a.scale, dk[4 * n + 2 * r + 1] * a.scale);
             *(float2 *)(gdv + key * ldk + d) = make_float2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
@@ -295,16 +296,19 @@ __global__ void __launch_bounds__(DqCfg<HD>::NT, 1)
         mt_mb_arrive(kv.empty_k(st));
     }
 
-    const int64_t ldq = (int64_t)a.NH * HD;
-    float *gdq = a.dq + ((int64_t)b * T * a.NH + h) * HD;
+    const int64_t ldq = (int64_t)a.NH * a.HD;
+    float *gdq = a.dq + ((int64_t)b * T * a.NH + h) * a.HD;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int row = row_lo + r * 8;
         if (row >= T) continue;
 #pragma unroll
-        for (int n = 0; n < HD / 8; n++)
-            *(float2 *)(gdq + row * ldq + n * 8 + 2 * t4) =
+        for (int n = 0; n < HD / 8; n++) {
+            const int d = n * 8 + 2 * t4;
+            if (d >= a.HD) break; // padded columns
+            *(float2 *)(gdq + row * ldq + d) =
                 make_float2(dq[4 * n + 2 * r] * a.scale, dq[4 * n + 2 * r + 1] * a.scale);
+        }
     }
 #endif
 }
@@ -317,12 +321,12 @@ int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
     auto kdq = mt_attn_dq_wgmma_kernel<HD, DOCS>;
     // Boxes of 128 rows for the dQ pass and the keys, of 64 for dK/dV's query tiles.
     CUtensorMap tq, tdo, tk, tv, tq64, tdo64;
-    if (mt_attn_tma_map(&tq, a.q, B, a.T, a.NH, HD, CQ::BR, err) ||
-        mt_attn_tma_map(&tdo, a.dout, B, a.T, a.NH, HD, CQ::BR, err) ||
-        mt_attn_tma_map(&tk, a.k, B, a.T, a.NKV, HD, CQ::BC, err) ||
-        mt_attn_tma_map(&tv, a.v, B, a.T, a.NKV, HD, CQ::BC, err) ||
-        mt_attn_tma_map(&tq64, a.q, B, a.T, a.NH, HD, CK::BR, err) ||
-        mt_attn_tma_map(&tdo64, a.dout, B, a.T, a.NH, HD, CK::BR, err))
+    if (mt_attn_tma_map(&tq, a.q, B, a.T, a.NH, a.HD, CQ::BR, err) ||
+        mt_attn_tma_map(&tdo, a.dout, B, a.T, a.NH, a.HD, CQ::BR, err) ||
+        mt_attn_tma_map(&tk, a.k, B, a.T, a.NKV, a.HD, CQ::BC, err) ||
+        mt_attn_tma_map(&tv, a.v, B, a.T, a.NKV, a.HD, CQ::BC, err) ||
+        mt_attn_tma_map(&tq64, a.q, B, a.T, a.NH, a.HD, CK::BR, err) ||
+        mt_attn_tma_map(&tdo64, a.dout, B, a.T, a.NH, a.HD, CK::BR, err))
         return -1;
     if (mt_attn_set_smem((const void *)kdkv, CK::SMEM, err)) return -1;
     if (mt_attn_set_smem((const void *)kdq, CQ::SMEM, err)) return -1;
@@ -341,6 +345,7 @@ size_t mt_attn_bwd_wgmma_smem(void) {
 }
 
 int mt_attn_bwd_wgmma(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
+    // HD 80 and 96 run as 128 (the kernels' comment)
     if (a.pos)
         return a.HD == 64 ? launch<64, true>(a, B, st, err) : launch<128, true>(a, B, st, err);
     return a.HD == 64 ? launch<64, false>(a, B, st, err) : launch<128, false>(a, B, st, err);

@@ -32,8 +32,11 @@ template <int HD> struct Cfg {
 };
 
 /* DOCS: packed documents (a.pos); false compiles the plain causal kernel.
- * tq, tk, tv: TMA maps of q, k, v as (HD, heads, T, B), boxes of 64
- * head-dim columns by 128 rows, 128-byte swizzle. */
+ * tq, tk, tv: TMA maps of q, k, v as (a.HD, heads, T, B), boxes of 64
+ * head-dim columns by 128 rows, 128-byte swizzle. HD is the width computed:
+ * a.HD itself, or 128 for a.HD 80 and 96, whose columns past a.HD the TMA
+ * fills with zeros (no score changes, the output's extra columns are 0
+ * and not stored). */
 template <int HD, bool DOCS>
 __global__ void __launch_bounds__(NT, 1)
     mt_attn_fwd_wgmma_kernel(const __grid_constant__ CUtensorMap tq,
@@ -189,9 +192,9 @@ __global__ void __launch_bounds__(NT, 1)
     mt_wg_wait<0>();
     mt_attn_wg_fence<HD / 2>(o);
 
-    const int64_t ldq = (int64_t)a.NH * HD;
-    bf16 *go = (bf16 *)a.o + ((int64_t)b * T * a.NH + h) * HD;
-    float *gof = a.o_f32 ? a.o_f32 + ((int64_t)b * T * a.NH + h) * HD : nullptr;
+    const int64_t ldq = (int64_t)a.NH * a.HD;
+    bf16 *go = (bf16 *)a.o + ((int64_t)b * T * a.NH + h) * a.HD;
+    float *gof = a.o_f32 ? a.o_f32 + ((int64_t)b * T * a.NH + h) * a.HD : nullptr;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         float lr = l[r];
@@ -203,6 +206,7 @@ __global__ void __launch_bounds__(NT, 1)
 #pragma unroll
         for (int n = 0; n < HD / 8; n++) {
             const int d = n * 8 + 2 * t4;
+            if (d >= a.HD) break; // padded columns
             const float x0 = o[4 * n + 2 * r] * inv, x1 = o[4 * n + 2 * r + 1] * inv;
             *(__nv_bfloat162 *)(go + row * ldq + d) = __floats2bfloat162_rn(x0, x1);
             if (gof) *(float2 *)(gof + row * ldq + d) = make_float2(x0, x1);
@@ -216,9 +220,9 @@ template <int HD, bool DOCS>
 int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
     auto kern = mt_attn_fwd_wgmma_kernel<HD, DOCS>;
     CUtensorMap tq, tk, tv;
-    if (mt_attn_tma_map(&tq, a.q, B, a.T, a.NH, HD, BR, err) ||
-        mt_attn_tma_map(&tk, a.k, B, a.T, a.NKV, HD, BC, err) ||
-        mt_attn_tma_map(&tv, a.v, B, a.T, a.NKV, HD, BC, err))
+    if (mt_attn_tma_map(&tq, a.q, B, a.T, a.NH, a.HD, BR, err) ||
+        mt_attn_tma_map(&tk, a.k, B, a.T, a.NKV, a.HD, BC, err) ||
+        mt_attn_tma_map(&tv, a.v, B, a.T, a.NKV, a.HD, BC, err))
         return -1;
     if (mt_attn_set_smem((const void *)kern, Cfg<HD>::SMEM, err)) return -1;
     dim3 grid((a.T + BR - 1) / BR, a.NH, B);
@@ -236,6 +240,7 @@ bool mt_attn_wgmma_available(void) {
 }
 
 int mt_attn_fwd_wgmma(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
+    // HD 80 and 96 run as 128 (the kernels' comment)
     if (a.pos)
         return a.HD == 64 ? launch<64, true>(a, B, st, err) : launch<128, true>(a, B, st, err);
     return a.HD == 64 ? launch<64, false>(a, B, st, err) : launch<128, false>(a, B, st, err);

@@ -85,7 +85,7 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
     a->q_op = take_op(b, cb, N * Q, a->q32);
     a->k_op = take_op(b, cb, N * KV, a->k32);
     a->v_op = take_op(b, cb, N * KV, a->v32);
-    cb->attn_bf16 = bf && (c->HD == 64 || c->HD == 128);
+    cb->attn_bf16 = bf && mt_attn_bf16_supports((size_t)c->HD);
     cb->fast = cb->attn_bf16 && c->HD % 8 == 0;
     if (cb->fast && c->qk_norm) {
         a->qpre_op = take(b, N * Q * 2);
