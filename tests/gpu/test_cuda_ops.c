@@ -302,17 +302,19 @@ static void ref_rmsnorm(double *out, double *rstd, const float *inp, const float
     }
 }
 
-Test(cuda_ops, rmsnorm_forward_fp32_and_bf16_out) {
+/* fp32 and bf16 output against a double reference; the bf16 output must be
+ * the fp32 one rounded. C = 96 takes the warp-per-row kernel, C % 512 == 0
+ * the one-pass kernel (N not a multiple of its 16 rows a block). */
+static void check_rmsnorm_forward(size_t N, size_t C) {
     mt_cuda_ctx *ctx = gpu_ctx();
     dev_pool pool = {0};
-    const size_t N = 37, C = 96;
     const float eps = 1e-5f;
     float *inp = hrand(N * C, 15, -2, 2), *w = hrand(C, 16, 0.5f, 1.5f);
-    double *ref = malloc(N * C * sizeof *ref), rref[37];
+    double *ref = malloc(N * C * sizeof *ref), *rref = malloc(N * sizeof *rref);
     ref_rmsnorm(ref, rref, inp, w, N, C, eps);
     float *d_inp = dupload(&pool, inp, N * C * 4), *d_w = dupload(&pool, w, C * 4);
     float *d_out = dalloc(&pool, N * C * 4), *d_rstd = dalloc(&pool, N * 4);
-    float *out = malloc(N * C * 4), rstd[37];
+    float *out = malloc(N * C * 4), *rstd = malloc(N * 4);
     mt_cuda_rmsnorm_forward(ctx, d_out, MT_DT_F32, d_rstd, d_inp, d_w, N, C, eps);
     download(out, d_out, N * C * 4);
     download(rstd, d_rstd, N * 4);
@@ -320,13 +322,18 @@ Test(cuda_ops, rmsnorm_forward_fp32_and_bf16_out) {
     expect_close(rstd, rref, N, TOL_F32, "rmsnorm rstd");
     dpoison(d_out, N * C * 4);
     mt_cuda_rmsnorm_forward(ctx, d_out, MT_DT_BF16, NULL, d_inp, d_w, N, C, eps);
-    uint16_t *o16 = malloc(N * C * 2);
+    uint16_t *o16 = malloc(N * C * 2), *want = to_bf16(out, N * C);
     download(o16, d_out, N * C * 2);
-    float *of = bf16_to_f32_host(o16, N * C);
-    expect_close(of, ref, N * C, TOL_BF16_OUT, "rmsnorm bf16 out");
-    free(inp), free(w), free(ref), free(out), free(o16), free(of);
+    for (size_t i = 0; i < N * C; i++)
+        cr_assert_eq(o16[i], want[i], "bf16 out[%zu] is not the fp32 one rounded", i);
+    free(inp), free(w), free(ref), free(rref), free(out), free(rstd), free(o16), free(want);
     pool_free(&pool);
     mt_cuda_ctx_free(ctx);
+}
+Test(cuda_ops, rmsnorm_forward_fp32_and_bf16_out) { check_rmsnorm_forward(37, 96); }
+Test(cuda_ops, rmsnorm_forward_one_pass) {
+    check_rmsnorm_forward(37, 3584);
+    check_rmsnorm_forward(40, 8192);
 }
 
 /* bf16 rows in, bf16 out (the q/k norms of the fast path): the reference
@@ -356,10 +363,13 @@ Test(cuda_ops, rmsnorm_forward_bf16_in_and_out) {
     mt_cuda_ctx_free(ctx);
 }
 
-Test(cuda_ops, rmsnorm_backward_accumulates_deterministically) {
+/* dinp +=, dw += against a double reference, twice for determinism; with
+ * op, the bf16 copy of dinp must be the fp32 result rounded. C = 96 takes
+ * the warp-per-row kernel and 3 chunks of the dw reduction; C % 512 == 0
+ * the fused one-pass kernel (N not a multiple of its 64 rows a block). */
+static void check_rmsnorm_backward(size_t N, size_t C, int op) {
     mt_cuda_ctx *ctx = gpu_ctx();
     dev_pool pool = {0};
-    const size_t N = 601, C = 96; /* 3 chunks of the dw reduction */
     const float eps = 1e-6f;
     float *inp = hrand(N * C, 17, -2, 2), *w = hrand(C, 18, 0.5f, 1.5f);
     float *dout = hrand(N * C, 19, -1, 1);
@@ -379,24 +389,43 @@ Test(cuda_ops, rmsnorm_backward_accumulates_deterministically) {
     float *d_dout = dupload(&pool, dout, N * C * 4), *d_rstd = dalloc(&pool, N * 4);
     float *d_out = dalloc(&pool, N * C * 4);
     float *d_dinp = dupload(&pool, dinp0, N * C * 4), *d_dw = dupload(&pool, dw0, C * 4);
+    uint16_t *d_op = op ? dalloc(&pool, N * C * 2) : NULL;
     float *scratch = dalloc(&pool, mt_cuda_colsum_scratch_floats(N, C) * 4);
     mt_cuda_rmsnorm_forward(ctx, d_out, MT_DT_F32, d_rstd, d_inp, d_w, N, C, eps);
-    mt_cuda_rmsnorm_backward(ctx, d_dinp, d_dw, scratch, d_dout, d_inp, d_w, d_rstd, N, C);
-    float *gdinp = malloc(N * C * 4), gdw[96], gdinp2_dw[96];
-    download(gdinp, d_dinp, N * C * 4);
-    download(gdw, d_dw, C * 4);
-    expect_close(gdinp, rdinp, N * C, TOL_F32, "rmsnorm dinp +=");
-    expect_close(gdw, rdw, C, TOL_F32, "rmsnorm dw +=");
-    float *gdinp2 = malloc(N * C * 4);
-    CUDA_CHECK(cudaMemcpy(d_dinp, dinp0, N * C * 4, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(d_dw, dw0, C * 4, cudaMemcpyHostToDevice));
-    mt_cuda_rmsnorm_backward(ctx, d_dinp, d_dw, scratch, d_dout, d_inp, d_w, d_rstd, N, C);
-    download(gdinp2, d_dinp, N * C * 4);
-    download(gdinp2_dw, d_dw, C * 4);
-    cr_assert(memcmp(gdinp, gdinp2, N * C * 4) == 0, "rmsnorm dinp not deterministic");
-    cr_assert(memcmp(gdw, gdinp2_dw, C * 4) == 0, "rmsnorm dw not deterministic");
+    float *gdinp[2], *gdw[2];
+    for (int run = 0; run < 2; run++) {
+        CUDA_CHECK(cudaMemcpy(d_dinp, dinp0, N * C * 4, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(d_dw, dw0, C * 4, cudaMemcpyHostToDevice));
+        if (op) CUDA_CHECK(cudaMemset(d_op, 0xFF, N * C * 2));
+        mt_cuda_rmsnorm_backward_op(ctx, d_dinp, d_op, d_dw, scratch, d_dout, d_inp, d_w, d_rstd,
+                                    N, C);
+        gdinp[run] = malloc(N * C * 4);
+        gdw[run] = malloc(C * 4);
+        download(gdinp[run], d_dinp, N * C * 4);
+        download(gdw[run], d_dw, C * 4);
+    }
+    expect_close(gdinp[0], rdinp, N * C, TOL_F32, "rmsnorm dinp +=");
+    expect_close(gdw[0], rdw, C, TOL_F32, "rmsnorm dw +=");
+    cr_assert(memcmp(gdinp[0], gdinp[1], N * C * 4) == 0, "rmsnorm dinp not deterministic");
+    cr_assert(memcmp(gdw[0], gdw[1], C * 4) == 0, "rmsnorm dw not deterministic");
+    if (op) {
+        uint16_t *gop = malloc(N * C * 2), *want = to_bf16(gdinp[1], N * C);
+        download(gop, d_op, N * C * 2);
+        for (size_t i = 0; i < N * C; i++)
+            cr_assert_eq(gop[i], want[i], "bf16 dinp[%zu] is not the fp32 one rounded", i);
+        free(gop), free(want);
+    }
     free(inp), free(w), free(dout), free(dinp0), free(dw0), free(y), free(rstd);
-    free(rdinp), free(rdw), free(gdinp), free(gdinp2);
+    free(rdinp), free(rdw);
+    for (int run = 0; run < 2; run++) free(gdinp[run]), free(gdw[run]);
     pool_free(&pool);
     mt_cuda_ctx_free(ctx);
+}
+Test(cuda_ops, rmsnorm_backward_accumulates_deterministically) {
+    check_rmsnorm_backward(601, 96, 0);
+    check_rmsnorm_backward(601, 96, 1);
+}
+Test(cuda_ops, rmsnorm_backward_fused_one_pass) {
+    check_rmsnorm_backward(601, 3584, 1); /* 224 threads a row, Qwen2.5-7B's width */
+    check_rmsnorm_backward(130, 4096, 0);
 }

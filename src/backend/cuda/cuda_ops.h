@@ -137,6 +137,11 @@ void mt_cuda_rmsnorm_forward_bf16(mt_cuda_ctx *ctx, uint16_t *out, float *rstd,
 void mt_cuda_rmsnorm_backward(mt_cuda_ctx *ctx, float *dinp, float *dw, float *scratch,
                               const float *dout, const float *inp, const float *w,
                               const float *rstd, size_t N, size_t C);
+/* The same, and dinp_op (N,C) bf16 = the updated dinp rounded (NULL: not
+ * written). For C % 512 == 0 one pass over the rows does it all. */
+void mt_cuda_rmsnorm_backward_op(mt_cuda_ctx *ctx, float *dinp, void *dinp_op, float *dw,
+                                 float *scratch, const float *dout, const float *inp,
+                                 const float *w, const float *rstd, size_t N, size_t C);
 
 /* ---- RoPE, in place on x (B,T,H,HD); cos, sin (T, HD/2); token (b, t)
  * at position pos[b*T+t] (pos (B,T) on the device, each < T: packed

@@ -179,9 +179,9 @@ static void block_backward_fast(cuda_backend *cb, const acts *f, int layer, int 
         mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WUP), a->dup_op,
                                 xn2, W_op(cb, s, layer, MT_T_WUP), N, C, F);
     }
-    mt_cuda_rmsnorm_backward(ctx, dx, G(cb, g, layer, MT_T_MLP_NORM), a->colsum, a->dxn32,
-                             f->xmid, W32(cb, s, layer, MT_T_MLP_NORM), f->rstd2, N, C);
-    to_op(cb, a->dx_op, dx, N * C);
+    mt_cuda_rmsnorm_backward_op(ctx, dx, a->dx_op, G(cb, g, layer, MT_T_MLP_NORM), a->colsum,
+                                a->dxn32, f->xmid, W32(cb, s, layer, MT_T_MLP_NORM), f->rstd2, N,
+                                C);
     mt_cuda_matmul_backward(ctx, p, a->datt32, false, G(cb, g, layer, MT_T_WO), a->dx_op,
                             f->att_op, W_op(cb, s, layer, MT_T_WO), N, Q, C);
     to_op(cb, a->datt_op, a->datt32, N * Q);
