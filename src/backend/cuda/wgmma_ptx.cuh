@@ -24,11 +24,15 @@
 
 /* Host side: whether the current device runs this build's sm_90a code
  * (compute capability 9.0, a build with MT_CUDA_SM90A) and lets a block
- * have smem bytes of shared memory. */
+ * have smem bytes of shared memory. False with no usable device (memory
+ * plans are made on machines without one). */
 inline bool mt_wg_device_fits(size_t smem) {
 #ifdef MT_CUDA_SM90A
     int dev, major, minor, optin;
-    CUDA_CHECK(cudaGetDevice(&dev));
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
