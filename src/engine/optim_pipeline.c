@@ -105,4 +105,11 @@ void mt_optim_pipeline_wait_all(mt_optim_pipeline *p) {
     pthread_mutex_unlock(&p->mu);
 }
 
-void mt_optim_pipeline_gate(void *p, int layer) { mt_optim_pipeline_wait_layer(p, layer); }
+int mt_optim_pipeline_gate(void *ctx, int layer, int wait) {
+    mt_optim_pipeline *p = ctx;
+    if (wait) mt_optim_pipeline_wait_layer(p, layer);
+    pthread_mutex_lock(&p->mu);
+    const int written = !p->running || p->done > layer;
+    pthread_mutex_unlock(&p->mu);
+    return written;
+}

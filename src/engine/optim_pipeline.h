@@ -46,7 +46,7 @@ void mt_optim_pipeline_start(mt_optim_pipeline *p, double total_sumsq, mt_optim_
 void mt_optim_pipeline_wait_layer(mt_optim_pipeline *p, int layer);
 void mt_optim_pipeline_wait_all(mt_optim_pipeline *p);
 
-/* Adapter for mt_cuda_backend_set_weight_gate. */
-void mt_optim_pipeline_gate(void *p, int layer);
+/* Adapter for mt_cuda_backend_set_weight_gate (its contract). */
+int mt_optim_pipeline_gate(void *p, int layer, int wait);
 
 #endif

@@ -25,11 +25,12 @@ typedef struct gate_timer {
     double waited_s;
 } gate_timer;
 
-static void timed_gate(void *ctx, int layer) {
+static int timed_gate(void *ctx, int layer, int wait) {
     gate_timer *g = ctx;
     double t0 = mt_now_s();
-    mt_optim_pipeline_wait_layer(g->p, layer);
+    int written = mt_optim_pipeline_gate(g->p, layer, wait);
     g->waited_s += mt_now_s() - t0;
+    return written;
 }
 
 static mt_grad_view grads_begin(void *be, int layer) {

@@ -37,7 +37,7 @@
  * last use), casting to bf16 there too. */
 static void upload(cuda_backend *cb, slot *s, int layer) {
     const mt_layer_desc *ld = &cb->t->layers[layer];
-    if (cb->gate) cb->gate(cb->gate_ctx, layer);
+    if (cb->gate) cb->gate(cb->gate_ctx, layer, 1);
     CUDA_CHECK(cudaStreamWaitEvent(cb->s_h2d, s->free, 0));
     int sp = mt_cuda_span_begin(cb, cb->s_h2d, MT_TRACK_H2D, "weights L%d", layer);
     CUDA_CHECK(cudaMemcpyAsync(s->w32, cb->store->w + ld->offset, ld->numel * sizeof(float),
@@ -53,11 +53,18 @@ static int uses_embed_slot(const cuda_backend *cb, int layer) {
     return cb->cfg->tie_embeddings && layer == 0;
 }
 
+/* Whether layer's weights may be copied now without waiting (ahead of use). */
+static int ready(cuda_backend *cb, int layer) {
+    return !cb->gate || cb->gate(cb->gate_ctx, layer, 0);
+}
+
 /* Assigns a slot to bind j and starts its copy unless the layer is already
- * resident. Returns 0 if no slot is free yet (too far ahead). */
-static int issue(cuda_backend *cb, int j) {
+ * resident. Returns 0 if no slot is free yet (too far ahead), or, unless
+ * wait, if the optimizer has not written the layer yet. */
+static int issue(cuda_backend *cb, int j, int wait) {
     int layer = cb->seq[j];
     if (uses_embed_slot(cb, layer)) {
+        if (cb->embed_slot.layer != 0 && !wait && !ready(cb, 0)) return 0;
         if (cb->embed_slot.layer != 0) upload(cb, &cb->embed_slot, 0);
         cb->slot_of[j] = MAX_SLOTS;
         return 1;
@@ -74,7 +81,7 @@ static int issue(cuda_backend *cb, int j) {
         if (s->last_use < cb->cur && (victim < 0 || s->last_use < cb->slots[victim].last_use))
             victim = k;
     }
-    if (victim < 0) return 0;
+    if (victim < 0 || (!wait && !ready(cb, layer))) return 0;
     upload(cb, &cb->slots[victim], layer);
     cb->slots[victim].last_use = j;
     cb->slot_of[j] = victim;
@@ -160,7 +167,9 @@ static void cu_bind_layer(mt_backend *be, int layer, int backward) {
     if (layer == cb->t->n_layers - 1) CUDA_CHECK(cudaEventRecord(cb->ev_fwd_end, cb->s_comp));
     /* Keep K-1 layers in flight ahead of the one in use. */
     int ahead = cb->cur + cb->o.slots - 1;
-    while (cb->issued <= ahead && cb->issued < cb->seq_len && issue(cb, cb->issued)) cb->issued++;
+    while (cb->issued <= ahead && cb->issued < cb->seq_len &&
+           issue(cb, cb->issued, cb->issued == cb->cur))
+        cb->issued++;
     MT_ASSERT(cb->issued > cb->cur);
     cb->bound = cb->slot_of[cb->cur];
     CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, bound_slot(cb)->ready, 0));
@@ -303,6 +312,7 @@ static void cu_layer_grads_done(mt_backend *be, int layer) {
     mt_cuda_span_end(cb, cb->s_d2h, sp);
     cb->d2h_bytes += (double)bytes;
     CUDA_CHECK(cudaEventRecord(src_drained, cb->s_d2h));
+    CUDA_CHECK(cudaEventRecord(cb->grad_sent[layer], cb->s_d2h));
 }
 
 static double cu_end_step(mt_backend *be) {

@@ -61,8 +61,11 @@ typedef struct mt_cuda_backend_opts {
 
 /* Called (on the thread that drives the step) before layer l's weights are
  * copied to the GPU, so a caller can hold the copy until the optimizer has
- * written them. */
-typedef void (*mt_weight_gate_fn)(void *ctx, int layer);
+ * written them: returns whether they are written; with wait, first blocks
+ * until they are. A layer copied ahead of its use is asked without wait
+ * and, if not ready, copied at a later call, so that the layers already on
+ * the GPU get computed meanwhile. */
+typedef int (*mt_weight_gate_fn)(void *ctx, int layer, int wait);
 
 /* Device memory the CUDA context, cuBLAS and the kernels' workspaces take
  * beside the backend's own allocation, reserved by budgets (measured on
