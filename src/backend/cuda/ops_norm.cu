@@ -31,6 +31,19 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+/* The sum of v over the block in a fixed order (xor shuffles within each
+ * warp, then the warps in order), returned to every thread; red: 32 floats
+ * of shared memory, free again on return. */
+__device__ __forceinline__ float block_sum(float v, float *red) {
+    v = warp_sum(v);
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+    __syncthreads();
+    float tot = 0.0f;
+    for (unsigned i = 0; i < blockDim.x / 32; i++) tot += red[i];
+    __syncthreads();
+    return tot;
+}
+
 __device__ __forceinline__ void store4(float *out, float4 v) { *(float4 *)out = v; }
 __device__ __forceinline__ void store4(__nv_bfloat16 *out, float4 v) {
     *(__nv_bfloat162 *)out = __floats2bfloat162_rn(v.x, v.y);
@@ -75,7 +88,7 @@ __global__ void __launch_bounds__(512)
     rmsnorm_fwd_rows_kernel(OUT *out, float *rstd, const float *inp, const float *w, size_t N,
                             size_t C, float eps) {
     __shared__ float red[32];
-    const int t = threadIdx.x, nt = blockDim.x, lane = t % 32, warp = t / 32;
+    const int t = threadIdx.x, nt = blockDim.x;
     float4 wv[FUSED_V];
 #pragma unroll
     for (int k = 0; k < FUSED_V; k++) wv[k] = *(const float4 *)(w + (size_t)(t + k * nt) * 4);
@@ -89,13 +102,7 @@ __global__ void __launch_bounds__(512)
             xv[k] = *(const float4 *)(inp + row * C + (size_t)(t + k * nt) * 4);
             ss += xv[k].x * xv[k].x + xv[k].y * xv[k].y + xv[k].z * xv[k].z + xv[k].w * xv[k].w;
         }
-        ss = warp_sum(ss);
-        if (lane == 0) red[warp] = ss;
-        __syncthreads();
-        float tot = 0.0f;
-        for (int i = 0; i < nt / 32; i++) tot += red[i];
-        __syncthreads(); // red is rewritten by the next row
-        const float r = rsqrtf(tot / (float)C + eps);
+        const float r = rsqrtf(block_sum(ss, red) / (float)C + eps);
 #pragma unroll
         for (int k = 0; k < FUSED_V; k++) {
             const float4 v = xv[k], g = wv[k];
@@ -192,7 +199,7 @@ __global__ void __launch_bounds__(512) rmsnorm_bwd_fused_kernel(float *dinp, __n
                                          const float *dout, const float *inp, const float *w,
                                          const float *rstd, size_t N, size_t C) {
     __shared__ float red[32];
-    const int t = threadIdx.x, nt = blockDim.x, lane = t % 32, warp = t / 32;
+    const int t = threadIdx.x, nt = blockDim.x;
     float4 wv[FUSED_V], acc[FUSED_V];
 #pragma unroll
     for (int k = 0; k < FUSED_V; k++) {
@@ -212,13 +219,7 @@ __global__ void __launch_bounds__(512) rmsnorm_bwd_fused_kernel(float *dinp, __n
             dot += gv[k].x * wv[k].x * xv[k].x + gv[k].y * wv[k].y * xv[k].y +
                    gv[k].z * wv[k].z * xv[k].z + gv[k].w * wv[k].w * xv[k].w;
         }
-        dot = warp_sum(dot);
-        if (lane == 0) red[warp] = dot;
-        __syncthreads();
-        float tot = 0.0f;
-        for (int i = 0; i < nt / 32; i++) tot += red[i];
-        __syncthreads(); // red is rewritten by the next row
-        const float r = rstd[row], kk = tot * r * r * r / (float)C;
+        const float r = rstd[row], kk = block_sum(dot, red) * r * r * r / (float)C;
 #pragma unroll
         for (int k = 0; k < FUSED_V; k++) {
             const size_t i = row * C + (size_t)(t + k * nt) * 4;
