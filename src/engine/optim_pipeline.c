@@ -107,7 +107,10 @@ void mt_optim_pipeline_wait_all(mt_optim_pipeline *p) {
 
 int mt_optim_pipeline_gate(void *ctx, int layer, int wait) {
     mt_optim_pipeline *p = ctx;
-    if (wait) mt_optim_pipeline_wait_layer(p, layer);
+    if (wait) {
+        mt_optim_pipeline_wait_layer(p, layer);
+        return 1;
+    }
     pthread_mutex_lock(&p->mu);
     const int written = !p->running || p->done > layer;
     pthread_mutex_unlock(&p->mu);

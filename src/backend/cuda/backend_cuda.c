@@ -64,8 +64,10 @@ static int ready(cuda_backend *cb, int layer) {
 static int issue(cuda_backend *cb, int j, int wait) {
     int layer = cb->seq[j];
     if (uses_embed_slot(cb, layer)) {
-        if (cb->embed_slot.layer != 0 && !wait && !ready(cb, 0)) return 0;
-        if (cb->embed_slot.layer != 0) upload(cb, &cb->embed_slot, 0);
+        if (cb->embed_slot.layer != 0) {
+            if (!wait && !ready(cb, 0)) return 0;
+            upload(cb, &cb->embed_slot, 0);
+        }
         cb->slot_of[j] = MAX_SLOTS;
         return 1;
     }
@@ -312,7 +314,6 @@ static void cu_layer_grads_done(mt_backend *be, int layer) {
     mt_cuda_span_end(cb, cb->s_d2h, sp);
     cb->d2h_bytes += (double)bytes;
     CUDA_CHECK(cudaEventRecord(src_drained, cb->s_d2h));
-    CUDA_CHECK(cudaEventRecord(cb->grad_sent[layer], cb->s_d2h));
 }
 
 static double cu_end_step(mt_backend *be) {

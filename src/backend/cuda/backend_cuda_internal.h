@@ -80,9 +80,6 @@ typedef struct cuda_backend {
     float *h_stage[2];  /* GPU-waiting gradients: pinned fp32 staging for the optimizer */
     cudaStream_t s_fetch;
     cudaEvent_t fetched[2];
-    int stage_next;     /* the staging buffer the next fetch takes */
-    int *stage_of;      /* (n_layers) the buffer layer l was fetched into */
-    cudaEvent_t *grad_sent; /* (n_layers) host-waiting gradient l is on the host */
     cudaEvent_t embed_drained;
     /* Host-waiting gradients: into the store's g (fp32, when it has one),
      * else into h_grad at h_goff[l] (fp32, or bf16 rounded on the GPU

@@ -177,9 +177,6 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
             }
         }
     }
-    cb->stage_of = mt_calloc_or_die((size_t)t->n_layers, sizeof *cb->stage_of);
-    cb->grad_sent = mt_calloc_or_die((size_t)t->n_layers, sizeof *cb->grad_sent);
-    for (int l = 0; l < t->n_layers; l++) make_event(&cb->grad_sent[l], 0);
     cb->grads_to_store = store->g && !cb->o.host_grad_bf16;
     if (cb->host_grad_numel && !cb->grads_to_store &&
         pinned_alloc(&cb->h_grad, cb->host_grad_numel * (cb->o.host_grad_bf16 ? 2 : 4),
@@ -263,11 +260,6 @@ void mt_cuda_backend_free(mt_backend *be) {
         if (cb->fetched[i]) cudaEventDestroy(cb->fetched[i]);
     }
     if (cb->s_fetch) cudaStreamDestroy(cb->s_fetch);
-    if (cb->grad_sent)
-        for (int l = 0; l < cb->t->n_layers; l++)
-            if (cb->grad_sent[l]) cudaEventDestroy(cb->grad_sent[l]);
-    free(cb->grad_sent);
-    free(cb->stage_of);
     if (cb->tev) {
         for (int i = 0; i < 2 * TRACE_SPANS; i++) cudaEventDestroy(cb->tev[i]);
         cudaEventDestroy(cb->ev_base);
@@ -298,25 +290,21 @@ mt_grad_view mt_cuda_backend_grads_begin(mt_backend *be, int layer) {
     const mt_layer_desc *ld = &cb->t->layers[layer];
     if (cb->home[layer].grad_host)
         return (mt_grad_view){host_grad_at(cb, layer), cb->o.host_grad_bf16};
-    /* The two buffers alternate between calls: the optimizer reads one
-     * layer while the next one's copy lands in the other. */
-    const int b = cb->stage_of[layer] = cb->stage_next;
-    cb->stage_next ^= 1;
-    float *dst = cb->h_stage[b];
+    float *dst = cb->h_stage[layer % 2];
     /* ev_end (the step's last compute) has completed before the optimizer
      * runs, so the accumulators are final. */
     CUDA_CHECK(cudaMemcpyAsync(dst, cb->gacc_all + cb->goff[layer], ld->numel * sizeof(float),
                                cudaMemcpyDeviceToHost, cb->s_fetch));
-    CUDA_CHECK(cudaEventRecord(cb->fetched[b], cb->s_fetch));
+    CUDA_CHECK(cudaEventRecord(cb->fetched[layer % 2], cb->s_fetch));
     return mt_grad_f32(dst);
 }
 
 void mt_cuda_backend_grads_wait(mt_backend *be, int layer) {
     cuda_backend *cb = (cuda_backend *)be;
     if (cb->home[layer].grad_host) /* drained during the backward */
-        CUDA_CHECK(cudaEventSynchronize(cb->grad_sent[layer]));
+        CUDA_CHECK(cudaEventSynchronize(cb->ev_d2h_end));
     else
-        CUDA_CHECK(cudaEventSynchronize(cb->fetched[cb->stage_of[layer]]));
+        CUDA_CHECK(cudaEventSynchronize(cb->fetched[layer % 2]));
 }
 
 void mt_cuda_backend_wait_grads(mt_backend *be) {
