@@ -87,11 +87,7 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dkv_bf16_kernel(mt_attn_args 
         const float *l_s = sL + buf * LS, *d_s = l_s + C::BR;
         const int32_t *p_s = (const int32_t *)(d_s + C::BR);
         const int q0 = (qb0 + it % nqb) * C::BR;
-        int dstart_last = 0; // documents: the tile's last query has the latest start
-        if (DOCS) {
-            const int q_last = min(q0 + C::BR, T) - 1;
-            dstart_last = q_last - p_s[q_last - q0];
-        }
+        const int dstart_last = DOCS ? mt_attn_tile_last_start<C::BR>(p_s, q0, T) : 0;
         // S^T = K Q^T (16 keys x BR queries per warp), then P^T.
         float p[C::BR / 8][4];
         mt_attn_zero<C::BR / 8, 4>(p);

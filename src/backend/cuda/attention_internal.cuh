@@ -65,6 +65,15 @@ __device__ __forceinline__ int mt_attn_doc_start(const mt_attn_args &a, int b, i
     return t - a.pos[(int64_t)b * a.T + t];
 }
 
+/* The latest document start among query rows [q0, q0 + BR) (rows past T
+ * left out), read from their positions staged in p_s: the start of the
+ * last row's document. */
+template <int BR>
+__device__ __forceinline__ int mt_attn_tile_last_start(const int32_t *p_s, int q0, int T) {
+    const int q_last = min(q0 + BR, T) - 1;
+    return q_last - p_s[q_last - q0];
+}
+
 /* One past the last query of row b that may see key k: the first document
  * start after k, or T. A binary search, the starts being non-decreasing. */
 __device__ __forceinline__ int mt_attn_doc_end(const mt_attn_args &a, int b, int k) {
