@@ -37,6 +37,9 @@ static void usage(FILE *f) {
             "  --placement all-gpu every gradient and checkpoint on the GPU\n"
             "  --calibration FILE  rates for the step-time model (megatrain calibrate); default:\n"
             "                      a short probe of this machine\n"
+            "  --gpu-adam-layers N leading layers (0 = the embedding) whose AdamW runs on the\n"
+            "                      GPU, their state kept there (default: the planner's choice;\n"
+            "                      0 = none)\n"
             "  --grads gpu|host    force where every gradient waits (no planner)\n");
 }
 
@@ -46,7 +49,7 @@ int mt_bench_train(int argc, char **argv) {
     int64_t over[6] = {0}; /* layers hidden heads kv ffn vocab */
     int64_t T = 2048, B = 8, steps = 4;
     int M = 4, slots = 3, fp32 = 0, host_ckpt = 0, keep = -1, gpu_grads = -1, all_gpu = 0;
-    int grad_dtype = -1;
+    int grad_dtype = -1, gpu_adam = -1;
     double gpu_mem = 0, host_mem = 0;
     const char *trace_path = NULL, *calib = NULL;
     static const struct option opts[] = {
@@ -65,6 +68,7 @@ int mt_bench_train(int argc, char **argv) {
         {"host-grad-dtype", required_argument, 0, 'd' + 256},
         {"placement", required_argument, 0, 'p' + 256},
         {"calibration", required_argument, 0, 'c' + 256},
+        {"gpu-adam-layers", required_argument, 0, 'a' + 256},
         {0, 0, 0, 0},
     };
     optind = 1;
@@ -104,6 +108,7 @@ int mt_bench_train(int argc, char **argv) {
         case 'g' + 256: gpu_mem = mt_arg_d(optarg, &bad); break;
         case 'h' + 256: host_mem = mt_arg_d(optarg, &bad); break;
         case 'c' + 256: calib = optarg; break;
+        case 'a' + 256: gpu_adam = (int)mt_arg_ll(optarg, &bad); break;
         case 'd' + 256:
             if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) {
                 fprintf(stderr, "megatrain bench train: --host-grad-dtype must be fp32 or bf16\n");
@@ -133,6 +138,10 @@ int mt_bench_train(int argc, char **argv) {
             return 2;
         }
     }
+    if (gpu_adam < -1) {
+        fprintf(stderr, "megatrain bench train: --gpu-adam-layers must be 0 or more\n");
+        return 2;
+    }
     if (T <= 0 || B <= 0 || M <= 0 || steps <= 0 || gpu_mem < 0 || host_mem < 0) {
         fprintf(stderr, "megatrain bench train: sizes, budgets and --steps must be positive\n");
         return 2;
@@ -151,6 +160,7 @@ int mt_bench_train(int argc, char **argv) {
                         .slots = slots, .keep = keep, .gpu_grads = gpu_grads,
                         .host_ckpt = host_ckpt, .grad_dtype = grad_dtype, .all_gpu = all_gpu,
                         .gpu_mem = gpu_mem, .host_mem = host_mem, .calib = calib,
+                        .gpu_adam = gpu_adam,
                         .trace_path = trace_path};
     mt_error err;
     if (mt_bench_train_run(&bo, stdout, &err)) {

@@ -10,15 +10,25 @@ double mt_optimizer_layer_sumsq(const mt_optimizer *o, const mt_host_store *s, i
     return mt_sumsq(&o->cpu, s->g + ld->offset, ld->numel);
 }
 
+/* torch's state["step"] after += 1; matrices decay, norms and biases not
+ * (the Hugging Face Trainer's parameter groups). */
+static mt_adamw_hparams hparams(const mt_optimizer *o, double lr) {
+    return (mt_adamw_hparams){
+        .lr = lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps, .step = o->step + 1};
+}
+
+static double decay_of(const mt_optimizer *o, const mt_tensor_desc *td) {
+    return td->ndim == 2 ? o->weight_decay : 0.0;
+}
+
 void mt_optimizer_update_layer(const mt_optimizer *o, mt_host_store *s, int layer,
                                mt_grad_view g, float clip_coef, double lr) {
     const mt_layer_desc *ld = &s->table->layers[layer];
-    mt_adamw_hparams h = {
-        .lr = lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps, .step = o->step + 1};
+    mt_adamw_hparams h = hparams(o, lr);
     for (int k = 0; k < ld->n_tensors; k++) {
         const mt_tensor_desc *td = &ld->tensors[k];
         size_t off = ld->offset + td->offset;
-        double wd = td->ndim == 2 ? o->weight_decay : 0.0;
+        double wd = decay_of(o, td);
         if (g.bf16)
             mt_adamw_update_g16(&o->cpu, s->w + off, s->m + off, s->v + off,
                                 (const uint16_t *)g.p + td->offset, td->numel, &h, wd, clip_coef);
@@ -26,6 +36,14 @@ void mt_optimizer_update_layer(const mt_optimizer *o, mt_host_store *s, int laye
             mt_adamw_update(&o->cpu, s->w + off, s->m + off, s->v + off,
                             (const float *)g.p + td->offset, NULL, td->numel, &h, wd, clip_coef);
     }
+}
+
+void mt_optimizer_layer_coefs(const mt_optimizer *o, const mt_param_table *t, int layer,
+                              float clip_coef, double lr, mt_adamw_coefs *out) {
+    const mt_layer_desc *ld = &t->layers[layer];
+    mt_adamw_hparams h = hparams(o, lr);
+    for (int k = 0; k < ld->n_tensors; k++)
+        out[k] = mt_adamw_coefs_make(&h, decay_of(o, &ld->tensors[k]), clip_coef);
 }
 
 void mt_optimizer_plan(const mt_optimizer *o, double total_sumsq, mt_optim_report *rep) {

@@ -45,6 +45,12 @@ double mt_optimizer_layer_sumsq(const mt_optimizer *o, const mt_host_store *s, i
 void mt_optimizer_update_layer(const mt_optimizer *o, mt_host_store *s, int layer,
                                mt_grad_view g, float clip_coef, double lr);
 
+/* The scalars of layer l's update, one per tensor (n_tensors entries), for
+ * a kernel that runs it elsewhere (the GPU): the same numbers
+ * mt_optimizer_update_layer uses. */
+void mt_optimizer_layer_coefs(const mt_optimizer *o, const mt_param_table *t, int layer,
+                              float clip_coef, double lr, mt_adamw_coefs *out);
+
 /* Clip coefficient and learning rate of the next update from the global
  * sum of squares of the gradient. */
 void mt_optimizer_plan(const mt_optimizer *o, double total_sumsq, mt_optim_report *rep);

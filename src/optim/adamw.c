@@ -23,7 +23,8 @@
 
 /* The scalars exactly as _single_tensor_adam computes them: Python doubles,
  * then one rounding to float when ATen reads the Scalar. */
-static mt_adamw_coefs adamw_coefs(const mt_adamw_hparams *h, double weight_decay, float gscale) {
+mt_adamw_coefs mt_adamw_coefs_make(const mt_adamw_hparams *h, double weight_decay,
+                                   float gscale) {
     MT_ASSERT(h->step >= 1);
     double step = (double)h->step;
     double bc1 = 1.0 - pow(h->beta1, step);
@@ -56,7 +57,7 @@ static bool aligned64(const void *ptr) { return ((uintptr_t)ptr & 63) == 0; }
 void mt_adamw_update(const mt_optim_cpu *cpu, float *p, float *m, float *v, const float *g,
                      uint16_t *bf16_shadow, size_t n, const mt_adamw_hparams *h,
                      double weight_decay, float gscale) {
-    const mt_adamw_coefs c = adamw_coefs(h, weight_decay, gscale);
+    const mt_adamw_coefs c = mt_adamw_coefs_make(h, weight_decay, gscale);
     const mt_adamw_kernel kernel = adamw_kernel(cpu->isa);
     const bool stream = cpu->stream_stores && aligned64(p) && aligned64(m) && aligned64(v) &&
                         (!bf16_shadow || aligned64(bf16_shadow));
@@ -98,7 +99,7 @@ static void update_g16_block(mt_adamw_kernel kernel, float *p, float *m, float *
 void mt_adamw_update_g16(const mt_optim_cpu *cpu, float *p, float *m, float *v,
                          const uint16_t *g16, size_t n, const mt_adamw_hparams *h,
                          double weight_decay, float gscale) {
-    const mt_adamw_coefs c = adamw_coefs(h, weight_decay, gscale);
+    const mt_adamw_coefs c = mt_adamw_coefs_make(h, weight_decay, gscale);
     const mt_adamw_kernel kernel = adamw_kernel(cpu->isa);
     if (n < ADAMW_MIN_PARALLEL) {
         update_g16_block(kernel, p, m, v, g16, n, &c);

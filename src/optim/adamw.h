@@ -54,6 +54,25 @@ typedef struct mt_adamw_hparams {
     int64_t step;   // 1-based index of this update (torch's state["step"] after += 1)
 } mt_adamw_hparams;
 
+/* The fp32 scalars of one AdamW step, rounded once from doubles: what
+ * every kernel (the CPU ones here, the GPU one of the CUDA backend) reads. */
+typedef struct mt_adamw_coefs {
+    float gscale;        // clip coefficient
+    float decay;         // (float)(1 - lr*wd)
+    float m_weight;      // lerp: m = fma(m_weight, g - m, m_base ? g : m)
+    bool m_base_is_g;    // torch's lerp takes the other branch when |1-b1| >= 0.5
+    float beta2;         // (float)b2
+    float one_minus_beta2; // (float)(1 - b2)
+    float bc2_sqrt;      // (float)sqrt(1 - b2^t)
+    float eps;
+    float neg_step_size; // (float)(-(lr / (1 - b1^t)))
+} mt_adamw_coefs;
+
+/* The scalars of one step for a tensor group with this weight decay and
+ * clip coefficient, exactly as _single_tensor_adam rounds them. */
+mt_adamw_coefs mt_adamw_coefs_make(const mt_adamw_hparams *h, double weight_decay,
+                                   float gscale);
+
 bool mt_isa_supported(mt_isa isa);
 const char *mt_isa_name(mt_isa isa);
 /* "scalar" | "avx2" | "avx512"; -1 with a message otherwise. */

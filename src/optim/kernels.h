@@ -8,18 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The fp32 scalars of one AdamW step, rounded once from doubles. */
-typedef struct mt_adamw_coefs {
-    float gscale;        // clip coefficient
-    float decay;         // (float)(1 - lr*wd)
-    float m_weight;      // lerp: m = fma(m_weight, g - m, m_base ? g : m)
-    bool m_base_is_g;    // torch's lerp takes the other branch when |1-b1| >= 0.5
-    float beta2;         // (float)b2
-    float one_minus_beta2; // (float)(1 - b2)
-    float bc2_sqrt;      // (float)sqrt(1 - b2^t)
-    float eps;
-    float neg_step_size; // (float)(-(lr / (1 - b1^t)))
-} mt_adamw_coefs;
+#include "optim/adamw.h"
+
 
 typedef void (*mt_adamw_kernel)(float *p, float *m, float *v, const float *g, uint16_t *shadow,
                                 size_t n, const mt_adamw_coefs *c, bool stream);

@@ -33,12 +33,6 @@ static int timed_gate(void *ctx, int layer, int wait) {
     return written;
 }
 
-static mt_grad_view grads_begin(void *be, int layer) {
-    return mt_cuda_backend_grads_begin(be, layer);
-}
-
-static void grads_wait(void *be, int layer) { mt_cuda_backend_grads_wait(be, layer); }
-
 
 int mt_bench_train_run(const mt_bench_opts *o, FILE *out, mt_error *err) {
     if (mt_config_validate(&o->cfg, "bench shape", err)) goto fail;
@@ -60,11 +54,12 @@ int mt_bench_train_run(const mt_bench_opts *o, FILE *out, mt_error *err) {
         bo = (mt_cuda_backend_opts){.precision = o->fp32 ? MT_GPU_FP32 : MT_GPU_BF16,
                                     .slots = o->slots, .host_checkpoints = o->host_ckpt,
                                     .keep_layers = o->keep, .gpu_grads = o->gpu_grads != 0,
-                                    .host_grad_bf16 = o->grad_dtype == 1};
+                                    .host_grad_bf16 = o->grad_dtype == 1,
+                                    .device_optim_layers = o->gpu_adam > 0 ? o->gpu_adam : 0};
     } else {
         if (mt_runner_plan_cuda(&req, &plan, &o->cfg, &table, o->M, o->B, o->T, o->fp32,
                                 o->gpu_mem, o->host_mem, o->grad_dtype, o->keep, o->all_gpu,
-                                o->slots, o->calib, out, err))
+                                o->slots, o->gpu_adam, o->calib, out, err))
             goto fail;
         if (!plan.fits) return mt_errorf(err, "the run does not fit: %s", plan.why);
         mt_plan_backend_opts(&plan, &req, &bo);
@@ -87,7 +82,7 @@ int mt_bench_train_run(const mt_bench_opts *o, FILE *out, mt_error *err) {
     opt.sched = mt_lr_schedule_make(MT_LR_CONSTANT, 1e-5, 0, o->steps + 1);
     if (mt_optim_cpu_init(&opt.cpu, 0, err)) goto fail;
     mt_optim_pipeline pipe;
-    mt_grad_source src = {be, grads_begin, grads_wait};
+    mt_grad_source src = mt_cuda_backend_grad_source(be);
     if (mt_optim_pipeline_init(&pipe, &opt, &store, &src, err)) goto fail;
     gate_timer gt = {.p = &pipe};
     mt_cuda_backend_set_weight_gate(be, timed_gate, &gt);
@@ -110,7 +105,7 @@ int mt_bench_train_run(const mt_bench_opts *o, FILE *out, mt_error *err) {
         double total = 0;
         for (int l = 0; l < table.n_layers; l++) total += sq[l];
         mt_optim_report rep;
-        mt_optim_pipeline_wait_all(&pipe);
+        mt_optim_pipeline_wait_updates(&pipe); /* as a step of train: no store flush */
         if (o->trace_path && s >= 2)
             for (int l = 0; l < table.n_layers; l++) {
                 char name[32];

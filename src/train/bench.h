@@ -25,6 +25,8 @@ typedef struct mt_bench_opts {
     int host_ckpt;          /* with gpu_grads >= 0: every checkpoint on the host */
     int grad_dtype;         /* host gradients: -1 planner's choice, 0 fp32, 1 bf16 */
     int all_gpu;            /* every gradient and checkpoint on the GPU */
+    int gpu_adam;           /* leading layers whose AdamW runs on the GPU: -1 the planner's
+                             * choice, else that many (0 none) */
     double gpu_mem, host_mem; /* budgets in GB, 0: the defaults */
     const char *calib;      /* rates file for the step-time model, or NULL (probe) */
     const char *trace_path; /* Chrome trace of the timed steps, or NULL */

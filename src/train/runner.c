@@ -75,11 +75,12 @@ struct mt_runner_plan {
 int mt_runner_plan_cuda(mt_plan_request *req, mt_plan *plan, const mt_config *cfg,
                    const mt_param_table *t, int M, int64_t B, int64_t T, int fp32,
                    double gpu_mem_gb, double host_mem_gb, int grad_dtype, int keep, int all_gpu,
-                   int slots, const char *calib, FILE *log, mt_error *err) {
+                   int slots, int gpu_adam, const char *calib, FILE *log, mt_error *err) {
     *req = (mt_plan_request){.cfg = cfg, .t = t, .M = M, .B = B, .T = T,
                              .precision = fp32 ? MT_GPU_FP32 : MT_GPU_BF16,
                              .host_grad_dtype = grad_dtype, .keep_layers = keep,
-                             .all_gpu = all_gpu, .slots = slots};
+                             .all_gpu = all_gpu, .slots = slots,
+                             .device_optim = gpu_adam < 0 ? 0 : gpu_adam ? gpu_adam : -1};
     size_t fr = 0, tot = 0;
     if (cudaMemGetInfo(&fr, &tot) != cudaSuccess)
         return mt_errorf(err, "cannot read the GPU's free memory");
@@ -121,7 +122,8 @@ int mt_runner_plan_make(mt_runner_plan **out, const mt_config *cfg, const mt_par
 #ifdef MT_HAVE_CUDA
     mt_runner_plan *p = mt_calloc_or_die(1, sizeof *p);
     if (mt_runner_plan_cuda(&p->req, &p->plan, cfg, t, M, B, T, o->fp32, o->gpu_mem_gb,
-                       o->host_mem_gb, o->host_grad_dtype, -1, 0, 0, o->calibration, log, err)) {
+                       o->host_mem_gb, o->host_grad_dtype, -1, 0, 0, -1, o->calibration, log,
+                            err)) {
         free(p);
         return -1;
     }

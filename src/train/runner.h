@@ -82,7 +82,8 @@ struct mt_plan_request;
 int mt_runner_plan_cuda(struct mt_plan_request *req, struct mt_plan *plan, const mt_config *cfg,
                    const mt_param_table *t, int M, int64_t B, int64_t T, int fp32,
                    double gpu_mem_gb, double host_mem_gb, int grad_dtype, int keep,
-                   int all_gpu, int slots, const char *calib, FILE *log, mt_error *err);
+                   int all_gpu, int slots, int gpu_adam, const char *calib, FILE *log,
+                   mt_error *err);
 #endif
 
 /* Logits (V) of row `row` of micro-batch 0 after mt_step_eval. */

@@ -154,11 +154,6 @@ static int next_batch(mt_run *R) {
 
 /* ---- the loop ---- */
 
-#ifdef MT_HAVE_CUDA
-static mt_grad_view grads_begin(void *be, int l) { return mt_cuda_backend_grads_begin(be, l); }
-static void grads_wait(void *be, int l) { mt_cuda_backend_grads_wait(be, l); }
-#endif
-
 /* Loss of this step; the optimizer's update is started (GPU: it runs
  * under the next step's forward) and described in rep. 1: the loss or a
  * gradient is not finite (R->nf says where; rep has the norm), and no
@@ -334,7 +329,7 @@ static int setup(mt_run *R, mt_error *err) {
         return -1;
 #ifdef MT_HAVE_CUDA
     if (R->r.gpu) {
-        mt_grad_source src = {R->r.be, grads_begin, grads_wait};
+        mt_grad_source src = mt_cuda_backend_grad_source(R->r.be);
         if (mt_optim_pipeline_init(&R->pipe, &R->opt, &R->store, &src, err))
             return -1;
         R->pipe_on = 1;

@@ -86,3 +86,101 @@ Test(optim_pipeline, worker_equals_the_plain_step_and_gates) {
     free_model(&a);
     free_model(&b);
 }
+
+/* A device that keeps the first layers' state: here a copy of the store's
+ * arrays that it updates with the scalars the worker hands it, as the GPU
+ * kernel does, and copies back on flush. */
+typedef struct fake_device {
+    model *m;
+    mt_optimizer *o;
+    mt_host_store dev;  /* the device layers' weights and moments */
+    const mt_optim_report *rep; /* the step's clip coefficient and rate */
+    int updates, flushes;
+    mt_adamw_coefs coefs[64];
+} fake_device;
+
+static void fake_update(void *ctx, int layer, const mt_adamw_coefs *coefs) {
+    fake_device *d = ctx;
+    const mt_layer_desc *ld = &d->m->t.layers[layer];
+    /* the scalars the CPU update of this layer uses */
+    mt_optimizer_layer_coefs(d->o, &d->m->t, layer, d->rep->clip_coef, d->rep->lr, d->coefs);
+    for (int k = 0; k < ld->n_tensors; k++) {
+        const mt_adamw_coefs *a = &d->coefs[k], *b = &coefs[k];
+        cr_assert(a->gscale == b->gscale && a->decay == b->decay && a->m_weight == b->m_weight &&
+                      a->m_base_is_g == b->m_base_is_g && a->beta2 == b->beta2 &&
+                      a->one_minus_beta2 == b->one_minus_beta2 && a->bc2_sqrt == b->bc2_sqrt &&
+                      a->eps == b->eps && a->neg_step_size == b->neg_step_size,
+                  "layer %d tensor %d: the worker's scalars differ from the optimizer's", layer,
+                  k);
+    }
+    mt_optimizer_update_layer(d->o, &d->dev, layer, mt_grad_f32(d->m->s.g + ld->offset),
+                              d->rep->clip_coef, d->rep->lr);
+    d->updates++;
+}
+
+static void fake_flush(void *ctx) {
+    fake_device *d = ctx;
+    size_t n = d->m->t.layers[2].offset * sizeof(float); /* layers 0 and 1 */
+    memcpy(d->m->s.w, d->dev.w, n);
+    memcpy(d->m->s.m, d->dev.m, n);
+    memcpy(d->m->s.v, d->dev.v, n);
+    d->flushes++;
+}
+
+/* Layers 0 and 1 go to the device's update (not the store's), the rest to
+ * the CPU; waiting for the updates alone leaves the store behind, waiting
+ * for all flushes it once, and the result is the plain step's bit for bit. */
+Test(optim_pipeline, device_layers_are_handed_over_and_flushed) {
+    model a, b;
+    make_model(&a, 5);
+    make_model(&b, 5);
+    mt_optimizer oa = make_optimizer(), ob = make_optimizer();
+    mt_error err;
+    fake_device d = {.m = &b, .o = &ob};
+    cr_assert_eq(mt_host_store_init(&d.dev, &b.t, &err), 0, "%s", err.msg);
+    size_t bytes = b.t.total * sizeof(float);
+    memcpy(d.dev.w, b.s.w, bytes);
+    memcpy(d.dev.m, b.s.m, bytes);
+    memcpy(d.dev.v, b.s.v, bytes);
+    mt_grad_source src = {.ctx = &d, .n_device = 2, .update = fake_update, .flush = fake_flush};
+    mt_optim_pipeline p;
+    cr_assert_eq(mt_optim_pipeline_init(&p, &ob, &b.s, &src, &err), 0, "%s", err.msg);
+    float w0 = b.s.w[0];
+    for (int step = 0; step < 2; step++) {
+        mt_optim_report ra, rb;
+        mt_optimizer_step(&oa, &a.s, &ra);
+        double sumsq = 0;
+        for (int l = 0; l < b.t.n_layers; l++) sumsq += mt_optimizer_layer_sumsq(&ob, &b.s, l);
+        d.rep = &rb;
+        mt_optim_pipeline_start(&p, sumsq, &rb);
+        mt_optim_pipeline_wait_updates(&p);
+        cr_assert_eq(d.updates, 2 * (step + 1));
+        if (step == 0) {
+            cr_assert_eq(d.flushes, 0, "waiting for the updates flushed");
+            cr_assert_eq(b.s.w[0], w0, "a device layer was updated in the store");
+        }
+    }
+    mt_optim_pipeline_wait_all(&p);
+    mt_optim_pipeline_wait_all(&p);
+    cr_assert_eq(d.flushes, 1, "one flush per run of updates");
+    cr_assert_eq(oa.step, ob.step);
+    cr_assert(!memcmp(a.s.w, b.s.w, bytes), "weights differ");
+    cr_assert(!memcmp(a.s.m, b.s.m, bytes), "first moments differ");
+    cr_assert(!memcmp(a.s.v, b.s.v, bytes), "second moments differ");
+    mt_optim_pipeline_free(&p);
+    mt_host_store_free(&d.dev);
+    free_model(&a);
+    free_model(&b);
+}
+
+Test(optim_pipeline, device_layers_without_an_update_are_refused) {
+    model b;
+    make_model(&b, 5);
+    mt_optimizer ob = make_optimizer();
+    mt_error err;
+    mt_grad_source src = {.n_device = 2};
+    mt_optim_pipeline p;
+    cr_assert_eq(mt_optim_pipeline_init(&p, &ob, &b.s, &src, &err), -1);
+    cr_assert(strstr(err.msg, "update function"), "%s", err.msg);
+    free_model(&b);
+}

@@ -120,8 +120,8 @@ Test(planner, short_budgets_rebuild_checkpoints_instead_of_refusing) {
     mt_layer_home *kept = malloc((size_t)nl * sizeof *kept);
     memcpy(kept, h, (size_t)nl * sizeof *kept);
     for (int l = 2; l < nl - 2; l++) kept[l].ckpt_recompute = 0;
-    mt_step_prediction a = mt_plan_predict(&x.q, h, x.p.host_grad_bf16, x.p.n_keep);
-    mt_step_prediction b = mt_plan_predict(&x.q, kept, x.p.host_grad_bf16, x.p.n_keep);
+    mt_step_prediction a = mt_plan_predict(&x.q, h, x.p.host_grad_bf16, x.p.n_keep, x.p.n_dev);
+    mt_step_prediction b = mt_plan_predict(&x.q, kept, x.p.host_grad_bf16, x.p.n_keep, x.p.n_dev);
     cr_assert_gt(a.compute, b.compute);
     free(kept);
     done(&x);
@@ -167,14 +167,43 @@ Test(planner, kept_layers_and_gpu_checkpoints_never_slow_the_model_down) {
     planned x;
     plan_8b(&x, 139, 129.7, -1);
     mt_layer_home *h = x.p.homes;
-    mt_step_prediction none = mt_plan_predict(&x.q, h, 0, 0);
-    mt_step_prediction some = mt_plan_predict(&x.q, h, 0, 8);
+    mt_step_prediction none = mt_plan_predict(&x.q, h, 0, 0, 0);
+    mt_step_prediction some = mt_plan_predict(&x.q, h, 0, 8, 0);
     cr_assert_lt(some.step, none.step, "8 kept layers %.3f s vs none %.3f s", some.step,
                  none.step);
     /* a slower PCIe can only lengthen the step */
     x.q.rates.h2d_gbs = x.q.rates.d2h_gbs = 5;
-    mt_step_prediction slow = mt_plan_predict(&x.q, h, 0, 8);
+    mt_step_prediction slow = mt_plan_predict(&x.q, h, 0, 8, 0);
     cr_assert_gt(slow.step, some.step);
+    done(&x);
+}
+
+/* With room on the GPU, the layers the next forward needs first keep their
+ * optimizer state there (their gradients too), which the model rewards:
+ * the step's start no longer waits for their CPU update and copies. None
+ * when the request says none. */
+Test(planner, a_roomy_gpu_updates_the_first_layers_there) {
+    planned x;
+    plan_8b(&x, 139, 129.7, -1);
+    cr_assert(x.p.fits, "%s", x.p.why);
+    cr_assert_geq(x.p.n_dev, 1, "the embedding's update stays on the CPU");
+    for (int l = 0; l < x.p.n_dev; l++)
+        cr_assert_not(x.p.homes[l].grad_host, "device layer %d's gradient on the host", l);
+    mt_step_prediction with = mt_plan_predict(&x.q, x.p.homes, 0, x.p.n_keep, x.p.n_dev);
+    mt_step_prediction without = mt_plan_predict(&x.q, x.p.homes, 0, x.p.n_keep, 0);
+    cr_assert_lt(with.step, without.step, "%.3f s with vs %.3f s without", with.step,
+                 without.step);
+    cr_assert_leq(x.p.gpu_bytes, x.q.gpu_budget);
+    done(&x);
+    mt_error err;
+    mt_preset_config(mt_preset_find("8b"), 2048, &x.cfg);
+    cr_assert_eq(mt_params_init(&x.t, &x.cfg, &err), 0, "%s", err.msg);
+    x.q = (mt_plan_request){.cfg = &x.cfg, .t = &x.t, .M = 4, .B = 8, .T = 2048,
+                            .precision = MT_GPU_BF16, .gpu_budget = 139e9, .host_budget = 129.7e9,
+                            .host_grad_dtype = -1, .keep_layers = -1, .device_optim = -1};
+    mt_rates_default(&x.q.rates);
+    cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), 0, "%s", err.msg);
+    cr_assert_eq(x.p.n_dev, 0);
     done(&x);
 }
 

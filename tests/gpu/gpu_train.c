@@ -28,50 +28,49 @@ void mt_test_make_batch(const mt_config *cfg, int64_t n, uint64_t seed, int32_t 
     }
 }
 
-static mt_grad_view src_begin(void *be, int layer) { return mt_cuda_backend_grads_begin(be, layer); }
-static void src_wait(void *be, int layer) { mt_cuda_backend_grads_wait(be, layer); }
+void mt_test_optimizer(mt_optimizer *opt, int steps) {
+    mt_error err;
+    *opt = (mt_optimizer){.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
+                          .max_grad_norm = 1.0f};
+    opt->sched = mt_lr_schedule_make(MT_LR_COSINE, 3e-3, 3, steps);
+    cr_assert_eq(mt_optim_cpu_init(&opt->cpu, 0, &err), 0);
+}
 
-void mt_test_train(const mt_config *cfg, const mt_param_table *t, mt_host_store *st, int64_t T,
-                   int gpu, mt_gpu_precision prec, int gpu_grads, const mt_layer_home *homes,
-                   int grad_bf16, int steps, double *losses) {
+void mt_test_train_steps(const mt_config *cfg, const mt_param_table *t, mt_host_store *st,
+                         int64_t T, const mt_cuda_backend_opts *o, mt_optimizer *opt,
+                         int first, int steps, double *losses) {
     mt_error err;
     int M = 2;
     int64_t B = 1, n = M * B * T;
-    mt_optimizer opt = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
-                        .max_grad_norm = 1.0f};
-    opt.sched = mt_lr_schedule_make(MT_LR_COSINE, 3e-3, 3, steps);
-    cr_assert_eq(mt_optim_cpu_init(&opt.cpu, 0, &err), 0);
     mt_backend *be;
     mt_optim_pipeline pipe;
-    if (gpu) {
-        mt_cuda_backend_opts o = {.precision = prec, .gpu_grads = gpu_grads, .homes = homes,
-                                  .host_grad_bf16 = grad_bf16};
-        be = mt_cuda_backend_create(cfg, t, st, M, B, T, &o, &err);
+    if (o) {
+        be = mt_cuda_backend_create(cfg, t, st, M, B, T, o, &err);
         cr_assert_not_null(be, "%s", err.msg);
-        mt_grad_source src = {be, src_begin, src_wait};
-        cr_assert_eq(mt_optim_pipeline_init(&pipe, &opt, st, &src, &err), 0);
+        mt_grad_source src = mt_cuda_backend_grad_source(be);
+        cr_assert_eq(mt_optim_pipeline_init(&pipe, opt, st, &src, &err), 0);
         mt_cuda_backend_set_weight_gate(be, mt_optim_pipeline_gate, &pipe);
     } else {
         be = mt_cpu_backend_create(cfg, t, st, M, B, T, &err);
         cr_assert_not_null(be, "%s", err.msg);
     }
     int32_t *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
-    for (int s = 0; s < steps; s++) {
+    for (int s = first; s < first + steps; s++) {
         mt_test_make_batch(cfg, n, (uint64_t)s + 1, tok, tgt);
         mt_batch b = {.M = M, .B = B, .T = T, .tokens = tok, .targets = tgt};
-        cr_assert_eq(mt_step_forward_backward(be, t->n_layers, &b, &losses[s], &err), 0,
+        cr_assert_eq(mt_step_forward_backward(be, t->n_layers, &b, &losses[s - first], &err), 0,
                      "%s", err.msg);
-        if (gpu) {
+        if (o) {
             const double *sq = mt_cuda_backend_layer_sumsq(be);
             double total = 0;
             for (int l = 0; l < t->n_layers; l++) total += sq[l];
             mt_optim_pipeline_start(&pipe, total, NULL);
         } else {
-            mt_optimizer_step(&opt, st, NULL);
+            mt_optimizer_step(opt, st, NULL);
         }
     }
-    if (gpu) {
-        mt_optim_pipeline_wait_all(&pipe);
+    if (o) {
+        mt_optim_pipeline_wait_all(&pipe); /* the store holds every layer's state */
         mt_optim_pipeline_free(&pipe);
         mt_cuda_backend_free(be);
     } else {
@@ -79,6 +78,16 @@ void mt_test_train(const mt_config *cfg, const mt_param_table *t, mt_host_store 
     }
     free(tok);
     free(tgt);
+}
+
+void mt_test_train(const mt_config *cfg, const mt_param_table *t, mt_host_store *st, int64_t T,
+                   int gpu, mt_gpu_precision prec, int gpu_grads, const mt_layer_home *homes,
+                   int grad_bf16, int steps, double *losses) {
+    mt_optimizer opt;
+    mt_test_optimizer(&opt, steps);
+    mt_cuda_backend_opts o = {.precision = prec, .gpu_grads = gpu_grads, .homes = homes,
+                              .host_grad_bf16 = grad_bf16};
+    mt_test_train_steps(cfg, t, st, T, gpu ? &o : NULL, &opt, 0, steps, losses);
 }
 
 double mt_test_gpu_step(mt_fixture *f, mt_gpu_precision prec, int M, int host_ckpt) {

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "backend/cuda/backend_cuda.h"
+#include "engine/optimizer.h"
 #include "host/store.h"
 #include "model/config.h"
 #include "model/params.h"
@@ -26,6 +27,17 @@ void mt_test_make_batch(const mt_config *cfg, int64_t n, uint64_t seed, int32_t 
 void mt_test_train(const mt_config *cfg, const mt_param_table *t, mt_host_store *s, int64_t T,
                    int gpu, mt_gpu_precision prec, int gpu_grads, const mt_layer_home *homes,
                    int grad_bf16, int steps, double *losses);
+
+/* The tests' AdamW (betas 0.9/0.95, decay 0.1, clipping at 1, cosine
+ * schedule over `steps` with 3 warm-up steps). */
+void mt_test_optimizer(mt_optimizer *opt, int steps);
+
+/* Steps first..first+steps-1 (batches seeded by the step) with opt, on a
+ * GPU backend made with o (the pipeline overlapped, the store current at
+ * the end), or with o NULL on the CPU backend and the plain step. */
+void mt_test_train_steps(const mt_config *cfg, const mt_param_table *t, mt_host_store *s,
+                         int64_t T, const mt_cuda_backend_opts *o, mt_optimizer *opt,
+                         int first, int steps, double *losses);
 
 /* fp32 logits against the HF fixture: TF32 off, summation order only
  * (observed < 1e-6 dense, 4.2e-7 MoE), with the margin of the other GPU

@@ -63,12 +63,17 @@ static int ready(cuda_backend *cb, int layer) {
  * wait, if the optimizer has not written the layer yet. */
 static int issue(cuda_backend *cb, int j, int wait) {
     int layer = cb->seq[j];
+    if (layer < cb->n_dev) { /* updated in place on the GPU: nothing to copy */
+        if (cb->gate && !cb->gate(cb->gate_ctx, layer, wait)) return 0;
+        cb->slot_of[j] = &cb->dev_slot[layer];
+        return 1;
+    }
     if (uses_embed_slot(cb, layer)) {
         if (cb->embed_slot.layer != 0) {
             if (!wait && !ready(cb, 0)) return 0;
             upload(cb, &cb->embed_slot, 0);
         }
-        cb->slot_of[j] = MAX_SLOTS;
+        cb->slot_of[j] = &cb->embed_slot;
         return 1;
     }
     int victim = -1;
@@ -76,7 +81,7 @@ static int issue(cuda_backend *cb, int j, int wait) {
         slot *s = &cb->slots[k];
         if (s->layer == layer) {
             s->last_use = j;
-            cb->slot_of[j] = k;
+            cb->slot_of[j] = s;
             return 1;
         }
         /* free: every bind assigned to it has been called already */
@@ -86,16 +91,16 @@ static int issue(cuda_backend *cb, int j, int wait) {
     if (victim < 0 || (!wait && !ready(cb, layer))) return 0;
     upload(cb, &cb->slots[victim], layer);
     cb->slots[victim].last_use = j;
-    cb->slot_of[j] = victim;
+    cb->slot_of[j] = &cb->slots[victim];
     return 1;
 }
 
 static void release_bound(cuda_backend *cb) {
-    if (cb->bound < 0) return;
+    if (!cb->bound) return;
     mt_cuda_span_end(cb, cb->s_comp, cb->span_open);
     cb->span_open = -1;
-    CUDA_CHECK(cudaEventRecord(bound_slot(cb)->free, cb->s_comp));
-    cb->bound = -1;
+    CUDA_CHECK(cudaEventRecord(cb->bound->free, cb->s_comp));
+    cb->bound = NULL;
 }
 
 /* ---- step ---- */
@@ -147,7 +152,7 @@ static int cu_begin_step(mt_backend *be, const mt_batch *batch, float dscale, in
     cb->seq_len = n;
     cb->cur = 0;
     cb->issued = 0;
-    cb->bound = -1;
+    cb->bound = NULL;
     cb->h2d_bytes = cb->d2h_bytes = 0;
     cb->n_tspans = 0;
     cb->span_open = -1;
@@ -174,7 +179,7 @@ static void cu_bind_layer(mt_backend *be, int layer, int backward) {
         cb->issued++;
     MT_ASSERT(cb->issued > cb->cur);
     cb->bound = cb->slot_of[cb->cur];
-    CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, bound_slot(cb)->ready, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->bound->ready, 0));
     cb->span_open = mt_cuda_span_begin(cb, cb->s_comp, MT_TRACK_COMPUTE,
                                layer == cb->t->n_layers - 1 ? "head (L%d)"
                                : backward                     ? "bwd L%d"
@@ -227,7 +232,7 @@ static void cu_forward(mt_backend *be, int layer, int mb) {
 /* The output matrix and its gradient: the head's own, or layer 0's. */
 static void head_matrix(cuda_backend *cb, int head, void **w, float **g) {
     if (cb->cfg->tie_embeddings) {
-        *w = W_op(cb, &cb->embed_slot, 0, MT_T_EMBED);
+        *w = W_op(cb, embed_weights(cb), 0, MT_T_EMBED);
         *g = G(cb, cb->gacc_embed, 0, MT_T_EMBED);
     } else {
         *w = W_op(cb, bound_slot(cb), head, MT_T_LM_HEAD);
@@ -243,7 +248,7 @@ static void cu_head(mt_backend *be, int mb) {
     size_t N = cb->N, C = c->C;
     slot *s = bound_slot(cb);
     const float *x = ckpt_at(cb, head, mb);
-    if (c->tie_embeddings) CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->embed_slot.ready, 0));
+    if (c->tie_embeddings) CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, embed_weights(cb)->ready, 0));
     void *wl;
     float *gl;
     head_matrix(cb, head, &wl, &gl);

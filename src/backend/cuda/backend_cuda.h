@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "engine/backend.h"
+#include "engine/optim_pipeline.h"
 #include "engine/optimizer.h"
 #include "host/store.h"
 #include "model/config.h"
@@ -57,6 +58,15 @@ typedef struct mt_cuda_backend_opts {
     /* Device bytes the backend may take in all (0: what is free), counting
      * a reserve for the CUDA context and libraries (MT_CUDA_CONTEXT_RESERVE). */
     size_t gpu_budget;
+    /* The first device_optim_layers layers (layer 0 is the embedding, then
+     * the first blocks: those the next forward needs first) keep their fp32
+     * weights and Adam moments on the GPU, and their AdamW runs there
+     * (mt_cuda_backend_update_layer), so the next step's forward waits for
+     * no gradient copy, CPU update or weight copy of theirs. Their
+     * gradients wait on the GPU whatever homes says. 12 GPU bytes per
+     * parameter of those layers (14 in bf16 mode) and no weight copies;
+     * the store holds their new state after mt_cuda_backend_flush_store. */
+    int device_optim_layers;
 } mt_cuda_backend_opts;
 
 /* Called (on the thread that drives the step) before layer l's weights are
@@ -111,6 +121,27 @@ void mt_cuda_backend_wait_grads(mt_backend *be);
  * another thread than the one driving the step. */
 mt_grad_view mt_cuda_backend_grads_begin(mt_backend *be, int layer);
 void mt_cuda_backend_grads_wait(mt_backend *be, int layer);
+
+/* Layers whose optimizer state lives on the GPU (0..n-1). */
+int mt_cuda_backend_device_layers(mt_backend *be);
+
+/* Enqueues the AdamW step of layer l (< mt_cuda_backend_device_layers)
+ * from its gradient of the last step, coefs[k] for its tensor k
+ * (mt_optimizer_layer_coefs), after the step's work on the compute
+ * stream, so every later bind of the layer sees the new weights. Call it
+ * after end_step and before the layer's next forward binds it (the weight
+ * gate orders the two). Safe from another thread than the one driving the
+ * step. */
+void mt_cuda_backend_update_layer(mt_backend *be, int layer, const mt_adamw_coefs *coefs);
+
+/* Copies the GPU-updated layers' weights and moments into the store
+ * (blocks; nothing to do when no update ran since the last flush). */
+void mt_cuda_backend_flush_store(mt_backend *be);
+
+/* The optimizer pipeline's view of this backend: where each layer's
+ * gradient is (grads_begin/wait), and the GPU update and flush of the
+ * device layers. */
+mt_grad_source mt_cuda_backend_grad_source(mt_backend *be);
 
 /* Per-step timings in ms of the last step, measured with events. */
 typedef struct mt_cuda_step_times {

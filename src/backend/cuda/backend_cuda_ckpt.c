@@ -77,16 +77,15 @@ void mt_cuda_checkpoint_traffic(cuda_backend *cb, int layer, int backward) {
 const float *mt_cuda_recompute_input(cuda_backend *cb, int layer, int mb) {
     int prev = layer - 1, j = cb->cur; /* cur is one past the bound bind */
     MT_ASSERT(j < cb->seq_len && cb->seq[j] == prev && cb->issued > j);
-    int k = cb->slot_of[j];
-    slot *ps = k == MAX_SLOTS ? &cb->embed_slot : &cb->slots[k];
+    slot *ps = cb->slot_of[j];
     if (mb == 0) CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, ps->ready, 0));
     if (prev == 0) {
         mt_cuda_embedding_forward(cb->ctx, cb->xin, cb->tokens + (size_t)mb * cb->N,
                                   W32(cb, ps, 0, MT_T_EMBED), MT_DT_F32, cb->N, cb->cfg->C);
         return cb->xin;
     }
-    int bound = cb->bound;
-    cb->bound = k;
+    slot *bound = cb->bound;
+    cb->bound = ps;
     mt_cuda_block_forward(cb, &cb->a, prev, mb, ckpt_at(cb, prev, mb), cb->xin);
     cb->bound = bound;
     return cb->xin;

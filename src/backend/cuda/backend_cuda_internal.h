@@ -65,7 +65,17 @@ typedef struct cuda_backend {
     char *dev_base;
     size_t dev_bytes;
     slot slots[MAX_SLOTS];
-    slot embed_slot;    /* tied models: layer 0 stays for the head */
+    slot embed_slot;    /* tied models: layer 0 stays for the head (unless a device layer) */
+    /* Device layers 0..n_dev-1 (opts.device_optim_layers): weights and Adam
+     * moments live here, laid out as the store's range of those layers
+     * (dev_numel), and the optimizer updates them in place; dev_slot[l]
+     * points into dev_w (and dev_w16) for the binds. */
+    int n_dev;
+    slot *dev_slot;     /* (n_dev) */
+    float *dev_w, *dev_m, *dev_v;
+    uint16_t *dev_w16;  /* bf16 mode */
+    size_t dev_numel;
+    int dev_stale;      /* the store lags them: updated since the last flush */
     /* Gradients (see mt_layer_home). Host-waiting layers accumulate in
      * gacc[2] by turns and drain to the host; GPU-waiting ones each keep an
      * accumulator in gacc_all at goff[l] that the optimizer fetches. */
@@ -127,8 +137,8 @@ typedef struct cuda_backend {
     const mt_batch *batch;
     int seq[4096];
     int seq_len, cur, issued;
-    int slot_of[4096];
-    int bound;          /* slot index of the bound layer, MAX_SLOTS = embed slot, -1 none */
+    slot *slot_of[4096];
+    slot *bound;        /* the bound layer's weights, NULL none */
     int gbuf;           /* gacc in use */
     float *g_cur;       /* accumulator of the bound layer */
     mt_weight_gate_fn gate;
@@ -198,8 +208,11 @@ static inline float *G(const cuda_backend *cb, float *gacc, int layer, mt_role r
     return i < 0 ? NULL : gacc + ld->tensors[i].offset;
 }
 
-static inline slot *bound_slot(cuda_backend *cb) {
-    return cb->bound == MAX_SLOTS ? &cb->embed_slot : &cb->slots[cb->bound];
+static inline slot *bound_slot(cuda_backend *cb) { return cb->bound; }
+
+/* Layer 0's weights, which a tied model's head reads too. */
+static inline slot *embed_weights(cuda_backend *cb) {
+    return cb->n_dev ? &cb->dev_slot[0] : &cb->embed_slot;
 }
 
 /* Whether checkpoint l visits dck[l % 2] (host or recomputed ones). */

@@ -23,14 +23,18 @@ static int pin(void *p, size_t bytes, mt_error *err) {
     return 0;
 }
 
-/* Pins the weight and gradient arrays layer by layer: every copy stays
- * inside one registration, and each registration is one layer's range. */
+/* Pins the weight and gradient arrays (and the device layers' moments)
+ * layer by layer: every copy stays inside one registration, and each
+ * registration is one layer's range. */
 static int pin_store(cuda_backend *cb, int on, mt_error *err) {
     const mt_param_table *t = cb->t;
     for (int l = 0; l < t->n_layers; l++) {
         const mt_layer_desc *ld = &t->layers[l];
-        float *arrays[] = {cb->store->w + ld->offset, cb->store->g ? cb->store->g + ld->offset : NULL};
-        for (int i = 0; i < 2; i++) {
+        int dev = l < cb->n_dev; /* the flush copies their moments too */
+        float *arrays[] = {cb->store->w + ld->offset, cb->store->g ? cb->store->g + ld->offset : NULL,
+                           dev ? cb->store->m + ld->offset : NULL,
+                           dev ? cb->store->v + ld->offset : NULL};
+        for (int i = 0; i < 4; i++) {
             if (!arrays[i]) continue;
             if (!on) {
                 cudaHostUnregister(arrays[i]);
@@ -55,6 +59,30 @@ static int pinned_alloc(void **p, size_t bytes, const char *what, mt_error *err)
 
 static void make_event(cudaEvent_t *e, int timing) {
     CUDA_CHECK(cudaEventCreateWithFlags(e, timing ? cudaEventDefault : cudaEventDisableTiming));
+}
+
+/* Layer l's range of a device layers' array (laid out as the store). */
+static float *dev_at(const cuda_backend *cb, float *array, int layer) {
+    return array + (cb->t->layers[layer].offset - cb->t->layers[0].offset);
+}
+
+/* The device layers' weights and moments, from the store. */
+static void load_device_layers(cuda_backend *cb) {
+    if (!cb->n_dev) return;
+    const float *src[] = {cb->store->w, cb->store->m, cb->store->v};
+    float *dst[] = {cb->dev_w, cb->dev_m, cb->dev_v};
+    for (int i = 0; i < 3; i++)
+        for (int l = 0; l < cb->n_dev; l++) /* a copy per pinned range: a layer */
+            CUDA_CHECK(cudaMemcpyAsync(dev_at(cb, dst[i], l), src[i] + cb->t->layers[l].offset,
+                                       cb->t->layers[l].numel * sizeof(float),
+                                       cudaMemcpyHostToDevice, cb->s_comp));
+    if (cb->dev_w16) mt_cuda_cast_f32_to_bf16(cb->ctx, cb->dev_w16, cb->dev_w, cb->dev_numel);
+    for (int l = 0; l < cb->n_dev; l++) {
+        make_event(&cb->dev_slot[l].ready, 0);
+        make_event(&cb->dev_slot[l].free, 0);
+        CUDA_CHECK(cudaEventRecord(cb->dev_slot[l].ready, cb->s_comp));
+    }
+    CUDA_CHECK(cudaStreamSynchronize(cb->s_comp));
 }
 
 mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
@@ -220,6 +248,7 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
         mt_cuda_backend_free(&cb->base);
         return NULL;
     }
+    load_device_layers(cb);
     return &cb->base;
 }
 
@@ -260,6 +289,10 @@ void mt_cuda_backend_free(mt_backend *be) {
         if (cb->fetched[i]) cudaEventDestroy(cb->fetched[i]);
     }
     if (cb->s_fetch) cudaStreamDestroy(cb->s_fetch);
+    for (int l = 0; cb->dev_slot && l < cb->n_dev; l++) {
+        if (cb->dev_slot[l].ready) cudaEventDestroy(cb->dev_slot[l].ready);
+        if (cb->dev_slot[l].free) cudaEventDestroy(cb->dev_slot[l].free);
+    }
     if (cb->tev) {
         for (int i = 0; i < 2 * TRACE_SPANS; i++) cudaEventDestroy(cb->tev[i]);
         cudaEventDestroy(cb->ev_base);
@@ -311,6 +344,53 @@ void mt_cuda_backend_wait_grads(mt_backend *be) {
     CUDA_CHECK(cudaEventSynchronize(((cuda_backend *)be)->ev_d2h_end));
 }
 
+int mt_cuda_backend_device_layers(mt_backend *be) { return ((cuda_backend *)be)->n_dev; }
+
+void mt_cuda_backend_update_layer(mt_backend *be, int layer, const mt_adamw_coefs *coefs) {
+    cuda_backend *cb = (cuda_backend *)be;
+    MT_ASSERT(layer >= 0 && layer < cb->n_dev);
+    const mt_layer_desc *ld = &cb->t->layers[layer];
+    size_t at = ld->offset - cb->t->layers[0].offset;
+    const float *g = cb->gacc_all + cb->goff[layer]; /* laid out as the layer's range */
+    for (int k = 0; k < ld->n_tensors; k++) {
+        const mt_tensor_desc *td = &ld->tensors[k];
+        size_t off = at + td->offset;
+        mt_cuda_adamw(cb->s_comp, cb->dev_w + off, cb->dev_m + off, cb->dev_v + off,
+                      g + td->offset, td->numel, &coefs[k]);
+    }
+    if (cb->dev_w16) mt_cuda_cast_f32_to_bf16(cb->ctx, cb->dev_w16 + at, cb->dev_w + at, ld->numel);
+    CUDA_CHECK(cudaEventRecord(cb->dev_slot[layer].ready, cb->s_comp));
+    cb->dev_stale = 1;
+}
+
+void mt_cuda_backend_flush_store(mt_backend *be) {
+    cuda_backend *cb = (cuda_backend *)be;
+    if (!cb->dev_stale) return;
+    float *dst[] = {cb->store->w, cb->store->m, cb->store->v};
+    float *src[] = {cb->dev_w, cb->dev_m, cb->dev_v};
+    /* on the compute stream: after the updates; a copy per pinned range */
+    for (int i = 0; i < 3; i++)
+        for (int l = 0; l < cb->n_dev; l++)
+            CUDA_CHECK(cudaMemcpyAsync(dst[i] + cb->t->layers[l].offset, dev_at(cb, src[i], l),
+                                       cb->t->layers[l].numel * sizeof(float),
+                                       cudaMemcpyDeviceToHost, cb->s_comp));
+    CUDA_CHECK(cudaStreamSynchronize(cb->s_comp));
+    cb->dev_stale = 0;
+}
+
+static mt_grad_view src_begin(void *be, int layer) { return mt_cuda_backend_grads_begin(be, layer); }
+static void src_wait(void *be, int layer) { mt_cuda_backend_grads_wait(be, layer); }
+static void src_update(void *be, int layer, const mt_adamw_coefs *coefs) {
+    mt_cuda_backend_update_layer(be, layer, coefs);
+}
+static void src_flush(void *be) { mt_cuda_backend_flush_store(be); }
+
+mt_grad_source mt_cuda_backend_grad_source(mt_backend *be) {
+    return (mt_grad_source){.ctx = be, .begin = src_begin, .wait = src_wait,
+                            .n_device = mt_cuda_backend_device_layers(be), .update = src_update,
+                            .flush = src_flush};
+}
+
 void mt_cuda_backend_times(mt_backend *be, mt_cuda_step_times *t) {
     *t = ((cuda_backend *)be)->times;
 }
@@ -321,6 +401,7 @@ int mt_cuda_backend_kept_layers(mt_backend *be) { return ((cuda_backend *)be)->n
 
 void mt_cuda_backend_logits(mt_backend *be, int mb, int64_t row, float *logits) {
     cuda_backend *cb = (cuda_backend *)be;
+    mt_cuda_backend_flush_store(be); /* the head's weights are read from the store */
     const mt_config *c = cb->cfg;
     int head = cb->t->n_layers - 1;
     MT_ASSERT(row >= 0 && row < cb->N && mb >= 0 && mb < cb->max_M);

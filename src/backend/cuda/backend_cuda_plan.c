@@ -29,13 +29,27 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
     const mt_config *c = cb->cfg;
     const mt_param_table *t = cb->t;
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
-    size_t lw = t->max_layer_numel;
     int bf = cb->prec == MT_PREC_BF16;
+    size_t lw = 0; /* the largest layer that streams through the slots */
+    for (int l = cb->n_dev; l < t->n_layers; l++)
+        if (t->layers[l].numel > lw && !(c->tie_embeddings && l == 0)) lw = t->layers[l].numel;
     for (int k = 0; k < cb->o.slots; k++) {
         cb->slots[k].w32 = TAKE_F(b, lw);
         cb->slots[k].w16 = bf ? take(b, lw * 2) : NULL;
     }
-    if (c->tie_embeddings) {
+    if (cb->n_dev) {
+        size_t n = cb->dev_numel;
+        cb->dev_w = TAKE_F(b, n);
+        cb->dev_m = TAKE_F(b, n);
+        cb->dev_v = TAKE_F(b, n);
+        cb->dev_w16 = bf ? take(b, n * 2) : NULL;
+        for (int l = 0; l < cb->n_dev; l++) {
+            size_t off = t->layers[l].offset - t->layers[0].offset;
+            cb->dev_slot[l].layer = l;
+            cb->dev_slot[l].w32 = cb->dev_w ? cb->dev_w + off : NULL;
+            cb->dev_slot[l].w16 = cb->dev_w16 ? cb->dev_w16 + off : NULL;
+        }
+    } else if (c->tie_embeddings) {
         size_t ne = t->layers[0].numel;
         cb->embed_slot.w32 = TAKE_F(b, ne);
         cb->embed_slot.w16 = bf ? take(b, ne * 2) : NULL;
@@ -195,6 +209,12 @@ void mt_cuda_resolve_homes(cuda_backend *cb) {
     cb->goff = mt_calloc_or_die((size_t)nl, sizeof *cb->goff);
     cb->h_goff = mt_calloc_or_die((size_t)nl, sizeof *cb->h_goff);
     cb->ck_idx = mt_calloc_or_die((size_t)nl, sizeof *cb->ck_idx);
+    cb->n_dev = cb->o.device_optim_layers < 0 ? 0
+                : cb->o.device_optim_layers > nl ? nl : cb->o.device_optim_layers;
+    cb->dev_slot = mt_calloc_or_die((size_t)(cb->n_dev ? cb->n_dev : 1), sizeof *cb->dev_slot);
+    cb->dev_numel = cb->n_dev ? t->layers[cb->n_dev - 1].offset + t->layers[cb->n_dev - 1].numel -
+                                    t->layers[0].offset
+                              : 0;
     cb->gpu_grad_numel = cb->max_gpu_grad_numel = 0;
     cb->host_grad_numel = cb->max_host_grad_numel = cb->max_stage_numel = 0;
     cb->n_gpu_ckpt = cb->n_host_ckpt = cb->n_drop_ckpt = 0;
@@ -203,6 +223,7 @@ void mt_cuda_resolve_homes(cuda_backend *cb) {
                                       : (mt_layer_home){.grad_host = !cb->o.gpu_grads,
                                                         .ckpt_host = (uint8_t)cb->o.host_checkpoints};
         if (l == 0) h.ckpt_host = h.ckpt_recompute = 0; /* no checkpoint */
+        if (l < cb->n_dev) h.grad_host = 0; /* updated where it is */
         if (h.ckpt_recompute) {
             h.ckpt_host = 0;
             /* rebuilt from layer l-1's, unless still on the GPU (the last two) */
@@ -220,7 +241,8 @@ void mt_cuda_resolve_homes(cuda_backend *cb) {
         } else {
             cb->goff[l] = cb->gpu_grad_numel;
             cb->gpu_grad_numel += mt_round_up(n, 64);
-            if (n > cb->max_gpu_grad_numel) cb->max_gpu_grad_numel = n;
+            /* the optimizer's fetch stages it, unless it updates it here */
+            if (l >= cb->n_dev && n > cb->max_gpu_grad_numel) cb->max_gpu_grad_numel = n;
         }
         if (l >= 1 && !h.ckpt_recompute)
             cb->ck_idx[l] = h.ckpt_host ? cb->n_host_ckpt++ : cb->n_gpu_ckpt++;
@@ -232,6 +254,8 @@ void mt_cuda_homes_free(cuda_backend *cb) {
     free(cb->goff);
     free(cb->h_goff);
     free(cb->ck_idx);
+    free(cb->dev_slot);
+    cb->dev_slot = NULL;
     cb->home = NULL;
     cb->goff = cb->h_goff = NULL;
     cb->ck_idx = NULL;

@@ -63,11 +63,14 @@ static layer_costs costs(const mt_plan_request *q) {
  * Replays the bind order of a step (forward 0..L, head, backward L..0)
  * over three resources: the H2D engine (weights, checkpoint loads), the
  * compute stream, the D2H engine (checkpoint saves, gradients). A layer's
- * weights start copying once the optimizer thread has updated it (it runs
- * from the start of the step, layer 0 first) and at most K-1 binds ahead;
- * a gradient accumulator is reused only after its drain. */
+ * weights start copying once the optimizer thread has updated it and at
+ * most K-1 binds ahead; a gradient accumulator is reused only after its
+ * drain. The optimizer starts with the step (the last step's drains end
+ * it): the device layers' updates first on the compute stream, the CPU's
+ * in layer order, each once its gradient is on the host (a GPU-waiting one
+ * is fetched while the layer before it is updated). */
 mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_layer_home *h,
-                                   int bf16, int n_keep) {
+                                   int bf16, int n_keep, int n_dev) {
     const mt_param_table *t = q->t;
     const mt_rates *r = &q->rates;
     int nl = t->n_layers, head = nl - 1, K = q->slots > 1 ? q->slots : 3;
@@ -84,17 +87,27 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_layer_home
     double drained[2] = {0, 0}, compute = 0, fwd_end = 0;
     int gturn = 0;
     double *opt_done = mt_calloc_or_die((size_t)nl, sizeof *opt_done);
+    double prev_start = 0;
     for (int l = 0; l < nl; l++) {
-        opt += (double)t->layers[l].numel / adam;
+        double numel = (double)t->layers[l].numel;
+        if (l < n_dev) { /* p, m, v, g and the bf16 copy through HBM */
+            comp += numel * 30.0 / (r->hbm_gbs * 1e9);
+            opt_done[l] = comp;
+            continue;
+        }
+        double fetched = prev_start + (h[l].grad_host ? 0 : numel * 4.0 / d2h);
+        prev_start = fmax(opt, fetched);
+        opt = prev_start + numel / adam;
         opt_done[l] = opt;
     }
+    compute = comp;
     for (int j = 0; j < n; j++) {
         int l = seq[j], b = bwd[j], back = b && l != head;
         int first_kept = head - n_keep; /* decoder layers >= this keep activations */
         double rh2d = back ? h2d * r->duplex : h2d, rd2h = back ? d2h * r->duplex : d2h;
         /* weights: once per pass; the last block stays resident at the turn */
         double wbytes = (j > 0 && seq[j - 1] == l) ? 0 : (double)t->layers[l].numel * 4;
-        if (back && l == head - 1) wbytes = 0;
+        if ((back && l == head - 1) || l < n_dev) wbytes = 0;
         double ready = j >= K - 1 ? cstart[j - (K - 1)] : 0;
         if (!b) ready = fmax(ready, opt_done[l]);
         double s = fmax(h2d_free, ready), e = s + wbytes / rh2d;
@@ -150,7 +163,8 @@ void mt_plan_backend_opts(const mt_plan *plan, const mt_plan_request *q,
     *o = (mt_cuda_backend_opts){.precision = q->precision, .slots = q->slots,
                                 .homes = plan->homes, .host_grad_bf16 = plan->host_grad_bf16,
                                 .keep_layers = plan->n_keep,
-                                .gpu_budget = (size_t)q->gpu_budget};
+                                .gpu_budget = (size_t)q->gpu_budget,
+                                .device_optim_layers = plan->n_dev};
 }
 
 static void measure(const mt_plan_request *q, mt_plan *p) {
@@ -218,6 +232,9 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
                                       .ckpt_recompute = l == 1 || l >= nl - 2};
     if (q->all_gpu)
         for (int l = 0; l < nl; l++) p->homes[l] = (mt_layer_home){0, 0, 0};
+    /* asked-for device layers: their gradients wait on the GPU */
+    p->n_dev = q->device_optim > 0 ? (q->device_optim < nl - 1 ? q->device_optim : nl - 1) : 0;
+    for (int l = 0; l < p->n_dev; l++) p->homes[l].grad_host = 0;
     measure(q, p);
     if (p->gpu_bytes > q->gpu_budget) {
         snprintf(p->why, sizeof p->why,
@@ -279,25 +296,28 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
         return 0;
     }
     /* the rest of the GPU buys speed: checkpoints home (no PCIe traffic),
-     * kept layers (no recompute), by the model's gain per byte */
+     * kept layers (no recompute), gradients home, the next leading layer's
+     * optimizer on the GPU (its copies leave the step's start), by the
+     * model's gain per byte */
     int keep_ok = q->precision == MT_GPU_BF16 && q->keep_layers != 0 &&
                   !mt_config_is_moe(q->cfg); /* MoE blocks always recompute */
     for (;;) {
-        mt_step_prediction base = mt_plan_predict(q, p->homes, bf16, p->n_keep);
+        mt_step_prediction base = mt_plan_predict(q, p->homes, bf16, p->n_keep, p->n_dev);
         double best_gain = 0;
-        int best = -1; /* 0 checkpoint, 1 keep, 2 gradient, 3 rebuilt checkpoint */
+        int best = -1; /* 0 checkpoint, 1 keep, 2 gradient, 3 rebuilt checkpoint, 4 device layer */
         int ck = 1;
         while (ck < nl && !p->homes[ck].ckpt_host) ck++;
         int gk = 0;
         while (gk < nl && !p->homes[grad_order(t, gk)].grad_host) gk++;
         int rk = 2; /* a rebuilt checkpoint kept on the GPU instead (not layer 1's) */
         while (rk < nl - 2 && !p->homes[rk].ckpt_recompute) rk++;
-        for (int m = 0; m < 4; m++) {
+        for (int m = 0; m < 5; m++) {
             int ok = m == 0   ? ck < nl
                      : m == 1 ? keep_ok && p->n_keep < L &&
                                     (q->keep_layers < 0 || p->n_keep < q->keep_layers)
                      : m == 2 ? gk < nl
-                              : rk < nl - 2;
+                     : m == 3 ? rk < nl - 2
+                              : q->device_optim == 0 && p->n_dev < nl - 1;
             if (!ok) continue;
             mt_plan trial = *p;
             trial.homes = mt_calloc_or_die((size_t)nl, sizeof *trial.homes);
@@ -306,10 +326,12 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
             if (m == 1) trial.n_keep++;
             if (m == 2) trial.homes[grad_order(t, gk)].grad_host = 0;
             if (m == 3) trial.homes[rk].ckpt_recompute = 0;
+            if (m == 4) trial.homes[trial.n_dev++].grad_host = 0;
             measure(q, &trial);
             /* a GPU-waiting gradient pins the optimizer's staging on the host */
             if (trial.gpu_bytes <= q->gpu_budget && trial.host_bytes <= q->host_budget) {
-                mt_step_prediction s = mt_plan_predict(q, trial.homes, bf16, trial.n_keep);
+                mt_step_prediction s =
+                    mt_plan_predict(q, trial.homes, bf16, trial.n_keep, trial.n_dev);
                 double gain = (base.step - s.step) / fmax(trial.gpu_bytes - p->gpu_bytes, 1.0);
                 /* ties (no predicted gain) still bring checkpoints home: less traffic */
                 if (m == 0 && base.step - s.step <= 0) gain = 1e-15;
@@ -322,9 +344,10 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
         if (best == 1) p->n_keep++;
         if (best == 2) p->homes[grad_order(t, gk)].grad_host = 0;
         if (best == 3) p->homes[rk].ckpt_recompute = 0;
+        if (best == 4) p->homes[p->n_dev++].grad_host = 0;
         measure(q, p);
     }
-    p->pred = mt_plan_predict(q, p->homes, bf16, p->n_keep);
+    p->pred = mt_plan_predict(q, p->homes, bf16, p->n_keep, p->n_dev);
     p->fits = 1;
     return 1;
 }
@@ -381,9 +404,11 @@ void mt_plan_print(const mt_plan *p, const mt_plan_request *q, FILE *f) {
                 layer_kind(p, a) >= 0 && (layer_kind(p, a) & 4) ? "activations kept" : "");
         a = b + 1;
     }
-    fprintf(f, "host gradients: %s; kept layers: %d of %lld\n",
+    fprintf(f, "host gradients: %s; kept layers: %d of %lld; AdamW on the GPU: ",
             p->host_grad_bf16 ? "bf16 (rounded once from the fp32 GPU sum)" : "fp32",
             p->n_keep, (long long)q->cfg->L);
+    if (p->n_dev > 1) fprintf(f, "layers 0-%d\n", p->n_dev - 1);
+    else fprintf(f, p->n_dev ? "layer 0\n" : "none\n");
     fprintf(f, "GPU:  %7.2f GB of %.2f GB budget (context reserve %.1f GB included)\n",
             p->gpu_bytes / 1e9, q->gpu_budget / 1e9, MT_CUDA_CONTEXT_RESERVE / 1e9);
     fprintf(f, "host: %7.2f GB of %.2f GB budget: store %.2f GB (12 B/param), pinned %.2f GB; "

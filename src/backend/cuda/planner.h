@@ -54,6 +54,9 @@ typedef struct mt_plan_request {
     int keep_layers;          /* -1: planner's choice */
     int all_gpu;              /* place every gradient and checkpoint on the GPU */
     int slots;                /* weight slots (0: default) */
+    /* Leading layers whose AdamW runs on the GPU (mt_cuda_backend_opts.
+     * device_optim_layers): 0 the planner's choice, > 0 that many, < 0 none. */
+    int device_optim;
     mt_rates rates;
 } mt_plan_request;
 
@@ -66,6 +69,7 @@ typedef struct mt_plan {
     int n_layers;
     mt_layer_home *homes;     /* (n_layers) */
     int host_grad_bf16, n_keep;
+    int n_dev;                /* layers 0..n_dev-1: AdamW on the GPU */
     double gpu_bytes;         /* the backend's allocation + the context reserve */
     double host_bytes;        /* store + pinned buffers + batch */
     double pinned_bytes;
@@ -87,7 +91,7 @@ void mt_plan_backend_opts(const mt_plan *plan, const mt_plan_request *req,
 
 /* Step time of a given placement under the request's rates. */
 mt_step_prediction mt_plan_predict(const mt_plan_request *req, const mt_layer_home *homes,
-                                   int host_grad_bf16, int n_keep);
+                                   int host_grad_bf16, int n_keep, int n_dev);
 
 /* Prints placement per layer group, bytes per tier and the predicted
  * breakdown. */
