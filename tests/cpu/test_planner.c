@@ -120,8 +120,8 @@ Test(planner, short_budgets_rebuild_checkpoints_instead_of_refusing) {
     mt_layer_home *kept = malloc((size_t)nl * sizeof *kept);
     memcpy(kept, h, (size_t)nl * sizeof *kept);
     for (int l = 2; l < nl - 2; l++) kept[l].ckpt_recompute = 0;
-    mt_step_prediction a = mt_plan_predict(&x.q, h, x.p.host_grad_bf16, x.p.n_keep, x.p.n_dev);
-    mt_step_prediction b = mt_plan_predict(&x.q, kept, x.p.host_grad_bf16, x.p.n_keep, x.p.n_dev);
+    mt_step_prediction a = mt_plan_predict(&x.q, h, x.p.host_grad_bf16, x.p.n_keep, x.p.n_dev, x.p.lean_keep);
+    mt_step_prediction b = mt_plan_predict(&x.q, kept, x.p.host_grad_bf16, x.p.n_keep, x.p.n_dev, x.p.lean_keep);
     cr_assert_gt(a.compute, b.compute);
     free(kept);
     done(&x);
@@ -167,13 +167,13 @@ Test(planner, kept_layers_and_gpu_checkpoints_never_slow_the_model_down) {
     planned x;
     plan_8b(&x, 139, 129.7, -1);
     mt_layer_home *h = x.p.homes;
-    mt_step_prediction none = mt_plan_predict(&x.q, h, 0, 0, 0);
-    mt_step_prediction some = mt_plan_predict(&x.q, h, 0, 8, 0);
+    mt_step_prediction none = mt_plan_predict(&x.q, h, 0, 0, 0, 0);
+    mt_step_prediction some = mt_plan_predict(&x.q, h, 0, 8, 0, 0);
     cr_assert_lt(some.step, none.step, "8 kept layers %.3f s vs none %.3f s", some.step,
                  none.step);
     /* a slower PCIe can only lengthen the step */
     x.q.rates.h2d_gbs = x.q.rates.d2h_gbs = 5;
-    mt_step_prediction slow = mt_plan_predict(&x.q, h, 0, 8, 0);
+    mt_step_prediction slow = mt_plan_predict(&x.q, h, 0, 8, 0, 0);
     cr_assert_gt(slow.step, some.step);
     done(&x);
 }
@@ -189,11 +189,14 @@ Test(planner, a_roomy_gpu_updates_the_first_layers_there) {
     cr_assert_geq(x.p.n_dev, 1, "the embedding's update stays on the CPU");
     for (int l = 0; l < x.p.n_dev; l++)
         cr_assert_not(x.p.homes[l].grad_host, "device layer %d's gradient on the host", l);
-    mt_step_prediction with = mt_plan_predict(&x.q, x.p.homes, 0, x.p.n_keep, x.p.n_dev);
-    mt_step_prediction without = mt_plan_predict(&x.q, x.p.homes, 0, x.p.n_keep, 0);
+    mt_step_prediction with = mt_plan_predict(&x.q, x.p.homes, 0, x.p.n_keep, x.p.n_dev, x.p.lean_keep);
+    mt_step_prediction without = mt_plan_predict(&x.q, x.p.homes, 0, x.p.n_keep, 0, x.p.lean_keep);
     cr_assert_lt(with.step, without.step, "%.3f s with vs %.3f s without", with.step,
                  without.step);
     cr_assert_leq(x.p.gpu_bytes, x.q.gpu_budget);
+    /* the GPU holds a third of the layers' activations: lean units (the
+     * mid-block residual rebuilt) let more of them skip the recompute */
+    cr_assert(x.p.lean_keep, "kept units are full with %d of 32 kept", x.p.n_keep);
     done(&x);
     mt_error err;
     mt_preset_config(mt_preset_find("8b"), 2048, &x.cfg);
@@ -209,6 +212,23 @@ Test(planner, a_roomy_gpu_updates_the_first_layers_there) {
 
 /* megatrain calibrate's file: what is saved is what is loaded; a broken
  * file names the field. */
+/* Where every layer fits whole, lean units would only add the rebuild. */
+Test(planner, lean_kept_units_only_when_memory_binds) {
+    mt_error err;
+    planned x;
+    mt_preset_config(mt_preset_find("1b"), 2048, &x.cfg);
+    cr_assert_eq(mt_params_init(&x.t, &x.cfg, &err), 0, "%s", err.msg);
+    x.q = (mt_plan_request){.cfg = &x.cfg, .t = &x.t, .M = 4, .B = 8, .T = 2048,
+                            .precision = MT_GPU_BF16, .gpu_budget = 139e9, .host_budget = 129.7e9,
+                            .host_grad_dtype = -1, .keep_layers = -1};
+    mt_rates_default(&x.q.rates);
+    cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), 0, "%s", err.msg);
+    cr_assert(x.p.fits, "%s", x.p.why);
+    cr_assert_eq(x.p.n_keep, (int)x.cfg.L);
+    cr_assert_not(x.p.lean_keep);
+    done(&x);
+}
+
 Test(planner, calibration_files_round_trip_and_bad_ones_are_refused) {
     char *dir = mt_test_tmpdir();
     char path[4200];

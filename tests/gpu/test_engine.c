@@ -269,7 +269,8 @@ Test(engine, padded_head_dims_match_the_cpu_reference) {
 }
 
 /* Keeping a layer's activations instead of recomputing them runs the same
- * kernels on the same inputs: the gradients must be bitwise identical. */
+ * kernels on the same inputs: the gradients must be bitwise identical, also
+ * when the kept units are lean (the backward rebuilds x + o_proj(att)). */
 Test(engine, kept_activations_equal_recompute_bitwise) {
     mt_test_need_gpu();
     mt_error err;
@@ -285,18 +286,22 @@ Test(engine, kept_activations_equal_recompute_bitwise) {
     mt_test_make_batch(&c, n, 4, tok, tgt);
     mt_batch b = {.M = M, .B = B, .T = T, .tokens = tok, .targets = tgt};
     float *g0 = malloc(t.total * sizeof *g0);
-    double loss[2];
-    for (int keep = 0; keep < 2; keep++) {
-        mt_cuda_backend_opts o = {.precision = MT_GPU_BF16, .keep_layers = keep ? 2 : 0};
+    double loss[3];
+    /* recompute; kept; kept lean (the mid-block residual rebuilt) */
+    for (int keep = 0; keep < 3; keep++) {
+        mt_cuda_backend_opts o = {.precision = MT_GPU_BF16, .keep_layers = keep ? 2 : 0,
+                                  .lean_keep = keep == 2};
         mt_backend *be = mt_cuda_backend_create(&c, &t, &s, M, B, T, &o, &err);
         cr_assert_not_null(be, "%s", err.msg);
+        cr_assert_eq(mt_cuda_backend_kept_layers(be), keep ? 2 : 0);
         cr_assert_eq(mt_step_forward_backward(be, t.n_layers, &b, &loss[keep], &err), 0);
         mt_cuda_backend_wait_grads(be);
         if (!keep) memcpy(g0, s.g, t.total * sizeof *g0);
         mt_cuda_backend_free(be);
+        cr_assert_eq(loss[keep], loss[0]);
+        cr_assert_eq(memcmp(g0, s.g, t.total * sizeof *g0), 0,
+                     "gradients differ with kept activations%s", keep == 2 ? " (lean)" : "");
     }
-    cr_assert_eq(loss[0], loss[1]);
-    cr_assert_eq(memcmp(g0, s.g, t.total * sizeof *g0), 0, "gradients differ with kept activations");
     free(g0);
     free(tok);
     free(tgt);

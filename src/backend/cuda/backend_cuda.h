@@ -55,6 +55,11 @@ typedef struct mt_cuda_backend_opts {
      * -1: as many as fit in the GPU memory left after everything else
      * (within gpu_budget when set). */
     int keep_layers;
+    /* Kept layers leave out the mid-block residual (fp32, 4 bytes per
+     * hidden unit and token, a sixth of a Llama unit): their backward
+     * rebuilds it with the output projection, one more product per kept
+     * layer and micro-batch, so that more layers fit. */
+    int lean_keep;
     /* Device bytes the backend may take in all (0: what is free), counting
      * a reserve for the CUDA context and libraries (MT_CUDA_CONTEXT_RESERVE). */
     size_t gpu_budget;

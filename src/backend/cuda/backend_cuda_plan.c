@@ -166,7 +166,7 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
         k->v_op = take(b, N * KV * 2);
         k->att_op = take(b, N * Q * 2);
         k->lse = TAKE_F(b, N * c->NH);
-        k->xmid = TAKE_F(b, N * C);
+        k->xmid = cb->o.lean_keep ? NULL : TAKE_F(b, N * C);
         k->rstd2 = TAKE_F(b, N);
         k->gate16 = take(b, N * F * 2);
         k->up16 = take(b, N * F * 2);
@@ -188,7 +188,8 @@ size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb) {
     const mt_config *c = cb->cfg;
     size_t N = cb->N, Q = c->NH * c->HD, KV = c->NKV * c->HD;
     size_t qk = c->qk_norm ? (Q + KV) * 2 + (c->NH + c->NKV) * 4 : 0; /* pre-norm q, k; rstds */
-    return N * (c->C * 4 + (Q * 2 + KV * 2) * 2 + 2 * c->F * 2 + 8 + c->NH * 4 + qk) +
+    size_t xmid = cb->o.lean_keep ? 0 : c->C * 4;
+    return N * (xmid + (Q * 2 + KV * 2) * 2 + 2 * c->F * 2 + 8 + c->NH * 4 + qk) +
            (c->qk_norm ? 14 : 10) * 256;
 }
 

@@ -95,6 +95,7 @@ static void block_forward_fast(cuda_backend *cb, acts *a, int layer, int mb, con
     slot *s = bound_slot(cb);
     void *xn1 = a->xn1_op ? a->xn1_op : cb->a.xn1_op, *xn2 = a->xn2_op ? a->xn2_op : cb->a.xn2_op;
     void *mlp = a->mlp_op ? a->mlp_op : cb->a.mlp_op;
+    float *xmid = a->xmid ? a->xmid : cb->a.xmid; /* a lean kept unit has none */
     mt_cuda_ctx *ctx = cb->ctx;
     cudaStream_t st = cb->s_comp;
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
@@ -122,13 +123,13 @@ static void block_forward_fast(cuda_backend *cb, acts *a, int layer, int mb, con
     mt_cuda_rope_forward_bf16(st, a->k_op, cb->cos, cb->sin, pos, cb->B, cb->T, c->NKV, c->HD);
     attn_check(mt_attn_forward_bf16(a->att_op, NULL, a->lse, a->q_op, a->k_op, a->v_op, pos,
                                     cb->B, cb->T, c->NH, c->NKV, c->HD, st, &err), &err);
-    mt_cuda_matmul_forward_add(ctx, p, a->xmid, a->att_op, W_op(cb, s, layer, MT_T_WO), x, N, Q,
+    mt_cuda_matmul_forward_add(ctx, p, xmid, a->att_op, W_op(cb, s, layer, MT_T_WO), x, N, Q,
                                C);
-    mt_cuda_rmsnorm_forward(ctx, xn2, MT_DT_BF16, a->rstd2, a->xmid,
+    mt_cuda_rmsnorm_forward(ctx, xn2, MT_DT_BF16, a->rstd2, xmid,
                             W32(cb, s, layer, MT_T_MLP_NORM), N, C, c->rms_eps);
     if (is_moe(cb, layer)) {
         moe_forward(cb, layer, xn2, out ? out : cb->a.xtmp);
-        if (out) mt_cuda_residual_add(ctx, out, out, a->xmid, N * C);
+        if (out) mt_cuda_residual_add(ctx, out, out, xmid, N * C);
         return;
     }
     mt_cuda_matmul_forward(ctx, p, a->gate16, MT_DT_BF16, xn2, W_op(cb, s, layer, MT_T_WGATE),
@@ -137,7 +138,7 @@ static void block_forward_fast(cuda_backend *cb, acts *a, int layer, int mb, con
                            N, C, F);
     mt_cuda_swiglu_forward_bf16(st, mlp, a->gate16, a->up16, N * F);
     if (out) /* out = xmid + down(mlp); a recompute for the backward stops before it */
-        mt_cuda_matmul_forward_add(ctx, p, out, mlp, W_op(cb, s, layer, MT_T_WDOWN), a->xmid, N,
+        mt_cuda_matmul_forward_add(ctx, p, out, mlp, W_op(cb, s, layer, MT_T_WDOWN), xmid, N,
                                    F, C);
 }
 
@@ -157,8 +158,14 @@ static void block_backward_fast(cuda_backend *cb, const acts *f, int layer, int 
     mt_error err;
     const int32_t *pos = block_pos(cb, mb);
     const void *xn1 = f->xn1_op, *xn2 = f->xn2_op, *mlp = f->mlp_op;
+    const float *xmid = f->xmid;
+    if (!xmid) { /* a lean kept unit: x + o_proj(att), as the forward made it */
+        mt_cuda_matmul_forward_add(ctx, p, a->xmid, f->att_op, W_op(cb, s, layer, MT_T_WO), x, N,
+                                   Q, C);
+        xmid = a->xmid;
+    }
     if (!xn2) {
-        mt_cuda_rmsnorm_forward(ctx, a->xn2_op, MT_DT_BF16, NULL, f->xmid,
+        mt_cuda_rmsnorm_forward(ctx, a->xn2_op, MT_DT_BF16, NULL, xmid,
                                 W32(cb, s, layer, MT_T_MLP_NORM), N, C, c->rms_eps);
         xn2 = a->xn2_op;
     }
@@ -180,7 +187,7 @@ static void block_backward_fast(cuda_backend *cb, const acts *f, int layer, int 
                                 xn2, W_op(cb, s, layer, MT_T_WUP), N, C, F);
     }
     mt_cuda_rmsnorm_backward_op(ctx, dx, a->dx_op, G(cb, g, layer, MT_T_MLP_NORM), a->colsum,
-                                a->dxn32, f->xmid, W32(cb, s, layer, MT_T_MLP_NORM), f->rstd2, N,
+                                a->dxn32, xmid, W32(cb, s, layer, MT_T_MLP_NORM), f->rstd2, N,
                                 C);
     mt_cuda_matmul_backward(ctx, p, a->datt32, false, G(cb, g, layer, MT_T_WO), a->dx_op,
                             f->att_op, W_op(cb, s, layer, MT_T_WO), N, Q, C);

@@ -70,12 +70,14 @@ static layer_costs costs(const mt_plan_request *q) {
  * in layer order, each once its gradient is on the host (a GPU-waiting one
  * is fetched while the layer before it is updated). */
 mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_layer_home *h,
-                                   int bf16, int n_keep, int n_dev) {
+                                   int bf16, int n_keep, int n_dev, int lean) {
     const mt_param_table *t = q->t;
     const mt_rates *r = &q->rates;
     int nl = t->n_layers, head = nl - 1, K = q->slots > 1 ? q->slots : 3;
     double tok = (double)q->M * q->B * q->T;
     layer_costs k = costs(q);
+    if (lean) /* the kept layers' backward rebuilds x + o_proj(att) */
+        k.b_kept += 2.0 * q->cfg->NH * q->cfg->HD * q->cfg->C * tok / (r->gemm_tflops * 1e12);
     double ck = tok * q->cfg->C * 4.0;
     double h2d = r->h2d_gbs * 1e9, d2h = r->d2h_gbs * 1e9;
     double adam = r->adam_gparams * 1e9;
@@ -164,7 +166,8 @@ void mt_plan_backend_opts(const mt_plan *plan, const mt_plan_request *q,
                                 .homes = plan->homes, .host_grad_bf16 = plan->host_grad_bf16,
                                 .keep_layers = plan->n_keep,
                                 .gpu_budget = (size_t)q->gpu_budget,
-                                .device_optim_layers = plan->n_dev};
+                                .device_optim_layers = plan->n_dev,
+                                .lean_keep = plan->lean_keep};
 }
 
 static void measure(const mt_plan_request *q, mt_plan *p) {
@@ -219,11 +222,12 @@ static int droppable_ckpt(const mt_plan *p, int host) {
     return 0;
 }
 
-static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild) {
+static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild, int lean) {
     const mt_param_table *t = q->t;
     int nl = t->n_layers, L = nl - 2;
     p->host_grad_bf16 = bf16;
     p->n_keep = 0;
+    p->lean_keep = lean;
     /* Checkpoints on the host, except: layer 1's input is rebuilt from the
      * tokens (an embedding lookup), and the last block's and the head's
      * never leave the GPU between their forward and backward. */
@@ -302,7 +306,7 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
     int keep_ok = q->precision == MT_GPU_BF16 && q->keep_layers != 0 &&
                   !mt_config_is_moe(q->cfg); /* MoE blocks always recompute */
     for (;;) {
-        mt_step_prediction base = mt_plan_predict(q, p->homes, bf16, p->n_keep, p->n_dev);
+        mt_step_prediction base = mt_plan_predict(q, p->homes, bf16, p->n_keep, p->n_dev, p->lean_keep);
         double best_gain = 0;
         int best = -1; /* 0 checkpoint, 1 keep, 2 gradient, 3 rebuilt checkpoint, 4 device layer */
         int ck = 1;
@@ -331,7 +335,8 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
             /* a GPU-waiting gradient pins the optimizer's staging on the host */
             if (trial.gpu_bytes <= q->gpu_budget && trial.host_bytes <= q->host_budget) {
                 mt_step_prediction s =
-                    mt_plan_predict(q, trial.homes, bf16, trial.n_keep, trial.n_dev);
+                    mt_plan_predict(q, trial.homes, bf16, trial.n_keep, trial.n_dev,
+                                    trial.lean_keep);
                 double gain = (base.step - s.step) / fmax(trial.gpu_bytes - p->gpu_bytes, 1.0);
                 /* ties (no predicted gain) still bring checkpoints home: less traffic */
                 if (m == 0 && base.step - s.step <= 0) gain = 1e-15;
@@ -347,8 +352,25 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
         if (best == 4) p->homes[p->n_dev++].grad_host = 0;
         measure(q, p);
     }
-    p->pred = mt_plan_predict(q, p->homes, bf16, p->n_keep, p->n_dev);
+    p->pred = mt_plan_predict(q, p->homes, bf16, p->n_keep, p->n_dev, p->lean_keep);
     p->fits = 1;
+    return 1;
+}
+
+/* try_dtype with full kept units, and, when layers can be kept, with lean
+ * ones (more of them fit, each rebuilding its mid-block residual): the
+ * faster of the two. */
+static int try_units(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild) {
+    if (!try_dtype(q, p, bf16, rebuild, 0)) return 0;
+    if (q->precision != MT_GPU_BF16 || q->keep_layers == 0 || mt_config_is_moe(q->cfg)) return 1;
+    mt_plan lean = *p;
+    lean.homes = mt_calloc_or_die((size_t)p->n_layers, sizeof *lean.homes);
+    if (try_dtype(q, &lean, bf16, rebuild, 1) && lean.pred.step < p->pred.step) {
+        free(p->homes);
+        *p = lean;
+        return 1;
+    }
+    free(lean.homes);
     return 1;
 }
 
@@ -361,8 +383,8 @@ int mt_plan_make(const mt_plan_request *q, mt_plan *p, mt_error *err) {
     /* fp32 host gradients when they fit; rebuilt checkpoints (a layer
      * forward each) only when neither dtype fits without them */
     for (int rebuild = 0; rebuild < 2; rebuild++) {
-        if (q->host_grad_dtype != 1 && try_dtype(q, p, 0, rebuild)) return 0;
-        if (q->host_grad_dtype != 0 && try_dtype(q, p, 1, rebuild)) return 0;
+        if (q->host_grad_dtype != 1 && try_units(q, p, 0, rebuild)) return 0;
+        if (q->host_grad_dtype != 0 && try_units(q, p, 1, rebuild)) return 0;
     }
     return 0;
 }
@@ -404,9 +426,10 @@ void mt_plan_print(const mt_plan *p, const mt_plan_request *q, FILE *f) {
                 layer_kind(p, a) >= 0 && (layer_kind(p, a) & 4) ? "activations kept" : "");
         a = b + 1;
     }
-    fprintf(f, "host gradients: %s; kept layers: %d of %lld; AdamW on the GPU: ",
+    fprintf(f, "host gradients: %s; kept layers: %d of %lld%s; AdamW on the GPU: ",
             p->host_grad_bf16 ? "bf16 (rounded once from the fp32 GPU sum)" : "fp32",
-            p->n_keep, (long long)q->cfg->L);
+            p->n_keep, (long long)q->cfg->L,
+            p->n_keep && p->lean_keep ? " (lean: the mid-block residual rebuilt)" : "");
     if (p->n_dev > 1) fprintf(f, "layers 0-%d\n", p->n_dev - 1);
     else fprintf(f, p->n_dev ? "layer 0\n" : "none\n");
     fprintf(f, "GPU:  %7.2f GB of %.2f GB budget (context reserve %.1f GB included)\n",

@@ -70,6 +70,7 @@ typedef struct mt_plan {
     mt_layer_home *homes;     /* (n_layers) */
     int host_grad_bf16, n_keep;
     int n_dev;                /* layers 0..n_dev-1: AdamW on the GPU */
+    int lean_keep;            /* kept layers rebuild their mid-block residual */
     double gpu_bytes;         /* the backend's allocation + the context reserve */
     double host_bytes;        /* store + pinned buffers + batch */
     double pinned_bytes;
@@ -91,7 +92,7 @@ void mt_plan_backend_opts(const mt_plan *plan, const mt_plan_request *req,
 
 /* Step time of a given placement under the request's rates. */
 mt_step_prediction mt_plan_predict(const mt_plan_request *req, const mt_layer_home *homes,
-                                   int host_grad_bf16, int n_keep, int n_dev);
+                                   int host_grad_bf16, int n_keep, int n_dev, int lean_keep);
 
 /* Prints placement per layer group, bytes per tier and the predicted
  * breakdown. */
