@@ -49,6 +49,20 @@ static mt_optimizer make_optimizer(void) {
     return o;
 }
 
+/* The global sum of squares the engine hands the pipeline. */
+static double total_sumsq(const mt_optimizer *o, const model *m) {
+    double sumsq = 0;
+    for (int l = 0; l < m->t.n_layers; l++) sumsq += mt_optimizer_layer_sumsq(o, &m->s, l);
+    return sumsq;
+}
+
+static void expect_same_state(const model *a, const model *b) {
+    const size_t n = a->t.total * sizeof(float);
+    cr_assert(!memcmp(a->s.w, b->s.w, n), "weights differ");
+    cr_assert(!memcmp(a->s.m, b->s.m, n), "first moments differ");
+    cr_assert(!memcmp(a->s.v, b->s.v, n), "second moments differ");
+}
+
 /* Two updates, clipping included; the gate between them. */
 Test(optim_pipeline, worker_equals_the_plain_step_and_gates) {
     model a, b;
@@ -64,9 +78,7 @@ Test(optim_pipeline, worker_equals_the_plain_step_and_gates) {
     for (int step = 0; step < 2; step++) {
         mt_optim_report ra, rb;
         mt_optimizer_step(&oa, &a.s, &ra);
-        double sumsq = 0;
-        for (int l = 0; l < b.t.n_layers; l++) sumsq += mt_optimizer_layer_sumsq(&ob, &b.s, l);
-        mt_optim_pipeline_start(&p, sumsq, &rb);
+        mt_optim_pipeline_start(&p, total_sumsq(&ob, &b), &rb);
         cr_assert_lt(rb.clip_coef, 1.0f, "the test gradient should be clipped");
         cr_assert_eq(ra.clip_coef, rb.clip_coef);
         /* Waiting returns with the layer written, and so every earlier one. */
@@ -78,10 +90,7 @@ Test(optim_pipeline, worker_equals_the_plain_step_and_gates) {
         mt_optim_pipeline_wait_all(&p);
     }
     cr_assert_eq(oa.step, ob.step);
-    const size_t n = a.t.total * sizeof(float);
-    cr_assert(!memcmp(a.s.w, b.s.w, n), "weights differ");
-    cr_assert(!memcmp(a.s.m, b.s.m, n), "first moments differ");
-    cr_assert(!memcmp(a.s.v, b.s.v, n), "second moments differ");
+    expect_same_state(&a, &b);
     mt_optim_pipeline_free(&p);
     free_model(&a);
     free_model(&b);
@@ -149,10 +158,8 @@ Test(optim_pipeline, device_layers_are_handed_over_and_flushed) {
     for (int step = 0; step < 2; step++) {
         mt_optim_report ra, rb;
         mt_optimizer_step(&oa, &a.s, &ra);
-        double sumsq = 0;
-        for (int l = 0; l < b.t.n_layers; l++) sumsq += mt_optimizer_layer_sumsq(&ob, &b.s, l);
         d.rep = &rb;
-        mt_optim_pipeline_start(&p, sumsq, &rb);
+        mt_optim_pipeline_start(&p, total_sumsq(&ob, &b), &rb);
         mt_optim_pipeline_wait_updates(&p);
         cr_assert_eq(d.updates, 2 * (step + 1));
         if (step == 0) {
@@ -164,9 +171,7 @@ Test(optim_pipeline, device_layers_are_handed_over_and_flushed) {
     mt_optim_pipeline_wait_all(&p);
     cr_assert_eq(d.flushes, 1, "one flush per run of updates");
     cr_assert_eq(oa.step, ob.step);
-    cr_assert(!memcmp(a.s.w, b.s.w, bytes), "weights differ");
-    cr_assert(!memcmp(a.s.m, b.s.m, bytes), "first moments differ");
-    cr_assert(!memcmp(a.s.v, b.s.v, bytes), "second moments differ");
+    expect_same_state(&a, &b);
     mt_optim_pipeline_free(&p);
     mt_host_store_free(&d.dev);
     free_model(&a);
