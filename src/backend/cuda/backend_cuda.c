@@ -321,6 +321,22 @@ static void cu_layer_grads_done(mt_backend *be, int layer) {
     CUDA_CHECK(cudaEventRecord(src_drained, cb->s_d2h));
 }
 
+/* The device layers' updates that ran before this step's work (the
+ * optimizer thread enqueued them; their events are complete by now). */
+static void trace_device_updates(cuda_backend *cb) {
+    for (int l = 0; l < cb->n_dev; l++) {
+        if (!cb->dev_timed[l]) continue;
+        float a = 0, b = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&a, cb->ev_base, cb->dev_ev[2 * l]));
+        CUDA_CHECK(cudaEventElapsedTime(&b, cb->ev_base, cb->dev_ev[2 * l + 1]));
+        char name[32];
+        snprintf(name, sizeof name, "adamw L%d", l);
+        mt_trace_add(cb->trace, MT_TRACK_COMPUTE, name, cb->trace_base_us + a * 1e3,
+                     (b - a) * 1e3);
+        cb->dev_timed[l] = 0;
+    }
+}
+
 static double cu_end_step(mt_backend *be) {
     cuda_backend *cb = (cuda_backend *)be;
     release_bound(cb);
@@ -351,6 +367,7 @@ static double cu_end_step(mt_backend *be) {
             mt_trace_add(cb->trace, cb->tspan[i].track, cb->tspan[i].name,
                          cb->trace_base_us + a * 1e3, (b - a) * 1e3);
         }
+        trace_device_updates(cb);
     }
     return *cb->h_loss;
 }

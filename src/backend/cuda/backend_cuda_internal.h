@@ -76,6 +76,8 @@ typedef struct cuda_backend {
     uint16_t *dev_w16;  /* bf16 mode */
     size_t dev_numel;
     int dev_stale;      /* the store lags them: updated since the last flush */
+    cudaEvent_t *dev_ev; /* (2 n_dev) around each one's update, for the timeline */
+    int *dev_timed;     /* (n_dev) an update's events not yet put on the timeline */
     /* Gradients (see mt_layer_home). Host-waiting layers accumulate in
      * gacc[2] by turns and drain to the host; GPU-waiting ones each keep an
      * accumulator in gacc_all at goff[l] that the optimizer fetches. */

@@ -77,9 +77,13 @@ static void load_device_layers(cuda_backend *cb) {
                                        cb->t->layers[l].numel * sizeof(float),
                                        cudaMemcpyHostToDevice, cb->s_comp));
     if (cb->dev_w16) mt_cuda_cast_f32_to_bf16(cb->ctx, cb->dev_w16, cb->dev_w, cb->dev_numel);
+    cb->dev_ev = mt_calloc_or_die(2 * (size_t)cb->n_dev, sizeof *cb->dev_ev);
+    cb->dev_timed = mt_calloc_or_die((size_t)cb->n_dev, sizeof *cb->dev_timed);
     for (int l = 0; l < cb->n_dev; l++) {
         make_event(&cb->dev_slot[l].ready, 0);
         make_event(&cb->dev_slot[l].free, 0);
+        make_event(&cb->dev_ev[2 * l], 1);
+        make_event(&cb->dev_ev[2 * l + 1], 1);
         CUDA_CHECK(cudaEventRecord(cb->dev_slot[l].ready, cb->s_comp));
     }
     CUDA_CHECK(cudaStreamSynchronize(cb->s_comp));
@@ -293,6 +297,10 @@ void mt_cuda_backend_free(mt_backend *be) {
         if (cb->dev_slot[l].ready) cudaEventDestroy(cb->dev_slot[l].ready);
         if (cb->dev_slot[l].free) cudaEventDestroy(cb->dev_slot[l].free);
     }
+    for (int i = 0; cb->dev_ev && i < 2 * cb->n_dev; i++)
+        if (cb->dev_ev[i]) cudaEventDestroy(cb->dev_ev[i]);
+    free(cb->dev_ev);
+    free(cb->dev_timed);
     if (cb->tev) {
         for (int i = 0; i < 2 * TRACE_SPANS; i++) cudaEventDestroy(cb->tev[i]);
         cudaEventDestroy(cb->ev_base);
@@ -352,6 +360,7 @@ void mt_cuda_backend_update_layer(mt_backend *be, int layer, const mt_adamw_coef
     const mt_layer_desc *ld = &cb->t->layers[layer];
     size_t at = ld->offset - cb->t->layers[0].offset;
     const float *g = cb->gacc_all + cb->goff[layer]; /* laid out as the layer's range */
+    CUDA_CHECK(cudaEventRecord(cb->dev_ev[2 * layer], cb->s_comp));
     for (int k = 0; k < ld->n_tensors; k++) {
         const mt_tensor_desc *td = &ld->tensors[k];
         size_t off = at + td->offset;
@@ -360,6 +369,8 @@ void mt_cuda_backend_update_layer(mt_backend *be, int layer, const mt_adamw_coef
     }
     if (cb->dev_w16) mt_cuda_cast_f32_to_bf16(cb->ctx, cb->dev_w16 + at, cb->dev_w + at, ld->numel);
     CUDA_CHECK(cudaEventRecord(cb->dev_slot[layer].ready, cb->s_comp));
+    CUDA_CHECK(cudaEventRecord(cb->dev_ev[2 * layer + 1], cb->s_comp));
+    cb->dev_timed[layer] = 1;
     cb->dev_stale = 1;
 }
 
