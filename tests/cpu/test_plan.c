@@ -64,3 +64,12 @@ Test(plan, missing_shape_is_a_usage_error, .init = quiet) {
     char *argv[] = {"plan", "--hidden", "4096", NULL};
     cr_assert_eq(mt_test_cli(argv), 2);
 }
+
+/* bench train checks its flags before it looks for a GPU. */
+Test(plan, bench_train_refuses_a_negative_gpu_adam_layer_count, .init = quiet) {
+    cr_redirect_stderr();
+    char *neg[] = {"bench", "train", "--gpu-adam-layers", "-2", NULL};
+    cr_assert_eq(mt_test_cli(neg), 2);
+    char *word[] = {"bench", "train", "--gpu-adam-layers", "two", NULL};
+    cr_assert_eq(mt_test_cli(word), 2);
+}
