@@ -10,7 +10,6 @@
 
 #include "optim/adamw.h"
 
-
 typedef void (*mt_adamw_kernel)(float *p, float *m, float *v, const float *g, uint16_t *shadow,
                                 size_t n, const mt_adamw_coefs *c, bool stream);
 

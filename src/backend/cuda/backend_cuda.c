@@ -33,11 +33,17 @@
 
 /* ---- weights ---- */
 
+/* Whether the optimizer has written layer's weights (the weight gate's
+ * contract: with wait, after blocking until it has). */
+static int written(cuda_backend *cb, int layer, int wait) {
+    return !cb->gate || cb->gate(cb->gate_ctx, layer, wait);
+}
+
 /* Copies layer `layer` into slot s on the h2d stream (after the slot's
  * last use), casting to bf16 there too. */
 static void upload(cuda_backend *cb, slot *s, int layer) {
     const mt_layer_desc *ld = &cb->t->layers[layer];
-    if (cb->gate) cb->gate(cb->gate_ctx, layer, 1);
+    written(cb, layer, 1);
     CUDA_CHECK(cudaStreamWaitEvent(cb->s_h2d, s->free, 0));
     int sp = mt_cuda_span_begin(cb, cb->s_h2d, MT_TRACK_H2D, "weights L%d", layer);
     CUDA_CHECK(cudaMemcpyAsync(s->w32, cb->store->w + ld->offset, ld->numel * sizeof(float),
@@ -53,10 +59,6 @@ static int uses_embed_slot(const cuda_backend *cb, int layer) {
     return cb->cfg->tie_embeddings && layer == 0;
 }
 
-/* Whether layer's weights may be copied now without waiting (ahead of use). */
-static int ready(cuda_backend *cb, int layer) {
-    return !cb->gate || cb->gate(cb->gate_ctx, layer, 0);
-}
 
 /* Assigns a slot to bind j and starts its copy unless the layer is already
  * resident. Returns 0 if no slot is free yet (too far ahead), or, unless
@@ -64,13 +66,13 @@ static int ready(cuda_backend *cb, int layer) {
 static int issue(cuda_backend *cb, int j, int wait) {
     int layer = cb->seq[j];
     if (layer < cb->n_dev) { /* updated in place on the GPU: nothing to copy */
-        if (cb->gate && !cb->gate(cb->gate_ctx, layer, wait)) return 0;
+        if (!written(cb, layer, wait)) return 0;
         cb->slot_of[j] = &cb->dev_slot[layer];
         return 1;
     }
     if (uses_embed_slot(cb, layer)) {
         if (cb->embed_slot.layer != 0) {
-            if (!wait && !ready(cb, 0)) return 0;
+            if (!wait && !written(cb, 0, 0)) return 0;
             upload(cb, &cb->embed_slot, 0);
         }
         cb->slot_of[j] = &cb->embed_slot;
@@ -88,7 +90,7 @@ static int issue(cuda_backend *cb, int j, int wait) {
         if (s->last_use < cb->cur && (victim < 0 || s->last_use < cb->slots[victim].last_use))
             victim = k;
     }
-    if (victim < 0 || (!wait && !ready(cb, layer))) return 0;
+    if (victim < 0 || (!wait && !written(cb, layer, 0))) return 0;
     upload(cb, &cb->slots[victim], layer);
     cb->slots[victim].last_use = j;
     cb->slot_of[j] = &cb->slots[victim];
@@ -327,8 +329,8 @@ static void trace_device_updates(cuda_backend *cb) {
     for (int l = 0; l < cb->n_dev; l++) {
         if (!cb->dev_timed[l]) continue;
         float a = 0, b = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&a, cb->ev_base, cb->dev_ev[2 * l]));
-        CUDA_CHECK(cudaEventElapsedTime(&b, cb->ev_base, cb->dev_ev[2 * l + 1]));
+        CUDA_CHECK(cudaEventElapsedTime(&a, cb->ev_base, cb->dev_t0[l]));
+        CUDA_CHECK(cudaEventElapsedTime(&b, cb->ev_base, cb->dev_slot[l].ready));
         char name[32];
         snprintf(name, sizeof name, "adamw L%d", l);
         mt_trace_add(cb->trace, MT_TRACK_COMPUTE, name, cb->trace_base_us + a * 1e3,

@@ -76,7 +76,7 @@ typedef struct cuda_backend {
     uint16_t *dev_w16;  /* bf16 mode */
     size_t dev_numel;
     int dev_stale;      /* the store lags them: updated since the last flush */
-    cudaEvent_t *dev_ev; /* (2 n_dev) around each one's update, for the timeline */
+    cudaEvent_t *dev_t0; /* (n_dev) each one's update starts (its slot's ready: ends) */
     int *dev_timed;     /* (n_dev) an update's events not yet put on the timeline */
     /* Gradients (see mt_layer_home). Host-waiting layers accumulate in
      * gacc[2] by turns and drain to the host; GPU-waiting ones each keep an

@@ -66,27 +66,36 @@ static float *dev_at(const cuda_backend *cb, float *array, int layer) {
     return array + (cb->t->layers[layer].offset - cb->t->layers[0].offset);
 }
 
-/* The device layers' weights and moments, from the store. */
+/* The device layers' weights and moments between the store and the GPU
+ * (kind: which way), on the compute stream, a copy per pinned range (a
+ * layer). */
+static void copy_device_layers(cuda_backend *cb, enum cudaMemcpyKind kind) {
+    float *host[] = {cb->store->w, cb->store->m, cb->store->v};
+    float *dev[] = {cb->dev_w, cb->dev_m, cb->dev_v};
+    int up = kind == cudaMemcpyHostToDevice;
+    for (int i = 0; i < 3; i++)
+        for (int l = 0; l < cb->n_dev; l++) {
+            float *h = host[i] + cb->t->layers[l].offset, *d = dev_at(cb, dev[i], l);
+            CUDA_CHECK(cudaMemcpyAsync(up ? (void *)d : (void *)h, up ? (void *)h : (void *)d,
+                                       cb->t->layers[l].numel * sizeof(float), kind,
+                                       cb->s_comp));
+        }
+    CUDA_CHECK(cudaStreamSynchronize(cb->s_comp));
+}
+
+/* The device layers' weights and moments, from the store, and their events. */
 static void load_device_layers(cuda_backend *cb) {
     if (!cb->n_dev) return;
-    const float *src[] = {cb->store->w, cb->store->m, cb->store->v};
-    float *dst[] = {cb->dev_w, cb->dev_m, cb->dev_v};
-    for (int i = 0; i < 3; i++)
-        for (int l = 0; l < cb->n_dev; l++) /* a copy per pinned range: a layer */
-            CUDA_CHECK(cudaMemcpyAsync(dev_at(cb, dst[i], l), src[i] + cb->t->layers[l].offset,
-                                       cb->t->layers[l].numel * sizeof(float),
-                                       cudaMemcpyHostToDevice, cb->s_comp));
+    copy_device_layers(cb, cudaMemcpyHostToDevice);
     if (cb->dev_w16) mt_cuda_cast_f32_to_bf16(cb->ctx, cb->dev_w16, cb->dev_w, cb->dev_numel);
-    cb->dev_ev = mt_calloc_or_die(2 * (size_t)cb->n_dev, sizeof *cb->dev_ev);
+    cb->dev_t0 = mt_calloc_or_die((size_t)cb->n_dev, sizeof *cb->dev_t0);
     cb->dev_timed = mt_calloc_or_die((size_t)cb->n_dev, sizeof *cb->dev_timed);
     for (int l = 0; l < cb->n_dev; l++) {
-        make_event(&cb->dev_slot[l].ready, 0);
+        make_event(&cb->dev_slot[l].ready, 1); /* timed: an update's end on the timeline */
         make_event(&cb->dev_slot[l].free, 0);
-        make_event(&cb->dev_ev[2 * l], 1);
-        make_event(&cb->dev_ev[2 * l + 1], 1);
+        make_event(&cb->dev_t0[l], 1);
         CUDA_CHECK(cudaEventRecord(cb->dev_slot[l].ready, cb->s_comp));
     }
-    CUDA_CHECK(cudaStreamSynchronize(cb->s_comp));
 }
 
 mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
@@ -297,9 +306,9 @@ void mt_cuda_backend_free(mt_backend *be) {
         if (cb->dev_slot[l].ready) cudaEventDestroy(cb->dev_slot[l].ready);
         if (cb->dev_slot[l].free) cudaEventDestroy(cb->dev_slot[l].free);
     }
-    for (int i = 0; cb->dev_ev && i < 2 * cb->n_dev; i++)
-        if (cb->dev_ev[i]) cudaEventDestroy(cb->dev_ev[i]);
-    free(cb->dev_ev);
+    for (int l = 0; cb->dev_t0 && l < cb->n_dev; l++)
+        if (cb->dev_t0[l]) cudaEventDestroy(cb->dev_t0[l]);
+    free(cb->dev_t0);
     free(cb->dev_timed);
     if (cb->tev) {
         for (int i = 0; i < 2 * TRACE_SPANS; i++) cudaEventDestroy(cb->tev[i]);
@@ -360,7 +369,7 @@ void mt_cuda_backend_update_layer(mt_backend *be, int layer, const mt_adamw_coef
     const mt_layer_desc *ld = &cb->t->layers[layer];
     size_t at = ld->offset - cb->t->layers[0].offset;
     const float *g = cb->gacc_all + cb->goff[layer]; /* laid out as the layer's range */
-    CUDA_CHECK(cudaEventRecord(cb->dev_ev[2 * layer], cb->s_comp));
+    CUDA_CHECK(cudaEventRecord(cb->dev_t0[layer], cb->s_comp));
     for (int k = 0; k < ld->n_tensors; k++) {
         const mt_tensor_desc *td = &ld->tensors[k];
         size_t off = at + td->offset;
@@ -369,7 +378,6 @@ void mt_cuda_backend_update_layer(mt_backend *be, int layer, const mt_adamw_coef
     }
     if (cb->dev_w16) mt_cuda_cast_f32_to_bf16(cb->ctx, cb->dev_w16 + at, cb->dev_w + at, ld->numel);
     CUDA_CHECK(cudaEventRecord(cb->dev_slot[layer].ready, cb->s_comp));
-    CUDA_CHECK(cudaEventRecord(cb->dev_ev[2 * layer + 1], cb->s_comp));
     cb->dev_timed[layer] = 1;
     cb->dev_stale = 1;
 }
@@ -377,15 +385,7 @@ void mt_cuda_backend_update_layer(mt_backend *be, int layer, const mt_adamw_coef
 void mt_cuda_backend_flush_store(mt_backend *be) {
     cuda_backend *cb = (cuda_backend *)be;
     if (!cb->dev_stale) return;
-    float *dst[] = {cb->store->w, cb->store->m, cb->store->v};
-    float *src[] = {cb->dev_w, cb->dev_m, cb->dev_v};
-    /* on the compute stream: after the updates; a copy per pinned range */
-    for (int i = 0; i < 3; i++)
-        for (int l = 0; l < cb->n_dev; l++)
-            CUDA_CHECK(cudaMemcpyAsync(dst[i] + cb->t->layers[l].offset, dev_at(cb, src[i], l),
-                                       cb->t->layers[l].numel * sizeof(float),
-                                       cudaMemcpyDeviceToHost, cb->s_comp));
-    CUDA_CHECK(cudaStreamSynchronize(cb->s_comp));
+    copy_device_layers(cb, cudaMemcpyDeviceToHost); /* after the updates: same stream */
     cb->dev_stale = 0;
 }
 
