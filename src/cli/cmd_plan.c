@@ -186,7 +186,7 @@ int mt_cmd_plan(int argc, char **argv) {
 #else
     mt_plan_request req = {.cfg = &cfg, .t = &t, .M = (int)M, .B = B, .T = T,
                            .precision = fp32 ? MT_GPU_FP32 : MT_GPU_BF16,
-                           .host_grad_dtype = gdt, .keep_layers = -1};
+                           .host_grad_dtype = gdt, .keep_layers = -1, .device_optim = -1};
     const char *gpu_src = "given";
     if (!gpu_gb) {
         size_t fr = 0, tot = 0;

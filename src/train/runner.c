@@ -80,7 +80,7 @@ int mt_runner_plan_cuda(mt_plan_request *req, mt_plan *plan, const mt_config *cf
                              .precision = fp32 ? MT_GPU_FP32 : MT_GPU_BF16,
                              .host_grad_dtype = grad_dtype, .keep_layers = keep,
                              .all_gpu = all_gpu, .slots = slots,
-                             .device_optim = gpu_adam < 0 ? 0 : gpu_adam ? gpu_adam : -1};
+                             .device_optim = gpu_adam};
     size_t fr = 0, tot = 0;
     if (cudaMemGetInfo(&fr, &tot) != cudaSuccess)
         return mt_errorf(err, "cannot read the GPU's free memory");

@@ -30,7 +30,8 @@ static void plan_8b_mb(planned *x, double gpu_gb, double host_gb, int grad_dtype
     x->q = (mt_plan_request){.cfg = &x->cfg, .t = &x->t, .M = M, .B = B, .T = 2048,
                              .precision = MT_GPU_BF16, .gpu_budget = gpu_gb * 1e9,
                              .host_budget = host_gb * 1e9, .host_grad_dtype = grad_dtype,
-                             .keep_layers = -1};
+                             .keep_layers = -1,
+                             .device_optim = -1};
     mt_rates_default(&x->q.rates);
     cr_assert_eq(mt_plan_make(&x->q, &x->p, &err), 0, "%s", err.msg);
 }
@@ -120,8 +121,10 @@ Test(planner, short_budgets_rebuild_checkpoints_instead_of_refusing) {
     mt_layer_home *kept = malloc((size_t)nl * sizeof *kept);
     memcpy(kept, h, (size_t)nl * sizeof *kept);
     for (int l = 2; l < nl - 2; l++) kept[l].ckpt_recompute = 0;
-    mt_step_prediction a = mt_plan_predict(&x.q, h, x.p.host_grad_bf16, x.p.n_keep, x.p.n_dev, x.p.lean_keep);
-    mt_step_prediction b = mt_plan_predict(&x.q, kept, x.p.host_grad_bf16, x.p.n_keep, x.p.n_dev, x.p.lean_keep);
+    mt_plan with_kept = x.p;
+    with_kept.homes = kept;
+    mt_step_prediction a = mt_plan_predict(&x.q, &x.p);
+    mt_step_prediction b = mt_plan_predict(&x.q, &with_kept);
     cr_assert_gt(a.compute, b.compute);
     free(kept);
     done(&x);
@@ -138,7 +141,8 @@ Test(planner, a_20b_model_fits_one_h200_and_256_gib_by_rebuilding_gpu_checkpoint
     cr_assert_eq(mt_params_init(&t, &cfg, &err), 0, "%s", err.msg);
     mt_plan_request q = {.cfg = &cfg, .t = &t, .M = 4, .B = 8, .T = 2048,
                          .precision = MT_GPU_BF16, .gpu_budget = 139e9, .host_budget = 263e9,
-                         .host_grad_dtype = -1, .keep_layers = -1};
+                         .host_grad_dtype = -1, .keep_layers = -1,
+                             .device_optim = -1};
     mt_rates_default(&q.rates);
     mt_plan p;
     cr_assert_eq(mt_plan_make(&q, &p, &err), 0, "%s", err.msg);
@@ -166,14 +170,17 @@ Test(planner, a_host_below_the_store_is_refused_naming_both_budgets) {
 Test(planner, kept_layers_and_gpu_checkpoints_never_slow_the_model_down) {
     planned x;
     plan_8b(&x, 139, 129.7, -1);
-    mt_layer_home *h = x.p.homes;
-    mt_step_prediction none = mt_plan_predict(&x.q, h, 0, 0, 0, 0);
-    mt_step_prediction some = mt_plan_predict(&x.q, h, 0, 8, 0, 0);
+    mt_plan v = x.p; /* its homes; fp32 host gradients, no device layers, full units */
+    v.host_grad_bf16 = v.n_dev = v.lean_keep = 0;
+    v.n_keep = 0;
+    mt_step_prediction none = mt_plan_predict(&x.q, &v);
+    v.n_keep = 8;
+    mt_step_prediction some = mt_plan_predict(&x.q, &v);
     cr_assert_lt(some.step, none.step, "8 kept layers %.3f s vs none %.3f s", some.step,
                  none.step);
     /* a slower PCIe can only lengthen the step */
     x.q.rates.h2d_gbs = x.q.rates.d2h_gbs = 5;
-    mt_step_prediction slow = mt_plan_predict(&x.q, h, 0, 8, 0, 0);
+    mt_step_prediction slow = mt_plan_predict(&x.q, &v);
     cr_assert_gt(slow.step, some.step);
     done(&x);
 }
@@ -189,8 +196,11 @@ Test(planner, a_roomy_gpu_updates_the_first_layers_there) {
     cr_assert_geq(x.p.n_dev, 1, "the embedding's update stays on the CPU");
     for (int l = 0; l < x.p.n_dev; l++)
         cr_assert_not(x.p.homes[l].grad_host, "device layer %d's gradient on the host", l);
-    mt_step_prediction with = mt_plan_predict(&x.q, x.p.homes, 0, x.p.n_keep, x.p.n_dev, x.p.lean_keep);
-    mt_step_prediction without = mt_plan_predict(&x.q, x.p.homes, 0, x.p.n_keep, 0, x.p.lean_keep);
+    mt_plan v = x.p;
+    v.host_grad_bf16 = 0;
+    mt_step_prediction with = mt_plan_predict(&x.q, &v);
+    v.n_dev = 0;
+    mt_step_prediction without = mt_plan_predict(&x.q, &v);
     cr_assert_lt(with.step, without.step, "%.3f s with vs %.3f s without", with.step,
                  without.step);
     cr_assert_leq(x.p.gpu_bytes, x.q.gpu_budget);
@@ -203,7 +213,7 @@ Test(planner, a_roomy_gpu_updates_the_first_layers_there) {
     cr_assert_eq(mt_params_init(&x.t, &x.cfg, &err), 0, "%s", err.msg);
     x.q = (mt_plan_request){.cfg = &x.cfg, .t = &x.t, .M = 4, .B = 8, .T = 2048,
                             .precision = MT_GPU_BF16, .gpu_budget = 139e9, .host_budget = 129.7e9,
-                            .host_grad_dtype = -1, .keep_layers = -1, .device_optim = -1};
+                            .host_grad_dtype = -1, .keep_layers = -1, .device_optim = 0};
     mt_rates_default(&x.q.rates);
     cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), 0, "%s", err.msg);
     cr_assert_eq(x.p.n_dev, 0);
@@ -220,7 +230,8 @@ Test(planner, lean_kept_units_only_when_memory_binds) {
     cr_assert_eq(mt_params_init(&x.t, &x.cfg, &err), 0, "%s", err.msg);
     x.q = (mt_plan_request){.cfg = &x.cfg, .t = &x.t, .M = 4, .B = 8, .T = 2048,
                             .precision = MT_GPU_BF16, .gpu_budget = 139e9, .host_budget = 129.7e9,
-                            .host_grad_dtype = -1, .keep_layers = -1};
+                            .host_grad_dtype = -1, .keep_layers = -1,
+                             .device_optim = -1};
     mt_rates_default(&x.q.rates);
     cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), 0, "%s", err.msg);
     cr_assert(x.p.fits, "%s", x.p.why);
@@ -275,7 +286,8 @@ Test(planner, qwen_presets_have_the_published_shapes) {
         mt_plan_request q = {.cfg = &cfg, .t = &t, .M = 4, .B = 8, .T = 2048,
                              .precision = MT_GPU_BF16, .gpu_budget = 139e9,
                              .host_budget = 125.0 * (1 << 30), .host_grad_dtype = -1,
-                             .keep_layers = -1};
+                             .keep_layers = -1,
+                             .device_optim = -1};
         mt_rates_default(&q.rates);
         mt_plan p;
         cr_assert_eq(mt_plan_make(&q, &p, &err), 0, "%s", err.msg);
@@ -302,7 +314,8 @@ Test(planner, twelve_qwen3_30b_a3b_blocks_fit_one_h200_and_125_gib) {
     cr_assert_gt(t.max_layer_numel, (size_t)600000000);
     mt_plan_request q = {.cfg = &cfg, .t = &t, .M = 4, .B = 8, .T = 2048,
                          .precision = MT_GPU_BF16, .gpu_budget = 139e9, .host_budget = 125.0 * (1 << 30),
-                         .host_grad_dtype = -1, .keep_layers = -1};
+                         .host_grad_dtype = -1, .keep_layers = -1,
+                             .device_optim = -1};
     mt_rates_default(&q.rates);
     mt_plan p;
     cr_assert_eq(mt_plan_make(&q, &p, &err), 0, "%s", err.msg);

@@ -69,14 +69,15 @@ static layer_costs costs(const mt_plan_request *q) {
  * it): the device layers' updates first on the compute stream, the CPU's
  * in layer order, each once its gradient is on the host (a GPU-waiting one
  * is fetched while the layer before it is updated). */
-mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_layer_home *h,
-                                   int bf16, int n_keep, int n_dev, int lean) {
+mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan) {
+    const mt_layer_home *h = plan->homes;
+    int bf16 = plan->host_grad_bf16, n_keep = plan->n_keep, n_dev = plan->n_dev;
     const mt_param_table *t = q->t;
     const mt_rates *r = &q->rates;
     int nl = t->n_layers, head = nl - 1, K = q->slots > 1 ? q->slots : 3;
     double tok = (double)q->M * q->B * q->T;
     layer_costs k = costs(q);
-    if (lean) /* the kept layers' backward rebuilds x + o_proj(att) */
+    if (plan->lean_keep) /* the kept layers' backward rebuilds x + o_proj(att) */
         k.b_kept += 2.0 * q->cfg->NH * q->cfg->HD * q->cfg->C * tok / (r->gemm_tflops * 1e12);
     double ck = tok * q->cfg->C * 4.0;
     double h2d = r->h2d_gbs * 1e9, d2h = r->d2h_gbs * 1e9;
@@ -236,7 +237,8 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
                                       .ckpt_recompute = l == 1 || l >= nl - 2};
     if (q->all_gpu)
         for (int l = 0; l < nl; l++) p->homes[l] = (mt_layer_home){0, 0, 0};
-    /* asked-for device layers: their gradients wait on the GPU */
+    /* device layers asked for (the planner's choice adds them below, from
+     * none); their gradients wait on the GPU */
     p->n_dev = q->device_optim > 0 ? (q->device_optim < nl - 1 ? q->device_optim : nl - 1) : 0;
     for (int l = 0; l < p->n_dev; l++) p->homes[l].grad_host = 0;
     measure(q, p);
@@ -306,7 +308,7 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
     int keep_ok = q->precision == MT_GPU_BF16 && q->keep_layers != 0 &&
                   !mt_config_is_moe(q->cfg); /* MoE blocks always recompute */
     for (;;) {
-        mt_step_prediction base = mt_plan_predict(q, p->homes, bf16, p->n_keep, p->n_dev, p->lean_keep);
+        mt_step_prediction base = mt_plan_predict(q, p);
         double best_gain = 0;
         int best = -1; /* 0 checkpoint, 1 keep, 2 gradient, 3 rebuilt checkpoint, 4 device layer */
         int ck = 1;
@@ -321,7 +323,7 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
                                     (q->keep_layers < 0 || p->n_keep < q->keep_layers)
                      : m == 2 ? gk < nl
                      : m == 3 ? rk < nl - 2
-                              : q->device_optim == 0 && p->n_dev < nl - 1;
+                              : q->device_optim < 0 && p->n_dev < nl - 1;
             if (!ok) continue;
             mt_plan trial = *p;
             trial.homes = mt_calloc_or_die((size_t)nl, sizeof *trial.homes);
@@ -334,9 +336,7 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
             measure(q, &trial);
             /* a GPU-waiting gradient pins the optimizer's staging on the host */
             if (trial.gpu_bytes <= q->gpu_budget && trial.host_bytes <= q->host_budget) {
-                mt_step_prediction s =
-                    mt_plan_predict(q, trial.homes, bf16, trial.n_keep, trial.n_dev,
-                                    trial.lean_keep);
+                mt_step_prediction s = mt_plan_predict(q, &trial);
                 double gain = (base.step - s.step) / fmax(trial.gpu_bytes - p->gpu_bytes, 1.0);
                 /* ties (no predicted gain) still bring checkpoints home: less traffic */
                 if (m == 0 && base.step - s.step <= 0) gain = 1e-15;
@@ -352,7 +352,7 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
         if (best == 4) p->homes[p->n_dev++].grad_host = 0;
         measure(q, p);
     }
-    p->pred = mt_plan_predict(q, p->homes, bf16, p->n_keep, p->n_dev, p->lean_keep);
+    p->pred = mt_plan_predict(q, p);
     p->fits = 1;
     return 1;
 }

@@ -55,7 +55,7 @@ typedef struct mt_plan_request {
     int all_gpu;              /* place every gradient and checkpoint on the GPU */
     int slots;                /* weight slots (0: default) */
     /* Leading layers whose AdamW runs on the GPU (mt_cuda_backend_opts.
-     * device_optim_layers): 0 the planner's choice, > 0 that many, < 0 none. */
+     * device_optim_layers): -1 the planner's choice, else that many. */
     int device_optim;
     mt_rates rates;
 } mt_plan_request;
@@ -90,9 +90,9 @@ void mt_plan_free(mt_plan *plan);
 void mt_plan_backend_opts(const mt_plan *plan, const mt_plan_request *req,
                           mt_cuda_backend_opts *o);
 
-/* Step time of a given placement under the request's rates. */
-mt_step_prediction mt_plan_predict(const mt_plan_request *req, const mt_layer_home *homes,
-                                   int host_grad_bf16, int n_keep, int n_dev, int lean_keep);
+/* Step time of a placement (homes, host gradient dtype, kept layers and
+ * their units, device layers) under the request's rates. */
+mt_step_prediction mt_plan_predict(const mt_plan_request *req, const mt_plan *plan);
 
 /* Prints placement per layer group, bytes per tier and the predicted
  * breakdown. */
