@@ -379,6 +379,14 @@ Test(attention_bf16_mma, padded_head_dims_are_refused) {
     mt_attn_use(MT_ATTN_KERNEL_AUTO);
 }
 
+/* More (batch row, kv head) groups than the Hopper dK/dV pass puts in
+ * one chunk of its block order (an eighth of the SMs: 16 on an H200), the
+ * last chunk partial; packed too. */
+Test(attention_bf16, chunks_of_kv_groups) {
+    check_shape((shape){3, 200, 12, 12, 64}, 1, BF16_TOL_FWD, BF16_TOL_BWD);
+    check_docs((shape){3, 200, 12, 12, 128}, 1);
+}
+
 Test(attention_bf16, packed_gqa4_hd64) { check_docs((shape){3, 300, 8, 2, 64}, 1); }
 Test(attention_bf16, packed_mqa_hd128) { check_docs((shape){2, 300, 4, 1, 128}, 1); }
 Test(attention_bf16, packed_mha_hd128_ragged) { check_docs((shape){2, 193, 4, 4, 128}, 1); }
@@ -445,6 +453,48 @@ Test(attention_bf16, deterministic) { check_deterministic(1, 0); }
 Test(attention_f32, deterministic) { check_deterministic(0, 0); }
 Test(attention_bf16, packed_deterministic) { check_deterministic(1, 1); }
 Test(attention_f32, packed_deterministic) { check_deterministic(0, 1); }
+
+/* The persistent forward gives each block several query tiles when its
+ * grid is capped (rounds of the snake order, a ring of key tiles running on
+ * across tiles, both Q buffers in turn): every cap must give the bits of
+ * the uncapped launch, here one tile a block. Packed and not, HD 64 and
+ * 128. */
+static void check_grid_caps(shape s, int packed) {
+    skip_without_gpu();
+    const size_t nq = s.B * s.T * s.NH * s.HD, nk = s.B * s.T * s.NKV * s.HD;
+    const size_t nl = s.B * s.NH * s.T;
+    float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *dout = malloc(nq * 4);
+    fill_normal(q, nq, 31);
+    fill_normal(k, nk, 32);
+    fill_normal(v, nk, 33);
+    fill_normal(dout, nq, 34);
+    int32_t *pos = packed ? packed_pos(s.B, s.T) : NULL;
+    run_result a = run_gpu(&s, pos, 1, q, k, v, dout);
+    const int caps[] = {1, 2, 5, 13};
+    for (size_t c = 0; c < sizeof caps / sizeof *caps; c++) {
+        cr_assert_eq(mt_attn_set_grid_cap(caps[c]), 0);
+        run_result b = run_gpu(&s, pos, 1, q, k, v, dout);
+        mt_attn_set_grid_cap(0);
+        cr_assert(!memcmp(a.out, b.out, nq * 4), "out differs with %d blocks", caps[c]);
+        cr_assert(!memcmp(a.lse, b.lse, nl * 4), "lse differs with %d blocks", caps[c]);
+        cr_assert(!memcmp(a.dq, b.dq, nq * 4), "dq differs with %d blocks", caps[c]);
+        cr_assert(!memcmp(a.dk, b.dk, nk * 4), "dk differs with %d blocks", caps[c]);
+        cr_assert(!memcmp(a.dv, b.dv, nk * 4), "dv differs with %d blocks", caps[c]);
+        free_result(&b);
+    }
+    free_result(&a);
+    free(q); free(k); free(v); free(dout); free(pos);
+}
+/* 17 query tiles of 128 a head: the Hopper forward's items are eight pairs
+ * of tiles and the middle tile alone; a long row for the backward too. */
+Test(attention_bf16, long_sequence_odd_tile_count) {
+    check_shape((shape){1, 2100, 2, 1, 64}, 1, BF16_TOL_FWD, BF16_TOL_BWD);
+}
+Test(attention_bf16, capped_grids_give_the_same_bits) {
+    check_grid_caps((shape){2, 333, 8, 2, 128}, 0);
+    check_grid_caps((shape){2, 333, 8, 2, 128}, 1);
+    check_grid_caps((shape){3, 300, 4, 1, 64}, 1);
+}
 
 Test(attention, rejects_bad_shapes) {
     mt_error err = {{0}};

@@ -63,6 +63,12 @@ const char *mt_attn_kernel_name(void);
 /* Whether the bf16 kernels of the current choice and device take head dim HD. */
 bool mt_attn_bf16_supports(size_t HD);
 
+/* The persistent Hopper forward runs a block an SM, each looping over
+ * query tiles; n > 0 caps its grid at n blocks (the tests give each block
+ * many tiles that way), 0 lifts the cap. Process-wide; returns the
+ * previous cap. */
+int mt_attn_set_grid_cap(int n);
+
 /* Bytes of device scratch the backward needs: one fp32 per (b, h, t). */
 size_t mt_attn_backward_scratch_bytes(size_t B, size_t T, size_t NH);
 

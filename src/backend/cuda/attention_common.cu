@@ -12,6 +12,31 @@ int mt_attn_check_launch(mt_error *err, const char *what) {
     return 0;
 }
 
+static int grid_cap; // mt_attn_set_grid_cap's n; 0: one block an SM
+
+extern "C" int mt_attn_set_grid_cap(int n) {
+    const int prev = grid_cap;
+    grid_cap = n > 0 ? n : 0;
+    return prev;
+}
+
+int mt_attn_sm_count(int *sms, mt_error *err) {
+    int dev;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess)
+        return mt_errorf(err, "attention: cannot count the device's SMs: %s",
+                         cudaGetErrorString(e));
+    return 0;
+}
+
+int mt_attn_persistent_grid(int tiles, int *grid, mt_error *err) {
+    int sms;
+    if (mt_attn_sm_count(&sms, err)) return -1;
+    *grid = grid_cap ? min(grid_cap, tiles) : min(sms, tiles);
+    return 0;
+}
+
 int mt_attn_set_smem(const void *kernel, size_t bytes, mt_error *err) {
     cudaError_t e =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
@@ -38,11 +63,38 @@ __global__ void mt_attn_dsum_kernel(mt_attn_args a, int rows) {
     }
 }
 
+/* The same for bf16 rows of HD <= 128 columns, a multiple of 8, at 16-byte
+ * aligned addresses: half a warp a row, 8 columns (one 16-byte load of
+ * each input) a lane. */
+__global__ void mt_attn_dsum_bf16x8_kernel(mt_attn_args a, int rows) {
+    const int row = (int)((blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 4);
+    const int c = (threadIdx.x & 15) * 8;
+    float s = 0.f;
+    if (row < rows && c < a.HD) {
+        const uint4 x = *(const uint4 *)((const bf16 *)a.dout + (int64_t)row * a.HD + c);
+        const uint4 y = *(const uint4 *)((const bf16 *)a.out + (int64_t)row * a.HD + c);
+        const __nv_bfloat162 *xp = (const __nv_bfloat162 *)&x, *yp = (const __nv_bfloat162 *)&y;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 fx = __bfloat1622float2(xp[i]), fy = __bfloat1622float2(yp[i]);
+            s += fx.x * fy.x + fx.y * fy.y;
+        }
+    }
+    for (int o = 8; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (row < rows && c == 0) {
+        int h = row % a.NH, bt = row / a.NH, t = bt % a.T, b = bt / a.T;
+        a.dsum[((int64_t)b * a.NH + h) * a.T + t] = s;
+    }
+}
+
 int mt_attn_launch_dsum(const mt_attn_args &a, int B, int is_bf16, cudaStream_t stream,
                         mt_error *err) {
     int rows = B * a.T * a.NH, warps = 8;
-    dim3 grid((rows + warps - 1) / warps);
-    if (is_bf16) mt_attn_dsum_kernel<bf16><<<grid, warps * 32, 0, stream>>>(a, rows);
+    const bool x8 = is_bf16 && a.HD % 8 == 0 && a.HD <= 128 &&
+                    ((uintptr_t)a.dout | (uintptr_t)a.out) % 16 == 0;
+    const int grid = (rows + warps - 1) / warps;
+    if (x8) mt_attn_dsum_bf16x8_kernel<<<(grid + 1) / 2, warps * 32, 0, stream>>>(a, rows);
+    else if (is_bf16) mt_attn_dsum_kernel<bf16><<<grid, warps * 32, 0, stream>>>(a, rows);
     else mt_attn_dsum_kernel<float><<<grid, warps * 32, 0, stream>>>(a, rows);
     return mt_attn_check_launch(err, "attention dsum");
 }

@@ -37,11 +37,16 @@ struct mt_attn_args {
     const int32_t *pos;                 // (B,T) positions of packed documents, or NULL
 };
 
-/* Host helpers (attention.cu). */
+/* Host helpers (attention_common.cu). */
 /* Reports a failed launch (or an earlier sticky error) as a recoverable error. */
 int mt_attn_check_launch(mt_error *err, const char *what);
 /* Raises a kernel's dynamic shared memory limit past the 48 KB default. */
 int mt_attn_set_smem(const void *kernel, size_t bytes, mt_error *err);
+/* The current device's SM count. */
+int mt_attn_sm_count(int *sms, mt_error *err);
+/* The grid of a persistent kernel over `tiles` work tiles: a block an SM,
+ * at most mt_attn_set_grid_cap's, at most one a tile. */
+int mt_attn_persistent_grid(int tiles, int *grid, mt_error *err);
 /* D[b,h,t] = rowsum(dout * out) into a.dsum, the backward's first pass. */
 int mt_attn_launch_dsum(const mt_attn_args &a, int B, int is_bf16, cudaStream_t stream,
                         mt_error *err);

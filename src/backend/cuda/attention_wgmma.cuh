@@ -138,11 +138,13 @@ template <int ROWS, int HD, int S> struct mt_attn_kv_ring {
         }
     }
     /* The producer's thread: key tiles j0 .. nkb-1 (rows j ROWS ..) of kv
-     * head kvh, batch row b; a buffer is refilled once it is emptied. */
+     * head kvh, batch row b, as the ring's tiles i0, i0 + 1, ... (a
+     * persistent kernel's ring runs on across its query tiles); a buffer is
+     * refilled once it is emptied. */
     __device__ void produce(const CUtensorMap *tk, const CUtensorMap *tv, int kvh, int b, int j0,
-                            int nkb) const {
+                            int nkb, int i0 = 0) const {
         for (int j = j0; j < nkb; j++) {
-            const int i = j - j0, st = i % S;
+            const int i = i0 + j - j0, st = i % S;
             const unsigned ph = (i / S) & 1;
             if (i >= S) mt_mb_wait(empty_k(st), ph ^ 1);
             mt_mb_expect_tx(full_k(st), BYTES);

@@ -1,9 +1,10 @@
 /* The Hopper bf16 attention forward (contract: attention.h); the mma.sync
  * kernel (attention_bf16_fwd.cu) is that of other GPUs.
  *
- * FlashAttention-3's structure. A block owns 128 query rows of one head and
- * has three warpgroups: a producer, whose one thread loads Q once and the
- * key tiles of 128 (K and V, two buffers each) by TMA into the 128-byte
+ * FlashAttention-3's structure. A block works on 128 query rows of one head
+ * at a time (a persistent grid walks pairs of query tiles, struct tiles) and
+ * has three warpgroups: a producer, whose one thread loads each tile's Q and
+ * its key tiles of 128 (K and V, two buffers each) by TMA into the 128-byte
  * swizzled tiles of attention_wgmma.cuh, each buffer with a full and an
  * empty barrier; and two consumers of 64 rows each, which take turns (two
  * named barriers) to issue their products, so that one's softmax runs under
@@ -31,37 +32,66 @@ template <int HD> struct Cfg {
     static constexpr size_t SMEM = (size_t)Q_BYTES + 2 * STAGES * KV_BYTES + 1024 + 256;
 };
 
+/* The launch's query tiles in items of equal work: item k of head (b, h)
+ * holds query tiles nqb-1-k and k (nqb-k and k+1 key tiles), or the middle
+ * tile alone when nqb is odd. Items go head by head, so that the blocks
+ * working at once share the K and V of a few kv heads through L2. The grid
+ * is persistent (a block an SM, or mt_attn_set_grid_cap's): block p takes
+ * items p, p + G, p + 2G, ... */
+struct tiles {
+    int nqb, NH, B, n; // n: items
+    /* The block's t-th tile, tile t % 2 of its item t / 2: 1 and its query
+     * tile, head and batch row; 0 where that item has one tile; -1 past the
+     * block's items. */
+    __device__ int at(int t, int *qb, int *h, int *b) const {
+        const int I = blockIdx.x + (t >> 1) * gridDim.x, np = (nqb + 1) / 2, k = I % np;
+        if (I >= n) return -1;
+        *h = I / np % NH;
+        *b = I / np / NH;
+        *qb = (t & 1) ? k : nqb - 1 - k;
+        return !((t & 1) && k == nqb - 1 - k);
+    }
+    /* Whether tile t (at(t) == 1) is the block's last. */
+    __device__ bool last(int t) const {
+        const int I = blockIdx.x + (t >> 1) * gridDim.x, k = I % ((nqb + 1) / 2);
+        return I + (int)gridDim.x >= n && ((t & 1) || k == nqb - 1 - k);
+    }
+};
+
 /* DOCS: packed documents (a.pos); false compiles the plain causal kernel.
  * tq, tk, tv: TMA maps of q, k, v as (a.HD, heads, T, B), boxes of 64
  * head-dim columns by 128 rows, 128-byte swizzle. HD is the width computed:
  * a.HD itself, or 128 for a.HD 80 and 96, whose columns past a.HD the TMA
  * fills with zeros (no score changes, the output's extra columns are 0
- * and not stored). */
+ * and not stored).
+ *
+ * Persistent: a block walks its query tiles (struct tiles) with one ring
+ * of key tiles running on across them, and Q with a full and an empty
+ * barrier, so that the producer loads the next tile's Q and first keys
+ * while the consumers finish the last ones and store their output. */
 template <int HD, bool DOCS>
 __global__ void __launch_bounds__(NT, 1)
     mt_attn_fwd_wgmma_kernel(const __grid_constant__ CUtensorMap tq,
                              const __grid_constant__ CUtensorMap tk,
-                             const __grid_constant__ CUtensorMap tv, mt_attn_args a) {
+                             const __grid_constant__ CUtensorMap tv, mt_attn_args a,
+                             tiles tl) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using C = Cfg<HD>;
     extern __shared__ __align__(1024) unsigned char mt_attn_wg_smem[];
     unsigned char *sq = mt_attn_wg_align(mt_attn_wg_smem);
     const unsigned q_s = mt_tc_smem_addr(sq);
-    // Q, the key-tile ring, then the barriers: Q full (8 bytes), the ring's.
+    // The Q buffers, the key-tile ring, then the barriers: Q full and Q
+    // empty of each Q buffer (8 bytes each), the ring's.
     const unsigned bar = q_s + C::Q_BYTES + 2 * STAGES * C::KV_BYTES;
-    const mt_attn_kv_ring<BC, HD, STAGES> kv = {q_s + C::Q_BYTES,
-                                                q_s + C::Q_BYTES + STAGES * C::KV_BYTES, bar + 8};
+    const unsigned q_full = bar, q_empty = bar + 8;
+    const mt_attn_kv_ring<BC, HD, STAGES> kv = {
+        q_s + C::Q_BYTES, q_s + C::Q_BYTES + STAGES * C::KV_BYTES, bar + 16};
     const int T = a.T, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
     const int wg = threadIdx.x >> 7;
-    const int qb = gridDim.x - 1 - blockIdx.x; // heaviest (last) query tiles first
-    const int h = blockIdx.y, b = blockIdx.z, kvh = h / (a.NH / a.NKV);
-    const int q0 = qb * BR;
-    const int nkb = (min(q0 + BR, T) + BC - 1) / BC;
-    // Documents: no row of the tile sees a key before its first row's document.
-    const int j0 = DOCS ? mt_attn_doc_start(a, b, min(q0, T - 1)) / BC : 0;
 
     if (threadIdx.x == 0) {
-        mt_mb_init(bar, 1);
+        mt_mb_init(q_full, 1);
+        mt_mb_init(q_empty, 256);
         kv.init();
         mt_mb_fence_init();
     }
@@ -70,148 +100,173 @@ __global__ void __launch_bounds__(NT, 1)
     if (wg == 0) { // the producer
         mt_wg_regs_dec<24>();
         if (threadIdx.x != 0) return;
-        mt_mb_expect_tx(bar, C::Q_BYTES);
-        for (int c = 0; c < HD / 64; c++) mt_tma_load4(q_s + c * BR * 128, &tq, c * 64, h, q0, b, bar);
-        kv.produce(&tk, &tv, kvh, b, j0, nkb);
+        int qb, h, b, got;
+        for (int t = 0, n = 0, i0 = 0; (got = tl.at(t, &qb, &h, &b)) >= 0; t++) {
+            if (!got) continue;
+            const int q0 = qb * BR, nkb = (min(q0 + BR, T) + BC - 1) / BC;
+            const int j0 = DOCS ? mt_attn_doc_start(a, b, min(q0, T - 1)) / BC : 0;
+            if (n > 0) mt_mb_wait(q_empty, (n - 1) & 1);
+            mt_mb_expect_tx(q_full, C::Q_BYTES);
+            for (int c = 0; c < HD / 64; c++)
+                mt_tma_load4(q_s + c * BR * 128, &tq, c * 64, h, q0, b, q_full);
+            kv.produce(&tk, &tv, h / (a.NH / a.NKV), b, j0, nkb, i0);
+            i0 += nkb - j0;
+            n++;
+        }
         return;
     }
     mt_wg_regs_inc<240>();
     const int cw = wg - 1; // this consumer: rows q0 + 64 cw ..
     const float sl2 = a.scale * MT_ATTN_LOG2E;
     const int g = lane >> 2, t4 = lane & 3;
-    const int row_lo = q0 + cw * 64 + warp * 16 + g; // this thread's rows: row_lo, row_lo + 8
-    const unsigned sq_wg = q_s + cw * 64 * 128;      // the consumer's 64 rows
-    // Documents: the first key of this thread's rows (rows past T take row
-    // T-1's) and of the consumer's last row (the latest start).
-    int dstart[2] = {0, 0}, dstart_wg = 0;
-    if (DOCS) {
-        for (int r = 0; r < 2; r++) dstart[r] = mt_attn_doc_start(a, b, min(row_lo + r * 8, T - 1));
-        dstart_wg = mt_attn_doc_start(a, b, min(q0 + cw * 64 + 63, T - 1));
-    }
-    float o[HD / 2];
-#pragma unroll
-    for (int i = 0; i < HD / 2; i++) o[i] = 0.f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}; // log2-domain max, sum
-    unsigned p[BC / 4]; // the previous tile's probabilities, bf16 A fragments
-
-    // Issues S = Q K^T (64 x 128 per consumer) over K buffer st, uncommitted.
-    auto scores = [&](float s[BC / 2], int st) {
-#pragma unroll
-        for (int i = 0; i < BC / 2; i++) s[i] = 0.f;
-        mt_wg_fence();
-        mt_attn_wg_abt<BC, HD, BR, BC>(s, sq_wg, kv.k(st));
-    };
-    // Masks keys after the query, past T or before its document, and turns
-    // tile j's scores into probabilities (online softmax per row); alpha:
-    // the rescale of this thread's two rows' earlier sums.
-    auto softmax = [&](float s[BC / 2], int j, float alpha[2]) {
-        const int k0 = j * BC;
-        const bool need_mask =
-            k0 + BC - 1 > q0 + cw * 64 || k0 + BC > T || (DOCS && k0 < dstart_wg);
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int n = 0; n < BC / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                if (need_mask) {
-                    const int key = k0 + n * 8 + 2 * t4 + (e & 1), row = row_lo + (e >> 1) * 8;
-                    if (key > row || key >= T || (DOCS && key < dstart[e >> 1]))
-                        s[4 * n + e] = -INFINITY;
-                }
-                mx[e >> 1] = fmaxf(mx[e >> 1], s[4 * n + e]);
-            }
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            const float mn = fmaxf(m[r], mx[r] * sl2);
-            const float mu = mn == -INFINITY ? 0.f : mn; // a row with every key masked so far
-            alpha[r] = mt_attn_exp2(m[r] - mu);
-            m[r] = mn;
-            float ps = 0.f;
-#pragma unroll
-            for (int n = 0; n < BC / 8; n++) {
-                s[4 * n + 2 * r] = mt_attn_exp2(fmaf(s[4 * n + 2 * r], sl2, -mu));
-                s[4 * n + 2 * r + 1] = mt_attn_exp2(fmaf(s[4 * n + 2 * r + 1], sl2, -mu));
-                ps += s[4 * n + 2 * r] + s[4 * n + 2 * r + 1];
-            }
-            l[r] = l[r] * alpha[r] + ps;
-        }
-    };
-
-    float s[BC / 2], alpha[2];
-    mt_mb_wait(bar, 0);
     mt_attn_turns_begin(cw);
-    kv.wait_k(0);
-    mt_attn_turn_take(cw);
-    scores(s, 0);
-    mt_wg_commit();
-    mt_attn_turn_pass(cw, false);
-    mt_wg_wait<0>();
-    mt_attn_wg_fence<BC / 2>(s);
-    mt_mb_arrive(kv.empty_k(0));
-    softmax(s, j0, alpha);
-    mt_attn_wg_pack<BC>(p, s);
-    for (int j = j0 + 1; j < nkb; j++) {
-        const int i = j - j0, st = i % STAGES, pst = (i - 1) % STAGES;
-        kv.wait_k(i);
-        kv.wait_v(i - 1);
-        // S = Q K_j^T and O += P V_{j-1}; the softmax of S runs under the other
-        // consumer's products.
+    int qb, h, b, got;
+    // n, i0: the query tiles and the key tiles this block has done
+    for (int t = 0, n = 0, i0 = 0; (got = tl.at(t, &qb, &h, &b)) >= 0; t++) {
+        if (!got) continue;
+        const int q0 = qb * BR;
+        const int nkb = (min(q0 + BR, T) + BC - 1) / BC;
+        // Documents: no row of the tile sees a key before its first row's document.
+        const int j0 = DOCS ? mt_attn_doc_start(a, b, min(q0, T - 1)) / BC : 0;
+        const int row_lo = q0 + cw * 64 + warp * 16 + g; // this thread's rows: row_lo, row_lo + 8
+        const unsigned sq_wg = q_s + cw * 64 * 128; // the consumer's 64 rows
+        // Documents: the first key of this thread's rows (rows past T take row
+        // T-1's) and of the consumer's last row (the latest start).
+        int dstart[2] = {0, 0}, dstart_wg = 0;
+        if (DOCS) {
+            for (int e = 0; e < 2; e++)
+                dstart[e] = mt_attn_doc_start(a, b, min(row_lo + e * 8, T - 1));
+            dstart_wg = mt_attn_doc_start(a, b, min(q0 + cw * 64 + 63, T - 1));
+        }
+        float o[HD / 2];
+#pragma unroll
+        for (int i = 0; i < HD / 2; i++) o[i] = 0.f;
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}; // log2-domain max, sum
+        unsigned p[BC / 4]; // the previous tile's probabilities, bf16 A fragments
+
+        // Issues S = Q K^T (64 x 128 per consumer) over K buffer st, uncommitted.
+        auto scores = [&](float s[BC / 2], int st) {
+#pragma unroll
+            for (int i = 0; i < BC / 2; i++) s[i] = 0.f;
+            mt_wg_fence();
+            mt_attn_wg_abt<BC, HD, BR, BC>(s, sq_wg, kv.k(st));
+        };
+        // Masks keys after the query, past T or before its document, and turns
+        // tile j's scores into probabilities (online softmax per row); alpha:
+        // the rescale of this thread's two rows' earlier sums.
+        auto softmax = [&](float s[BC / 2], int j, float alpha[2]) {
+            const int k0 = j * BC;
+            const bool need_mask =
+                k0 + BC - 1 > q0 + cw * 64 || k0 + BC > T || (DOCS && k0 < dstart_wg);
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int c = 0; c < BC / 8; c++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    if (need_mask) {
+                        const int key = k0 + c * 8 + 2 * t4 + (e & 1), row = row_lo + (e >> 1) * 8;
+                        if (key > row || key >= T || (DOCS && key < dstart[e >> 1]))
+                            s[4 * c + e] = -INFINITY;
+                    }
+                    mx[e >> 1] = fmaxf(mx[e >> 1], s[4 * c + e]);
+                }
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
+                mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
+                const float mn = fmaxf(m[e], mx[e] * sl2);
+                const float mu = mn == -INFINITY ? 0.f : mn; // a row with every key masked so far
+                alpha[e] = mt_attn_exp2(m[e] - mu);
+                m[e] = mn;
+                float ps = 0.f;
+#pragma unroll
+                for (int c = 0; c < BC / 8; c++) {
+                    s[4 * c + 2 * e] = mt_attn_exp2(fmaf(s[4 * c + 2 * e], sl2, -mu));
+                    s[4 * c + 2 * e + 1] = mt_attn_exp2(fmaf(s[4 * c + 2 * e + 1], sl2, -mu));
+                    ps += s[4 * c + 2 * e] + s[4 * c + 2 * e + 1];
+                }
+                l[e] = l[e] * alpha[e] + ps;
+            }
+        };
+
+        float s[BC / 2], alpha[2];
+        mt_mb_wait(q_full, n & 1);
+        kv.wait_k(i0);
         mt_attn_turn_take(cw);
-        mt_attn_wg_fence<HD / 2>(o);
-        scores(s, st);
-        mt_wg_commit();
-        mt_attn_wg_pb<BC, HD, BC>(o, p, kv.v(pst));
+        scores(s, i0 % STAGES);
         mt_wg_commit();
         mt_attn_turn_pass(cw, false);
-        mt_wg_wait<1>();
+        mt_wg_wait<0>();
         mt_attn_wg_fence<BC / 2>(s);
-        mt_mb_arrive(kv.empty_k(st));
-        softmax(s, j, alpha);
-        mt_attn_wg_fence<BC / 2>(s); // (keeps the softmax before the wait)
-        mt_wg_wait<0>();              // the product has read p and added into O
-        mt_attn_wg_hold<BC / 4>(p);
-        mt_attn_wg_fence<HD / 2>(o);
-        mt_mb_arrive(kv.empty_v(pst));
+        mt_mb_arrive(kv.empty_k(i0 % STAGES));
+        if (nkb - j0 == 1) mt_mb_arrive(q_empty); // the tile's last read of Q
+        softmax(s, j0, alpha);
         mt_attn_wg_pack<BC>(p, s);
+        for (int j = j0 + 1; j < nkb; j++) {
+            const int i = i0 + j - j0, st = i % STAGES, pst = (i - 1) % STAGES;
+            kv.wait_k(i);
+            kv.wait_v(i - 1);
+            // S = Q K_j^T and O += P V_{j-1}; the softmax of S runs under the other
+            // consumer's products.
+            mt_attn_turn_take(cw);
+            mt_attn_wg_fence<HD / 2>(o);
+            scores(s, st);
+            mt_wg_commit();
+            mt_attn_wg_pb<BC, HD, BC>(o, p, kv.v(pst));
+            mt_wg_commit();
+            mt_attn_turn_pass(cw, false);
+            mt_wg_wait<1>();
+            mt_attn_wg_fence<BC / 2>(s);
+            mt_mb_arrive(kv.empty_k(st));
+            if (j == nkb - 1) mt_mb_arrive(q_empty);
+            softmax(s, j, alpha);
+            mt_attn_wg_fence<BC / 2>(s); // (keeps the softmax before the wait)
+            mt_wg_wait<0>();              // the product has read p and added into O
+            mt_attn_wg_hold<BC / 4>(p);
+            mt_attn_wg_fence<HD / 2>(o);
+            mt_mb_arrive(kv.empty_v(pst));
+            mt_attn_wg_pack<BC>(p, s);
 #pragma unroll
-        for (int n = 0; n < HD / 8; n++)
+            for (int c = 0; c < HD / 8; c++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) o[4 * n + e] *= alpha[e >> 1];
-    }
-    // The last tile's O += P V.
-    const int il = nkb - 1 - j0;
-    kv.wait_v(il);
-    mt_attn_turn_take(cw);
-    mt_attn_wg_fence<HD / 2>(o);
-    mt_wg_fence();
-    mt_attn_wg_pb<BC, HD, BC>(o, p, kv.v(il % STAGES));
-    mt_wg_commit();
-    mt_attn_turn_pass(cw, true);
-    mt_wg_wait<0>();
-    mt_attn_wg_fence<HD / 2>(o);
-
-    const int64_t ldq = (int64_t)a.NH * a.HD;
-    bf16 *go = (bf16 *)a.o + ((int64_t)b * T * a.NH + h) * a.HD;
-    float *gof = a.o_f32 ? a.o_f32 + ((int64_t)b * T * a.NH + h) * a.HD : nullptr;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float lr = l[r];
-        lr += __shfl_xor_sync(0xffffffffu, lr, 1);
-        lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-        const int row = row_lo + r * 8;
-        if (row >= T) continue;
-        const float inv = 1.f / lr;
-#pragma unroll
-        for (int n = 0; n < HD / 8; n++) {
-            const int d = n * 8 + 2 * t4;
-            if (d >= a.HD) break; // padded columns
-            const float x0 = o[4 * n + 2 * r] * inv, x1 = o[4 * n + 2 * r + 1] * inv;
-            *(__nv_bfloat162 *)(go + row * ldq + d) = __floats2bfloat162_rn(x0, x1);
-            if (gof) *(float2 *)(gof + row * ldq + d) = make_float2(x0, x1);
+                for (int e = 0; e < 4; e++) o[4 * c + e] *= alpha[e >> 1];
         }
-        if (t4 == 0) a.lse[((int64_t)b * a.NH + h) * T + row] = m[r] * MT_ATTN_LN2 + logf(lr);
+        // The last tile's O += P V.
+        const int il = i0 + nkb - 1 - j0;
+        kv.wait_v(il);
+        mt_attn_turn_take(cw);
+        mt_attn_wg_fence<HD / 2>(o);
+        mt_wg_fence();
+        mt_attn_wg_pb<BC, HD, BC>(o, p, kv.v(il % STAGES));
+        mt_wg_commit();
+        mt_attn_turn_pass(cw, tl.last(t));
+        mt_wg_wait<0>();
+        mt_attn_wg_fence<HD / 2>(o);
+        mt_mb_arrive(kv.empty_v(il % STAGES));
+
+        const int64_t ldq = (int64_t)a.NH * a.HD;
+        bf16 *go = (bf16 *)a.o + ((int64_t)b * T * a.NH + h) * a.HD;
+        float *gof = a.o_f32 ? a.o_f32 + ((int64_t)b * T * a.NH + h) * a.HD : nullptr;
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float lr = l[e];
+            lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+            lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+            const int row = row_lo + e * 8;
+            if (row >= T) continue;
+            const float inv = 1.f / lr;
+#pragma unroll
+            for (int c = 0; c < HD / 8; c++) {
+                const int d = c * 8 + 2 * t4;
+                if (d >= a.HD) break; // padded columns
+                const float x0 = o[4 * c + 2 * e] * inv, x1 = o[4 * c + 2 * e + 1] * inv;
+                *(__nv_bfloat162 *)(go + row * ldq + d) = __floats2bfloat162_rn(x0, x1);
+                if (gof) *(float2 *)(gof + row * ldq + d) = make_float2(x0, x1);
+            }
+            if (t4 == 0) a.lse[((int64_t)b * a.NH + h) * T + row] = m[e] * MT_ATTN_LN2 + logf(lr);
+        }
+        i0 += nkb - j0;
+        n++;
     }
 #endif
 }
@@ -225,8 +280,14 @@ int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
         mt_attn_tma_map(&tv, a.v, B, a.T, a.NKV, a.HD, BC, err))
         return -1;
     if (mt_attn_set_smem((const void *)kern, Cfg<HD>::SMEM, err)) return -1;
-    dim3 grid((a.T + BR - 1) / BR, a.NH, B);
-    kern<<<grid, NT, Cfg<HD>::SMEM, st>>>(tq, tk, tv, a);
+    tiles tl;
+    tl.nqb = (a.T + BR - 1) / BR;
+    tl.NH = a.NH;
+    tl.B = B;
+    tl.n = (tl.nqb + 1) / 2 * a.NH * B;
+    int grid;
+    if (mt_attn_persistent_grid(tl.n, &grid, err)) return -1;
+    kern<<<grid, NT, Cfg<HD>::SMEM, st>>>(tq, tk, tv, a, tl);
     return mt_attn_check_launch(err, "attention forward (bf16, wgmma)");
 }
 
