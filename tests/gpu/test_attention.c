@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -396,27 +397,42 @@ Test(attention_f32, packed_hd80_and_hd256) {
     check_docs((shape){1, 260, 2, 2, 256}, 0);
 }
 
+/* Asserts that two runs of shape s gave the same bits in every output; what
+ * names the second run in the message. */
+static void assert_same_bits(const run_result *a, const run_result *b, const shape *s,
+                             const char *what) {
+    const size_t nq = s->B * s->T * s->NH * s->HD, nk = s->B * s->T * s->NKV * s->HD;
+    const size_t nl = s->B * s->NH * s->T;
+    cr_assert(!memcmp(a->out, b->out, nq * 4), "out differs %s", what);
+    cr_assert(!memcmp(a->lse, b->lse, nl * 4), "lse differs %s", what);
+    cr_assert(!memcmp(a->dq, b->dq, nq * 4), "dq differs %s", what);
+    cr_assert(!memcmp(a->dk, b->dk, nk * 4), "dk differs %s", what);
+    cr_assert(!memcmp(a->dv, b->dv, nk * 4), "dv differs %s", what);
+}
+
+/* Random inputs of shape s (seeds seed .. seed + 3), malloc'd. */
+static void random_inputs(const shape *s, unsigned long long seed, float **q, float **k,
+                          float **v, float **dout) {
+    const size_t nq = s->B * s->T * s->NH * s->HD, nk = s->B * s->T * s->NKV * s->HD;
+    *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *dout = malloc(nq * 4);
+    fill_normal(*q, nq, seed);
+    fill_normal(*k, nk, seed + 1);
+    fill_normal(*v, nk, seed + 2);
+    fill_normal(*dout, nq, seed + 3);
+}
+
 /* Positions 0..T-1 in every row (one document per row) run the packed
  * kernels on the unpacked problem: the same bits as no positions. */
 static void check_one_document_per_row(int bf16) {
     skip_without_gpu();
     shape s = {2, 333, 8, 2, bf16 ? 128 : 64};
-    const size_t nq = s.B * s.T * s.NH * s.HD, nk = s.B * s.T * s.NKV * s.HD;
-    const size_t nl = s.B * s.NH * s.T;
-    float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *dout = malloc(nq * 4);
-    fill_normal(q, nq, 21);
-    fill_normal(k, nk, 22);
-    fill_normal(v, nk, 23);
-    fill_normal(dout, nq, 24);
+    float *q, *k, *v, *dout;
+    random_inputs(&s, 21, &q, &k, &v, &dout);
     int32_t *pos = malloc(s.B * s.T * sizeof *pos);
     for (size_t i = 0; i < s.B * s.T; i++) pos[i] = (int32_t)(i % s.T);
     run_result a = run_gpu(&s, NULL, bf16, q, k, v, dout);
     run_result b = run_gpu(&s, pos, bf16, q, k, v, dout);
-    cr_assert(!memcmp(a.out, b.out, nq * 4), "out differs");
-    cr_assert(!memcmp(a.lse, b.lse, nl * 4), "lse differs");
-    cr_assert(!memcmp(a.dq, b.dq, nq * 4), "dq differs");
-    cr_assert(!memcmp(a.dk, b.dk, nk * 4), "dk differs");
-    cr_assert(!memcmp(a.dv, b.dv, nk * 4), "dv differs");
+    assert_same_bits(&a, &b, &s, "with one document per row");
     free_result(&a);
     free_result(&b);
     free(q); free(k); free(v); free(dout); free(pos);
@@ -430,21 +446,12 @@ Test(attention_f32, one_document_per_row_equals_no_positions) { check_one_docume
 static void check_deterministic(int bf16, int packed) {
     skip_without_gpu();
     shape s = {2, 333, 8, 2, bf16 ? 128 : 64};
-    const size_t nq = s.B * s.T * s.NH * s.HD, nk = s.B * s.T * s.NKV * s.HD;
-    const size_t nl = s.B * s.NH * s.T;
-    float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *dout = malloc(nq * 4);
-    fill_normal(q, nq, 11);
-    fill_normal(k, nk, 12);
-    fill_normal(v, nk, 13);
-    fill_normal(dout, nq, 14);
+    float *q, *k, *v, *dout;
+    random_inputs(&s, 11, &q, &k, &v, &dout);
     int32_t *pos = packed ? packed_pos(s.B, s.T) : NULL;
     run_result a = run_gpu(&s, pos, bf16, q, k, v, dout);
     run_result b = run_gpu(&s, pos, bf16, q, k, v, dout);
-    cr_assert(!memcmp(a.out, b.out, nq * 4), "out differs between runs");
-    cr_assert(!memcmp(a.lse, b.lse, nl * 4), "lse differs between runs");
-    cr_assert(!memcmp(a.dq, b.dq, nq * 4), "dq differs between runs");
-    cr_assert(!memcmp(a.dk, b.dk, nk * 4), "dk differs between runs");
-    cr_assert(!memcmp(a.dv, b.dv, nk * 4), "dv differs between runs");
+    assert_same_bits(&a, &b, &s, "between runs");
     free_result(&a);
     free_result(&b);
     free(q); free(k); free(v); free(dout); free(pos);
@@ -455,19 +462,14 @@ Test(attention_bf16, packed_deterministic) { check_deterministic(1, 1); }
 Test(attention_f32, packed_deterministic) { check_deterministic(0, 1); }
 
 /* The persistent forward gives each block several query tiles when its
- * grid is capped (rounds of the snake order, a ring of key tiles running on
+ * grid is capped (several items a block, a ring of key tiles running on
  * across tiles, both Q buffers in turn): every cap must give the bits of
- * the uncapped launch, here one tile a block. Packed and not, HD 64 and
+ * the uncapped launch, here one item a block. Packed and not, HD 64 and
  * 128. */
 static void check_grid_caps(shape s, int packed) {
     skip_without_gpu();
-    const size_t nq = s.B * s.T * s.NH * s.HD, nk = s.B * s.T * s.NKV * s.HD;
-    const size_t nl = s.B * s.NH * s.T;
-    float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *dout = malloc(nq * 4);
-    fill_normal(q, nq, 31);
-    fill_normal(k, nk, 32);
-    fill_normal(v, nk, 33);
-    fill_normal(dout, nq, 34);
+    float *q, *k, *v, *dout;
+    random_inputs(&s, 31, &q, &k, &v, &dout);
     int32_t *pos = packed ? packed_pos(s.B, s.T) : NULL;
     run_result a = run_gpu(&s, pos, 1, q, k, v, dout);
     const int caps[] = {1, 2, 5, 13};
@@ -475,11 +477,9 @@ static void check_grid_caps(shape s, int packed) {
         cr_assert_eq(mt_attn_set_grid_cap(caps[c]), 0);
         run_result b = run_gpu(&s, pos, 1, q, k, v, dout);
         mt_attn_set_grid_cap(0);
-        cr_assert(!memcmp(a.out, b.out, nq * 4), "out differs with %d blocks", caps[c]);
-        cr_assert(!memcmp(a.lse, b.lse, nl * 4), "lse differs with %d blocks", caps[c]);
-        cr_assert(!memcmp(a.dq, b.dq, nq * 4), "dq differs with %d blocks", caps[c]);
-        cr_assert(!memcmp(a.dk, b.dk, nk * 4), "dk differs with %d blocks", caps[c]);
-        cr_assert(!memcmp(a.dv, b.dv, nk * 4), "dv differs with %d blocks", caps[c]);
+        char what[32];
+        snprintf(what, sizeof what, "with %d blocks", caps[c]);
+        assert_same_bits(&a, &b, &s, what);
         free_result(&b);
     }
     free_result(&a);
