@@ -461,11 +461,11 @@ Test(attention_f32, deterministic) { check_deterministic(0, 0); }
 Test(attention_bf16, packed_deterministic) { check_deterministic(1, 1); }
 Test(attention_f32, packed_deterministic) { check_deterministic(0, 1); }
 
-/* The persistent forward gives each block several query tiles when its
- * grid is capped (several items a block, a ring of key tiles running on
- * across tiles, both Q buffers in turn): every cap must give the bits of
- * the uncapped launch, here one item a block. Packed and not, HD 64 and
- * 128. */
+/* The persistent forward's blocks claim query tiles from a device counter;
+ * with its grid capped each block claims many (a ring of key tiles running
+ * on across them, the claim slots in turn), and five launches in a row
+ * check that each leaves the counter at zero for the next: every cap must
+ * give the bits of the uncapped launch. Packed and not, HD 64 and 128. */
 static void check_grid_caps(shape s, int packed) {
     skip_without_gpu();
     float *q, *k, *v, *dout;

@@ -3,6 +3,8 @@
  * attention.cu for the design), and the Hopper kernels' TMA maps. */
 #include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled */
 
+#include <mutex>
+
 #include "backend/cuda/attention_wgmma.cuh"
 
 int mt_attn_check_launch(mt_error *err, const char *what) {
@@ -34,6 +36,28 @@ int mt_attn_persistent_grid(int tiles, int *grid, mt_error *err) {
     int sms;
     if (mt_attn_sm_count(&sms, err)) return -1;
     *grid = grid_cap ? min(grid_cap, tiles) : min(sms, tiles);
+    return 0;
+}
+
+int mt_attn_tile_counter(unsigned **ctr, cudaStream_t st, mt_error *err) {
+    static std::mutex mu;
+    static unsigned *by_device[64];
+    int dev;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess)
+        return mt_errorf(err, "attention: no current device: %s", cudaGetErrorString(e));
+    if (dev >= 64) return mt_errorf(err, "attention: device %d: at most 64 devices", dev);
+    std::lock_guard<std::mutex> lock(mu);
+    if (!by_device[dev]) {
+        unsigned *p;
+        e = cudaMalloc(&p, 2 * sizeof *p);
+        if (e == cudaSuccess) e = cudaMemsetAsync(p, 0, 2 * sizeof *p, st);
+        if (e != cudaSuccess)
+            return mt_errorf(err, "attention: cannot allocate the tile counter: %s",
+                             cudaGetErrorString(e));
+        by_device[dev] = p;
+    }
+    *ctr = by_device[dev];
     return 0;
 }
 

@@ -47,6 +47,10 @@ int mt_attn_sm_count(int *sms, mt_error *err);
 /* The grid of a persistent kernel over `tiles` work tiles: a block an SM,
  * at most mt_attn_set_grid_cap's, at most one a tile. */
 int mt_attn_persistent_grid(int tiles, int *grid, mt_error *err);
+/* The current device's two tile counters of the persistent forward,
+ * allocated and zeroed (on st) at the first call; the kernels leave them
+ * zero. */
+int mt_attn_tile_counter(unsigned **ctr, cudaStream_t st, mt_error *err);
 /* D[b,h,t] = rowsum(dout * out) into a.dsum, the backward's first pass. */
 int mt_attn_launch_dsum(const mt_attn_args &a, int B, int is_bf16, cudaStream_t stream,
                         mt_error *err);

@@ -2,7 +2,7 @@
  * kernel (attention_bf16_fwd.cu) is that of other GPUs.
  *
  * FlashAttention-3's structure. A block works on 128 query rows of one head
- * at a time (a persistent grid walks pairs of query tiles, struct tiles) and
+ * at a time (a persistent grid claims query tiles, struct tiles) and
  * has three warpgroups: a producer, whose one thread loads each tile's Q and
  * its key tiles of 128 (K and V, two buffers each) by TMA into the 128-byte
  * swizzled tiles of attention_wgmma.cuh, each buffer with a full and an
@@ -32,29 +32,21 @@ template <int HD> struct Cfg {
     static constexpr size_t SMEM = (size_t)Q_BYTES + 2 * STAGES * KV_BYTES + 1024 + 256;
 };
 
-/* The launch's query tiles in items of equal work: item k of head (b, h)
- * holds query tiles nqb-1-k and k (nqb-k and k+1 key tiles), or the middle
- * tile alone when nqb is odd. Items go head by head, so that the blocks
- * working at once share the K and V of a few kv heads through L2. The grid
- * is persistent (a block an SM, or mt_attn_set_grid_cap's): block p takes
- * items p, p + G, p + 2G, ... */
+/* The launch's query tiles in the order blocks claim them: chunks of
+ * `chunk` (batch row, head) pairs, and in a chunk query tile by query tile,
+ * the last (heaviest) first. The grid is persistent (a block an SM, or
+ * mt_attn_set_grid_cap's); each block's producer claims the next tile from
+ * a device counter as soon as a Q buffer is free, so blocks that drew light
+ * tiles claim more, the last tiles to go are light, and the blocks working at
+ * once share the K and V of a chunk's kv heads through L2. */
 struct tiles {
-    int nqb, NH, B, n; // n: items
-    /* The block's t-th tile, tile t % 2 of its item t / 2: 1 and its query
-     * tile, head and batch row; 0 where that item has one tile; -1 past the
-     * block's items. */
-    __device__ int at(int t, int *qb, int *h, int *b) const {
-        const int I = blockIdx.x + (t >> 1) * gridDim.x, np = (nqb + 1) / 2, k = I % np;
-        if (I >= n) return -1;
-        *h = I / np % NH;
-        *b = I / np / NH;
-        *qb = (t & 1) ? k : nqb - 1 - k;
-        return !((t & 1) && k == nqb - 1 - k);
-    }
-    /* Whether tile t (at(t) == 1) is the block's last. */
-    __device__ bool last(int t) const {
-        const int I = blockIdx.x + (t >> 1) * gridDim.x, k = I % ((nqb + 1) / 2);
-        return I + (int)gridDim.x >= n && ((t & 1) || k == nqb - 1 - k);
+    int nqb, NH, B, n, chunk; // n: tiles
+    __device__ void decode(int L, int *qb, int *h, int *b) const {
+        const int nbh = NH * B, c0 = L / (chunk * nqb) * chunk, cn = min(chunk, nbh - c0);
+        const int r = L - c0 * nqb, bh = c0 + r % cn;
+        *qb = nqb - 1 - r / cn;
+        *h = bh % NH;
+        *b = bh / NH;
     }
 };
 
@@ -65,33 +57,40 @@ struct tiles {
  * fills with zeros (no score changes, the output's extra columns are 0
  * and not stored).
  *
- * Persistent: a block walks its query tiles (struct tiles) with one ring
- * of key tiles running on across them, and Q with a full and an empty
- * barrier, so that the producer loads the next tile's Q and first keys
- * while the consumers finish the last ones and store their output. */
+ * Persistent: a block walks the query tiles it claims (struct tiles) with
+ * one ring of key tiles running on across them, and Q with a full and an
+ * empty barrier, so that the producer loads the next tile's Q and first
+ * keys while the consumers finish the last ones and store their output.
+ * ctr: the device's tile counter (mt_attn_tile_counter), zero at launch and
+ * left zero. */
 template <int HD, bool DOCS>
 __global__ void __launch_bounds__(NT, 1)
     mt_attn_fwd_wgmma_kernel(const __grid_constant__ CUtensorMap tq,
                              const __grid_constant__ CUtensorMap tk,
                              const __grid_constant__ CUtensorMap tv, mt_attn_args a,
-                             tiles tl) {
+                             tiles tl, unsigned *ctr) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using C = Cfg<HD>;
     extern __shared__ __align__(1024) unsigned char mt_attn_wg_smem[];
     unsigned char *sq = mt_attn_wg_align(mt_attn_wg_smem);
     const unsigned q_s = mt_tc_smem_addr(sq);
-    // The Q buffers, the key-tile ring, then the barriers: Q full and Q
-    // empty of each Q buffer (8 bytes each), the ring's.
+    // Q, the key-tile ring, then the barriers (8 bytes each): Q full, Q
+    // empty, the two claim slots' (below), the ring's; then the slots.
     const unsigned bar = q_s + C::Q_BYTES + 2 * STAGES * C::KV_BYTES;
     const unsigned q_full = bar, q_empty = bar + 8;
+    auto claim_full = [&](int n) { return bar + 16 + 8 * (n & 1); };
     const mt_attn_kv_ring<BC, HD, STAGES> kv = {
-        q_s + C::Q_BYTES, q_s + C::Q_BYTES + STAGES * C::KV_BYTES, bar + 16};
+        q_s + C::Q_BYTES, q_s + C::Q_BYTES + STAGES * C::KV_BYTES, bar + 32};
+    // The block's n-th tile (tiles::decode), or -1 past its last: slot n % 2.
+    volatile int *slot = (volatile int *)(sq + (bar - q_s) + 32 + 32 * STAGES);
     const int T = a.T, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
     const int wg = threadIdx.x >> 7;
 
     if (threadIdx.x == 0) {
         mt_mb_init(q_full, 1);
         mt_mb_init(q_empty, 256);
+        mt_mb_init(claim_full(0), 1);
+        mt_mb_init(claim_full(1), 1);
         kv.init();
         mt_mb_fence_init();
     }
@@ -100,18 +99,35 @@ __global__ void __launch_bounds__(NT, 1)
     if (wg == 0) { // the producer
         mt_wg_regs_dec<24>();
         if (threadIdx.x != 0) return;
-        int qb, h, b, got;
-        for (int t = 0, n = 0, i0 = 0; (got = tl.at(t, &qb, &h, &b)) >= 0; t++) {
-            if (!got) continue;
+        // Claims the block's n-th tile from the counter and posts it. The
+        // launch's last claim (every block has drawn one past the end)
+        // zeroes the counter for the next launch.
+        auto claim = [&](int n) {
+            int L = (int)atomicAdd(ctr, 1u);
+            if (L >= tl.n) {
+                L = -1;
+                __threadfence();
+                if (atomicAdd(ctr + 1, 1u) == gridDim.x - 1) ctr[0] = ctr[1] = 0;
+            }
+            slot[n & 1] = L;
+            mt_mb_arrive(claim_full(n));
+            return L;
+        };
+        // The next tile is claimed as soon as this one's loads are issued,
+        // so that the consumers know it before they end this one.
+        for (int n = 0, i0 = 0, L = claim(0); L >= 0; n++) {
+            int qb, h, b;
+            tl.decode(L, &qb, &h, &b);
             const int q0 = qb * BR, nkb = (min(q0 + BR, T) + BC - 1) / BC;
             const int j0 = DOCS ? mt_attn_doc_start(a, b, min(q0, T - 1)) / BC : 0;
             if (n > 0) mt_mb_wait(q_empty, (n - 1) & 1);
             mt_mb_expect_tx(q_full, C::Q_BYTES);
             for (int c = 0; c < HD / 64; c++)
                 mt_tma_load4(q_s + c * BR * 128, &tq, c * 64, h, q0, b, q_full);
+            const int next = claim(n + 1);
             kv.produce(&tk, &tv, h / (a.NH / a.NKV), b, j0, nkb, i0);
             i0 += nkb - j0;
-            n++;
+            L = next;
         }
         return;
     }
@@ -119,11 +135,17 @@ __global__ void __launch_bounds__(NT, 1)
     const int cw = wg - 1; // this consumer: rows q0 + 64 cw ..
     const float sl2 = a.scale * MT_ATTN_LOG2E;
     const int g = lane >> 2, t4 = lane & 3;
-    mt_attn_turns_begin(cw);
-    int qb, h, b, got;
+    // The block's n-th tile, once claimed.
+    auto claimed = [&](int n) {
+        mt_mb_wait(claim_full(n), (n >> 1) & 1);
+        return slot[n & 1];
+    };
+    int L = claimed(0);
+    if (L >= 0) mt_attn_turns_begin(cw);
     // n, i0: the query tiles and the key tiles this block has done
-    for (int t = 0, n = 0, i0 = 0; (got = tl.at(t, &qb, &h, &b)) >= 0; t++) {
-        if (!got) continue;
+    for (int n = 0, i0 = 0; L >= 0; n++) {
+        int qb, h, b;
+        tl.decode(L, &qb, &h, &b);
         const int q0 = qb * BR;
         const int nkb = (min(q0 + BR, T) + BC - 1) / BC;
         // Documents: no row of the tile sees a key before its first row's document.
@@ -239,7 +261,8 @@ __global__ void __launch_bounds__(NT, 1)
         mt_wg_fence();
         mt_attn_wg_pb<BC, HD, BC>(o, p, kv.v(il % STAGES));
         mt_wg_commit();
-        mt_attn_turn_pass(cw, tl.last(t));
+        const int next = claimed(n + 1);
+        mt_attn_turn_pass(cw, next < 0);
         mt_wg_wait<0>();
         mt_attn_wg_fence<HD / 2>(o);
         mt_mb_arrive(kv.empty_v(il % STAGES));
@@ -266,7 +289,7 @@ __global__ void __launch_bounds__(NT, 1)
             if (t4 == 0) a.lse[((int64_t)b * a.NH + h) * T + row] = m[e] * MT_ATTN_LN2 + logf(lr);
         }
         i0 += nkb - j0;
-        n++;
+        L = next;
     }
 #endif
 }
@@ -280,14 +303,19 @@ int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
         mt_attn_tma_map(&tv, a.v, B, a.T, a.NKV, a.HD, BC, err))
         return -1;
     if (mt_attn_set_smem((const void *)kern, Cfg<HD>::SMEM, err)) return -1;
+    // Chunks of an eighth as many (batch row, head) pairs as SMs, as the
+    // backward's dK/dV pass orders its groups.
+    int sms, grid;
+    unsigned *ctr;
+    if (mt_attn_sm_count(&sms, err) || mt_attn_tile_counter(&ctr, st, err)) return -1;
     tiles tl;
     tl.nqb = (a.T + BR - 1) / BR;
     tl.NH = a.NH;
     tl.B = B;
-    tl.n = (tl.nqb + 1) / 2 * a.NH * B;
-    int grid;
+    tl.n = tl.nqb * a.NH * B;
+    tl.chunk = sms / 8 > 1 ? sms / 8 : 1;
     if (mt_attn_persistent_grid(tl.n, &grid, err)) return -1;
-    kern<<<grid, NT, Cfg<HD>::SMEM, st>>>(tq, tk, tv, a, tl);
+    kern<<<grid, NT, Cfg<HD>::SMEM, st>>>(tq, tk, tv, a, tl, ctr);
     return mt_attn_check_launch(err, "attention forward (bf16, wgmma)");
 }
 
