@@ -174,8 +174,6 @@ int main(void) {
         {8, 2048, 32, 8, 128, 1, 2048}, {8, 2048, 32, 8, 128, 1, 512}, {8, 2048, 32, 8, 128, 1, 128},
         {1, 2048, 32, 8, 128, 0, 512},
     };
-    // MT_ATTN_GRID_CAP: mt_attn_set_grid_cap's n (the persistent forward's grid)
-    if (getenv("MT_ATTN_GRID_CAP")) mt_attn_set_grid_cap(atoi(getenv("MT_ATTN_GRID_CAP")));
     for (const bench_shape &s : shapes) bench_one(s);
     return 0;
 }

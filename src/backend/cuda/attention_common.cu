@@ -22,20 +22,15 @@ extern "C" int mt_attn_set_grid_cap(int n) {
     return prev;
 }
 
-int mt_attn_sm_count(int *sms, mt_error *err) {
-    int dev;
+int mt_attn_launch_layout(int tiles, mt_attn_layout *l, mt_error *err) {
+    int dev, sms;
     cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (e != cudaSuccess)
         return mt_errorf(err, "attention: cannot count the device's SMs: %s",
                          cudaGetErrorString(e));
-    return 0;
-}
-
-int mt_attn_persistent_grid(int tiles, int *grid, mt_error *err) {
-    int sms;
-    if (mt_attn_sm_count(&sms, err)) return -1;
-    *grid = grid_cap ? min(grid_cap, tiles) : min(sms, tiles);
+    l->grid = grid_cap ? min(grid_cap, tiles) : min(sms, tiles);
+    l->chunk = sms / 8 > 1 ? sms / 8 : 1;
     return 0;
 }
 
@@ -70,6 +65,12 @@ int mt_attn_set_smem(const void *kernel, size_t bytes, mt_error *err) {
     return 0;
 }
 
+/* Stores D of row (b*T + t)*NH + h at a.dsum[b, h, t]. */
+__device__ __forceinline__ void mt_attn_dsum_store(const mt_attn_args &a, int row, float s) {
+    int h = row % a.NH, bt = row / a.NH, t = bt % a.T, b = bt / a.T;
+    a.dsum[((int64_t)b * a.NH + h) * a.T + t] = s;
+}
+
 /* D[b,h,t] = sum_d dout*out: one warp per row; shared by both precisions. */
 template <typename TIN>
 __global__ void mt_attn_dsum_kernel(mt_attn_args a, int rows) {
@@ -81,10 +82,7 @@ __global__ void mt_attn_dsum_kernel(mt_attn_args a, int rows) {
     float s = 0.f;
     for (int d = lane; d < a.HD; d += 32) s += (float)dout[d] * (float)out[d];
     for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0) {
-        int h = row % a.NH, bt = row / a.NH, t = bt % a.T, b = bt / a.T;
-        a.dsum[((int64_t)b * a.NH + h) * a.T + t] = s;
-    }
+    if (lane == 0) mt_attn_dsum_store(a, row, s);
 }
 
 /* The same for bf16 rows of HD <= 128 columns, a multiple of 8, at 16-byte
@@ -105,10 +103,7 @@ __global__ void mt_attn_dsum_bf16x8_kernel(mt_attn_args a, int rows) {
         }
     }
     for (int o = 8; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (row < rows && c == 0) {
-        int h = row % a.NH, bt = row / a.NH, t = bt % a.T, b = bt / a.T;
-        a.dsum[((int64_t)b * a.NH + h) * a.T + t] = s;
-    }
+    if (row < rows && c == 0) mt_attn_dsum_store(a, row, s);
 }
 
 int mt_attn_launch_dsum(const mt_attn_args &a, int B, int is_bf16, cudaStream_t stream,

@@ -37,16 +37,36 @@ struct mt_attn_args {
     const int32_t *pos;                 // (B,T) positions of packed documents, or NULL
 };
 
+/* Work tile L of a launch run in chunks of `chunk` of its ngroups groups
+ * (the last chunk partial) and, inside a chunk, tile by tile across the
+ * chunk's groups: its group *grp and that group's tile *k (0 runs first).
+ * The blocks working at once then share a chunk's inputs through L2, and
+ * with each group's heaviest tiles first the last to start are light. */
+__device__ __forceinline__ void mt_attn_chunked(int L, int ngroups, int ntiles, int chunk,
+                                                int *grp, int *k) {
+    const int c0 = L / (chunk * ntiles) * chunk, cn = min(chunk, ngroups - c0);
+    const int r = L - c0 * ntiles;
+    *grp = c0 + r % cn;
+    *k = r / cn;
+}
+
 /* Host helpers (attention_common.cu). */
 /* Reports a failed launch (or an earlier sticky error) as a recoverable error. */
 int mt_attn_check_launch(mt_error *err, const char *what);
 /* Raises a kernel's dynamic shared memory limit past the 48 KB default. */
 int mt_attn_set_smem(const void *kernel, size_t bytes, mt_error *err);
-/* The current device's SM count. */
-int mt_attn_sm_count(int *sms, mt_error *err);
-/* The grid of a persistent kernel over `tiles` work tiles: a block an SM,
- * at most mt_attn_set_grid_cap's, at most one a tile. */
-int mt_attn_persistent_grid(int tiles, int *grid, mt_error *err);
+/* How the Hopper kernels spread `tiles` work tiles on the current device:
+ * grid, a persistent grid (a block an SM, at most mt_attn_set_grid_cap's,
+ * at most one a tile); chunk, the groups (batch row and head, or kv head)
+ * of a chunk in the order of mt_attn_chunked, an eighth as many as SMs
+ * (16 on an H200). Measured there with the dK/dV pass (attn_bench, B 8 T
+ * 2048 and B 2 T 8192, 32/8 heads): chunks of all groups ran 384 and 412
+ * TFLOPS, chunks of 17 and 5 (two blocks an SM) 397 and 397; 16 is about
+ * the first at 8192 (16 groups) and the second at 2048. */
+struct mt_attn_layout {
+    int grid, chunk;
+};
+int mt_attn_launch_layout(int tiles, mt_attn_layout *l, mt_error *err);
 /* The current device's two tile counters of the persistent forward,
  * allocated and zeroed (on st) at the first call; the kernels leave them
  * zero. */

@@ -61,14 +61,11 @@ __global__ void __launch_bounds__(DkvCfg<HD>::NT, 1)
     auto empty = [&](int st) { return bar + 16 + 16 * st; };
     const int T = a.T, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
     const int wg = threadIdx.x >> 7;
-    // Block order: chunks of `chunk` of the ngroups (batch row, kv head)
-    // groups, and in a chunk key tile by key tile, the first (heaviest)
-    // first: the blocks that run at once share the Q and dO of a chunk
-    // through L2, and the last to start are light.
-    const int nkb = gridDim.x / ngroups;
-    const int c0 = blockIdx.x / (chunk * nkb) * chunk, cn = min(chunk, ngroups - c0);
-    const int r = blockIdx.x - c0 * nkb, grp = c0 + r % cn;
-    const int kb = r / cn, kvh = grp % a.NKV, b = grp / a.NKV;
+    // Block order: mt_attn_chunked over the (batch row, kv head) groups,
+    // the first (heaviest) key tile of each first.
+    int grp, kb;
+    mt_attn_chunked(blockIdx.x, ngroups, gridDim.x / ngroups, chunk, &grp, &kb);
+    const int kvh = grp % a.NKV, b = grp / a.NKV;
     const int k0 = kb * C::BC, G = a.NH / a.NKV;
     // Queries from the key tile on, up to the end of its last key's document.
     const int q_end = DOCS ? mt_attn_doc_end(a, b, min(k0 + C::BC, T) - 1) : T;
@@ -335,16 +332,11 @@ int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
     if (mt_attn_set_smem((const void *)kdkv, CK::SMEM, err)) return -1;
     if (mt_attn_set_smem((const void *)kdq, CQ::SMEM, err)) return -1;
     if (mt_attn_launch_dsum(a, B, 1, st, err)) return -1;
-    // Chunks of an eighth as many groups as SMs (the kernel's block order):
-    // 16 on an H200. Measured there (attn_bench, B 8 T 2048 and B 2 T 8192,
-    // 32/8 heads): chunks of all groups (the order by key tile alone) ran
-    // 384 and 412 TFLOPS, chunks of 17 and 5 (two blocks an SM) 397 and
-    // 397; 16 is about the first at 8192 (16 groups) and the second at 2048.
+    // One block a (key tile, group), in the chunks of mt_attn_launch_layout.
     const int nkb = (a.T + CK::BC - 1) / CK::BC, ngroups = a.NKV * B;
-    int sms;
-    if (mt_attn_sm_count(&sms, err)) return -1;
-    const int chunk = sms / 8 > 1 ? sms / 8 : 1;
-    kdkv<<<nkb * ngroups, CK::NT, CK::SMEM, st>>>(tq64, tdo64, tk, tv, a, ngroups, chunk);
+    mt_attn_layout lay;
+    if (mt_attn_launch_layout(nkb * ngroups, &lay, err)) return -1;
+    kdkv<<<nkb * ngroups, CK::NT, CK::SMEM, st>>>(tq64, tdo64, tk, tv, a, ngroups, lay.chunk);
     if (mt_attn_check_launch(err, "attention backward dK/dV (bf16, wgmma)")) return -1;
     kdq<<<dim3((a.T + CQ::BR - 1) / CQ::BR, a.NH, B), CQ::NT, CQ::SMEM, st>>>(tq, tdo, tk, tv, a);
     return mt_attn_check_launch(err, "attention backward dQ (bf16, wgmma)");

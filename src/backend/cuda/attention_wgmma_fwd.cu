@@ -32,19 +32,17 @@ template <int HD> struct Cfg {
     static constexpr size_t SMEM = (size_t)Q_BYTES + 2 * STAGES * KV_BYTES + 1024 + 256;
 };
 
-/* The launch's query tiles in the order blocks claim them: chunks of
- * `chunk` (batch row, head) pairs, and in a chunk query tile by query tile,
- * the last (heaviest) first. The grid is persistent (a block an SM, or
- * mt_attn_set_grid_cap's); each block's producer claims the next tile from
- * a device counter as soon as a Q buffer is free, so blocks that drew light
- * tiles claim more, the last tiles to go are light, and the blocks working at
- * once share the K and V of a chunk's kv heads through L2. */
+/* The launch's query tiles in the order blocks claim them: mt_attn_chunked
+ * over the (batch row, head) pairs, the last (heaviest) query tile of each
+ * first. The grid is persistent (mt_attn_launch_layout); each block's
+ * producer claims the next tile from a device counter as soon as a Q buffer
+ * is free, so blocks that drew light tiles claim more. */
 struct tiles {
     int nqb, NH, B, n, chunk; // n: tiles
     __device__ void decode(int L, int *qb, int *h, int *b) const {
-        const int nbh = NH * B, c0 = L / (chunk * nqb) * chunk, cn = min(chunk, nbh - c0);
-        const int r = L - c0 * nqb, bh = c0 + r % cn;
-        *qb = nqb - 1 - r / cn;
+        int bh, k;
+        mt_attn_chunked(L, NH * B, nqb, chunk, &bh, &k);
+        *qb = nqb - 1 - k;
         *h = bh % NH;
         *b = bh / NH;
     }
@@ -303,19 +301,16 @@ int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
         mt_attn_tma_map(&tv, a.v, B, a.T, a.NKV, a.HD, BC, err))
         return -1;
     if (mt_attn_set_smem((const void *)kern, Cfg<HD>::SMEM, err)) return -1;
-    // Chunks of an eighth as many (batch row, head) pairs as SMs, as the
-    // backward's dK/dV pass orders its groups.
-    int sms, grid;
-    unsigned *ctr;
-    if (mt_attn_sm_count(&sms, err) || mt_attn_tile_counter(&ctr, st, err)) return -1;
     tiles tl;
     tl.nqb = (a.T + BR - 1) / BR;
     tl.NH = a.NH;
     tl.B = B;
     tl.n = tl.nqb * a.NH * B;
-    tl.chunk = sms / 8 > 1 ? sms / 8 : 1;
-    if (mt_attn_persistent_grid(tl.n, &grid, err)) return -1;
-    kern<<<grid, NT, Cfg<HD>::SMEM, st>>>(tq, tk, tv, a, tl, ctr);
+    mt_attn_layout lay;
+    unsigned *ctr;
+    if (mt_attn_launch_layout(tl.n, &lay, err) || mt_attn_tile_counter(&ctr, st, err)) return -1;
+    tl.chunk = lay.chunk;
+    kern<<<lay.grid, NT, Cfg<HD>::SMEM, st>>>(tq, tk, tv, a, tl, ctr);
     return mt_attn_check_launch(err, "attention forward (bf16, wgmma)");
 }
 
