@@ -32,19 +32,21 @@ template <int N> __device__ __forceinline__ void mt_attn_wg_fence(float x[N]) {
     for (int i = 0; i < N; i++) mt_wg_fence_reg(x[i]);
 }
 
-/* acc (64 x N, the warpgroup's) += A B^T over the head dim: A the 64 rows
+/* acc (64 x N, the warpgroup's) = A B^T over the head dim: A the 64 rows
  * at shared address sa of a tile of RA rows, B the N rows at sb of a tile of
  * RB rows (both K-major: a k16 slice kk sits in column block kk / 4, 32
- * bytes a slice within it). Issued, not committed. */
+ * bytes a slice within it). The first slice's product overwrites acc, so
+ * nothing zeroes it first. Issued, not committed. */
 template <int N, int HD, int RA, int RB>
 __device__ __forceinline__ void mt_attn_wg_abt(float acc[N / 2], unsigned sa, unsigned sb) {
+    const uint64_t da0 = mt_wg_desc(sa, 16), db0 = mt_wg_desc(sb, 16);
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) {
         const unsigned off = (kk & 3) * 32;
-        const uint64_t da = mt_wg_desc(sa + (kk >> 2) * (RA * 128) + off, 16);
-        const uint64_t db = mt_wg_desc(sb + (kk >> 2) * (RB * 128) + off, 16);
-        if constexpr (N == 128) mt_wg_mma_64x128_ss<0, 0>(acc, da, db);
-        else mt_wg_mma_64x64_ss<0, 0>(acc, da, db);
+        const uint64_t da = mt_wg_desc_add(da0, (kk >> 2) * (RA * 128) + off);
+        const uint64_t db = mt_wg_desc_add(db0, (kk >> 2) * (RB * 128) + off);
+        if constexpr (N == 128) mt_wg_mma_64x128_ss<0, 0>(acc, da, db, kk > 0);
+        else mt_wg_mma_64x64_ss<0, 0>(acc, da, db, kk > 0);
     }
 }
 
@@ -56,9 +58,10 @@ __device__ __forceinline__ void mt_attn_wg_abt(float acc[N / 2], unsigned sa, un
 template <int K, int HD, int RB>
 __device__ __forceinline__ void mt_attn_wg_pb(float acc[HD / 2], const unsigned p[K / 4],
                                               unsigned sb) {
+    const uint64_t db0 = mt_wg_desc(sb, RB * 128);
 #pragma unroll
     for (int kk = 0; kk < K / 16; kk++) {
-        const uint64_t db = mt_wg_desc(sb + kk * 2048, RB * 128);
+        const uint64_t db = mt_wg_desc_add(db0, kk * 2048);
         if constexpr (HD == 128) mt_wg_mma_64x128_rs<1>(acc, p + 4 * kk, db);
         else mt_wg_mma_64x64_rs<1>(acc, p + 4 * kk, db);
     }
@@ -101,8 +104,6 @@ template <int N, int HD, int RA, int RB>
 __device__ __forceinline__ void mt_attn_wg_abt2(float x[N / 2], unsigned a1, unsigned b1,
                                                 float y[N / 2], unsigned a2, unsigned b2, int c,
                                                 bool last) {
-#pragma unroll
-    for (int i = 0; i < N / 2; i++) x[i] = y[i] = 0.f;
     mt_attn_turn_take(c);
     mt_wg_fence();
     mt_attn_wg_abt<N, HD, RA, RB>(x, a1, b1);

@@ -16,6 +16,8 @@
  *       dQ += dS K                    A from registers, B MN-major
  * The masks, the document bounds and the lse and D values are those of the
  * mma.sync kernels. dP waits while P is computed from S. */
+#include <type_traits>
+
 #include "backend/cuda/attention_wgmma.cuh"
 
 namespace {
@@ -143,16 +145,19 @@ __global__ void __launch_bounds__(DkvCfg<HD>::NT, 1)
         mt_attn_wg_abt2<64, HD, C::BC, C::BR>(st_, sk_wg, qt, dpt, sv_wg, dot, cw, it + 1 == nit);
         // P^T: the causal mask, queries past T (their lse reads 0) and
         // queries of a later document than the key give 0.
-        const bool need_mask = q0 < kw + 15 || q0 + C::BR > T || (DOCS && dstart_last > kw);
+        // The tiles that need no mask (most of them) take code with none.
+        auto probs = [&](auto masked) {
 #pragma unroll
-        for (int i = 0; i < 32; i++) {
-            const int qc = (i >> 2) * 8 + 2 * t4 + (i & 1), key = key_lo + ((i >> 1) & 1) * 8;
-            float x = mt_attn_exp2(fmaf(st_[i], sl2, -l_s[qc] * MT_ATTN_LOG2E));
-            if (need_mask &&
-                (q0 + qc < key || q0 + qc >= T || (DOCS && q0 + qc - p_s[qc] > key)))
-                x = 0.f;
-            st_[i] = x;
-        }
+            for (int i = 0; i < 32; i++) {
+                const int qc = (i >> 2) * 8 + 2 * t4 + (i & 1), key = key_lo + ((i >> 1) & 1) * 8;
+                float x = mt_attn_exp2(fmaf(st_[i], sl2, -l_s[qc] * MT_ATTN_LOG2E));
+                if constexpr (decltype(masked)::value)
+                    if (q0 + qc < key || q0 + qc >= T || (DOCS && q0 + qc - p_s[qc] > key)) x = 0.f;
+                st_[i] = x;
+            }
+        };
+        if (q0 < kw + 15 || q0 + C::BR > T || (DOCS && dstart_last > kw)) probs(std::true_type());
+        else probs(std::false_type());
         mt_wg_wait<0>();
         mt_attn_wg_fence<32>(dpt);
 #pragma unroll
@@ -270,15 +275,20 @@ __global__ void __launch_bounds__(DqCfg<HD>::NT, 1)
         float s[64], dp[64];
         mt_attn_wg_abt2<128, HD, C::BR, C::BC>(s, sq_wg, kt, dp, sdo_wg, vt, cw, j + 1 == nkb);
         const int k0 = j * C::BC;
-        const bool need_mask = k0 + C::BC - 1 > rw || k0 + C::BC > T || (DOCS && k0 < dstart_warp);
+        // The tiles that need no mask (most of them) take code with none.
+        auto probs = [&](auto masked) {
 #pragma unroll
-        for (int i = 0; i < 64; i++) {
-            const int r = (i >> 1) & 1, key = k0 + (i >> 2) * 8 + 2 * t4 + (i & 1);
-            float x = mt_attn_exp2(fmaf(s[i], sl2, -lse2[r]));
-            if (need_mask && (key > row_lo + r * 8 || key >= T || (DOCS && key < dstart[r])))
-                x = 0.f;
-            s[i] = x;
-        }
+            for (int i = 0; i < 64; i++) {
+                const int r = (i >> 1) & 1, key = k0 + (i >> 2) * 8 + 2 * t4 + (i & 1);
+                float x = mt_attn_exp2(fmaf(s[i], sl2, -lse2[r]));
+                if constexpr (decltype(masked)::value)
+                    if (key > row_lo + r * 8 || key >= T || (DOCS && key < dstart[r])) x = 0.f;
+                s[i] = x;
+            }
+        };
+        if (k0 + C::BC - 1 > rw || k0 + C::BC > T || (DOCS && k0 < dstart_warp))
+            probs(std::true_type());
+        else probs(std::false_type());
         mt_wg_wait<0>();
         mt_attn_wg_fence<64>(dp);
         mt_mb_arrive(kv.empty_v(st));

@@ -19,6 +19,8 @@
  * The online softmax is the mma.sync kernel's (log2 domain, one FFMA and
  * one EX2 a score, the same masks, packed documents included, and the same
  * lse). */
+#include <type_traits>
+
 #include "backend/cuda/attention_wgmma.cuh"
 
 namespace {
@@ -166,24 +168,30 @@ __global__ void __launch_bounds__(NT, 1)
 
         // Issues S = Q K^T (64 x 128 per consumer) over K buffer st, uncommitted.
         auto scores = [&](float s[BC / 2], int st) {
-#pragma unroll
-            for (int i = 0; i < BC / 2; i++) s[i] = 0.f;
             mt_wg_fence();
             mt_attn_wg_abt<BC, HD, BR, BC>(s, sq_wg, kv.k(st));
         };
-        // Masks keys after the query, past T or before its document, and turns
-        // tile j's scores into probabilities (online softmax per row); alpha:
-        // the rescale of this thread's two rows' earlier sums.
-        auto softmax = [&](float s[BC / 2], int j, float alpha[2]) {
+        // Whether tile j has keys after a query of this consumer, past T or
+        // before a row's document: the diagonal tile, the last one of a ragged
+        // T, the first ones of packed documents.
+        auto need_mask = [&](int j) {
             const int k0 = j * BC;
-            const bool need_mask =
-                k0 + BC - 1 > q0 + cw * 64 || k0 + BC > T || (DOCS && k0 < dstart_wg);
+            return k0 + BC - 1 > q0 + cw * 64 || k0 + BC > T || (DOCS && k0 < dstart_wg);
+        };
+        // Turns tile j's scores into probabilities (online softmax per row),
+        // masking keys after the query, past T or before its document when
+        // masked (std::true_type). The other tiles, most of them, take code
+        // with no mask at all: its compares and selects were two fifths of
+        // the loop's instructions, which the products could not hide.
+        // alpha: the rescale of this thread's two rows' earlier sums.
+        auto softmax = [&](float s[BC / 2], int j, float alpha[2], auto masked) {
+            [[maybe_unused]] const int k0 = j * BC;
             float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
             for (int c = 0; c < BC / 8; c++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    if (need_mask) {
+                    if constexpr (decltype(masked)::value) {
                         const int key = k0 + c * 8 + 2 * t4 + (e & 1), row = row_lo + (e >> 1) * 8;
                         if (key > row || key >= T || (DOCS && key < dstart[e >> 1]))
                             s[4 * c + e] = -INFINITY;
@@ -220,7 +228,7 @@ __global__ void __launch_bounds__(NT, 1)
         mt_attn_wg_fence<BC / 2>(s);
         mt_mb_arrive(kv.empty_k(i0 % STAGES));
         if (nkb - j0 == 1) mt_mb_arrive(q_empty); // the tile's last read of Q
-        softmax(s, j0, alpha);
+        softmax(s, j0, alpha, std::true_type());
         mt_attn_wg_pack<BC>(p, s);
         for (int j = j0 + 1; j < nkb; j++) {
             const int i = i0 + j - j0, st = i % STAGES, pst = (i - 1) % STAGES;
@@ -239,7 +247,8 @@ __global__ void __launch_bounds__(NT, 1)
             mt_attn_wg_fence<BC / 2>(s);
             mt_mb_arrive(kv.empty_k(st));
             if (j == nkb - 1) mt_mb_arrive(q_empty);
-            softmax(s, j, alpha);
+            if (need_mask(j)) softmax(s, j, alpha, std::true_type());
+            else softmax(s, j, alpha, std::false_type());
             mt_attn_wg_fence<BC / 2>(s); // (keeps the softmax before the wait)
             mt_wg_wait<0>();              // the product has read p and added into O
             mt_attn_wg_hold<BC / 4>(p);

@@ -57,6 +57,14 @@ __device__ __forceinline__ uint64_t mt_wg_desc(unsigned saddr, unsigned lbo) {
            (uint64_t)(1024u >> 4) << 32 | 1ull << 62;
 }
 
+/* The descriptor d (mt_wg_desc) moved on by bytes (a multiple of 16): the
+ * start address field alone changes, by a 32-bit add that cannot carry out
+ * of it while the address stays inside shared memory (under 256 KB). One
+ * add a product instead of building each descriptor anew. */
+__device__ __forceinline__ uint64_t mt_wg_desc_add(uint64_t d, unsigned bytes) {
+    return (d & 0xFFFFFFFF00000000ull) | (uint32_t)((uint32_t)d + (bytes >> 4));
+}
+
 /* Orders this thread's register and shared-memory accesses before the
  * warpgroup's next products. */
 __device__ __forceinline__ void mt_wg_fence() {
@@ -127,9 +135,11 @@ __device__ __forceinline__ void mt_wg_mma_64x256(float d[128], uint64_t da, uint
 }
 
 /* d (64 x 128 fp32, 64 registers a thread, laid out as for the 64 x 256
- * product) += A (64 x 16) B (16 x 128), both from shared-memory descriptors. */
+ * product) += A (64 x 16) B (16 x 128), both from shared-memory descriptors;
+ * with accumulate 0, d = A B (d's old values are not read). */
 template <int TA, int TB>
-__device__ __forceinline__ void mt_wg_mma_64x128_ss(float d[64], uint64_t da, uint64_t db) {
+__device__ __forceinline__ void mt_wg_mma_64x128_ss(float d[64], uint64_t da, uint64_t db,
+                                                    int accumulate = 1) {
     asm volatile(
         "{\n"
         ".reg .pred p;\n"
@@ -153,13 +163,15 @@ __device__ __forceinline__ void mt_wg_mma_64x128_ss(float d[64], uint64_t da, ui
           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(1));
+        : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(accumulate));
 }
 
 /* d (64 x 64 fp32, 32 registers a thread, laid out as for the 64 x 256
- * product) += A (64 x 16) B (16 x 64), both from shared-memory descriptors. */
+ * product) += A (64 x 16) B (16 x 64), both from shared-memory descriptors;
+ * with accumulate 0, d = A B (d's old values are not read). */
 template <int TA, int TB>
-__device__ __forceinline__ void mt_wg_mma_64x64_ss(float d[32], uint64_t da, uint64_t db) {
+__device__ __forceinline__ void mt_wg_mma_64x64_ss(float d[32], uint64_t da, uint64_t db,
+                                                    int accumulate = 1) {
     asm volatile(
         "{\n"
         ".reg .pred p;\n"
@@ -175,7 +187,7 @@ __device__ __forceinline__ void mt_wg_mma_64x64_ss(float d[32], uint64_t da, uin
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(1));
+        : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(accumulate));
 }
 
 /* d (64 x 128 fp32, 64 registers a thread) += A (64 x 16, from registers: the
