@@ -145,8 +145,8 @@ int mt_attn_tma_map(CUtensorMap *map, const void *p, int B, int T, int H, int HD
                                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
-        return mt_errorf(err, "attention (bf16, wgmma): the driver cannot describe q, k, v "
-                              "or dout to the TMA (error %d; device pointers must be 16-byte "
+        return mt_errorf(err, "attention (bf16, wgmma): the driver cannot describe q, k, v, "
+                              "out or dout to the TMA (error %d; device pointers must be 16-byte "
                               "aligned)", (int)r);
     return 0;
 }

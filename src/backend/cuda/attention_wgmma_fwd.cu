@@ -30,8 +30,9 @@ constexpr int STAGES = 2;                      // buffers of K and of V
 
 template <int HD> struct Cfg {
     static constexpr int Q_BYTES = BR * HD * 2, KV_BYTES = BC * HD * 2;
-    // Q, the K and V buffers, room to align the base to 1024 bytes, the barriers
-    static constexpr size_t SMEM = (size_t)Q_BYTES + 2 * STAGES * KV_BYTES + 1024 + 256;
+    // Q, the K and V buffers, the output's staging tile (as large as Q), room
+    // to align the base to 1024 bytes, the barriers
+    static constexpr size_t SMEM = (size_t)2 * Q_BYTES + 2 * STAGES * KV_BYTES + 1024 + 256;
 };
 
 /* The launch's query tiles in the order blocks claim them: mt_attn_chunked
@@ -52,7 +53,9 @@ struct tiles {
 
 /* DOCS: packed documents (a.pos); false compiles the plain causal kernel.
  * tq, tk, tv: TMA maps of q, k, v as (a.HD, heads, T, B), boxes of 64
- * head-dim columns by 128 rows, 128-byte swizzle. HD is the width computed:
+ * head-dim columns by 128 rows, 128-byte swizzle; to: of the output, boxes
+ * of 64 rows (a consumer's), which the consumers stage in shared memory in
+ * the same layout and store by TMA. HD is the width computed:
  * a.HD itself, or 128 for a.HD 80 and 96, whose columns past a.HD the TMA
  * fills with zeros (no score changes, the output's extra columns are 0
  * and not stored).
@@ -67,16 +70,19 @@ template <int HD, bool DOCS>
 __global__ void __launch_bounds__(NT, 1)
     mt_attn_fwd_wgmma_kernel(const __grid_constant__ CUtensorMap tq,
                              const __grid_constant__ CUtensorMap tk,
-                             const __grid_constant__ CUtensorMap tv, mt_attn_args a,
-                             tiles tl, unsigned *ctr) {
+                             const __grid_constant__ CUtensorMap tv,
+                             const __grid_constant__ CUtensorMap to, mt_attn_args a, tiles tl,
+                             unsigned *ctr) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using C = Cfg<HD>;
     extern __shared__ __align__(1024) unsigned char mt_attn_wg_smem[];
     unsigned char *sq = mt_attn_wg_align(mt_attn_wg_smem);
     const unsigned q_s = mt_tc_smem_addr(sq);
-    // Q, the key-tile ring, then the barriers (8 bytes each): Q full, Q
-    // empty, the two claim slots' (below), the ring's; then the slots.
-    const unsigned bar = q_s + C::Q_BYTES + 2 * STAGES * C::KV_BYTES;
+    // Q, the key-tile ring, the output's staging tile, then the barriers (8
+    // bytes each): Q full, Q empty, the two claim slots' (below), the ring's;
+    // then the slots.
+    const unsigned o_s = q_s + C::Q_BYTES + 2 * STAGES * C::KV_BYTES;
+    const unsigned bar = o_s + C::Q_BYTES;
     const unsigned q_full = bar, q_empty = bar + 8;
     auto claim_full = [&](int n) { return bar + 16 + 8 * (n & 1); };
     const mt_attn_kv_ring<BC, HD, STAGES> kv = {
@@ -274,40 +280,58 @@ __global__ void __launch_bounds__(NT, 1)
         mt_attn_wg_fence<HD / 2>(o);
         mt_mb_arrive(kv.empty_v(il % STAGES));
 
+        // The output: normalised rows into the consumer's staging tile (64 rows,
+        // swizzled as the TMA boxes; conflict-free, the 8 rows of a store
+        // falling in 8 distinct 16-byte chunks), then one thread's TMA store,
+        // which leaves out rows past T and columns past a.HD. The tile is
+        // written again once the last store has read it.
+        const unsigned o_wg = o_s + cw * 64 * HD * 2;
+        const bool lead = (threadIdx.x & 127) == 0;
+        if (lead) mt_tma_store_wait<true>();
+        mt_bar_sync(3 + cw, 128);
         const int64_t ldq = (int64_t)a.NH * a.HD;
-        bf16 *go = (bf16 *)a.o + ((int64_t)b * T * a.NH + h) * a.HD;
         float *gof = a.o_f32 ? a.o_f32 + ((int64_t)b * T * a.NH + h) * a.HD : nullptr;
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             float lr = l[e];
             lr += __shfl_xor_sync(0xffffffffu, lr, 1);
             lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-            const int row = row_lo + e * 8;
-            if (row >= T) continue;
+            const int row = row_lo + e * 8, r = warp * 16 + g + e * 8; // r: in the tile
             const float inv = 1.f / lr;
 #pragma unroll
             for (int c = 0; c < HD / 8; c++) {
-                const int d = c * 8 + 2 * t4;
-                if (d >= a.HD) break; // padded columns
                 const float x0 = o[4 * c + 2 * e] * inv, x1 = o[4 * c + 2 * e + 1] * inv;
-                *(__nv_bfloat162 *)(go + row * ldq + d) = __floats2bfloat162_rn(x0, x1);
-                if (gof) *(float2 *)(gof + row * ldq + d) = make_float2(x0, x1);
+                const unsigned at = o_wg + (c >> 3) * (64 * 128) + mt_wg_swz(r, c & 7) + 4 * t4;
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(mt_attn_pack(x0, x1)));
+                const int d = c * 8 + 2 * t4;
+                if (gof && row < T && d < a.HD)
+                    *(float2 *)(gof + row * ldq + d) = make_float2(x0, x1);
             }
-            if (t4 == 0) a.lse[((int64_t)b * a.NH + h) * T + row] = m[e] * MT_ATTN_LN2 + logf(lr);
+            if (t4 == 0 && row < T)
+                a.lse[((int64_t)b * a.NH + h) * T + row] = m[e] * MT_ATTN_LN2 + logf(lr);
+        }
+        mt_wg_fence_smem();
+        mt_bar_sync(3 + cw, 128);
+        if (lead) {
+            for (int c = 0; c < HD / 64; c++)
+                mt_tma_store4(&to, o_wg + c * 64 * 128, c * 64, h, q0 + cw * 64, b);
+            mt_tma_store_commit();
         }
         i0 += nkb - j0;
         L = next;
     }
+    if ((threadIdx.x & 127) == 0) mt_tma_store_wait<false>(); // before the block's memory goes
 #endif
 }
 
 template <int HD, bool DOCS>
 int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
     auto kern = mt_attn_fwd_wgmma_kernel<HD, DOCS>;
-    CUtensorMap tq, tk, tv;
+    CUtensorMap tq, tk, tv, to;
     if (mt_attn_tma_map(&tq, a.q, B, a.T, a.NH, a.HD, BR, err) ||
         mt_attn_tma_map(&tk, a.k, B, a.T, a.NKV, a.HD, BC, err) ||
-        mt_attn_tma_map(&tv, a.v, B, a.T, a.NKV, a.HD, BC, err))
+        mt_attn_tma_map(&tv, a.v, B, a.T, a.NKV, a.HD, BC, err) ||
+        mt_attn_tma_map(&to, a.o, B, a.T, a.NH, a.HD, 64, err))
         return -1;
     if (mt_attn_set_smem((const void *)kern, Cfg<HD>::SMEM, err)) return -1;
     tiles tl;
@@ -319,7 +343,7 @@ int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
     unsigned *ctr;
     if (mt_attn_launch_layout(tl.n, &lay, err) || mt_attn_tile_counter(&ctr, st, err)) return -1;
     tl.chunk = lay.chunk;
-    kern<<<lay.grid, NT, Cfg<HD>::SMEM, st>>>(tq, tk, tv, a, tl, ctr);
+    kern<<<lay.grid, NT, Cfg<HD>::SMEM, st>>>(tq, tk, tv, to, a, tl, ctr);
     return mt_attn_check_launch(err, "attention forward (bf16, wgmma)");
 }
 

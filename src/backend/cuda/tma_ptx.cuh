@@ -54,6 +54,29 @@ __device__ __forceinline__ void mt_tma_load4(unsigned dst, const CUtensorMap *ma
                  : "memory");
 }
 
+/* Starts the TMA copy of the box at src in shared memory to coordinates
+ * (c0..c3) of the tensor that map describes (the parts of the box outside
+ * the tensor are not written), in this thread's current bulk group. The
+ * threads that wrote src make it visible to the copy first: each a
+ * fence.proxy.async (mt_wg_fence_smem), then a barrier among them. */
+__device__ __forceinline__ void mt_tma_store4(const CUtensorMap *map, unsigned src, int c0, int c1,
+                                              int c2, int c3) {
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group"
+                 " [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"((uint64_t)map),
+                 "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+}
+/* Closes this thread's current bulk group of stores. */
+__device__ __forceinline__ void mt_tma_store_commit() {
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+/* Waits until this thread's bulk groups have read their shared memory
+ * (READ: the buffers may be written again) or have completed. */
+template <bool READ> __device__ __forceinline__ void mt_tma_store_wait() {
+    if constexpr (READ) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+    else asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
 /* Named barrier id (1..15; 0 is __syncthreads) of n threads: sync waits for
  * n arrivals including its own, arrive only counts. */
 __device__ __forceinline__ void mt_bar_sync(int id, int n) {
