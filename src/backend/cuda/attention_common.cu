@@ -34,6 +34,17 @@ int mt_attn_launch_layout(int tiles, mt_attn_layout *l, mt_error *err) {
     return 0;
 }
 
+int mt_attn_qtiles_init(mt_attn_qtiles *tl, const mt_attn_args &a, int B, int BR,
+                        mt_attn_layout *lay, mt_error *err) {
+    tl->nqb = (a.T + BR - 1) / BR;
+    tl->NH = a.NH;
+    tl->B = B;
+    tl->n = tl->nqb * a.NH * B;
+    if (mt_attn_launch_layout(tl->n, lay, err)) return -1;
+    tl->chunk = lay->chunk;
+    return 0;
+}
+
 int mt_attn_tile_counter(unsigned **ctr, cudaStream_t st, mt_error *err) {
     static std::mutex mu;
     static unsigned *by_device[64];

@@ -67,6 +67,24 @@ struct mt_attn_layout {
     int grid, chunk;
 };
 int mt_attn_launch_layout(int tiles, mt_attn_layout *l, mt_error *err);
+/* The query tiles of BR rows of a launch over B batch rows, in the order
+ * the persistent forward and dQ pass take them: mt_attn_chunked over the
+ * (batch row, head) pairs, the last (heaviest) query tile of each first, so
+ * that the blocks working at once share a chunk's keys through L2 and the
+ * last to start are light. mt_attn_qtiles_init fills it and the launch
+ * layout (mt_attn_launch_layout over its n tiles). */
+struct mt_attn_qtiles {
+    int nqb, NH, B, n, chunk; // n: tiles
+    __device__ void decode(int L, int *qb, int *h, int *b) const {
+        int bh, k;
+        mt_attn_chunked(L, NH * B, nqb, chunk, &bh, &k);
+        *qb = nqb - 1 - k;
+        *h = bh % NH;
+        *b = bh / NH;
+    }
+};
+int mt_attn_qtiles_init(mt_attn_qtiles *tl, const mt_attn_args &a, int B, int BR,
+                        mt_attn_layout *lay, mt_error *err);
 /* The current device's two tile counters of the persistent forward,
  * allocated and zeroed (on st) at the first call; the kernels leave them
  * zero. */

@@ -10,8 +10,9 @@
  *       S^T = K Q^T, dP^T = V dO^T    m64n64, both from shared memory
  *       P^T = exp(S^T - lse), dS^T = P^T (dP^T - D)    in registers
  *       dV += P^T dO, dK += dS^T Q    m64nHD, A from registers, B MN-major
- *   dQ: a block owns 128 query rows of one head (64 a consumer), Q and dO
- *     loaded once, and walks its key tiles of 128 (two buffers of K and V):
+ *   dQ: a block owns 128 query rows of one head at a time (64 a consumer),
+ *     Q and dO loaded once, and walks their key tiles of 128 (two buffers of
+ *     K and V); the grid is persistent, a block an SM:
  *       S = Q K^T, dP = dO V^T        m64n128, from shared memory
  *       dQ += dS K                    A from registers, B MN-major
  * The masks, the document bounds and the lse and D values are those of the
@@ -198,33 +199,50 @@ __global__ void __launch_bounds__(DkvCfg<HD>::NT, 1)
 #endif
 }
 
-/* tq, tdo, tk, tv: TMA maps (attention_wgmma.cuh) of q, dout, k, v. */
+/* tq, tdo, tk, tv: TMA maps (attention_wgmma.cuh) of q, dout, k, v.
+ * Persistent (mt_attn_launch_layout's grid): block x takes the query tiles
+ * x, x + grid, ... of tl (those of the forward, in its order), with
+ * one ring of key tiles running on across them, and Q and dO behind a full
+ * and an empty barrier, so that the producer loads the next tile's Q, dO
+ * and first keys while the consumers end a tile and store its rows. */
 template <int HD, bool DOCS>
 __global__ void __launch_bounds__(DqCfg<HD>::NT, 1)
     mt_attn_dq_wgmma_kernel(const __grid_constant__ CUtensorMap tq,
                             const __grid_constant__ CUtensorMap tdo,
                             const __grid_constant__ CUtensorMap tk,
-                            const __grid_constant__ CUtensorMap tv, mt_attn_args a) {
+                            const __grid_constant__ CUtensorMap tv, mt_attn_args a,
+                            mt_attn_qtiles tl) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using C = DqCfg<HD>;
     constexpr int S = C::STAGES;
     extern __shared__ __align__(1024) unsigned char mt_attn_wg_smem[];
     const unsigned q_s = mt_tc_smem_addr(mt_attn_wg_align(mt_attn_wg_smem)), do_s = q_s + C::Q_BYTES;
-    // Q, dO, the key-tile ring, then the barriers: Q and dO full (8 bytes), the ring's.
+    // Q, dO, the key-tile ring, then the barriers: Q and dO full and empty
+    // (8 bytes each), the ring's.
     const unsigned bar = do_s + C::Q_BYTES + 2 * S * C::KV_BYTES;
+    const unsigned q_full = bar, q_empty = bar + 8;
     const mt_attn_kv_ring<C::BC, HD, S> kv = {do_s + C::Q_BYTES,
-                                              do_s + C::Q_BYTES + S * C::KV_BYTES, bar + 8};
+                                              do_s + C::Q_BYTES + S * C::KV_BYTES, bar + 16};
     const int T = a.T, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
     const int wg = threadIdx.x >> 7;
-    const int qb = gridDim.x - 1 - blockIdx.x; // heaviest (last) query tiles first
-    const int h = blockIdx.y, b = blockIdx.z, kvh = h / (a.NH / a.NKV);
-    const int q0 = qb * C::BR;
-    const int nkb = (min(q0 + C::BR, T) + C::BC - 1) / C::BC;
-    // Documents: no row of the tile sees a key before its first row's document.
-    const int j0 = DOCS ? mt_attn_doc_start(a, b, min(q0, T - 1)) / C::BC : 0;
+    // The block's n-th item: its query tile, head, batch row, key tiles.
+    struct item {
+        int q0, h, b, nkb, j0;
+    };
+    auto item_of = [&](int w) {
+        item it;
+        int qb;
+        tl.decode(w, &qb, &it.h, &it.b);
+        it.q0 = qb * C::BR;
+        it.nkb = (min(it.q0 + C::BR, T) + C::BC - 1) / C::BC;
+        // Documents: no row of the tile sees a key before its first row's document.
+        it.j0 = DOCS ? mt_attn_doc_start(a, it.b, min(it.q0, T - 1)) / C::BC : 0;
+        return it;
+    };
 
     if (threadIdx.x == 0) {
-        mt_mb_init(bar, 1);
+        mt_mb_init(q_full, 1);
+        mt_mb_init(q_empty, 256);
         kv.init();
         mt_mb_fence_init();
     }
@@ -233,93 +251,107 @@ __global__ void __launch_bounds__(DqCfg<HD>::NT, 1)
     if (wg == 0) { // the producer
         mt_wg_regs_dec<24>();
         if (threadIdx.x != 0) return;
-        mt_mb_expect_tx(bar, 2 * C::Q_BYTES);
-        for (int c = 0; c < HD / 64; c++) {
-            mt_tma_load4(q_s + c * C::BR * 128, &tq, c * 64, h, q0, b, bar);
-            mt_tma_load4(do_s + c * C::BR * 128, &tdo, c * 64, h, q0, b, bar);
+        for (int n = 0, w = blockIdx.x, i0 = 0; w < tl.n; n++, w += gridDim.x) {
+            const item it = item_of(w);
+            if (n > 0) mt_mb_wait(q_empty, (n - 1) & 1);
+            mt_mb_expect_tx(q_full, 2 * C::Q_BYTES);
+            for (int c = 0; c < HD / 64; c++) {
+                mt_tma_load4(q_s + c * C::BR * 128, &tq, c * 64, it.h, it.q0, it.b, q_full);
+                mt_tma_load4(do_s + c * C::BR * 128, &tdo, c * 64, it.h, it.q0, it.b, q_full);
+            }
+            kv.produce(&tk, &tv, it.h / (a.NH / a.NKV), it.b, it.j0, it.nkb, i0);
+            i0 += it.nkb - it.j0;
         }
-        kv.produce(&tk, &tv, kvh, b, j0, nkb);
         return;
     }
     mt_wg_regs_inc<240>();
     const int cw = wg - 1; // this consumer: rows q0 + 64 cw ..
     const float sl2 = a.scale * MT_ATTN_LOG2E;
     const int g = lane >> 2, t4 = lane & 3;
-    const int rw = q0 + cw * 64 + warp * 16, row_lo = rw + g; // rows row_lo, row_lo + 8
-    const int64_t lrow = ((int64_t)b * a.NH + h) * T;
-    // Rows past T are never stored; any finite values keep them harmless.
-    float lse2[2], D[2];
-    int dstart[2] = {0, 0};
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = row_lo + r * 8;
-        lse2[r] = row < T ? a.lse[lrow + row] * MT_ATTN_LOG2E : 0.f;
-        D[r] = row < T ? a.dsum[lrow + row] : 0.f;
-        if (DOCS) dstart[r] = mt_attn_doc_start(a, b, min(row, T - 1));
-    }
-    const int dstart_warp = DOCS ? mt_attn_doc_start(a, b, min(rw + 15, T - 1)) : 0;
     const unsigned sq_wg = q_s + cw * 64 * 128, sdo_wg = do_s + cw * 64 * 128; // 64 rows
-    float dq[HD / 2];
+    if (blockIdx.x < tl.n) mt_attn_turns_begin(cw);
+    // n, i0: the items and the key tiles this block has done
+    for (int n = 0, w = blockIdx.x, i0 = 0; w < tl.n; n++, w += gridDim.x) {
+        const item it = item_of(w);
+        const int q0 = it.q0, h = it.h, b = it.b, nkb = it.nkb, j0 = it.j0;
+        const bool last_item = w + (int)gridDim.x >= tl.n;
+        const int rw = q0 + cw * 64 + warp * 16, row_lo = rw + g; // rows row_lo, row_lo + 8
+        const int64_t lrow = ((int64_t)b * a.NH + h) * T;
+        // Rows past T are never stored; any finite values keep them harmless.
+        float lse2[2], D[2];
+        int dstart[2] = {0, 0};
 #pragma unroll
-    for (int i = 0; i < HD / 2; i++) dq[i] = 0.f;
-
-    mt_mb_wait(bar, 0);
-    mt_attn_turns_begin(cw);
-    for (int j = j0; j < nkb; j++) {
-        const int i = j - j0, st = i % S;
-        kv.wait_k(i);
-        kv.wait_v(i);
-        const unsigned kt = kv.k(st), vt = kv.v(st);
-
-        // S = Q K^T and dP = dO V^T (64 rows x 128 keys a consumer).
-        float s[64], dp[64];
-        mt_attn_wg_abt2<128, HD, C::BR, C::BC>(s, sq_wg, kt, dp, sdo_wg, vt, cw, j + 1 == nkb);
-        const int k0 = j * C::BC;
-        // The tiles that need no mask (most of them) take code with none.
-        auto probs = [&](auto masked) {
-#pragma unroll
-            for (int i = 0; i < 64; i++) {
-                const int r = (i >> 1) & 1, key = k0 + (i >> 2) * 8 + 2 * t4 + (i & 1);
-                float x = mt_attn_exp2(fmaf(s[i], sl2, -lse2[r]));
-                if constexpr (decltype(masked)::value)
-                    if (key > row_lo + r * 8 || key >= T || (DOCS && key < dstart[r])) x = 0.f;
-                s[i] = x;
-            }
-        };
-        if (k0 + C::BC - 1 > rw || k0 + C::BC > T || (DOCS && k0 < dstart_warp))
-            probs(std::true_type());
-        else probs(std::false_type());
-        mt_wg_wait<0>();
-        mt_attn_wg_fence<64>(dp);
-        mt_mb_arrive(kv.empty_v(st));
-#pragma unroll
-        for (int i = 0; i < 64; i++) dp[i] = s[i] * (dp[i] - D[(i >> 1) & 1]);
-
-        // dQ += dS K (the keys are the reduction).
-        unsigned ds[32];
-        mt_attn_wg_pack<128>(ds, dp);
-        mt_attn_wg_fence<HD / 2>(dq);
-        mt_wg_fence();
-        mt_attn_wg_pb<128, HD, C::BC>(dq, ds, kt);
-        mt_wg_commit();
-        mt_wg_wait<0>();
-        mt_attn_wg_fence<HD / 2>(dq);
-        mt_mb_arrive(kv.empty_k(st));
-    }
-
-    const int64_t ldq = (int64_t)a.NH * a.HD;
-    float *gdq = a.dq + ((int64_t)b * T * a.NH + h) * a.HD;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = row_lo + r * 8;
-        if (row >= T) continue;
-#pragma unroll
-        for (int n = 0; n < HD / 8; n++) {
-            const int d = n * 8 + 2 * t4;
-            if (d >= a.HD) break; // padded columns
-            *(float2 *)(gdq + row * ldq + d) =
-                make_float2(dq[4 * n + 2 * r] * a.scale, dq[4 * n + 2 * r + 1] * a.scale);
+        for (int r = 0; r < 2; r++) {
+            const int row = row_lo + r * 8;
+            lse2[r] = row < T ? a.lse[lrow + row] * MT_ATTN_LOG2E : 0.f;
+            D[r] = row < T ? a.dsum[lrow + row] : 0.f;
+            if (DOCS) dstart[r] = mt_attn_doc_start(a, b, min(row, T - 1));
         }
+        const int dstart_warp = DOCS ? mt_attn_doc_start(a, b, min(rw + 15, T - 1)) : 0;
+        float dq[HD / 2];
+#pragma unroll
+        for (int i = 0; i < HD / 2; i++) dq[i] = 0.f;
+
+        mt_mb_wait(q_full, n & 1);
+        for (int j = j0; j < nkb; j++) {
+            const int i = i0 + j - j0, st = i % S;
+            kv.wait_k(i);
+            kv.wait_v(i);
+            const unsigned kt = kv.k(st), vt = kv.v(st);
+
+            // S = Q K^T and dP = dO V^T (64 rows x 128 keys a consumer).
+            float s[64], dp[64];
+            mt_attn_wg_abt2<128, HD, C::BR, C::BC>(s, sq_wg, kt, dp, sdo_wg, vt, cw,
+                                                   last_item && j + 1 == nkb);
+            const int k0 = j * C::BC;
+            // The tiles that need no mask (most of them) take code with none.
+            auto probs = [&](auto masked) {
+#pragma unroll
+                for (int i = 0; i < 64; i++) {
+                    const int r = (i >> 1) & 1, key = k0 + (i >> 2) * 8 + 2 * t4 + (i & 1);
+                    float x = mt_attn_exp2(fmaf(s[i], sl2, -lse2[r]));
+                    if constexpr (decltype(masked)::value)
+                        if (key > row_lo + r * 8 || key >= T || (DOCS && key < dstart[r])) x = 0.f;
+                    s[i] = x;
+                }
+            };
+            if (k0 + C::BC - 1 > rw || k0 + C::BC > T || (DOCS && k0 < dstart_warp))
+                probs(std::true_type());
+            else probs(std::false_type());
+            mt_wg_wait<0>();
+            mt_attn_wg_fence<64>(dp);
+            mt_mb_arrive(kv.empty_v(st));
+            if (j + 1 == nkb) mt_mb_arrive(q_empty); // the item's last read of Q and dO
+#pragma unroll
+            for (int i = 0; i < 64; i++) dp[i] = s[i] * (dp[i] - D[(i >> 1) & 1]);
+
+            // dQ += dS K (the keys are the reduction).
+            unsigned ds[32];
+            mt_attn_wg_pack<128>(ds, dp);
+            mt_attn_wg_fence<HD / 2>(dq);
+            mt_wg_fence();
+            mt_attn_wg_pb<128, HD, C::BC>(dq, ds, kt);
+            mt_wg_commit();
+            mt_wg_wait<0>();
+            mt_attn_wg_fence<HD / 2>(dq);
+            mt_mb_arrive(kv.empty_k(st));
+        }
+
+        const int64_t ldq = (int64_t)a.NH * a.HD;
+        float *gdq = a.dq + ((int64_t)b * T * a.NH + h) * a.HD;
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = row_lo + r * 8;
+            if (row >= T) continue;
+#pragma unroll
+            for (int c = 0; c < HD / 8; c++) {
+                const int d = c * 8 + 2 * t4;
+                if (d >= a.HD) break; // padded columns
+                *(float2 *)(gdq + row * ldq + d) =
+                    make_float2(dq[4 * c + 2 * r] * a.scale, dq[4 * c + 2 * r + 1] * a.scale);
+            }
+        }
+        i0 += nkb - j0;
     }
 #endif
 }
@@ -348,7 +380,10 @@ int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
     if (mt_attn_launch_layout(nkb * ngroups, &lay, err)) return -1;
     kdkv<<<nkb * ngroups, CK::NT, CK::SMEM, st>>>(tq64, tdo64, tk, tv, a, ngroups, lay.chunk);
     if (mt_attn_check_launch(err, "attention backward dK/dV (bf16, wgmma)")) return -1;
-    kdq<<<dim3((a.T + CQ::BR - 1) / CQ::BR, a.NH, B), CQ::NT, CQ::SMEM, st>>>(tq, tdo, tk, tv, a);
+    mt_attn_qtiles tl;
+    mt_attn_layout qlay;
+    if (mt_attn_qtiles_init(&tl, a, B, CQ::BR, &qlay, err)) return -1;
+    kdq<<<qlay.grid, CQ::NT, CQ::SMEM, st>>>(tq, tdo, tk, tv, a, tl);
     return mt_attn_check_launch(err, "attention backward dQ (bf16, wgmma)");
 }
 

@@ -2,7 +2,7 @@
  * kernel (attention_bf16_fwd.cu) is that of other GPUs.
  *
  * FlashAttention-3's structure. A block works on 128 query rows of one head
- * at a time (a persistent grid claims query tiles, struct tiles) and
+ * at a time (a persistent grid claims query tiles, mt_attn_qtiles) and
  * has three warpgroups: a producer, whose one thread loads each tile's Q and
  * its key tiles of 128 (K and V, two buffers each) by TMA into the 128-byte
  * swizzled tiles of attention_wgmma.cuh, each buffer with a full and an
@@ -35,22 +35,6 @@ template <int HD> struct Cfg {
     static constexpr size_t SMEM = (size_t)2 * Q_BYTES + 2 * STAGES * KV_BYTES + 1024 + 256;
 };
 
-/* The launch's query tiles in the order blocks claim them: mt_attn_chunked
- * over the (batch row, head) pairs, the last (heaviest) query tile of each
- * first. The grid is persistent (mt_attn_launch_layout); each block's
- * producer claims the next tile from a device counter as soon as a Q buffer
- * is free, so blocks that drew light tiles claim more. */
-struct tiles {
-    int nqb, NH, B, n, chunk; // n: tiles
-    __device__ void decode(int L, int *qb, int *h, int *b) const {
-        int bh, k;
-        mt_attn_chunked(L, NH * B, nqb, chunk, &bh, &k);
-        *qb = nqb - 1 - k;
-        *h = bh % NH;
-        *b = bh / NH;
-    }
-};
-
 /* DOCS: packed documents (a.pos); false compiles the plain causal kernel.
  * tq, tk, tv: TMA maps of q, k, v as (a.HD, heads, T, B), boxes of 64
  * head-dim columns by 128 rows, 128-byte swizzle; to: of the output, boxes
@@ -60,10 +44,13 @@ struct tiles {
  * fills with zeros (no score changes, the output's extra columns are 0
  * and not stored).
  *
- * Persistent: a block walks the query tiles it claims (struct tiles) with
- * one ring of key tiles running on across them, and Q with a full and an
- * empty barrier, so that the producer loads the next tile's Q and first
- * keys while the consumers finish the last ones and store their output.
+ * Persistent: a block walks the query tiles it claims (those of tl, in
+ * their order): its producer claims the next from the device's counter as
+ * soon as it has issued the current one's loads, so that blocks that drew
+ * light tiles claim more. One ring of key tiles runs on across them, and Q
+ * has a full and an empty barrier, so that the producer loads the next
+ * tile's Q and first keys while the consumers finish the last ones and
+ * store their output.
  * ctr: the device's tile counter (mt_attn_tile_counter), zero at launch and
  * left zero. */
 template <int HD, bool DOCS>
@@ -71,8 +58,8 @@ __global__ void __launch_bounds__(NT, 1)
     mt_attn_fwd_wgmma_kernel(const __grid_constant__ CUtensorMap tq,
                              const __grid_constant__ CUtensorMap tk,
                              const __grid_constant__ CUtensorMap tv,
-                             const __grid_constant__ CUtensorMap to, mt_attn_args a, tiles tl,
-                             unsigned *ctr) {
+                             const __grid_constant__ CUtensorMap to, mt_attn_args a,
+                             mt_attn_qtiles tl, unsigned *ctr) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using C = Cfg<HD>;
     extern __shared__ __align__(1024) unsigned char mt_attn_wg_smem[];
@@ -87,7 +74,8 @@ __global__ void __launch_bounds__(NT, 1)
     auto claim_full = [&](int n) { return bar + 16 + 8 * (n & 1); };
     const mt_attn_kv_ring<BC, HD, STAGES> kv = {
         q_s + C::Q_BYTES, q_s + C::Q_BYTES + STAGES * C::KV_BYTES, bar + 32};
-    // The block's n-th tile (tiles::decode), or -1 past its last: slot n % 2.
+    // The block's n-th tile (mt_attn_qtiles::decode), or -1 past its last:
+    // slot n % 2.
     volatile int *slot = (volatile int *)(sq + (bar - q_s) + 32 + 32 * STAGES);
     const int T = a.T, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
     const int wg = threadIdx.x >> 7;
@@ -334,15 +322,11 @@ int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
         mt_attn_tma_map(&to, a.o, B, a.T, a.NH, a.HD, 64, err))
         return -1;
     if (mt_attn_set_smem((const void *)kern, Cfg<HD>::SMEM, err)) return -1;
-    tiles tl;
-    tl.nqb = (a.T + BR - 1) / BR;
-    tl.NH = a.NH;
-    tl.B = B;
-    tl.n = tl.nqb * a.NH * B;
+    mt_attn_qtiles tl;
     mt_attn_layout lay;
     unsigned *ctr;
-    if (mt_attn_launch_layout(tl.n, &lay, err) || mt_attn_tile_counter(&ctr, st, err)) return -1;
-    tl.chunk = lay.chunk;
+    if (mt_attn_qtiles_init(&tl, a, B, BR, &lay, err) || mt_attn_tile_counter(&ctr, st, err))
+        return -1;
     kern<<<lay.grid, NT, Cfg<HD>::SMEM, st>>>(tq, tk, tv, to, a, tl, ctr);
     return mt_attn_check_launch(err, "attention forward (bf16, wgmma)");
 }
