@@ -63,11 +63,13 @@ const char *mt_attn_kernel_name(void);
 /* Whether the bf16 kernels of the current choice and device take head dim HD. */
 bool mt_attn_bf16_supports(size_t HD);
 
-/* The persistent Hopper forward runs a block an SM, each claiming query
- * tiles from a counter of the current device, so forward calls on one
- * device must not overlap (issue them on one stream, as the engine does on
- * its compute stream, or order them). n > 0 caps its grid at n blocks (the
- * tests give each block many tiles that way), 0 lifts the cap.
+/* The Hopper kernels run persistent grids, a block an SM. The forward's
+ * blocks claim query tiles from a counter of the current device, and the
+ * backward's dK/dV blocks their (key tile, kv head) items from another, so
+ * forward calls on one device must not overlap one another, nor backward
+ * calls one another (issue them on one stream, as the engine does on its
+ * compute stream, or order them). n > 0 caps the grids at n blocks (the
+ * tests give each block many items that way), 0 lifts the cap.
  * Process-wide; returns the previous cap. */
 int mt_attn_set_grid_cap(int n);
 

@@ -56,8 +56,8 @@ int mt_attn_tile_counter(unsigned **ctr, cudaStream_t st, mt_error *err) {
     std::lock_guard<std::mutex> lock(mu);
     if (!by_device[dev]) {
         unsigned *p;
-        e = cudaMalloc(&p, 2 * sizeof *p);
-        if (e == cudaSuccess) e = cudaMemsetAsync(p, 0, 2 * sizeof *p, st);
+        e = cudaMalloc(&p, 4 * sizeof *p);
+        if (e == cudaSuccess) e = cudaMemsetAsync(p, 0, 4 * sizeof *p, st);
         if (e != cudaSuccess)
             return mt_errorf(err, "attention: cannot allocate the tile counter: %s",
                              cudaGetErrorString(e));

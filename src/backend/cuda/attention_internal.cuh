@@ -85,9 +85,20 @@ struct mt_attn_qtiles {
 };
 int mt_attn_qtiles_init(mt_attn_qtiles *tl, const mt_attn_args &a, int B, int BR,
                         mt_attn_layout *lay, mt_error *err);
-/* The current device's two tile counters of the persistent forward,
- * allocated and zeroed (on st) at the first call; the kernels leave them
- * zero. */
+/* A persistent block's next work item from the counter pair ctr (zero at
+ * launch): its index below n, or -1 once all are taken. Each block draws
+ * until it gets -1; the launch's last such draw zeroes the pair for the
+ * next launch, so launches that share a pair must not overlap. */
+__device__ __forceinline__ int mt_attn_claim(unsigned *ctr, int n) {
+    const int L = (int)atomicAdd(ctr, 1u);
+    if (L < n) return L;
+    __threadfence();
+    if (atomicAdd(ctr + 1, 1u) == gridDim.x - 1) ctr[0] = ctr[1] = 0;
+    return -1;
+}
+/* The current device's tile counters (mt_attn_claim): two pairs, the
+ * persistent forward's, then the dK/dV pass's; allocated and zeroed (on st)
+ * at the first call; the kernels leave them zero. */
 int mt_attn_tile_counter(unsigned **ctr, cudaStream_t st, mt_error *err);
 /* D[b,h,t] = rowsum(dout * out) into a.dsum, the backward's first pass. */
 int mt_attn_launch_dsum(const mt_attn_args &a, int B, int is_bf16, cudaStream_t stream,

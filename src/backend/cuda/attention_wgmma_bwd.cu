@@ -42,14 +42,22 @@ template <int HD> struct DqCfg {
 
 /* DOCS: packed documents (a.pos); false compiles the plain causal kernel.
  * tq, tdo: TMA maps of q and dout with boxes of 64 rows, tk, tv of k and v
- * with boxes of 128 (attention_wgmma.cuh). */
+ * with boxes of 128 (attention_wgmma.cuh). Persistent: the items are the
+ * (key tile, group) pairs in the order of mt_attn_chunked over ngroups
+ * groups (batch row, kv head), the first (heaviest) key tile of each first,
+ * which the blocks claim from the counter pair ctr (mt_attn_claim) one at a
+ * time: the items differ in work up to G * T / 64-fold, so static shares
+ * would be uneven. K and V have a full and an empty barrier, and the ring of
+ * query tiles runs on across items, so that the producer loads the next
+ * item's keys and first queries while the consumers end an item and store
+ * its rows. */
 template <int HD, bool DOCS>
 __global__ void __launch_bounds__(DkvCfg<HD>::NT, 1)
     mt_attn_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap tq,
                              const __grid_constant__ CUtensorMap tdo,
                              const __grid_constant__ CUtensorMap tk,
                              const __grid_constant__ CUtensorMap tv, mt_attn_args a,
-                             int ngroups, int chunk) {
+                             int ngroups, int nkb, int chunk, unsigned *ctr) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using C = DkvCfg<HD>;
     constexpr int S = C::STAGES;
@@ -58,64 +66,101 @@ __global__ void __launch_bounds__(DkvCfg<HD>::NT, 1)
     const unsigned k_s = mt_tc_smem_addr(base), v_s = k_s + C::K_BYTES;
     const unsigned q_s = v_s + C::K_BYTES; // stage st: Q at q_s + 2 st Q_BYTES, dO after it
     float *sl = (float *)(base + 2 * C::K_BYTES + 2 * S * C::Q_BYTES); // stage st: + 3 st BR
-    // Barriers (8 bytes each): K and V full, then per stage full and empty.
+    // Barriers (8 bytes each): K and V full and empty, per stage full and
+    // empty, the four claim slots'; then the slots.
     const unsigned bar = q_s + 2 * S * C::Q_BYTES + S * C::ST_BYTES;
-    auto full = [&](int st) { return bar + 8 + 16 * st; };
-    auto empty = [&](int st) { return bar + 16 + 16 * st; };
+    const unsigned kv_full = bar, kv_empty = bar + 8;
+    auto full = [&](int st) { return bar + 16 + 16 * st; };
+    auto empty = [&](int st) { return bar + 24 + 16 * st; };
+    // The block's n-th item, or -1 past its last, in slot n % 4 once its
+    // barrier has completed: four, as the producer's threads run at most
+    // S = 3 query tiles, so 3 items, ahead of the consumers.
+    auto claim_full = [&](int n) { return bar + 16 + 16 * S + 8 * (n & 3); };
+    volatile int *slot = (volatile int *)(base + (bar - k_s) + 16 + 16 * S + 32);
+    auto claimed = [&](int n) {
+        mt_mb_wait(claim_full(n), (n >> 2) & 1);
+        return slot[n & 3];
+    };
     const int T = a.T, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-    const int wg = threadIdx.x >> 7;
-    // Block order: mt_attn_chunked over the (batch row, kv head) groups,
-    // the first (heaviest) key tile of each first.
-    int grp, kb;
-    mt_attn_chunked(blockIdx.x, ngroups, gridDim.x / ngroups, chunk, &grp, &kb);
-    const int kvh = grp % a.NKV, b = grp / a.NKV;
-    const int k0 = kb * C::BC, G = a.NH / a.NKV;
-    // Queries from the key tile on, up to the end of its last key's document.
-    const int q_end = DOCS ? mt_attn_doc_end(a, b, min(k0 + C::BC, T) - 1) : T;
-    const int qb0 = k0 / C::BR, nqb = (q_end + C::BR - 1) / C::BR - qb0; // query tiles per head
-    const int nit = G * nqb;
+    const int wg = threadIdx.x >> 7, G = a.NH / a.NKV, nitems = ngroups * nkb;
+    // Item w: kv head, batch row, first key, first query tile and query
+    // tiles a head (from the key tile on, up to the end of its last key's
+    // document).
+    struct item {
+        int kvh, b, k0, qb0, nqb;
+    };
+    auto item_of = [&](int w) {
+        item it;
+        int grp, kb;
+        mt_attn_chunked(w, ngroups, nkb, chunk, &grp, &kb);
+        it.kvh = grp % a.NKV;
+        it.b = grp / a.NKV;
+        it.k0 = kb * C::BC;
+        const int q_end = DOCS ? mt_attn_doc_end(a, it.b, min(it.k0 + C::BC, T) - 1) : T;
+        it.qb0 = it.k0 / C::BR;
+        it.nqb = (q_end + C::BR - 1) / C::BR - it.qb0;
+        return it;
+    };
 
     if (threadIdx.x == 0) {
-        mt_mb_init(bar, 1);
+        mt_mb_init(kv_full, 1);
+        mt_mb_init(kv_empty, 256);
         for (int st = 0; st < S; st++) {
             mt_mb_init(full(st), 128); // every producer thread (their row statistics)
             mt_mb_init(empty(st), 256); // every consumer thread
         }
+        for (int c = 0; c < 4; c++) mt_mb_init(claim_full(c), 1);
         mt_mb_fence_init();
     }
     __syncthreads();
 
-    // Iteration it covers query head kvh*G + it / nqb and query tile qb0 + it % nqb.
+    // An item's iteration it covers query head kvh*G + it / nqb and query tile
+    // qb0 + it % nqb; gi counts the block's iterations (the ring's tiles).
     if (wg == 0) { // the producer: thread 0 the tiles, every thread the row statistics
         mt_wg_regs_dec<40>();
-        if (threadIdx.x == 0) {
-            mt_mb_expect_tx(bar, 2 * C::K_BYTES);
-            for (int c = 0; c < HD / 64; c++) {
-                mt_tma_load4(k_s + c * C::BC * 128, &tk, c * 64, kvh, k0, b, bar);
-                mt_tma_load4(v_s + c * C::BC * 128, &tv, c * 64, kvh, k0, b, bar);
-            }
-        }
-        for (int it = 0; it < nit; it++) {
-            const int st = it % S, h = kvh * G + it / nqb, q0 = (qb0 + it % nqb) * C::BR;
-            if (it >= S) mt_mb_wait(empty(st), ((it / S) & 1) ^ 1);
-            if (threadIdx.x < C::BR) { // lse, D, positions; rows past T read 0
-                const int r = threadIdx.x, q = q0 + r;
-                const int64_t i = ((int64_t)b * a.NH + h) * T + q;
-                float *l = sl + st * 3 * C::BR;
-                l[r] = q < T ? a.lse[i] : 0.f;
-                l[C::BR + r] = q < T ? a.dsum[i] : 0.f;
-                if (DOCS) ((int32_t *)l)[2 * C::BR + r] = q < T ? a.pos[(int64_t)b * T + q] : 0;
-            }
+        for (int n = 0, gi = 0;; n++) {
+            // Thread 0 claims the item and posts it, the others read it.
+            int w;
             if (threadIdx.x == 0) {
-                mt_mb_expect_tx(full(st), 2 * C::Q_BYTES);
-                const unsigned d = q_s + st * 2 * C::Q_BYTES;
-                for (int c = 0; c < HD / 64; c++) {
-                    mt_tma_load4(d + c * C::BR * 128, &tq, c * 64, h, q0, b, full(st));
-                    mt_tma_load4(d + C::Q_BYTES + c * C::BR * 128, &tdo, c * 64, h, q0, b,
-                                 full(st));
-                }
+                w = mt_attn_claim(ctr, nitems);
+                slot[n & 3] = w;
+                mt_mb_arrive(claim_full(n));
             } else {
-                mt_mb_arrive(full(st));
+                w = claimed(n);
+            }
+            if (w < 0) break;
+            const item m = item_of(w);
+            if (threadIdx.x == 0) {
+                if (n > 0) mt_mb_wait(kv_empty, (n - 1) & 1);
+                mt_mb_expect_tx(kv_full, 2 * C::K_BYTES);
+                for (int c = 0; c < HD / 64; c++) {
+                    mt_tma_load4(k_s + c * C::BC * 128, &tk, c * 64, m.kvh, m.k0, m.b, kv_full);
+                    mt_tma_load4(v_s + c * C::BC * 128, &tv, c * 64, m.kvh, m.k0, m.b, kv_full);
+                }
+            }
+            for (int it = 0; it < G * m.nqb; it++, gi++) {
+                const int st = gi % S, h = m.kvh * G + it / m.nqb;
+                const int q0 = (m.qb0 + it % m.nqb) * C::BR;
+                if (gi >= S) mt_mb_wait(empty(st), ((gi / S) & 1) ^ 1);
+                if (threadIdx.x < C::BR) { // lse, D, positions; rows past T read 0
+                    const int r = threadIdx.x, q = q0 + r;
+                    const int64_t i = ((int64_t)m.b * a.NH + h) * T + q;
+                    float *l = sl + st * 3 * C::BR;
+                    l[r] = q < T ? a.lse[i] : 0.f;
+                    l[C::BR + r] = q < T ? a.dsum[i] : 0.f;
+                    if (DOCS) ((int32_t *)l)[2 * C::BR + r] = q < T ? a.pos[(int64_t)m.b * T + q] : 0;
+                }
+                if (threadIdx.x == 0) {
+                    mt_mb_expect_tx(full(st), 2 * C::Q_BYTES);
+                    const unsigned d = q_s + st * 2 * C::Q_BYTES;
+                    for (int c = 0; c < HD / 64; c++) {
+                        mt_tma_load4(d + c * C::BR * 128, &tq, c * 64, h, q0, m.b, full(st));
+                        mt_tma_load4(d + C::Q_BYTES + c * C::BR * 128, &tdo, c * 64, h, q0, m.b,
+                                     full(st));
+                    }
+                } else {
+                    mt_mb_arrive(full(st));
+                }
             }
         }
         return;
@@ -124,77 +169,91 @@ __global__ void __launch_bounds__(DkvCfg<HD>::NT, 1)
     const int cw = wg - 1; // this consumer: keys k0 + 64 cw ..
     const float sl2 = a.scale * MT_ATTN_LOG2E;
     const int g = lane >> 2, t4 = lane & 3;
-    const int kw = k0 + cw * 64 + warp * 16, key_lo = kw + g; // keys key_lo, key_lo + 8
     const unsigned sk_wg = k_s + cw * 64 * 128, sv_wg = v_s + cw * 64 * 128; // the 64 keys
-    float dk[HD / 2], dv[HD / 2];
+    int w = claimed(0);
+    if (w >= 0) mt_attn_turns_begin(cw);
+    for (int n = 0, gi = 0; w >= 0; n++) {
+        const item m = item_of(w);
+        const int nit = G * m.nqb, k0 = m.k0;
+        int next = -1; // the next item, known by the item's last turn
+        const int kw = k0 + cw * 64 + warp * 16, key_lo = kw + g; // keys key_lo, key_lo + 8
+        float dk[HD / 2], dv[HD / 2];
 #pragma unroll
-    for (int i = 0; i < HD / 2; i++) dk[i] = dv[i] = 0.f;
+        for (int i = 0; i < HD / 2; i++) dk[i] = dv[i] = 0.f;
 
-    mt_mb_wait(bar, 0);
-    mt_attn_turns_begin(cw);
-    for (int it = 0; it < nit; it++) {
-        const int st = it % S;
-        mt_mb_wait(full(st), (it / S) & 1);
-        const unsigned qt = q_s + st * 2 * C::Q_BYTES, dot = qt + C::Q_BYTES;
-        const float *l_s = sl + st * 3 * C::BR, *d_s = l_s + C::BR;
-        const int32_t *p_s = (const int32_t *)(d_s + C::BR);
-        const int q0 = (qb0 + it % nqb) * C::BR;
-        const int dstart_last = DOCS ? mt_attn_tile_last_start<C::BR>(p_s, q0, T) : 0;
+        mt_mb_wait(kv_full, n & 1);
+        for (int it = 0; it < nit; it++, gi++) {
+            const int st = gi % S;
+            mt_mb_wait(full(st), (gi / S) & 1);
+            const unsigned qt = q_s + st * 2 * C::Q_BYTES, dot = qt + C::Q_BYTES;
+            const float *l_s = sl + st * 3 * C::BR, *d_s = l_s + C::BR;
+            const int32_t *p_s = (const int32_t *)(d_s + C::BR);
+            const int q0 = (m.qb0 + it % m.nqb) * C::BR;
+            const int dstart_last = DOCS ? mt_attn_tile_last_start<C::BR>(p_s, q0, T) : 0;
 
-        // S^T = K Q^T and dP^T = V dO^T (64 keys x 64 queries a consumer).
-        float st_[32], dpt[32];
-        mt_attn_wg_abt2<64, HD, C::BC, C::BR>(st_, sk_wg, qt, dpt, sv_wg, dot, cw, it + 1 == nit);
-        // P^T: the causal mask, queries past T (their lse reads 0) and
-        // queries of a later document than the key give 0.
-        // The tiles that need no mask (most of them) take code with none.
-        auto probs = [&](auto masked) {
+            // S^T = K Q^T and dP^T = V dO^T (64 keys x 64 queries a consumer).
+            float st_[32], dpt[32];
+            if (it + 1 == nit) next = claimed(n + 1);
+            mt_attn_wg_abt2<64, HD, C::BC, C::BR>(st_, sk_wg, qt, dpt, sv_wg, dot, cw,
+                                                  it + 1 == nit && next < 0);
+            // P^T: the causal mask, queries past T (their lse reads 0) and
+            // queries of a later document than the key give 0.
+            // The tiles that need no mask (most of them) take code with none.
+            auto probs = [&](auto masked) {
 #pragma unroll
-            for (int i = 0; i < 32; i++) {
-                const int qc = (i >> 2) * 8 + 2 * t4 + (i & 1), key = key_lo + ((i >> 1) & 1) * 8;
-                float x = mt_attn_exp2(fmaf(st_[i], sl2, -l_s[qc] * MT_ATTN_LOG2E));
-                if constexpr (decltype(masked)::value)
-                    if (q0 + qc < key || q0 + qc >= T || (DOCS && q0 + qc - p_s[qc] > key)) x = 0.f;
-                st_[i] = x;
-            }
-        };
-        if (q0 < kw + 15 || q0 + C::BR > T || (DOCS && dstart_last > kw)) probs(std::true_type());
-        else probs(std::false_type());
-        mt_wg_wait<0>();
-        mt_attn_wg_fence<32>(dpt);
+                for (int i = 0; i < 32; i++) {
+                    const int qc = (i >> 2) * 8 + 2 * t4 + (i & 1), key = key_lo + ((i >> 1) & 1) * 8;
+                    float x = mt_attn_exp2(fmaf(st_[i], sl2, -l_s[qc] * MT_ATTN_LOG2E));
+                    if constexpr (decltype(masked)::value)
+                        if (q0 + qc < key || q0 + qc >= T || (DOCS && q0 + qc - p_s[qc] > key))
+                            x = 0.f;
+                    st_[i] = x;
+                }
+            };
+            if (q0 < kw + 15 || q0 + C::BR > T || (DOCS && dstart_last > kw))
+                probs(std::true_type());
+            else probs(std::false_type());
+            mt_wg_wait<0>();
+            mt_attn_wg_fence<32>(dpt);
+            if (it + 1 == nit) mt_mb_arrive(kv_empty); // the item's last read of K and V
 #pragma unroll
-        for (int i = 0; i < 32; i++) dpt[i] = st_[i] * (dpt[i] - d_s[(i >> 2) * 8 + 2 * t4 + (i & 1)]);
+            for (int i = 0; i < 32; i++)
+                dpt[i] = st_[i] * (dpt[i] - d_s[(i >> 2) * 8 + 2 * t4 + (i & 1)]);
 
-        // dV += P^T dO, dK += dS^T Q (the queries are the reduction).
-        unsigned pt[16], dst[16];
-        mt_attn_wg_pack<64>(pt, st_);
-        mt_attn_wg_pack<64>(dst, dpt);
-        mt_attn_wg_fence<HD / 2>(dv);
-        mt_attn_wg_fence<HD / 2>(dk);
-        mt_wg_fence();
-        mt_attn_wg_pb<64, HD, C::BR>(dv, pt, dot);
-        mt_attn_wg_pb<64, HD, C::BR>(dk, dst, qt);
-        mt_wg_commit();
-        mt_wg_wait<0>();
-        mt_attn_wg_fence<HD / 2>(dv);
-        mt_attn_wg_fence<HD / 2>(dk);
-        mt_mb_arrive(empty(st));
-    }
-
-    const int64_t ldk = (int64_t)a.NKV * a.HD;
-    float *gdk = a.dk + ((int64_t)b * T * a.NKV + kvh) * a.HD;
-    float *gdv = a.dv + ((int64_t)b * T * a.NKV + kvh) * a.HD;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int key = key_lo + r * 8;
-        if (key >= T) continue;
-#pragma unroll
-        for (int n = 0; n < HD / 8; n++) {
-            const int d = n * 8 + 2 * t4;
-            if (d >= a.HD) break; // padded columns
-            *(float2 *)(gdk + key * ldk + d) =
-                make_float2(dk[4 * n + 2 * r] * a.scale, dk[4 * n + 2 * r + 1] * a.scale);
-            *(float2 *)(gdv + key * ldk + d) = make_float2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+            // dV += P^T dO, dK += dS^T Q (the queries are the reduction).
+            unsigned pt[16], dst[16];
+            mt_attn_wg_pack<64>(pt, st_);
+            mt_attn_wg_pack<64>(dst, dpt);
+            mt_attn_wg_fence<HD / 2>(dv);
+            mt_attn_wg_fence<HD / 2>(dk);
+            mt_wg_fence();
+            mt_attn_wg_pb<64, HD, C::BR>(dv, pt, dot);
+            mt_attn_wg_pb<64, HD, C::BR>(dk, dst, qt);
+            mt_wg_commit();
+            mt_wg_wait<0>();
+            mt_attn_wg_fence<HD / 2>(dv);
+            mt_attn_wg_fence<HD / 2>(dk);
+            mt_mb_arrive(empty(st));
         }
+
+        const int64_t ldk = (int64_t)a.NKV * a.HD;
+        float *gdk = a.dk + ((int64_t)m.b * T * a.NKV + m.kvh) * a.HD;
+        float *gdv = a.dv + ((int64_t)m.b * T * a.NKV + m.kvh) * a.HD;
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int key = key_lo + r * 8;
+            if (key >= T) continue;
+#pragma unroll
+            for (int c = 0; c < HD / 8; c++) {
+                const int d = c * 8 + 2 * t4;
+                if (d >= a.HD) break; // padded columns
+                *(float2 *)(gdk + key * ldk + d) =
+                    make_float2(dk[4 * c + 2 * r] * a.scale, dk[4 * c + 2 * r + 1] * a.scale);
+                *(float2 *)(gdv + key * ldk + d) =
+                    make_float2(dv[4 * c + 2 * r], dv[4 * c + 2 * r + 1]);
+            }
+        }
+        w = next;
     }
 #endif
 }
@@ -374,11 +433,15 @@ int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
     if (mt_attn_set_smem((const void *)kdkv, CK::SMEM, err)) return -1;
     if (mt_attn_set_smem((const void *)kdq, CQ::SMEM, err)) return -1;
     if (mt_attn_launch_dsum(a, B, 1, st, err)) return -1;
-    // One block a (key tile, group), in the chunks of mt_attn_launch_layout.
+    // Items (key tile, group) in the chunks of mt_attn_launch_layout, claimed
+    // from the second counter pair.
     const int nkb = (a.T + CK::BC - 1) / CK::BC, ngroups = a.NKV * B;
     mt_attn_layout lay;
-    if (mt_attn_launch_layout(nkb * ngroups, &lay, err)) return -1;
-    kdkv<<<nkb * ngroups, CK::NT, CK::SMEM, st>>>(tq64, tdo64, tk, tv, a, ngroups, lay.chunk);
+    unsigned *ctr;
+    if (mt_attn_launch_layout(nkb * ngroups, &lay, err) || mt_attn_tile_counter(&ctr, st, err))
+        return -1;
+    kdkv<<<lay.grid, CK::NT, CK::SMEM, st>>>(tq64, tdo64, tk, tv, a, ngroups, nkb, lay.chunk,
+                                             ctr + 2);
     if (mt_attn_check_launch(err, "attention backward dK/dV (bf16, wgmma)")) return -1;
     mt_attn_qtiles tl;
     mt_attn_layout qlay;

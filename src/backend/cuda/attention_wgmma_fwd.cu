@@ -93,16 +93,9 @@ __global__ void __launch_bounds__(NT, 1)
     if (wg == 0) { // the producer
         mt_wg_regs_dec<24>();
         if (threadIdx.x != 0) return;
-        // Claims the block's n-th tile from the counter and posts it. The
-        // launch's last claim (every block has drawn one past the end)
-        // zeroes the counter for the next launch.
+        // Claims the block's n-th tile (mt_attn_claim) and posts it.
         auto claim = [&](int n) {
-            int L = (int)atomicAdd(ctr, 1u);
-            if (L >= tl.n) {
-                L = -1;
-                __threadfence();
-                if (atomicAdd(ctr + 1, 1u) == gridDim.x - 1) ctr[0] = ctr[1] = 0;
-            }
+            const int L = mt_attn_claim(ctr, tl.n);
             slot[n & 1] = L;
             mt_mb_arrive(claim_full(n));
             return L;
