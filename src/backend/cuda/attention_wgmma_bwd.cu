@@ -364,13 +364,23 @@ __global__ void __launch_bounds__(DqCfg<HD>::NT, 1)
                                                    last_item && j + 1 == nkb);
             const int k0 = j * C::BC;
             // The tiles that need no mask (most of them) take code with none.
+            // Score i is key k0 + 2 t4 + y, y = 8 (i >> 2) + (i & 1) (a constant), of
+            // row row_lo + 8 r: masked where y > hi[r] or y < lo[r].
             auto probs = [&](auto masked) {
+                [[maybe_unused]] int hi[2], lo[2];
+                if constexpr (decltype(masked)::value) {
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        hi[r] = min(row_lo + r * 8, T - 1) - k0 - 2 * t4;
+                        lo[r] = DOCS ? dstart[r] - k0 - 2 * t4 : 0;
+                    }
+                }
 #pragma unroll
                 for (int i = 0; i < 64; i++) {
-                    const int r = (i >> 1) & 1, key = k0 + (i >> 2) * 8 + 2 * t4 + (i & 1);
+                    const int r = (i >> 1) & 1, y = (i >> 2) * 8 + (i & 1);
                     float x = mt_attn_exp2(fmaf(s[i], sl2, -lse2[r]));
                     if constexpr (decltype(masked)::value)
-                        if (key > row_lo + r * 8 || key >= T || (DOCS && key < dstart[r])) x = 0.f;
+                        if (y > hi[r] || (DOCS && y < lo[r])) x = 0.f;
                     s[i] = x;
                 }
             };

@@ -172,16 +172,25 @@ __global__ void __launch_bounds__(NT, 1)
         // the loop's instructions, which the products could not hide.
         // alpha: the rescale of this thread's two rows' earlier sums.
         auto softmax = [&](float s[BC / 2], int j, float alpha[2], auto masked) {
-            [[maybe_unused]] const int k0 = j * BC;
+            // Score 4c + e is key j BC + 2 t4 + x, x = 8c + (e & 1) (a constant),
+            // of row row_lo + 8 (e >> 1): masked where x > hi or x < lo of its row.
+            [[maybe_unused]] int hi[2], lo[2];
+            if constexpr (decltype(masked)::value) {
+                const int kb = j * BC + 2 * t4;
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    hi[r] = min(row_lo + r * 8, T - 1) - kb;
+                    lo[r] = DOCS ? dstart[r] - kb : 0;
+                }
+            }
             float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
             for (int c = 0; c < BC / 8; c++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     if constexpr (decltype(masked)::value) {
-                        const int key = k0 + c * 8 + 2 * t4 + (e & 1), row = row_lo + (e >> 1) * 8;
-                        if (key > row || key >= T || (DOCS && key < dstart[e >> 1]))
-                            s[4 * c + e] = -INFINITY;
+                        const int x = c * 8 + (e & 1);
+                        if (x > hi[e >> 1] || (DOCS && x < lo[e >> 1])) s[4 * c + e] = -INFINITY;
                     }
                     mx[e >> 1] = fmaxf(mx[e >> 1], s[4 * c + e]);
                 }
