@@ -4,7 +4,7 @@
  * FlashAttention-3's structure. A block works on 128 query rows of one head
  * at a time (a persistent grid claims query tiles, mt_attn_qtiles) and
  * has three warpgroups: a producer, whose one thread loads each tile's Q and
- * its key tiles of 128 (K and V, two buffers each) by TMA into the 128-byte
+ * its key tiles of 128 (Q, K and V, two buffers each) by TMA into the 128-byte
  * swizzled tiles of attention_wgmma.cuh, each buffer with a full and an
  * empty barrier; and two consumers of 64 rows each, which take turns (two
  * named barriers) to issue their products, so that one's softmax runs under
@@ -30,9 +30,10 @@ constexpr int STAGES = 2;                      // buffers of K and of V
 
 template <int HD> struct Cfg {
     static constexpr int Q_BYTES = BR * HD * 2, KV_BYTES = BC * HD * 2;
-    // Q, the K and V buffers, the output's staging tile (as large as Q), room
-    // to align the base to 1024 bytes, the barriers
-    static constexpr size_t SMEM = (size_t)2 * Q_BYTES + 2 * STAGES * KV_BYTES + 1024 + 256;
+    // two Q buffers, the K and V buffers, the output's staging tile (as large
+    // as Q), room to align the base to 1024 bytes, the barriers: 225 KB at
+    // HD 128, within the 227 KB a block may have on Hopper
+    static constexpr size_t SMEM = (size_t)3 * Q_BYTES + 2 * STAGES * KV_BYTES + 1024 + 256;
 };
 
 /* DOCS: packed documents (a.pos); false compiles the plain causal kernel.
@@ -48,9 +49,9 @@ template <int HD> struct Cfg {
  * their order): its producer claims the next from the device's counter as
  * soon as it has issued the current one's loads, so that blocks that drew
  * light tiles claim more. One ring of key tiles runs on across them, and Q
- * has a full and an empty barrier, so that the producer loads the next
- * tile's Q and first keys while the consumers finish the last ones and
- * store their output.
+ * has two buffers, each with a full and an empty barrier, so that the
+ * producer loads the next tile's Q (as soon as it has issued this one's last
+ * keys) and first keys while the consumers finish this one.
  * ctr: the device's tile counter (mt_attn_tile_counter), zero at launch and
  * left zero. */
 template <int HD, bool DOCS>
@@ -65,26 +66,31 @@ __global__ void __launch_bounds__(NT, 1)
     extern __shared__ __align__(1024) unsigned char mt_attn_wg_smem[];
     unsigned char *sq = mt_attn_wg_align(mt_attn_wg_smem);
     const unsigned q_s = mt_tc_smem_addr(sq);
-    // Q, the key-tile ring, the output's staging tile, then the barriers (8
-    // bytes each): Q full, Q empty, the two claim slots' (below), the ring's;
+    // Two Q buffers (the block's n-th tile uses buffer n % 2), the key-tile
+    // ring, the output's staging tile, then the barriers (8 bytes each): the
+    // Q buffers' full and empty, the four claim slots' (below), the ring's;
     // then the slots.
-    const unsigned o_s = q_s + C::Q_BYTES + 2 * STAGES * C::KV_BYTES;
+    const unsigned o_s = q_s + 2 * C::Q_BYTES + 2 * STAGES * C::KV_BYTES;
     const unsigned bar = o_s + C::Q_BYTES;
-    const unsigned q_full = bar, q_empty = bar + 8;
-    auto claim_full = [&](int n) { return bar + 16 + 8 * (n & 1); };
+    auto q_buf = [&](int n) { return q_s + (n & 1) * C::Q_BYTES; };
+    auto q_full = [&](int n) { return bar + 8 * (n & 1); };
+    auto q_empty = [&](int n) { return bar + 16 + 8 * (n & 1); };
+    auto claim_full = [&](int n) { return bar + 32 + 8 * (n & 3); };
     const mt_attn_kv_ring<BC, HD, STAGES> kv = {
-        q_s + C::Q_BYTES, q_s + C::Q_BYTES + STAGES * C::KV_BYTES, bar + 32};
+        q_s + 2 * C::Q_BYTES, q_s + 2 * C::Q_BYTES + STAGES * C::KV_BYTES, bar + 64};
     // The block's n-th tile (mt_attn_qtiles::decode), or -1 past its last:
-    // slot n % 2.
-    volatile int *slot = (volatile int *)(sq + (bar - q_s) + 32 + 32 * STAGES);
+    // slot n % 4. Four, as the producer may load Q two tiles ahead of the
+    // consumers' reading of a slot (at the end of the tile before).
+    volatile int *slot = (volatile int *)(sq + (bar - q_s) + 64 + 32 * STAGES);
     const int T = a.T, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
     const int wg = threadIdx.x >> 7;
 
     if (threadIdx.x == 0) {
-        mt_mb_init(q_full, 1);
-        mt_mb_init(q_empty, 256);
-        mt_mb_init(claim_full(0), 1);
-        mt_mb_init(claim_full(1), 1);
+        for (int c = 0; c < 2; c++) {
+            mt_mb_init(q_full(c), 1);
+            mt_mb_init(q_empty(c), 256);
+        }
+        for (int c = 0; c < 4; c++) mt_mb_init(claim_full(c), 1);
         kv.init();
         mt_mb_fence_init();
     }
@@ -96,7 +102,7 @@ __global__ void __launch_bounds__(NT, 1)
         // Claims the block's n-th tile (mt_attn_claim) and posts it.
         auto claim = [&](int n) {
             const int L = mt_attn_claim(ctr, tl.n);
-            slot[n & 1] = L;
+            slot[n & 3] = L;
             mt_mb_arrive(claim_full(n));
             return L;
         };
@@ -107,10 +113,11 @@ __global__ void __launch_bounds__(NT, 1)
             tl.decode(L, &qb, &h, &b);
             const int q0 = qb * BR, nkb = (min(q0 + BR, T) + BC - 1) / BC;
             const int j0 = DOCS ? mt_attn_doc_start(a, b, min(q0, T - 1)) / BC : 0;
-            if (n > 0) mt_mb_wait(q_empty, (n - 1) & 1);
-            mt_mb_expect_tx(q_full, C::Q_BYTES);
+            // Q buffer n % 2 is free once tile n - 2 has done its last S.
+            if (n >= 2) mt_mb_wait(q_empty(n), ((n >> 1) & 1) ^ 1);
+            mt_mb_expect_tx(q_full(n), C::Q_BYTES);
             for (int c = 0; c < HD / 64; c++)
-                mt_tma_load4(q_s + c * BR * 128, &tq, c * 64, h, q0, b, q_full);
+                mt_tma_load4(q_buf(n) + c * BR * 128, &tq, c * 64, h, q0, b, q_full(n));
             const int next = claim(n + 1);
             kv.produce(&tk, &tv, h / (a.NH / a.NKV), b, j0, nkb, i0);
             i0 += nkb - j0;
@@ -124,8 +131,8 @@ __global__ void __launch_bounds__(NT, 1)
     const int g = lane >> 2, t4 = lane & 3;
     // The block's n-th tile, once claimed.
     auto claimed = [&](int n) {
-        mt_mb_wait(claim_full(n), (n >> 1) & 1);
-        return slot[n & 1];
+        mt_mb_wait(claim_full(n), (n >> 2) & 1);
+        return slot[n & 3];
     };
     int L = claimed(0);
     if (L >= 0) mt_attn_turns_begin(cw);
@@ -138,7 +145,7 @@ __global__ void __launch_bounds__(NT, 1)
         // Documents: no row of the tile sees a key before its first row's document.
         const int j0 = DOCS ? mt_attn_doc_start(a, b, min(q0, T - 1)) / BC : 0;
         const int row_lo = q0 + cw * 64 + warp * 16 + g; // this thread's rows: row_lo, row_lo + 8
-        const unsigned sq_wg = q_s + cw * 64 * 128; // the consumer's 64 rows
+        const unsigned sq_wg = q_buf(n) + cw * 64 * 128; // the consumer's 64 rows
         // Documents: the first key of this thread's rows (rows past T take row
         // T-1's) and of the consumer's last row (the latest start).
         int dstart[2] = {0, 0}, dstart_wg = 0;
@@ -214,7 +221,7 @@ __global__ void __launch_bounds__(NT, 1)
         };
 
         float s[BC / 2], alpha[2];
-        mt_mb_wait(q_full, n & 1);
+        mt_mb_wait(q_full(n), (n >> 1) & 1);
         kv.wait_k(i0);
         mt_attn_turn_take(cw);
         scores(s, i0 % STAGES);
@@ -223,7 +230,7 @@ __global__ void __launch_bounds__(NT, 1)
         mt_wg_wait<0>();
         mt_attn_wg_fence<BC / 2>(s);
         mt_mb_arrive(kv.empty_k(i0 % STAGES));
-        if (nkb - j0 == 1) mt_mb_arrive(q_empty); // the tile's last read of Q
+        if (nkb - j0 == 1) mt_mb_arrive(q_empty(n)); // the tile's last read of Q
         softmax(s, j0, alpha, std::true_type());
         mt_attn_wg_pack<BC>(p, s);
         for (int j = j0 + 1; j < nkb; j++) {
@@ -242,7 +249,7 @@ __global__ void __launch_bounds__(NT, 1)
             mt_wg_wait<1>();
             mt_attn_wg_fence<BC / 2>(s);
             mt_mb_arrive(kv.empty_k(st));
-            if (j == nkb - 1) mt_mb_arrive(q_empty);
+            if (j == nkb - 1) mt_mb_arrive(q_empty(n));
             if (need_mask(j)) softmax(s, j, alpha, std::true_type());
             else softmax(s, j, alpha, std::false_type());
             mt_attn_wg_fence<BC / 2>(s); // (keeps the softmax before the wait)
