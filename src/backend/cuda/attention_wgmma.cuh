@@ -115,6 +115,31 @@ __device__ __forceinline__ void mt_attn_wg_abt2(float x[N / 2], unsigned a1, uns
     mt_attn_wg_fence<N / 2>(x);
 }
 
+/* A persistent block's claimed work items (mt_attn_claim), passed from the
+ * thread that claims them to the block's other threads: item n sits in
+ * slot n % 4 once barrier n % 4 (one arrival) has completed. Four, so that
+ * the claiming thread may run up to three items ahead of the slowest
+ * reader; each kernel says why its own does not run further. bar: four
+ * barriers, 8 bytes each; slot: four ints. */
+struct mt_attn_claims {
+    unsigned bar;
+    volatile int *slot;
+    /* By one thread, before a block barrier (with mt_mb_fence_init). */
+    __device__ void init() const {
+        for (int c = 0; c < 4; c++) mt_mb_init(bar + 8 * c, 1);
+    }
+    /* The claiming thread: item n is L (-1 past the block's last). */
+    __device__ void post(int n, int L) const {
+        slot[n & 3] = L;
+        mt_mb_arrive(bar + 8 * (n & 3));
+    }
+    /* Item n, once posted. */
+    __device__ int get(int n) const {
+        mt_mb_wait(bar + 8 * (n & 3), (n >> 2) & 1);
+        return slot[n & 3];
+    }
+};
+
 /* The key-tile ring of the forward and of the dQ pass: S buffers, each a K
  * and a V tile of ROWS rows (k(st), v(st)), and four barriers a buffer at
  * bar (8-byte aligned, 32 S bytes): K full and V full (the producer's

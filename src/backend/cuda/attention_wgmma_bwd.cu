@@ -72,15 +72,10 @@ __global__ void __launch_bounds__(DkvCfg<HD>::NT, 1)
     const unsigned kv_full = bar, kv_empty = bar + 8;
     auto full = [&](int st) { return bar + 16 + 16 * st; };
     auto empty = [&](int st) { return bar + 24 + 16 * st; };
-    // The block's n-th item, or -1 past its last, in slot n % 4 once its
-    // barrier has completed: four, as the producer's threads run at most
-    // S = 3 query tiles, so 3 items, ahead of the consumers.
-    auto claim_full = [&](int n) { return bar + 16 + 16 * S + 8 * (n & 3); };
-    volatile int *slot = (volatile int *)(base + (bar - k_s) + 16 + 16 * S + 32);
-    auto claimed = [&](int n) {
-        mt_mb_wait(claim_full(n), (n >> 2) & 1);
-        return slot[n & 3];
-    };
+    // The block's n-th item, or -1 past its last: the producer's threads run
+    // at most S = 3 query tiles, so 3 items, ahead of the consumers.
+    const mt_attn_claims claims = {bar + 16 + 16 * S,
+                                   (volatile int *)(base + (bar - k_s) + 16 + 16 * S + 32)};
     const int T = a.T, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
     const int wg = threadIdx.x >> 7, G = a.NH / a.NKV, nitems = ngroups * nkb;
     // Item w: kv head, batch row, first key, first query tile and query
@@ -109,7 +104,7 @@ __global__ void __launch_bounds__(DkvCfg<HD>::NT, 1)
             mt_mb_init(full(st), 128); // every producer thread (their row statistics)
             mt_mb_init(empty(st), 256); // every consumer thread
         }
-        for (int c = 0; c < 4; c++) mt_mb_init(claim_full(c), 1);
+        claims.init();
         mt_mb_fence_init();
     }
     __syncthreads();
@@ -123,10 +118,9 @@ __global__ void __launch_bounds__(DkvCfg<HD>::NT, 1)
             int w;
             if (threadIdx.x == 0) {
                 w = mt_attn_claim(ctr, nitems);
-                slot[n & 3] = w;
-                mt_mb_arrive(claim_full(n));
+                claims.post(n, w);
             } else {
-                w = claimed(n);
+                w = claims.get(n);
             }
             if (w < 0) break;
             const item m = item_of(w);
@@ -170,7 +164,7 @@ __global__ void __launch_bounds__(DkvCfg<HD>::NT, 1)
     const float sl2 = a.scale * MT_ATTN_LOG2E;
     const int g = lane >> 2, t4 = lane & 3;
     const unsigned sk_wg = k_s + cw * 64 * 128, sv_wg = v_s + cw * 64 * 128; // the 64 keys
-    int w = claimed(0);
+    int w = claims.get(0);
     if (w >= 0) mt_attn_turns_begin(cw);
     for (int n = 0, gi = 0; w >= 0; n++) {
         const item m = item_of(w);
@@ -193,7 +187,7 @@ __global__ void __launch_bounds__(DkvCfg<HD>::NT, 1)
 
             // S^T = K Q^T and dP^T = V dO^T (64 keys x 64 queries a consumer).
             float st_[32], dpt[32];
-            if (it + 1 == nit) next = claimed(n + 1);
+            if (it + 1 == nit) next = claims.get(n + 1);
             mt_attn_wg_abt2<64, HD, C::BC, C::BR>(st_, sk_wg, qt, dpt, sv_wg, dot, cw,
                                                   it + 1 == nit && next < 0);
             // P^T: the causal mask, queries past T (their lse reads 0) and

@@ -75,13 +75,13 @@ __global__ void __launch_bounds__(NT, 1)
     auto q_buf = [&](int n) { return q_s + (n & 1) * C::Q_BYTES; };
     auto q_full = [&](int n) { return bar + 8 * (n & 1); };
     auto q_empty = [&](int n) { return bar + 16 + 8 * (n & 1); };
-    auto claim_full = [&](int n) { return bar + 32 + 8 * (n & 3); };
     const mt_attn_kv_ring<BC, HD, STAGES> kv = {
         q_s + 2 * C::Q_BYTES, q_s + 2 * C::Q_BYTES + STAGES * C::KV_BYTES, bar + 64};
-    // The block's n-th tile (mt_attn_qtiles::decode), or -1 past its last:
-    // slot n % 4. Four, as the producer may load Q two tiles ahead of the
+    // The block's n-th tile (mt_attn_qtiles::decode), or -1 past its last.
+    // The producer runs at most two tiles (its Q buffers) ahead of the
     // consumers' reading of a slot (at the end of the tile before).
-    volatile int *slot = (volatile int *)(sq + (bar - q_s) + 64 + 32 * STAGES);
+    const mt_attn_claims claims = {bar + 32,
+                                   (volatile int *)(sq + (bar - q_s) + 64 + 32 * STAGES)};
     const int T = a.T, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
     const int wg = threadIdx.x >> 7;
 
@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(NT, 1)
             mt_mb_init(q_full(c), 1);
             mt_mb_init(q_empty(c), 256);
         }
-        for (int c = 0; c < 4; c++) mt_mb_init(claim_full(c), 1);
+        claims.init();
         kv.init();
         mt_mb_fence_init();
     }
@@ -102,8 +102,7 @@ __global__ void __launch_bounds__(NT, 1)
         // Claims the block's n-th tile (mt_attn_claim) and posts it.
         auto claim = [&](int n) {
             const int L = mt_attn_claim(ctr, tl.n);
-            slot[n & 3] = L;
-            mt_mb_arrive(claim_full(n));
+            claims.post(n, L);
             return L;
         };
         // The next tile is claimed as soon as this one's loads are issued,
@@ -129,12 +128,7 @@ __global__ void __launch_bounds__(NT, 1)
     const int cw = wg - 1; // this consumer: rows q0 + 64 cw ..
     const float sl2 = a.scale * MT_ATTN_LOG2E;
     const int g = lane >> 2, t4 = lane & 3;
-    // The block's n-th tile, once claimed.
-    auto claimed = [&](int n) {
-        mt_mb_wait(claim_full(n), (n >> 2) & 1);
-        return slot[n & 3];
-    };
-    int L = claimed(0);
+    int L = claims.get(0);
     if (L >= 0) mt_attn_turns_begin(cw);
     // n, i0: the query tiles and the key tiles this block has done
     for (int n = 0, i0 = 0; L >= 0; n++) {
@@ -271,7 +265,7 @@ __global__ void __launch_bounds__(NT, 1)
         mt_wg_fence();
         mt_attn_wg_pb<BC, HD, BC>(o, p, kv.v(il % STAGES));
         mt_wg_commit();
-        const int next = claimed(n + 1);
+        const int next = claims.get(n + 1);
         mt_attn_turn_pass(cw, next < 0);
         mt_wg_wait<0>();
         mt_attn_wg_fence<HD / 2>(o);
