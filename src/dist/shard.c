@@ -6,15 +6,18 @@
 
 #include "util/mem.h"
 
+size_t mt_shard_chunk(size_t n, int ranks) {
+    MT_ASSERT(ranks >= 1);
+    size_t units = (n + MT_SHARD_ALIGN - 1) / MT_SHARD_ALIGN;
+    return (units + (size_t)ranks - 1) / (size_t)ranks * MT_SHARD_ALIGN;
+}
+
 mt_shard_range mt_shard_split(size_t n, int ranks, int rank) {
     MT_ASSERT(ranks >= 1 && rank >= 0 && rank < ranks);
-    /* Whole alignment units, the first `extra` ranks one more; the last
-     * unit may be short when n is not a multiple of the unit. */
-    size_t units = (n + MT_SHARD_ALIGN - 1) / MT_SHARD_ALIGN;
-    size_t base = units / (size_t)ranks, extra = units % (size_t)ranks, r = (size_t)rank;
-    size_t first = r * base + (r < extra ? r : extra);
-    size_t count = base + (r < extra ? 1 : 0);
-    size_t begin = first * MT_SHARD_ALIGN, end = (first + count) * MT_SHARD_ALIGN;
+    /* Equal chunks in rank order, the last ones short or empty: a
+     * collective then moves the same count for every rank. */
+    size_t chunk = mt_shard_chunk(n, ranks);
+    size_t begin = (size_t)rank * chunk, end = begin + chunk;
     if (begin > n) begin = n;
     if (end > n) end = n;
     return (mt_shard_range){begin, end};
@@ -38,6 +41,41 @@ int mt_shard_layout_init(mt_shard_layout *sl, const mt_param_table *t, int rank,
         at = mt_round_up(at + mt_shard_len(sl, l), MT_SHARD_ALIGN);
     }
     sl->total = at;
+    return 0;
+}
+
+int mt_shard_table_init(mt_param_table *out, const mt_shard_layout *sl, mt_error *err) {
+    const mt_param_table *t = sl->table;
+    memset(out, 0, sizeof *out);
+    out->n_layers = t->n_layers;
+    out->layers = mt_calloc_or_die((size_t)t->n_layers, sizeof *out->layers);
+    out->total = sl->total;
+    for (int l = 0; l < t->n_layers; l++) {
+        const mt_layer_desc *full = &t->layers[l];
+        mt_layer_desc *ld = &out->layers[l];
+        ld->kind = full->kind;
+        ld->block = full->block;
+        ld->offset = sl->local[l];
+        ld->numel = mt_shard_len(sl, l);
+        for (int r = 0; r < MT_T_COUNT; r++) ld->by_role[r] = -1;
+        mt_shard_piece *pc = mt_calloc_or_die((size_t)(full->n_tensors ? full->n_tensors : 1),
+                                              sizeof *pc);
+        ld->n_tensors = mt_shard_pieces(sl, l, pc);
+        ld->tensors = mt_calloc_or_die((size_t)(ld->n_tensors ? ld->n_tensors : 1),
+                                       sizeof *ld->tensors);
+        for (int k = 0; k < ld->n_tensors; k++) {
+            mt_tensor_desc *td = &ld->tensors[k];
+            *td = full->tensors[pc[k].tensor]; /* name, role, expert, ndim: weight decay */
+            td->shape[0] = (int64_t)pc[k].n;
+            td->shape[1] = 1;
+            td->numel = pc[k].n;
+            td->offset = pc[k].local - sl->local[l];
+            out->n_params += (int64_t)pc[k].n;
+        }
+        free(pc);
+        if (ld->numel > out->max_layer_numel) out->max_layer_numel = ld->numel;
+    }
+    (void)err;
     return 0;
 }
 
@@ -76,7 +114,9 @@ void mt_shard_put(const mt_shard_layout *sl, const float *local, float *full) {
 int mt_shard_store_init(mt_shard_store *s, const mt_param_table *t, int rank, int ranks,
                         int grads, mt_error *err) {
     memset(s, 0, sizeof *s);
-    if (mt_shard_layout_init(&s->layout, t, rank, ranks, err)) return -1;
+    if (mt_shard_layout_init(&s->layout, t, rank, ranks, err) ||
+        mt_shard_table_init(&s->table, &s->layout, err))
+        return -1;
     size_t bytes = mt_round_up(s->layout.total, MT_SHARD_ALIGN) * sizeof(float);
     if (bytes == 0) bytes = 64;
     float **arrays[] = {&s->w, &s->m, &s->v, &s->g};
@@ -99,6 +139,12 @@ void mt_shard_store_free(mt_shard_store *s) {
     free(s->m);
     free(s->v);
     free(s->g);
+    mt_params_free(&s->table);
     mt_shard_layout_free(&s->layout);
     memset(s, 0, sizeof *s);
+}
+
+mt_host_store mt_shard_store_host(mt_shard_store *s) {
+    return (mt_host_store){.table = &s->table, .w = s->w, .m = s->m, .v = s->v, .g = s->g,
+                           .bytes = s->table.total * sizeof(float) * (s->g ? 4 : 3)};
 }

@@ -1,10 +1,12 @@
 /* Shard arithmetic: which part of the host store each of n ranks owns.
  *
  * Every layer's range (model/params.h: layer-major, padded) is cut into n
- * contiguous parts, one per rank, in rank order: each non-empty part starts on an
- * MT_SHARD_ALIGN boundary, part sizes differ by at most one alignment unit
- * (the first ranks take the extra units), and every element of the layer is
- * owned exactly once. Cutting every layer, rather than the whole model,
+ * contiguous parts, one per rank, in rank order: every part but the last
+ * non-empty one is exactly one chunk (mt_shard_chunk: the layer's
+ * MT_SHARD_ALIGN units divided by n, rounded up), the last is the rest, and
+ * ranks past the end own nothing. Every element of the layer is owned
+ * exactly once, and an all-gather or reduce-scatter of the layer moves one
+ * chunk per rank (the GPU buffers are sized n chunks). Cutting every layer, rather than the whole model,
  * keeps the traffic of each layer's all-gather and reduce-scatter even over
  * the ranks.
  *
@@ -17,6 +19,7 @@
 
 #include <stddef.h>
 
+#include "host/store.h"
 #include "model/params.h"
 #include "util/error.h"
 
@@ -27,7 +30,13 @@ typedef struct mt_shard_range {
     size_t begin, end;
 } mt_shard_range;
 
-/* Rank `rank`'s part of a range of n floats cut among `ranks` (>= 1). */
+/* Floats of each rank's part of a range of n floats cut among `ranks`
+ * (>= 1), before the range's end shortens the last ones: a multiple of
+ * MT_SHARD_ALIGN. */
+size_t mt_shard_chunk(size_t n, int ranks);
+
+/* Rank `rank`'s part of a range of n floats cut among `ranks` (>= 1):
+ * [rank * chunk, (rank + 1) * chunk) clipped to n. */
 mt_shard_range mt_shard_split(size_t n, int ranks, int rank);
 
 /* One rank's parts of every layer of a table. */
@@ -61,6 +70,14 @@ typedef struct mt_shard_piece {
  * tensors belongs to no piece. */
 int mt_shard_pieces(const mt_shard_layout *sl, int layer, mt_shard_piece *out);
 
+/* The rank's parts as a parameter table of their own (mt_params_free
+ * frees it): layer l is the rank's part (offset: where it starts in the
+ * rank's arrays, numel: its length), its tensors the pieces (name, role
+ * and ndim of the whole tensor, so weight decay is decided the same; 1-D of
+ * the piece's length). The host store, the optimizer and its pipeline run
+ * unchanged over this table. */
+int mt_shard_table_init(mt_param_table *out, const mt_shard_layout *sl, mt_error *err);
+
 /* Copies the rank's parts of a full layer-major array (table->total) into
  * its local array (sl->total), and back. Padding of the local array between
  * parts is left alone. */
@@ -68,11 +85,16 @@ void mt_shard_take(const mt_shard_layout *sl, const float *full, float *local);
 void mt_shard_put(const mt_shard_layout *sl, const float *local, float *full);
 
 /* A rank's share of the host store: w, m, v (and g when asked) in the
- * local layout, zero-filled, 64-byte aligned. */
+ * local layout, zero-filled, 64-byte aligned, and the parts' table
+ * (mt_shard_table_init) that describes them. */
 typedef struct mt_shard_store {
     mt_shard_layout layout;
+    mt_param_table table;
     float *w, *m, *v, *g;
 } mt_shard_store;
+
+/* The store as the optimizer sees one: s's arrays over s->table. */
+mt_host_store mt_shard_store_host(mt_shard_store *s);
 
 int mt_shard_store_init(mt_shard_store *s, const mt_param_table *t, int rank, int ranks,
                         int grads, mt_error *err);

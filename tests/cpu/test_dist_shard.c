@@ -1,6 +1,6 @@
 /* Tests of src/dist/shard.{h,c}: the cut of a range among n ranks for many
  * sizes and rank counts, and the layouts of whole models: every element
- * owned exactly once, parts aligned and balanced, tensor pieces exact, and
+ * owned exactly once, parts aligned and whole chunks, tensor pieces exact, and
  * the rank arrays put side by side giving back the full array bitwise. */
 #include <criterion/criterion.h>
 #include <stdint.h>
@@ -10,13 +10,14 @@
 #include "dist/shard.h"
 #include "testlib.h"
 
-/* Units of MT_SHARD_ALIGN a part spans (the last may be short). */
-static size_t units(mt_shard_range r) {
-    return (r.end - r.begin + MT_SHARD_ALIGN - 1) / MT_SHARD_ALIGN;
-}
-
 static void check_split(size_t n, int ranks) {
-    size_t at = 0, lo = SIZE_MAX, hi = 0;
+    size_t at = 0, chunk = mt_shard_chunk(n, ranks);
+    size_t units_n = (n + MT_SHARD_ALIGN - 1) / MT_SHARD_ALIGN;
+    /* a chunk is the units divided among the ranks, rounded up */
+    cr_assert_eq(chunk % MT_SHARD_ALIGN, 0, "n=%zu ranks=%d", n, ranks);
+    cr_assert(chunk / MT_SHARD_ALIGN * (size_t)ranks >= units_n, "n=%zu ranks=%d", n, ranks);
+    cr_assert(chunk == 0 || (chunk / MT_SHARD_ALIGN - 1) * (size_t)ranks < units_n,
+              "n=%zu ranks=%d: chunk %zu larger than needed", n, ranks, chunk);
     for (int r = 0; r < ranks; r++) {
         mt_shard_range p = mt_shard_split(n, ranks, r);
         cr_assert_eq(p.begin, at, "n=%zu ranks=%d rank %d: not contiguous", n, ranks, r);
@@ -25,18 +26,18 @@ static void check_split(size_t n, int ranks) {
         if (p.end > p.begin)
             cr_assert_eq(p.begin % MT_SHARD_ALIGN, 0, "n=%zu ranks=%d rank %d: unaligned", n,
                          ranks, r);
-        /* only the part holding the range's last element may end unaligned */
+        /* every part is one whole chunk until the range ends */
         if (p.end != n)
-            cr_assert_eq(p.end % MT_SHARD_ALIGN, 0, "n=%zu ranks=%d rank %d", n, ranks, r);
-        size_t u = units(p);
-        /* a part past the end is empty: count it as the units it was given */
-        if (p.begin == n && p.end == n) u = 0;
-        lo = u < lo ? u : lo;
-        hi = u > hi ? u : hi;
+            cr_assert_eq(p.end - p.begin, chunk, "n=%zu ranks=%d rank %d: %zu floats, chunk %zu",
+                         n, ranks, r, p.end - p.begin, chunk);
+        else
+            cr_assert(p.end - p.begin <= chunk, "n=%zu ranks=%d rank %d", n, ranks, r);
+        /* its place is the rank's chunk: what a collective of chunks expects */
+        cr_assert(p.begin == n || p.begin == (size_t)r * chunk, "n=%zu ranks=%d rank %d", n,
+                  ranks, r);
         at = p.end;
     }
     cr_assert_eq(at, n, "n=%zu ranks=%d: parts end at %zu", n, ranks, at);
-    cr_assert(hi - lo <= 1, "n=%zu ranks=%d: parts of %zu to %zu units", n, ranks, lo, hi);
 }
 
 Test(dist_shard, split_many_sizes) {
@@ -162,6 +163,47 @@ Test(dist_shard, take_put_round_trip) {
         }
         free(full);
         free(back);
+        mt_params_free(&t);
+    }
+}
+
+/* The parts' table describes each rank's arrays: layers where the layout
+ * puts the parts, one tensor per piece with the whole tensor's name and
+ * ndim (the optimizer decides weight decay by it), the parameters of all
+ * ranks adding up to the model's. */
+Test(dist_shard, parts_table_describes_the_pieces) {
+    mt_config cfgs[3];
+    configs(cfgs);
+    for (int c = 0; c < 3; c++) {
+        mt_param_table t;
+        mt_error err;
+        cr_assert_eq(mt_params_init(&t, &cfgs[c], &err), 0, "%s", err.msg);
+        for (int ranks = 1; ranks <= 6; ranks++) {
+            int64_t params = 0;
+            for (int r = 0; r < ranks; r++) {
+                mt_shard_store s;
+                cr_assert_eq(mt_shard_store_init(&s, &t, r, ranks, 0, &err), 0, "%s", err.msg);
+                cr_assert_eq(s.table.n_layers, t.n_layers);
+                cr_assert_eq(s.table.total, s.layout.total);
+                for (int l = 0; l < t.n_layers; l++) {
+                    const mt_layer_desc *ld = &s.table.layers[l];
+                    cr_assert_eq(ld->offset, s.layout.local[l]);
+                    cr_assert_eq(ld->numel, mt_shard_len(&s.layout, l));
+                    mt_shard_piece pc[64];
+                    cr_assert_eq(ld->n_tensors, mt_shard_pieces(&s.layout, l, pc));
+                    for (int k = 0; k < ld->n_tensors; k++) {
+                        const mt_tensor_desc *full = &t.layers[l].tensors[pc[k].tensor];
+                        cr_assert_str_eq(ld->tensors[k].name, full->name);
+                        cr_assert_eq(ld->tensors[k].ndim, full->ndim);
+                        cr_assert_eq(ld->tensors[k].numel, pc[k].n);
+                        cr_assert_eq(ld->offset + ld->tensors[k].offset, pc[k].local);
+                    }
+                }
+                params += s.table.n_params;
+                mt_shard_store_free(&s);
+            }
+            cr_assert_eq(params, t.n_params, "config %d, %d ranks", c, ranks);
+        }
         mt_params_free(&t);
     }
 }
