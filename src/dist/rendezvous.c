@@ -424,17 +424,50 @@ int mt_rdv_gather(mt_rdv *g, const void *send, size_t n, void *recv, mt_error *e
     return 0;
 }
 
-int mt_rdv_sum(mt_rdv *g, double *x, mt_error *err) {
-    double *all = g->rank == 0 ? mt_malloc_or_die((size_t)g->world * sizeof *all) : NULL;
-    int rc = mt_rdv_gather(g, x, sizeof *x, all, err);
+int mt_rdv_allgather(mt_rdv *g, const void *send, size_t n, void *recv, mt_error *err) {
+    return mt_rdv_gather(g, send, n, recv, err) ||
+                   mt_rdv_bcast(g, recv, (size_t)g->world * n, err)
+               ? -1
+               : 0;
+}
+
+/* x (n elements of size es) replaced on every rank by the elementwise sum
+ * over the ranks, added in rank order on rank 0 by add(acc, part, n). */
+static int sum_in_rank_order(mt_rdv *g, void *x, size_t n, size_t es,
+                             void (*add)(void *acc, const void *part, size_t n), mt_error *err) {
+    if (g->world == 1 || n == 0) return 0;
+    size_t bytes = n * es;
+    char *all = g->rank == 0 ? mt_malloc_or_die((size_t)g->world * bytes) : NULL;
+    int rc = mt_rdv_gather(g, x, bytes, all, err);
     if (rc == 0 && g->rank == 0) {
-        double s = 0;
-        for (int r = 0; r < g->world; r++) s += all[r];
-        *x = s;
+        for (int r = 1; r < g->world; r++) add(all, all + (size_t)r * bytes, n);
+        memcpy(x, all, bytes);
     }
     free(all);
-    return rc ? rc : mt_rdv_bcast(g, x, sizeof *x, err);
+    return rc ? rc : mt_rdv_bcast(g, x, bytes, err);
 }
+
+static void add_f64(void *acc, const void *part, size_t n) {
+    double *a = acc;
+    const double *p = part;
+    for (size_t i = 0; i < n; i++) a[i] += p[i];
+}
+
+static void add_f32(void *acc, const void *part, size_t n) {
+    float *a = acc;
+    const float *p = part;
+    for (size_t i = 0; i < n; i++) a[i] += p[i];
+}
+
+int mt_rdv_sum_n(mt_rdv *g, double *x, size_t n, mt_error *err) {
+    return sum_in_rank_order(g, x, n, sizeof *x, add_f64, err);
+}
+
+int mt_rdv_sum_f32(mt_rdv *g, float *x, size_t n, mt_error *err) {
+    return sum_in_rank_order(g, x, n, sizeof *x, add_f32, err);
+}
+
+int mt_rdv_sum(mt_rdv *g, double *x, mt_error *err) { return mt_rdv_sum_n(g, x, 1, err); }
 
 int mt_rdv_barrier(mt_rdv *g, mt_error *err) {
     double x = 0;

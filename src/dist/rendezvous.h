@@ -53,9 +53,18 @@ int mt_rdv_bcast(mt_rdv *g, void *buf, size_t n, mt_error *err);
  * rank order); recv is unused elsewhere (may be NULL). */
 int mt_rdv_gather(mt_rdv *g, const void *send, size_t n, void *recv, mt_error *err);
 
+/* Every rank's n bytes of send into every rank's recv (world * n bytes, in
+ * rank order). */
+int mt_rdv_allgather(mt_rdv *g, const void *send, size_t n, void *recv, mt_error *err);
+
 /* *x replaced by the sum over the ranks, added in rank order on rank 0:
  * the same bits on every rank. */
 int mt_rdv_sum(mt_rdv *g, double *x, mt_error *err);
+
+/* The same for each of n doubles, and for n floats (summed in float, rank
+ * 0's first): tensors of a test-sized model, not of a real one. */
+int mt_rdv_sum_n(mt_rdv *g, double *x, size_t n, mt_error *err);
+int mt_rdv_sum_f32(mt_rdv *g, float *x, size_t n, mt_error *err);
 
 /* Returns once every rank has called it. */
 int mt_rdv_barrier(mt_rdv *g, mt_error *err);

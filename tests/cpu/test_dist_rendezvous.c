@@ -128,6 +128,24 @@ static int meet_and_talk(int rank, int world, int port, void *ctx, mt_error *err
     if (mt_rdv_bcast(&g, word, sizeof word, err)) return 7;
     if (strcmp(word, "hello")) return mt_errorf(err, "broadcast gave '%s'", word), 8;
     if (mt_rdv_barrier(&g, err)) return 9;
+    int every[8] = {0};
+    if (mt_rdv_allgather(&g, &mine, sizeof mine, every, err)) return 10;
+    for (int r = 0; r < world; r++)
+        if (every[r] != 100 + r) return mt_errorf(err, "allgather[%d] = %d", r, every[r]), 11;
+    /* elementwise sums, in rank order: 0.1 + 0.2 + 0.3 ... rounded as rank 0 adds them */
+    double d[3] = {rank, 0.1 * (rank + 1), -rank};
+    float f[3] = {(float)rank, 0.1f * (float)(rank + 1), 1e-8f};
+    if (mt_rdv_sum_n(&g, d, 3, err) || mt_rdv_sum_f32(&g, f, 3, err)) return 12;
+    double dw[3] = {0, 0.1, 0};
+    float fw[3] = {0, 0.1f, 1e-8f};
+    for (int r = 1; r < world; r++) {
+        dw[0] += r, dw[1] += 0.1 * (r + 1), dw[2] += -r;
+        fw[0] += (float)r, fw[1] += 0.1f * (float)(r + 1), fw[2] += 1e-8f;
+    }
+    for (int i = 0; i < 3; i++)
+        if (d[i] != dw[i] || f[i] != fw[i])
+            return mt_errorf(err, "sum %d: %.17g %.9g, expected %.17g %.9g", i, d[i], f[i], dw[i],
+                             fw[i]), 13;
     mt_rdv_close(&g);
     return 0;
 }
