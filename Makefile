@@ -32,9 +32,12 @@ VERSION := $(shell sed -n 's/^\#define MT_VERSION "\(.*\)"/\1/p' include/megatra
 SOVERSION := $(firstword $(subst ., ,$(VERSION)))
 PREFIX  ?= /usr/local
 
-# Sources: everything under src/ except the CLI (linked into the binary) and
-# the CUDA backend (built only when nvcc is present).
-LIB_SRC := $(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/backend/cuda/*' | sort)
+# Sources: everything under src/ except the CLI (linked into the binary), the
+# CUDA backend (built only when nvcc is present) and the GPU side of a build
+# without CUDA (backend/none: built only when nvcc is absent).
+LIB_SRC := $(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/backend/cuda/*' \
+                -not -path 'src/backend/none/*' | sort)
+NOCUDA_SRC := $(shell find src/backend/none -name '*.c' | sort)
 CLI_SRC := $(shell find src/cli -name '*.c' | sort)
 CU_SRC  := $(shell find src -name '*.cu' | sort)
 TEST_COMMON_SRC := $(shell find tests/common -name '*.c' | sort)
@@ -62,7 +65,7 @@ LIB_SRC += $(shell find src/backend/cuda -name '*.c' | sort)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
 CFLAGS  += -DMT_HAVE_CUDA -I$(CUDA_HOME)/include
 NVFLAGS := -std=c++17 -O3 -g -lineinfo $(CUDA_GENCODE) -Isrc -DMT_HAVE_CUDA -Xcompiler -fopenmp,-Wall,-fPIC
-LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++ -ldl
 # The GPU code asked of nvcc (sm_NN: machine code, compute_NN: PTX), for
 # `megatrain --version` (mt_cuda_archs).
 CUDA_CODES := $(strip $(foreach w,$(CUDA_GENCODE),$(if $(findstring code=,$(w)),$(lastword $(subst code=, ,$(w))))))
@@ -70,6 +73,8 @@ CUDA_CODES := $(strip $(foreach w,$(CUDA_GENCODE),$(if $(findstring code=,$(w)),
 # the build has sm_90a machine code.
 NVFLAGS += $(if $(filter sm_90a,$(CUDA_CODES)),-DMT_CUDA_SM90A)
 else
+LIB_SRC += $(NOCUDA_SRC)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
 CUDA_CODES := none (CPU only)
 endif
 
@@ -126,6 +131,9 @@ $(BUILD)/cuda_codes.txt: FORCE
 	@echo '$(CUDA_CODES)' | cmp -s - $@ || echo '$(CUDA_CODES)' > $@
 $(BUILD)/obj/src/train/api.o: $(BUILD)/cuda_codes.txt
 $(BUILD)/obj/src/train/api.o: CFLAGS += -DMT_CUDA_ARCHS='"$(CUDA_CODES)"'
+# NCCL is loaded at run time; after the loader's own search, from the
+# toolkit this build used.
+$(BUILD)/obj/src/backend/cuda/nccl.o: CFLAGS += -DMT_NCCL_DIRS='"$(CUDA_HOME)/lib:$(CUDA_HOME)/lib64"'
 
 # The binary carries the library (static): it runs without LD_LIBRARY_PATH.
 $(BUILD)/megatrain: $(CLI_OBJ) $(BUILD)/libmegatrain.a
@@ -190,6 +198,7 @@ test-gpu:
 	LD_LIBRARY_PATH=$(BUILD)/lib:$$LD_LIBRARY_PATH $(BUILD)/mt_gpu_tests --jobs 1
 	LD_LIBRARY_PATH=$(BUILD)/lib:$$LD_LIBRARY_PATH tests/gpu/hf_roundtrip.sh
 	LD_LIBRARY_PATH=$(BUILD)/lib:$$LD_LIBRARY_PATH tests/gpu/eval_roundtrip.sh
+	LD_LIBRARY_PATH=$(BUILD)/lib:$$LD_LIBRARY_PATH tests/gpu/multi_gpu.sh
 
 # Builds the GPU test binary and the CLI and copies the non-CUDA shared
 # libraries they load into build/lib, for running on a bare GPU machine.

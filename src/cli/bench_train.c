@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "model/config.h"
 #include "model/presets.h"
+#include "dist/launch.h"
 #include "train/bench.h"
 #include "util/args.h"
 
@@ -29,6 +30,10 @@ static void usage(FILE *f) {
             "  --keep-layers N     layers whose activations skip the recompute (-1 = as many\n"
             "                      as fit, the default; 0 = recompute all)\n"
             "  --trace FILE        write a Chrome trace (chrome://tracing) of the timed steps\n"
+            "  --gpus N            run on N GPUs of this machine, one rank each, every GPU\n"
+            "                      stepping on its own micro-batches (the step's tokens are\n"
+            "                      per GPU); under torchrun, mpirun or srun, the launcher's\n"
+            "                      ranks\n"
             "placement (default: the planner's, within the budgets):\n"
             "  --gpu-mem GB        GPU memory the run may take, context included (default: free)\n"
             "  --host-mem GB       host RAM the run may take (default: MemTotal less max(4 GB, 4%%))\n"
@@ -49,7 +54,7 @@ int mt_bench_train(int argc, char **argv) {
     int64_t over[6] = {0}; /* layers hidden heads kv ffn vocab */
     int64_t T = 2048, B = 8, steps = 4;
     int M = 4, slots = 3, fp32 = 0, host_ckpt = 0, keep = -1, gpu_grads = -1, all_gpu = 0;
-    int grad_dtype = -1, gpu_adam = -1;
+    int grad_dtype = -1, gpu_adam = -1, gpus = 0;
     double gpu_mem = 0, host_mem = 0;
     const char *trace_path = NULL, *calib = NULL;
     static const struct option opts[] = {
@@ -69,6 +74,7 @@ int mt_bench_train(int argc, char **argv) {
         {"placement", required_argument, 0, 'p' + 256},
         {"calibration", required_argument, 0, 'c' + 256},
         {"gpu-adam-layers", required_argument, 0, 'a' + 256},
+        {"gpus", required_argument, 0, 'n' + 256},
         {0, 0, 0, 0},
     };
     optind = 1;
@@ -109,6 +115,7 @@ int mt_bench_train(int argc, char **argv) {
         case 'h' + 256: host_mem = mt_arg_d(optarg, &bad); break;
         case 'c' + 256: calib = optarg; break;
         case 'a' + 256: gpu_adam = (int)mt_arg_ll(optarg, &bad); break;
+        case 'n' + 256: gpus = (int)mt_arg_ll(optarg, &bad); break;
         case 'd' + 256:
             if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) {
                 fprintf(stderr, "megatrain bench train: --host-grad-dtype must be fp32 or bf16\n");
@@ -142,6 +149,11 @@ int mt_bench_train(int argc, char **argv) {
         fprintf(stderr, "megatrain bench train: --gpu-adam-layers must be 0 or more\n");
         return 2;
     }
+    if (gpus < 0 || gpus > 4096) {
+        fprintf(stderr, "megatrain bench train: --gpus must be between 1 and the GPUs of the "
+                "machine\n");
+        return 2;
+    }
     if (T <= 0 || B <= 0 || M <= 0 || steps <= 0 || gpu_mem < 0 || host_mem < 0) {
         fprintf(stderr, "megatrain bench train: sizes, budgets and --steps must be positive\n");
         return 2;
@@ -161,8 +173,10 @@ int mt_bench_train(int argc, char **argv) {
                         .host_ckpt = host_ckpt, .grad_dtype = grad_dtype, .all_gpu = all_gpu,
                         .gpu_mem = gpu_mem, .host_mem = host_mem, .calib = calib,
                         .gpu_adam = gpu_adam,
-                        .trace_path = trace_path};
+                        .trace_path = trace_path, .gpus = gpus};
     mt_error err;
+    if (gpus > 1 && !mt_launch_is_rank()) /* this process starts the ranks */
+        return mt_cli_launch(gpus, "bench", argc, argv);
     if (mt_bench_train_run(&bo, stdout, &err)) {
         fprintf(stderr, "megatrain bench train: %s\n", err.msg);
         return 1;

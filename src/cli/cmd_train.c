@@ -2,8 +2,10 @@
  * runs the training (the library's mt_run, train/trainer.c), printing what
  * it reports. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cli/commands.h"
+#include "dist/launch.h"
 
 int mt_cmd_train(int argc, char **argv) {
     mt_options *o = mt_options_new();
@@ -19,6 +21,12 @@ int mt_cmd_train(int argc, char **argv) {
         fprintf(stderr, "megatrain train: %s\n", mt_last_error());
         mt_options_free(o);
         return 2;
+    }
+    char gpus[32] = "0";
+    mt_options_get(o, "gpus", gpus, sizeof gpus);
+    if (atoi(gpus) > 1 && !mt_launch_is_rank()) { /* this process starts the ranks */
+        mt_options_free(o);
+        return mt_cli_launch(atoi(gpus), NULL, argc, argv);
     }
     mt_run *r = mt_run_open(o, mt_cli_print_event, NULL);
     mt_options_free(o);

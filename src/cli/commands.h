@@ -16,6 +16,12 @@ int mt_cmd_init(int argc, char **argv);
 int mt_cmd_plan(int argc, char **argv);
 int mt_cmd_calibrate(int argc, char **argv);
 
+/* Starts n ranks of this command line ("megatrain" [prefix] argv...) on
+ * this machine and waits for them (dist/launch.h); returns the exit code:
+ * 0, 130 when a signal stopped them, 1 when a rank failed (named on
+ * stderr). */
+int mt_cli_launch(int n, const char *prefix, int argc, char **argv);
+
 /* An mt_event_fn that prints (print.c): INFO and progress lines to stdout,
  * WARNING to stderr after "megatrain: ", TEXT as it is. */
 void mt_cli_print_event(const mt_event *ev, void *user);

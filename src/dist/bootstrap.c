@@ -7,16 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One launcher's names for rank, world size and local rank. */
+/* One launcher's names for rank, world size, local rank and the number of
+ * ranks on this machine. */
 typedef struct launcher {
     const char *source;
-    const char *rank, *size, *local;
+    const char *rank, *size, *local, *local_size;
 } launcher;
 
 static const launcher LAUNCHERS[] = {
-    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
-    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
-    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
 };
 #define N_LAUNCHERS ((int)(sizeof LAUNCHERS / sizeof LAUNCHERS[0]))
 
@@ -93,6 +95,14 @@ static int parse_launcher(mt_dist_env *env, const launcher *l, mt_env_get get, v
                          "launch command", l->rank, env->rank, l->size, env->world_size,
                          env->world_size - 1);
     env->local_rank = 0;
+    env->local_world_size = 0;
+    const char *lsize = get(ctx, l->local_size);
+    if (lsize) {
+        snprintf(fix, sizeof fix, "%s must be the number of processes on this machine",
+                 l->local_size);
+        if (parse_int(l->local_size, lsize, 1, 1 << 20, fix, &env->local_world_size, err))
+            return -1;
+    }
     if (local) {
         snprintf(fix, sizeof fix, "%s must be this process's index on its machine", l->local);
         if (parse_int(l->local, local, 0, 1 << 20, fix, &env->local_rank, err)) return -1;
@@ -100,6 +110,9 @@ static int parse_launcher(mt_dist_env *env, const launcher *l, mt_env_get get, v
             return mt_errorf(err, "%s=%d is not below %s=%d: a machine cannot hold more "
                              "ranks than the run; check the launch command", l->local,
                              env->local_rank, l->size, env->world_size);
+        if (env->local_world_size && env->local_rank >= env->local_world_size)
+            return mt_errorf(err, "%s=%d is not below %s=%d: check the launch command",
+                             l->local, env->local_rank, l->local_size, env->local_world_size);
     }
     return 0;
 }

@@ -1,9 +1,11 @@
 /* Rank bootstrap: who this process is in a multi-process run, read from the
  * environment the common launchers set (docs/distributed.md):
  *
- *   torchrun   RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT
- *   Open MPI   OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK (+ MASTER_ADDR, MASTER_PORT)
- *   Slurm      SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID (+ MASTER_ADDR, MASTER_PORT)
+ *   torchrun   RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+ *   Open MPI   OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE (+ MASTER_ADDR,
+ *              MASTER_PORT)
+ *   Slurm      SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE
+ *              (+ MASTER_ADDR, MASTER_PORT)
  *
  * The first launcher whose rank variable is set wins, in that order; with
  * none, the process is a run of one. Rank 0 listens on MASTER_ADDR:
@@ -21,6 +23,8 @@ typedef struct mt_dist_env {
     int rank;               /* 0 .. world_size-1 */
     int world_size;         /* >= 1 */
     int local_rank;         /* index among the ranks of this machine (picks the GPU) */
+    int local_world_size;   /* ranks on this machine, when the launcher says (torchrun's
+                               LOCAL_WORLD_SIZE, ...); 0 when it does not */
     char master_addr[256];  /* host name or address of rank 0; "" for a run of one */
     int master_port;        /* 1 .. 65535 */
     double timeout_s;       /* longest wait on a peer, > 0 */

@@ -148,3 +148,17 @@ mt_host_store mt_shard_store_host(mt_shard_store *s) {
     return (mt_host_store){.table = &s->table, .w = s->w, .m = s->m, .v = s->v, .g = s->g,
                            .bytes = s->table.total * sizeof(float) * (s->g ? 4 : 3)};
 }
+
+void mt_shard_init_random(mt_host_store *parts, const mt_shard_layout *sl, uint64_t seed,
+                          float std) {
+    const mt_param_table *t = sl->table;
+    float *layer = mt_aligned_alloc_or_die(64, (t->max_layer_numel ? t->max_layer_numel : 1) *
+                                                   sizeof(float));
+    for (int l = 0; l < t->n_layers; l++) {
+        memset(layer, 0, t->layers[l].numel * sizeof(float));
+        mt_host_store_random_layer(t, l, seed, std, layer);
+        memcpy(parts->w + parts->table->layers[l].offset, layer + sl->part[l].begin,
+               mt_shard_len(sl, l) * sizeof(float));
+    }
+    free(layer);
+}

@@ -93,6 +93,12 @@ typedef struct mt_shard_store {
     float *w, *m, *v, *g;
 } mt_shard_store;
 
+/* Fills parts (a store over sl's parts' table) with this rank's parts of
+ * the weights mt_host_store_init_random(seed, std) gives the whole model:
+ * the ranks' parts side by side are that store, bit for bit. */
+void mt_shard_init_random(mt_host_store *parts, const mt_shard_layout *sl, uint64_t seed,
+                          float std);
+
 /* The store as the optimizer sees one: s's arrays over s->table. */
 mt_host_store mt_shard_store_host(mt_shard_store *s);
 

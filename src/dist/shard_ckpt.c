@@ -338,3 +338,23 @@ int mt_shard_ckpt_load(const char *dir, mt_shard_store *s, const mt_config *cfg,
                         s->layout.ranks);
     return rc;
 }
+
+int mt_shard_ckpt_ranks(const char *dir, mt_error *err) {
+    char *path = mt_path_join(dir, "COMPLETE"), *text = NULL;
+    size_t len;
+    int rc = mt_read_file(path, &text, &len, err);
+    if (rc == 0) {
+        cJSON *root = cJSON_Parse(text);
+        const cJSON *rk = cJSON_GetObjectItemCaseSensitive(root, "ranks");
+        if (!root)
+            rc = mt_errorf(err, "%s: corrupt marker (not JSON)", path);
+        else if (rk && (!cJSON_IsNumber(rk) || rk->valuedouble < 1 || rk->valuedouble > (1 << 20)))
+            rc = mt_errorf(err, "%s: corrupt marker (\"ranks\" is not a count)", path);
+        else
+            rc = rk ? rk->valueint : 0;
+        cJSON_Delete(root);
+    }
+    free(text);
+    free(path);
+    return rc;
+}

@@ -48,4 +48,9 @@ int mt_shard_ckpt_save(mt_rdv *g, const char *out_dir, int64_t step, const mt_sh
 int mt_shard_ckpt_load(const char *ckpt_dir, mt_shard_store *s, const mt_config *cfg,
                        char **state_json, mt_error *err);
 
+/* How many ranks wrote the checkpoint ckpt_dir (its COMPLETE's "ranks"):
+ * 0 for a checkpoint of one process, -1 with a message when the marker
+ * cannot be read. */
+int mt_shard_ckpt_ranks(const char *ckpt_dir, mt_error *err);
+
 #endif

@@ -15,13 +15,8 @@ double mt_shard_optim_sumsq(const mt_optimizer *o, const mt_shard_store *s, cons
 
 void mt_shard_optim_apply(mt_optimizer *o, mt_shard_store *s, const float *g, double total_sumsq,
                           mt_optim_report *rep) {
-    mt_optim_report r;
-    mt_optimizer_plan(o, total_sumsq, &r);
     /* the parts' table has a tensor per piece, with its tensor's ndim */
     mt_host_store h = mt_shard_store_host(s);
-    for (int l = 0; l < s->table.n_layers; l++)
-        mt_optimizer_update_layer(o, &h, l, mt_grad_f32(g + s->table.layers[l].offset),
-                                  r.clip_coef, r.lr);
-    o->step++;
-    if (rep) *rep = r;
+    h.g = (float *)g;
+    mt_optimizer_apply(o, &h, total_sumsq, rep);
 }

@@ -31,6 +31,10 @@ typedef struct mt_batch {
     const int32_t *tokens;    /* (M, B, T) */
     const int32_t *targets;   /* (M, B, T); MT_IGNORE_INDEX where no loss */
     const int32_t *pos;       /* (M, B, T) or NULL, see above */
+    /* Targets with a loss in the whole step when this batch is one rank's
+     * share of it (the loss is the mean over all of them); 0: this
+     * batch's own count. */
+    int64_t n_valid;
 } mt_batch;
 
 typedef struct mt_backend_ops {
@@ -63,6 +67,13 @@ typedef struct mt_backend_ops {
      * also holds coef * aux / dscale, so that dividing by the valid targets
      * gives cross-entropy + coef * aux, the loss transformers reports. */
     double (*end_step)(mt_backend *be);
+
+    /* ---- optional: NULL where a backend has none ---- */
+
+    /* After end_step: 0, or -1 with a message when the step's work could
+     * not complete (a rank of several lost its peers): its loss and
+     * gradients are then not valid. NULL: never. */
+    int (*step_error)(mt_backend *be, mt_error *err);
 } mt_backend_ops;
 
 struct mt_backend {

@@ -57,8 +57,13 @@ void mt_optimizer_plan(const mt_optimizer *o, double total_sumsq, mt_optim_repor
 void mt_optimizer_step(mt_optimizer *o, mt_host_store *s, mt_optim_report *rep) {
     double sumsq = 0;
     for (int l = 0; l < s->table->n_layers; l++) sumsq += mt_optimizer_layer_sumsq(o, s, l);
+    mt_optimizer_apply(o, s, sumsq, rep);
+}
+
+void mt_optimizer_apply(mt_optimizer *o, mt_host_store *s, double total_sumsq,
+                        mt_optim_report *rep) {
     mt_optim_report r;
-    mt_optimizer_plan(o, sumsq, &r);
+    mt_optimizer_plan(o, total_sumsq, &r);
     for (int l = 0; l < s->table->n_layers; l++)
         mt_optimizer_update_layer(o, s, l, mt_grad_f32(s->g + s->table->layers[l].offset),
                                   r.clip_coef, r.lr);

@@ -58,4 +58,9 @@ void mt_optimizer_plan(const mt_optimizer *o, double total_sumsq, mt_optim_repor
 /* The whole step: norm over all layers, then every layer's update. */
 void mt_optimizer_step(mt_optimizer *o, mt_host_store *s, mt_optim_report *rep);
 
+/* The step given the gradient's global sum of squares (several ranks: of
+ * every rank's part): every layer of s updated from s's gradient. */
+void mt_optimizer_apply(mt_optimizer *o, mt_host_store *s, double total_sumsq,
+                        mt_optim_report *rep);
+
 #endif

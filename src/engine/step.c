@@ -44,7 +44,7 @@ static void forward_layers(mt_backend *be, int n_layers, const mt_batch *batch) 
 
 int mt_step_forward_backward(mt_backend *be, int n_layers, const mt_batch *batch, double *loss,
                              mt_error *err) {
-    int64_t valid = mt_batch_count_valid(batch);
+    int64_t valid = batch->n_valid ? batch->n_valid : mt_batch_count_valid(batch);
     if (valid == 0)
         return mt_errorf(err, "the batch has no target tokens (every label is -100); check the "
                          "data's loss mask");
@@ -63,7 +63,7 @@ int mt_step_forward_backward(mt_backend *be, int n_layers, const mt_batch *batch
         be->ops->layer_grads_done(be, l);
     }
     *loss = be->ops->end_step(be) / (double)valid;
-    return 0;
+    return be->ops->step_error ? be->ops->step_error(be, err) : 0;
 }
 
 int mt_step_eval(mt_backend *be, int n_layers, const mt_batch *batch, double *loss_sum,
@@ -76,5 +76,5 @@ int mt_step_eval(mt_backend *be, int n_layers, const mt_batch *batch, double *lo
     for (int mb = 0; mb < batch->M; mb++) be->ops->head(be, mb);
     *loss_sum = be->ops->end_step(be);
     *n_valid = valid;
-    return 0;
+    return be->ops->step_error ? be->ops->step_error(be, err) : 0;
 }

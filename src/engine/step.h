@@ -7,7 +7,9 @@
 /* Runs forward (layer-major over micro-batches), the head's loss, and
  * backward (layer-major, recomputing each layer from its checkpoint).
  * Gradients of all layers are complete when it returns; the mean loss over
- * valid targets is stored in *loss. */
+ * valid targets is stored in *loss (one rank's share of a step: its sum
+ * over the step's batch->n_valid targets, which the ranks' add up to the
+ * mean). */
 int mt_step_forward_backward(mt_backend *be, int n_layers, const mt_batch *batch, double *loss,
                              mt_error *err);
 

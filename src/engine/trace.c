@@ -10,7 +10,7 @@
 #include "util/mem.h"
 
 static const char *track_names[MT_TRACK_COUNT] = {"H2D stream", "compute stream", "D2H stream",
-                                                  "CPU optimizer"};
+                                                  "CPU optimizer", "collectives stream"};
 
 void mt_trace_add(mt_trace *t, int track, const char *name, double start_us, double dur_us) {
     if (t->n == t->cap) {

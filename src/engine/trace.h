@@ -19,7 +19,8 @@ typedef struct mt_trace {
     size_t n, cap;
 } mt_trace;
 
-enum { MT_TRACK_H2D, MT_TRACK_COMPUTE, MT_TRACK_D2H, MT_TRACK_OPTIMIZER, MT_TRACK_COUNT };
+enum { MT_TRACK_H2D, MT_TRACK_COMPUTE, MT_TRACK_D2H, MT_TRACK_OPTIMIZER, MT_TRACK_COLLECTIVES,
+       MT_TRACK_COUNT };
 
 void mt_trace_add(mt_trace *t, int track, const char *name, double start_us, double dur_us);
 int mt_trace_write(const mt_trace *t, const char *path, mt_error *err);

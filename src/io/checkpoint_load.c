@@ -102,9 +102,19 @@ static int check_complete(const char *dir, int64_t *step, int sums_checked, mt_e
         const cJSON *sums = cJSON_GetObjectItemCaseSensitive(j, "xxh3_64");
         if (!cJSON_IsNumber(st) || !cJSON_IsObject(files) || (sums && !cJSON_IsObject(sums)))
             rc = mt_errorf(err, "%s: corrupt marker (expected {\"step\", \"files\"})", path);
-        for (int i = 0; i < N_CKPT_FILES && rc == 0; i++) {
-            char *fp = mt_path_join(dir, mt_ckpt_file(i));
-            const cJSON *want = cJSON_GetObjectItemCaseSensitive(files, mt_ckpt_file(i));
+        /* one process's files, or those a checkpoint of several ranks lists
+         * (each rank's shard: dist/shard_ckpt.h) */
+        int sharded = cJSON_GetObjectItemCaseSensitive(j, "ranks") != NULL;
+        const cJSON *entry = rc == 0 && sharded ? files->child : NULL;
+        int n = sharded ? cJSON_GetArraySize(files) : N_CKPT_FILES;
+        for (int i = 0; i < n && rc == 0; i++, entry = entry ? entry->next : NULL) {
+            const char *name = sharded ? entry->string : mt_ckpt_file(i);
+            if (sharded && (strchr(name, '/') || !strcmp(name, "..") || !strcmp(name, "."))) {
+                rc = mt_errorf(err, "%s: corrupt marker (file name \"%s\")", path, name);
+                break;
+            }
+            char *fp = mt_path_join(dir, name);
+            const cJSON *want = cJSON_GetObjectItemCaseSensitive(files, name);
             struct stat sb;
             if (stat(fp, &sb) != 0)
                 rc = mt_errorf(err, "%s: missing from the checkpoint: %s", fp, strerror(errno));
@@ -113,7 +123,7 @@ static int check_complete(const char *dir, int64_t *step, int sums_checked, mt_e
                                "was truncated or replaced after the save", fp,
                                (long long)sb.st_size, cJSON_IsNumber(want) ? want->valuedouble : -1.0);
             else
-                rc = sums_checked ? 0 : check_sum(fp, sums, mt_ckpt_file(i), err);
+                rc = sums_checked ? 0 : check_sum(fp, sums, name, err);
             free(fp);
         }
         if (rc == 0) *step = (int64_t)st->valuedouble;

@@ -26,8 +26,17 @@ static int ignorable(const char *name, const mt_config *cfg) {
     return cfg->tie_embeddings && !strcmp(name, "lm_head.weight");
 }
 
+static float *store_layer(void *ctx, int layer) {
+    mt_host_store *s = ctx;
+    return s->w + s->table->layers[layer].offset;
+}
+
 int mt_model_load_weights(mt_host_store *s, const char *dir, mt_error *err) {
-    const mt_param_table *t = s->table;
+    return mt_model_read_layers(s->table, dir, store_layer, NULL, s, err);
+}
+
+int mt_model_read_layers(const mt_param_table *t, const char *dir, mt_layer_dst dst_of,
+                         mt_layer_done done, void *ctx, mt_error *err) {
     mt_st_model m;
     if (mt_st_model_open(&m, dir, err)) return -1;
     int rc = -1;
@@ -45,10 +54,11 @@ int mt_model_load_weights(mt_host_store *s, const char *dir, mt_error *err) {
     }
     for (int l = 0; l < t->n_layers; l++) {
         const mt_layer_desc *ld = &t->layers[l];
+        float *base = dst_of(ctx, l);
         for (int k = 0; k < ld->n_tensors; k++) {
             const mt_tensor_desc *td = &ld->tensors[k];
             const mt_st_tensor_info *ti = mt_st_model_find(&m, td->name);
-            float *dst = s->w + ld->offset + td->offset;
+            float *dst = base + td->offset;
             if (!ti && ld->n_experts) { /* an MoE block in another layout */
                 int st = mt_moe_read_other_layout(&m, ld, td, dst, err);
                 if (st < 0) goto out;
@@ -71,6 +81,7 @@ int mt_model_load_weights(mt_host_store *s, const char *dir, mt_error *err) {
             }
             if (mt_st_read_f32(ti, dst, td->numel, err)) goto out;
         }
+        if (done) done(ctx, l);
     }
     rc = 0;
 out:

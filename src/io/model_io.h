@@ -19,6 +19,18 @@ int mt_model_load_config(mt_config *cfg, const char *dir, mt_error *err);
  * error (it means the config does not describe this checkpoint). */
 int mt_model_load_weights(mt_host_store *s, const char *dir, mt_error *err);
 
+/* Where layer l's weights go (its numel floats, laid out as table t says),
+ * and the call that says they are there. */
+typedef float *(*mt_layer_dst)(void *ctx, int layer);
+typedef void (*mt_layer_done)(void *ctx, int layer);
+
+/* mt_model_load_weights one layer at a time, for a caller that keeps only
+ * part of each (a rank of several): layer l's tensors are read into
+ * dst_of(ctx, l), then done(ctx, l) is called (done may be NULL). The same
+ * checks. */
+int mt_model_read_layers(const mt_param_table *t, const char *dir, mt_layer_dst dst_of,
+                         mt_layer_done done, void *ctx, mt_error *err);
+
 /* Writes config.json and the weights as safetensors shards of at most
  * max_shard_bytes in dtype (MT_DTYPE_F32 or MT_DTYPE_BF16) into dir (created
  * if missing). */

@@ -18,7 +18,10 @@
 
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/planner.h"
+#include "dist/shard.h"
+#include "train/ranks.h"
 #include "train/runner.h"
+#include "util/mem.h"
 
 typedef struct gate_timer {
     mt_optim_pipeline *p;
@@ -34,61 +37,60 @@ static int timed_gate(void *ctx, int layer, int wait) {
 }
 
 
-int mt_bench_train_run(const mt_bench_opts *o, FILE *out, mt_error *err) {
-    if (mt_config_validate(&o->cfg, "bench shape", err)) goto fail;
-    mt_param_table table;
-    if (mt_params_init(&table, &o->cfg, err)) goto fail;
-    double tokens = (double)o->M * o->B * o->T;
-    double flops = mt_config_train_flops_per_token(&o->cfg, o->T) * tokens;
+/* The run's shape and placement options as "name=value" lines: every rank
+ * must have been started with the same. */
+static void config_text(const mt_bench_opts *o, char *buf, size_t cap) {
     const mt_config *c = &o->cfg;
-    fprintf(out, "model: %.2fB params, L %lld, C %lld, NH %lld, NKV %lld, F %lld, V %lld%s\n",
-            table.n_params / 1e9, (long long)c->L, (long long)c->C, (long long)c->NH,
-            (long long)c->NKV, (long long)c->F, (long long)c->V, c->tie_embeddings ? ", tied" : "");
-    fprintf(out, "step: %d micro-batches x %lld x %lld = %.0f tokens, %s, %d slots\n", o->M,
-            (long long)o->B, (long long)o->T, tokens, o->fp32 ? "fp32" : "bf16", o->slots);
-    mt_cuda_backend_opts bo;
-    mt_plan plan = {0};
-    mt_plan_request req = {0};
-    int manual = o->gpu_grads >= 0 || o->host_ckpt;
-    if (manual) { /* the old global switches, for comparisons */
-        bo = (mt_cuda_backend_opts){.precision = o->fp32 ? MT_GPU_FP32 : MT_GPU_BF16,
-                                    .slots = o->slots, .host_checkpoints = o->host_ckpt,
-                                    .keep_layers = o->keep, .gpu_grads = o->gpu_grads != 0,
-                                    .host_grad_bf16 = o->grad_dtype == 1,
-                                    .device_optim_layers = o->gpu_adam > 0 ? o->gpu_adam : 0};
-    } else {
-        if (mt_runner_plan_cuda(&req, &plan, &o->cfg, &table, o->M, o->B, o->T, o->fp32,
-                                o->gpu_mem, o->host_mem, o->grad_dtype, o->keep, o->all_gpu,
-                                o->slots, o->gpu_adam, o->calib, out, err))
-            goto fail;
-        if (!plan.fits) return mt_errorf(err, "the run does not fit: %s", plan.why);
-        mt_plan_backend_opts(&plan, &req, &bo);
-    }
-    double t0 = mt_now_s();
-    mt_host_store store;
-    if (mt_host_store_create(&store, &table, 0, err)) goto fail;
-    mt_host_store_init_random(&store, 1, 0.02f);
-    fprintf(out, "host store: %.1f GB (%.2f bytes/param), ready in %.1fs\n", store.bytes / 1e9,
-            (double)store.bytes / table.n_params, mt_now_s() - t0);
-    t0 = mt_now_s();
-    mt_backend *be = mt_cuda_backend_create(&o->cfg, &table, &store, o->M, o->B, o->T, &bo, err);
-    if (!be) goto fail;
-    size_t pinned = mt_cuda_backend_host_bytes(&o->cfg, &table, o->M, o->B, o->T, &bo);
-    fprintf(out, "gpu: %.2f GB allocated, %d of %lld layers keep their activations, host pinned in "
-            "%.1fs\n", mt_cuda_backend_device_bytes(be) / 1e9, mt_cuda_backend_kept_layers(be),
-           (long long)o->cfg.L, mt_now_s() - t0);
-    mt_optimizer opt = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
-                        .max_grad_norm = 1.0f};
-    opt.sched = mt_lr_schedule_make(MT_LR_CONSTANT, 1e-5, 0, o->steps + 1);
-    if (mt_optim_cpu_init(&opt.cpu, 0, err)) goto fail;
-    mt_optim_pipeline pipe;
-    mt_grad_source src = mt_cuda_backend_grad_source(be);
-    if (mt_optim_pipeline_init(&pipe, &opt, &store, &src, err)) goto fail;
-    gate_timer gt = {.p = &pipe};
-    mt_cuda_backend_set_weight_gate(be, timed_gate, &gt);
+    snprintf(buf, cap, "shape=%lld,%lld,%lld,%lld,%lld,%lld,%lld\nbatch=%d,%lld,%lld\n"
+             "steps=%lld\nprecision=%d\nslots=%d\nkeep=%d\ngrads=%d,%d,%d,%d,%d\n"
+             "budgets=%g,%g\ngpus=%d\n", (long long)c->L, (long long)c->C, (long long)c->NH,
+             (long long)c->NKV, (long long)c->F, (long long)c->V, (long long)c->moe.E, o->M,
+             (long long)o->B, (long long)o->T, (long long)o->steps, o->fp32, o->slots, o->keep,
+             o->gpu_grads, o->host_ckpt, o->grad_dtype, o->all_gpu, o->gpu_adam, o->gpu_mem,
+             o->host_mem, o->gpus);
+}
 
+/* The backend's options: the planner's placement within the budgets (a
+ * rank of several: its share of this machine's RAM), or the old global
+ * switches. */
+static int placement(const mt_bench_opts *o, const mt_param_table *table, const mt_ranks *rk,
+                     mt_plan_request *req, mt_plan *plan, mt_cuda_backend_opts *bo, FILE *out,
+                     mt_error *err) {
+    int several = mt_ranks_several(rk);
+    if (o->gpu_grads >= 0 || o->host_ckpt) { /* the old global switches, for comparisons */
+        *bo = (mt_cuda_backend_opts){.precision = o->fp32 ? MT_GPU_FP32 : MT_GPU_BF16,
+                                     .slots = o->slots, .host_checkpoints = o->host_ckpt,
+                                     .keep_layers = o->keep, .gpu_grads = o->gpu_grads != 0,
+                                     .host_grad_bf16 = o->grad_dtype == 1,
+                                     .device_optim_layers = o->gpu_adam > 0 ? o->gpu_adam : 0};
+    } else {
+        double host_mem = o->host_mem > 0 ? o->host_mem : mt_plan_default_host_budget() / 1e9;
+        if (mt_runner_plan_cuda(req, plan, &o->cfg, table, o->M, o->B, o->T, o->fp32,
+                                o->gpu_mem, host_mem / rk->local_world, o->grad_dtype, o->keep,
+                                o->all_gpu, o->slots, o->gpu_adam, rk->env.rank,
+                                rk->env.world_size, o->calib, out, err))
+            return -1;
+        if (!plan->fits) return mt_errorf(err, "the run does not fit: %s", plan->why);
+        mt_plan_backend_opts(plan, req, bo);
+    }
+    bo->rank = rk->env.rank;
+    bo->ranks = rk->env.world_size;
+    bo->comm = (struct mt_nccl *)rk->comm;
+    if (several && o->gpu_grads == 1)
+        return mt_errorf(err, "--grads gpu: on several GPUs every gradient waits on the host "
+                         "(each rank's part); drop the option");
+    return 0;
+}
+
+/* The timed loop: one warm-up step and o->steps timed ones. Returns the
+ * mean step time, -1 with err. */
+static double run_steps(const mt_bench_opts *o, mt_ranks *rk, mt_backend *be,
+                        const mt_param_table *table, mt_optim_pipeline *pipe, gate_timer *gt,
+                        FILE *out, mt_error *err) {
+    double tokens = (double)o->M * o->B * o->T, world = rk->env.world_size;
+    double flops = mt_config_train_flops_per_token(&o->cfg, o->T) * tokens;
     size_t n = (size_t)tokens;
-    int32_t *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
+    int32_t *tok = mt_malloc_or_die(n * sizeof *tok), *tgt = mt_malloc_or_die(n * sizeof *tgt);
     mt_batch_fill_random(tok, tgt, n, o->cfg.V);
     mt_batch batch = {.M = o->M, .B = o->B, .T = o->T, .tokens = tok, .targets = tgt};
     fprintf(out, "%5s %9s %9s %9s %9s %9s %9s %9s %8s %8s\n", "step", "loss", "step_s", "TFLOPS",
@@ -97,30 +99,32 @@ int mt_bench_train_run(const mt_bench_opts *o, FILE *out, mt_error *err) {
     int timed = 0;
     mt_trace trace = {0};
     for (int64_t s = 0; s <= o->steps; s++) {
-        gt.waited_s = 0;
+        gt->waited_s = 0;
         if (o->trace_path && s == 1) mt_cuda_backend_set_trace(be, &trace);
         double loss;
-        if (mt_step_forward_backward(be, table.n_layers, &batch, &loss, err)) goto fail;
+        if (mt_step_forward_backward(be, table->n_layers, &batch, &loss, err)) goto fail;
         const double *sq = mt_cuda_backend_layer_sumsq(be);
-        double total = 0;
-        for (int l = 0; l < table.n_layers; l++) total += sq[l];
+        double sums[2] = {0, loss / world}; /* the gradient's squares; the mean loss */
+        for (int l = 0; l < table->n_layers; l++) sums[0] += sq[l];
+        if (mt_ranks_sum(rk, sums, 2, err)) goto fail;
         mt_optim_report rep;
-        mt_optim_pipeline_wait_updates(&pipe); /* as a step of train: no store flush */
+        mt_optim_pipeline_wait_updates(pipe); /* as a step of train: no store flush */
         if (o->trace_path && s >= 2)
-            for (int l = 0; l < table.n_layers; l++) {
+            for (int l = 0; l < table->n_layers; l++) {
                 char name[32];
                 snprintf(name, sizeof name, "adamw L%d", l);
-                mt_trace_add(&trace, MT_TRACK_OPTIMIZER, name, pipe.t0_us[l],
-                             pipe.t1_us[l] - pipe.t0_us[l]);
+                mt_trace_add(&trace, MT_TRACK_OPTIMIZER, name, pipe->t0_us[l],
+                             pipe->t1_us[l] - pipe->t0_us[l]);
             }
-        mt_optim_pipeline_start(&pipe, total, &rep);
+        mt_optim_pipeline_start(pipe, sums[0], &rep);
         double t = mt_now_s(), dt = t - prev;
         prev = t;
         mt_cuda_step_times st;
         mt_cuda_backend_times(be, &st);
         fprintf(out, "%5lld %9.4f %9.3f %9.1f %9.0f %9.3f %9.3f %9.3f %8.1f %8.1f%s\n",
-                (long long)s, loss, dt, flops / dt / 1e12, tokens / dt, st.forward_ms / 1e3,
-                st.backward_ms / 1e3, gt.waited_s, st.h2d_bytes / (st.total_ms / 1e3) / 1e9,
+                (long long)s, sums[1], dt, flops / dt / 1e12, world * tokens / dt,
+                st.forward_ms / 1e3, st.backward_ms / 1e3, gt->waited_s,
+                st.h2d_bytes / (st.total_ms / 1e3) / 1e9,
                 st.d2h_bytes / (st.total_ms / 1e3) / 1e9, s == 0 ? "  (warm-up)" : "");
         fflush(out);
         if (s > 0) {
@@ -128,40 +132,127 @@ int mt_bench_train_run(const mt_bench_opts *o, FILE *out, mt_error *err) {
             timed++;
         }
     }
-    mt_optim_pipeline_wait_all(&pipe);
-    if (o->trace_path) {
+    mt_optim_pipeline_wait_all(pipe);
+    if (o->trace_path && mt_ranks_lead(rk)) {
         if (mt_trace_write(&trace, o->trace_path, err)) goto fail;
         fprintf(out, "trace: %zu spans written to %s\n", trace.n, o->trace_path);
-        mt_trace_free(&trace);
     }
-    fprintf(out, "optimizer: %.3fs per step on the CPU (%.2f Gparam/s), overlapped with the next "
-            "forward\n", pipe.busy_s, table.n_params / pipe.busy_s / 1e9);
-    double avg = sum_t / timed;
+    mt_trace_free(&trace);
+    free(tok);
+    free(tgt);
+    return sum_t / timed;
+fail:
+    mt_trace_free(&trace);
+    free(tok);
+    free(tgt);
+    return -1;
+}
+
+static int bench(const mt_bench_opts *o, mt_ranks *rk, const mt_param_table *table, FILE *out,
+                 mt_error *err) {
+    double tokens = (double)o->M * o->B * o->T, world = rk->env.world_size;
+    double flops = mt_config_train_flops_per_token(&o->cfg, o->T) * tokens;
+    const mt_config *c = &o->cfg;
+    fprintf(out, "model: %.2fB params, L %lld, C %lld, NH %lld, NKV %lld, F %lld, V %lld%s\n",
+            table->n_params / 1e9, (long long)c->L, (long long)c->C, (long long)c->NH,
+            (long long)c->NKV, (long long)c->F, (long long)c->V, c->tie_embeddings ? ", tied" : "");
+    fprintf(out, "step: %d micro-batches x %lld x %lld = %.0f tokens%s, %s, %d slots\n", o->M,
+            (long long)o->B, (long long)o->T, tokens, world > 1 ? " per GPU" : "",
+            o->fp32 ? "fp32" : "bf16", o->slots);
+    if (world > 1)
+        fprintf(out, "ranks: %d GPUs, %d on this machine, %d CPU threads each; each holds 1/%d "
+                "of every layer\n", rk->env.world_size, rk->local_world, rk->threads,
+                rk->env.world_size);
+    mt_cuda_backend_opts bo;
+    mt_plan plan = {0};
+    mt_plan_request req = {0};
+    mt_shard_layout sl = {0};
+    mt_param_table parts = {0};
+    mt_host_store store = {0};
+    mt_backend *be = NULL;
+    mt_optim_pipeline pipe;
+    int pipe_on = 0, rc = -1;
+    int manual = o->gpu_grads >= 0 || o->host_ckpt;
+    if (placement(o, table, rk, &req, &plan, &bo, out, err) ||
+        mt_ranks_parts(rk, table, &sl, &parts, err))
+        goto out;
+    double t0 = mt_now_s();
+    if (mt_host_store_create(&store, &parts, 0, err)) goto out;
+    mt_shard_init_random(&store, &sl, 1, 0.02f);
+    fprintf(out, "host store: %.1f GB (%.2f bytes/param), ready in %.1fs\n", store.bytes / 1e9,
+            (double)store.bytes / table->n_params, mt_now_s() - t0);
+    t0 = mt_now_s();
+    be = mt_cuda_backend_create(&o->cfg, table, &store, o->M, o->B, o->T, &bo, err);
+    if (mt_ranks_agree(rk, be ? 0 : -1, err)) goto out;
+    size_t pinned = mt_cuda_backend_host_bytes(&o->cfg, table, o->M, o->B, o->T, &bo);
+    fprintf(out, "gpu: %.2f GB allocated, %d of %lld layers keep their activations, host pinned in "
+            "%.1fs\n", mt_cuda_backend_device_bytes(be) / 1e9, mt_cuda_backend_kept_layers(be),
+           (long long)o->cfg.L, mt_now_s() - t0);
+    mt_optimizer opt = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
+                        .max_grad_norm = 1.0f};
+    opt.sched = mt_lr_schedule_make(MT_LR_CONSTANT, 1e-5, 0, o->steps + 1);
+    if (mt_optim_cpu_init(&opt.cpu, world > 1 ? rk->threads : 0, err)) goto out;
+    mt_grad_source src = mt_cuda_backend_grad_source(be);
+    if (mt_optim_pipeline_init(&pipe, &opt, &store, &src, err)) goto out;
+    pipe_on = 1;
+    gate_timer gt = {.p = &pipe};
+    mt_cuda_backend_set_weight_gate(be, timed_gate, &gt);
+    double avg = run_steps(o, rk, be, table, &pipe, &gt, out, err);
+    if (avg < 0) goto out;
+    fprintf(out, "optimizer: %.3fs per step on the CPU (%.2f Gparam/s%s), overlapped with the "
+            "next forward\n", pipe.busy_s, parts.n_params / pipe.busy_s / 1e9,
+            world > 1 ? " on this rank's part" : "");
     size_t fr = 0, tot = 0;
     cudaMemGetInfo(&fr, &tot);
-    double hbpp = (double)(store.bytes + pinned) / table.n_params;
+    /* host memory of every rank together */
+    double host[2] = {(double)(store.bytes + pinned), mt_host_rss_bytes() / 1e9};
+    if (mt_ranks_sum(rk, host, 2, err)) goto out;
+    double hbpp = host[0] / table->n_params;
     if (!manual)
         fprintf(out, "predicted step %.3f s, measured %.3f s (%+.1f%%)\n", plan.pred.step, avg,
                100.0 * (plan.pred.step - avg) / avg);
     if (o->gpu_mem > 0 && (double)(tot - fr) > o->gpu_mem * 1e9)
         fprintf(out, "BUDGET EXCEEDED: the GPU holds %.2f GB, the budget is %.2f GB\n",
                (tot - fr) / 1e9, o->gpu_mem);
-    fprintf(out, "RESULT model=%.2fB tokens/step=%.0f step_s=%.3f TFLOPS=%.1f tok/s=%.0f "
+    fprintf(out, "RESULT model=%.2fB gpus=%d tokens/step=%.0f step_s=%.3f TFLOPS=%.1f tok/s=%.0f "
             "gpu_alloc_GB=%.2f gpu_used_GB=%.2f host_rss_GB=%.1f host_bytes_per_param=%.2f "
            "predicted_step_s=%.3f\n",
-           table.n_params / 1e9, tokens, avg, flops / avg / 1e12, tokens / avg,
-           mt_cuda_backend_device_bytes(be) / 1e9, (tot - fr) / 1e9, mt_host_rss_bytes() / 1e9,
-           hbpp, manual ? 0.0 : plan.pred.step);
-    mt_plan_free(&plan);
-    mt_optim_pipeline_free(&pipe);
+           table->n_params / 1e9, rk->env.world_size, world * tokens, avg, flops / avg / 1e12,
+           world * tokens / avg, mt_cuda_backend_device_bytes(be) / 1e9, (tot - fr) / 1e9,
+           host[1], hbpp, manual ? 0.0 : plan.pred.step);
+    rc = 0;
+out:
+    if (pipe_on) mt_optim_pipeline_free(&pipe);
     mt_cuda_backend_free(be);
+    mt_plan_free(&plan);
     mt_host_store_free(&store);
+    mt_params_free(&parts);
+    mt_shard_layout_free(&sl);
+    return rc;
+}
+
+int mt_bench_train_run(const mt_bench_opts *o, FILE *out, mt_error *err) {
+    if (mt_config_validate(&o->cfg, "bench shape", err)) return -1;
+    char conf[1024];
+    config_text(o, conf, sizeof conf);
+    mt_ranks rk;
+    if (mt_ranks_open(&rk, 1, conf, err)) return -1;
+    int rc = -1;
+    mt_param_table table = {0};
+    FILE *quiet = NULL;
+    if (o->gpus > 0 && rk.env.world_size != o->gpus) {
+        mt_errorf(err, "--gpus %d, but this process is one of %d ranks (%s); start it with %d "
+                  "or drop --gpus", o->gpus, rk.env.world_size, rk.env.source, o->gpus);
+        goto out;
+    }
+    if (!mt_ranks_lead(&rk)) out = quiet = fopen("/dev/null", "w"); /* rank 0 reports */
+    if (!out || mt_params_init(&table, &o->cfg, err)) goto out;
+    rc = bench(o, &rk, &table, out, err);
+out:
+    if (quiet) fclose(quiet);
     mt_params_free(&table);
-    free(tok);
-    free(tgt);
-    return 0;
-fail:
-    return -1;
+    mt_ranks_close(&rk);
+    return rc;
 }
 #else
 int mt_bench_train_run(const mt_bench_opts *o, FILE *out, mt_error *err) {

@@ -30,11 +30,16 @@ typedef struct mt_bench_opts {
     double gpu_mem, host_mem; /* budgets in GB, 0: the defaults */
     const char *calib;      /* rates file for the step-time model, or NULL (probe) */
     const char *trace_path; /* Chrome trace of the timed steps, or NULL */
+    int gpus;               /* ranks of the run (0: as launched, one without a launcher);
+                             * each runs M x B x T tokens a step on its own GPU */
 } mt_bench_opts;
 
 /* Runs one warm-up and o->steps timed steps and writes the plan, a line per
  * step and the RESULT line to out. -1 with err (a run that does not fit,
- * no GPU, a build without CUDA). */
+ * no GPU, a build without CUDA). Run as one rank of several (train/ranks.h:
+ * a launcher's variables), every rank holds its part of the model and
+ * steps on its GPU; rank 0 writes the report, with tokens/s of all the
+ * GPUs and model TFLOPS per GPU. */
 int mt_bench_train_run(const mt_bench_opts *o, FILE *out, mt_error *err);
 
 #endif

@@ -75,12 +75,14 @@ struct mt_runner_plan {
 int mt_runner_plan_cuda(mt_plan_request *req, mt_plan *plan, const mt_config *cfg,
                    const mt_param_table *t, int M, int64_t B, int64_t T, int fp32,
                    double gpu_mem_gb, double host_mem_gb, int grad_dtype, int keep, int all_gpu,
-                   int slots, int gpu_adam, const char *calib, FILE *log, mt_error *err) {
+                   int slots, int gpu_adam, int rank, int ranks, const char *calib, FILE *log,
+                   mt_error *err) {
     *req = (mt_plan_request){.cfg = cfg, .t = t, .M = M, .B = B, .T = T,
                              .precision = fp32 ? MT_GPU_FP32 : MT_GPU_BF16,
                              .host_grad_dtype = grad_dtype, .keep_layers = keep,
                              .all_gpu = all_gpu, .slots = slots,
-                             .device_optim = gpu_adam};
+                             .device_optim = ranks > 1 ? 0 : gpu_adam, .rank = rank,
+                             .ranks = ranks};
     size_t fr = 0, tot = 0;
     if (cudaMemGetInfo(&fr, &tot) != cudaSuccess)
         return mt_errorf(err, "cannot read the GPU's free memory");
@@ -122,8 +124,8 @@ int mt_runner_plan_make(mt_runner_plan **out, const mt_config *cfg, const mt_par
 #ifdef MT_HAVE_CUDA
     mt_runner_plan *p = mt_calloc_or_die(1, sizeof *p);
     if (mt_runner_plan_cuda(&p->req, &p->plan, cfg, t, M, B, T, o->fp32, o->gpu_mem_gb,
-                       o->host_mem_gb, o->host_grad_dtype, -1, 0, 0, -1, o->calibration, log,
-                            err)) {
+                       o->host_mem_gb, o->host_grad_dtype, -1, 0, 0, -1, o->rank, o->ranks,
+                            o->calibration, log, err)) {
         free(p);
         return -1;
     }
@@ -167,6 +169,9 @@ int mt_runner_init(mt_runner *r, const mt_config *cfg, const mt_param_table *t,
                                .host_checkpoints = o->host_checkpoints,
                                .keep_layers = o->train ? -1 : 0};
     if (o->plan) mt_plan_backend_opts(&o->plan->plan, &o->plan->req, &bo);
+    bo.rank = o->rank;
+    bo.ranks = o->ranks;
+    bo.comm = (struct mt_nccl *)o->comm;
     r->be = mt_cuda_backend_create(cfg, t, store, M, B, T, &bo, err);
     return r->be ? 0 : -1;
 #else

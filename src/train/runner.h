@@ -34,6 +34,11 @@ typedef struct mt_runner_opts {
     int host_grad_dtype;            /* -1 planner's choice, 0 fp32, 1 bf16 */
     const char *calibration;        /* rates file, or NULL: probe this machine */
     const mt_runner_plan *plan;     /* from mt_runner_plan_make, or NULL */
+    /* A rank of a data-parallel run of `ranks` (0 or 1: alone): the store
+     * holds its parts (dist/shard.h); comm is the GPUs' communicator
+     * (train/ranks.h) */
+    int rank, ranks;
+    void *comm;
 } mt_runner_opts;
 
 /* A model loaded for inference: config, parameter table, weights (no
@@ -82,8 +87,8 @@ struct mt_plan_request;
 int mt_runner_plan_cuda(struct mt_plan_request *req, struct mt_plan *plan, const mt_config *cfg,
                    const mt_param_table *t, int M, int64_t B, int64_t T, int fp32,
                    double gpu_mem_gb, double host_mem_gb, int grad_dtype, int keep,
-                   int all_gpu, int slots, int gpu_adam, const char *calib, FILE *log,
-                   mt_error *err);
+                   int all_gpu, int slots, int gpu_adam, int rank, int ranks, const char *calib,
+                   FILE *log, mt_error *err);
 #endif
 
 /* Logits (V) of row `row` of micro-batch 0 after mt_step_eval. */

@@ -103,6 +103,11 @@ const mt_tc_option mt_tc_options[] = {
 
     {"device", MT_TC_ENUM, OFF(device), "auto", NULL, ANY, devices, NULL, "Device",
      "where to train; auto: cuda when present, else cpu"},
+    {"gpus", MT_TC_INT, OFF(gpus), "0", NULL, AT_LEAST(0), NULL, "N", NULL,
+     "train on N GPUs of this machine, one process (rank) each: every step's micro-batches "
+     "are shared among them (micro_batches must be a multiple of N), the same training as on "
+     "one GPU; 0: one GPU. Under torchrun, mpirun or srun: the launcher's ranks "
+     "(docs/distributed.md)"},
     {"precision", MT_TC_ENUM, OFF(precision), "bf16", NULL, ANY, dtypes, NULL, NULL,
      "matrix products in bf16 (fp32 accumulation) or all fp32"},
     {"host_checkpoints", MT_TC_BOOL, OFF(host_checkpoints), "false", NULL, ANY, NULL, NULL,

@@ -74,6 +74,7 @@ typedef struct mt_train_config {
     char resume[MT_TC_STR];         // "" = fresh run, "auto" = latest in out/, or a path
     /* device */
     mt_device_kind device;
+    int64_t gpus;                   // ranks this process starts on this machine; 0, 1: none
     mt_tc_precision precision;
     bool host_checkpoints;
     double gpu_mem, host_mem;       // GB; 0 = the machine's
@@ -122,6 +123,10 @@ int mt_train_config_validate(const mt_train_config *cfg, mt_error *err);
  * as a JSON object (for checkpoint trainer state). malloc'd; free(). */
 char *mt_train_config_to_yaml(const mt_train_config *cfg);
 char *mt_train_config_to_json(const mt_train_config *cfg);
+
+/* The effective config as "name=value" lines (every option, table order):
+ * what the ranks of a run compare when they meet. malloc'd; free(). */
+char *mt_train_config_to_lines(const mt_train_config *cfg);
 
 /* Reads a JSON object written by mt_train_config_to_json over cfg. */
 int mt_train_config_from_json(mt_train_config *cfg, const char *json, mt_error *err);

@@ -256,3 +256,17 @@ int mt_train_config_from_json(mt_train_config *cfg, const char *json, mt_error *
     cJSON_Delete(root);
     return rc;
 }
+
+char *mt_train_config_to_lines(const mt_train_config *cfg) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    MT_ASSERT(f);
+    for (size_t i = 0; i < mt_tc_n_options; i++) {
+        char text[MT_TC_STR];
+        mt_tc_format(cfg, &mt_tc_options[i], text, sizeof text);
+        fprintf(f, "%s=%s\n", mt_tc_options[i].name, text);
+    }
+    fclose(f);
+    return buf;
+}

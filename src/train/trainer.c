@@ -116,14 +116,23 @@ static void emit_sources(mt_run *R) {
     free(text);
 }
 
+static int sum_over_ranks(void *ctx, double *x, int n, mt_error *err) {
+    return mt_ranks_sum(&((mt_run *)ctx)->rk, x, n, err);
+}
+
 static int open_eval(mt_run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
     mt_data_opts o = {.path = tc->eval_data, .format = mt_tc_data_format_name(tc->data_format),
                       .chat_template = mt_tc_chat_template_name(tc->chat_template),
                       .packing = mt_tc_packing_name(tc->packing),
                       .skip_bad_lines = tc->skip_bad_lines};
-    return mt_eval_set_open(&R->eval, &o, R->tok, R->cfg.V, (int)tc->micro_batches,
-                            tc->batch_size, tc->seq_len, tc->eval_batches, tc->eval_every, err);
+    if (mt_eval_set_open(&R->eval, &o, R->tok, R->cfg.V, (int)tc->micro_batches,
+                         tc->batch_size, tc->seq_len, tc->eval_batches, tc->eval_every, err))
+        return -1;
+    R->eval.mb_first = R->mb_first; /* the micro-batches of every batch this rank evaluates */
+    R->eval.mb_count = R->M;
+    if (R->several) R->eval.sum = sum_over_ranks, R->eval.sum_ctx = R;
+    return 0;
 }
 
 /* Rows of T+1 bytes of the built-in text at random offsets. */
@@ -158,29 +167,69 @@ static int next_batch(mt_run *R) {
  * under the next step's forward) and described in rep. 1: the loss or a
  * gradient is not finite (R->nf says where; rep has the norm), and no
  * update was started. */
-static int train_step(mt_run *R, double *loss, mt_optim_report *rep, mt_error *err) {
+/* This rank's micro-batches of the step, whose loss is a mean over the
+ * whole step's targets. */
+static mt_batch rank_batch(const mt_run *R) {
     const mt_train_config *tc = R->tc;
-    mt_batch b = {.M = (int)tc->micro_batches, .B = tc->batch_size, .T = tc->seq_len,
-                  .tokens = R->tokens, .targets = R->targets, .pos = R->pos};
-    if (mt_step_forward_backward(R->r.be, R->table.n_layers, &b, loss, err)) return -1;
+    size_t skip = (size_t)R->mb_first * (size_t)tc->batch_size * (size_t)tc->seq_len;
+    mt_batch all = {.M = (int)tc->micro_batches, .B = tc->batch_size, .T = tc->seq_len,
+                    .tokens = R->tokens, .targets = R->targets, .pos = R->pos};
+    return (mt_batch){.M = R->M, .B = tc->batch_size, .T = tc->seq_len,
+                      .tokens = R->tokens + skip, .targets = R->targets + skip,
+                      .pos = R->pos ? R->pos + skip : NULL,
+                      .n_valid = R->several ? mt_batch_count_valid(&all) : 0};
+}
+
+/* Each layer's sum of squares of the gradient (all ranks' parts) into
+ * sq, the loss summed over the ranks, and whether any rank caught a
+ * signal (so that all stop after the same step). sq: n_layers + 2. */
+static int step_sums(mt_run *R, double *sq, double *loss, mt_error *err) {
+    int nl = R->table.n_layers;
     if (!R->r.gpu) {
-        if (mt_nonfinite_find(&R->nf, &R->table, R->store.g) || !isfinite(*loss)) {
-            *rep = (mt_optim_report){.lr = NAN, .grad_norm = mt_grad_norm(&R->table, R->store.g)};
-            return 1;
-        }
-        mt_optimizer_step(&R->opt, &R->store, rep);
-        return 0;
-    }
+        for (int l = 0; l < nl; l++) sq[l] = mt_optimizer_layer_sumsq(&R->opt, &R->store, l);
+    } else {
 #ifdef MT_HAVE_CUDA
-    const double *sq = mt_cuda_backend_layer_sumsq(R->r.be);
-    double total = 0;
-    for (int l = 0; l < R->table.n_layers; l++) total += sq[l];
-    if (!isfinite(total) || !isfinite(*loss)) {
-        mt_cuda_backend_wait_grads(R->r.be); /* host gradients fully drained */
-        mt_nonfinite_find_sumsq(&R->nf, &R->table, sq, R->store.g); /* NULL: not in the store */
+        memcpy(sq, mt_cuda_backend_layer_sumsq(R->r.be), (size_t)nl * sizeof *sq);
+#endif
+    }
+    sq[nl] = *loss;
+    sq[nl + 1] = mt_signals_pending();
+    if (mt_ranks_sum(&R->rk, sq, nl + 2, err)) return -1;
+    *loss = sq[nl];
+    R->stop_asked = sq[nl + 1] > 0;
+    return 0;
+}
+
+static int train_step(mt_run *R, double *loss, mt_optim_report *rep, mt_error *err) {
+    mt_batch b = rank_batch(R);
+    if (mt_step_forward_backward(R->r.be, R->table.n_layers, &b, loss, err)) return -1;
+    int nl = R->table.n_layers;
+    double *sq = mt_malloc_or_die((size_t)(nl + 2) * sizeof *sq), total = 0;
+    if (step_sums(R, sq, loss, err)) {
+        free(sq);
+        return -1;
+    }
+    for (int l = 0; l < nl; l++) total += sq[l];
+    int bad = !isfinite(total) || !isfinite(*loss);
+    if (bad && !R->r.gpu && !R->several) {
+        mt_nonfinite_find(&R->nf, &R->table, R->store.g);
+    } else if (bad) {
+#ifdef MT_HAVE_CUDA
+        if (R->r.gpu) mt_cuda_backend_wait_grads(R->r.be); /* host gradients fully drained */
+#endif
+        /* the store's gradient is the whole model's only on one rank */
+        mt_nonfinite_find_sumsq(&R->nf, &R->table, sq, R->several ? NULL : R->store.g);
+    }
+    free(sq);
+    if (bad) {
         *rep = (mt_optim_report){.lr = NAN, .grad_norm = sqrt(total)};
         return 1;
     }
+    if (!R->r.gpu) {
+        mt_optimizer_apply(&R->opt, &R->store, total, rep);
+        return 0;
+    }
+#ifdef MT_HAVE_CUDA
     mt_optim_pipeline_start(&R->pipe, total, rep);
 #endif
     return 0;
@@ -222,7 +271,8 @@ static void report(mt_run *R, double loss, const mt_optim_report *rep, double dt
     }
 #endif
     mt_error err;
-    if (mt_metrics_write(&R->mw, &row, &err)) mt_emitf(&R->ev, MT_EVENT_WARNING, "%s", err.msg);
+    if (R->mw.f && mt_metrics_write(&R->mw, &row, &err))
+        mt_emitf(&R->ev, MT_EVENT_WARNING, "%s", err.msg);
     mt_step_metrics sm = {
         .step = row.step, .total_steps = R->total_steps, .epoch = row.epoch, .loss = row.loss,
         .lr = row.lr, .grad_norm = row.grad_norm, .tokens = row.tokens,
@@ -242,8 +292,15 @@ static void report(mt_run *R, double loss, const mt_optim_report *rep, double dt
 
 static int setup(mt_run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
-    if (mt_run_lock_acquire(&R->lock, tc->out, "megatrain train", err) || load_config(R, err) ||
-        mt_params_init(&R->table, &R->cfg, err))
+    int device = tc->device == MT_DEVICE_CPU ? 1 : tc->device == MT_DEVICE_CUDA ? 2 : 0;
+    int gpu = mt_runner_pick_gpu(device, err);
+    if (gpu < 0 || mt_run_ranks_open(R, gpu, err)) return -1;
+    int lead = mt_ranks_lead(&R->rk);
+    if (!lead) mt_run_quiet_events(R);
+    /* the run's directory belongs to rank 0's lock */
+    if ((lead && mt_run_lock_acquire(&R->lock, tc->out, "megatrain train", err)) ||
+        load_config(R, err) || mt_params_init(&R->table, &R->cfg, err) ||
+        (R->several && mt_ranks_parts(&R->rk, &R->table, &R->sl, &R->parts, err)))
         return -1;
     if (tc->resume[0]) {
         /* verified here (auto falls back to an older one), loaded below */
@@ -254,18 +311,17 @@ static int setup(mt_run *R, mt_error *err) {
         else if (mt_checkpoint_find_intact(where, R->ckpt_dir, sizeof R->ckpt_dir, err))
             return -1;
     }
-    int M = (int)tc->micro_batches;
-    mt_runner_opts ro = {.device = tc->device == MT_DEVICE_CPU ? 1 : tc->device == MT_DEVICE_CUDA ? 2 : 0,
-                         .fp32 = tc->precision == MT_TC_PRECISION_FP32,
+    int M = R->M; /* this rank's micro-batches of a step */
+    mt_runner_opts ro = {.device = device, .fp32 = tc->precision == MT_TC_PRECISION_FP32,
                          .host_checkpoints = tc->host_checkpoints, .train = 1,
-                         .gpu_mem_gb = tc->gpu_mem, .host_mem_gb = tc->host_mem,
+                         .gpu_mem_gb = tc->gpu_mem, .host_mem_gb = mt_run_host_mem_share(R),
                          .host_grad_dtype = tc->host_grad_dtype - 1,
-                         .calibration = tc->calibration[0] ? tc->calibration : NULL};
-    int gpu = mt_runner_pick_gpu(ro.device, err);
-    if (gpu < 0) return -1;
+                         .calibration = tc->calibration[0] ? tc->calibration : NULL,
+                         .rank = R->rk.env.rank, .ranks = R->rk.env.world_size,
+                         .comm = R->rk.comm};
     /* the CPU backend and the planner-less GPU path read the store's g */
-    int store_grads = !gpu || tc->host_checkpoints;
-    if (mt_train_check_host_memory(tc, &R->cfg, &R->table, store_grads, !gpu,
+    int store_grads = !gpu || tc->host_checkpoints || R->several;
+    if (mt_train_check_host_memory(tc, &R->cfg, mt_run_store_table(R), store_grads, !gpu,
                                    mt_host_ram_available_bytes(), err))
         return -1;
     /* the planner prints the probe's rates and the placement to a FILE */
@@ -280,29 +336,27 @@ static int setup(mt_run *R, mt_error *err) {
     free(plan_text);
     if (rc) return -1;
     ro.plan = R->plan;
-    if (mt_host_store_create(&R->store, &R->table, !R->plan, err)) return -1;
+    if (mt_host_store_create(&R->store, mt_run_store_table(R), !R->plan || R->several, err))
+        return -1;
     mt_emitf(&R->ev, MT_EVENT_INFO, "model: %s %s, %.2fM parameters, %lld layers, hidden %lld, "
              "vocab %lld", tc->model[0] ? tc->model : "built-in", R->cfg.model_type,
              R->table.n_params / 1e6, (long long)R->cfg.L, (long long)R->cfg.C,
              (long long)R->cfg.V);
     if (R->ckpt_dir[0]) {
         char *js = NULL;
-        if (mt_checkpoint_load_verified(R->ckpt_dir, &R->store, &R->cfg, &js, err)) return -1;
+        if (mt_run_load_checkpoint(R, &js, err)) return -1;
         rc = load_tokenizer(R, err) || open_data(R, err) || mt_run_restore_state(R, js, err);
         free(js);
         if (rc) return -1;
         mt_emitf(&R->ev, MT_EVENT_INFO, "resume: %s at step %lld", R->ckpt_dir,
                  (long long)R->step);
     } else {
-        if (tc->model[0]) {
-            if (mt_model_load_weights(&R->store, tc->model, err)) return -1;
-        } else {
-            mt_host_store_init_random(&R->store, (uint64_t)tc->seed, 0.02f);
-        }
-        if (load_tokenizer(R, err) || open_data(R, err)) return -1;
+        if (mt_run_init_weights(R, err) || load_tokenizer(R, err) || open_data(R, err))
+            return -1;
     }
     /* what a killed run left: temporary saves, a checkpoint beyond keep_last */
-    if (mt_checkpoint_cleanup(tc->out, (int)tc->keep_last, R->ckpt_dir[0] ? R->step : -1, err))
+    if (lead &&
+        mt_checkpoint_cleanup(tc->out, (int)tc->keep_last, R->ckpt_dir[0] ? R->step : -1, err))
         mt_emitf(&R->ev, MT_EVENT_WARNING, "warning: %s", err->msg);
     if (tc->eval_data[0] && open_eval(R, err)) return -1;
     R->total_steps = tc->steps;
@@ -323,10 +377,8 @@ static int setup(mt_run *R, mt_error *err) {
                             .max_grad_norm = (float)tc->max_grad_norm, .step = R->step};
     R->opt.sched = mt_lr_schedule_make(tc->schedule, tc->lr, tc->warmup_steps, R->total_steps);
     R->opt.sched.min_lr_ratio = tc->min_lr_ratio;
-    if (mt_optim_cpu_init(&R->opt.cpu, 0, err)) return -1;
-    if (mt_runner_init(&R->r, &R->cfg, &R->table, &R->store, M, tc->batch_size, tc->seq_len, &ro,
-                       err))
-        return -1;
+    if (mt_optim_cpu_init(&R->opt.cpu, R->several ? R->rk.threads : 0, err)) return -1;
+    if (mt_run_backend_init(R, &ro, err)) return -1;
 #ifdef MT_HAVE_CUDA
     if (R->r.gpu) {
         mt_grad_source src = mt_cuda_backend_grad_source(R->r.be);
@@ -339,12 +391,18 @@ static int setup(mt_run *R, mt_error *err) {
     mt_emitf(&R->ev, MT_EVENT_INFO, "device: %s%s, host store %.1f GB (%.1f bytes/param)",
              R->r.gpu ? "cuda" : "cpu",
              R->r.gpu ? (tc->precision == MT_TC_PRECISION_FP32 ? " fp32" : " bf16") : "",
-             R->store.bytes / 1e9, (double)R->store.bytes / (double)R->table.n_params);
+             R->store.bytes / 1e9, (double)R->store.bytes / (double)mt_run_store_table(R)->n_params);
+    if (R->several)
+        mt_emitf(&R->ev, MT_EVENT_INFO, "ranks: %d (%s), %d on this machine; each holds 1/%d of "
+                 "every layer and takes %d of the %lld micro-batches of a step",
+                 R->rk.env.world_size, R->rk.env.source, R->rk.local_world,
+                 R->rk.env.world_size, R->M, (long long)tc->micro_batches);
     size_t n = (size_t)(tc->micro_batches * tc->batch_size * tc->seq_len);
     R->tokens = mt_malloc_or_die(n * sizeof *R->tokens);
     R->targets = mt_malloc_or_die(n * sizeof *R->targets);
     if (R->data && mt_dataset_packs_documents(R->data))
         R->pos = mt_malloc_or_die(n * sizeof *R->pos);
+    if (!lead) return 0; /* rank 0 writes the run's files */
     char path[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", tc->out);
     if (mt_metrics_open(&R->mw, path, R->step, err)) return -1;
@@ -359,7 +417,7 @@ static void teardown(mt_run *R) {
         mt_optim_pipeline_wait_all(&R->pipe);
         mt_optim_pipeline_free(&R->pipe);
     }
-    mt_runner_free(&R->r);
+    mt_run_backend_free(R);
     mt_runner_plan_free(R->plan);
     R->plan = NULL;
     if (R->mw.f) mt_metrics_close(&R->mw);
@@ -371,13 +429,21 @@ static void teardown(mt_run *R) {
     free(R->targets);
     free(R->pos);
     mt_host_store_free(&R->store);
+    mt_params_free(&R->parts);
+    mt_shard_layout_free(&R->sl);
     mt_params_free(&R->table);
     mt_run_lock_release(&R->lock);
+    mt_ranks_close(&R->rk);
 }
 
 static void sample(mt_run *R) {
     const mt_train_config *tc = R->tc;
     if (tc->sample_tokens <= 0) return;
+    if (R->several) { /* generation needs the whole model on one GPU */
+        mt_emitf(&R->ev, MT_EVENT_INFO, "sample: not on several ranks; run megatrain generate "
+                 "on %s/model", tc->out);
+        return;
+    }
     if (R->pipe_on) mt_optim_pipeline_wait_all(&R->pipe);
     mt_runner g;
     mt_error err;
@@ -406,7 +472,10 @@ mt_run *mt_trainer_open(const mt_train_config *tc, const mt_events *ev, mt_error
     R->lock.fd = -1;
     if (ev) R->ev = *ev;
     R->first_loss = R->last_loss = NAN;
-    if (setup(R, err)) {
+    /* several ranks: all set up, or all stop with the first failure */
+    int rc = setup(R, err);
+    if (R->several) rc = mt_ranks_agree(&R->rk, rc, err);
+    if (rc) {
         mt_trainer_close(R);
         return NULL;
     }
@@ -455,7 +524,7 @@ int mt_trainer_step(mt_run *R, mt_step_metrics *m, mt_error *err) {
         if (R->pipe_on) mt_optim_pipeline_wait_all(&R->pipe);
         char line[640];
         if (mt_eval_set_log(&R->eval, R->r.be, R->table.n_layers, R->step, R->total_steps,
-                            &R->mw, line, sizeof line, err))
+                            R->mw.f ? &R->mw : NULL, line, sizeof line, err))
             return -1;
         mt_emit(&R->ev, MT_EVENT_INFO, line);
         R->t_prev = mt_now_s(); /* the next step's time leaves the evaluation out */
@@ -464,7 +533,7 @@ int mt_trainer_step(mt_run *R, mt_step_metrics *m, mt_error *err) {
     if (st == 0) R->last_loss = loss;
     /* a stop asked for by a signal saves in mt_trainer_train instead */
     if (tc->save_every > 0 && R->step % tc->save_every == 0 && R->step < R->total_steps &&
-        !mt_signals_pending() && mt_run_save_checkpoint(R, err))
+        !mt_run_stop_asked(R) && mt_run_save_checkpoint(R, err))
         return -1;
     return 0;
 }
@@ -488,7 +557,7 @@ int mt_trainer_train(mt_run *R, mt_error *err) {
     if (R->t_start == 0) R->t_start = R->t_prev = mt_now_s();
     int st, rc;
     while ((st = mt_trainer_step(R, NULL, err)) == 0)
-        if (mt_signals_pending()) break;
+        if (mt_run_stop_asked(R)) break;
     if (st < 0) {
         rc = -1;
     } else if (st == 0) {

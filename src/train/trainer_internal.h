@@ -17,6 +17,7 @@
 #include "model/config.h"
 #include "model/params.h"
 #include "train/events.h"
+#include "train/ranks.h"
 #include "train/runner.h"
 #include "train/train_config.h"
 #include "train/train_nonfinite.h"
@@ -27,7 +28,19 @@ struct mt_run {
     mt_events ev;            /* where the run reports */
     mt_config cfg;
     mt_param_table table;
-    mt_host_store store;
+    /* The ranks of the run (a run of one: world 1). Several: the store
+     * holds this rank's parts of every layer (sl, parts), each step's
+     * micro-batches [mb_first, mb_first + M) are this rank's, and only rank
+     * 0 writes metrics and logs. */
+    mt_ranks rk;
+    int several;
+    mt_shard_layout sl;
+    mt_param_table parts;
+    int M, mb_first;
+    int stop_asked;          /* several: a rank caught a signal (agreed at each step) */
+    int cpu_ranks;           /* the backend is dist/cpu_ranks.h's */
+    mt_events ev_rank;       /* a rank other than the first: where its warnings go */
+    mt_host_store store;     /* over table, or parts */
     mt_tokenizer *tok;
     mt_dataset *data;        /* NULL: built-in text */
     mt_eval_set eval;        /* held-out data (eval_data), if any */
@@ -57,6 +70,31 @@ struct mt_run {
  * that the options deciding the batches did not change. */
 char *mt_run_state_json(const mt_run *R);
 int mt_run_restore_state(mt_run *R, const char *json, mt_error *err);
+
+/* ---- the ranks of a run (trainer_ranks.c) ---- */
+
+/* Becomes this process's rank (train/ranks.h) and, with several, checks
+ * the batch can be shared and cuts the model into this rank's parts. */
+int mt_run_ranks_open(mt_run *R, int gpu, mt_error *err);
+/* The table of the run's store: the model's, or this rank's parts'. */
+const mt_param_table *mt_run_store_table(const mt_run *R);
+/* A fresh start's weights: the model directory's, or random. */
+int mt_run_init_weights(mt_run *R, mt_error *err);
+/* Loads the checkpoint R->ckpt_dir (one process's or several ranks',
+ * written by any number of them) into this rank's store. */
+int mt_run_load_checkpoint(mt_run *R, char **state_json, mt_error *err);
+/* A rank other than the first: only its warnings reach the caller. */
+void mt_run_quiet_events(mt_run *R);
+/* GB of host RAM this rank may take (its machine's budget shared among
+ * the machine's ranks); 0: the machine's default, alone. */
+double mt_run_host_mem_share(const mt_run *R);
+/* The step's backend (a CPU rank of several: dist/cpu_ranks.h; else the
+ * runner's), and its release. */
+int mt_run_backend_init(mt_run *R, const mt_runner_opts *ro, mt_error *err);
+void mt_run_backend_free(mt_run *R);
+/* Whether the run should stop for a signal: several ranks stop together,
+ * at the step where any of them caught it. */
+int mt_run_stop_asked(const mt_run *R);
 
 /* A resume checkpoint of the current step; the final HF model. Both wait
  * for the optimizer first and report the path saved. */

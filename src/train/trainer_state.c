@@ -7,9 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/shard_ckpt.h"
 #include "io/checkpoint.h"
 #include "io/model_io.h"
 #include "train/trainer_internal.h"
+#include "util/mem.h"
 #include "util/sys.h"
 
 /* ---- trainer state (resume) ---- */
@@ -97,15 +99,67 @@ int mt_run_save_checkpoint(mt_run *R, mt_error *err) {
     if (R->pipe_on) mt_optim_pipeline_wait_all(&R->pipe);
     char *js = mt_run_state_json(R), path[4096];
     double t0 = mt_now_s();
-    int rc = mt_checkpoint_save(R->tc->out, R->step, &R->store, &R->cfg, js,
+    int rc;
+    if (R->several) { /* each rank its shard, rank 0 the rest */
+        mt_shard_store view = {.layout = R->sl, .w = R->store.w, .m = R->store.m,
+                               .v = R->store.v};
+        rc = mt_shard_ckpt_save(&R->rk.rdv, R->tc->out, R->step, &view, &R->cfg, js,
                                 (int)R->tc->keep_last, path, sizeof path, err);
+    } else {
+        rc = mt_checkpoint_save(R->tc->out, R->step, &R->store, &R->cfg, js,
+                                (int)R->tc->keep_last, path, sizeof path, err);
+    }
     free(js);
     if (!rc) mt_emitf(&R->ev, MT_EVENT_INFO, "checkpoint: %s (%.1fs)", path, mt_now_s() - t0);
     return rc;
 }
 
+static int save_model_files(mt_run *R, const mt_host_store *s, mt_error *err);
+
+/* The whole model's weights on rank 0 (others: NULL), gathered a layer
+ * at a time from every rank's parts; -1 on every rank if one failed. */
+static int gather_weights(mt_run *R, float **whole, mt_error *err) {
+    int lead = mt_ranks_lead(&R->rk), world = R->rk.env.world_size;
+    *whole = lead ? mt_aligned_alloc_or_die(64, R->table.total * sizeof(float)) : NULL;
+    if (lead) memset(*whole, 0, R->table.total * sizeof(float));
+    size_t most = 0;
+    for (int l = 0; l < R->table.n_layers; l++) {
+        size_t c = mt_shard_chunk(R->table.layers[l].numel, world);
+        if (c > most) most = c;
+    }
+    float *mine = mt_calloc_or_die(most + 1, sizeof *mine);
+    float *all = lead ? mt_calloc_or_die(most * (size_t)world + 1, sizeof *all) : NULL;
+    int rc = 0;
+    for (int l = 0; l < R->table.n_layers && rc == 0; l++) {
+        const mt_layer_desc *ld = &R->table.layers[l];
+        size_t chunk = mt_shard_chunk(ld->numel, world);
+        memcpy(mine, R->store.w + R->parts.layers[l].offset,
+               mt_shard_len(&R->sl, l) * sizeof(float));
+        rc = mt_rdv_gather(&R->rk.rdv, mine, chunk * sizeof(float), all, err);
+        if (rc == 0 && lead) memcpy(*whole + ld->offset, all, ld->numel * sizeof(float));
+    }
+    free(mine);
+    free(all);
+    return rc;
+}
+
 int mt_run_save_model(mt_run *R, mt_error *err) {
     if (R->pipe_on) mt_optim_pipeline_wait_all(&R->pipe);
+    if (R->several) {
+        float *whole;
+        int rc = gather_weights(R, &whole, err);
+        if (rc == 0 && mt_ranks_lead(&R->rk)) {
+            mt_host_store s = {.table = &R->table, .w = whole};
+            rc = save_model_files(R, &s, err);
+        }
+        free(whole);
+        return mt_ranks_agree(&R->rk, rc, err);
+    }
+    return save_model_files(R, &R->store, err);
+}
+
+/* The final HF model from s (the whole model's weights). */
+static int save_model_files(mt_run *R, const mt_host_store *s, mt_error *err) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/model", R->tc->out);
     double t0 = mt_now_s();
@@ -113,7 +167,7 @@ int mt_run_save_model(mt_run *R, mt_error *err) {
     /* GB as transformers counts them ("5GB" = 5e9 bytes) */
     double gb = R->tc->max_shard_size * 1e9;
     size_t shard = gb >= 1.8e19 ? SIZE_MAX : (size_t)gb;
-    if (mt_model_save(&R->store, &R->cfg, dir, dt, shard ? shard : 1, err)) return -1;
+    if (mt_model_save(s, &R->cfg, dir, dt, shard ? shard : 1, err)) return -1;
     if (R->tc->tokenizer[0] && strcmp(R->tc->tokenizer, "bytes") &&
         mt_model_copy_tokenizer(R->tc->tokenizer, dir, err))
         return -1;

@@ -41,6 +41,12 @@ static size_t read_kv_bytes(const char *path, const char *key) {
 
 size_t mt_host_ram_total_bytes(void) { return read_kv_bytes("/proc/meminfo", "MemTotal:"); }
 
+double mt_host_ram_budget_bytes(void) {
+    double total = (double)mt_host_ram_total_bytes();
+    double keep = 0.04 * total > 4e9 ? 0.04 * total : 4e9;
+    return total - keep;
+}
+
 size_t mt_host_ram_available_bytes(void) {
     size_t avail = read_kv_bytes("/proc/meminfo", "MemAvailable:");
     FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");

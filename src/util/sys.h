@@ -13,6 +13,10 @@ size_t mt_host_rss_bytes(void);
 /* MemTotal of /proc/meminfo in bytes (0 if unknown). */
 size_t mt_host_ram_total_bytes(void);
 
+/* The host RAM a run takes by default: MemTotal less max(4 GB, 4%), left
+ * to the system and the CUDA driver. */
+double mt_host_ram_budget_bytes(void);
+
 /* Host RAM this process may still take, in bytes: MemAvailable of
  * /proc/meminfo, lowered to the cgroup's memory.max when that is smaller.
  * 0 if unknown (callers then check nothing). */

@@ -66,7 +66,7 @@ void mt_test_rmtree(const char *path) {
     if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", path);
 }
 
-int mt_test_cli(char *const argv[]) {
+pid_t mt_test_cli_start(char *const argv[]) {
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 16);
     if (n <= 0) return -1;
@@ -81,11 +81,16 @@ int mt_test_cli(char *const argv[]) {
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();
-    if (pid < 0) return -1;
     if (pid == 0) {
         execv(exe, args);
         _exit(127);
     }
+    return pid;
+}
+
+int mt_test_cli(char *const argv[]) {
+    pid_t pid = mt_test_cli_start(argv);
+    if (pid < 0) return -1;
     int status;
     if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status)) return -1;
     return WEXITSTATUS(status);

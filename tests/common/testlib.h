@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 /* Directory of the committed fixtures (tests/fixtures, or $MT_FIXTURES). */
 const char *mt_test_fixtures_dir(void);
@@ -31,5 +32,8 @@ void mt_test_rmtree(const char *path);
  * output going where this process's goes; returns its exit status, -1 if it
  * did not exit (a signal) or could not be started. */
 int mt_test_cli(char *const argv[]);
+
+/* The same without waiting: the child's pid (-1 if it could not start). */
+pid_t mt_test_cli_start(char *const argv[]);
 
 #endif

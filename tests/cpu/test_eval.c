@@ -60,7 +60,7 @@ static double eval_checkpoint(const char *out, int64_t step, const char *data, i
     cr_assert(d, "%s", err.msg);
     int32_t *x = malloc((size_t)(M * B * T) * sizeof *x), *y = malloc((size_t)(M * B * T) * sizeof *y);
     mt_eval_totals res;
-    cr_assert_eq(mt_eval_dataset(r.be, m.table.n_layers, d, M, B, T, 0, x, y, NULL, &res, &err), 0,
+    cr_assert_eq(mt_eval_dataset(r.be, m.table.n_layers, d, M, 0, M, B, T, 0, x, y, NULL, &res, &err), 0,
                  "%s", err.msg);
     free(x), free(y);
     mt_dataset_free(d);

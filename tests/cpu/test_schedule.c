@@ -34,7 +34,9 @@ static void r_bwd(mt_backend *be, int l, int mb) { rec((rec_backend *)be, "G%d.%
 static void r_done(mt_backend *be, int l) { rec((rec_backend *)be, "D%d ", l, 0); }
 static double r_end(mt_backend *be) { return 6.0; }
 
-static const mt_backend_ops rec_ops = {r_begin, r_bind, r_fwd, r_head, r_bwd, r_done, r_end};
+static const mt_backend_ops rec_ops = {.begin_step = r_begin, .bind_layer = r_bind,
+                                       .forward = r_fwd, .head = r_head, .backward = r_bwd,
+                                       .layer_grads_done = r_done, .end_step = r_end};
 
 Test(schedule, layer_major_forward_and_backward) {
     rec_backend r = {.base = {.ops = &rec_ops, .name = "rec"}};

@@ -30,6 +30,7 @@
 #include "backend/cuda/engine_kernels.h"
 #include "backend/cuda/layers_cuda.h"
 #include "backend/cuda/moe_cuda.h"
+#include "backend/cuda/nccl.h"
 
 /* ---- weights ---- */
 
@@ -40,19 +41,33 @@ static int written(cuda_backend *cb, int layer, int wait) {
 }
 
 /* Copies layer `layer` into slot s on the h2d stream (after the slot's
- * last use), casting to bf16 there too. */
+ * last use), casting to bf16 there too. A rank of several copies its part
+ * and all-gathers the others' on the collectives stream, which casts. */
 static void upload(cuda_backend *cb, slot *s, int layer) {
-    const mt_layer_desc *ld = &cb->t->layers[layer];
+    layer_part p = part_of(cb, layer);
     written(cb, layer, 1);
     CUDA_CHECK(cudaStreamWaitEvent(cb->s_h2d, s->free, 0));
     int sp = mt_cuda_span_begin(cb, cb->s_h2d, MT_TRACK_H2D, "weights L%d", layer);
-    CUDA_CHECK(cudaMemcpyAsync(s->w32, cb->store->w + ld->offset, ld->numel * sizeof(float),
-                               cudaMemcpyHostToDevice, cb->s_h2d));
-    if (cb->prec == MT_PREC_BF16) mt_cuda_cast_f32_to_bf16(cb->ctx_h2d, s->w16, s->w32, ld->numel);
-    mt_cuda_span_end(cb, cb->s_h2d, sp);
-    CUDA_CHECK(cudaEventRecord(s->ready, cb->s_h2d));
-    cb->h2d_bytes += (double)ld->numel * sizeof(float);
+    if (p.len)
+        CUDA_CHECK(cudaMemcpyAsync(s->w32 + p.begin, store_at(cb, cb->store->w, layer),
+                                   p.len * sizeof(float), cudaMemcpyHostToDevice, cb->s_h2d));
+    cb->h2d_bytes += (double)p.len * sizeof(float);
     s->layer = layer;
+    size_t n = cb->t->layers[layer].numel;
+    if (cb->ranks <= 1) {
+        if (cb->prec == MT_PREC_BF16) mt_cuda_cast_f32_to_bf16(cb->ctx_h2d, s->w16, s->w32, n);
+        mt_cuda_span_end(cb, cb->s_h2d, sp);
+        CUDA_CHECK(cudaEventRecord(s->ready, cb->s_h2d));
+        return;
+    }
+    mt_cuda_span_end(cb, cb->s_h2d, sp);
+    CUDA_CHECK(cudaEventRecord(cb->ev_part_up, cb->s_h2d));
+    CUDA_CHECK(cudaStreamWaitEvent(cb->s_comm, cb->ev_part_up, 0));
+    sp = mt_cuda_span_begin(cb, cb->s_comm, MT_TRACK_COLLECTIVES, "all-gather L%d", layer);
+    mt_nccl_all_gather(cb->comm, s->w32, p.chunk, cb->s_comm);
+    if (cb->prec == MT_PREC_BF16) mt_cuda_cast_f32_to_bf16(cb->ctx_comm, s->w16, s->w32, n);
+    mt_cuda_span_end(cb, cb->s_comm, sp);
+    CUDA_CHECK(cudaEventRecord(s->ready, cb->s_comm));
 }
 
 static int uses_embed_slot(const cuda_backend *cb, int layer) {
@@ -143,7 +158,7 @@ static int cu_begin_step(mt_backend *be, const mt_batch *batch, float dscale, in
     if (cb->moe) mt_cuda_moe_begin_step(cb->moe, cb->ctx, train);
     if (train && c->tie_embeddings && cb->home[0].grad_host) {
         CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->embed_drained, 0));
-        CUDA_CHECK(cudaMemsetAsync(cb->gacc_embed, 0, cb->t->layers[0].numel * sizeof(float),
+        CUDA_CHECK(cudaMemsetAsync(cb->gacc_embed, 0, layer_extent(cb, 0) * sizeof(float),
                                    cb->s_comp));
     }
     /* The bind order of the step: forward 0..L, the head, backward L..0. */
@@ -192,7 +207,7 @@ static void cu_bind_layer(mt_backend *be, int layer, int backward) {
     /* A GPU-waiting tied embedding is cleared with the head, its first
      * contributor (a host-waiting one at the start of the step). */
     if (cb->cfg->tie_embeddings && layer == cb->t->n_layers - 1 && !cb->home[0].grad_host)
-        CUDA_CHECK(cudaMemsetAsync(cb->gacc_embed, 0, cb->t->layers[0].numel * sizeof(float),
+        CUDA_CHECK(cudaMemsetAsync(cb->gacc_embed, 0, layer_extent(cb, 0) * sizeof(float),
                                    cb->s_comp));
     if (uses_embed_slot(cb, layer)) {
         cb->g_cur = cb->gacc_embed;
@@ -211,7 +226,8 @@ static void cu_bind_layer(mt_backend *be, int layer, int backward) {
     cb->gbuf ^= 1;
     cb->g_cur = cb->gacc[cb->gbuf];
     CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->gacc_drained[cb->gbuf], 0));
-    CUDA_CHECK(cudaMemsetAsync(cb->g_cur, 0, cb->t->layers[layer].numel * sizeof(float),
+    /* the padding too: a reduce-scatter sums it */
+    CUDA_CHECK(cudaMemsetAsync(cb->g_cur, 0, layer_extent(cb, layer) * sizeof(float),
                                cb->s_comp));
 }
 
@@ -289,35 +305,59 @@ static void cu_backward(mt_backend *be, int layer, int mb) {
     mt_cuda_block_backward(cb, k, layer, mb, x, dx_at(cb, mb));
 }
 
+/* A rank of several: sums layer l's accumulator over the ranks into this
+ * rank's part (in place, on the collectives stream, after the step's
+ * compute of it) and takes the part's sum of squares there. Returns the
+ * part, for what follows on that stream. */
+static float *reduce_part(cuda_backend *cb, int layer, layer_part p) {
+    CUDA_CHECK(cudaEventRecord(cb->grad_ready, cb->s_comp));
+    CUDA_CHECK(cudaStreamWaitEvent(cb->s_comm, cb->grad_ready, 0));
+    int sp = mt_cuda_span_begin(cb, cb->s_comm, MT_TRACK_COLLECTIVES, "reduce-scatter L%d", layer);
+    mt_nccl_reduce_scatter(cb->comm, cb->g_cur, p.chunk, cb->s_comm);
+    mt_cuda_span_end(cb, cb->s_comm, sp);
+    float *part = cb->g_cur + p.begin;
+    mt_cuda_sumsq(cb->s_comm, cb->sumsq_dev + layer, cb->sumsq_scratch, part, p.len);
+    return part;
+}
+
 static void cu_layer_grads_done(mt_backend *be, int layer) {
     cuda_backend *cb = (cuda_backend *)be;
-    const mt_layer_desc *ld = &cb->t->layers[layer];
+    layer_part p = part_of(cb, layer);
+    int several = cb->ranks > 1;
+    /* the stream the gradient is final on: compute, or after the ranks' sum */
+    cudaStream_t s = several ? cb->s_comm : cb->s_comp;
+    mt_cuda_ctx *ctx = several ? cb->ctx_comm : cb->ctx;
     /* With tied embeddings the head's matrix gradient lives in layer 0's
      * accumulator, which drains when layer 0 is done. The norm is taken
      * from the fp32 accumulation, before any rounding. */
-    mt_cuda_sumsq(cb->s_comp, cb->sumsq_dev + layer, cb->sumsq_scratch, cb->g_cur, ld->numel);
+    const float *g = cb->g_cur;
+    if (several)
+        g = reduce_part(cb, layer, p);
+    else
+        mt_cuda_sumsq(s, cb->sumsq_dev + layer, cb->sumsq_scratch, g, p.len);
     if (!cb->home[layer].grad_host) return; /* the optimizer fetches it */
     cudaEvent_t acc_drained = uses_embed_slot(cb, layer) ? cb->embed_drained
                                                          : cb->gacc_drained[cb->gbuf];
-    const void *src = cb->g_cur;
-    size_t bytes = ld->numel * sizeof(float);
+    const void *src = g;
+    size_t bytes = p.len * sizeof(float);
     cudaEvent_t src_drained = acc_drained;
     if (cb->o.host_grad_bf16) {
         /* Round on the GPU into a stage buffer; the accumulator is free
          * once the cast ran, the stage once its copy ran. */
         int b = cb->sbuf ^= 1;
-        CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->stage_drained[b], 0));
-        mt_cuda_cast_f32_to_bf16(cb->ctx, cb->g16_stage[b], cb->g_cur, ld->numel);
-        CUDA_CHECK(cudaEventRecord(acc_drained, cb->s_comp));
+        CUDA_CHECK(cudaStreamWaitEvent(s, cb->stage_drained[b], 0));
+        mt_cuda_cast_f32_to_bf16(ctx, cb->g16_stage[b], g, p.len);
+        CUDA_CHECK(cudaEventRecord(acc_drained, s));
         src = cb->g16_stage[b];
-        bytes = ld->numel * 2;
+        bytes = p.len * 2;
         src_drained = cb->stage_drained[b];
     }
-    CUDA_CHECK(cudaEventRecord(cb->grad_ready, cb->s_comp));
+    CUDA_CHECK(cudaEventRecord(cb->grad_ready, s));
     CUDA_CHECK(cudaStreamWaitEvent(cb->s_d2h, cb->grad_ready, 0));
     int sp = mt_cuda_span_begin(cb, cb->s_d2h, MT_TRACK_D2H, "grads L%d", layer);
-    CUDA_CHECK(cudaMemcpyAsync(host_grad_at(cb, layer), src, bytes, cudaMemcpyDeviceToHost,
-                               cb->s_d2h));
+    if (bytes)
+        CUDA_CHECK(cudaMemcpyAsync(host_grad_at(cb, layer), src, bytes, cudaMemcpyDeviceToHost,
+                                   cb->s_d2h));
     mt_cuda_span_end(cb, cb->s_d2h, sp);
     cb->d2h_bytes += (double)bytes;
     CUDA_CHECK(cudaEventRecord(src_drained, cb->s_d2h));
@@ -347,6 +387,10 @@ static double cu_end_step(mt_backend *be) {
         mt_cuda_moe_add_aux_loss(cb->moe, cb->ctx, cb->loss_dev, 1.0 / cb->dscale);
     CUDA_CHECK(cudaMemcpyAsync(cb->h_loss, cb->loss_dev, sizeof(double), cudaMemcpyDeviceToHost,
                                cb->s_comp));
+    if (cb->train && cb->ranks > 1) { /* the norms were taken after the ranks' sums */
+        CUDA_CHECK(cudaEventRecord(cb->ev_comm_end, cb->s_comm));
+        CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->ev_comm_end, 0));
+    }
     if (cb->train)
         CUDA_CHECK(cudaMemcpyAsync(cb->h_sumsq, cb->sumsq_dev,
                                    (size_t)cb->t->n_layers * sizeof(double),

@@ -72,6 +72,17 @@ typedef struct mt_cuda_backend_opts {
      * parameter of those layers (14 in bf16 mode) and no weight copies;
      * the store holds their new state after mt_cuda_backend_flush_store. */
     int device_optim_layers;
+    /* A rank of a data-parallel run of `ranks` GPUs (0 or 1: one GPU), and
+     * its communicator (nccl.h; sizing alone, mt_cuda_backend_bytes, needs
+     * none). The store then holds only this rank's part of every layer
+     * (its table is the parts' table of dist/shard.h, cut from t):
+     * a layer's part is copied up and all-gathered from the other GPUs
+     * into the slot, and its gradient is reduce-scattered, so that this
+     * rank's part, summed over the ranks, is what leaves for the host (and
+     * what the layer's sum of squares covers). Every gradient then waits
+     * on the host, and device_optim_layers is ignored. */
+    int rank, ranks;
+    struct mt_nccl *comm;
 } mt_cuda_backend_opts;
 
 /* Called (on the thread that drives the step) before layer l's weights are
@@ -108,7 +119,8 @@ struct mt_trace;
 void mt_cuda_backend_set_trace(mt_backend *be, struct mt_trace *trace);
 
 /* Squared L2 norm of each layer's gradient of the last step (n_layers),
- * computed on the GPU before the gradient left it. Valid after end_step. */
+ * computed on the GPU before the gradient left it (a rank of several: of
+ * its part). Valid after end_step. */
 const double *mt_cuda_backend_layer_sumsq(mt_backend *be);
 
 /* Pinned host bytes the backend takes beside the store: host gradients

@@ -12,6 +12,7 @@
 
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/cuda_common.h"
+#include "dist/shard.h"
 #include "engine/trace.h"
 
 #define MAX_SLOTS 8
@@ -60,8 +61,17 @@ typedef struct cuda_backend {
     mt_precision prec;
     int max_M;
     int64_t B, T, N;
+    int device;         /* the GPU: set again by the calls other threads make */
     cudaStream_t s_h2d, s_comp, s_d2h;
     mt_cuda_ctx *ctx, *ctx_h2d;
+    /* A rank of several (opts.comm): the collectives run on s_comm, in the
+     * order every rank issues them (the step's bind and gradient order),
+     * with its own context for the casts and norms that follow them. */
+    struct mt_nccl *comm;
+    int rank, ranks;    /* 0 and 1 on one GPU */
+    cudaStream_t s_comm;
+    mt_cuda_ctx *ctx_comm;
+    cudaEvent_t ev_part_up, ev_reduced, ev_comm_end;
     char *dev_base;
     size_t dev_bytes;
     slot slots[MAX_SLOTS];
@@ -160,6 +170,13 @@ typedef struct cuda_backend {
 } cuda_backend;
 
 
+/* This rank's part of a layer: elements [begin, begin + len) of the layer,
+ * and the chunk each rank's part takes in a collective (dist/shard.h). On
+ * one GPU, the whole layer. */
+typedef struct layer_part {
+    size_t begin, len, chunk;
+} layer_part;
+
 /* A bump allocator over one device allocation; with base NULL it only
  * counts, so the same plan sizes and then carves the memory. */
 typedef struct bump { char *base; size_t used; } bump;
@@ -189,6 +206,28 @@ void mt_cuda_checkpoint_traffic(cuda_backend *cb, int layer, int backward);
 const float *mt_cuda_recompute_input(cuda_backend *cb, int layer, int mb);
 
 /* ---- accessors ---- */
+
+static inline layer_part part_of(const cuda_backend *cb, int layer) {
+    size_t n = cb->t->layers[layer].numel;
+    if (cb->ranks <= 1) return (layer_part){0, n, n};
+    size_t chunk = mt_shard_chunk(n, cb->ranks);
+    mt_shard_range r = mt_shard_split(n, cb->ranks, cb->rank);
+    return (layer_part){r.begin, r.end - r.begin, chunk};
+}
+
+/* Floats a layer takes in a GPU buffer: the whole layer, and on a rank
+ * of several the padding up to the ranks' chunks, which its collectives
+ * move. */
+static inline size_t layer_extent(const cuda_backend *cb, int layer) {
+    layer_part p = part_of(cb, layer);
+    return cb->ranks <= 1 ? p.len : p.chunk * (size_t)cb->ranks;
+}
+
+/* Layer l's range of one of the store's arrays (the store's own table:
+ * a rank's parts, or the whole model). */
+static inline float *store_at(const cuda_backend *cb, float *array, int layer) {
+    return array + cb->store->table->layers[layer].offset;
+}
 
 static inline void *W_op(const cuda_backend *cb, const slot *s, int layer, mt_role r) {
     const mt_layer_desc *ld = &cb->t->layers[layer];
@@ -234,7 +273,7 @@ static inline float *dx_at(cuda_backend *cb, int mb) {
 
 /* Where layer l's gradient waits on the host. */
 static inline void *host_grad_at(cuda_backend *cb, int layer) {
-    if (cb->grads_to_store) return cb->store->g + cb->t->layers[layer].offset;
+    if (cb->grads_to_store) return store_at(cb, cb->store->g, layer);
     size_t es = cb->o.host_grad_bf16 ? 2 : 4;
     return (char *)cb->h_grad + cb->h_goff[layer] * es;
 }

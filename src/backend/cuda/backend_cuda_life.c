@@ -11,6 +11,7 @@
 #include "backend/cuda/backend_cuda_internal.h"
 #include "backend/cuda/engine_kernels.h"
 #include "backend/cuda/moe_cuda.h"
+#include "backend/cuda/nccl.h"
 #include "model/rope.h"
 #include "util/mem.h"
 
@@ -27,7 +28,7 @@ static int pin(void *p, size_t bytes, mt_error *err) {
  * layer by layer: every copy stays inside one registration, and each
  * registration is one layer's range. */
 static int pin_store(cuda_backend *cb, int on, mt_error *err) {
-    const mt_param_table *t = cb->t;
+    const mt_param_table *t = cb->store->table; /* a rank of several: its parts */
     for (int l = 0; l < t->n_layers; l++) {
         const mt_layer_desc *ld = &t->layers[l];
         int dev = l < cb->n_dev; /* the flush copies their moments too */
@@ -35,7 +36,7 @@ static int pin_store(cuda_backend *cb, int on, mt_error *err) {
                            dev ? cb->store->m + ld->offset : NULL,
                            dev ? cb->store->v + ld->offset : NULL};
         for (int i = 0; i < 4; i++) {
-            if (!arrays[i]) continue;
+            if (!arrays[i] || !ld->numel) continue;
             if (!on) {
                 cudaHostUnregister(arrays[i]);
                 continue;
@@ -98,6 +99,25 @@ static void load_device_layers(cuda_backend *cb) {
     }
 }
 
+/* A rank of several needs its communicator, and a store of its parts. */
+static int check_ranks(const cuda_backend *cb, mt_error *err) {
+    const mt_param_table *st = cb->store->table;
+    if (cb->ranks <= 1) {
+        if (st->total != cb->t->total)
+            return mt_errorf(err, "the host store holds %zu floats, the model %zu: a store of one "
+                             "rank's parts needs ranks > 1", st->total, cb->t->total);
+        return 0;
+    }
+    if (!cb->comm || mt_nccl_world(cb->comm) != cb->ranks || mt_nccl_rank(cb->comm) != cb->rank)
+        return mt_errorf(err, "rank %d of %d: the backend needs that rank's communicator",
+                         cb->rank, cb->ranks);
+    for (int l = 0; l < cb->t->n_layers; l++)
+        if (st->n_layers != cb->t->n_layers || st->layers[l].numel != part_of(cb, l).len)
+            return mt_errorf(err, "rank %d of %d: the host store is not this rank's parts of "
+                             "the model (layer %d)", cb->rank, cb->ranks, l);
+    return 0;
+}
+
 mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
                                    mt_host_store *store, int max_M, int64_t B, int64_t T,
                                    const mt_cuda_backend_opts *o, mt_error *err) {
@@ -124,9 +144,17 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
     cb->B = B;
     cb->T = T;
     cb->N = B * T;
+    cb->rank = cb->o.rank;
+    cb->ranks = cb->o.ranks;
+    cb->comm = cb->o.comm;
+    CUDA_CHECK(cudaGetDevice(&cb->device));
     if ((size_t)(2 * t->n_layers) > sizeof cb->seq / sizeof *cb->seq) {
         free(cb);
         return mt_errorf(err, "too many layers (%d) for the CUDA backend", t->n_layers), NULL;
+    }
+    if (check_ranks(cb, err)) {
+        free(cb);
+        return NULL;
     }
     mt_cuda_resolve_homes(cb);
     bump b = {0};
@@ -188,6 +216,16 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
         mt_cuda_ctx_create(&cb->ctx_h2d, cb->s_h2d, 1 << 20, err)) {
         mt_cuda_backend_free(&cb->base);
         return NULL;
+    }
+    if (cb->ranks > 1) {
+        CUDA_CHECK(cudaStreamCreateWithFlags(&cb->s_comm, cudaStreamNonBlocking));
+        if (mt_cuda_ctx_create(&cb->ctx_comm, cb->s_comm, 1 << 20, err)) {
+            mt_cuda_backend_free(&cb->base);
+            return NULL;
+        }
+        make_event(&cb->ev_part_up, 0);
+        make_event(&cb->ev_reduced, 0);
+        make_event(&cb->ev_comm_end, 0);
     }
     for (int k = 0; k < cb->o.slots; k++) {
         make_event(&cb->slots[k].ready, 0);
@@ -268,6 +306,7 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
 void mt_cuda_backend_free(mt_backend *be) {
     if (!be) return;
     cuda_backend *cb = (cuda_backend *)be;
+    CUDA_CHECK(cudaSetDevice(cb->device));
     if (cb->s_comp) {
         CUDA_CHECK(cudaDeviceSynchronize());
         pin_store(cb, 0, NULL);
@@ -278,6 +317,8 @@ void mt_cuda_backend_free(mt_backend *be) {
     mt_cuda_moe_free(cb->moe);
     if (cb->ctx) mt_cuda_ctx_free(cb->ctx);
     if (cb->ctx_h2d) mt_cuda_ctx_free(cb->ctx_h2d);
+    if (cb->ctx_comm) mt_cuda_ctx_free(cb->ctx_comm);
+    if (cb->s_comm) cudaStreamDestroy(cb->s_comm);
     for (int k = 0; k < cb->o.slots; k++) {
         if (cb->slots[k].ready) cudaEventDestroy(cb->slots[k].ready);
         if (cb->slots[k].free) cudaEventDestroy(cb->slots[k].free);
@@ -287,7 +328,8 @@ void mt_cuda_backend_free(mt_backend *be) {
                          cb->gacc_drained[1], cb->grad_ready, cb->ev_start, cb->ev_fwd_end,
                          cb->ev_end, cb->ev_d2h_end, cb->dck_saved[0], cb->dck_saved[1],
                          cb->dck_loaded[0], cb->dck_loaded[1], cb->dck_free[0], cb->dck_free[1],
-                         cb->dck_written[0], cb->dck_written[1], cb->embed_drained};
+                         cb->dck_written[0], cb->dck_written[1], cb->embed_drained,
+                         cb->ev_part_up, cb->ev_reduced, cb->ev_comm_end};
     for (size_t i = 0; i < sizeof evs / sizeof *evs; i++)
         if (evs[i]) cudaEventDestroy(evs[i]);
     if (cb->s_h2d) cudaStreamDestroy(cb->s_h2d);
@@ -337,6 +379,7 @@ const double *mt_cuda_backend_layer_sumsq(mt_backend *be) {
 
 mt_grad_view mt_cuda_backend_grads_begin(mt_backend *be, int layer) {
     cuda_backend *cb = (cuda_backend *)be;
+    CUDA_CHECK(cudaSetDevice(cb->device)); /* the optimizer's thread */
     const mt_layer_desc *ld = &cb->t->layers[layer];
     if (cb->home[layer].grad_host)
         return (mt_grad_view){host_grad_at(cb, layer), cb->o.host_grad_bf16};
@@ -351,6 +394,7 @@ mt_grad_view mt_cuda_backend_grads_begin(mt_backend *be, int layer) {
 
 void mt_cuda_backend_grads_wait(mt_backend *be, int layer) {
     cuda_backend *cb = (cuda_backend *)be;
+    CUDA_CHECK(cudaSetDevice(cb->device));
     if (cb->home[layer].grad_host) /* drained during the backward */
         CUDA_CHECK(cudaEventSynchronize(cb->ev_d2h_end));
     else
@@ -366,6 +410,7 @@ int mt_cuda_backend_device_layers(mt_backend *be) { return ((cuda_backend *)be)-
 void mt_cuda_backend_update_layer(mt_backend *be, int layer, const mt_adamw_coefs *coefs) {
     cuda_backend *cb = (cuda_backend *)be;
     MT_ASSERT(layer >= 0 && layer < cb->n_dev);
+    CUDA_CHECK(cudaSetDevice(cb->device)); /* the optimizer's thread */
     const mt_layer_desc *ld = &cb->t->layers[layer];
     size_t at = ld->offset - cb->t->layers[0].offset;
     const float *g = cb->gacc_all + cb->goff[layer]; /* laid out as the layer's range */
@@ -385,6 +430,7 @@ void mt_cuda_backend_update_layer(mt_backend *be, int layer, const mt_adamw_coef
 void mt_cuda_backend_flush_store(mt_backend *be) {
     cuda_backend *cb = (cuda_backend *)be;
     if (!cb->dev_stale) return;
+    CUDA_CHECK(cudaSetDevice(cb->device));
     copy_device_layers(cb, cudaMemcpyDeviceToHost); /* after the updates: same stream */
     cb->dev_stale = 0;
 }
@@ -412,6 +458,7 @@ int mt_cuda_backend_kept_layers(mt_backend *be) { return ((cuda_backend *)be)->n
 
 void mt_cuda_backend_logits(mt_backend *be, int mb, int64_t row, float *logits) {
     cuda_backend *cb = (cuda_backend *)be;
+    MT_ASSERT(cb->ranks <= 1); /* reads the whole head from the store */
     mt_cuda_backend_flush_store(be); /* the head's weights are read from the store */
     const mt_config *c = cb->cfg;
     int head = cb->t->n_layers - 1;

@@ -32,7 +32,7 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
     int bf = cb->prec == MT_PREC_BF16;
     size_t lw = 0; /* the largest layer that streams through the slots */
     for (int l = cb->n_dev; l < t->n_layers; l++)
-        if (t->layers[l].numel > lw && !(c->tie_embeddings && l == 0)) lw = t->layers[l].numel;
+        if (layer_extent(cb, l) > lw && !(c->tie_embeddings && l == 0)) lw = layer_extent(cb, l);
     for (int k = 0; k < cb->o.slots; k++) {
         cb->slots[k].w32 = TAKE_F(b, lw);
         cb->slots[k].w16 = bf ? take(b, lw * 2) : NULL;
@@ -50,13 +50,13 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
             cb->dev_slot[l].w16 = cb->dev_w16 ? cb->dev_w16 + off : NULL;
         }
     } else if (c->tie_embeddings) {
-        size_t ne = t->layers[0].numel;
+        size_t ne = layer_extent(cb, 0);
         cb->embed_slot.w32 = TAKE_F(b, ne);
         cb->embed_slot.w16 = bf ? take(b, ne * 2) : NULL;
     }
     cb->gacc_all = cb->gpu_grad_numel ? TAKE_F(b, cb->gpu_grad_numel) : NULL;
     if (c->tie_embeddings)
-        cb->gacc_embed = cb->home[0].grad_host ? TAKE_F(b, t->layers[0].numel)
+        cb->gacc_embed = cb->home[0].grad_host ? TAKE_F(b, layer_extent(cb, 0))
                                                : cb->gacc_all ? cb->gacc_all + cb->goff[0] : NULL;
     if (cb->max_host_grad_numel) {
         cb->gacc[0] = TAKE_F(b, cb->max_host_grad_numel);
@@ -195,6 +195,8 @@ size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb) {
 
 void mt_cuda_default_opts(mt_cuda_backend_opts *o, const mt_cuda_backend_opts *in) {
     *o = in ? *in : (mt_cuda_backend_opts){.precision = MT_GPU_BF16};
+    if (o->ranks < 1) o->ranks = 1;
+    if (o->ranks > 1) o->device_optim_layers = 0; /* each rank updates its part on the CPU */
     if (o->slots < 2) o->slots = 3;
     if (o->slots > MAX_SLOTS) o->slots = MAX_SLOTS;
     if (o->head_chunk <= 0) o->head_chunk = 4096;
@@ -225,6 +227,7 @@ void mt_cuda_resolve_homes(cuda_backend *cb) {
                                                         .ckpt_host = (uint8_t)cb->o.host_checkpoints};
         if (l == 0) h.ckpt_host = h.ckpt_recompute = 0; /* no checkpoint */
         if (l < cb->n_dev) h.grad_host = 0; /* updated where it is */
+        if (cb->ranks > 1) h.grad_host = 1; /* the reduced part leaves for the host */
         if (h.ckpt_recompute) {
             h.ckpt_host = 0;
             /* rebuilt from layer l-1's, unless still on the GPU (the last two) */
@@ -232,13 +235,15 @@ void mt_cuda_resolve_homes(cuda_backend *cb) {
             cb->n_drop_ckpt++;
         }
         cb->home[l] = h;
-        size_t n = t->layers[l].numel;
+        /* the GPU accumulates the whole layer (and its collectives' padding);
+         * the host receives this rank's part */
+        size_t n = layer_extent(cb, l), part = part_of(cb, l).len;
         if (h.grad_host) {
             cb->h_goff[l] = cb->host_grad_numel;
-            cb->host_grad_numel += mt_round_up(n, 64);
+            cb->host_grad_numel += mt_round_up(part, 64);
             int own = cb->cfg->tie_embeddings && l == 0; /* gacc_embed, not gacc[2] */
             if (!own && n > cb->max_host_grad_numel) cb->max_host_grad_numel = n;
-            if (cb->o.host_grad_bf16 && n > cb->max_stage_numel) cb->max_stage_numel = n;
+            if (cb->o.host_grad_bf16 && part > cb->max_stage_numel) cb->max_stage_numel = part;
         } else {
             cb->goff[l] = cb->gpu_grad_numel;
             cb->gpu_grad_numel += mt_round_up(n, 64);
@@ -267,6 +272,8 @@ static void counting_backend(cuda_backend *cb, const mt_config *cfg, const mt_pa
                              int max_M, int64_t B, int64_t T, const mt_cuda_backend_opts *in) {
     *cb = (cuda_backend){.cfg = cfg, .t = t, .max_M = max_M, .B = B, .T = T, .N = B * T};
     mt_cuda_default_opts(&cb->o, in);
+    cb->rank = cb->o.rank;
+    cb->ranks = cb->o.ranks;
     cb->prec = cb->o.precision == MT_GPU_BF16 ? MT_PREC_BF16 : MT_PREC_FP32;
     mt_cuda_resolve_homes(cb);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/shard.h"
 #include "util/mem.h"
 #include "util/sys.h"
 
@@ -169,7 +170,19 @@ void mt_plan_backend_opts(const mt_plan *plan, const mt_plan_request *q,
                                 .keep_layers = plan->n_keep,
                                 .gpu_budget = (size_t)q->gpu_budget,
                                 .device_optim_layers = plan->n_dev,
-                                .lean_keep = plan->lean_keep};
+                                .lean_keep = plan->lean_keep, .rank = q->rank,
+                                .ranks = q->ranks};
+}
+
+/* Floats of this rank's part of the store (the whole model on one GPU). */
+static double store_floats(const mt_plan_request *q) {
+    if (q->ranks <= 1) return (double)q->t->total;
+    double n = 0;
+    for (int l = 0; l < q->t->n_layers; l++) {
+        mt_shard_range r = mt_shard_split(q->t->layers[l].numel, q->ranks, q->rank);
+        n += (double)(r.end - r.begin);
+    }
+    return n;
 }
 
 static void measure(const mt_plan_request *q, mt_plan *p) {
@@ -179,7 +192,7 @@ static void measure(const mt_plan_request *q, mt_plan *p) {
     p->gpu_bytes = (double)mt_cuda_backend_bytes(q->cfg, q->t, q->M, q->B, q->T, &o) +
                    (double)MT_CUDA_CONTEXT_RESERVE;
     p->pinned_bytes = (double)mt_cuda_backend_host_bytes(q->cfg, q->t, q->M, q->B, q->T, &o);
-    p->store_bytes = (double)q->t->total * 12.0;
+    p->store_bytes = store_floats(q) * 12.0;
     /* tokens, targets and the embedding plan of a step, in the trainer and the backend */
     p->host_bytes = p->store_bytes + p->pinned_bytes + tok * 20.0;
     p->n_host_grads = p->n_host_ckpts = 0;
@@ -189,10 +202,7 @@ static void measure(const mt_plan_request *q, mt_plan *p) {
     }
 }
 
-double mt_plan_default_host_budget(void) {
-    double total = (double)mt_host_ram_total_bytes();
-    return total - fmax(4e9, 0.04 * total);
-}
+double mt_plan_default_host_budget(void) { return mt_host_ram_budget_bytes(); }
 
 /* ---- the choice ---- */
 

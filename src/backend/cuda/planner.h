@@ -57,6 +57,11 @@ typedef struct mt_plan_request {
     /* Leading layers whose AdamW runs on the GPU (mt_cuda_backend_opts.
      * device_optim_layers): -1 the planner's choice, else that many. */
     int device_optim;
+    /* A rank of a data-parallel run of `ranks` GPUs (0 or 1: one GPU): its
+     * store holds its part of every layer (the first rank's is the
+     * largest), its gradients wait on the host, no layer's AdamW runs on
+     * the GPU. */
+    int rank, ranks;
     mt_rates rates;
 } mt_plan_request;
 

@@ -1,0 +1,141 @@
+/* A process's place in a data-parallel run (see ranks.h). */
+#include "train/ranks.h"
+
+#include <omp.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/mem.h"
+
+/* err's message prefixed with "rank r: " on a rank of several. */
+static int named(const mt_ranks *r, mt_error *err) {
+    if (r->env.world_size > 1) {
+        mt_error e = *err;
+        mt_errorf(err, "rank %d: %s", r->env.rank, e.msg);
+    }
+    return -1;
+}
+
+/* Ranks on this machine: what the launcher says, else those whose host
+ * name is this one's. */
+static int count_local(mt_ranks *r, mt_error *err) {
+    if (r->env.local_world_size > 0) {
+        r->local_world = r->env.local_world_size;
+        return 0;
+    }
+    char me[64] = "", *all = mt_calloc_or_die((size_t)r->env.world_size, sizeof me);
+    gethostname(me, sizeof me - 1);
+    int rc = mt_rdv_allgather(&r->rdv, me, sizeof me, all, err);
+    r->local_world = 0;
+    for (int i = 0; rc == 0 && i < r->env.world_size; i++)
+        r->local_world += !strncmp(all + (size_t)i * sizeof me, me, sizeof me);
+    free(all);
+    return rc;
+}
+
+/* This rank's share of the cores: a launcher that bound the process
+ * (mpirun, srun) decided it; otherwise ranks on one machine take
+ * contiguous slices of it, so that their optimizers' threads do not
+ * compete. */
+static void share_cores(mt_ranks *r) {
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    int allowed = 0;
+    if (sched_getaffinity(0, sizeof mask, &mask) == 0) allowed = CPU_COUNT(&mask);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (allowed <= 0) allowed = online > 0 ? (int)online : 1;
+    r->threads = allowed;
+    if (r->local_world > 1 && allowed == online) {
+        /* fewer cores than ranks: share them, a thread each */
+        int k = allowed / r->local_world > 0 ? allowed / r->local_world : 1;
+        r->threads = k;
+        int first = (r->env.local_rank % r->local_world) * k;
+        cpu_set_t mine;
+        CPU_ZERO(&mine);
+        for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE && seen < first + k; cpu++) {
+            if (!CPU_ISSET(cpu, &mask)) continue;
+            if (seen >= first) CPU_SET(cpu, &mine);
+            seen++;
+        }
+        if (allowed >= r->local_world) sched_setaffinity(0, sizeof mine, &mine);
+    }
+    omp_set_num_threads(r->threads);
+}
+
+int mt_ranks_open(mt_ranks *r, int gpu, const char *config, mt_error *err) {
+    memset(r, 0, sizeof *r);
+    r->local_world = 1;
+    if (mt_dist_bootstrap_environ(&r->env, err)) return -1;
+    r->gpu = gpu;
+    int several = r->env.world_size > 1;
+    if (!several) {
+        share_cores(r);
+        return 0;
+    }
+    /* first, so that every CUDA call of this process goes to its GPU */
+    unsigned char blob[MT_RDV_BLOB_BYTES] = {0};
+    if (gpu && (mt_device_select(r->env.local_rank, err) ||
+                (r->env.rank == 0 && mt_device_comm_id(blob, err))))
+        return named(r, err);
+    if (mt_rdv_open(&r->rdv, &r->env, config, blob, err)) return named(r, err);
+    r->open = 1;
+    if (count_local(r, err)) return named(r, err);
+    share_cores(r);
+    if (gpu && !(r->comm = mt_device_comm_open(r->rdv.blob, r->env.rank, r->env.world_size, err)))
+        return named(r, err);
+    return 0;
+}
+
+void mt_ranks_close(mt_ranks *r) {
+    mt_device_comm_close(r->comm);
+    r->comm = NULL;
+    if (r->open) mt_rdv_close(&r->rdv);
+    r->open = 0;
+}
+
+typedef struct outcome {
+    int32_t rc;
+    char msg[500];
+} outcome;
+
+int mt_ranks_agree(mt_ranks *r, int rc, mt_error *err) {
+    if (!mt_ranks_several(r)) return rc ? -1 : 0;
+    outcome mine = {.rc = rc ? -1 : 0}, *all;
+    if (rc) snprintf(mine.msg, sizeof mine.msg, "%.499s", err->msg);
+    all = mt_calloc_or_die((size_t)r->env.world_size, sizeof *all);
+    mt_error e;
+    if (mt_rdv_allgather(&r->rdv, &mine, sizeof mine, all, &e)) {
+        free(all);
+        *err = e;
+        return named(r, err);
+    }
+    int bad = -1;
+    for (int i = 0; i < r->env.world_size && bad < 0; i++)
+        if (all[i].rc) bad = i;
+    if (bad >= 0 && bad != r->env.rank) {
+        all[bad].msg[sizeof all[bad].msg - 1] = 0;
+        mt_errorf(err, "rank %d: %s", bad, all[bad].msg);
+    } else if (bad >= 0) {
+        named(r, err);
+    }
+    free(all);
+    return bad >= 0 ? -1 : 0;
+}
+
+int mt_ranks_sum(mt_ranks *r, double *x, int n, mt_error *err) {
+    if (!mt_ranks_several(r)) return 0;
+    return mt_rdv_sum_n(&r->rdv, x, (size_t)n, err) ? named(r, err) : 0;
+}
+
+int mt_ranks_parts(const mt_ranks *r, const mt_param_table *t, mt_shard_layout *sl,
+                   mt_param_table *parts, mt_error *err) {
+    if (mt_shard_layout_init(sl, t, r->env.rank, r->env.world_size, err)) return -1;
+    if (mt_shard_table_init(parts, sl, err)) {
+        mt_shard_layout_free(sl);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,54 @@
+/* The processes of a data-parallel run as one of them sees it: who it is
+ * (dist/bootstrap.h: the launcher's variables), the others (the
+ * rendezvous: control collectives over TCP), its share of this machine
+ * (cores, RAM), its GPU and the communicator between the GPUs, and its part
+ * of every layer of the model (dist/shard.h).
+ *
+ * A process started alone is a run of one: world 1, no sockets, no
+ * communicator, the whole model as its part; every call below then does
+ * nothing or the obvious, so the run's code is the same either way. */
+#ifndef MT_TRAIN_RANKS_H
+#define MT_TRAIN_RANKS_H
+
+#include "backend/device.h"
+#include "dist/bootstrap.h"
+#include "dist/rendezvous.h"
+#include "dist/shard.h"
+#include "util/error.h"
+
+typedef struct mt_ranks {
+    mt_dist_env env;        /* rank, world_size, local_rank, ... */
+    mt_rdv rdv;             /* the others; world 1: no sockets */
+    int open;               /* rdv is open */
+    int local_world;        /* ranks on this machine (this one included) */
+    int threads;            /* CPU threads this rank's work may use */
+    int gpu;                /* ranks drive GPUs: rank r the GPU local_rank */
+    mt_device_comm *comm;   /* between the GPUs (several ranks on GPUs), else NULL */
+} mt_ranks;
+
+/* Becomes this process's rank: reads the launcher's variables, pins the
+ * process to its share of the machine's cores (unless the launcher did),
+ * with gpu selects the GPU local_rank, meets the other ranks (config: this
+ * rank's options as "name=value" lines, which must be every rank's), and
+ * on GPUs joins their communicator. Fails on every rank still there with
+ * a message naming the rank and variable at fault. */
+int mt_ranks_open(mt_ranks *r, int gpu, const char *config, mt_error *err);
+void mt_ranks_close(mt_ranks *r);
+
+static inline int mt_ranks_several(const mt_ranks *r) { return r->env.world_size > 1; }
+static inline int mt_ranks_lead(const mt_ranks *r) { return r->env.rank == 0; }
+
+/* Every rank's outcome of the same piece of work: 0 on every rank when
+ * all succeeded (rc 0), else -1 on every rank with the failing rank's
+ * message ("rank 2: ..."; this rank's own when it failed). */
+int mt_ranks_agree(mt_ranks *r, int rc, mt_error *err);
+
+/* *x replaced by its sum over the ranks (added in rank order: the same
+ * bits everywhere); n doubles. */
+int mt_ranks_sum(mt_ranks *r, double *x, int n, mt_error *err);
+
+/* This rank's part of every layer of t: layout and the parts' table. */
+int mt_ranks_parts(const mt_ranks *r, const mt_param_table *t, mt_shard_layout *sl,
+                   mt_param_table *parts, mt_error *err);
+
+#endif

@@ -1,0 +1,174 @@
+/* A training run of several ranks, the parts that differ from a run of
+ * one: meeting the other ranks, this rank's parts of the model (fresh,
+ * from a model directory, or from a checkpoint of any number of ranks),
+ * and its share of every step's micro-batches. The ranks' steps and saves
+ * are in trainer.c and trainer_state.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/cpu_ranks.h"
+#include "dist/shard_ckpt.h"
+#include "io/checkpoint.h"
+#include "io/model_io.h"
+#include "train/trainer_internal.h"
+#include "util/mem.h"
+#include "util/signals.h"
+#include "util/sys.h"
+
+int mt_run_ranks_open(mt_run *R, int gpu, mt_error *err) {
+    const mt_train_config *tc = R->tc;
+    char *lines = mt_train_config_to_lines(tc);
+    int rc = mt_ranks_open(&R->rk, gpu, lines, err);
+    free(lines);
+    if (rc) return -1;
+    int world = R->rk.env.world_size;
+    R->several = world > 1;
+    R->M = (int)tc->micro_batches;
+    R->mb_first = 0;
+    if (tc->gpus > 1 && world != tc->gpus)
+        return mt_errorf(err, "gpus = %lld, but this process is one of %d ranks (%s): start "
+                         "it with %lld or drop gpus", (long long)tc->gpus, world,
+                         R->rk.env.source, (long long)tc->gpus);
+    if (!R->several) return 0;
+    if (tc->micro_batches % world)
+        return mt_errorf(err, "micro_batches = %lld cannot be shared by %d ranks: each takes "
+                         "the same number of every step's micro-batches; use a multiple of %d",
+                         (long long)tc->micro_batches, world, world);
+    R->M = (int)(tc->micro_batches / world);
+    R->mb_first = R->rk.env.rank * R->M;
+    return 0;
+}
+
+const mt_param_table *mt_run_store_table(const mt_run *R) {
+    return R->several ? &R->parts : &R->table;
+}
+
+/* Reading a model directory into this rank's parts: a layer at a time
+ * through a buffer of one layer. */
+typedef struct part_reader {
+    mt_run *R;
+    float *layer;
+} part_reader;
+
+static float *reader_dst(void *ctx, int layer) {
+    (void)layer;
+    return ((part_reader *)ctx)->layer;
+}
+
+static void reader_done(void *ctx, int layer) {
+    part_reader *pr = ctx;
+    mt_run *R = pr->R;
+    memcpy(R->store.w + R->parts.layers[layer].offset, pr->layer + R->sl.part[layer].begin,
+           mt_shard_len(&R->sl, layer) * sizeof(float));
+}
+
+int mt_run_init_weights(mt_run *R, mt_error *err) {
+    const mt_train_config *tc = R->tc;
+    if (!tc->model[0]) {
+        if (R->several)
+            mt_shard_init_random(&R->store, &R->sl, (uint64_t)tc->seed, 0.02f);
+        else
+            mt_host_store_init_random(&R->store, (uint64_t)tc->seed, 0.02f);
+        return 0;
+    }
+    if (!R->several) return mt_model_load_weights(&R->store, tc->model, err);
+    part_reader pr = {.R = R, .layer = mt_calloc_or_die(R->table.max_layer_numel + 1,
+                                                        sizeof(float))};
+    int rc = mt_model_read_layers(&R->table, tc->model, reader_dst, reader_done, &pr, err);
+    free(pr.layer);
+    return rc;
+}
+
+/* A checkpoint of one process on a rank of several: the whole store once,
+ * then this rank's parts of it. */
+static int load_whole_into_parts(mt_run *R, char **js, mt_error *err) {
+    mt_host_store whole;
+    if (mt_host_store_create(&whole, &R->table, 0, err)) return -1;
+    int rc = mt_checkpoint_load_verified(R->ckpt_dir, &whole, &R->cfg, js, err);
+    if (rc == 0) {
+        mt_shard_take(&R->sl, whole.w, R->store.w);
+        mt_shard_take(&R->sl, whole.m, R->store.m);
+        mt_shard_take(&R->sl, whole.v, R->store.v);
+    }
+    mt_host_store_free(&whole);
+    return rc;
+}
+
+/* A checkpoint of several ranks on a run of one: as the one rank of a
+ * layout of one, then into the store's own layout. */
+static int load_shards_whole(mt_run *R, char **js, mt_error *err) {
+    mt_shard_store one;
+    if (mt_shard_store_init(&one, &R->table, 0, 1, 0, err)) return -1;
+    int rc = mt_shard_ckpt_load(R->ckpt_dir, &one, &R->cfg, js, err);
+    if (rc == 0) {
+        mt_shard_put(&one.layout, one.w, R->store.w);
+        mt_shard_put(&one.layout, one.m, R->store.m);
+        mt_shard_put(&one.layout, one.v, R->store.v);
+    }
+    mt_shard_store_free(&one);
+    return rc;
+}
+
+int mt_run_load_checkpoint(mt_run *R, char **js, mt_error *err) {
+    int ranks = mt_shard_ckpt_ranks(R->ckpt_dir, err);
+    if (ranks < 0) return -1;
+    if (ranks == 0)
+        return R->several ? load_whole_into_parts(R, js, err)
+                          : mt_checkpoint_load_verified(R->ckpt_dir, &R->store, &R->cfg, js, err);
+    if (!R->several) return load_shards_whole(R, js, err);
+    mt_shard_store view = {.layout = R->sl, .w = R->store.w, .m = R->store.m, .v = R->store.v};
+    return mt_shard_ckpt_load(R->ckpt_dir, &view, &R->cfg, js, err);
+}
+
+/* A rank other than the first reports only its warnings, named: progress
+ * and information come from rank 0. */
+static void warnings_only(const mt_event *ev, void *user) {
+    mt_run *R = user;
+    if (ev->kind != MT_EVENT_WARNING || !R->ev_rank.fn) return;
+    char text[1200];
+    snprintf(text, sizeof text, "rank %d: %s", R->rk.env.rank, ev->text);
+    mt_event e = *ev;
+    e.text = text;
+    R->ev_rank.fn(&e, R->ev_rank.user);
+}
+
+void mt_run_quiet_events(mt_run *R) {
+    R->ev_rank = R->ev;
+    R->ev.fn = warnings_only;
+    R->ev.user = R;
+}
+
+double mt_run_host_mem_share(const mt_run *R) {
+    const mt_train_config *tc = R->tc;
+    if (!R->several) return tc->host_mem;
+    double machine = tc->host_mem > 0 ? tc->host_mem : mt_host_ram_budget_bytes() / 1e9;
+    return machine / R->rk.local_world;
+}
+
+int mt_run_backend_init(mt_run *R, const mt_runner_opts *ro, mt_error *err) {
+    const mt_train_config *tc = R->tc;
+    if (R->several && !mt_runner_pick_gpu(ro->device, err)) {
+        R->r = (mt_runner){.n_layers = R->table.n_layers, .M = R->M, .B = tc->batch_size,
+                           .T = tc->seq_len};
+        R->r.be = mt_cpu_ranks_backend_create(&R->cfg, &R->sl, &R->store, &R->rk.rdv, R->M,
+                                              tc->batch_size, tc->seq_len, err);
+        R->cpu_ranks = R->r.be != NULL;
+        return R->r.be ? 0 : -1;
+    }
+    return mt_runner_init(&R->r, &R->cfg, &R->table, &R->store, R->M, tc->batch_size,
+                          tc->seq_len, ro, err);
+}
+
+void mt_run_backend_free(mt_run *R) {
+    if (R->cpu_ranks) {
+        mt_cpu_ranks_backend_free(R->r.be);
+        R->r.be = NULL;
+        R->cpu_ranks = 0;
+        return;
+    }
+    mt_runner_free(&R->r);
+}
+
+int mt_run_stop_asked(const mt_run *R) {
+    return R->several ? R->stop_asked : mt_signals_pending();
+}

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Training on several GPUs of this machine (`megatrain train --gpus N`, one
+# rank a GPU, NCCL between them): the same losses as one GPU with the same
+# global batch, in fp32 and bf16, and checkpoints of N GPUs resumed on
+# fewer. Run by `make test-gpu`; skipped (and said so) with fewer than 2
+# GPUs. Prints "N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+bin=${BUILD:-build}/megatrain
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ "${gpus:-0}" -lt 2 ]; then
+    echo "multi-GPU tests skipped: ${gpus:-0} GPU visible (they need 2 or more)"
+    exit 0
+fi
+n=$((gpus >= 4 ? 4 : 2))
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+check() { if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $*"; fi; }
+
+python3 - "$tmp" <<'PY'
+import json, random, sys
+random.seed(11)
+words = "the a river boat old man woman walked saw near by city morning night red green".split()
+with open(f"{sys.argv[1]}/train.jsonl", "w") as f:
+    for i in range(400):
+        f.write(json.dumps({"text": " ".join(random.choice(words) for _ in range(60))}) + "\n")
+PY
+# head dim 64: the bf16 runs take the flash-attention path
+$bin init --tokenizer tests/fixtures/tokenizer/tiny_bytelevel.json --out "$tmp/init" \
+    --hidden 256 --layers 4 --heads 4 --kv-heads 2 --ffn 512 --max-pos 128 >/dev/null
+
+# train OUT PRECISION GPUS [extra...]: 12 steps of 4 micro-batches of 4 x 64 tokens
+train() {
+    local out=$1 prec=$2 g=$3
+    shift 3
+    $bin train --model "$tmp/init" --data "$tmp/train.jsonl" --out "$out" --precision "$prec" \
+        --seq-len 64 --batch-size 4 --micro-batches 4 --steps 12 --lr 1e-3 --warmup-steps 2 \
+        --save-every 6 --save-dtype fp32 --gpus "$g" "$@" >"$out.log" 2>&1 ||
+        { echo "train $out failed:"; tail -5 "$out.log"; return 1; }
+}
+
+# same_losses A B TOL FIRST: metrics.jsonl losses of steps >= FIRST within TOL relative
+same_losses() {
+    python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" "$3" "$4" <<'PY'
+import json, sys
+def losses(p):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r}
+a, b, tol, first = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+steps = [s for s in sorted(a) if s >= first]
+assert steps and all(s in b for s in steps), f"steps {steps} vs {sorted(b)}"
+worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in steps)
+print(f"  {sys.argv[2].split('/')[-2]}: steps {steps[0]}-{steps[-1]}, worst relative loss difference {worst:.3g} (tolerance {tol:g})")
+sys.exit(0 if worst <= tol else 1)
+PY
+}
+
+for prec in fp32 bf16; do
+    train "$tmp/$prec-1" $prec 1 && train "$tmp/$prec-$n" $prec $n || { fail=$((fail + 1)); continue; }
+    # fp32: the GPUs' losses differ from one GPU's only by the order of the
+    # gradient's fp32 sums (a GPU sums its micro-batches, the reduce-scatter
+    # the GPUs'); 1e-6 is the bound the design promises.
+    # bf16: the same sums, but weights that differ in their last fp32 bits
+    # can round to neighbouring bf16 values (a relative step of 2^-8) in the
+    # next step's products; 1e-3 bounds that drift over 12 steps.
+    tol=$([ $prec = fp32 ] && echo 1e-6 || echo 1e-3)
+    check same_losses "$tmp/$prec-1" "$tmp/$prec-$n" $tol 1
+done
+
+# a checkpoint of n GPUs resumed on one GPU (and on 2 of 4) continues the run
+for g in 1 $([ $n = 4 ] && echo 2); do
+    out=$tmp/resume-$g
+    mkdir -p "$out/checkpoints"
+    cp -r "$tmp/fp32-$n/checkpoints/step-00000006" "$out/checkpoints/"
+    if train "$out" fp32 $g --resume auto; then
+        check same_losses "$tmp/fp32-$n" "$out" 1e-6 7
+    else
+        fail=$((fail + 1))
+    fi
+done
+
+echo "multi-GPU ($n GPUs): $pass passed, $fail failed"
+[ "$fail" = 0 ]
