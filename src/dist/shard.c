@@ -38,7 +38,9 @@ int mt_shard_layout_init(mt_shard_layout *sl, const mt_param_table *t, int rank,
     for (int l = 0; l < t->n_layers; l++) {
         sl->part[l] = mt_shard_split(t->layers[l].numel, ranks, rank);
         sl->local[l] = at;
-        at = mt_round_up(at + mt_shard_len(sl, l), MT_SHARD_ALIGN);
+        /* page-aligned, as the model's layers: each part is pinned (and
+         * copied) on its own */
+        at = mt_round_up(at + mt_shard_len(sl, l), MT_LAYER_ALIGN);
     }
     sl->total = at;
     return 0;

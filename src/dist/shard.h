@@ -11,7 +11,8 @@
  * the ranks.
  *
  * A rank keeps its parts back to back in its own arrays (w, m, v, g: the
- * "local" layout), layer 0's part first, each part starting aligned.
+ * "local" layout), layer 0's part first, each part starting on a page
+ * (MT_LAYER_ALIGN), as the model's layers do.
  * Optimizer, checkpoints and (later) collectives are loops over these
  * parts; a tensor boundary inside a part is found with mt_shard_pieces. */
 #ifndef MT_DIST_SHARD_H

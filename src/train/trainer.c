@@ -319,8 +319,8 @@ static int setup(mt_run *R, mt_error *err) {
                          .calibration = tc->calibration[0] ? tc->calibration : NULL,
                          .rank = R->rk.env.rank, .ranks = R->rk.env.world_size,
                          .comm = R->rk.comm};
-    /* the CPU backend and the planner-less GPU path read the store's g */
-    int store_grads = !gpu || tc->host_checkpoints || R->several;
+    /* the CPU backends and the planner-less GPU path read the store's g */
+    int store_grads = !gpu || tc->host_checkpoints;
     if (mt_train_check_host_memory(tc, &R->cfg, mt_run_store_table(R), store_grads, !gpu,
                                    mt_host_ram_available_bytes(), err))
         return -1;
@@ -336,8 +336,7 @@ static int setup(mt_run *R, mt_error *err) {
     free(plan_text);
     if (rc) return -1;
     ro.plan = R->plan;
-    if (mt_host_store_create(&R->store, mt_run_store_table(R), !R->plan || R->several, err))
-        return -1;
+    if (mt_host_store_create(&R->store, mt_run_store_table(R), store_grads, err)) return -1;
     mt_emitf(&R->ev, MT_EVENT_INFO, "model: %s %s, %.2fM parameters, %lld layers, hidden %lld, "
              "vocab %lld", tc->model[0] ? tc->model : "built-in", R->cfg.model_type,
              R->table.n_params / 1e6, (long long)R->cfg.L, (long long)R->cfg.C,

@@ -94,7 +94,7 @@ Test(dist_shard, layouts_own_every_element_once) {
                 size_t local_end = 0;
                 for (int l = 0; l < t.n_layers; l++) {
                     const mt_layer_desc *ld = &t.layers[l];
-                    cr_assert_eq(sl.local[l] % MT_SHARD_ALIGN, 0);
+                    cr_assert_eq(sl.local[l] % MT_LAYER_ALIGN, 0, "parts start on a page");
                     cr_assert(sl.local[l] >= local_end, "local parts overlap");
                     local_end = sl.local[l] + mt_shard_len(&sl, l);
                     for (size_t i = sl.part[l].begin; i < sl.part[l].end; i++)
