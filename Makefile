@@ -33,10 +33,12 @@ SOVERSION := $(firstword $(subst ., ,$(VERSION)))
 PREFIX  ?= /usr/local
 
 # Sources: everything under src/ except the CLI (linked into the binary) and
-# the CUDA backend (built only when nvcc is present).
+# the CUDA side (built only when nvcc is present): the streaming engine's
+# host code (src/backend/cuda/*.c) and the kernels (src/kernels/*.cu), with
+# the kernel micro-benchmarks that `megatrain bench` runs (bench/kernels/).
 LIB_SRC := $(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/backend/cuda/*' | sort)
 CLI_SRC := $(shell find src/cli -name '*.c' | sort)
-CU_SRC  := $(shell find src -name '*.cu' | sort)
+CU_SRC  := $(shell find src bench/kernels -name '*.cu' | sort)
 TEST_COMMON_SRC := $(shell find tests/common -name '*.c' | sort)
 CPU_TEST_SRC := $(shell find tests/cpu tests/common -name '*.c' | sort)
 GPU_TEST_SRC := $(shell find tests/gpu tests/common -name '*.c' | sort)
@@ -157,6 +159,10 @@ install: $(BUILD)/megatrain $(BUILD)/libmegatrain.so $(BUILD)/libmegatrain.a $(B
 
 $(BUILD)/mt_gpu_tests: $(GPU_TEST_OBJ) $(BUILD)/libmegatrain.a
 	$(CC) -o $@ $(GPU_TEST_OBJ) $(BUILD)/libmegatrain.a $(LDLIBS) -lcriterion
+
+# The cuBLASLt GEMM table (bench/kernels/gemm_bench.cu), on a GPU machine.
+$(BUILD)/gemm_bench: bench/gemm_bench.c $(BUILD)/libmegatrain.a
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libmegatrain.a $(LDLIBS)
 
 run: setup
 	@$(MAKE) --no-print-directory $(BUILD)/megatrain

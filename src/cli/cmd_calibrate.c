@@ -12,7 +12,7 @@
 #include "model/presets.h"
 
 #ifdef MT_HAVE_CUDA
-#include "backend/cuda/cuda_ops.h"
+#include "kernels/cuda_ops.h"
 #include "backend/cuda/planner.h"
 #endif
 

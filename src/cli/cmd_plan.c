@@ -17,7 +17,7 @@
 #ifdef MT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include "backend/cuda/cuda_ops.h"
+#include "kernels/cuda_ops.h"
 #include "backend/cuda/planner.h"
 #endif
 

@@ -16,7 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/backend_cuda.h"
-#include "backend/cuda/cuda_ops.h"
+#include "kernels/cuda_ops.h"
 #include "backend/cuda/planner.h"
 #include "util/sys.h"
 #endif

@@ -11,14 +11,14 @@
 
 #include "backend/cpu/backend_cpu.h"
 #include "backend/cpu/ops.h"
-#include "backend/cuda/attention.h"
 #include "backend/cuda/backend_cuda.h"
-#include "backend/cuda/cuda_ops.h"
 #include "engine/optim_pipeline.h"
 #include "engine/optimizer.h"
 #include "engine/step.h"
 #include "fixture.h"
 #include "gpu_train.h"
+#include "kernels/attention/attention.h"
+#include "kernels/cuda_ops.h"
 #include "testlib.h"
 
 /* fp32 mode: TF32 off, so the GPU differs from PyTorch's CPU fp32 only by

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "backend/cuda/backend_cuda.h"
-#include "backend/cuda/cuda_ops.h"
 #include "gpu_train.h"
+#include "kernels/cuda_ops.h"
 
 /* Six blocks, head dim 64 (the bf16 flash kernel and the fast path). */
 static mt_config deep_config(int tied) {

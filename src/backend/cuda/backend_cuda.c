@@ -27,9 +27,9 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/backend_cuda_internal.h"
-#include "backend/cuda/engine_kernels.h"
 #include "backend/cuda/layers_cuda.h"
 #include "backend/cuda/moe_cuda.h"
+#include "kernels/optim/optim_kernels.h"
 
 /* ---- weights ---- */
 

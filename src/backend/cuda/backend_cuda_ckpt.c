@@ -3,8 +3,8 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/backend_cuda_internal.h"
-#include "backend/cuda/engine_kernels.h"
 #include "backend/cuda/layers_cuda.h"
+#include "kernels/optim/optim_kernels.h"
 
 /* Host checkpoints: checkpoint l lives in dck[l % 2] on the GPU while
  * layers l-1 (writing it) and l (reading it) run, and in h_ckpt otherwise.

@@ -11,8 +11,8 @@
 #include <stdint.h>
 
 #include "backend/cuda/backend_cuda.h"
-#include "backend/cuda/cuda_common.h"
 #include "engine/trace.h"
+#include "kernels/cuda_common.h"
 
 #define MAX_SLOTS 8
 #define TRACE_SPANS 512

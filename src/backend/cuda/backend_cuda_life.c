@@ -9,8 +9,8 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/backend_cuda_internal.h"
-#include "backend/cuda/engine_kernels.h"
 #include "backend/cuda/moe_cuda.h"
+#include "kernels/optim/optim_kernels.h"
 #include "model/rope.h"
 #include "util/mem.h"
 

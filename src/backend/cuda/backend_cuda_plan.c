@@ -3,10 +3,10 @@
  * function sizes the allocation (bump with no base) and carves it. */
 #include <stdlib.h>
 
-#include "backend/cuda/attention.h"
 #include "backend/cuda/backend_cuda_internal.h"
-#include "backend/cuda/engine_kernels.h"
 #include "backend/cuda/moe_cuda.h"
+#include "kernels/attention/attention.h"
+#include "kernels/optim/optim_kernels.h"
 #include "util/mem.h"
 
 

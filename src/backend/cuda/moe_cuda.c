@@ -16,10 +16,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "backend/cuda/cuda_common.h"
-#include "backend/cuda/moe_gemm.h"
-#include "backend/cuda/moe_route.h"
-#include "backend/cuda/ops_fused.h"
+#include "kernels/cuda_common.h"
+#include "kernels/moe/moe_gemm.h"
+#include "kernels/moe/moe_route.h"
+#include "kernels/ops/ops_fused.h"
 #include "util/mem.h"
 
 #define MOE_ALIGN 256

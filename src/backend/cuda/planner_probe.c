@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/cuda_common.h"
 #include "backend/cuda/planner.h"
 #include "engine/step.h"
 #include "engine/trace.h"
 #include "io/file.h"
+#include "kernels/cuda_common.h"
 #include "optim/adamw.h"
 #include "util/mem.h"
 #include "util/sys.h"
