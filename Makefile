@@ -36,7 +36,11 @@ PREFIX  ?= /usr/local
 # the CUDA side (built only when nvcc is present): the streaming engine's
 # host code (src/backend/cuda/*.c) and the kernels (src/kernels/*.cu), with
 # the kernel micro-benchmarks that `megatrain bench` runs (bench/kernels/).
-LIB_SRC := $(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/backend/cuda/*' | sort)
+# The engine's GPU memory layout is plain C and built in every build: the
+# planner (src/plan/) sizes runs with it, also without CUDA.
+CUDA_LAYOUT_SRC := src/backend/cuda/backend_cuda_plan.c src/backend/cuda/moe_cuda_layout.c
+LIB_SRC := $(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/backend/cuda/*' | sort) \
+           $(CUDA_LAYOUT_SRC)
 CLI_SRC := $(shell find src/cli -name '*.c' | sort)
 CU_SRC  := $(shell find src bench/kernels -name '*.cu' | sort)
 TEST_COMMON_SRC := $(shell find tests/common -name '*.c' | sort)
@@ -60,7 +64,7 @@ ifneq ($(NVCC),)
 CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
 CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
 # Host code of the CUDA backend: C, compiled only when CUDA is present.
-LIB_SRC += $(shell find src/backend/cuda -name '*.c' | sort)
+LIB_SRC += $(filter-out $(CUDA_LAYOUT_SRC),$(shell find src/backend/cuda -name '*.c' | sort))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
 CFLAGS  += -DMT_HAVE_CUDA -I$(CUDA_HOME)/include
 NVFLAGS := -std=c++17 -O3 -g -lineinfo $(CUDA_GENCODE) -Isrc -DMT_HAVE_CUDA -Xcompiler -fopenmp,-Wall,-fPIC

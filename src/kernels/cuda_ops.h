@@ -25,7 +25,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include <cuda_runtime_api.h>
+#include "kernels/cuda_types.h"
 
 #ifdef __cplusplus
 /* util/error.h is C11; nvcc compiles the .cu files as C++. */

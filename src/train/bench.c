@@ -17,7 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/backend_cuda.h"
-#include "backend/cuda/planner.h"
+#include "plan/planner.h"
 #include "train/runner.h"
 
 typedef struct gate_timer {

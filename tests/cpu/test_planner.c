@@ -6,12 +6,11 @@
  * refused naming that budget, and the step model rewards kept layers. */
 #include <criterion/criterion.h>
 
-#ifdef MT_HAVE_CUDA
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/planner.h"
+#include "plan/planner.h"
 #include "testlib.h"
 #include "model/presets.h"
 
@@ -327,4 +326,27 @@ Test(planner, twelve_qwen3_30b_a3b_blocks_fit_one_h200_and_125_gib) {
     mt_params_free(&t);
 }
 
-#endif
+/* The described GPUs: h200 is the defaults, every entry has its memory and
+ * positive rates, and the host's rates stay the defaults'. */
+Test(planner, the_gpu_table_describes_every_named_gpu) {
+    mt_rates def, r;
+    mt_rates_default(&def);
+    const mt_gpu_spec *h200 = mt_gpu_spec_find("H200");
+    cr_assert_not_null(h200);
+    mt_rates_for_gpu(&r, h200);
+    cr_assert(r.gemm_tflops == def.gemm_tflops && r.attn_fwd_tflops == def.attn_fwd_tflops &&
+              r.attn_bwd_tflops == def.attn_bwd_tflops && r.h2d_gbs == def.h2d_gbs &&
+              r.d2h_gbs == def.d2h_gbs && r.hbm_gbs == def.hbm_gbs);
+    const char *names[] = {"h100", "h200", "a100", "l40s", "4090"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        const mt_gpu_spec *g = mt_gpu_spec_find(names[i]);
+        cr_assert_not_null(g, "%s", names[i]);
+        cr_assert(strstr(mt_gpu_spec_names(), names[i]) != NULL);
+        mt_rates_for_gpu(&r, g);
+        cr_assert(g->mem_gb > 0 && r.gemm_tflops > 0 && r.attn_fwd_tflops > 0 &&
+                  r.attn_bwd_tflops > 0 && r.h2d_gbs > 0 && r.d2h_gbs > 0 && r.hbm_gbs > 0,
+                  "%s", names[i]);
+        cr_assert(r.adam_gparams == def.adam_gparams && r.duplex == def.duplex);
+    }
+    cr_assert_null(mt_gpu_spec_find("v100"));
+}

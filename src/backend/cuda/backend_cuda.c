@@ -29,6 +29,7 @@
 #include "backend/cuda/backend_cuda_internal.h"
 #include "backend/cuda/layers_cuda.h"
 #include "backend/cuda/moe_cuda.h"
+#include "kernels/cuda_common.h"
 #include "kernels/optim/optim_kernels.h"
 
 /* ---- weights ---- */

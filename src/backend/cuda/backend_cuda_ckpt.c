@@ -4,6 +4,7 @@
 
 #include "backend/cuda/backend_cuda_internal.h"
 #include "backend/cuda/layers_cuda.h"
+#include "kernels/cuda_common.h"
 #include "kernels/optim/optim_kernels.h"
 
 /* Host checkpoints: checkpoint l lives in dck[l % 2] on the GPU while

@@ -6,13 +6,12 @@
 #ifndef MT_BACKEND_CUDA_INTERNAL_H
 #define MT_BACKEND_CUDA_INTERNAL_H
 
-#include <cuda_runtime_api.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "backend/cuda/backend_cuda.h"
 #include "engine/trace.h"
-#include "kernels/cuda_common.h"
+#include "kernels/cuda_ops.h"
 
 #define MAX_SLOTS 8
 #define TRACE_SPANS 512

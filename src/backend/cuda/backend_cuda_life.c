@@ -10,6 +10,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cuda/backend_cuda_internal.h"
 #include "backend/cuda/moe_cuda.h"
+#include "kernels/cuda_common.h"
 #include "kernels/optim/optim_kernels.h"
 #include "model/rope.h"
 #include "util/mem.h"

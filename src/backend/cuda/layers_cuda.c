@@ -5,6 +5,7 @@
 #include "backend/cuda/layers_cuda.h"
 #include "backend/cuda/moe_cuda.h"
 #include "kernels/attention/attention.h"
+#include "kernels/cuda_common.h"
 #include "kernels/ops/ops_fused.h"
 
 /* ---- positions of packed documents (mt_batch.pos) ---- */

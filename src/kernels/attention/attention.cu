@@ -42,10 +42,6 @@ extern "C" bool mt_attn_bf16_supports(size_t HD) {
     return HD == 64 || HD == 128 || (mt_attn_takes_wgmma() && (HD == 80 || HD == 96));
 }
 
-size_t mt_attn_backward_scratch_bytes(size_t B, size_t T, size_t NH) {
-    return B * T * NH * sizeof(float);
-}
-
 static mt_attn_args mt_attn_make_args(size_t T, size_t NH, size_t NKV, size_t HD) {
     mt_attn_args a = {};
     a.T = (int)T;

@@ -39,7 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <cuda_runtime.h>
+#include "kernels/cuda_types.h"
 
 #ifdef __cplusplus
 /* util/error.h is C11: give C++ its spelling of _Noreturn and C linkage. */

@@ -259,11 +259,6 @@ extern "C" const char *mt_cuda_moe_gemm_kernel_name(void) {
                : "mma.sync";
 }
 
-extern "C" size_t mt_cuda_moe_gemm_scratch_bytes(int E) {
-    MT_ASSERT(E >= 0);
-    return (((size_t)E + 1) * sizeof(int32_t) + 255) & ~(size_t)255;
-}
-
 extern "C" bool mt_cuda_moe_gemm_tensor_cores(mt_precision prec, size_t IC, size_t OC) {
     return prec == MT_PREC_BF16 && mt_moe_mma_shape_ok(IC, OC);
 }

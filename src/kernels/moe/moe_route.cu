@@ -13,10 +13,11 @@
 
 #include "kernels/cuda_common.h"
 #include "kernels/moe/moe_route.h"
+#include "kernels/scratch_sizes.h"
 
 #define FULL 0xffffffffu
 #define TOKEN_WARPS 4 /* tokens per block of the per-token warp kernels */
-#define GROUP_TILE 1024
+#define GROUP_TILE MT_GROUP_TILE /* scratch_sizes.h */
 #define GROUP_WARPS 4
 #define EW_THREADS 256
 #define CB_THREADS 128
@@ -125,10 +126,6 @@ extern "C" void mt_cuda_moe_route(cudaStream_t s, float *p, int32_t *sel, float 
 }
 
 /* ---- grouping ---- */
-
-extern "C" size_t mt_cuda_moe_group_scratch(size_t NK, int E) {
-    return MT_CEIL_DIV(NK, (size_t)GROUP_TILE) * (size_t)E;
-}
 
 /* hist[b][e] = choices of expert e in tile b. */
 __global__ void group_count_kernel(int32_t *hist, const int32_t *sel, size_t NK, size_t tiles,

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <cuda_runtime_api.h>
+#include "kernels/cuda_types.h"
 
 #ifdef __cplusplus
 extern "C" {

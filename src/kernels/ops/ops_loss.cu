@@ -18,6 +18,7 @@
 #include "backend/cpu/ops.h" /* MT_IGNORE_INDEX */
 #include "kernels/cuda_common.h"
 #include "kernels/cuda_ops.h"
+#include "kernels/scratch_sizes.h"
 
 #define CE_THREADS 512
 #define SUM_THREADS 1024
@@ -114,12 +115,6 @@ extern "C" void mt_cuda_sum_to_double(mt_cuda_ctx *ctx, double *sum, const float
     CUDA_LAUNCH_CHECK();
 }
 
-static size_t logits_bytes(size_t R, size_t V) { return (R * V * sizeof(float) + 255) / 256 * 256; }
-
-extern "C" size_t mt_cuda_lm_head_scratch_bytes(mt_precision prec, size_t R, size_t V) {
-    return logits_bytes(R, V) + (prec == MT_PREC_BF16 ? R * V * 2 : 0);
-}
-
 extern "C" void mt_cuda_lm_head_loss(mt_cuda_ctx *ctx, mt_precision prec, double *loss_sum,
                                      float *row_loss, float *dhidden, bool dhidden_accumulate,
                                      float *dw, void *scratch, const void *hidden,
@@ -129,7 +124,8 @@ extern "C" void mt_cuda_lm_head_loss(mt_cuda_ctx *ctx, mt_precision prec, double
     bool bf16 = prec == MT_PREC_BF16, grad = dhidden || dw;
     size_t esize = bf16 ? 2 : 4;
     float *logits = (float *)scratch;                                       // (R, V)
-    uint16_t *dl16 = bf16 ? (uint16_t *)((char *)scratch + logits_bytes(R, V)) : NULL; // (R, V)
+    uint16_t *dl16 =
+        bf16 ? (uint16_t *)((char *)scratch + mt_lm_head_logits_bytes(R, V)) : NULL; // (R, V)
     /* The products read dlogits with the operand type of prec. */
     const void *dlogits = bf16 ? (const void *)dl16 : (const void *)logits;
     for (size_t r0 = 0; r0 < N; r0 += R) {

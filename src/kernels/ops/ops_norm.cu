@@ -17,14 +17,15 @@
 
 #include "kernels/cuda_common.h"
 #include "kernels/cuda_ops.h"
+#include "kernels/scratch_sizes.h"
 
 #define NORM_WARPS 8    /* rows per block of the norm kernels */
-#define COLSUM_ROWS 256 /* rows per partial sum */
+#define COLSUM_ROWS MT_COLSUM_ROWS /* rows per partial sum (scratch_sizes.h) */
 #define COLSUM_TY 8     /* row lanes per column in the partial kernel */
 /* The fused backward: a block of C/16 threads (C <= 8192), 4 float4 of a
  * row each, walks FUSED_ROWS rows (N/64 blocks: 256 at 16k tokens). */
 #define FUSED_V 4
-#define FUSED_ROWS 64
+#define FUSED_ROWS MT_FUSED_ROWS
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -274,17 +275,6 @@ __global__ void colsum_final_kernel(float *out, const float *partial, size_t G, 
     float t = 0.0f;
     for (size_t g = 0; g < G; g++) t += partial[g * C + c];
     out[c] += t;
-}
-
-/* The fused backward's partials, then those of its column sums. */
-static size_t fused_scratch_floats(size_t N, size_t C) {
-    const size_t G = MT_CEIL_DIV(N, (size_t)FUSED_ROWS);
-    return G * C + MT_CEIL_DIV(G, (size_t)COLSUM_ROWS) * C;
-}
-
-extern "C" size_t mt_cuda_colsum_scratch_floats(size_t N, size_t C) {
-    const size_t plain = MT_CEIL_DIV(N, (size_t)COLSUM_ROWS) * C, fused = fused_scratch_floats(N, C);
-    return plain > fused ? plain : fused;
 }
 
 /* out (C) += column sums of a (N,C), or of a * b * s[row] when b != NULL. */

@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include <cuda_runtime_api.h>
+#include "kernels/cuda_types.h"
 
 #include "optim/adamw.h"
 

@@ -1,6 +1,6 @@
 /* The placement planner: a step-time model over the three streams and the
  * optimizer thread, and a greedy choice of homes within two budgets. */
-#include "backend/cuda/planner.h"
+#include "plan/planner.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -8,16 +8,6 @@
 
 #include "util/mem.h"
 #include "util/sys.h"
-
-/* Measured on the H200: products by cuBLASLt; attention by the Hopper
- * kernels at seq 2048, 32/8 heads, HD 128 (bench/RESULTS.md, 0e176a7:
- * 561 forward, 409-434 backward). */
-void mt_rates_default(mt_rates *r) {
-    *r = (mt_rates){.gemm_tflops = 700, .attn_fwd_tflops = 560, .attn_bwd_tflops = 415,
-                    .hbm_gbs = 2500, .h2d_gbs = 55, .d2h_gbs = 55, .duplex = 0.88,
-                    .adam_gparams = 4.5};
-    snprintf(r->source, sizeof r->source, "H200 defaults (SPEC 6)");
-}
 
 /* ---- per-layer compute ---- */
 

@@ -6,41 +6,19 @@
  *
  * The engine's schedule does not change with the plan; only where buffers
  * live. The planner never allocates: it sizes placements with the
- * backend's own counting (mt_cuda_backend_bytes, _host_bytes). */
-#ifndef MT_BACKEND_CUDA_PLANNER_H
-#define MT_BACKEND_CUDA_PLANNER_H
+ * backend's own counting (mt_cuda_backend_bytes, _host_bytes: the GPU
+ * memory layout, plain C, compiled in every build). Plain C itself, it
+ * runs in every build, also without CUDA (megatrain plan on the machine
+ * where someone sizes a purchase); what it measures on a GPU is behind
+ * backend/cuda/planner_probe.h. */
+#ifndef MT_PLAN_PLANNER_H
+#define MT_PLAN_PLANNER_H
 
 #include <stddef.h>
 #include <stdio.h>
 
 #include "backend/cuda/backend_cuda.h"
-
-/* Rates of the machine. Compute comes either from a probe of the very
- * layer shape (layer_* > 0, for that cfg/M/B/T) or from the FLOP rates. */
-typedef struct mt_rates {
-    char source[96];          /* where the numbers come from, for printing */
-    double gemm_tflops;       /* matrix products on layer-sized shapes */
-    double attn_fwd_tflops, attn_bwd_tflops; /* causal flash attention, counted as FA does */
-    double hbm_gbs;           /* device memory, for element-wise passes */
-    double h2d_gbs, d2h_gbs;  /* pinned copies, one direction alone */
-    double duplex;            /* fraction of those rates left with both directions busy */
-    double adam_gparams;      /* CPU AdamW, all threads */
-    /* probed times of one decoder layer and the head at the plan's shape */
-    double layer_fwd_s, layer_bwd_s, layer_bwd_kept_s, head_s, embed_s;
-    int64_t probe_C, probe_F, probe_V, probe_tokens, probe_T;
-} mt_rates;
-
-/* Rates measured on the H200 device machine (bench/RESULTS.md, SPEC 6). */
-void mt_rates_default(mt_rates *r);
-
-/* Reads / writes rates as JSON (megatrain calibrate). */
-int mt_rates_load(mt_rates *r, const char *path, mt_error *err);
-int mt_rates_save(const mt_rates *r, const char *path, mt_error *err);
-
-/* Measures this machine: copies, CPU AdamW, and one decoder layer and the
- * head of cfg's shape at M x (B, T) on the GPU (a few seconds). */
-int mt_rates_probe(mt_rates *r, const mt_config *cfg, int M, int64_t B, int64_t T,
-                   mt_gpu_precision prec, mt_error *err);
+#include "plan/rates.h"
 
 typedef struct mt_plan_request {
     const mt_config *cfg;
