@@ -1,6 +1,7 @@
 # megatrain build.
 #   make run       set up, build, train the built-in tiny model
-#   make test      set up, build, run every test that needs no GPU (C, the
+#   make test      set up, build, check that no files depend on each other in
+#                  a circle, run every test that needs no GPU (C, the
 #                  installed library, the Python package: tests/python)
 #   make test-gpu  build and run the GPU tests (on a machine with a GPU)
 #   make bench     build and run the default benchmarks
@@ -174,6 +175,7 @@ run: setup
 
 test: setup
 	@$(MAKE) --no-print-directory build
+	scripts/check_circles.sh $(BUILD)
 	$(BUILD)/mt_tests --jobs 2
 	scripts/test_install.sh $(BUILD)
 	scripts/test_python.sh $(BUILD)

@@ -1,6 +1,7 @@
 /* Internals of the grouped expert products (moe_gemm.h), shared by:
- *   moe_gemm.cu        the API: checks, the choice of path, the tile
- *                      offsets, and the plain fp32-FMA kernels (any shape)
+ *   moe_gemm.cu        the API: checks, the choice of path, and the plain
+ *                      fp32-FMA kernels (any shape)
+ *   moe_gemm_tiles.cu  the tile offsets and walk all kernels share
  *   moe_gemm_mma.cu    the bf16 tensor-core kernel (mma.sync, sm_80 on)
  *   moe_gemm_wgmma.cu  the bf16 Hopper kernel (wgmma, sm_90)
  *   bench/kernels/moe_gemm_bench.cu  the benchmark
