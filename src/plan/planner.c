@@ -52,8 +52,8 @@ static layer_costs costs(const mt_plan_request *q) {
 
 /* ---- the step-time model ----
  * Replays the bind order of a step (forward 0..L, head, backward L..0)
- * over three resources: the H2D engine (weights, checkpoint loads), the
- * compute stream, the D2H engine (checkpoint saves, gradients). A layer's
+ * over three resources: the H2D engine (weights, saved input loads), the
+ * compute stream, the D2H engine (saved input saves, gradients). A layer's
  * weights start copying once the optimizer thread has updated it and at
  * most K-1 binds ahead; a gradient accumulator is reused only after its
  * drain. The optimizer starts with the step (the last step's drains end
@@ -108,10 +108,10 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan
         h2d_busy += wbytes / rh2d;
         /* load this layer's input, or the one its recomputed input is
          * rebuilt from (then not again for that layer) */
-        int rebuild = back && l >= 1 && l < head - 1 && h[l].ckpt_recompute;
+        int rebuild = back && l >= 1 && l < head - 1 && h[l].saved_recompute;
         int load = back && l >= 1 && l < head - 1 &&
-                   ((h[l].ckpt_host && !h[l + 1].ckpt_recompute) ||
-                    (rebuild && l >= 2 && h[l - 1].ckpt_host));
+                   ((h[l].saved_host && !h[l + 1].saved_recompute) ||
+                    (rebuild && l >= 2 && h[l - 1].saved_host));
         if (load) {
             e += ck / rh2d;
             h2d_busy += ck / rh2d;
@@ -127,7 +127,7 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan
         cstart[j] = c0;
         comp = c0 + dur;
         compute += dur;
-        if (!b && l >= 1 && l < head && h[l + 1].ckpt_host) { /* save the output */
+        if (!b && l >= 1 && l < head && h[l + 1].saved_host) { /* save the output */
             double ds = fmax(d2h_free, comp);
             d2h_free = ds + ck / rd2h;
             d2h_busy += ck / rd2h;
@@ -172,10 +172,10 @@ static void measure(const mt_plan_request *q, mt_plan *p) {
     p->store_bytes = (double)q->t->total * 12.0;
     /* tokens, targets and the embedding plan of a step, in the trainer and the backend */
     p->host_bytes = p->store_bytes + p->pinned_bytes + tok * 20.0;
-    p->n_host_grads = p->n_host_ckpts = 0;
+    p->n_host_grads = p->n_host_saved = 0;
     for (int l = 0; l < p->n_layers; l++) {
         p->n_host_grads += p->homes[l].grad_host;
-        p->n_host_ckpts += l >= 1 && p->homes[l].ckpt_host;
+        p->n_host_saved += l >= 1 && p->homes[l].saved_host;
     }
 }
 
@@ -195,21 +195,21 @@ static int grad_order(const mt_param_table *t, int i) {
     return i == L ? 0 : t->n_layers - 1;
 }
 
-/* The first checkpoint on the host, 0 if none. */
-static int first_host_ckpt(const mt_plan *p) {
+/* The first saved input on the host, 0 if none. */
+static int first_host_saved(const mt_plan *p) {
     for (int l = 1; l < p->n_layers; l++)
-        if (p->homes[l].ckpt_host) return l;
+        if (p->homes[l].saved_host) return l;
     return 0;
 }
 
-/* The first checkpoint on the host (host 1) or the GPU (host 0) that can
+/* The first saved input on the host (host 1) or the GPU (host 0) that can
  * be rebuilt in the backward instead: neither neighbour is rebuilt (each
  * is rebuilt from the one before). 0 if none. */
-static int droppable_ckpt(const mt_plan *p, int host) {
+static int rebuildable_saved(const mt_plan *p, int host) {
     const mt_layer_home *h = p->homes;
     for (int l = 2; l < p->n_layers - 2; l++)
-        if (!h[l].ckpt_recompute && h[l].ckpt_host == host && !h[l - 1].ckpt_recompute &&
-            !h[l + 1].ckpt_recompute)
+        if (!h[l].saved_recompute && h[l].saved_host == host && !h[l - 1].saved_recompute &&
+            !h[l + 1].saved_recompute)
             return l;
     return 0;
 }
@@ -224,8 +224,8 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
      * tokens (an embedding lookup), and the last block's and the head's
      * never leave the GPU between their forward and backward. */
     for (int l = 0; l < nl; l++)
-        p->homes[l] = (mt_layer_home){.grad_host = 1, .ckpt_host = l >= 2 && l < nl - 2,
-                                      .ckpt_recompute = l == 1 || l >= nl - 2};
+        p->homes[l] = (mt_layer_home){.grad_host = 1, .saved_host = l >= 2 && l < nl - 2,
+                                      .saved_recompute = l == 1 || l >= nl - 2};
     if (q->all_gpu)
         for (int l = 0; l < nl; l++) p->homes[l] = (mt_layer_home){0, 0, 0};
     /* device layers asked for (the planner's choice adds them below, from
@@ -243,25 +243,25 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
                  (long long)(q->B * q->T));
         return 0;
     }
-    /* host short: checkpoints to the GPU while it has room (a GB of GPU
-     * frees a GB of host), then checkpoints rebuilt in the backward from
+    /* host short: saved inputs to the GPU while it has room (a GB of GPU
+     * frees a GB of host), then saved inputs rebuilt in the backward from
      * the previous layer's (a layer forward each), then gradients to the
      * GPU in the order the next forward needs them, rebuilding GPU
-     * checkpoints to make room for them */
+     * saved inputs to make room for them */
     int gi = 0;
     while (!q->all_gpu && p->host_bytes > q->host_budget) {
-        int ci = first_host_ckpt(p);
+        int ci = first_host_saved(p);
         if (ci > 0) {
-            p->homes[ci].ckpt_host = 0;
+            p->homes[ci].saved_host = 0;
             measure(q, p);
             if (p->gpu_bytes <= q->gpu_budget) continue;
-            p->homes[ci].ckpt_host = 1;
+            p->homes[ci].saved_host = 1;
             measure(q, p);
         }
-        int di = rebuild ? droppable_ckpt(p, 1) : 0;
+        int di = rebuild ? rebuildable_saved(p, 1) : 0;
         if (di > 0) {
             p->homes[di] = (mt_layer_home){.grad_host = p->homes[di].grad_host,
-                                           .ckpt_recompute = 1};
+                                           .saved_recompute = 1};
             measure(q, p);
             continue;
         }
@@ -274,9 +274,9 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
             continue;
         }
         g->grad_host = 1;
-        /* the GPU is full of checkpoints: rebuild one to make room */
-        int gd = rebuild ? droppable_ckpt(p, 0) : 0;
-        if (gd > 0) p->homes[gd].ckpt_recompute = 1;
+        /* the GPU is full of saved inputs: rebuild one to make room */
+        int gd = rebuild ? rebuildable_saved(p, 0) : 0;
+        if (gd > 0) p->homes[gd].saved_recompute = 1;
         measure(q, p);
         if (gd <= 0) break;
     }
@@ -292,7 +292,7 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
                  bf16 ? "" : ", or --host-grad-dtype bf16");
         return 0;
     }
-    /* the rest of the GPU buys speed: checkpoints home (no PCIe traffic),
+    /* the rest of the GPU buys speed: saved inputs home (no PCIe traffic),
      * kept layers (no recompute), gradients home, the next leading layer's
      * optimizer on the GPU (its copies leave the step's start), by the
      * model's gain per byte */
@@ -301,13 +301,13 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
     for (;;) {
         mt_step_prediction base = mt_plan_predict(q, p);
         double best_gain = 0;
-        int best = -1; /* 0 checkpoint, 1 keep, 2 gradient, 3 rebuilt checkpoint, 4 device layer */
+        int best = -1; /* 0 saved input, 1 keep, 2 gradient, 3 rebuilt one, 4 device layer */
         int ck = 1;
-        while (ck < nl && !p->homes[ck].ckpt_host) ck++;
+        while (ck < nl && !p->homes[ck].saved_host) ck++;
         int gk = 0;
         while (gk < nl && !p->homes[grad_order(t, gk)].grad_host) gk++;
-        int rk = 2; /* a rebuilt checkpoint kept on the GPU instead (not layer 1's) */
-        while (rk < nl - 2 && !p->homes[rk].ckpt_recompute) rk++;
+        int rk = 2; /* a rebuilt saved input kept on the GPU instead (not layer 1's) */
+        while (rk < nl - 2 && !p->homes[rk].saved_recompute) rk++;
         for (int m = 0; m < 5; m++) {
             int ok = m == 0   ? ck < nl
                      : m == 1 ? keep_ok && p->n_keep < L &&
@@ -319,27 +319,27 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
             mt_plan trial = *p;
             trial.homes = mt_calloc_or_die((size_t)nl, sizeof *trial.homes);
             memcpy(trial.homes, p->homes, (size_t)nl * sizeof *trial.homes);
-            if (m == 0) trial.homes[ck].ckpt_host = 0;
+            if (m == 0) trial.homes[ck].saved_host = 0;
             if (m == 1) trial.n_keep++;
             if (m == 2) trial.homes[grad_order(t, gk)].grad_host = 0;
-            if (m == 3) trial.homes[rk].ckpt_recompute = 0;
+            if (m == 3) trial.homes[rk].saved_recompute = 0;
             if (m == 4) trial.homes[trial.n_dev++].grad_host = 0;
             measure(q, &trial);
             /* a GPU-waiting gradient pins the optimizer's staging on the host */
             if (trial.gpu_bytes <= q->gpu_budget && trial.host_bytes <= q->host_budget) {
                 mt_step_prediction s = mt_plan_predict(q, &trial);
                 double gain = (base.step - s.step) / fmax(trial.gpu_bytes - p->gpu_bytes, 1.0);
-                /* ties (no predicted gain) still bring checkpoints home: less traffic */
+                /* ties (no predicted gain) still bring saved inputs home: less traffic */
                 if (m == 0 && base.step - s.step <= 0) gain = 1e-15;
                 if (gain > best_gain) best_gain = gain, best = m;
             }
             free(trial.homes);
         }
         if (best < 0) break;
-        if (best == 0) p->homes[ck].ckpt_host = 0;
+        if (best == 0) p->homes[ck].saved_host = 0;
         if (best == 1) p->n_keep++;
         if (best == 2) p->homes[grad_order(t, gk)].grad_host = 0;
-        if (best == 3) p->homes[rk].ckpt_recompute = 0;
+        if (best == 3) p->homes[rk].saved_recompute = 0;
         if (best == 4) p->homes[p->n_dev++].grad_host = 0;
         measure(q, p);
     }
@@ -371,7 +371,7 @@ int mt_plan_make(const mt_plan_request *q, mt_plan *p, mt_error *err) {
     memset(p, 0, sizeof *p);
     p->n_layers = q->t->n_layers;
     p->homes = mt_calloc_or_die((size_t)p->n_layers, sizeof *p->homes);
-    /* fp32 host gradients when they fit; rebuilt checkpoints (a layer
+    /* fp32 host gradients when they fit; rebuilt saved inputs (a layer
      * forward each) only when neither dtype fits without them */
     for (int rebuild = 0; rebuild < 2; rebuild++) {
         if (q->host_grad_dtype != 1 && try_units(q, p, 0, rebuild)) return 0;
@@ -390,8 +390,8 @@ static int layer_kind(const mt_plan *p, int l) {
     int head = p->n_layers - 1;
     if (l == 0) return -1;
     int kept = l < head && l >= head - p->n_keep;
-    return p->homes[l].grad_host | p->homes[l].ckpt_host << 1 | kept << 2 | (l == head) << 3 |
-           p->homes[l].ckpt_recompute << 4;
+    return p->homes[l].grad_host | p->homes[l].saved_host << 1 | kept << 2 | (l == head) << 3 |
+           p->homes[l].saved_recompute << 4;
 }
 
 /* Runs of consecutive layers with the same homes, as "1-12". */
@@ -409,10 +409,10 @@ void mt_plan_print(const mt_plan *p, const mt_plan_request *q, FILE *f) {
         fprintf(f, "  layers %-9s gradient %-4s  checkpoint %-9s  %s\n", range,
                 h->grad_host ? "host" : "GPU",
                 a == 0                                  ? "-"
-                : h->ckpt_recompute && a == 1           ? "tokens"
-                : h->ckpt_recompute && a >= nl - 2      ? "GPU"
-                : h->ckpt_recompute                     ? "recompute"
-                : h->ckpt_host                          ? "host"
+                : h->saved_recompute && a == 1           ? "tokens"
+                : h->saved_recompute && a >= nl - 2      ? "GPU"
+                : h->saved_recompute                     ? "recompute"
+                : h->saved_host                          ? "host"
                                                         : "GPU",
                 layer_kind(p, a) >= 0 && (layer_kind(p, a) & 4) ? "activations kept" : "");
         a = b + 1;

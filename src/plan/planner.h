@@ -1,5 +1,5 @@
 /* The placement planner (SPEC 1.4): for each layer, where its gradient
- * waits for the optimizer and where its checkpoint lives, how many layers
+ * waits for the optimizer and where its saved input lives, how many layers
  * keep their activations, and whether host gradients are rounded to bf16 —
  * chosen within a GPU budget and a host budget, fastest first by a
  * step-time model fed with measured rates (mt_rates).
@@ -30,7 +30,7 @@ typedef struct mt_plan_request {
     double host_budget;       /* bytes of host RAM the run may take */
     int host_grad_dtype;      /* -1: planner's choice (fp32 when it fits), 0 fp32, 1 bf16 */
     int keep_layers;          /* -1: planner's choice */
-    int all_gpu;              /* place every gradient and checkpoint on the GPU */
+    int all_gpu;              /* place every gradient and saved input on the GPU */
     int slots;                /* weight slots (0: default) */
     /* Leading layers whose AdamW runs on the GPU (mt_cuda_backend_opts.
      * device_optim_layers): -1 the planner's choice, else that many. */
@@ -53,7 +53,7 @@ typedef struct mt_plan {
     double host_bytes;        /* store + pinned buffers + batch */
     double pinned_bytes;
     double store_bytes;
-    int n_host_grads, n_host_ckpts;
+    int n_host_grads, n_host_saved;
     mt_step_prediction pred;
     int fits;
     char why[768];            /* fits == 0: which budget, by how much, the cheapest change */

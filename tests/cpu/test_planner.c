@@ -109,17 +109,17 @@ Test(planner, short_budgets_rebuild_checkpoints_instead_of_refusing) {
     int nl = x.p.n_layers, rebuilt = 0;
     mt_layer_home *h = x.p.homes;
     for (int l = 2; l < nl - 2; l++) {
-        if (!h[l].ckpt_recompute) continue;
+        if (!h[l].saved_recompute) continue;
         rebuilt++;
-        cr_assert_not(h[l - 1].ckpt_recompute, "layer %d rebuilt from a rebuilt layer %d", l,
+        cr_assert_not(h[l - 1].saved_recompute, "layer %d rebuilt from a rebuilt layer %d", l,
                       l - 1);
-        cr_assert_not(h[l].ckpt_host, "layer %d: rebuilt and on the host", l);
+        cr_assert_not(h[l].saved_host, "layer %d: rebuilt and on the host", l);
     }
     cr_assert_gt(rebuilt, 0);
     /* the rebuilt inputs cost time: keeping them (were there room) is faster */
     mt_layer_home *kept = malloc((size_t)nl * sizeof *kept);
     memcpy(kept, h, (size_t)nl * sizeof *kept);
-    for (int l = 2; l < nl - 2; l++) kept[l].ckpt_recompute = 0;
+    for (int l = 2; l < nl - 2; l++) kept[l].saved_recompute = 0;
     mt_plan with_kept = x.p;
     with_kept.homes = kept;
     mt_step_prediction a = mt_plan_predict(&x.q, &x.p);
@@ -151,7 +151,7 @@ Test(planner, a_20b_model_fits_one_h200_and_256_gib_by_rebuilding_gpu_checkpoint
     cr_assert_gt(count_gpu_grads(&p), 0);
     int rebuilt_gpu_neighbours = 0;
     for (int l = 2; l < p.n_layers - 2; l++)
-        rebuilt_gpu_neighbours += p.homes[l].ckpt_recompute && !p.homes[l - 1].ckpt_host;
+        rebuilt_gpu_neighbours += p.homes[l].saved_recompute && !p.homes[l - 1].saved_host;
     cr_assert_gt(rebuilt_gpu_neighbours, 0, "no GPU checkpoint was rebuilt for room");
     cr_assert_leq((p.store_bytes + p.pinned_bytes) / (double)t.n_params, 14.0);
     mt_plan_free(&p);

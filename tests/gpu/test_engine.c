@@ -326,8 +326,8 @@ Test(engine, mixed_placements_match_all_gpu_bitwise, .timeout = 180) {
         int nl = f.table.n_layers;
         mt_layer_home *mix = calloc((size_t)nl, sizeof *mix), *inv = calloc((size_t)nl, sizeof *inv);
         for (int l = 0; l < nl; l++) {
-            mix[l] = (mt_layer_home){.grad_host = l % 2, .ckpt_host = l % 3 == 1};
-            inv[l] = (mt_layer_home){.grad_host = !(l % 2), .ckpt_host = l % 3 != 1};
+            mix[l] = (mt_layer_home){.grad_host = l % 2, .saved_host = l % 3 == 1};
+            inv[l] = (mt_layer_home){.grad_host = !(l % 2), .saved_host = l % 3 != 1};
         }
         double all_gpu[S], a[S], b[S], g16[S], cpu[S];
         train(&f, 0, MT_GPU_FP32, 0, S, cpu);

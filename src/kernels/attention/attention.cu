@@ -1,6 +1,6 @@
 /* Fused causal GQA attention, forward and backward (see attention.h for
  * the contract): the API and shape checks. The kernels live in
- * attention_bf16_fwd.cu, attention_bf16_bwd.cu, attention_f32.cu and, the
+ * attention_mma_fwd.cu, attention_mma_bwd.cu, attention_f32.cu and, the
  * backward's first pass and launch helpers, attention_common.cu
  * (attention_internal.cuh lists them).
  *

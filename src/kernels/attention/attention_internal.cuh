@@ -1,8 +1,8 @@
 /* Internals of the fused attention kernels, shared by their files:
  *   attention.cu           the API of attention.h: checks, arguments, D = rowsum(dout*out)
- *   attention_bf16_fwd.cu  bf16 tensor-core forward (mma.sync), and the choice of kernel
+ *   attention_mma_fwd.cu   bf16 tensor-core forward (mma.sync), and the choice of kernel
  *   attention_wgmma_fwd.cu bf16 forward on Hopper (wgmma)
- *   attention_bf16_bwd.cu  bf16 tensor-core backward (dK/dV, then dQ)
+ *   attention_mma_bwd.cu   bf16 tensor-core backward (dK/dV, then dQ)
  *   attention_wgmma_bwd.cu the same on Hopper (wgmma)
  *   attention_f32.cu       fp32 forward and backward
  * and the bf16 tensor-core building blocks (cp.async, ldmatrix, mma.sync)

@@ -1,5 +1,5 @@
 /* The Hopper bf16 attention backward (contract: attention.h); the mma.sync
- * kernels (attention_bf16_bwd.cu) are those of other GPUs. The same two
+ * kernels (attention_mma_bwd.cu) are those of other GPUs. The same two
  * passes, each without atomics, in the forward's structure: a producer
  * warpgroup loads tiles by TMA into buffers with full/empty barriers, and
  * two consumer warpgroups take turns (named barriers) to issue products

@@ -1,5 +1,5 @@
 /* The Hopper bf16 attention forward (contract: attention.h); the mma.sync
- * kernel (attention_bf16_fwd.cu) is that of other GPUs.
+ * kernel (attention_mma_fwd.cu) is that of other GPUs.
  *
  * FlashAttention-3's structure. A block works on 128 query rows of one head
  * at a time (a persistent grid claims query tiles, mt_attn_qtiles) and

@@ -229,15 +229,15 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
     make_event(&cb->embed_drained, 0);
     CUDA_CHECK(cudaEventRecord(cb->embed_drained, cb->s_d2h));
     for (int i = 0; i < 2; i++) {
-        make_event(&cb->dck_saved[i], 0);
-        make_event(&cb->dck_loaded[i], 0);
-        make_event(&cb->dck_free[i], 0);
-        make_event(&cb->dck_written[i], 0);
-        CUDA_CHECK(cudaEventRecord(cb->dck_saved[i], cb->s_d2h));
+        make_event(&cb->visit_saved[i], 0);
+        make_event(&cb->visit_loaded[i], 0);
+        make_event(&cb->visit_free[i], 0);
+        make_event(&cb->visit_written[i], 0);
+        CUDA_CHECK(cudaEventRecord(cb->visit_saved[i], cb->s_d2h));
     }
-    if (cb->n_host_ckpt &&
-        pinned_alloc((void **)&cb->h_ckpt,
-                     (size_t)cb->n_host_ckpt * max_M * cb->N * c->C * sizeof(float),
+    if (cb->n_host_saved &&
+        pinned_alloc((void **)&cb->h_saved,
+                     (size_t)cb->n_host_saved * max_M * cb->N * c->C * sizeof(float),
                      "host checkpoints", err)) {
         mt_cuda_backend_free(&cb->base);
         return NULL;
@@ -286,9 +286,10 @@ void mt_cuda_backend_free(mt_backend *be) {
     cudaEvent_t evs[] = {cb->stage_drained[0], cb->stage_drained[1],
                          cb->embed_slot.ready, cb->embed_slot.free, cb->gacc_drained[0],
                          cb->gacc_drained[1], cb->grad_ready, cb->ev_start, cb->ev_fwd_end,
-                         cb->ev_end, cb->ev_d2h_end, cb->dck_saved[0], cb->dck_saved[1],
-                         cb->dck_loaded[0], cb->dck_loaded[1], cb->dck_free[0], cb->dck_free[1],
-                         cb->dck_written[0], cb->dck_written[1], cb->embed_drained};
+                         cb->ev_end, cb->ev_d2h_end, cb->visit_saved[0], cb->visit_saved[1],
+                         cb->visit_loaded[0], cb->visit_loaded[1], cb->visit_free[0],
+                         cb->visit_free[1], cb->visit_written[0], cb->visit_written[1],
+                         cb->embed_drained};
     for (size_t i = 0; i < sizeof evs / sizeof *evs; i++)
         if (evs[i]) cudaEventDestroy(evs[i]);
     if (cb->s_h2d) cudaStreamDestroy(cb->s_h2d);
@@ -296,7 +297,7 @@ void mt_cuda_backend_free(mt_backend *be) {
     if (cb->s_d2h) cudaStreamDestroy(cb->s_d2h);
     if (cb->h_loss) cudaFreeHost(cb->h_loss);
     if (cb->h_sumsq) cudaFreeHost(cb->h_sumsq);
-    if (cb->h_ckpt) cudaFreeHost(cb->h_ckpt);
+    if (cb->h_saved) cudaFreeHost(cb->h_saved);
     if (cb->h_grad) cudaFreeHost(cb->h_grad);
     for (int i = 0; i < 2; i++) {
         if (cb->h_stage[i]) cudaFreeHost(cb->h_stage[i]);
@@ -422,7 +423,7 @@ void mt_cuda_backend_logits(mt_backend *be, int mb, int64_t row, float *logits) 
      * product so the GPU path stays free of one-row special cases. */
     size_t C = c->C, V = c->V;
     float *x = mt_malloc_or_die(C * sizeof(float)), *xn = mt_malloc_or_die(C * sizeof(float));
-    CUDA_CHECK(cudaMemcpy(x, ckpt_at(cb, head, mb) + (size_t)row * C, C * sizeof(float),
+    CUDA_CHECK(cudaMemcpy(x, saved_at(cb, head, mb) + (size_t)row * C, C * sizeof(float),
                           cudaMemcpyDeviceToHost));
     const mt_layer_desc *hl = &cb->t->layers[head];
     const float *wn = cb->store->w + hl->offset + hl->tensors[hl->by_role[MT_T_FINAL_NORM]].offset;

@@ -1,7 +1,7 @@
 /* Evaluation: the mean loss of a model on a data file. The option and
  * result structs are the public ones (megatrain.h). */
-#ifndef MT_TRAIN_EVAL_H
-#define MT_TRAIN_EVAL_H
+#ifndef MT_TRAIN_MODEL_EVAL_H
+#define MT_TRAIN_MODEL_EVAL_H
 
 #include "megatrain.h"
 #include "train/runner.h"

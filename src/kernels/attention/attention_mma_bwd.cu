@@ -1,6 +1,7 @@
-/* bf16 tensor-core attention backward (contract: attention.h; design:
- * attention.cu's opening comment): dK and dV over key tiles, then dQ over
- * query tiles, each without atomics. */
+/* bf16 attention backward on mma.sync tensor cores, the kernels of GPUs
+ * other than Hopper (contract: attention.h; design: attention.cu's opening
+ * comment): dK and dV over key tiles, then dQ over query tiles, each
+ * without atomics; and the bf16 backward's choice of kernels. */
 #include "kernels/attention/attention_internal.cuh"
 
 /* ------------------------------------------------------------------------ */
@@ -30,7 +31,7 @@ template <int HD, int NW> struct mt_attn_dkv_cfg {
 
 /* DOCS: packed documents (a.pos); false compiles the plain causal kernel. */
 template <int HD, int NW, bool DOCS>
-__global__ void __launch_bounds__(NW * 32) mt_attn_dkv_bf16_kernel(mt_attn_args a) {
+__global__ void __launch_bounds__(NW * 32) mt_attn_dkv_mma_kernel(mt_attn_args a) {
     using C = mt_attn_dkv_cfg<HD, NW>;
     extern __shared__ __align__(16) unsigned char mt_attn_smem[];
     bf16 *sK = (bf16 *)mt_attn_smem;       // (BC, SR)
@@ -148,7 +149,7 @@ template <int HD, int NW> struct mt_attn_dq_cfg {
 };
 
 template <int HD, int NW, bool DOCS>
-__global__ void __launch_bounds__(NW * 32) mt_attn_dq_bf16_kernel(mt_attn_args a) {
+__global__ void __launch_bounds__(NW * 32) mt_attn_dq_mma_kernel(mt_attn_args a) {
     using C = mt_attn_dq_cfg<HD, NW>;
     extern __shared__ __align__(16) unsigned char mt_attn_smem[];
     bf16 *sQ = (bf16 *)mt_attn_smem;   // (BR, SR)
@@ -256,11 +257,11 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dq_bf16_kernel(mt_attn_args a
 #endif
 
 template <int HD, bool DOCS>
-static int mt_attn_bwd_bf16_launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
+static int mt_attn_bwd_mma_launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
     using CK = mt_attn_dkv_cfg<HD, MT_ATTN_DKV_NW>;
     using CQ = mt_attn_dq_cfg<HD, MT_ATTN_DQ_NW>;
-    auto kdkv = mt_attn_dkv_bf16_kernel<HD, MT_ATTN_DKV_NW, DOCS>;
-    auto kdq = mt_attn_dq_bf16_kernel<HD, MT_ATTN_DQ_NW, DOCS>;
+    auto kdkv = mt_attn_dkv_mma_kernel<HD, MT_ATTN_DKV_NW, DOCS>;
+    auto kdq = mt_attn_dq_mma_kernel<HD, MT_ATTN_DQ_NW, DOCS>;
     const size_t smem_dkv = DOCS ? CK::SMEM_DOCS : CK::SMEM;
     if (mt_attn_set_smem((const void *)kdkv, smem_dkv, err)) return -1;
     if (mt_attn_set_smem((const void *)kdq, CQ::SMEM, err)) return -1;
@@ -274,8 +275,8 @@ static int mt_attn_bwd_bf16_launch(const mt_attn_args &a, int B, cudaStream_t st
 int mt_attn_bwd_bf16(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
     if (mt_attn_takes_wgmma()) return mt_attn_bwd_wgmma(a, B, st, err);
     if (a.pos)
-        return a.HD == 64 ? mt_attn_bwd_bf16_launch<64, true>(a, B, st, err)
-                          : mt_attn_bwd_bf16_launch<128, true>(a, B, st, err);
-    return a.HD == 64 ? mt_attn_bwd_bf16_launch<64, false>(a, B, st, err)
-                      : mt_attn_bwd_bf16_launch<128, false>(a, B, st, err);
+        return a.HD == 64 ? mt_attn_bwd_mma_launch<64, true>(a, B, st, err)
+                          : mt_attn_bwd_mma_launch<128, true>(a, B, st, err);
+    return a.HD == 64 ? mt_attn_bwd_mma_launch<64, false>(a, B, st, err)
+                      : mt_attn_bwd_mma_launch<128, false>(a, B, st, err);
 }

@@ -1,6 +1,6 @@
 /* Held-out loss: the evaluation loop and the eval set of a training run;
- * see eval.h. */
-#include "engine/eval.h"
+ * see heldout.h. */
+#include "engine/heldout.h"
 
 #include <math.h>
 #include <stdlib.h>

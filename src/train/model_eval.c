@@ -1,12 +1,12 @@
 /* The loss of a model on a data file (`megatrain eval`). */
-#include "train/eval.h"
+#include "train/model_eval.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "data/dataset.h"
-#include "engine/eval.h"
+#include "engine/heldout.h"
 #include "engine/step.h"
 #include "io/safetensors.h"
 #include "util/mem.h"

@@ -1,5 +1,6 @@
-/* bf16 tensor-core attention forward (contract: attention.h; design:
- * attention.cu's opening comment). */
+/* bf16 attention forward on mma.sync tensor cores, the kernel of GPUs other
+ * than Hopper (contract: attention.h; design: attention.cu's opening
+ * comment), and the bf16 forward's choice between it and the Hopper one. */
 #include "kernels/attention/attention_internal.cuh"
 
 /* Each warp owns MT row tiles of 16, so every K and V fragment it loads
@@ -11,7 +12,7 @@ template <int HD, int NW, int MT> struct mt_attn_fwd_cfg {
 
 /* DOCS: packed documents (a.pos); false compiles the plain causal kernel. */
 template <int HD, int NW, int MT, bool DOCS>
-__global__ void __launch_bounds__(NW * 32) mt_attn_fwd_bf16_kernel(mt_attn_args a) {
+__global__ void __launch_bounds__(NW * 32) mt_attn_fwd_mma_kernel(mt_attn_args a) {
     using C = mt_attn_fwd_cfg<HD, NW, MT>;
     extern __shared__ __align__(16) unsigned char mt_attn_smem[];
     bf16 *sQ = (bf16 *)mt_attn_smem;    // (BR, SR)
@@ -193,9 +194,9 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_fwd_bf16_kernel(mt_attn_args 
 #endif
 
 template <int HD, bool DOCS>
-static int mt_attn_fwd_bf16_launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
+static int mt_attn_fwd_mma_launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
     using C = mt_attn_fwd_cfg<HD, MT_ATTN_FWD_NW, MT_ATTN_FWD_MT>;
-    auto kern = mt_attn_fwd_bf16_kernel<HD, MT_ATTN_FWD_NW, MT_ATTN_FWD_MT, DOCS>;
+    auto kern = mt_attn_fwd_mma_kernel<HD, MT_ATTN_FWD_NW, MT_ATTN_FWD_MT, DOCS>;
     if (mt_attn_set_smem((const void *)kern, C::SMEM, err)) return -1;
     dim3 grid((a.T + C::BR - 1) / C::BR, a.NH, B);
     kern<<<grid, C::NT, C::SMEM, st>>>(a);
@@ -221,8 +222,8 @@ extern "C" const char *mt_attn_kernel_name(void) {
 int mt_attn_fwd_bf16(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
     if (mt_attn_takes_wgmma()) return mt_attn_fwd_wgmma(a, B, st, err);
     if (a.pos)
-        return a.HD == 64 ? mt_attn_fwd_bf16_launch<64, true>(a, B, st, err)
-                          : mt_attn_fwd_bf16_launch<128, true>(a, B, st, err);
-    return a.HD == 64 ? mt_attn_fwd_bf16_launch<64, false>(a, B, st, err)
-                      : mt_attn_fwd_bf16_launch<128, false>(a, B, st, err);
+        return a.HD == 64 ? mt_attn_fwd_mma_launch<64, true>(a, B, st, err)
+                          : mt_attn_fwd_mma_launch<128, true>(a, B, st, err);
+    return a.HD == 64 ? mt_attn_fwd_mma_launch<64, false>(a, B, st, err)
+                      : mt_attn_fwd_mma_launch<128, false>(a, B, st, err);
 }

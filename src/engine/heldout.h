@@ -8,8 +8,8 @@
  * over every target with a loss divided by their count, so an evaluation
  * during training equals `megatrain eval --micro-batches M --batch-size B
  * --seq-len T` on a checkpoint saved at the same step (same backend). */
-#ifndef MT_ENGINE_EVAL_H
-#define MT_ENGINE_EVAL_H
+#ifndef MT_ENGINE_HELDOUT_H
+#define MT_ENGINE_HELDOUT_H
 
 #include <stdint.h>
 #include <stdio.h>
