@@ -4,7 +4,7 @@
  * arrays, N token rows (B*T), backward functions ACCUMULATE (+=) into
  * parameter gradients, MT_IGNORE_INDEX targets contribute nothing.
  *
- * Precision (SPEC 1.3): in MT_PREC_BF16 matrix products take bf16 operands
+ * Precision (docs/architecture.md, "Precision"): in MT_PREC_BF16 matrix products take bf16 operands
  * and accumulate in fp32; RMSNorm, softmax, RoPE, residuals, the loss and
  * every reduction stay fp32. In MT_PREC_FP32 everything is fp32 and TF32 is
  * off. bf16 buffers are passed as their 16-bit patterns (uint16_t).

@@ -1,4 +1,4 @@
-/* The placement planner (SPEC 1.4): for each layer, where its gradient
+/* The placement planner (docs/placement.md): for each layer, where its gradient
  * waits for the optimizer and where its saved input lives, how many layers
  * keep their activations, and whether host gradients are rounded to bf16 —
  * chosen within a GPU budget and a host budget, fastest first by a

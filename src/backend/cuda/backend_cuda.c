@@ -1,4 +1,4 @@
-/* The CUDA streaming backend (SPEC 1).
+/* The CUDA streaming backend (docs/architecture.md, "The CUDA backend").
  *
  * GPU memory, all taken at creation from one allocation:
  *   slots[K]   a ring of weight slots, each one layer: fp32 (as copied from

@@ -176,7 +176,7 @@ size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb);
 /* The step's operations (backend_cuda.c), for creation. */
 extern const mt_backend_ops mt_cuda_backend_ops;
 
-/* Timeline spans (backend_cuda.c): begin returns the span's index or -1
+/* Timeline spans (backend_cuda_trace.c): begin returns the span's index or -1
  * (tracing off or full). */
 int mt_cuda_span_begin(cuda_backend *cb, cudaStream_t stream, int track, const char *fmt, int a);
 void mt_cuda_span_end(cuda_backend *cb, cudaStream_t stream, int i);
