@@ -1,6 +1,7 @@
 # megatrain build.
 #   make run       set up, build, train the built-in tiny model
-#   make test      set up, build, run every test that needs no GPU (C, the
+#   make test      set up, build, check that no files depend on each other in
+#                  a circle, run every test that needs no GPU (C, the
 #                  installed library, the Python package: tests/python)
 #   make test-gpu  build and run the GPU tests (on a machine with a GPU)
 #   make bench     build and run the default benchmarks
@@ -32,14 +33,20 @@ VERSION := $(shell sed -n 's/^\#define MT_VERSION "\(.*\)"/\1/p' include/megatra
 SOVERSION := $(firstword $(subst ., ,$(VERSION)))
 PREFIX  ?= /usr/local
 
-# Sources: everything under src/ except the CLI (linked into the binary), the
-# CUDA backend (built only when nvcc is present) and the GPU side of a build
-# without CUDA (backend/none: built only when nvcc is absent).
+# Sources: everything under src/ except the CLI (linked into the binary),
+# the CUDA side (built only when nvcc is present): the streaming engine's
+# host code (src/backend/cuda/*.c) and the kernels (src/kernels/*.cu), with
+# the kernel micro-benchmarks that `megatrain bench` runs (bench/kernels/),
+# and the GPU side of a build without CUDA (src/backend/none/: built only
+# when nvcc is absent). The engine's GPU memory layout is plain C and built
+# in every build: the planner (src/plan/) sizes runs with it, also without
+# CUDA.
+CUDA_LAYOUT_SRC := src/backend/cuda/backend_cuda_plan.c src/backend/cuda/moe_cuda_layout.c
 LIB_SRC := $(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/backend/cuda/*' \
-                -not -path 'src/backend/none/*' | sort)
+                -not -path 'src/backend/none/*' | sort) $(CUDA_LAYOUT_SRC)
 NOCUDA_SRC := $(shell find src/backend/none -name '*.c' | sort)
 CLI_SRC := $(shell find src/cli -name '*.c' | sort)
-CU_SRC  := $(shell find src -name '*.cu' | sort)
+CU_SRC  := $(shell find src bench/kernels -name '*.cu' | sort)
 TEST_COMMON_SRC := $(shell find tests/common -name '*.c' | sort)
 CPU_TEST_SRC := $(shell find tests/cpu tests/common -name '*.c' | sort)
 GPU_TEST_SRC := $(shell find tests/gpu tests/common -name '*.c' | sort)
@@ -61,7 +68,7 @@ ifneq ($(NVCC),)
 CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
 CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
 # Host code of the CUDA backend: C, compiled only when CUDA is present.
-LIB_SRC += $(shell find src/backend/cuda -name '*.c' | sort)
+LIB_SRC += $(filter-out $(CUDA_LAYOUT_SRC),$(shell find src/backend/cuda -name '*.c' | sort))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
 CFLAGS  += -DMT_HAVE_CUDA -I$(CUDA_HOME)/include
 NVFLAGS := -std=c++17 -O3 -g -lineinfo $(CUDA_GENCODE) -Isrc -DMT_HAVE_CUDA -Xcompiler -fopenmp,-Wall,-fPIC
@@ -166,12 +173,17 @@ install: $(BUILD)/megatrain $(BUILD)/libmegatrain.so $(BUILD)/libmegatrain.a $(B
 $(BUILD)/mt_gpu_tests: $(GPU_TEST_OBJ) $(BUILD)/libmegatrain.a
 	$(CC) -o $@ $(GPU_TEST_OBJ) $(BUILD)/libmegatrain.a $(LDLIBS) -lcriterion
 
+# The cuBLASLt GEMM table (bench/kernels/gemm_bench.cu), on a GPU machine.
+$(BUILD)/gemm_bench: bench/gemm_bench.c $(BUILD)/libmegatrain.a
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libmegatrain.a $(LDLIBS)
+
 run: setup
 	@$(MAKE) --no-print-directory $(BUILD)/megatrain
 	$(BUILD)/megatrain train
 
 test: setup
 	@$(MAKE) --no-print-directory build
+	scripts/check_circles.sh $(BUILD)
 	$(BUILD)/mt_tests --jobs 2
 	scripts/test_install.sh $(BUILD)
 	scripts/test_python.sh $(BUILD)

@@ -1,8 +1,8 @@
-/* Benchmark of the fused attention kernels (backend/cuda/attention.h).
+/* Benchmark of the fused attention kernels (kernels/attention/attention.h).
  *
  * Build and run (from the repository root):
  *   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DMT_CUDA_SM90A -Isrc \
- *        -o build/attn_bench bench/attn_bench.cu src/backend/cuda/attention*.cu \
+ *        -o build/attn_bench bench/attn_bench.cu src/kernels/attention/attention*.cu \
  *        src/util/error.c && build/attn_bench
  * (other GPUs: -arch=sm_80 and no MT_CUDA_SM90A; the mma.sync kernels only).
  *
@@ -22,7 +22,7 @@
 
 #include <cuda_bf16.h>
 
-#include "backend/cuda/attention.h"
+#include "kernels/attention/attention.h"
 
 #define BENCH_CK(call)                                                                    \
     do {                                                                                  \

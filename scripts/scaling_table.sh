@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The projection table of docs/scaling.md: megatrain plan for each shape on
-# one H200 (139 GB for the run) with hosts of several sizes, at the H200
-# rates of SPEC 6. Usage: scripts/scaling_table.sh [plan options, e.g. --micro-batches 1]
+# one H200 (139 GB for the run) with hosts of several sizes, at the rates
+# measured on the H200 (mt_rates_default, bench/RESULTS.md). Usage: scripts/scaling_table.sh [plan options, e.g. --micro-batches 1]
 set -uo pipefail
 bin=${MEGATRAIN:-build/megatrain}
 echo "| model | host | fits | host GB | host B/param | host grads | kept layers | step s | model TFLOPS |"

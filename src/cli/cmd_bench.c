@@ -15,7 +15,7 @@
 #include "optim/adamw.h"
 
 #ifdef MT_HAVE_CUDA
-#include "backend/cuda/moe_gemm.h"
+#include "kernels/moe/moe_gemm.h"
 #endif
 
 static void bench_usage(FILE *f) {
@@ -97,7 +97,7 @@ static int bench_tokenizer(int argc, char **argv) {
     return 0;
 }
 
-/* The grouped expert products against cuBLAS (backend/cuda/moe_gemm.h). */
+/* The grouped expert products against cuBLAS (kernels/moe/moe_gemm.h). */
 static int bench_moe_gemm(int argc, char **argv) {
     long long bk = 0, stages = 0;
     for (int i = 1; i < argc; i++) {

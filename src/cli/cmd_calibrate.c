@@ -12,8 +12,8 @@
 #include "model/presets.h"
 
 #ifdef MT_HAVE_CUDA
-#include "backend/cuda/cuda_ops.h"
-#include "backend/cuda/planner.h"
+#include "backend/cuda/planner_probe.h"
+#include "kernels/cuda_ops.h"
 #endif
 
 static void usage(FILE *f) {

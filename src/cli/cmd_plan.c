@@ -13,12 +13,10 @@
 #include "model/config.h"
 #include "model/params.h"
 #include "model/presets.h"
+#include "plan/planner.h"
 
 #ifdef MT_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-#include "backend/cuda/cuda_ops.h"
-#include "backend/cuda/planner.h"
+#include "backend/cuda/planner_probe.h"
 #endif
 
 static void usage(FILE *f) {
@@ -29,17 +27,17 @@ static void usage(FILE *f) {
             "                      (with --layers N: that shape with N decoder layers)\n"
             "  --seq-len T --batch-size B --micro-batches M   (default 2048, 8, 4)\n"
             "  --precision P       bf16 | fp32 (default bf16)\n"
-            "  --gpu-mem GB        GPU memory for the run (default: this GPU's free memory, or 139)\n"
+            "  --gpu-mem GB        GPU memory for the run (default: --gpu's, else this GPU's free\n"
+            "                      memory, else 139)\n"
             "  --host-mem GB       host RAM for the run (default: MemTotal less max(4 GB, 4%%))\n"
             "  --host-grad-dtype D auto | fp32 | bf16 (default auto: fp32 when it fits)\n"
-            "a machine for the step-time model (default: the H200 rates of SPEC 6):\n"
+            "a machine for the step-time model (default: rates measured on an H200):\n"
+            "  --gpu NAME          a described GPU, %s: its memory and assumed rates\n"
             "  --calibration FILE  rates written by megatrain calibrate\n"
             "  --pcie-gbs X --gemm-tflops X --attn-tflops X --adam-gparams X   override rates\n",
-            mt_preset_names());
+            mt_preset_names(), mt_gpu_spec_names());
 }
 
-
-#ifdef MT_HAVE_CUDA
 /* When the CPU optimizer or the copies, not compute, bound the step, more
  * micro-batches per step amortise them: doubles M while the plan still fits
  * and each doubling gains at least 10% model TFLOPS, and names the last. */
@@ -66,10 +64,9 @@ static void suggest_micro_batches(const mt_plan_request *req, double tflops) {
                "step whatever the tokens, so more compute hides more of them\n", best_M,
                (long long)best_M * req->B * req->T, best);
 }
-#endif
 
 int mt_cmd_plan(int argc, char **argv) {
-    const char *model = NULL, *preset = NULL, *calib = NULL;
+    const char *model = NULL, *preset = NULL, *calib = NULL, *gpu_name = NULL;
     long long C = 0, L = 0, NH = 0, NKV = 0, F = 0, V = 32000, T = 2048, B = 8, M = 4;
     double host_gb = 0, gpu_gb = 0, pcie = 0, gemm = 0, attn = 0, adam = 0;
     int fp32 = 0, gdt = -1;
@@ -85,6 +82,7 @@ int mt_cmd_plan(int argc, char **argv) {
         {"host-grad-dtype", required_argument, 0, 'd'}, {"calibration", required_argument, 0, 'c'},
         {"pcie-gbs", required_argument, 0, 1},  {"gemm-tflops", required_argument, 0, 2},
         {"attn-tflops", required_argument, 0, 3}, {"adam-gparams", required_argument, 0, 4},
+        {"gpu", required_argument, 0, 'G'},
         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
     };
     optind = 1;
@@ -95,6 +93,7 @@ int mt_cmd_plan(int argc, char **argv) {
         case 'm': model = optarg; break;
         case 'p': preset = optarg; break;
         case 'c': calib = optarg; break;
+        case 'G': gpu_name = optarg; break;
         case 'C': C = mt_arg_ll(optarg, &bad); break;
         case 'L': L = mt_arg_ll(optarg, &bad); break;
         case 'H': NH = mt_arg_ll(optarg, &bad); break;
@@ -138,6 +137,17 @@ int mt_cmd_plan(int argc, char **argv) {
                 "and rates and budgets positive\n");
         return 2;
     }
+    const mt_gpu_spec *gpu = NULL;
+    if (gpu_name && !(gpu = mt_gpu_spec_find(gpu_name))) {
+        fprintf(stderr, "megatrain plan: unknown --gpu '%s' (%s); for another GPU give "
+                "--gpu-mem and the rates, or a megatrain calibrate file\n", gpu_name,
+                mt_gpu_spec_names());
+        return 2;
+    }
+    if (gpu && calib) {
+        fprintf(stderr, "megatrain plan: --gpu and --calibration both give the rates; give one\n");
+        return 2;
+    }
     mt_error err;
     mt_config cfg;
     if (model) {
@@ -178,25 +188,24 @@ int mt_cmd_plan(int argc, char **argv) {
         fprintf(stderr, "megatrain plan: %s\n", err.msg);
         return 1;
     }
-#ifndef MT_HAVE_CUDA
-    mt_params_free(&t);
-    fprintf(stderr, "megatrain plan: this build has no CUDA support (the plan sizes the CUDA "
-            "backend); build with nvcc on the PATH\n");
-    return 1;
-#else
     mt_plan_request req = {.cfg = &cfg, .t = &t, .M = (int)M, .B = B, .T = T,
                            .precision = fp32 ? MT_GPU_FP32 : MT_GPU_BF16,
                            .host_grad_dtype = gdt, .keep_layers = -1, .device_optim = -1};
     const char *gpu_src = "given";
+    if (!gpu_gb && gpu) {
+        gpu_gb = gpu->mem_gb;
+        gpu_src = gpu->what;
+    }
+#ifdef MT_HAVE_CUDA
+    double fr = 0;
+    if (!gpu_gb && mt_cuda_gpu_free_bytes(&fr) == 0) {
+        gpu_gb = fr / 1e9;
+        gpu_src = "free on this GPU";
+    }
+#endif
     if (!gpu_gb) {
-        size_t fr = 0, tot = 0;
-        if (mt_cuda_device_count() > 0 && cudaMemGetInfo(&fr, &tot) == cudaSuccess) {
-            gpu_gb = fr / 1e9;
-            gpu_src = "free on this GPU";
-        } else {
-            gpu_gb = 139;
-            gpu_src = "assumed: no GPU here";
-        }
+        gpu_gb = 139;
+        gpu_src = "assumed: no GPU here";
     }
     req.gpu_budget = gpu_gb * 1e9;
     req.host_budget = host_gb ? host_gb * 1e9 : mt_plan_default_host_budget();
@@ -206,6 +215,8 @@ int mt_cmd_plan(int argc, char **argv) {
             mt_params_free(&t);
             return 1;
         }
+    } else if (gpu) {
+        mt_rates_for_gpu(&req.rates, gpu);
     } else {
         mt_rates_default(&req.rates);
     }
@@ -244,5 +255,4 @@ int mt_cmd_plan(int argc, char **argv) {
     mt_plan_free(&plan);
     mt_params_free(&t);
     return rc;
-#endif
 }

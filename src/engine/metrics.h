@@ -12,7 +12,7 @@
  * (written after the checkpoint it resumes from), and any torn last line,
  * so that the file never holds a step twice.
  *
- * An evaluation on held-out data (engine/eval.h) is a row of its own, with
+ * An evaluation on held-out data (engine/heldout.h) is a row of its own, with
  * the step and the eval_* fields only (readers that want the training loss
  * take the rows that have "loss").
  *

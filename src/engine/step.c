@@ -1,4 +1,5 @@
-/* The step schedule of SPEC 1.1: all micro-batches through layer i before
+/* The step schedule (docs/architecture.md, "The step"): all micro-batches
+ * through layer i before
  * layer i+1 (forward) and before layer i-1 (backward), so each layer's
  * weights are bound once per pass and its gradient is finished once per
  * step, whatever the number of micro-batches. */

@@ -114,8 +114,8 @@ bool mt_config_block_is_moe(const mt_config *cfg, int64_t i);
  * mt_config_num_params for a dense model. */
 int64_t mt_config_active_params(const mt_config *cfg);
 
-/* Model FLOPs of one training token at sequence length T (SPEC 6):
- * 6 * active parameters + 12 * L * C * T (attention). */
+/* Model FLOPs of one training token at sequence length T (docs/metrics.md,
+ * "Model FLOPs"): 6 * active parameters + 12 * L * C * T (attention). */
 double mt_config_train_flops_per_token(const mt_config *cfg, int64_t T);
 
 #endif

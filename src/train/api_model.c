@@ -1,5 +1,5 @@
 /* The public calls on tokenizers, data sets and models (megatrain.h):
- * wrappers over data/, train/eval.c, train/generate.c and
+ * wrappers over data/, train/model_eval.c, train/generate.c and
  * train/model_init.c that leave their errors for mt_last_error. */
 #include <stdlib.h>
 #include <string.h>
@@ -7,9 +7,9 @@
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "megatrain.h"
-#include "train/eval.h"
 #include "train/events.h"
 #include "train/generate.h"
+#include "train/model_eval.h"
 #include "train/model_init.h"
 #include "train/runner.h"
 #include "util/mem.h"

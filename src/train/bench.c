@@ -17,8 +17,8 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/backend_cuda.h"
-#include "backend/cuda/planner.h"
 #include "dist/shard.h"
+#include "plan/planner.h"
 #include "train/ranks.h"
 #include "train/runner.h"
 #include "util/mem.h"

@@ -1,10 +1,10 @@
 /* The training benchmark behind `megatrain bench train`: warm-up and timed
  * steps of a synthetic model (random weights and tokens) on the GPU
  * streaming engine, placed by the planner within budgets (or by the global
- * switches, for comparisons). Reports model TFLOPS (SPEC 6: 6 * params *
- * tokens + 12 * layers * hidden * seq per token, with the active parameters
- * of an MoE model: docs/moe.md; over the whole step time including the
- * optimizer), tokens/s, the step breakdown, GPU and host
+ * switches, for comparisons). Reports model TFLOPS (docs/metrics.md: 6 *
+ * params * tokens + 12 * layers * hidden * seq per token, with the active
+ * parameters of an MoE model: docs/moe.md; over the whole step time
+ * including the optimizer), tokens/s, the step breakdown, GPU and host
  * memory, the copy rates, and the planner's predicted step next to the
  * measured one. */
 #ifndef MT_TRAIN_BENCH_H

@@ -16,8 +16,9 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/backend_cuda.h"
-#include "backend/cuda/cuda_ops.h"
-#include "backend/cuda/planner.h"
+#include "backend/cuda/planner_probe.h"
+#include "kernels/cuda_ops.h"
+#include "plan/planner.h"
 #include "util/sys.h"
 #endif
 

@@ -8,7 +8,7 @@
 
 #include "data/dataset.h"
 #include "data/tokenizer.h"
-#include "engine/eval.h"
+#include "engine/heldout.h"
 #include "engine/metrics.h"
 #include "engine/optim_pipeline.h"
 #include "engine/optimizer.h"

@@ -11,7 +11,7 @@
 #include "train/runner.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
-#include "engine/eval.h"
+#include "engine/heldout.h"
 #include "io/file.h"
 #include "testlib.h"
 

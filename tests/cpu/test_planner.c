@@ -6,12 +6,11 @@
  * refused naming that budget, and the step model rewards kept layers. */
 #include <criterion/criterion.h>
 
-#ifdef MT_HAVE_CUDA
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/planner.h"
+#include "plan/planner.h"
 #include "testlib.h"
 #include "model/presets.h"
 
@@ -110,17 +109,17 @@ Test(planner, short_budgets_rebuild_checkpoints_instead_of_refusing) {
     int nl = x.p.n_layers, rebuilt = 0;
     mt_layer_home *h = x.p.homes;
     for (int l = 2; l < nl - 2; l++) {
-        if (!h[l].ckpt_recompute) continue;
+        if (!h[l].saved_recompute) continue;
         rebuilt++;
-        cr_assert_not(h[l - 1].ckpt_recompute, "layer %d rebuilt from a rebuilt layer %d", l,
+        cr_assert_not(h[l - 1].saved_recompute, "layer %d rebuilt from a rebuilt layer %d", l,
                       l - 1);
-        cr_assert_not(h[l].ckpt_host, "layer %d: rebuilt and on the host", l);
+        cr_assert_not(h[l].saved_host, "layer %d: rebuilt and on the host", l);
     }
     cr_assert_gt(rebuilt, 0);
     /* the rebuilt inputs cost time: keeping them (were there room) is faster */
     mt_layer_home *kept = malloc((size_t)nl * sizeof *kept);
     memcpy(kept, h, (size_t)nl * sizeof *kept);
-    for (int l = 2; l < nl - 2; l++) kept[l].ckpt_recompute = 0;
+    for (int l = 2; l < nl - 2; l++) kept[l].saved_recompute = 0;
     mt_plan with_kept = x.p;
     with_kept.homes = kept;
     mt_step_prediction a = mt_plan_predict(&x.q, &x.p);
@@ -152,7 +151,7 @@ Test(planner, a_20b_model_fits_one_h200_and_256_gib_by_rebuilding_gpu_checkpoint
     cr_assert_gt(count_gpu_grads(&p), 0);
     int rebuilt_gpu_neighbours = 0;
     for (int l = 2; l < p.n_layers - 2; l++)
-        rebuilt_gpu_neighbours += p.homes[l].ckpt_recompute && !p.homes[l - 1].ckpt_host;
+        rebuilt_gpu_neighbours += p.homes[l].saved_recompute && !p.homes[l - 1].saved_host;
     cr_assert_gt(rebuilt_gpu_neighbours, 0, "no GPU checkpoint was rebuilt for room");
     cr_assert_leq((p.store_bytes + p.pinned_bytes) / (double)t.n_params, 14.0);
     mt_plan_free(&p);
@@ -327,4 +326,27 @@ Test(planner, twelve_qwen3_30b_a3b_blocks_fit_one_h200_and_125_gib) {
     mt_params_free(&t);
 }
 
-#endif
+/* The described GPUs: h200 is the defaults, every entry has its memory and
+ * positive rates, and the host's rates stay the defaults'. */
+Test(planner, the_gpu_table_describes_every_named_gpu) {
+    mt_rates def, r;
+    mt_rates_default(&def);
+    const mt_gpu_spec *h200 = mt_gpu_spec_find("H200");
+    cr_assert_not_null(h200);
+    mt_rates_for_gpu(&r, h200);
+    cr_assert(r.gemm_tflops == def.gemm_tflops && r.attn_fwd_tflops == def.attn_fwd_tflops &&
+              r.attn_bwd_tflops == def.attn_bwd_tflops && r.h2d_gbs == def.h2d_gbs &&
+              r.d2h_gbs == def.d2h_gbs && r.hbm_gbs == def.hbm_gbs);
+    const char *names[] = {"h100", "h200", "a100", "l40s", "4090"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        const mt_gpu_spec *g = mt_gpu_spec_find(names[i]);
+        cr_assert_not_null(g, "%s", names[i]);
+        cr_assert(strstr(mt_gpu_spec_names(), names[i]) != NULL);
+        mt_rates_for_gpu(&r, g);
+        cr_assert(g->mem_gb > 0 && r.gemm_tflops > 0 && r.attn_fwd_tflops > 0 &&
+                  r.attn_bwd_tflops > 0 && r.h2d_gbs > 0 && r.d2h_gbs > 0 && r.hbm_gbs > 0,
+                  "%s", names[i]);
+        cr_assert(r.adam_gparams == def.adam_gparams && r.duplex == def.duplex);
+    }
+    cr_assert_null(mt_gpu_spec_find("v100"));
+}

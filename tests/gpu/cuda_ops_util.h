@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/cuda_common.h"
-#include "backend/cuda/cuda_ops.h"
+#include "kernels/cuda_common.h"
+#include "kernels/cuda_ops.h"
 #include "testlib.h"
 
 #define TOL_F32 1e-5

@@ -11,8 +11,8 @@
 #include "engine/optim_pipeline.h"
 #include "engine/optimizer.h"
 #include "engine/step.h"
+#include "kernels/cuda_ops.h"
 #include "testlib.h"
-#include "backend/cuda/cuda_ops.h"
 
 void mt_test_need_gpu(void) {
     if (mt_cuda_device_count() <= 0) cr_skip_test("no CUDA device: GPU test skipped");

@@ -1,4 +1,4 @@
-/* Tests of the fused causal GQA attention kernels (backend/cuda/attention.h)
+/* Tests of the fused causal GQA attention kernels (kernels/attention/attention.h)
  * against a double-precision reference that materialises the whole masked
  * score matrix of each (batch, head). Ragged T (not a multiple of any tile),
  * GQA, MHA (NH == NKV) and MQA (NKV == 1), packed documents, both
@@ -14,7 +14,7 @@
 
 #include <cuda_runtime.h>
 
-#include "backend/cuda/attention.h"
+#include "kernels/attention/attention.h"
 #include "megatrain.h"
 #include "testlib.h"
 

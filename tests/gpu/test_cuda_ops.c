@@ -1,4 +1,4 @@
-/* Tests of the CUDA operators (backend/cuda/cuda_ops.h) against small
+/* Tests of the CUDA operators (kernels/cuda_ops.h) against small
  * double-precision reference loops written here, in both precisions, on
  * random non-zero inputs of odd sizes. Outputs are poisoned with NaN
  * (all-ones bytes) before each call so an unwritten element fails the

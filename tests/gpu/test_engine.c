@@ -11,14 +11,14 @@
 
 #include "backend/cpu/backend_cpu.h"
 #include "backend/cpu/ops.h"
-#include "backend/cuda/attention.h"
 #include "backend/cuda/backend_cuda.h"
-#include "backend/cuda/cuda_ops.h"
 #include "engine/optim_pipeline.h"
 #include "engine/optimizer.h"
 #include "engine/step.h"
 #include "fixture.h"
 #include "gpu_train.h"
+#include "kernels/attention/attention.h"
+#include "kernels/cuda_ops.h"
 #include "testlib.h"
 
 /* fp32 mode: TF32 off, so the GPU differs from PyTorch's CPU fp32 only by
@@ -326,8 +326,8 @@ Test(engine, mixed_placements_match_all_gpu_bitwise, .timeout = 180) {
         int nl = f.table.n_layers;
         mt_layer_home *mix = calloc((size_t)nl, sizeof *mix), *inv = calloc((size_t)nl, sizeof *inv);
         for (int l = 0; l < nl; l++) {
-            mix[l] = (mt_layer_home){.grad_host = l % 2, .ckpt_host = l % 3 == 1};
-            inv[l] = (mt_layer_home){.grad_host = !(l % 2), .ckpt_host = l % 3 != 1};
+            mix[l] = (mt_layer_home){.grad_host = l % 2, .saved_host = l % 3 == 1};
+            inv[l] = (mt_layer_home){.grad_host = !(l % 2), .saved_host = l % 3 != 1};
         }
         double all_gpu[S], a[S], b[S], g16[S], cpu[S];
         train(&f, 0, MT_GPU_FP32, 0, S, cpu);

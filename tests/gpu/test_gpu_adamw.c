@@ -10,11 +10,11 @@
 #include <string.h>
 
 #include "backend/cuda/backend_cuda.h"
-#include "backend/cuda/cuda_common.h"
-#include "backend/cuda/engine_kernels.h"
 #include "engine/optimizer.h"
 #include "fixture.h"
 #include "gpu_train.h"
+#include "kernels/cuda_common.h"
+#include "kernels/optim/optim_kernels.h"
 #include "testlib.h"
 
 static float *random_floats(size_t n, uint64_t seed, float lo, float hi) {

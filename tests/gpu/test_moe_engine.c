@@ -13,10 +13,10 @@
 #include <string.h>
 
 #include "backend/cuda/backend_cuda.h"
-#include "backend/cuda/cuda_ops.h"
 #include "engine/step.h"
 #include "fixture.h"
 #include "gpu_train.h"
+#include "kernels/cuda_ops.h"
 #include "testlib.h"
 
 /* fp32: TF32 off, so the GPU differs from transformers' fp32 only by

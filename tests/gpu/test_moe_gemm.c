@@ -1,4 +1,4 @@
-/* Tests of the grouped expert products (backend/cuda/moe_gemm.h) against a
+/* Tests of the grouped expert products (kernels/moe/moe_gemm.h) against a
  * double-precision reference computed expert by expert here, in both
  * precisions, on the tensor-core path (both kernels on a Hopper GPU: the
  * wgmma one the products take, and the mma.sync one of other GPUs) and on
@@ -26,7 +26,7 @@
 
 #include "cuda_ops_util.h"
 #include "gpu_train.h"
-#include "backend/cuda/moe_gemm.h"
+#include "kernels/moe/moe_gemm.h"
 #include "megatrain.h"
 
 #define GUARD 64 /* elements after each output that nothing may write */

@@ -12,10 +12,10 @@
 #include "backend/cpu/backend_cpu.h"
 #include "backend/cpu/ops.h"
 #include "backend/cuda/backend_cuda.h"
-#include "backend/cuda/cuda_ops.h"
 #include "engine/step.h"
 #include "fixture.h"
 #include "gpu_train.h"
+#include "kernels/cuda_ops.h"
 #include "testlib.h"
 
 /* The bounds of test_engine.c, for the same reasons: fp32 differs from the

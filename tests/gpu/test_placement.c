@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "backend/cuda/backend_cuda.h"
-#include "backend/cuda/cuda_ops.h"
 #include "gpu_train.h"
+#include "kernels/cuda_ops.h"
 
 /* Six blocks, head dim 64 (the bf16 flash kernel and the fast path). */
 static mt_config deep_config(int tied) {
@@ -43,10 +43,10 @@ Test(placement, recomputed_checkpoints_match_all_gpu_bitwise, .timeout = 180) {
          * embedding, 3 from 2 (host), 5 from 4 (GPU). */
         mt_layer_home a[8], b[8];
         for (int l = 0; l < nl; l++) {
-            a[l] = (mt_layer_home){.grad_host = l % 2, .ckpt_host = l == 1 || l == 5,
-                                   .ckpt_recompute = l == 2 || l == 4 || l >= 6};
-            b[l] = (mt_layer_home){.grad_host = !(l % 2), .ckpt_host = l == 2 || l == 6,
-                                   .ckpt_recompute = l % 2 == 1};
+            a[l] = (mt_layer_home){.grad_host = l % 2, .saved_host = l == 1 || l == 5,
+                                   .saved_recompute = l == 2 || l == 4 || l >= 6};
+            b[l] = (mt_layer_home){.grad_host = !(l % 2), .saved_host = l == 2 || l == 6,
+                                   .saved_recompute = l % 2 == 1};
         }
         for (int p = 0; p < 2; p++) {
             mt_gpu_precision prec = p ? MT_GPU_BF16 : MT_GPU_FP32;

@@ -2,7 +2,8 @@
  * reference operators of ops.h.
  *
  * Memory, all allocated at creation:
- *   ckpt  (n_layers, M, N, C)  input of every layer for every micro-batch
+ *   saved (n_layers, M, N, C)  input of every layer for every micro-batch, saved
+ *                               by the forward for the backward
  *   dx    (M, N, C)            residual-stream gradient per micro-batch
  *   acts                        one layer's activations for one micro-batch,
  *                               refilled by the recompute in backward. */
@@ -47,7 +48,7 @@ typedef struct cpu_backend {
     int max_M;
     int64_t B, T, N;
     float *cos, *sin;       /* (T, HD/2) */
-    float *ckpt;            /* (n_layers, M, N, C) */
+    float *saved;           /* (n_layers, M, N, C) */
     float *dx;              /* (M, N, C) */
     block_acts a;
     block_grads d;
@@ -63,9 +64,9 @@ typedef struct cpu_backend {
     float *w, *g;
 } cpu_backend;
 
-static float *ckpt_at(cpu_backend *cb, int layer, int mb) {
+static float *saved_at(cpu_backend *cb, int layer, int mb) {
     size_t per = (size_t)cb->N * cb->cfg->C;
-    return cb->ckpt + ((size_t)layer * cb->max_M + mb) * per;
+    return cb->saved + ((size_t)layer * cb->max_M + mb) * per;
 }
 
 static float *dx_at(cpu_backend *cb, int mb) {
@@ -221,10 +222,10 @@ static void cpu_forward(mt_backend *be, int layer, int mb) {
     cpu_backend *cb = (cpu_backend *)be;
     const int32_t *tok = cb->batch->tokens + (size_t)mb * cb->N;
     if (layer == 0) {
-        mt_cpu_embedding_forward(ckpt_at(cb, 1, mb), tok, W(cb, 0, MT_T_EMBED), cb->N, cb->cfg->C);
+        mt_cpu_embedding_forward(saved_at(cb, 1, mb), tok, W(cb, 0, MT_T_EMBED), cb->N, cb->cfg->C);
         return;
     }
-    block_forward(cb, layer, pos_at(cb, mb), ckpt_at(cb, layer, mb), ckpt_at(cb, layer + 1, mb));
+    block_forward(cb, layer, pos_at(cb, mb), saved_at(cb, layer, mb), saved_at(cb, layer + 1, mb));
     if (cb->t->layers[layer].n_experts) mt_cpu_moe_count(cb->moe); /* not in recompute */
 }
 
@@ -245,7 +246,7 @@ static void cpu_head(mt_backend *be, int mb) {
     const mt_config *c = cb->cfg;
     int head = cb->t->n_layers - 1;
     size_t N = cb->N, C = c->C, V = c->V;
-    const float *x = ckpt_at(cb, head, mb);
+    const float *x = saved_at(cb, head, mb);
     const int32_t *tgt = cb->batch->targets + (size_t)mb * N;
     float *wl, *gl;
     head_matrix(cb, head, &wl, &gl);
@@ -277,8 +278,8 @@ static void cpu_backward(mt_backend *be, int layer, int mb) {
         return;
     }
     /* Recompute: the forward's activations were not kept. */
-    block_forward(cb, layer, pos_at(cb, mb), ckpt_at(cb, layer, mb), cb->d.dxn);
-    block_backward(cb, layer, pos_at(cb, mb), ckpt_at(cb, layer, mb), dx_at(cb, mb));
+    block_forward(cb, layer, pos_at(cb, mb), saved_at(cb, layer, mb), cb->d.dxn);
+    block_backward(cb, layer, pos_at(cb, mb), saved_at(cb, layer, mb), dx_at(cb, mb));
 }
 
 static void cpu_layer_grads_done(mt_backend *be, int layer) {
@@ -321,7 +322,7 @@ int mt_cpu_backend_bytes(const mt_config *c, const mt_param_table *t, int max_M,
     size_t row = 5 * C + 3 + 6 * Q + 6 * KV + 2 * (size_t)c->NH + (size_t)c->NKV + 6 * F;
     bool ok = mt_mul_size((size_t)B, (size_t)T, &N) && mt_mul_size(N, C, &NC) &&
               muladd(2, (size_t)T * c->HD / 2, 0, &f) &&                    /* cos, sin */
-              muladd((size_t)t->n_layers + 1, (size_t)max_M, 0, &LM) &&      /* ckpt, dx */
+              muladd((size_t)t->n_layers + 1, (size_t)max_M, 0, &LM) &&      /* saved, dx */
               muladd(LM, NC, f, &f) && muladd(N, row, f, &f) &&
               muladd(HEAD_CHUNK, (size_t)c->V, f, &f) && mt_mul_size(f, sizeof(float), bytes);
     size_t moe = ok ? mt_cpu_moe_bytes(c, N) : 0;
@@ -368,7 +369,7 @@ mt_backend *mt_cpu_backend_create(const mt_config *c, const mt_param_table *t,
     cb->cos = alloc_floats(T * c->HD / 2, &tot);
     cb->sin = alloc_floats(T * c->HD / 2, &tot);
     mt_rope_tables(cb->cos, cb->sin, c, T);
-    cb->ckpt = alloc_floats((size_t)t->n_layers * max_M * N * C, &tot);
+    cb->saved = alloc_floats((size_t)t->n_layers * max_M * N * C, &tot);
     cb->dx = alloc_floats((size_t)max_M * N * C, &tot);
     block_acts *a = &cb->a;
     a->xn1 = alloc_floats(N * C, &tot);
@@ -413,7 +414,7 @@ void mt_cpu_backend_free(mt_backend *be) {
     cpu_backend *cb = (cpu_backend *)be;
     block_acts *a = &cb->a;
     block_grads *d = &cb->d;
-    float *bufs[] = {cb->cos, cb->sin, cb->ckpt, cb->dx, a->xn1, a->rstd1, a->q, a->k, a->v,
+    float *bufs[] = {cb->cos, cb->sin, cb->saved, cb->dx, a->xn1, a->rstd1, a->q, a->k, a->v,
                      a->qpre, a->kpre, a->qrstd, a->krstd, a->att, a->lse, a->xmid, a->xn2,
                      a->rstd2, a->gate, a->up, a->mlp, d->dbig1, d->dbig2, d->dbig3, d->dq, d->dk, d->dv,
                      d->dqn, d->dkn, d->datt, d->dxn, cb->logits, cb->xf, cb->rstdf};
@@ -429,7 +430,7 @@ void mt_cpu_backend_logits(mt_backend *be, int mb, int64_t row, float *logits) {
     MT_ASSERT(row >= 0 && row < cb->N && mb >= 0 && mb < cb->max_M);
     float *wl, *gl;
     head_matrix(cb, head, &wl, &gl);
-    const float *x = ckpt_at(cb, head, mb) + (size_t)row * c->C;
+    const float *x = saved_at(cb, head, mb) + (size_t)row * c->C;
     mt_cpu_rmsnorm_forward(cb->xf, cb->rstdf, x, W(cb, head, MT_T_FINAL_NORM), 1, c->C, c->rms_eps);
     mt_cpu_matmul_forward(logits, cb->xf, wl, NULL, 1, c->C, c->V);
 }

@@ -1,4 +1,4 @@
-/* The CUDA streaming backend (SPEC 1).
+/* The CUDA streaming backend (docs/architecture.md, "The CUDA backend").
  *
  * GPU memory, all taken at creation from one allocation:
  *   slots[K]   a ring of weight slots, each one layer: fp32 (as copied from
@@ -8,10 +8,10 @@
  *              turns and drain to the host once per step (fp32, or rounded
  *              to bf16 on the GPU first); GPU-waiting layers each keep an
  *              fp32 accumulator in gacc_all that the optimizer fetches
- *   ckpt       per layer: fp32 layer inputs (M, N, C) on the GPU, or in
- *              pinned host memory visiting dck[2], or rebuilt in the
- *              backward from the previous layer's (visiting dck[2] in the
- *              forward)
+ *   saved      per layer: its saved input (M, N, C) fp32, which its
+ *              backward recomputes it from: on the GPU, or in pinned host
+ *              memory visiting visit[2], or rebuilt in the backward from
+ *              the previous layer's (visiting visit[2] in the forward)
  *   dx         (M, N, C) fp32 residual-stream gradient, per micro-batch
  *   acts/grads one layer's activations and gradients for one micro-batch,
  *              and kept forward activations of the last layers
@@ -19,18 +19,20 @@
  * step is known in advance), compute runs the layers, d2h drains each
  * layer's gradient once per step. Only events order them.
  * The memory plan is in backend_cuda_plan.c, the layer templates in
- * layers_cuda.c, checkpoint traffic in backend_cuda_ckpt.c, creation and
- * the accessors in backend_cuda_life.c, the timeline in backend_cuda_trace.c. */
+ * layers_cuda.c, the saved inputs' traffic in backend_cuda_saved.c, creation
+ * and the accessors in backend_cuda_create.c, the timeline in
+ * backend_cuda_trace.c. */
 #include "backend/cuda/backend_cuda.h"
 
 #include <cuda_runtime_api.h>
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/backend_cuda_internal.h"
-#include "backend/cuda/engine_kernels.h"
 #include "backend/cuda/layers_cuda.h"
 #include "backend/cuda/moe_cuda.h"
 #include "backend/cuda/nccl.h"
+#include "kernels/cuda_common.h"
+#include "kernels/optim/optim_kernels.h"
 
 /* ---- weights ---- */
 
@@ -179,7 +181,7 @@ static int cu_begin_step(mt_backend *be, const mt_batch *batch, float dscale, in
         cb->slots[k].last_use = -1;
     }
     cb->embed_slot.layer = -1;
-    cb->dck_holds[0] = cb->dck_holds[1] = -1;
+    cb->visit_holds[0] = cb->visit_holds[1] = -1;
     return 0;
 }
 
@@ -187,7 +189,7 @@ static void cu_bind_layer(mt_backend *be, int layer, int backward) {
     cuda_backend *cb = (cuda_backend *)be;
     MT_ASSERT(cb->cur < cb->seq_len && cb->seq[cb->cur] == layer);
     release_bound(cb);
-    if (cb->n_host_ckpt || cb->n_drop_ckpt) mt_cuda_checkpoint_traffic(cb, layer, backward);
+    if (cb->n_host_saved || cb->n_rebuilt_saved) mt_cuda_saved_traffic(cb, layer, backward);
     if (layer == cb->t->n_layers - 1) CUDA_CHECK(cudaEventRecord(cb->ev_fwd_end, cb->s_comp));
     /* Keep K-1 layers in flight ahead of the one in use. */
     int ahead = cb->cur + cb->o.slots - 1;
@@ -235,14 +237,14 @@ static void cu_forward(mt_backend *be, int layer, int mb) {
     cuda_backend *cb = (cuda_backend *)be;
     if (layer == 0) {
         /* The lookup reads fp32 weights: the residual stream is fp32. */
-        mt_cuda_embedding_forward(cb->ctx, ckpt_at(cb, 1, mb), cb->tokens + (size_t)mb * cb->N,
+        mt_cuda_embedding_forward(cb->ctx, saved_at(cb, 1, mb), cb->tokens + (size_t)mb * cb->N,
                                   W32(cb, bound_slot(cb), 0, MT_T_EMBED), MT_DT_F32, cb->N,
                                   cb->cfg->C);
         return;
     }
     acts *k = cb->train ? mt_cuda_kept_unit(cb, layer, mb) : NULL;
-    mt_cuda_block_forward(cb, k ? k : &cb->a, layer, mb, ckpt_at(cb, layer, mb),
-                          ckpt_at(cb, layer + 1, mb));
+    mt_cuda_block_forward(cb, k ? k : &cb->a, layer, mb, saved_at(cb, layer, mb),
+                          saved_at(cb, layer + 1, mb));
     /* the load-balancing counts: this forward, not the backward's recompute */
     if (cb->t->layers[layer].n_experts) mt_cuda_moe_count(cb->moe, cb->ctx);
 }
@@ -265,7 +267,7 @@ static void cu_head(mt_backend *be, int mb) {
     int head = cb->t->n_layers - 1;
     size_t N = cb->N, C = c->C;
     slot *s = bound_slot(cb);
-    const float *x = ckpt_at(cb, head, mb);
+    const float *x = saved_at(cb, head, mb);
     if (c->tie_embeddings) CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, embed_weights(cb)->ready, 0));
     void *wl;
     float *gl;
@@ -294,9 +296,9 @@ static void cu_backward(mt_backend *be, int layer, int mb) {
                                    cb->cfg->C);
         return;
     }
-    const float *x = cb->home[layer].ckpt_recompute && cb->dck_holds[layer % 2] != layer
+    const float *x = cb->home[layer].saved_recompute && cb->visit_holds[layer % 2] != layer
                          ? mt_cuda_recompute_input(cb, layer, mb)
-                         : ckpt_at(cb, layer, mb);
+                         : saved_at(cb, layer, mb);
     acts *k = mt_cuda_kept_unit(cb, layer, mb);
     if (!k) { /* recompute: the forward's activations were not kept */
         k = &cb->a;

@@ -22,14 +22,15 @@ typedef struct mt_layer_home {
     uint8_t grad_host;  /* 1: the layer's gradient waits for the optimizer in pinned host
                          * memory (drained once per step during the backward); 0: in a
                          * GPU fp32 accumulator the optimizer fetches */
-    uint8_t ckpt_host;  /* 1: checkpoint l (the layer's input, every micro-batch) lives in
-                         * pinned host memory between its forward and backward; 0: GPU */
-    uint8_t ckpt_recompute; /* 1: checkpoint l is not kept past the forward (ckpt_host is
-                         * ignored): the backward of layer l recomputes it from checkpoint
-                         * l-1 with layer l-1's weights, one more layer forward per
+    uint8_t saved_host; /* 1: saved input l (the layer's input, every micro-batch, which
+                         * its backward recomputes the layer from) lives in pinned host
+                         * memory between its forward and backward; 0: GPU */
+    uint8_t saved_recompute; /* 1: saved input l is not kept past the forward (saved_host
+                         * is ignored): the backward of layer l recomputes it from saved
+                         * input l-1 with layer l-1's weights, one more layer forward per
                          * micro-batch. Free for the head's input and the last block's,
                          * which are still on the GPU when their backward runs. Layer
-                         * l-1 must keep its own checkpoint. */
+                         * l-1 must keep its own saved input. */
 } mt_layer_home;
 
 typedef struct mt_cuda_backend_opts {

@@ -1,19 +1,18 @@
 /* Internals of the CUDA streaming backend, shared by its files:
- * backend_cuda.c (slots, the step), backend_cuda_ckpt.c (checkpoint
- * traffic), backend_cuda_life.c (creation, accessors), backend_cuda_plan.c
+ * backend_cuda.c (slots, the step), backend_cuda_saved.c (the traffic of
+ * saved layer inputs), backend_cuda_create.c (creation, accessors), backend_cuda_plan.c
  * (the GPU memory plan) and layers_cuda.c (the layer templates, declared in
  * layers_cuda.h). Not a public interface: use backend_cuda.h. */
 #ifndef MT_BACKEND_CUDA_INTERNAL_H
 #define MT_BACKEND_CUDA_INTERNAL_H
 
-#include <cuda_runtime_api.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "backend/cuda/backend_cuda.h"
-#include "backend/cuda/cuda_common.h"
 #include "dist/shard.h"
 #include "engine/trace.h"
+#include "kernels/cuda_ops.h"
 
 #define MAX_SLOTS 8
 #define TRACE_SPANS 512
@@ -113,16 +112,17 @@ typedef struct cuda_backend {
     size_t max_stage_numel;
     cudaEvent_t stage_drained[2];
     int sbuf;
-    /* Checkpoints: checkpoint l on the GPU is ckpt[ck_idx[l]] (max_M, N, C);
-     * on the host h_ckpt[ck_idx[l]], visiting dck[l % 2] on the GPU while
+    /* Saved inputs (layer l's input, kept from its forward for its backward):
+     * saved input l on the GPU is saved[saved_idx[l]] (max_M, N, C); on the
+     * host h_saved[saved_idx[l]], visiting visit[l % 2] on the GPU while
      * layers l-1 (writing it) and l (reading it) run. */
-    float *ckpt, *dx;   /* dx: (M, N, C) residual-stream gradient */
-    int *ck_idx;        /* (n_layers) */
-    int n_gpu_ckpt, n_host_ckpt, n_drop_ckpt; /* n_drop_ckpt: ckpt_recompute layers */
-    float *h_ckpt, *dck[2];
-    float *xin;         /* (N, C) a recomputed checkpoint, one micro-batch */
-    int dck_holds[2];   /* checkpoint in dck[b] now, -1 none (host order of issue) */
-    cudaEvent_t dck_saved[2], dck_loaded[2], dck_free[2], dck_written[2];
+    float *saved, *dx;  /* dx: (M, N, C) residual-stream gradient */
+    int *saved_idx;     /* (n_layers) */
+    int n_gpu_saved, n_host_saved, n_rebuilt_saved; /* rebuilt: saved_recompute layers */
+    float *h_saved, *visit[2];
+    float *xin;         /* (N, C) a recomputed saved input, one micro-batch */
+    int visit_holds[2]; /* saved input in visit[b] now, -1 none (host order of issue) */
+    cudaEvent_t visit_saved[2], visit_loaded[2], visit_free[2], visit_written[2];
     int attn_bf16;      /* bf16 flash kernel (HD 64/128); else fp32 attention */
     /* bf16 fast path (flash attention): products write bf16 (biases added
      * in the product) and the q/k norms, RoPE and SwiGLU work on bf16, as
@@ -183,7 +183,7 @@ typedef struct bump { char *base; size_t used; } bump;
 
 /* The GPU memory plan (backend_cuda_plan.c). */
 void mt_cuda_default_opts(mt_cuda_backend_opts *o, const mt_cuda_backend_opts *in);
-/* Fills home, goff, h_goff, ck_idx and the gradient and checkpoint counts
+/* Fills home, goff, h_goff, saved_idx and the gradient and saved-input counts
  * from the options (allocates the arrays; mt_cuda_homes_free frees them). */
 void mt_cuda_resolve_homes(cuda_backend *cb);
 void mt_cuda_homes_free(cuda_backend *cb);
@@ -193,16 +193,16 @@ size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb);
 /* The step's operations (backend_cuda.c), for creation. */
 extern const mt_backend_ops mt_cuda_backend_ops;
 
-/* Timeline spans (backend_cuda.c): begin returns the span's index or -1
+/* Timeline spans (backend_cuda_trace.c): begin returns the span's index or -1
  * (tracing off or full). */
 int mt_cuda_span_begin(cuda_backend *cb, cudaStream_t stream, int track, const char *fmt, int a);
 void mt_cuda_span_end(cuda_backend *cb, cudaStream_t stream, int i);
 
-/* Checkpoint traffic at the bind of `layer` (backend_cuda_ckpt.c): saves
- * and loads of host checkpoints, waits for rebuilt ones' sources. */
-void mt_cuda_checkpoint_traffic(cuda_backend *cb, int layer, int backward);
+/* Saved-input traffic at the bind of `layer` (backend_cuda_saved.c): saves
+ * and loads of host-saved inputs, waits for rebuilt ones' sources. */
+void mt_cuda_saved_traffic(cuda_backend *cb, int layer, int backward);
 /* Layer `layer`'s input for micro-batch mb, rebuilt from checkpoint
- * layer-1 into cb->xin (its checkpoint is ckpt_recompute). */
+ * layer-1 into cb->xin (its saved input is saved_recompute). */
 const float *mt_cuda_recompute_input(cuda_backend *cb, int layer, int mb);
 
 /* ---- accessors ---- */
@@ -256,15 +256,15 @@ static inline slot *embed_weights(cuda_backend *cb) {
     return cb->n_dev ? &cb->dev_slot[0] : &cb->embed_slot;
 }
 
-/* Whether checkpoint l visits dck[l % 2] (host or recomputed ones). */
-static inline int ckpt_visits(const cuda_backend *cb, int layer) {
-    return cb->home[layer].ckpt_host || cb->home[layer].ckpt_recompute;
+/* Whether saved input l visits visit[l % 2] (host or recomputed ones). */
+static inline int saved_visits(const cuda_backend *cb, int layer) {
+    return cb->home[layer].saved_host || cb->home[layer].saved_recompute;
 }
 
-static inline float *ckpt_at(cuda_backend *cb, int layer, int mb) {
+static inline float *saved_at(cuda_backend *cb, int layer, int mb) {
     size_t per = cb->N * cb->cfg->C;
-    if (ckpt_visits(cb, layer)) return cb->dck[layer % 2] + (size_t)mb * per;
-    return cb->ckpt + ((size_t)cb->ck_idx[layer] * cb->max_M + mb) * per;
+    if (saved_visits(cb, layer)) return cb->visit[layer % 2] + (size_t)mb * per;
+    return cb->saved + ((size_t)cb->saved_idx[layer] * cb->max_M + mb) * per;
 }
 
 static inline float *dx_at(cuda_backend *cb, int mb) {

@@ -3,10 +3,10 @@
  * function sizes the allocation (bump with no base) and carves it. */
 #include <stdlib.h>
 
-#include "backend/cuda/attention.h"
 #include "backend/cuda/backend_cuda_internal.h"
-#include "backend/cuda/engine_kernels.h"
 #include "backend/cuda/moe_cuda.h"
+#include "kernels/attention/attention.h"
+#include "kernels/optim/optim_kernels.h"
 #include "util/mem.h"
 
 
@@ -66,12 +66,12 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
         cb->g16_stage[0] = take(b, cb->max_stage_numel * 2);
         cb->g16_stage[1] = take(b, cb->max_stage_numel * 2);
     }
-    if (cb->n_host_ckpt || cb->n_drop_ckpt) {
-        cb->dck[0] = TAKE_F(b, (size_t)cb->max_M * N * C);
-        cb->dck[1] = TAKE_F(b, (size_t)cb->max_M * N * C);
+    if (cb->n_host_saved || cb->n_rebuilt_saved) {
+        cb->visit[0] = TAKE_F(b, (size_t)cb->max_M * N * C);
+        cb->visit[1] = TAKE_F(b, (size_t)cb->max_M * N * C);
     }
-    cb->xin = cb->n_drop_ckpt ? TAKE_F(b, N * C) : NULL;
-    cb->ckpt = TAKE_F(b, (size_t)cb->n_gpu_ckpt * cb->max_M * N * C);
+    cb->xin = cb->n_rebuilt_saved ? TAKE_F(b, N * C) : NULL;
+    cb->saved = TAKE_F(b, (size_t)cb->n_gpu_saved * cb->max_M * N * C);
     cb->dx = TAKE_F(b, (size_t)cb->max_M * N * C);
     cb->cos = TAKE_F(b, cb->T * c->HD / 2);
     cb->sin = TAKE_F(b, cb->T * c->HD / 2);
@@ -179,7 +179,7 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
     }
     if (cb->n_keep) {
         cb->keep_unit_bytes = (b->used - before) / ((size_t)cb->n_keep * cb->max_M);
-        MT_ASSERT(cb->keep_unit_bytes <= mt_cuda_keep_unit_bytes(cb)); /* what life.c fits by */
+        MT_ASSERT(cb->keep_unit_bytes <= mt_cuda_keep_unit_bytes(cb)); /* what create.c fits by */
     }
 }
 
@@ -211,7 +211,7 @@ void mt_cuda_resolve_homes(cuda_backend *cb) {
     cb->home = mt_calloc_or_die((size_t)nl, sizeof *cb->home);
     cb->goff = mt_calloc_or_die((size_t)nl, sizeof *cb->goff);
     cb->h_goff = mt_calloc_or_die((size_t)nl, sizeof *cb->h_goff);
-    cb->ck_idx = mt_calloc_or_die((size_t)nl, sizeof *cb->ck_idx);
+    cb->saved_idx = mt_calloc_or_die((size_t)nl, sizeof *cb->saved_idx);
     cb->n_dev = cb->o.device_optim_layers < 0 ? 0
                 : cb->o.device_optim_layers > nl ? nl : cb->o.device_optim_layers;
     cb->dev_slot = mt_calloc_or_die((size_t)(cb->n_dev ? cb->n_dev : 1), sizeof *cb->dev_slot);
@@ -220,19 +220,19 @@ void mt_cuda_resolve_homes(cuda_backend *cb) {
                               : 0;
     cb->gpu_grad_numel = cb->max_gpu_grad_numel = 0;
     cb->host_grad_numel = cb->max_host_grad_numel = cb->max_stage_numel = 0;
-    cb->n_gpu_ckpt = cb->n_host_ckpt = cb->n_drop_ckpt = 0;
+    cb->n_gpu_saved = cb->n_host_saved = cb->n_rebuilt_saved = 0;
     for (int l = 0; l < nl; l++) {
         mt_layer_home h = cb->o.homes ? cb->o.homes[l]
                                       : (mt_layer_home){.grad_host = !cb->o.gpu_grads,
-                                                        .ckpt_host = (uint8_t)cb->o.host_checkpoints};
-        if (l == 0) h.ckpt_host = h.ckpt_recompute = 0; /* no checkpoint */
+                                                        .saved_host = (uint8_t)cb->o.host_checkpoints};
+        if (l == 0) h.saved_host = h.saved_recompute = 0; /* no checkpoint */
         if (l < cb->n_dev) h.grad_host = 0; /* updated where it is */
         if (cb->ranks > 1) h.grad_host = 1; /* the reduced part leaves for the host */
-        if (h.ckpt_recompute) {
-            h.ckpt_host = 0;
+        if (h.saved_recompute) {
+            h.saved_host = 0;
             /* rebuilt from layer l-1's, unless still on the GPU (the last two) */
-            MT_ASSERT(l >= nl - 2 || !cb->home[l - 1].ckpt_recompute);
-            cb->n_drop_ckpt++;
+            MT_ASSERT(l >= nl - 2 || !cb->home[l - 1].saved_recompute);
+            cb->n_rebuilt_saved++;
         }
         cb->home[l] = h;
         /* the GPU accumulates the whole layer (and its collectives' padding);
@@ -250,8 +250,8 @@ void mt_cuda_resolve_homes(cuda_backend *cb) {
             /* the optimizer's fetch stages it, unless it updates it here */
             if (l >= cb->n_dev && n > cb->max_gpu_grad_numel) cb->max_gpu_grad_numel = n;
         }
-        if (l >= 1 && !h.ckpt_recompute)
-            cb->ck_idx[l] = h.ckpt_host ? cb->n_host_ckpt++ : cb->n_gpu_ckpt++;
+        if (l >= 1 && !h.saved_recompute)
+            cb->saved_idx[l] = h.saved_host ? cb->n_host_saved++ : cb->n_gpu_saved++;
     }
 }
 
@@ -259,12 +259,12 @@ void mt_cuda_homes_free(cuda_backend *cb) {
     free(cb->home);
     free(cb->goff);
     free(cb->h_goff);
-    free(cb->ck_idx);
+    free(cb->saved_idx);
     free(cb->dev_slot);
     cb->dev_slot = NULL;
     cb->home = NULL;
     cb->goff = cb->h_goff = NULL;
-    cb->ck_idx = NULL;
+    cb->saved_idx = NULL;
 }
 
 /* A backend that only counts: options resolved, nothing allocated. */
@@ -302,7 +302,7 @@ size_t mt_cuda_backend_host_bytes(const mt_config *cfg, const mt_param_table *t,
     cuda_backend cb;
     counting_backend(&cb, cfg, t, max_M, B, T, in);
     size_t bytes = cb.host_grad_numel * (cb.o.host_grad_bf16 ? 2 : 4);
-    bytes += (size_t)cb.n_host_ckpt * max_M * cb.N * cfg->C * sizeof(float);
+    bytes += (size_t)cb.n_host_saved * max_M * cb.N * cfg->C * sizeof(float);
     if (cb.max_gpu_grad_numel) bytes += 2 * cb.max_gpu_grad_numel * sizeof(float);
     mt_cuda_homes_free(&cb);
     return bytes;

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/backend_cuda_internal.h"
+#include "kernels/cuda_common.h"
 #include "util/mem.h"
 
 /* Starts a span on `stream`; returns its index or -1 (tracing off/full). */

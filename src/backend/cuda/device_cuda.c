@@ -4,7 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "backend/cuda/cuda_ops.h"
+#include "kernels/cuda_ops.h"
 #include "backend/cuda/nccl.h"
 
 _Static_assert(MT_DEVICE_COMM_ID_BYTES == MT_NCCL_ID_BYTES, "one id");

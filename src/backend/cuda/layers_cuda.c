@@ -1,11 +1,12 @@
 /* The layer templates of the CUDA backend: a Llama-family decoder block's
  * forward and backward on the weights of the bound slot, for one
  * micro-batch. Stateless: binding a layer is pointing at a slot. */
-#include "backend/cuda/attention.h"
 #include "backend/cuda/backend_cuda_internal.h"
 #include "backend/cuda/layers_cuda.h"
 #include "backend/cuda/moe_cuda.h"
-#include "backend/cuda/ops_fused.h"
+#include "kernels/attention/attention.h"
+#include "kernels/cuda_common.h"
+#include "kernels/ops/ops_fused.h"
 
 /* ---- positions of packed documents (mt_batch.pos) ---- */
 

@@ -12,135 +12,16 @@
  * softmax, top-k, routing weights, combine and every reduction are fp32
  * (the load-balancing sums double). */
 #include "backend/cuda/moe_cuda.h"
+#include "backend/cuda/moe_cuda_internal.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "backend/cuda/cuda_common.h"
-#include "backend/cuda/moe_gemm.h"
-#include "backend/cuda/moe_route.h"
-#include "backend/cuda/ops_fused.h"
+#include "kernels/cuda_common.h"
+#include "kernels/moe/moe_gemm.h"
+#include "kernels/moe/moe_route.h"
+#include "kernels/ops/ops_fused.h"
 #include "util/mem.h"
-
-#define MOE_ALIGN 256
-
-struct mt_cuda_moe {
-    size_t N, C, E, K, FE, FS, NK;
-    mt_precision prec;
-    size_t es; /* bytes of an operand */
-    bool norm_topk, aux_on;
-    double aux_coef;
-    int train;
-    double rows; /* MoE blocks x tokens counted this step (host: known without the device) */
-    /* routing of the last forward */
-    float *p;              /* (N, E) router logits, then their softmax */
-    int32_t *sel;          /* (N, K) chosen experts, largest p first */
-    float *wk;             /* (N, K) their routing weights */
-    float *psel;           /* (N) sum of the chosen p */
-    int32_t *start;        /* (E + 1) first grouped row of each expert */
-    int32_t *row;          /* (N, K) grouped row of token n's j-th choice */
-    int32_t *tok;          /* (NK) token of each grouped row */
-    int32_t *hist;         /* grouping scratch (mt_cuda_moe_group_scratch) */
-    float *xn32;           /* (N, C) bf16 precision: xn in fp32, for the router and shared gate */
-    /* grouped rows, expert after expert; op = operand type */
-    void *xg;              /* (NK, C) op: the tokens' inputs */
-    void *hg, *hu, *hh;    /* (NK, FE) op: gate, up, silu(gate) * up */
-    float *y;              /* (NK, C) expert outputs, before the weights */
-    /* shared expert (FS > 0) */
-    void *sg, *su, *sh;    /* (N, FS) op */
-    float *sy;             /* (N, C) */
-    float *sz;             /* (N) shared gate logit */
-    /* backward */
-    void *dy;              /* (NK, C) op */
-    float *dhh;            /* (NK, FE) */
-    void *dhg, *dhu;       /* (NK, FE) op */
-    float *dxg;            /* (NK, C) */
-    float *dwk;            /* (N, K) dL/d(routing weights) */
-    float *dz;             /* (N, E) dL/d(router logits) */
-    void *dsy;             /* (N, C) op */
-    float *dsh;            /* (N, FS) */
-    void *dsg, *dsu;       /* (N, FS) op */
-    float *dsz;            /* (N) */
-    void *gemm_scratch;    /* mt_cuda_moe_gemm_scratch_bytes(E) */
-    /* the step's load-balancing counts */
-    double *cnt, *psum;    /* (E) top-K selections and summed p of each expert */
-};
-
-/* The buffers of m, carved from one device range (mt_arena). */
-static void *take(mt_arena *a, size_t n, size_t elem) {
-    return mt_arena_take(a, n, elem, MOE_ALIGN);
-}
-
-/* n x m elements of elem bytes, with the product checked. */
-static void *take2(mt_arena *a, size_t n, size_t m, size_t elem) {
-    size_t nm;
-    if (!mt_mul_size(n, m, &nm)) {
-        a->overflow = true;
-        return NULL;
-    }
-    return take(a, nm, elem);
-}
-
-static void carve(mt_cuda_moe *m, mt_arena *a) {
-    size_t N = m->N, C = m->C, E = m->E, K = m->K, FE = m->FE, FS = m->FS, es = m->es, NK;
-    if (!mt_mul_size(N, K, &NK) || NK > (size_t)INT32_MAX) { /* int32 grouped rows */
-        a->overflow = true;
-        return;
-    }
-    m->NK = NK;
-    m->p = take2(a, N, E, 4);
-    m->sel = take(a, NK, 4);
-    m->wk = take(a, NK, 4);
-    m->psel = take(a, N, 4);
-    m->start = take(a, E + 1, 4);
-    m->row = take(a, NK, 4);
-    m->tok = take(a, NK, 4);
-    m->hist = take(a, mt_cuda_moe_group_scratch(NK, (int)E), 4);
-    m->xn32 = m->prec == MT_PREC_BF16 ? take2(a, N, C, 4) : NULL;
-    m->xg = take2(a, NK, C, es);
-    m->hg = take2(a, NK, FE, es);
-    m->hu = take2(a, NK, FE, es);
-    m->hh = take2(a, NK, FE, es);
-    m->y = take2(a, NK, C, 4);
-    if (FS) {
-        m->sg = take2(a, N, FS, es);
-        m->su = take2(a, N, FS, es);
-        m->sh = take2(a, N, FS, es);
-        m->sy = take2(a, N, C, 4);
-        m->sz = take(a, N, 4);
-        m->dsy = take2(a, N, C, es);
-        m->dsh = take2(a, N, FS, 4);
-        m->dsg = take2(a, N, FS, es);
-        m->dsu = take2(a, N, FS, es);
-        m->dsz = take(a, N, 4);
-    }
-    m->dy = take2(a, NK, C, es);
-    m->dhh = take2(a, NK, FE, 4);
-    m->dhg = take2(a, NK, FE, es);
-    m->dhu = take2(a, NK, FE, es);
-    m->dxg = take2(a, NK, C, 4);
-    m->dwk = take(a, NK, 4);
-    m->dz = take2(a, N, E, 4);
-    m->gemm_scratch = take(a, mt_cuda_moe_gemm_scratch_bytes((int)E), 1);
-    m->cnt = take(a, E, 8);
-    m->psum = take(a, E, 8);
-}
-
-static void shape(mt_cuda_moe *m, const mt_config *c, size_t N, mt_precision prec) {
-    *m = (mt_cuda_moe){.N = N, .C = (size_t)c->C, .E = (size_t)c->moe.E, .K = (size_t)c->moe.K,
-                       .FE = (size_t)c->moe.FE, .FS = (size_t)c->moe.FS, .prec = prec,
-                       .es = prec == MT_PREC_BF16 ? 2 : 4, .norm_topk = c->moe.norm_topk,
-                       .aux_on = c->moe.aux_loss, .aux_coef = c->moe.aux_coef};
-}
-
-size_t mt_cuda_moe_bytes(const mt_config *c, size_t N, mt_precision prec) {
-    if (!mt_config_is_moe(c)) return 0;
-    mt_cuda_moe m;
-    shape(&m, c, N, prec);
-    mt_arena a = {0};
-    carve(&m, &a);
-    return a.overflow ? SIZE_MAX : a.used;
-}
 
 mt_cuda_moe *mt_cuda_moe_create(const mt_config *c, size_t N, mt_precision prec, void *dev) {
     size_t bytes = mt_cuda_moe_bytes(c, N, prec);
@@ -149,9 +30,8 @@ mt_cuda_moe *mt_cuda_moe_create(const mt_config *c, size_t N, mt_precision prec,
     MT_ASSERT(dev && (uintptr_t)dev % MOE_ALIGN == 0);
     MT_ASSERT(N >= 1 && c->moe.K >= 1 && c->moe.K <= c->moe.E && c->moe.E <= MT_MOE_MAX_EXPERTS);
     mt_cuda_moe *m = mt_calloc_or_die(1, sizeof *m);
-    shape(m, c, N, prec);
     mt_arena a = {.base = dev};
-    carve(m, &a);
+    mt_cuda_moe_layout(m, c, N, prec, &a);
     MT_ASSERT(a.used == bytes);
     return m;
 }

@@ -14,7 +14,7 @@
 #ifndef MT_BACKEND_CUDA_MOE_CUDA_H
 #define MT_BACKEND_CUDA_MOE_CUDA_H
 
-#include "backend/cuda/cuda_ops.h"
+#include "kernels/cuda_ops.h"
 
 #ifdef __cplusplus
 extern "C" {

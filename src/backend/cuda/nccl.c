@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/cuda_common.h"
+#include "kernels/cuda_common.h"
 #include "util/mem.h"
 
 _Static_assert(MT_NCCL_ID_BYTES == NCCL_UNIQUE_ID_BYTES, "the rendezvous blob holds an id");

@@ -1,79 +1,19 @@
-/* Rates for the planner: a short probe of this machine (pinned copies each
- * way and both at once, the CPU AdamW, one decoder layer and the head of
- * the run's shape on the GPU), and their JSON file. */
-#include <cjson/cJSON.h>
+/* Rates for the planner measured on this machine (planner_probe.h): pinned
+ * copies each way and both at once, the CPU AdamW, one decoder layer and
+ * the head of the run's shape on the GPU; and the GPU's free memory. */
+#include "backend/cuda/planner_probe.h"
+
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/cuda_common.h"
-#include "backend/cuda/planner.h"
 #include "engine/step.h"
 #include "engine/trace.h"
 #include "io/file.h"
+#include "kernels/cuda_common.h"
 #include "optim/adamw.h"
 #include "util/mem.h"
 #include "util/sys.h"
-
-/* ---- JSON ---- */
-
-#define RATE_FIELDS(X)                                                                  \
-    X(gemm_tflops) X(attn_fwd_tflops) X(attn_bwd_tflops) X(hbm_gbs) X(h2d_gbs) X(d2h_gbs) \
-    X(duplex) X(adam_gparams) X(layer_fwd_s) X(layer_bwd_s) X(layer_bwd_kept_s) X(head_s) \
-    X(embed_s)
-#define SHAPE_FIELDS(X) X(probe_C) X(probe_F) X(probe_V) X(probe_tokens) X(probe_T)
-
-int mt_rates_save(const mt_rates *r, const char *path, mt_error *err) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "source", r->source);
-#define ADD(f) cJSON_AddNumberToObject(o, #f, (double)r->f);
-    RATE_FIELDS(ADD)
-    SHAPE_FIELDS(ADD)
-#undef ADD
-    char *txt = cJSON_Print(o);
-    cJSON_Delete(o);
-    mt_atomic_file f;
-    int rc = mt_atomic_open(&f, path, err);
-    if (!rc) rc = mt_write_all(f.fd, txt, strlen(txt), path, err);
-    if (!rc) rc = mt_atomic_commit(&f, err);
-    else mt_atomic_abort(&f);
-    free(txt);
-    return rc;
-}
-
-int mt_rates_load(mt_rates *r, const char *path, mt_error *err) {
-    size_t len;
-    char *txt;
-    if (mt_read_file(path, &txt, &len, err)) return -1;
-    cJSON *o = cJSON_ParseWithLength(txt, len);
-    free(txt);
-    if (!cJSON_IsObject(o)) {
-        cJSON_Delete(o);
-        return mt_errorf(err, "%s: not a JSON object of rates; write one with megatrain "
-                         "calibrate", path);
-    }
-    mt_rates_default(r);
-#define GET(f)                                                                          \
-    {                                                                                   \
-        const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, #f);                       \
-        if (x && !cJSON_IsNumber(x)) {                                                  \
-            cJSON_Delete(o);                                                            \
-            return mt_errorf(err, "%s: field '%s' must be a number", path, #f);         \
-        }                                                                               \
-        if (x) r->f = x->valuedouble;                                                   \
-    }
-    RATE_FIELDS(GET)
-    SHAPE_FIELDS(GET)
-#undef GET
-    cJSON_Delete(o);
-    double must[] = {r->gemm_tflops, r->h2d_gbs, r->d2h_gbs, r->adam_gparams, r->hbm_gbs};
-    for (size_t i = 0; i < sizeof must / sizeof *must; i++)
-        if (!(must[i] > 0))
-            return mt_errorf(err, "%s: rates must be positive (gemm_tflops, h2d_gbs, d2h_gbs, "
-                             "adam_gparams, hbm_gbs)", path);
-    snprintf(r->source, sizeof r->source, "%s", path);
-    return 0;
-}
 
 /* ---- copies ---- */
 
@@ -212,4 +152,11 @@ int mt_rates_probe(mt_rates *r, const mt_config *cfg, int M, int64_t B, int64_t 
     return r->layer_fwd_s > 0 && r->layer_bwd_s > 0 && r->head_s > 0
                ? 0
                : mt_errorf(err, "calibration probe: the layer timings came back empty");
+}
+
+int mt_cuda_gpu_free_bytes(double *free_bytes) {
+    size_t fr = 0, tot = 0;
+    if (mt_cuda_device_count() <= 0 || cudaMemGetInfo(&fr, &tot) != cudaSuccess) return -1;
+    *free_bytes = (double)fr;
+    return 0;
 }

@@ -1,0 +1,95 @@
+/* Saved layer inputs that visit the GPU (host-saved and rebuilt ones) in
+ * the CUDA streaming backend: saves, loads and rebuilds, ordered by events.
+ * (A layer's saved input is what its backward recomputes it from; resume
+ * checkpoints are io/checkpoint.h's.) */
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/backend_cuda_internal.h"
+#include "backend/cuda/layers_cuda.h"
+#include "kernels/cuda_common.h"
+#include "kernels/optim/optim_kernels.h"
+
+/* Host-saved inputs: saved input l lives in visit[l % 2] on the GPU while
+ * layers l-1 (writing it) and l (reading it) run, and in h_saved otherwise.
+ * Forward saves each one to the host as the layer that reads it starts;
+ * backward loads layer l-1's input while layer l computes, unless visit
+ * still holds it. Events order the buffer reuse. Recomputed saved inputs
+ * visit the same way and are never saved to the host: the backward of their
+ * layer rebuilds them from saved input l-1 (mt_cuda_recompute_input) unless
+ * visit still holds them. */
+static void save_input(cuda_backend *cb, int layer) {
+    int b = layer % 2;
+    size_t per = (size_t)cb->batch->M * cb->N * cb->cfg->C;
+    float *host = cb->h_saved + (size_t)cb->saved_idx[layer] * cb->max_M * cb->N * cb->cfg->C;
+    CUDA_CHECK(cudaEventRecord(cb->visit_written[b], cb->s_comp));
+    CUDA_CHECK(cudaStreamWaitEvent(cb->s_d2h, cb->visit_written[b], 0));
+    int sp = mt_cuda_span_begin(cb, cb->s_d2h, MT_TRACK_D2H, "save ckpt %d", layer);
+    CUDA_CHECK(cudaMemcpyAsync(host, cb->visit[b], per * sizeof(float), cudaMemcpyDeviceToHost,
+                               cb->s_d2h));
+    mt_cuda_span_end(cb, cb->s_d2h, sp);
+    CUDA_CHECK(cudaEventRecord(cb->visit_saved[b], cb->s_d2h));
+    cb->d2h_bytes += (double)per * sizeof(float);
+}
+
+static void load_input(cuda_backend *cb, int layer) {
+    int b = layer % 2;
+    size_t per = (size_t)cb->batch->M * cb->N * cb->cfg->C;
+    const float *src = cb->h_saved + (size_t)cb->saved_idx[layer] * cb->max_M * cb->N * cb->cfg->C;
+    CUDA_CHECK(cudaEventRecord(cb->visit_free[b], cb->s_comp));
+    CUDA_CHECK(cudaStreamWaitEvent(cb->s_h2d, cb->visit_free[b], 0));
+    CUDA_CHECK(cudaStreamWaitEvent(cb->s_h2d, cb->visit_saved[b], 0));
+    int sp = mt_cuda_span_begin(cb, cb->s_h2d, MT_TRACK_H2D, "load ckpt %d", layer);
+    CUDA_CHECK(cudaMemcpyAsync(cb->visit[b], src, per * sizeof(float), cudaMemcpyHostToDevice,
+                               cb->s_h2d));
+    mt_cuda_span_end(cb, cb->s_h2d, sp);
+    CUDA_CHECK(cudaEventRecord(cb->visit_loaded[b], cb->s_h2d));
+    cb->h2d_bytes += (double)per * sizeof(float);
+    cb->visit_holds[b] = layer;
+}
+
+void mt_cuda_saved_traffic(cuda_backend *cb, int layer, int backward) {
+    const mt_layer_home *h = cb->home;
+    int head = cb->t->n_layers - 1;
+    if (!backward || layer == head) {
+        if (layer >= 1 && h[layer].saved_host) save_input(cb, layer);
+        /* this layer writes saved input layer+1: a visiting one overwrites
+         * the other buffer, whose old content must be saved */
+        if (layer < head && saved_visits(cb, layer + 1)) {
+            CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->visit_saved[(layer + 1) % 2], 0));
+            cb->visit_holds[(layer + 1) % 2] = layer + 1;
+        }
+        return;
+    }
+    if (layer >= 1 && h[layer].saved_host) {
+        if (cb->visit_holds[layer % 2] != layer) load_input(cb, layer); /* not prefetched */
+        CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->visit_loaded[layer % 2], 0));
+    }
+    /* prefetch the next host-saved input the backward reads (layer-1's) */
+    if (layer >= 2 && h[layer - 1].saved_host && cb->visit_holds[(layer - 1) % 2] != layer - 1)
+        load_input(cb, layer - 1);
+    /* a recomputed input is rebuilt from it now */
+    if (h[layer].saved_recompute && cb->visit_holds[layer % 2] != layer && layer >= 2 &&
+        h[layer - 1].saved_host)
+        CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->visit_loaded[(layer - 1) % 2], 0));
+}
+
+/* Layer `layer`'s input for micro-batch mb, rebuilt from saved input
+ * layer-1 with layer-1's weights: the next bind's slot, already issued
+ * (slots >= 2). The same kernels on the same input give the forward's
+ * values bit for bit. */
+const float *mt_cuda_recompute_input(cuda_backend *cb, int layer, int mb) {
+    int prev = layer - 1, j = cb->cur; /* cur is one past the bound bind */
+    MT_ASSERT(j < cb->seq_len && cb->seq[j] == prev && cb->issued > j);
+    slot *ps = cb->slot_of[j];
+    if (mb == 0) CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, ps->ready, 0));
+    if (prev == 0) {
+        mt_cuda_embedding_forward(cb->ctx, cb->xin, cb->tokens + (size_t)mb * cb->N,
+                                  W32(cb, ps, 0, MT_T_EMBED), MT_DT_F32, cb->N, cb->cfg->C);
+        return cb->xin;
+    }
+    slot *bound = cb->bound;
+    cb->bound = ps;
+    mt_cuda_block_forward(cb, &cb->a, prev, mb, saved_at(cb, prev, mb), cb->xin);
+    cb->bound = bound;
+    return cb->xin;
+}

@@ -1,0 +1,192 @@
+/* Building blocks of the Hopper attention kernels (attention_wgmma_fwd.cu,
+ * attention_wgmma_bwd.cu). Q, K, V and dO tiles sit in shared memory in the
+ * 128-byte swizzled layout of wgmma_ptx.cuh, as ROWS rows of 64 head-dim
+ * columns (HD 128: two such blocks, ROWS * 128 bytes apart), each tile's
+ * base 1024-byte aligned. Compiled only where __CUDA_ARCH_FEAT_SM90_ALL is
+ * defined; the kernels' bodies are guarded the same way. */
+#ifndef MT_KERNELS_ATTENTION_WGMMA_CUH
+#define MT_KERNELS_ATTENTION_WGMMA_CUH
+
+#include "kernels/attention/attention_internal.cuh"
+#include "kernels/ptx/tma_ptx.cuh"
+#include "kernels/ptx/wgmma_ptx.cuh"
+
+/* Host side (attention_common.cu): whether the driver can build TMA maps,
+ * and the TMA map of a (B, T, H, HD) bf16 tensor at p as (HD, H, T, B),
+ * boxes of 64 head-dim columns by rows rows, 128-byte swizzle (the tiles
+ * above); rows past T and columns past HD read as zeros. */
+bool mt_attn_tma_available(void);
+int mt_attn_tma_map(CUtensorMap *map, const void *p, int B, int T, int H, int HD, int rows,
+                    mt_error *err);
+
+/* The first 1024-byte aligned address of dynamic shared memory at p. */
+__device__ __forceinline__ unsigned char *mt_attn_wg_align(unsigned char *p) {
+    return p + ((1024 - (mt_tc_smem_addr(p) & 1023)) & 1023);
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+/* Keeps the compiler from moving accesses of x[0..N) across the products. */
+template <int N> __device__ __forceinline__ void mt_attn_wg_fence(float x[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) mt_wg_fence_reg(x[i]);
+}
+
+/* acc (64 x N, the warpgroup's) = A B^T over the head dim: A the 64 rows
+ * at shared address sa of a tile of RA rows, B the N rows at sb of a tile of
+ * RB rows (both K-major: a k16 slice kk sits in column block kk / 4, 32
+ * bytes a slice within it). The first slice's product overwrites acc, so
+ * nothing zeroes it first. Issued, not committed. */
+template <int N, int HD, int RA, int RB>
+__device__ __forceinline__ void mt_attn_wg_abt(float acc[N / 2], unsigned sa, unsigned sb) {
+    const uint64_t da0 = mt_wg_desc(sa, 16), db0 = mt_wg_desc(sb, 16);
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+        const unsigned off = (kk & 3) * 32;
+        const uint64_t da = mt_wg_desc_add(da0, (kk >> 2) * (RA * 128) + off);
+        const uint64_t db = mt_wg_desc_add(db0, (kk >> 2) * (RB * 128) + off);
+        if constexpr (N == 128) mt_wg_mma_64x128_ss<0, 0>(acc, da, db, kk > 0);
+        else mt_wg_mma_64x64_ss<0, 0>(acc, da, db, kk > 0);
+    }
+}
+
+/* acc (64 x HD) += P B: P (64 x K) in bf16 pairs laid out as A fragments
+ * (k16 slice kk at p[4kk..4kk+3], as mt_attn_wg_pack leaves them), B the K
+ * rows at sb of a tile of RB rows, read along the head dim (MN-major: 2048
+ * bytes a k16 slice, column blocks RB * 128 apart). Issued, not committed;
+ * p must not change until the products are waited for. */
+template <int K, int HD, int RB>
+__device__ __forceinline__ void mt_attn_wg_pb(float acc[HD / 2], const unsigned p[K / 4],
+                                              unsigned sb) {
+    const uint64_t db0 = mt_wg_desc(sb, RB * 128);
+#pragma unroll
+    for (int kk = 0; kk < K / 16; kk++) {
+        const uint64_t db = mt_wg_desc_add(db0, kk * 2048);
+        if constexpr (HD == 128) mt_wg_mma_64x128_rs<1>(acc, p + 4 * kk, db);
+        else mt_wg_mma_64x64_rs<1>(acc, p + 4 * kk, db);
+    }
+}
+
+/* The fp32 accumulators x of a 64 x K product rounded to bf16 pairs: they
+ * are laid out as the A fragments of a product that reduces over K (slice
+ * kk is accumulator blocks 2kk and 2kk+1). */
+template <int K> __device__ __forceinline__ void mt_attn_wg_pack(unsigned p[K / 4], const float x[K / 2]) {
+#pragma unroll
+    for (int i = 0; i < K / 4; i++) p[i] = mt_attn_pack(x[2 * i], x[2 * i + 1]);
+}
+
+/* Keeps the registers of p (the A operand of products in flight) live up
+ * to here, so that no other value takes them before the products are
+ * waited for. */
+template <int N> __device__ __forceinline__ void mt_attn_wg_hold(unsigned p[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+r"(p[i])::"memory");
+}
+
+/* The two consumer warpgroups' turns at issuing products: consumer c waits
+ * for its turn (named barrier 1 + c), issues, then passes it (barrier
+ * 2 - c), so that the tensor cores run one's products while the other
+ * computes. Consumer 0 goes first; consumer 1 passes all but its last turn,
+ * so that every arrival has its wait. */
+__device__ __forceinline__ void mt_attn_turns_begin(int c) {
+    if (c == 1) mt_bar_arrive(1, 256);
+}
+__device__ __forceinline__ void mt_attn_turn_take(int c) { mt_bar_sync(1 + c, 256); }
+__device__ __forceinline__ void mt_attn_turn_pass(int c, bool last) {
+    if (c == 0 || !last) mt_bar_arrive(2 - c, 256);
+}
+
+/* Consumer c's turn at x = A1 B1^T and y = A2 B2^T (64 x N each, operands
+ * as for mt_attn_wg_abt), two groups of products; returns once x has
+ * landed, y still in flight (mt_wg_wait<0>, then mt_attn_wg_fence on y, to
+ * read it). last: the consumer's last turn. */
+template <int N, int HD, int RA, int RB>
+__device__ __forceinline__ void mt_attn_wg_abt2(float x[N / 2], unsigned a1, unsigned b1,
+                                                float y[N / 2], unsigned a2, unsigned b2, int c,
+                                                bool last) {
+    mt_attn_turn_take(c);
+    mt_wg_fence();
+    mt_attn_wg_abt<N, HD, RA, RB>(x, a1, b1);
+    mt_wg_commit();
+    mt_attn_wg_abt<N, HD, RA, RB>(y, a2, b2);
+    mt_wg_commit();
+    mt_attn_turn_pass(c, last);
+    mt_wg_wait<1>();
+    mt_attn_wg_fence<N / 2>(x);
+}
+
+/* A persistent block's claimed work items (mt_attn_claim), passed from the
+ * thread that claims them to the block's other threads: item n sits in
+ * slot n % 4 once barrier n % 4 (one arrival) has completed. Four, so that
+ * the claiming thread may run up to three items ahead of the slowest
+ * reader; each kernel says why its own does not run further. bar: four
+ * barriers, 8 bytes each; slot: four ints. */
+struct mt_attn_claims {
+    unsigned bar;
+    volatile int *slot;
+    /* By one thread, before a block barrier (with mt_mb_fence_init). */
+    __device__ void init() const {
+        for (int c = 0; c < 4; c++) mt_mb_init(bar + 8 * c, 1);
+    }
+    /* The claiming thread: item n is L (-1 past the block's last). */
+    __device__ void post(int n, int L) const {
+        slot[n & 3] = L;
+        mt_mb_arrive(bar + 8 * (n & 3));
+    }
+    /* Item n, once posted. */
+    __device__ int get(int n) const {
+        mt_mb_wait(bar + 8 * (n & 3), (n >> 2) & 1);
+        return slot[n & 3];
+    }
+};
+
+/* The key-tile ring of the forward and of the dQ pass: S buffers, each a K
+ * and a V tile of ROWS rows (k(st), v(st)), and four barriers a buffer at
+ * bar (8-byte aligned, 32 S bytes): K full and V full (the producer's
+ * transactions), K empty and V empty (the 256 consumer threads'
+ * arrivals). Tile i (from the first) sits in buffer i % S. */
+template <int ROWS, int HD, int S> struct mt_attn_kv_ring {
+    static constexpr int BYTES = ROWS * HD * 2;
+    unsigned k_s, v_s, bar; // S K tiles, S V tiles, the barriers
+    __device__ unsigned k(int st) const { return k_s + st * BYTES; }
+    __device__ unsigned v(int st) const { return v_s + st * BYTES; }
+    __device__ unsigned full_k(int st) const { return bar + 32 * st; }
+    __device__ unsigned full_v(int st) const { return bar + 32 * st + 8; }
+    __device__ unsigned empty_k(int st) const { return bar + 32 * st + 16; }
+    __device__ unsigned empty_v(int st) const { return bar + 32 * st + 24; }
+    /* By one thread, before a block barrier (with mt_mb_fence_init). */
+    __device__ void init() const {
+        for (int st = 0; st < S; st++) {
+            mt_mb_init(full_k(st), 1);
+            mt_mb_init(full_v(st), 1);
+            mt_mb_init(empty_k(st), 256);
+            mt_mb_init(empty_v(st), 256);
+        }
+    }
+    /* The producer's thread: key tiles j0 .. nkb-1 (rows j ROWS ..) of kv
+     * head kvh, batch row b, as the ring's tiles i0, i0 + 1, ... (a
+     * persistent kernel's ring runs on across its query tiles); a buffer is
+     * refilled once it is emptied. */
+    __device__ void produce(const CUtensorMap *tk, const CUtensorMap *tv, int kvh, int b, int j0,
+                            int nkb, int i0 = 0) const {
+        for (int j = j0; j < nkb; j++) {
+            const int i = i0 + j - j0, st = i % S;
+            const unsigned ph = (i / S) & 1;
+            if (i >= S) mt_mb_wait(empty_k(st), ph ^ 1);
+            mt_mb_expect_tx(full_k(st), BYTES);
+            for (int c = 0; c < HD / 64; c++)
+                mt_tma_load4(k(st) + c * ROWS * 128, tk, c * 64, kvh, j * ROWS, b, full_k(st));
+            if (i >= S) mt_mb_wait(empty_v(st), ph ^ 1);
+            mt_mb_expect_tx(full_v(st), BYTES);
+            for (int c = 0; c < HD / 64; c++)
+                mt_tma_load4(v(st) + c * ROWS * 128, tv, c * 64, kvh, j * ROWS, b, full_v(st));
+        }
+    }
+    /* Consumers: wait until tile i's K (V) has landed. */
+    __device__ void wait_k(int i) const { mt_mb_wait(full_k(i % S), (i / S) & 1); }
+    __device__ void wait_v(int i) const { mt_mb_wait(full_v(i % S), (i / S) & 1); }
+};
+
+#endif // __CUDA_ARCH_FEAT_SM90_ALL
+
+#endif

@@ -1,0 +1,210 @@
+/* CUDA backend of the operators of backend/cpu/ops.h, callable from C.
+ *
+ * Same semantics, shapes and conventions as the CPU reference: row-major
+ * arrays, N token rows (B*T), backward functions ACCUMULATE (+=) into
+ * parameter gradients, MT_IGNORE_INDEX targets contribute nothing.
+ *
+ * Precision (docs/architecture.md, "Precision"): in MT_PREC_BF16 matrix products take bf16 operands
+ * and accumulate in fp32; RMSNorm, softmax, RoPE, residuals, the loss and
+ * every reduction stay fp32. In MT_PREC_FP32 everything is fp32 and TF32 is
+ * off. bf16 buffers are passed as their 16-bit patterns (uint16_t).
+ *
+ * All array pointers are DEVICE pointers; work is queued on the context's
+ * stream and nothing synchronises. Nothing here allocates after
+ * mt_cuda_ctx_create: scratch comes from the caller, with *_scratch_*
+ * functions saying how much. Every backward is deterministic: run twice on
+ * the same inputs, it gives the same bits (no float atomics).
+ *
+ * A CUDA failure here is a broken invariant and aborts with file:line
+ * (cuda_common.h); only context creation reports a recoverable error. */
+#ifndef MT_KERNELS_CUDA_OPS_H
+#define MT_KERNELS_CUDA_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kernels/cuda_types.h"
+
+#ifdef __cplusplus
+/* util/error.h is C11; nvcc compiles the .cu files as C++. */
+#ifndef _Noreturn
+#define _Noreturn [[noreturn]]
+#endif
+extern "C" {
+#endif
+
+#include "util/error.h"
+
+typedef enum { MT_PREC_FP32 = 0, MT_PREC_BF16 = 1 } mt_precision;
+
+/* Element type of one buffer. */
+typedef enum { MT_DT_F32 = 0, MT_DT_BF16 = 1 } mt_dt;
+
+/* Matrix-product operand type of a precision. */
+static inline mt_dt mt_prec_operand_dtype(mt_precision p) {
+    return p == MT_PREC_BF16 ? MT_DT_BF16 : MT_DT_F32;
+}
+
+/* cuBLASLt handle, its workspace, the compute stream and a small cache of
+ * matmul plans (descriptors + chosen algorithm) keyed by shape. */
+typedef struct mt_cuda_ctx mt_cuda_ctx;
+
+/* Number of usable GPUs; 0 when there is no GPU or no driver. */
+int mt_cuda_device_count(void);
+
+/* workspace_bytes: cuBLASLt workspace (0 picks 64 MiB). The stream stays
+ * owned by the caller. Returns -1 with a message when there is no GPU or
+ * the allocation fails. */
+int mt_cuda_ctx_create(mt_cuda_ctx **out, cudaStream_t stream, size_t workspace_bytes,
+                       mt_error *err);
+void mt_cuda_ctx_free(mt_cuda_ctx *ctx);
+cudaStream_t mt_cuda_ctx_stream(const mt_cuda_ctx *ctx);
+/* How many cuBLASLt heuristic queries ran so far (a steady state adds none). */
+size_t mt_cuda_ctx_heuristic_queries(const mt_cuda_ctx *ctx);
+
+/* ---- casts (round to nearest even) ---- */
+void mt_cuda_cast_f32_to_bf16(mt_cuda_ctx *ctx, uint16_t *out, const float *inp, size_t n);
+void mt_cuda_cast_bf16_to_f32(mt_cuda_ctx *ctx, float *out, const uint16_t *inp, size_t n);
+
+/* ---- matrix products (cuBLASLt) ----
+ * Operands inp, w, dout have the operand type of prec (float or uint16_t). */
+
+/* out (N,OC) = inp (N,IC) @ w (OC,IC)^T + bias (OC, fp32, may be NULL).
+ * out_dt: MT_DT_F32, or MT_DT_BF16 (bf16 precision only) to feed the next
+ * bf16 product directly. */
+void mt_cuda_matmul_forward(mt_cuda_ctx *ctx, mt_precision prec, void *out, mt_dt out_dt,
+                            const void *inp, const void *w, const float *bias, size_t N,
+                            size_t IC, size_t OC);
+
+/* out (N,OC) = add (N,OC) + inp @ w^T in fp32, in the product's epilogue:
+ * a residual connection with no pass of its own (add and out the same
+ * buffer or disjoint). */
+void mt_cuda_matmul_forward_add(mt_cuda_ctx *ctx, mt_precision prec, float *out,
+                                const void *inp, const void *w, const float *add, size_t N,
+                                size_t IC, size_t OC);
+
+/* dinp (N,IC) = or += dout (N,OC) @ w (OC,IC)   (dinp may be NULL)
+ * dw (OC,IC) += dout^T @ inp (N,IC)             (dw may be NULL)
+ * dinp_accumulate picks "=" (no zeroing needed) or "+=" as in ops.h.
+ * dbias: see mt_cuda_bias_backward (it needs fp32 dout). */
+void mt_cuda_matmul_backward(mt_cuda_ctx *ctx, mt_precision prec, float *dinp,
+                             bool dinp_accumulate, float *dw, const void *dout,
+                             const void *inp, const void *w, size_t N, size_t IC, size_t OC);
+
+/* Floats of scratch for the deterministic column sums below. */
+size_t mt_cuda_colsum_scratch_floats(size_t N, size_t C);
+
+/* dbias (OC) += column sums of dout (N,OC). */
+void mt_cuda_bias_backward(mt_cuda_ctx *ctx, float *dbias, float *scratch, const float *dout,
+                           size_t N, size_t OC);
+
+/* ---- embedding ---- */
+
+/* out (N,C) fp32 = wte[tokens[n]]; wte (V,C) of type wte_dt. */
+void mt_cuda_embedding_forward(mt_cuda_ctx *ctx, float *out, const int32_t *tokens,
+                               const void *wte, mt_dt wte_dt, size_t N, size_t C);
+
+/* HOST function. Groups the rows of tokens (N) by token id for a
+ * deterministic backward: order (N) lists row indices sorted by (token,
+ * row); bounds (N+1 room) gets the start of each group in order, then N;
+ * *n_groups the number of distinct tokens. -1 if a token is outside [0,V).
+ * The caller copies order and bounds to the device. */
+int mt_embedding_backward_plan(int32_t *order, int32_t *bounds, size_t *n_groups,
+                               const int32_t *tokens, size_t N, size_t V, mt_error *err);
+
+/* dwte (V,C) += scatter of dout (N,C). One thread block per distinct token
+ * sums its rows in row order: deterministic, no atomics. order, bounds:
+ * device copies of the plan above; tokens (N) on the device. */
+void mt_cuda_embedding_backward(mt_cuda_ctx *ctx, float *dwte, const float *dout,
+                                const int32_t *tokens, const int32_t *order,
+                                const int32_t *bounds, size_t n_groups, size_t C);
+
+/* ---- RMSNorm (C % 4 == 0, 16-byte aligned rows) ---- */
+
+/* out (N,C) = inp / rms(inp) * w, of type out_dt; rstd (N) may be NULL. */
+void mt_cuda_rmsnorm_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt, float *rstd,
+                             const float *inp, const float *w, size_t N, size_t C, float eps);
+
+/* The same of bf16 rows into bf16 (q/k norms of the bf16 fast path). */
+void mt_cuda_rmsnorm_forward_bf16(mt_cuda_ctx *ctx, uint16_t *out, float *rstd,
+                                  const uint16_t *inp, const float *w, size_t N, size_t C,
+                                  float eps);
+
+/* dinp (N,C) +=, dw (C) += ; rstd from the forward; scratch of
+ * mt_cuda_colsum_scratch_floats(N, C) floats. */
+void mt_cuda_rmsnorm_backward(mt_cuda_ctx *ctx, float *dinp, float *dw, float *scratch,
+                              const float *dout, const float *inp, const float *w,
+                              const float *rstd, size_t N, size_t C);
+/* The same, and dinp_op (N,C) bf16 = the updated dinp rounded (NULL: not
+ * written). For C % 512 == 0 one pass over the rows does it all. */
+void mt_cuda_rmsnorm_backward_op(mt_cuda_ctx *ctx, float *dinp, void *dinp_op, float *dw,
+                                 float *scratch, const float *dout, const float *inp,
+                                 const float *w, const float *rstd, size_t N, size_t C);
+
+/* ---- RoPE, in place on x (B,T,H,HD); cos, sin (T, HD/2); token (b, t)
+ * at position pos[b*T+t] (pos (B,T) on the device, each < T: packed
+ * documents), or t when pos is NULL ---- */
+void mt_cuda_rope_forward(mt_cuda_ctx *ctx, float *x, const float *cos, const float *sin,
+                          const int32_t *pos, size_t B, size_t T, size_t H, size_t HD);
+void mt_cuda_rope_backward(mt_cuda_ctx *ctx, float *dx, const float *cos, const float *sin,
+                           const int32_t *pos, size_t B, size_t T, size_t H, size_t HD);
+
+/* ---- SwiGLU ---- */
+
+/* out (N,F) = silu(gate) * up, of type out_dt. */
+void mt_cuda_swiglu_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt, const float *gate,
+                            const float *up, size_t N, size_t F);
+/* dgate, dup (N,F) OVERWRITTEN. */
+void mt_cuda_swiglu_backward(mt_cuda_ctx *ctx, float *dgate, float *dup, const float *dout,
+                             const float *gate, const float *up, size_t N, size_t F);
+
+/* ---- residual ---- */
+
+/* out (n) = a + b; out may alias a or b. */
+void mt_cuda_residual_add(mt_cuda_ctx *ctx, float *out, const float *a, const float *b,
+                          size_t n);
+
+/* ---- loss ---- */
+
+/* Cross-entropy over logits (N,V) fp32: row_loss (N) gets each row's loss
+ * (0 for ignored rows, NaN for a target outside [0,V)). If dlogits is
+ * non-NULL it receives (softmax - onehot) * dscale (0 for ignored rows) and
+ * may alias logits; dlogits_bf16 (N,V), may be NULL, receives the same
+ * values rounded to bf16. */
+void mt_cuda_cross_entropy(mt_cuda_ctx *ctx, float *dlogits, uint16_t *dlogits_bf16,
+                           float *row_loss, const float *logits, const int32_t *targets,
+                           size_t N, size_t V, float dscale);
+
+/* *sum (one device double) += sum of x (n), in a fixed order. */
+void mt_cuda_sum_to_double(mt_cuda_ctx *ctx, double *sum, const float *x, size_t n);
+
+/* Bytes of scratch for mt_cuda_lm_head_loss with chunks of R rows. */
+size_t mt_cuda_lm_head_scratch_bytes(mt_precision prec, size_t R, size_t V);
+
+/* Fused lm_head + cross-entropy, R rows at a time, so that the logits of
+ * all N rows never exist at once. hidden (N,C) and w (V,C) have the
+ * operand type of prec; targets (N). For each chunk: logits (R,V) = hidden
+ * @ w^T in fp32 scratch, loss and dlogits in place, then
+ *   dhidden (N,C) = or += dlogits @ w   (dhidden_accumulate; may be NULL)
+ *   dw (V,C)      += dlogits^T @ hidden (may be NULL)
+ * row_loss (N) receives the per-row losses and *loss_sum (device double)
+ * += their sum. dscale as in mt_cpu_cross_entropy. */
+void mt_cuda_lm_head_loss(mt_cuda_ctx *ctx, mt_precision prec, double *loss_sum,
+                          float *row_loss, float *dhidden, bool dhidden_accumulate, float *dw,
+                          void *scratch, const void *hidden, const void *w,
+                          const int32_t *targets, size_t N, size_t C, size_t V, size_t R,
+                          float dscale);
+
+/* ---- benchmark (not a test; bench/kernels/gemm_bench.cu) ---- */
+
+/* Times the bf16 (and one fp32) matrix products of Llama-7B-like shapes at
+ * N = 16384 tokens: forward, dinp and dw; prints a TFLOP/s table to f. */
+int mt_cuda_gemm_bench(FILE *f, mt_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

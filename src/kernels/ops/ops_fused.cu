@@ -1,0 +1,178 @@
+// Fused bf16 operators of the fast bf16 path (see ops_fused.h). Memory
+// bound: 8 bf16 (16 bytes) per thread and per load where shapes allow.
+#include <cuda_bf16.h>
+
+#include "kernels/cuda_common.h"
+#include "kernels/ops/ops_fused.h"
+
+#define THREADS 256
+
+static unsigned blocks_for(size_t work) {
+    size_t b = MT_CEIL_DIV(work, (size_t)THREADS);
+    if (b > 1048576) b = 1048576;
+    return (unsigned)(b ? b : 1);
+}
+
+// One thread rotates 4 consecutive pairs (i..i+3, i+half..i+half+3) of one
+// (b, t, h) row: two 8-byte loads and stores per half. half % 4 == 0. POS:
+// positions of packed documents; false compiles the kernel without them.
+template <bool TO_BF16_FROM_F32, bool POS>
+__global__ void rope_bf16_kernel(__nv_bfloat16 *out, const void *in, const float *cos,
+                                 const float *sin, const int32_t *pos, size_t T, size_t H,
+                                 size_t half, size_t n_quads, float sign) {
+    size_t qph = half / 4;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < n_quads; q += stride) {
+        size_t row = q / qph, i = (q % qph) * 4;
+        size_t t = POS ? (size_t)pos[row / H] : (row / H) % T;
+        float4 c = *(const float4 *)(cos + t * half + i);
+        float4 s = *(const float4 *)(sin + t * half + i);
+        float x1[4], x2[4];
+        if (TO_BF16_FROM_F32) {
+            const float *x = (const float *)in + row * 2 * half;
+            float4 a = *(const float4 *)(x + i), b = *(const float4 *)(x + i + half);
+            x1[0] = a.x; x1[1] = a.y; x1[2] = a.z; x1[3] = a.w;
+            x2[0] = b.x; x2[1] = b.y; x2[2] = b.z; x2[3] = b.w;
+        } else {
+            const __nv_bfloat16 *x = (const __nv_bfloat16 *)in + row * 2 * half;
+            __nv_bfloat162 a0 = *(const __nv_bfloat162 *)(x + i);
+            __nv_bfloat162 a1 = *(const __nv_bfloat162 *)(x + i + 2);
+            __nv_bfloat162 b0 = *(const __nv_bfloat162 *)(x + i + half);
+            __nv_bfloat162 b1 = *(const __nv_bfloat162 *)(x + i + half + 2);
+            float2 f;
+            f = __bfloat1622float2(a0); x1[0] = f.x; x1[1] = f.y;
+            f = __bfloat1622float2(a1); x1[2] = f.x; x1[3] = f.y;
+            f = __bfloat1622float2(b0); x2[0] = f.x; x2[1] = f.y;
+            f = __bfloat1622float2(b1); x2[2] = f.x; x2[3] = f.y;
+        }
+        float cc[4] = {c.x, c.y, c.z, c.w}, ss[4] = {sign * s.x, sign * s.y, sign * s.z, sign * s.w};
+        float y1[4], y2[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            y1[k] = x1[k] * cc[k] - x2[k] * ss[k];
+            y2[k] = x2[k] * cc[k] + x1[k] * ss[k];
+        }
+        __nv_bfloat16 *o = out + row * 2 * half;
+        *(__nv_bfloat162 *)(o + i) = __floats2bfloat162_rn(y1[0], y1[1]);
+        *(__nv_bfloat162 *)(o + i + 2) = __floats2bfloat162_rn(y1[2], y1[3]);
+        *(__nv_bfloat162 *)(o + i + half) = __floats2bfloat162_rn(y2[0], y2[1]);
+        *(__nv_bfloat162 *)(o + i + half + 2) = __floats2bfloat162_rn(y2[2], y2[3]);
+    }
+}
+
+extern "C" void mt_cuda_rope_forward_bf16(cudaStream_t s, uint16_t *x, const float *cos,
+                                          const float *sin, const int32_t *pos, size_t B,
+                                          size_t T, size_t H, size_t HD) {
+    size_t half = HD / 2;
+    MT_ASSERT(HD % 8 == 0);
+    size_t n = B * T * H * half / 4;
+    if (!n) return;
+    auto kern = pos ? rope_bf16_kernel<false, true> : rope_bf16_kernel<false, false>;
+    kern<<<blocks_for(n), THREADS, 0, s>>>((__nv_bfloat16 *)x, x, cos, sin, pos, T, H, half, n,
+                                           1.0f);
+    CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void mt_cuda_rope_backward_to_bf16(cudaStream_t s, uint16_t *out, const float *dx,
+                                              const float *cos, const float *sin,
+                                              const int32_t *pos, size_t B, size_t T, size_t H,
+                                              size_t HD) {
+    size_t half = HD / 2;
+    MT_ASSERT(HD % 8 == 0);
+    size_t n = B * T * H * half / 4;
+    if (!n) return;
+    auto kern = pos ? rope_bf16_kernel<true, true> : rope_bf16_kernel<true, false>;
+    kern<<<blocks_for(n), THREADS, 0, s>>>((__nv_bfloat16 *)out, dx, cos, sin, pos, T, H, half,
+                                           n, -1.0f);
+    CUDA_LAUNCH_CHECK();
+}
+
+__device__ __forceinline__ float sigmoid_f(float g) { return 1.0f / (1.0f + __expf(-g)); }
+
+// 8 elements per thread: one 16-byte load of gate and of up.
+__global__ void swiglu_fwd_bf16_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *gate,
+                                       const __nv_bfloat16 *up, size_t n) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    size_t stride = (size_t)gridDim.x * blockDim.x * 8;
+    for (; i < n; i += stride) {
+        if (i + 8 <= n) {
+            uint4 gv = *(const uint4 *)(gate + i), uv = *(const uint4 *)(up + i);
+            const __nv_bfloat162 *g2 = (const __nv_bfloat162 *)&gv, *u2 = (const __nv_bfloat162 *)&uv;
+            uint4 ov;
+            __nv_bfloat162 *o2 = (__nv_bfloat162 *)&ov;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float2 g = __bfloat1622float2(g2[k]), u = __bfloat1622float2(u2[k]);
+                o2[k] = __floats2bfloat162_rn(g.x * sigmoid_f(g.x) * u.x, g.y * sigmoid_f(g.y) * u.y);
+            }
+            *(uint4 *)(out + i) = ov;
+        } else {
+            for (size_t j = i; j < n; j++) {
+                float g = __bfloat162float(gate[j]), u = __bfloat162float(up[j]);
+                out[j] = __float2bfloat16_rn(g * sigmoid_f(g) * u);
+            }
+        }
+    }
+}
+
+extern "C" void mt_cuda_swiglu_forward_bf16(cudaStream_t s, uint16_t *out, const uint16_t *gate,
+                                            const uint16_t *up, size_t n) {
+    if (!n) return;
+    MT_ASSERT(((uintptr_t)out | (uintptr_t)gate | (uintptr_t)up) % 16 == 0);
+    swiglu_fwd_bf16_kernel<<<blocks_for(MT_CEIL_DIV(n, (size_t)8)), THREADS, 0, s>>>(
+        (__nv_bfloat16 *)out, (const __nv_bfloat16 *)gate, (const __nv_bfloat16 *)up, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+__device__ __forceinline__ void swiglu_grad_f(float d, float g, float u, float *dg, float *du) {
+    float s = sigmoid_f(g);
+    *dg = d * u * s * (1.0f + g * (1.0f - s));
+    *du = d * g * s;
+}
+
+__global__ void swiglu_bwd_bf16_kernel(__nv_bfloat16 *dgate, __nv_bfloat16 *dup, const float *dout,
+                                       const __nv_bfloat16 *gate, const __nv_bfloat16 *up,
+                                       size_t n) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    size_t stride = (size_t)gridDim.x * blockDim.x * 8;
+    for (; i < n; i += stride) {
+        if (i + 8 <= n) {
+            uint4 gv = *(const uint4 *)(gate + i), uv = *(const uint4 *)(up + i);
+            float4 d0 = *(const float4 *)(dout + i), d1 = *(const float4 *)(dout + i + 4);
+            float d[8] = {d0.x, d0.y, d0.z, d0.w, d1.x, d1.y, d1.z, d1.w};
+            const __nv_bfloat162 *g2 = (const __nv_bfloat162 *)&gv, *u2 = (const __nv_bfloat162 *)&uv;
+            uint4 dgv, duv;
+            __nv_bfloat162 *dg2 = (__nv_bfloat162 *)&dgv, *du2 = (__nv_bfloat162 *)&duv;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float2 g = __bfloat1622float2(g2[k]), u = __bfloat1622float2(u2[k]);
+                float a, b, c, e;
+                swiglu_grad_f(d[2 * k], g.x, u.x, &a, &b);
+                swiglu_grad_f(d[2 * k + 1], g.y, u.y, &c, &e);
+                dg2[k] = __floats2bfloat162_rn(a, c);
+                du2[k] = __floats2bfloat162_rn(b, e);
+            }
+            *(uint4 *)(dgate + i) = dgv;
+            *(uint4 *)(dup + i) = duv;
+        } else {
+            for (size_t j = i; j < n; j++) {
+                float a, b;
+                swiglu_grad_f(dout[j], __bfloat162float(gate[j]), __bfloat162float(up[j]), &a, &b);
+                dgate[j] = __float2bfloat16_rn(a);
+                dup[j] = __float2bfloat16_rn(b);
+            }
+        }
+    }
+}
+
+extern "C" void mt_cuda_swiglu_backward_bf16(cudaStream_t s, uint16_t *dgate, uint16_t *dup,
+                                             const float *dout, const uint16_t *gate,
+                                             const uint16_t *up, size_t n) {
+    if (!n) return;
+    MT_ASSERT(((uintptr_t)dgate | (uintptr_t)dup | (uintptr_t)dout | (uintptr_t)gate |
+               (uintptr_t)up) % 16 == 0);
+    swiglu_bwd_bf16_kernel<<<blocks_for(MT_CEIL_DIV(n, (size_t)8)), THREADS, 0, s>>>(
+        (__nv_bfloat16 *)dgate, (__nv_bfloat16 *)dup, dout, (const __nv_bfloat16 *)gate,
+        (const __nv_bfloat16 *)up, n);
+    CUDA_LAUNCH_CHECK();
+}

@@ -1,0 +1,40 @@
+/* Fused bf16 operators of the fast bf16 path: the products write bf16 and
+ * these kernels read and write bf16 (computing in fp32), as PyTorch's
+ * autocast does, instead of fp32 intermediates and separate casts. */
+#ifndef MT_KERNELS_OPS_FUSED_H
+#define MT_KERNELS_OPS_FUSED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* RoPE in place on bf16 x (B,T,H,HD), fp32 arithmetic; cos, sin (T,HD/2);
+ * positions pos (B,T) or NULL, as mt_cuda_rope_forward. */
+void mt_cuda_rope_forward_bf16(cudaStream_t s, uint16_t *x, const float *cos, const float *sin,
+                               const int32_t *pos, size_t B, size_t T, size_t H, size_t HD);
+
+/* out (B,T,H,HD) bf16 = inverse RoPE of dx (fp32): the backward of RoPE
+ * fused with the cast that feeds the next bf16 product. */
+void mt_cuda_rope_backward_to_bf16(cudaStream_t s, uint16_t *out, const float *dx,
+                                   const float *cos, const float *sin, const int32_t *pos,
+                                   size_t B, size_t T, size_t H, size_t HD);
+
+/* out (n) bf16 = silu(gate) * up, gate and up bf16. */
+void mt_cuda_swiglu_forward_bf16(cudaStream_t s, uint16_t *out, const uint16_t *gate,
+                                 const uint16_t *up, size_t n);
+
+/* dgate, dup (n) bf16 from dout (n) fp32 and bf16 gate, up. */
+void mt_cuda_swiglu_backward_bf16(cudaStream_t s, uint16_t *dgate, uint16_t *dup,
+                                  const float *dout, const uint16_t *gate, const uint16_t *up,
+                                  size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,329 @@
+/* RMSNorm on the GPU, and the deterministic column sums that its weight
+ * gradient and the bias gradient of a matrix product need.
+ *
+ * Norms: one warp per row, 16-byte loads (C % 4 == 0), fp32 throughout,
+ * the sum of squares reduced with xor shuffles (same order every run). For
+ * fp32 rows with C % 512 == 0 (hidden sizes 2048..8192, 3584 too) a block
+ * of C/16 threads keeps each row in registers, so the forward reads x once
+ * and the backward does the update, its bf16 copy and the weight
+ * gradient's partial sums in one pass.
+ *
+ * Column sums (dw (C) += sum over N rows): float atomics would make the
+ * result depend on scheduling, so the rows are cut into fixed chunks of
+ * COLSUM_ROWS; one kernel writes each chunk's partial sums to scratch
+ * (G, C), a second adds the G partials in chunk order. The reduction tree
+ * depends only on N and C: the same bits on every run and every GPU. */
+#include <cuda_bf16.h>
+
+#include "kernels/cuda_common.h"
+#include "kernels/cuda_ops.h"
+#include "kernels/scratch_sizes.h"
+
+#define NORM_WARPS 8    /* rows per block of the norm kernels */
+#define COLSUM_ROWS MT_COLSUM_ROWS /* rows per partial sum (scratch_sizes.h) */
+#define COLSUM_TY 8     /* row lanes per column in the partial kernel */
+/* The fused backward: a block of C/16 threads (C <= 8192), 4 float4 of a
+ * row each, walks FUSED_ROWS rows (N/64 blocks: 256 at 16k tokens). */
+#define FUSED_V 4
+#define FUSED_ROWS MT_FUSED_ROWS
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* The sum of v over the block in a fixed order (xor shuffles within each
+ * warp, then the warps in order), returned to every thread; red: 32 floats
+ * of shared memory, free again on return. */
+__device__ __forceinline__ float block_sum(float v, float *red) {
+    v = warp_sum(v);
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+    __syncthreads();
+    float tot = 0.0f;
+    for (unsigned i = 0; i < blockDim.x / 32; i++) tot += red[i];
+    __syncthreads();
+    return tot;
+}
+
+__device__ __forceinline__ void store4(float *out, float4 v) { *(float4 *)out = v; }
+__device__ __forceinline__ void store4(__nv_bfloat16 *out, float4 v) {
+    *(__nv_bfloat162 *)out = __floats2bfloat162_rn(v.x, v.y);
+    *(__nv_bfloat162 *)(out + 2) = __floats2bfloat162_rn(v.z, v.w);
+}
+
+__device__ __forceinline__ float4 load4(const float *p) { return *(const float4 *)p; }
+__device__ __forceinline__ float4 load4(const __nv_bfloat16 *p) {
+    const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)p);
+    const float2 b = __bfloat1622float2(*(const __nv_bfloat162 *)(p + 2));
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
+template <typename IN, typename OUT>
+__global__ void rmsnorm_fwd_kernel(OUT *out, float *rstd, const IN *inp, const float *w,
+                                   size_t N, size_t C, float eps) {
+    size_t row = (size_t)blockIdx.x * NORM_WARPS + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const IN *x = inp + row * C;
+    float ss = 0.0f;
+    for (size_t i = (size_t)lane * 4; i < C; i += 128) {
+        float4 v = load4(x + i);
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    float r = rsqrtf(warp_sum(ss) / (float)C + eps);
+    for (size_t i = (size_t)lane * 4; i < C; i += 128) {
+        float4 v = load4(x + i), g = *(const float4 *)(w + i);
+        store4(out + row * C + i,
+               make_float4(v.x * r * g.x, v.y * r * g.y, v.z * r * g.z, v.w * r * g.w));
+    }
+    if (rstd && lane == 0) rstd[row] = r;
+}
+
+/* The same for fp32 input and C % 512 == 0, C <= 8192, in one pass: a
+ * block of C/16 threads holds a row's x in registers (4 float4 each) and
+ * walks FWD_ROWS rows; the sum of squares is reduced in a fixed order
+ * (xor shuffles, then the warps in order). */
+#define FWD_ROWS 16
+template <typename OUT>
+__global__ void __launch_bounds__(512)
+    rmsnorm_fwd_rows_kernel(OUT *out, float *rstd, const float *inp, const float *w, size_t N,
+                            size_t C, float eps) {
+    __shared__ float red[32];
+    const int t = threadIdx.x, nt = blockDim.x;
+    float4 wv[FUSED_V];
+#pragma unroll
+    for (int k = 0; k < FUSED_V; k++) wv[k] = *(const float4 *)(w + (size_t)(t + k * nt) * 4);
+    const size_t r0 = (size_t)blockIdx.x * FWD_ROWS;
+    const size_t r1 = r0 + FWD_ROWS < N ? r0 + FWD_ROWS : N;
+    for (size_t row = r0; row < r1; row++) {
+        float4 xv[FUSED_V];
+        float ss = 0.0f;
+#pragma unroll
+        for (int k = 0; k < FUSED_V; k++) {
+            xv[k] = *(const float4 *)(inp + row * C + (size_t)(t + k * nt) * 4);
+            ss += xv[k].x * xv[k].x + xv[k].y * xv[k].y + xv[k].z * xv[k].z + xv[k].w * xv[k].w;
+        }
+        const float r = rsqrtf(block_sum(ss, red) / (float)C + eps);
+#pragma unroll
+        for (int k = 0; k < FUSED_V; k++) {
+            const float4 v = xv[k], g = wv[k];
+            store4(out + row * C + (size_t)(t + k * nt) * 4,
+                   make_float4(v.x * r * g.x, v.y * r * g.y, v.z * r * g.z, v.w * r * g.w));
+        }
+        if (rstd && t == 0) rstd[row] = r;
+    }
+}
+
+static bool one_pass_rows(size_t C) { return C % (16 * 32) == 0 && C / 16 <= 512; }
+
+static void check_rows(const void *p, size_t C) {
+    MT_ASSERT(C % 4 == 0);
+    MT_ASSERT(((uintptr_t)p & 15) == 0);
+}
+
+extern "C" void mt_cuda_rmsnorm_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt,
+                                        float *rstd, const float *inp, const float *w,
+                                        size_t N, size_t C, float eps) {
+    if (N == 0) return;
+    check_rows(inp, C);
+    check_rows(w, C);
+    check_rows(out, C);
+    if (one_pass_rows(C)) {
+        const unsigned g = (unsigned)MT_CEIL_DIV(N, (size_t)FWD_ROWS), nt = (unsigned)(C / 16);
+        if (out_dt == MT_DT_BF16)
+            rmsnorm_fwd_rows_kernel<__nv_bfloat16><<<g, nt, 0, ctx->stream>>>(
+                (__nv_bfloat16 *)out, rstd, inp, w, N, C, eps);
+        else
+            rmsnorm_fwd_rows_kernel<float><<<g, nt, 0, ctx->stream>>>((float *)out, rstd, inp, w,
+                                                                      N, C, eps);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+    unsigned g = (unsigned)MT_CEIL_DIV(N, (size_t)NORM_WARPS);
+    if (out_dt == MT_DT_BF16)
+        rmsnorm_fwd_kernel<float, __nv_bfloat16><<<g, NORM_WARPS * 32, 0, ctx->stream>>>(
+            (__nv_bfloat16 *)out, rstd, inp, w, N, C, eps);
+    else
+        rmsnorm_fwd_kernel<float, float><<<g, NORM_WARPS * 32, 0, ctx->stream>>>(
+            (float *)out, rstd, inp, w, N, C, eps);
+    CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void mt_cuda_rmsnorm_forward_bf16(mt_cuda_ctx *ctx, uint16_t *out, float *rstd,
+                                             const uint16_t *inp, const float *w, size_t N,
+                                             size_t C, float eps) {
+    if (N == 0) return;
+    check_rows(inp, C);
+    check_rows(w, C);
+    check_rows(out, C);
+    unsigned g = (unsigned)MT_CEIL_DIV(N, (size_t)NORM_WARPS);
+    rmsnorm_fwd_kernel<__nv_bfloat16, __nv_bfloat16><<<g, NORM_WARPS * 32, 0, ctx->stream>>>(
+        (__nv_bfloat16 *)out, rstd, (const __nv_bfloat16 *)inp, w, N, C, eps);
+    CUDA_LAUNCH_CHECK();
+}
+
+/* dinp_i += r w_i g_i - x_i r^3 / C * sum_j g_j w_j x_j */
+__global__ void rmsnorm_bwd_kernel(float *dinp, const float *dout, const float *inp,
+                                   const float *w, const float *rstd, size_t N, size_t C) {
+    size_t row = (size_t)blockIdx.x * NORM_WARPS + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const float *x = inp + row * C, *g = dout + row * C;
+    float dot = 0.0f;
+    for (size_t i = (size_t)lane * 4; i < C; i += 128) {
+        float4 xv = *(const float4 *)(x + i), gv = *(const float4 *)(g + i),
+               wv = *(const float4 *)(w + i);
+        dot += gv.x * wv.x * xv.x + gv.y * wv.y * xv.y + gv.z * wv.z * xv.z +
+               gv.w * wv.w * xv.w;
+    }
+    float r = rstd[row];
+    float k = warp_sum(dot) * r * r * r / (float)C;
+    float *d = dinp + row * C;
+    for (size_t i = (size_t)lane * 4; i < C; i += 128) {
+        float4 xv = *(const float4 *)(x + i), gv = *(const float4 *)(g + i),
+               wv = *(const float4 *)(w + i), dv = *(float4 *)(d + i);
+        dv.x += r * wv.x * gv.x - xv.x * k;
+        dv.y += r * wv.y * gv.y - xv.y * k;
+        dv.z += r * wv.z * gv.z - xv.z * k;
+        dv.w += r * wv.w * gv.w - xv.w * k;
+        *(float4 *)(d + i) = dv;
+    }
+}
+
+/* The same update in one pass over the rows, for C % 512 == 0: a row's x
+ * and dout stay in registers between the dot product and the update, the
+ * bf16 copy of dinp (dinp_op, or NULL) is written beside it, and the weight
+ * gradient's column sums of dout * x * rstd over the block's rows go to
+ * partial (gridDim.x, C), to be summed in block order. The dot product is
+ * reduced in a fixed order (xor shuffles, then the warps in order). */
+__global__ void __launch_bounds__(512) rmsnorm_bwd_fused_kernel(float *dinp, __nv_bfloat16 *dinp_op, float *partial,
+                                         const float *dout, const float *inp, const float *w,
+                                         const float *rstd, size_t N, size_t C) {
+    __shared__ float red[32];
+    const int t = threadIdx.x, nt = blockDim.x;
+    float4 wv[FUSED_V], acc[FUSED_V];
+#pragma unroll
+    for (int k = 0; k < FUSED_V; k++) {
+        wv[k] = *(const float4 *)(w + (size_t)(t + k * nt) * 4);
+        acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    const size_t r0 = (size_t)blockIdx.x * FUSED_ROWS;
+    const size_t r1 = r0 + FUSED_ROWS < N ? r0 + FUSED_ROWS : N;
+    for (size_t row = r0; row < r1; row++) {
+        float4 xv[FUSED_V], gv[FUSED_V];
+        float dot = 0.0f;
+#pragma unroll
+        for (int k = 0; k < FUSED_V; k++) {
+            const size_t i = row * C + (size_t)(t + k * nt) * 4;
+            xv[k] = *(const float4 *)(inp + i);
+            gv[k] = *(const float4 *)(dout + i);
+            dot += gv[k].x * wv[k].x * xv[k].x + gv[k].y * wv[k].y * xv[k].y +
+                   gv[k].z * wv[k].z * xv[k].z + gv[k].w * wv[k].w * xv[k].w;
+        }
+        const float r = rstd[row], kk = block_sum(dot, red) * r * r * r / (float)C;
+#pragma unroll
+        for (int k = 0; k < FUSED_V; k++) {
+            const size_t i = row * C + (size_t)(t + k * nt) * 4;
+            float4 dv = *(float4 *)(dinp + i);
+            dv.x += r * wv[k].x * gv[k].x - xv[k].x * kk;
+            dv.y += r * wv[k].y * gv[k].y - xv[k].y * kk;
+            dv.z += r * wv[k].z * gv[k].z - xv[k].z * kk;
+            dv.w += r * wv[k].w * gv[k].w - xv[k].w * kk;
+            *(float4 *)(dinp + i) = dv;
+            if (dinp_op) store4(dinp_op + i, dv);
+            acc[k].x += gv[k].x * (xv[k].x * r);
+            acc[k].y += gv[k].y * (xv[k].y * r);
+            acc[k].z += gv[k].z * (xv[k].z * r);
+            acc[k].w += gv[k].w * (xv[k].w * r);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < FUSED_V; k++)
+        *(float4 *)(partial + blockIdx.x * C + (size_t)(t + k * nt) * 4) = acc[k];
+}
+
+/* partial (G, C): partial[chunk][c] = sum over the chunk's rows of
+ * a[r][c] (* b[r][c] * s[r] when b is non-NULL). Block (32, COLSUM_TY):
+ * 32 consecutive columns (coalesced), COLSUM_TY interleaved row lanes
+ * combined in a fixed order through shared memory. */
+__global__ void colsum_partial_kernel(float *partial, const float *a, const float *b,
+                                      const float *s, size_t N, size_t C) {
+    __shared__ float acc[COLSUM_TY][33];
+    size_t c = (size_t)blockIdx.x * 32 + threadIdx.x;
+    size_t r0 = (size_t)blockIdx.y * COLSUM_ROWS;
+    size_t r1 = r0 + COLSUM_ROWS < N ? r0 + COLSUM_ROWS : N;
+    float sum = 0.0f;
+    if (c < C) {
+        for (size_t r = r0 + threadIdx.y; r < r1; r += COLSUM_TY) {
+            float v = a[r * C + c];
+            if (b) v *= b[r * C + c] * s[r];
+            sum += v;
+        }
+    }
+    acc[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float t = 0.0f;
+        for (int y = 0; y < COLSUM_TY; y++) t += acc[y][threadIdx.x];
+        partial[(size_t)blockIdx.y * C + c] = t;
+    }
+}
+
+__global__ void colsum_final_kernel(float *out, const float *partial, size_t G, size_t C) {
+    size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float t = 0.0f;
+    for (size_t g = 0; g < G; g++) t += partial[g * C + c];
+    out[c] += t;
+}
+
+/* out (C) += column sums of a (N,C), or of a * b * s[row] when b != NULL. */
+static void colsum(mt_cuda_ctx *ctx, float *out, float *scratch, const float *a,
+                   const float *b, const float *s, size_t N, size_t C) {
+    if (N == 0 || C == 0) return;
+    size_t G = MT_CEIL_DIV(N, (size_t)COLSUM_ROWS);
+    MT_ASSERT(G <= 65535);
+    dim3 grid((unsigned)MT_CEIL_DIV(C, (size_t)32), (unsigned)G), block(32, COLSUM_TY);
+    colsum_partial_kernel<<<grid, block, 0, ctx->stream>>>(scratch, a, b, s, N, C);
+    CUDA_LAUNCH_CHECK();
+    colsum_final_kernel<<<(unsigned)MT_CEIL_DIV(C, (size_t)256), 256, 0, ctx->stream>>>(
+        out, scratch, G, C);
+    CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void mt_cuda_rmsnorm_backward_op(mt_cuda_ctx *ctx, float *dinp, void *dinp_op,
+                                            float *dw, float *scratch, const float *dout,
+                                            const float *inp, const float *w, const float *rstd,
+                                            size_t N, size_t C) {
+    if (N == 0) return;
+    check_rows(dinp, C);
+    check_rows(dout, C);
+    check_rows(inp, C);
+    check_rows(w, C);
+    if (dinp_op) check_rows(dinp_op, C);
+    if (one_pass_rows(C)) {
+        const size_t G = MT_CEIL_DIV(N, (size_t)FUSED_ROWS);
+        rmsnorm_bwd_fused_kernel<<<(unsigned)G, (unsigned)(C / 16), 0, ctx->stream>>>(
+            dinp, (__nv_bfloat16 *)dinp_op, scratch, dout, inp, w, rstd, N, C);
+        CUDA_LAUNCH_CHECK();
+        colsum(ctx, dw, scratch + G * C, scratch, NULL, NULL, G, C);
+        return;
+    }
+    unsigned g = (unsigned)MT_CEIL_DIV(N, (size_t)NORM_WARPS);
+    rmsnorm_bwd_kernel<<<g, NORM_WARPS * 32, 0, ctx->stream>>>(dinp, dout, inp, w, rstd, N, C);
+    CUDA_LAUNCH_CHECK();
+    colsum(ctx, dw, scratch, dout, inp, rstd, N, C);
+    if (dinp_op) mt_cuda_cast_f32_to_bf16(ctx, (uint16_t *)dinp_op, dinp, N * C);
+}
+
+extern "C" void mt_cuda_rmsnorm_backward(mt_cuda_ctx *ctx, float *dinp, float *dw,
+                                         float *scratch, const float *dout, const float *inp,
+                                         const float *w, const float *rstd, size_t N,
+                                         size_t C) {
+    mt_cuda_rmsnorm_backward_op(ctx, dinp, NULL, dw, scratch, dout, inp, w, rstd, N, C);
+}
+
+extern "C" void mt_cuda_bias_backward(mt_cuda_ctx *ctx, float *dbias, float *scratch,
+                                      const float *dout, size_t N, size_t OC) {
+    colsum(ctx, dbias, scratch, dout, NULL, NULL, N, OC);
+}

@@ -1,0 +1,448 @@
+/* The placement planner: a step-time model over the three streams and the
+ * optimizer thread, and a greedy choice of homes within two budgets. */
+#include "plan/planner.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/shard.h"
+#include "util/mem.h"
+#include "util/sys.h"
+
+/* ---- per-layer compute ---- */
+
+static int probed_for(const mt_rates *r, const mt_config *c, int64_t tokens, int64_t T) {
+    return r->layer_fwd_s > 0 && r->probe_C == c->C && r->probe_F == c->F &&
+           r->probe_tokens == tokens && r->probe_T == T;
+}
+
+typedef struct layer_costs { double f, b, b_kept, head, embed; } layer_costs;
+
+/* FLOP-rate estimate of one decoder layer, the head and the embedding. The
+ * element-wise byte counts per token are those of the bf16 fast path
+ * (norms, RoPE, SwiGLU, residual, casts), rounded up. */
+static layer_costs costs(const mt_plan_request *q) {
+    const mt_config *c = q->cfg;
+    const mt_rates *r = &q->rates;
+    double tok = (double)q->M * q->B * q->T;
+    if (probed_for(r, c, (int64_t)tok, q->T))
+        return (layer_costs){r->layer_fwd_s, r->layer_bwd_s, r->layer_bwd_kept_s,
+                             r->head_s * (double)c->V / (double)r->probe_V, r->embed_s};
+    double Q = (double)c->NH * c->HD;
+    /* parameters one token works with in an average block: the dense
+     * block's, or for MoE the attention, router and its top-k experts */
+    double outside = (double)c->V * c->C * (c->tie_embeddings ? 1 : 2) + c->C;
+    double Pm = ((double)mt_config_active_params(c) - outside) / (double)c->L;
+    double Fa = mt_config_is_moe(c) ? (double)c->moe.K * c->moe.FE + c->moe.FS : (double)c->F;
+    double G = r->gemm_tflops * 1e12, H = r->hbm_gbs * 1e9;
+    double attn = 2.0 * q->T * Q * tok; /* causal: half of 4 * T * Q per token */
+    double ew = tok * (24.0 * c->C + 12.0 * Fa + 16.0 * Q);
+    layer_costs k;
+    k.f = 2 * Pm * tok / G + attn / (r->attn_fwd_tflops * 1e12) + ew / H;
+    k.b_kept = 4 * Pm * tok / G + 2.5 * attn / (r->attn_bwd_tflops * 1e12) + 2 * ew / H;
+    /* the backward's recompute of a dense block stops before the down
+     * projection (its output is not needed); an MoE block's recomputes it
+     * all (its backward reads the experts' outputs) */
+    double down = mt_config_is_moe(c) ? 0 : 2.0 * c->F * c->C * tok / G;
+    k.b = k.f - down + k.b_kept;
+    k.head = 6.0 * c->V * c->C * tok / G + tok * c->V * 8.0 / H;
+    k.embed = tok * c->C * 16.0 / H;
+    return k;
+}
+
+/* ---- the step-time model ----
+ * Replays the bind order of a step (forward 0..L, head, backward L..0)
+ * over three resources: the H2D engine (weights, saved input loads), the
+ * compute stream, the D2H engine (saved input saves, gradients). A layer's
+ * weights start copying once the optimizer thread has updated it and at
+ * most K-1 binds ahead; a gradient accumulator is reused only after its
+ * drain. The optimizer starts with the step (the last step's drains end
+ * it): the device layers' updates first on the compute stream, the CPU's
+ * in layer order, each once its gradient is on the host (a GPU-waiting one
+ * is fetched while the layer before it is updated). */
+mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan) {
+    const mt_layer_home *h = plan->homes;
+    int bf16 = plan->host_grad_bf16, n_keep = plan->n_keep, n_dev = plan->n_dev;
+    const mt_param_table *t = q->t;
+    const mt_rates *r = &q->rates;
+    int nl = t->n_layers, head = nl - 1, K = q->slots > 1 ? q->slots : 3;
+    double tok = (double)q->M * q->B * q->T;
+    layer_costs k = costs(q);
+    if (plan->lean_keep) /* the kept layers' backward rebuilds x + o_proj(att) */
+        k.b_kept += 2.0 * q->cfg->NH * q->cfg->HD * q->cfg->C * tok / (r->gemm_tflops * 1e12);
+    double ck = tok * q->cfg->C * 4.0;
+    double h2d = r->h2d_gbs * 1e9, d2h = r->d2h_gbs * 1e9;
+    double adam = r->adam_gparams * 1e9;
+    int seq[2 * 4096 + 2], bwd[2 * 4096 + 2], n = 0;
+    for (int l = 0; l < nl; l++) seq[n] = l, bwd[n++] = l == head;
+    for (int l = head - 1; l >= 0; l--) seq[n] = l, bwd[n++] = 1;
+    double *cstart = mt_calloc_or_die((size_t)n, sizeof *cstart);
+    double h2d_free = 0, comp = 0, d2h_free = 0, opt = 0, d2h_busy = 0, h2d_busy = 0;
+    double drained[2] = {0, 0}, compute = 0, fwd_end = 0;
+    int gturn = 0;
+    double *opt_done = mt_calloc_or_die((size_t)nl, sizeof *opt_done);
+    double prev_start = 0;
+    for (int l = 0; l < nl; l++) {
+        double numel = (double)t->layers[l].numel;
+        if (l < n_dev) { /* p, m, v, g and the bf16 copy through HBM */
+            comp += numel * 30.0 / (r->hbm_gbs * 1e9);
+            opt_done[l] = comp;
+            continue;
+        }
+        double fetched = prev_start + (h[l].grad_host ? 0 : numel * 4.0 / d2h);
+        prev_start = fmax(opt, fetched);
+        opt = prev_start + numel / adam;
+        opt_done[l] = opt;
+    }
+    compute = comp;
+    for (int j = 0; j < n; j++) {
+        int l = seq[j], b = bwd[j], back = b && l != head;
+        int first_kept = head - n_keep; /* decoder layers >= this keep activations */
+        double rh2d = back ? h2d * r->duplex : h2d, rd2h = back ? d2h * r->duplex : d2h;
+        /* weights: once per pass; the last block stays resident at the turn */
+        double wbytes = (j > 0 && seq[j - 1] == l) ? 0 : (double)t->layers[l].numel * 4;
+        if ((back && l == head - 1) || l < n_dev) wbytes = 0;
+        double ready = j >= K - 1 ? cstart[j - (K - 1)] : 0;
+        if (!b) ready = fmax(ready, opt_done[l]);
+        double s = fmax(h2d_free, ready), e = s + wbytes / rh2d;
+        h2d_busy += wbytes / rh2d;
+        /* load this layer's input, or the one its recomputed input is
+         * rebuilt from (then not again for that layer) */
+        int rebuild = back && l >= 1 && l < head - 1 && h[l].saved_recompute;
+        int load = back && l >= 1 && l < head - 1 &&
+                   ((h[l].saved_host && !h[l + 1].saved_recompute) ||
+                    (rebuild && l >= 2 && h[l - 1].saved_host));
+        if (load) {
+            e += ck / rh2d;
+            h2d_busy += ck / rh2d;
+        }
+        h2d_free = e;
+        double c0 = fmax(comp, e);
+        int gpu_home = !h[l].grad_host;
+        if (b && !gpu_home) c0 = fmax(c0, drained[gturn]); /* accumulator reuse */
+        double dur = l == head ? k.head
+                     : l == 0  ? k.embed
+                     : !b      ? k.f
+                     : (l >= first_kept ? k.b_kept : k.b) + (rebuild ? (l == 1 ? k.embed : k.f) : 0);
+        cstart[j] = c0;
+        comp = c0 + dur;
+        compute += dur;
+        if (!b && l >= 1 && l < head && h[l + 1].saved_host) { /* save the output */
+            double ds = fmax(d2h_free, comp);
+            d2h_free = ds + ck / rd2h;
+            d2h_busy += ck / rd2h;
+        }
+        if (l == head) fwd_end = c0; /* the head belongs to neither pass in the report */
+        if (b && !gpu_home) {
+            double bytes = (double)t->layers[l].numel * (bf16 ? 2 : 4);
+            double ds = fmax(d2h_free, comp);
+            d2h_free = ds + bytes / rd2h;
+            d2h_busy += bytes / rd2h;
+            drained[gturn] = d2h_free;
+            gturn ^= 1;
+        }
+    }
+    mt_step_prediction p = {.fwd = fwd_end, .bwd = comp - fwd_end, .opt = opt,
+                            .h2d_busy = h2d_busy, .d2h_busy = d2h_busy, .compute = compute};
+    p.step = fmax(comp, d2h_free);
+    free(cstart);
+    free(opt_done);
+    return p;
+}
+
+/* ---- sizes ---- */
+
+void mt_plan_backend_opts(const mt_plan *plan, const mt_plan_request *q,
+                          mt_cuda_backend_opts *o) {
+    *o = (mt_cuda_backend_opts){.precision = q->precision, .slots = q->slots,
+                                .homes = plan->homes, .host_grad_bf16 = plan->host_grad_bf16,
+                                .keep_layers = plan->n_keep,
+                                .gpu_budget = (size_t)q->gpu_budget,
+                                .device_optim_layers = plan->n_dev,
+                                .lean_keep = plan->lean_keep, .rank = q->rank,
+                                .ranks = q->ranks};
+}
+
+/* Floats of this rank's part of the store (the whole model on one GPU). */
+static double store_floats(const mt_plan_request *q) {
+    if (q->ranks <= 1) return (double)q->t->total;
+    double n = 0;
+    for (int l = 0; l < q->t->n_layers; l++) {
+        mt_shard_range r = mt_shard_split(q->t->layers[l].numel, q->ranks, q->rank);
+        n += (double)(r.end - r.begin);
+    }
+    return n;
+}
+
+static void measure(const mt_plan_request *q, mt_plan *p) {
+    mt_cuda_backend_opts o;
+    mt_plan_backend_opts(p, q, &o);
+    double tok = (double)q->M * q->B * q->T;
+    p->gpu_bytes = (double)mt_cuda_backend_bytes(q->cfg, q->t, q->M, q->B, q->T, &o) +
+                   (double)MT_CUDA_CONTEXT_RESERVE;
+    p->pinned_bytes = (double)mt_cuda_backend_host_bytes(q->cfg, q->t, q->M, q->B, q->T, &o);
+    p->store_bytes = store_floats(q) * 12.0;
+    /* tokens, targets and the embedding plan of a step, in the trainer and the backend */
+    p->host_bytes = p->store_bytes + p->pinned_bytes + tok * 20.0;
+    p->n_host_grads = p->n_host_saved = 0;
+    for (int l = 0; l < p->n_layers; l++) {
+        p->n_host_grads += p->homes[l].grad_host;
+        p->n_host_saved += l >= 1 && p->homes[l].saved_host;
+    }
+}
+
+double mt_plan_default_host_budget(void) { return mt_host_ram_budget_bytes(); }
+
+/* ---- the choice ---- */
+
+/* Decoder layers in the order their gradients move to the GPU: the first
+ * the next forward needs first. The embedding and the head come last: a
+ * GPU-waiting layer sizes the optimizer's pinned staging buffers. */
+static int grad_order(const mt_param_table *t, int i) {
+    int L = t->n_layers - 2;
+    if (i < L) return 1 + i;
+    return i == L ? 0 : t->n_layers - 1;
+}
+
+/* The first saved input on the host, 0 if none. */
+static int first_host_saved(const mt_plan *p) {
+    for (int l = 1; l < p->n_layers; l++)
+        if (p->homes[l].saved_host) return l;
+    return 0;
+}
+
+/* The first saved input on the host (host 1) or the GPU (host 0) that can
+ * be rebuilt in the backward instead: neither neighbour is rebuilt (each
+ * is rebuilt from the one before). 0 if none. */
+static int rebuildable_saved(const mt_plan *p, int host) {
+    const mt_layer_home *h = p->homes;
+    for (int l = 2; l < p->n_layers - 2; l++)
+        if (!h[l].saved_recompute && h[l].saved_host == host && !h[l - 1].saved_recompute &&
+            !h[l + 1].saved_recompute)
+            return l;
+    return 0;
+}
+
+static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild, int lean) {
+    const mt_param_table *t = q->t;
+    int nl = t->n_layers, L = nl - 2;
+    p->host_grad_bf16 = bf16;
+    p->n_keep = 0;
+    p->lean_keep = lean;
+    /* Checkpoints on the host, except: layer 1's input is rebuilt from the
+     * tokens (an embedding lookup), and the last block's and the head's
+     * never leave the GPU between their forward and backward. */
+    for (int l = 0; l < nl; l++)
+        p->homes[l] = (mt_layer_home){.grad_host = 1, .saved_host = l >= 2 && l < nl - 2,
+                                      .saved_recompute = l == 1 || l >= nl - 2};
+    if (q->all_gpu)
+        for (int l = 0; l < nl; l++) p->homes[l] = (mt_layer_home){0, 0, 0};
+    /* device layers asked for (the planner's choice adds them below, from
+     * none); their gradients wait on the GPU */
+    p->n_dev = q->device_optim > 0 ? (q->device_optim < nl - 1 ? q->device_optim : nl - 1) : 0;
+    for (int l = 0; l < p->n_dev; l++) p->homes[l].grad_host = 0;
+    measure(q, p);
+    if (p->gpu_bytes > q->gpu_budget) {
+        snprintf(p->why, sizeof p->why,
+                 "GPU budget short by %.1f GB: with every gradient and checkpoint on the host "
+                 "the GPU still needs %.1f GB of %.1f GB (weight slots, one layer's "
+                 "activations for %lld tokens); use fewer rows per micro-batch (--batch-size) "
+                 "and more micro-batches, or a shorter --seq-len",
+                 (p->gpu_bytes - q->gpu_budget) / 1e9, p->gpu_bytes / 1e9, q->gpu_budget / 1e9,
+                 (long long)(q->B * q->T));
+        return 0;
+    }
+    /* host short: saved inputs to the GPU while it has room (a GB of GPU
+     * frees a GB of host), then saved inputs rebuilt in the backward from
+     * the previous layer's (a layer forward each), then gradients to the
+     * GPU in the order the next forward needs them, rebuilding GPU
+     * saved inputs to make room for them */
+    int gi = 0;
+    while (!q->all_gpu && p->host_bytes > q->host_budget) {
+        int ci = first_host_saved(p);
+        if (ci > 0) {
+            p->homes[ci].saved_host = 0;
+            measure(q, p);
+            if (p->gpu_bytes <= q->gpu_budget) continue;
+            p->homes[ci].saved_host = 1;
+            measure(q, p);
+        }
+        int di = rebuild ? rebuildable_saved(p, 1) : 0;
+        if (di > 0) {
+            p->homes[di] = (mt_layer_home){.grad_host = p->homes[di].grad_host,
+                                           .saved_recompute = 1};
+            measure(q, p);
+            continue;
+        }
+        if (gi >= nl) break;
+        mt_layer_home *g = &p->homes[grad_order(t, gi)];
+        g->grad_host = 0;
+        measure(q, p);
+        if (p->gpu_bytes <= q->gpu_budget) {
+            gi++;
+            continue;
+        }
+        g->grad_host = 1;
+        /* the GPU is full of saved inputs: rebuild one to make room */
+        int gd = rebuild ? rebuildable_saved(p, 0) : 0;
+        if (gd > 0) p->homes[gd].saved_recompute = 1;
+        measure(q, p);
+        if (gd <= 0) break;
+    }
+    if (p->host_bytes > q->host_budget || p->gpu_bytes > q->gpu_budget) {
+        snprintf(p->why, sizeof p->why,
+                 "the two budgets together are short: host needs %.1f GB of %.1f GB with %.1f "
+                 "GB of %.1f GB on the GPU (store %.1f GB = 12 bytes/param, checkpoints %.2f "
+                 "GB per layer, gradients %d bytes/param on the host); use fewer tokens per "
+                 "step (checkpoints scale with them), or a larger --gpu-mem or --host-mem%s",
+                 p->host_bytes / 1e9, q->host_budget / 1e9, p->gpu_bytes / 1e9,
+                 q->gpu_budget / 1e9, p->store_bytes / 1e9,
+                 (double)q->M * q->B * q->T * q->cfg->C * 4 / 1e9, bf16 ? 2 : 4,
+                 bf16 ? "" : ", or --host-grad-dtype bf16");
+        return 0;
+    }
+    /* the rest of the GPU buys speed: saved inputs home (no PCIe traffic),
+     * kept layers (no recompute), gradients home, the next leading layer's
+     * optimizer on the GPU (its copies leave the step's start), by the
+     * model's gain per byte */
+    int keep_ok = q->precision == MT_GPU_BF16 && q->keep_layers != 0 &&
+                  !mt_config_is_moe(q->cfg); /* MoE blocks always recompute */
+    for (;;) {
+        mt_step_prediction base = mt_plan_predict(q, p);
+        double best_gain = 0;
+        int best = -1; /* 0 saved input, 1 keep, 2 gradient, 3 rebuilt one, 4 device layer */
+        int ck = 1;
+        while (ck < nl && !p->homes[ck].saved_host) ck++;
+        int gk = 0;
+        while (gk < nl && !p->homes[grad_order(t, gk)].grad_host) gk++;
+        int rk = 2; /* a rebuilt saved input kept on the GPU instead (not layer 1's) */
+        while (rk < nl - 2 && !p->homes[rk].saved_recompute) rk++;
+        for (int m = 0; m < 5; m++) {
+            int ok = m == 0   ? ck < nl
+                     : m == 1 ? keep_ok && p->n_keep < L &&
+                                    (q->keep_layers < 0 || p->n_keep < q->keep_layers)
+                     : m == 2 ? gk < nl
+                     : m == 3 ? rk < nl - 2
+                              : q->device_optim < 0 && p->n_dev < nl - 1;
+            if (!ok) continue;
+            mt_plan trial = *p;
+            trial.homes = mt_calloc_or_die((size_t)nl, sizeof *trial.homes);
+            memcpy(trial.homes, p->homes, (size_t)nl * sizeof *trial.homes);
+            if (m == 0) trial.homes[ck].saved_host = 0;
+            if (m == 1) trial.n_keep++;
+            if (m == 2) trial.homes[grad_order(t, gk)].grad_host = 0;
+            if (m == 3) trial.homes[rk].saved_recompute = 0;
+            if (m == 4) trial.homes[trial.n_dev++].grad_host = 0;
+            measure(q, &trial);
+            /* a GPU-waiting gradient pins the optimizer's staging on the host */
+            if (trial.gpu_bytes <= q->gpu_budget && trial.host_bytes <= q->host_budget) {
+                mt_step_prediction s = mt_plan_predict(q, &trial);
+                double gain = (base.step - s.step) / fmax(trial.gpu_bytes - p->gpu_bytes, 1.0);
+                /* ties (no predicted gain) still bring saved inputs home: less traffic */
+                if (m == 0 && base.step - s.step <= 0) gain = 1e-15;
+                if (gain > best_gain) best_gain = gain, best = m;
+            }
+            free(trial.homes);
+        }
+        if (best < 0) break;
+        if (best == 0) p->homes[ck].saved_host = 0;
+        if (best == 1) p->n_keep++;
+        if (best == 2) p->homes[grad_order(t, gk)].grad_host = 0;
+        if (best == 3) p->homes[rk].saved_recompute = 0;
+        if (best == 4) p->homes[p->n_dev++].grad_host = 0;
+        measure(q, p);
+    }
+    p->pred = mt_plan_predict(q, p);
+    p->fits = 1;
+    return 1;
+}
+
+/* try_dtype with full kept units, and, when layers can be kept, with lean
+ * ones (more of them fit, each rebuilding its mid-block residual): the
+ * faster of the two. */
+static int try_units(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild) {
+    if (!try_dtype(q, p, bf16, rebuild, 0)) return 0;
+    if (q->precision != MT_GPU_BF16 || q->keep_layers == 0 || mt_config_is_moe(q->cfg)) return 1;
+    mt_plan lean = *p;
+    lean.homes = mt_calloc_or_die((size_t)p->n_layers, sizeof *lean.homes);
+    if (try_dtype(q, &lean, bf16, rebuild, 1) && lean.pred.step < p->pred.step) {
+        free(p->homes);
+        *p = lean;
+        return 1;
+    }
+    free(lean.homes);
+    return 1;
+}
+
+int mt_plan_make(const mt_plan_request *q, mt_plan *p, mt_error *err) {
+    if (q->t->n_layers > 4096)
+        return mt_errorf(err, "the planner handles at most 4096 layers (%d)", q->t->n_layers);
+    memset(p, 0, sizeof *p);
+    p->n_layers = q->t->n_layers;
+    p->homes = mt_calloc_or_die((size_t)p->n_layers, sizeof *p->homes);
+    /* fp32 host gradients when they fit; rebuilt saved inputs (a layer
+     * forward each) only when neither dtype fits without them */
+    for (int rebuild = 0; rebuild < 2; rebuild++) {
+        if (q->host_grad_dtype != 1 && try_units(q, p, 0, rebuild)) return 0;
+        if (q->host_grad_dtype != 0 && try_units(q, p, 1, rebuild)) return 0;
+    }
+    return 0;
+}
+
+void mt_plan_free(mt_plan *p) {
+    free(p->homes);
+    p->homes = NULL;
+}
+
+/* What the print groups layers by: homes and whether activations are kept. */
+static int layer_kind(const mt_plan *p, int l) {
+    int head = p->n_layers - 1;
+    if (l == 0) return -1;
+    int kept = l < head && l >= head - p->n_keep;
+    return p->homes[l].grad_host | p->homes[l].saved_host << 1 | kept << 2 | (l == head) << 3 |
+           p->homes[l].saved_recompute << 4;
+}
+
+/* Runs of consecutive layers with the same homes, as "1-12". */
+void mt_plan_print(const mt_plan *p, const mt_plan_request *q, FILE *f) {
+    int nl = p->n_layers, head = nl - 1;
+    fprintf(f, "placement (layer 0 = embedding, %d = head; checkpoint l = layer l's input; "
+            "recompute: rebuilt from checkpoint l-1 in the backward, tokens: from the "
+            "embedding):\n", head);
+    for (int a = 0; a < nl;) {
+        int b = a;
+        while (b + 1 < nl && layer_kind(p, b + 1) == layer_kind(p, a)) b++;
+        char range[32];
+        snprintf(range, sizeof range, a == b ? "%d" : "%d-%d", a, b);
+        const mt_layer_home *h = &p->homes[a];
+        fprintf(f, "  layers %-9s gradient %-4s  checkpoint %-9s  %s\n", range,
+                h->grad_host ? "host" : "GPU",
+                a == 0                                  ? "-"
+                : h->saved_recompute && a == 1           ? "tokens"
+                : h->saved_recompute && a >= nl - 2      ? "GPU"
+                : h->saved_recompute                     ? "recompute"
+                : h->saved_host                          ? "host"
+                                                        : "GPU",
+                layer_kind(p, a) >= 0 && (layer_kind(p, a) & 4) ? "activations kept" : "");
+        a = b + 1;
+    }
+    fprintf(f, "host gradients: %s; kept layers: %d of %lld%s; AdamW on the GPU: ",
+            p->host_grad_bf16 ? "bf16 (rounded once from the fp32 GPU sum)" : "fp32",
+            p->n_keep, (long long)q->cfg->L,
+            p->n_keep && p->lean_keep ? " (lean: the mid-block residual rebuilt)" : "");
+    if (p->n_dev > 1) fprintf(f, "layers 0-%d\n", p->n_dev - 1);
+    else fprintf(f, p->n_dev ? "layer 0\n" : "none\n");
+    fprintf(f, "GPU:  %7.2f GB of %.2f GB budget (context reserve %.1f GB included)\n",
+            p->gpu_bytes / 1e9, q->gpu_budget / 1e9, MT_CUDA_CONTEXT_RESERVE / 1e9);
+    fprintf(f, "host: %7.2f GB of %.2f GB budget: store %.2f GB (12 B/param), pinned %.2f GB; "
+            "%.2f bytes/param\n", p->host_bytes / 1e9, q->host_budget / 1e9, p->store_bytes / 1e9,
+            p->pinned_bytes / 1e9, (p->store_bytes + p->pinned_bytes) / (double)q->t->n_params);
+    const mt_step_prediction *s = &p->pred;
+    double tok = (double)q->M * q->B * q->T;
+    double flops = mt_config_train_flops_per_token(q->cfg, q->T) * tok;
+    fprintf(f, "predicted step %.3f s (forward %.3f, head+backward %.3f; compute %.3f, H2D busy "
+            "%.3f, D2H busy %.3f, CPU AdamW %.3f overlapped) = %.0f model TFLOPS [rates: %s]\n",
+            s->step, s->fwd, s->bwd, s->compute, s->h2d_busy, s->d2h_busy, s->opt,
+            flops / s->step / 1e12, q->rates.source);
+}
