@@ -104,4 +104,11 @@ int mt_checkpoint_prune(const char *out_dir, int keep_last, mt_error *err);
 int mt_checkpoint_cleanup(const char *out_dir, int keep_last, int64_t spare_step,
                           mt_error *err);
 
+/* Removes every checkpoint and temporary save in out_dir/checkpoints, each
+ * renamed to a temporary name before its files go (as a prune does), so
+ * that a kill in the middle leaves no checkpoint with part of its files.
+ * For a run that replaces an earlier one in the same directory (the
+ * caller holds the run lock). Other entries of checkpoints/ stay. */
+int mt_checkpoint_remove_all(const char *out_dir, mt_error *err);
+
 #endif

@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,8 +237,8 @@ int mt_checkpoint_find_latest(const char *path, char *found, size_t cap, mt_erro
 }
 
 /* Removes the stale .tmp-* directories and all complete checkpoints but the
- * newest keep_last, except step `spare`. */
-static int prune(const char *out_dir, int keep_last, int all_tmp, int64_t spare, mt_error *err) {
+ * newest keep (0: every one), except step `spare`. */
+static int prune(const char *out_dir, int keep, int all_tmp, int64_t spare, mt_error *err) {
     char *ck = mt_path_join(out_dir, "checkpoints");
     if (!is_dir(ck)) {
         free(ck);
@@ -252,7 +253,7 @@ static int prune(const char *out_dir, int keep_last, int all_tmp, int64_t spare,
     /* An old checkpoint is first renamed to a temporary name, then removed:
      * a process killed in the removal leaves a .tmp directory that a later
      * prune removes, never a step directory with part of its files. */
-    for (int i = 0; keep_last > 0 && i < l.n - keep_last && rc == 0; i++) {
+    for (int i = 0; i < l.n - keep && rc == 0; i++) {
         if (l.steps[i] == spare) continue;
         char *p = mt_ckpt_step_path(ck, l.steps[i]), *tmp = mt_ckpt_tmp_path(ck, l.steps[i]);
         if (mt_remove_tree(tmp) != 0 || mt_rename(p, tmp) != 0)
@@ -270,10 +271,14 @@ static int prune(const char *out_dir, int keep_last, int all_tmp, int64_t spare,
 }
 
 int mt_checkpoint_prune(const char *out_dir, int keep_last, mt_error *err) {
-    return prune(out_dir, keep_last, 0, -1, err);
+    return prune(out_dir, keep_last > 0 ? keep_last : INT_MAX, 0, -1, err);
 }
 
 int mt_checkpoint_cleanup(const char *out_dir, int keep_last, int64_t spare_step,
                           mt_error *err) {
-    return prune(out_dir, keep_last, 1, spare_step, err);
+    return prune(out_dir, keep_last > 0 ? keep_last : INT_MAX, 1, spare_step, err);
+}
+
+int mt_checkpoint_remove_all(const char *out_dir, mt_error *err) {
+    return prune(out_dir, 0, 1, -1, err);
 }

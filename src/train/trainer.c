@@ -16,6 +16,7 @@
 #include "engine/step.h"
 #include "io/checkpoint.h"
 #include "io/model_io.h"
+#include "io/run_dir.h"
 #include "train/generate.h"
 #include "train/train_memory.h"
 #include "train/trainer_internal.h"
@@ -240,9 +241,19 @@ static void report(mt_run *R, double loss, const mt_optim_report *rep, double dt
     if (R->ev.fn) R->ev.fn(&e, R->ev.user);
 }
 
+/* A new run never mixes with one already in out: refused, unless resumed
+ * or overwritten (then the inputs must not lie in what is deleted). */
+static int check_out(const mt_train_config *tc, mt_error *err) {
+    if (tc->resume[0]) return 0;
+    if (!tc->overwrite) return mt_run_dir_check_new(tc->out, err);
+    return mt_run_dir_check_input(tc->out, "model", tc->model, err) ||
+           mt_run_dir_check_input(tc->out, "tokenizer", tc->tokenizer, err) ? -1 : 0;
+}
+
 static int setup(mt_run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
-    if (mt_run_lock_acquire(&R->lock, tc->out, "megatrain train", err) || load_config(R, err) ||
+    if (mt_run_lock_acquire(&R->lock, tc->out, "megatrain train", err) || check_out(tc, err) ||
+        load_config(R, err) ||
         mt_params_init(&R->table, &R->cfg, err))
         return -1;
     if (tc->resume[0]) {
@@ -300,6 +311,13 @@ static int setup(mt_run *R, mt_error *err) {
             mt_host_store_init_random(&R->store, (uint64_t)tc->seed, 0.02f);
         }
         if (load_tokenizer(R, err) || open_data(R, err)) return -1;
+    }
+    if (tc->overwrite) { /* the last moment: everything it needs is loaded */
+        char removed[256];
+        if (mt_run_dir_clear(tc->out, removed, sizeof removed, err)) return -1;
+        if (removed[0])
+            mt_emitf(&R->ev, MT_EVENT_INFO, "overwrite: removed the earlier run's %s from %s",
+                     removed, tc->out);
     }
     /* what a killed run left: temporary saves, a checkpoint beyond keep_last */
     if (mt_checkpoint_cleanup(tc->out, (int)tc->keep_last, R->ckpt_dir[0] ? R->step : -1, err))
