@@ -11,6 +11,7 @@ Where the library comes from, first found wins:
   3. the system's loader: LD_LIBRARY_PATH, then the ld.so cache
      (`make install PREFIX=/usr/local` and `ldconfig`).
 """
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -25,26 +26,71 @@ class MegatrainError(RuntimeError):
 
 # ---- structs (megatrain.h) ----------------------------------------------
 
+class Guard:
+    """The lock of one library handle, and the thread inside a call on it."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.thread = None
+
+
 class Handle:
     """An object owning one library handle (self._h), released once: by
     close(), at the end of a `with` block, or when garbage collected.
-    Subclasses name themselves in _kind and release in _release."""
+    Subclasses name themselves in _kind and release in _release.
+
+    The library takes a handle from one thread at a time, so every call
+    goes through `with self.use() as h:`, which holds the handle's lock for
+    the call: calls from several threads run one after the other, and
+    close() from another thread waits for the call in progress, then
+    releases the handle (a later call raises "it was closed"). A call on
+    the handle from inside a call on it (from an event callback) is
+    refused: the library is not re-entrant."""
     _h = None
     _kind = "handle"
+
+    def __new__(cls, *args, **kwargs):
+        self = super().__new__(cls)
+        self._guard = Guard()
+        return self
 
     def _release(self, h):
         raise NotImplementedError
 
-    @property
-    def handle(self):
+    def _check_open(self):
         if not self._h:
             raise MegatrainError(f"{self._kind}: it was closed")
-        return self._h
+
+    def _enter(self, what):
+        if self._guard.thread == threading.get_ident():
+            raise MegatrainError(
+                f"{self._kind}: {what} from inside a call on it (an event callback?): the "
+                "library is not re-entrant; do it after the call returns")
+        self._guard.lock.acquire()
+        self._guard.thread = threading.get_ident()
+
+    def _leave(self):
+        self._guard.thread = None
+        self._guard.lock.release()
+
+    @contextlib.contextmanager
+    def use(self):
+        """The handle, held for this thread until the block ends."""
+        self._enter("a call")
+        try:
+            self._check_open()
+            yield self._h
+        finally:
+            self._leave()
 
     def close(self):
-        if self._h:
-            self._release(self._h)
-        self._h = None
+        self._enter("close()")
+        try:
+            if self._h:
+                self._release(self._h)
+            self._h = None
+        finally:
+            self._leave()
 
     def __enter__(self):
         return self
