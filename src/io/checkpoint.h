@@ -82,8 +82,15 @@ int mt_checkpoint_load_verified(const char *ckpt_dir, mt_host_store *s, const mt
                                 char **state_json, mt_error *err);
 
 /* Checks ckpt_dir's COMPLETE marker and every file's size and checksum
- * (one full read of the checkpoint). -1 with a message naming the file. */
+ * (one full read of the checkpoint). -1 with a message naming the file. A
+ * marker without checksums (an older megatrain's) is checked by sizes, with
+ * a warning on stderr. */
 int mt_checkpoint_verify(const char *ckpt_dir, mt_error *err);
+
+/* Checks one file of ckpt_dir (a name of the layout above) against its
+ * COMPLETE marker: its size and checksum. What a read of a checkpoint as a
+ * model does (io/model_io.h: config.json, model.safetensors). */
+int mt_checkpoint_verify_file(const char *ckpt_dir, const char *name, mt_error *err);
 
 /* Like mt_checkpoint_find_latest, but verifies the candidates newest first
  * and returns the first intact one; each one skipped is reported on stderr
