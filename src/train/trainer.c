@@ -188,9 +188,10 @@ static int train_step(mt_run *R, double *loss, mt_optim_report *rep, mt_error *e
 }
 
 /* The step's metrics to metrics.jsonl, to *m (may be NULL) and, as an
- * MT_EVENT_STEP, to the caller (with the progress line every log_every). */
-static void report(mt_run *R, double loss, const mt_optim_report *rep, double dt, double t_run,
-                   int64_t steps_run, mt_step_metrics *m) {
+ * MT_EVENT_STEP, to the caller (with the progress line every log_every).
+ * -1 when the row could not be written (err says which file and why). */
+static int report(mt_run *R, double loss, const mt_optim_report *rep, double dt, double t_run,
+                  int64_t steps_run, mt_step_metrics *m, mt_error *err) {
     const mt_train_config *tc = R->tc;
     double tokens = (double)(tc->micro_batches * tc->batch_size * tc->seq_len);
     mt_metrics_row row = mt_metrics_row_make(R->step);
@@ -222,8 +223,13 @@ static void report(mt_run *R, double loss, const mt_optim_report *rep, double dt
         row.d2h_gbps = st.d2h_bytes / (st.total_ms / 1e3) / 1e9;
     }
 #endif
-    mt_error err;
-    if (mt_metrics_write(&R->mw, &row, &err)) mt_emitf(&R->ev, MT_EVENT_WARNING, "%s", err.msg);
+    /* a lost row stops the run: a resume from its last checkpoint redoes the
+     * steps since, bitwise, and writes their rows; a row skipped would not be */
+    if (mt_metrics_write(&R->mw, &row, err))
+        return mt_error_suffix(err, "; the run stopped at step %lld so that no row is lost: "
+                               "make room, then --resume auto continues from the last "
+                               "checkpoint (the steps after it are done again, bit for bit)",
+                               (long long)R->step);
     mt_step_metrics sm = {
         .step = row.step, .total_steps = R->total_steps, .epoch = row.epoch, .loss = row.loss,
         .lr = row.lr, .grad_norm = row.grad_norm, .tokens = row.tokens,
@@ -239,6 +245,7 @@ static void report(mt_run *R, double loss, const mt_optim_report *rep, double dt
         e.text = line;
     }
     if (R->ev.fn) R->ev.fn(&e, R->ev.user);
+    return 0;
 }
 
 /* A new run never mixes with one already in out: refused, unless resumed
@@ -366,6 +373,10 @@ static int setup(mt_run *R, mt_error *err) {
     char path[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", tc->out);
     if (mt_metrics_open(&R->mw, path, R->step, err)) return -1;
+    if (R->mw.torn)
+        mt_emitf(&R->ev, MT_EVENT_WARNING, "warning: %s ended with a torn row (%zu bytes without "
+                 "a line end: a write cut short by a kill or a full disk); removed it",
+                 path, R->mw.torn);
     snprintf(path, sizeof path, "%s/tensorboard", tc->out);
     if (tc->tensorboard && mt_metrics_open_tensorboard(&R->mw, path, R->step, err)) return -1;
     snprintf(path, sizeof path, "%s/config.yaml", tc->out);
@@ -380,7 +391,7 @@ static void teardown(mt_run *R) {
     mt_runner_free(&R->r);
     mt_runner_plan_free(R->plan);
     R->plan = NULL;
-    if (R->mw.f) mt_metrics_close(&R->mw);
+    mt_metrics_close(&R->mw);
     if (R->data) mt_dataset_free(R->data);
     mt_eval_set_free(&R->eval);
     if (R->tok) mt_tokenizer_free(R->tok);
@@ -422,6 +433,7 @@ mt_run *mt_trainer_open(const mt_train_config *tc, const mt_events *ev, mt_error
     R->tc_copy = *tc;
     R->tc = &R->tc_copy;
     R->lock.fd = -1;
+    R->mw.fd = -1;
     if (ev) R->ev = *ev;
     R->first_loss = R->last_loss = NAN;
     if (setup(R, err)) {
@@ -467,7 +479,8 @@ int mt_trainer_step(mt_run *R, mt_step_metrics *m, mt_error *err) {
     R->step++;
     R->tokens_seen += tc->micro_batches * tc->batch_size * tc->seq_len;
     double t = mt_now_s();
-    report(R, loss, &rep, t - R->t_prev, t - R->t_start, R->step - R->start_step, m);
+    if (report(R, loss, &rep, t - R->t_prev, t - R->t_start, R->step - R->start_step, m, err))
+        return -1;
     R->t_prev = t;
     if (mt_eval_set_due(&R->eval, R->step, R->total_steps)) { /* on the updated weights */
         if (R->pipe_on) mt_optim_pipeline_wait_all(&R->pipe);
@@ -495,7 +508,8 @@ int mt_trainer_save(mt_run *R, mt_error *err) {
 int mt_trainer_finish(mt_run *R, mt_error *err) {
     if (R->finished) return mt_errorf(err, "%s: the run is already finished", R->tc->out);
     R->finished = 1;
-    if ((R->tc->save_every > 0 && mt_run_save_checkpoint(R, err)) || mt_run_save_model(R, err))
+    if ((R->tc->save_every > 0 && mt_run_save_checkpoint(R, err)) || mt_run_save_model(R, err) ||
+        mt_metrics_finish(&R->mw, err))
         return -1;
     sample(R);
     return 0;
