@@ -27,11 +27,13 @@ class MegatrainError(RuntimeError):
 # ---- structs (megatrain.h) ----------------------------------------------
 
 class Guard:
-    """The lock of one library handle, and the thread inside a call on it."""
+    """The lock of one library handle, the thread inside a call on it, and
+    whether close() is waiting for that call (then no new call starts)."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.thread = None
+        self.closing = False
 
 
 class Handle:
@@ -41,9 +43,9 @@ class Handle:
 
     The library takes a handle from one thread at a time, so every call
     goes through `with self.use() as h:`, which holds the handle's lock for
-    the call: calls from several threads run one after the other, and
-    close() from another thread waits for the call in progress, then
-    releases the handle (a later call raises "it was closed"). A call on
+    the call: calls from several threads run one after the other. close()
+    from another thread lets the call in progress finish, then releases the
+    handle; calls made meanwhile or later raise "it was closed". A call on
     the handle from inside a call on it (from an event callback) is
     refused: the library is not re-entrant."""
     _h = None
@@ -58,7 +60,7 @@ class Handle:
         raise NotImplementedError
 
     def _check_open(self):
-        if not self._h:
+        if not self._h or self._guard.closing:
             raise MegatrainError(f"{self._kind}: it was closed")
 
     def _enter(self, what):
@@ -66,31 +68,27 @@ class Handle:
             raise MegatrainError(
                 f"{self._kind}: {what} from inside a call on it (an event callback?): the "
                 "library is not re-entrant; do it after the call returns")
-        self._guard.lock.acquire()
-        self._guard.thread = threading.get_ident()
-
-    def _leave(self):
-        self._guard.thread = None
-        self._guard.lock.release()
 
     @contextlib.contextmanager
     def use(self):
         """The handle, held for this thread until the block ends."""
         self._enter("a call")
-        try:
-            self._check_open()
-            yield self._h
-        finally:
-            self._leave()
+        self._check_open()  # a close() waiting: do not queue behind it
+        with self._guard.lock:
+            self._guard.thread = threading.get_ident()
+            try:
+                self._check_open()
+                yield self._h
+            finally:
+                self._guard.thread = None
 
     def close(self):
         self._enter("close()")
-        try:
+        self._guard.closing = True  # no new call starts
+        with self._guard.lock:
             if self._h:
                 self._release(self._h)
             self._h = None
-        finally:
-            self._leave()
 
     def __enter__(self):
         return self
