@@ -20,8 +20,8 @@ mt_metrics_row mt_metrics_row_make(int64_t step) {
                             .grad_norm = NAN, .tokens = -1, .tokens_per_s = NAN, .tflops = NAN,
                             .step_time_s = NAN, .gpu_mem_gb = NAN, .host_mem_gb = NAN,
                             .h2d_gbps = NAN, .d2h_gbps = NAN, .eta_s = NAN,
-                            .skipped = -1, .eval_loss = NAN, .eval_tokens = -1,
-                            .eval_time_s = NAN};
+                            .skipped = -1, .empty_batches = -1, .eval_loss = NAN,
+                            .eval_tokens = -1, .eval_time_s = NAN};
 }
 
 /* JSON ------------------------------------------------------------------- */
@@ -53,6 +53,9 @@ void mt_metrics_format_json(const mt_metrics_row *r, char *buf, size_t n) {
     if (r->eval_tokens >= 0 && u < n)
         u += (size_t)snprintf(buf + u, n - u, ",\"eval_tokens\":%lld", (long long)r->eval_tokens);
     u = put(buf, n, u, G, "eval_time_s", r->eval_time_s);
+    if (r->empty_batches >= 0 && u < n)
+        u += (size_t)snprintf(buf + u, n - u, ",\"empty_batches\":%lld",
+                              (long long)r->empty_batches);
     if (r->skipped >= 0 && u < n) {
         u += (size_t)snprintf(buf + u, n - u, ",\"skipped\":%lld,\"loss_text\":\"%g\","
                               "\"grad_norm_text\":\"%g\"", (long long)r->skipped, r->loss,

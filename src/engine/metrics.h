@@ -40,6 +40,7 @@ typedef struct mt_metrics_row {
     double h2d_gbps, d2h_gbps;      // GB/s
     double eta_s;
     int64_t skipped;      // a skipped update: how many in a row (1, 2, ...); -1 = absent
+    int64_t empty_batches; // batches with no loss token skipped before this step; -1 = absent
     const char *nonfinite; // the first tensor whose gradient is not finite; NULL = absent
     double eval_loss;     // mean loss per token on the held-out data
     int64_t eval_tokens;  // tokens it was measured on; -1 = absent

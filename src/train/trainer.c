@@ -142,15 +142,51 @@ static void builtin_batch(mt_run *R, int64_t rows, int64_t T) {
     }
 }
 
-/* 0: a batch is in R->tokens/targets; 1: the data is exhausted. */
+/* The step's batch, in R->tokens/targets/pos. */
+static mt_batch step_batch(const mt_run *R) {
+    const mt_train_config *tc = R->tc;
+    return (mt_batch){.M = (int)tc->micro_batches, .B = tc->batch_size, .T = tc->seq_len,
+                      .tokens = R->tokens, .targets = R->targets, .pos = R->pos};
+}
+
+/* 0: a batch with a loss token is in R->tokens/targets; 1: the data is
+ * exhausted. A batch without one (chat or completion data whose prompts
+ * fill whole rows) would give no gradient, and the engine refuses it: it
+ * is skipped and counted in R->empty_batches. The data position moves past
+ * it like past any batch, so a resume continues after it. */
 static int next_batch(mt_run *R) {
     const mt_train_config *tc = R->tc;
     int64_t rows = tc->micro_batches * tc->batch_size;
+    R->empty_batches = 0;
     if (!R->data) {
         builtin_batch(R, rows, tc->seq_len);
         return 0;
     }
-    return mt_dataset_next_batch(R->data, rows, tc->seq_len, R->tokens, R->targets, R->pos);
+    for (;;) {
+        if (mt_dataset_next_batch(R->data, rows, tc->seq_len, R->tokens, R->targets, R->pos))
+            return 1;
+        mt_batch b = step_batch(R);
+        if (mt_batch_count_valid(&b) > 0) return 0;
+        R->empty_batches++;
+        R->empty_batches_run++;
+    }
+}
+
+/* Skipped batches said once in full, then in a count with the progress
+ * lines (every log_every steps): a warning, not a flood. */
+static void warn_empty_batches(mt_run *R) {
+    int64_t fresh = R->empty_batches_run - R->empty_batches_said, step = R->step + 1;
+    if (fresh == 0 || (R->empty_batches_said && step % R->tc->log_every != 0)) return;
+    if (!R->empty_batches_said)
+        mt_emitf(&R->ev, MT_EVENT_WARNING, "warning: step %lld: skipped %lld batch%s with no loss "
+                 "token (every target -100: prompts that fill whole rows? a longer seq_len "
+                 "keeps more of each answer); counted in metrics.jsonl's empty_batches",
+                 (long long)step, (long long)fresh, fresh > 1 ? "es" : "");
+    else
+        mt_emitf(&R->ev, MT_EVENT_WARNING, "warning: step %lld: %lld more batch%s with no loss "
+                 "token skipped, %lld in all", (long long)step, (long long)fresh,
+                 fresh > 1 ? "es" : "", (long long)R->empty_batches_run);
+    R->empty_batches_said = R->empty_batches_run;
 }
 
 /* ---- the loop ---- */
@@ -160,9 +196,7 @@ static int next_batch(mt_run *R) {
  * gradient is not finite (R->nf says where; rep has the norm), and no
  * update was started. */
 static int train_step(mt_run *R, double *loss, mt_optim_report *rep, mt_error *err) {
-    const mt_train_config *tc = R->tc;
-    mt_batch b = {.M = (int)tc->micro_batches, .B = tc->batch_size, .T = tc->seq_len,
-                  .tokens = R->tokens, .targets = R->targets, .pos = R->pos};
+    mt_batch b = step_batch(R);
     if (mt_step_forward_backward(R->r.be, R->table.n_layers, &b, loss, err)) return -1;
     if (!R->r.gpu) {
         if (mt_nonfinite_find(&R->nf, &R->table, R->store.g) || !isfinite(*loss)) {
@@ -205,6 +239,7 @@ static int report(mt_run *R, double loss, const mt_optim_report *rep, double dt,
     row.tflops = mt_config_train_flops_per_token(&R->cfg, tc->seq_len) * tokens / dt / 1e12;
     row.host_mem_gb = mt_host_rss_bytes() / 1e9;
     row.eta_s = t_run / (double)steps_run * (double)(R->total_steps - R->step);
+    if (R->empty_batches > 0) row.empty_batches = R->empty_batches;
     if (R->nf.in_a_row > 0) {
         row.skipped = R->nf.in_a_row;
         row.nonfinite = R->nf.tensor[0] ? R->nf.tensor : NULL;
@@ -456,7 +491,9 @@ int mt_trainer_step(mt_run *R, mt_step_metrics *m, mt_error *err) {
                          "further", tc->out);
     if (R->step >= R->total_steps || R->data_done) return 1;
     if (R->t_start == 0) R->t_start = R->t_prev = mt_now_s();
-    if (next_batch(R)) {
+    int done = next_batch(R);
+    warn_empty_batches(R);
+    if (done) {
         R->data_done = 1;
         mt_emitf(&R->ev, MT_EVENT_INFO, "train: the data ran out after %lld steps (epochs = %lld)",
                  (long long)R->step, (long long)tc->epochs);
@@ -531,6 +568,9 @@ int mt_trainer_train(mt_run *R, mt_error *err) {
         mt_emitf(&R->ev, MT_EVENT_INFO, "train: loss %.4f -> %.4f in %lld steps, %.1fs",
                  R->first_loss, R->last_loss, (long long)(R->step - R->start_step),
                  mt_now_s() - R->t_start);
+        if (R->empty_batches_run > 0)
+            mt_emitf(&R->ev, MT_EVENT_INFO, "train: %lld batches with no loss token were skipped "
+                     "(\"empty_batches\" in metrics.jsonl)", (long long)R->empty_batches_run);
         rc = mt_trainer_finish(R, err);
     }
     mt_signals_restore();
