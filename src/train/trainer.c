@@ -295,8 +295,7 @@ static int check_out(const mt_train_config *tc, mt_error *err) {
 static int setup(mt_run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
     if (mt_run_lock_acquire(&R->lock, tc->out, "megatrain train", err) || check_out(tc, err) ||
-        load_config(R, err) ||
-        mt_params_init(&R->table, &R->cfg, err))
+        load_config(R, err) || mt_params_init(&R->table, &R->cfg, err))
         return -1;
     if (tc->resume[0]) {
         /* verified here (auto falls back to an older one), loaded below */
