@@ -178,6 +178,12 @@ char *mt_train_config_to_yaml(const mt_train_config *cfg) {
         mt_tc_format(cfg, o, text, sizeof text);
         if (o->section) fprintf(f, "\n# %s\n", o->section);
         fprintf(f, "%s: ", o->name);
+        if (o->offset == offsetof(mt_train_config, overwrite)) {
+            /* it deleted the run that was in out; a run repeated from this
+             * file must not delete this one unasked */
+            fputs("false  # what was in out is deleted only when asked anew\n", f);
+            continue;
+        }
         if (o->type == MT_TC_STRING && !(o->offset == offsetof(mt_train_config, data) &&
                                          mt_data_spec_is_list(text)))
             yaml_quote(f, text);

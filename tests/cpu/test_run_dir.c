@@ -13,6 +13,7 @@
 #include "train/train_config.h"
 #include "train/trainer.h"
 #include "io/checkpoint.h"
+#include "io/file.h"
 #include "io/run_lock.h"
 #include "util/fault.h"
 #include "testlib.h"
@@ -234,6 +235,13 @@ Test(run_dir, a_new_run_in_an_out_that_holds_a_run_needs_resume_or_overwrite, .t
     cr_assert_eq(count_entries(ck, "step-"), 2, "only the new run's checkpoints");
     cr_assert(exists_in(ck, "step-00000003") && exists_in(ck, "step-00000004"));
     cr_assert_eq(count_entries(tb, "events.out.tfevents."), 1, "only the new run's events");
+    char yaml[700], *text;
+    size_t n;
+    snprintf(yaml, sizeof yaml, "%s/config.yaml", out);
+    cr_assert_eq(mt_read_file(yaml, &text, &n, &err), 0, "%s", err.msg);
+    cr_assert(strstr(text, "\noverwrite: false"), "a run repeated from config.yaml would "
+              "delete this one:\n%s", text);
+    free(text);
 
     config(&tc, out, "--steps 6 --save-every 3 --resume auto");
     cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
