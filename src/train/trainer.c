@@ -301,9 +301,14 @@ static int setup(mt_run *R, mt_error *err) {
         /* verified here (auto falls back to an older one), loaded below */
         int autom = !strcmp(tc->resume, "auto");
         const char *where = autom ? tc->out : tc->resume;
-        if (autom && mt_checkpoint_find_latest(where, R->ckpt_dir, sizeof R->ckpt_dir, err))
+        mt_error none;
+        if (autom && mt_checkpoint_find_latest(where, R->ckpt_dir, sizeof R->ckpt_dir, err)) {
             R->ckpt_dir[0] = 0; /* auto with nothing saved yet: a fresh start */
-        else if (mt_checkpoint_find_intact(where, R->ckpt_dir, sizeof R->ckpt_dir, err))
+            if (mt_run_dir_check_new(tc->out, &none))
+                mt_emitf(&R->ev, MT_EVENT_WARNING, "warning: --resume auto: %s holds no "
+                         "checkpoint yet; the run starts again from step 0 (its metrics start "
+                         "again too)", tc->out);
+        } else if (mt_checkpoint_find_intact(where, R->ckpt_dir, sizeof R->ckpt_dir, err))
             return -1;
     }
     int M = (int)tc->micro_batches;

@@ -273,3 +273,30 @@ Test(run_dir, overwrite_refuses_inputs_inside_what_it_deletes, .timeout = 60) {
     mt_test_rmtree(dir);
     free(dir);
 }
+
+static char warnings[2048];
+
+static void keep_warnings(const mt_event *ev, void *user) {
+    if (ev->kind == MT_EVENT_WARNING)
+        strncat(warnings, ev->text, sizeof warnings - strlen(warnings) - 1);
+}
+
+/* --resume auto in an out whose run saved no checkpoint starts again from
+ * step 0 (a run killed before its first save is resumed so): said, since
+ * the metrics there start again too. */
+Test(run_dir, resume_auto_without_a_checkpoint_says_it_starts_again, .timeout = 60) {
+    char *dir = mt_test_tmpdir(), out[512];
+    snprintf(out, sizeof out, "%s/run", dir);
+    mt_train_config tc;
+    mt_error err;
+    config(&tc, out, "--steps 2 --save-every 0");
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    config(&tc, out, "--steps 2 --save-every 0 --resume auto");
+    mt_events ev = {.fn = keep_warnings};
+    mt_run *R = mt_trainer_open(&tc, &ev, &err);
+    cr_assert(R, "%s", err.msg);
+    cr_assert(strstr(warnings, "no checkpoint") && strstr(warnings, "step 0"), "'%s'", warnings);
+    mt_trainer_close(R);
+    mt_test_rmtree(dir);
+    free(dir);
+}
