@@ -27,12 +27,13 @@ class MegatrainError(RuntimeError):
 # ---- structs (megatrain.h) ----------------------------------------------
 
 class Guard:
-    """The lock of one library handle, the thread inside a call on it, and
-    whether close() is waiting for that call (then no new call starts)."""
+    """The lock of one library handle (shared by a model and its tokenizer),
+    the thread and the object inside a call on it, and whether close() is
+    waiting for that call (then no new call starts)."""
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.thread = None
+        self.thread = self.obj = None
         self.closing = False
 
 
@@ -46,8 +47,9 @@ class Handle:
     the call: calls from several threads run one after the other. close()
     from another thread lets the call in progress finish, then releases the
     handle; calls made meanwhile or later raise "it was closed". A call on
-    the handle from inside a call on it (from an event callback) is
-    refused: the library is not re-entrant."""
+    the object from inside a call on it (from an event callback) is
+    refused: the library is not re-entrant. (A model's tokenizer may be used
+    inside a call on its model: the model stays open meanwhile.)"""
     _h = None
     _kind = "handle"
 
@@ -63,27 +65,37 @@ class Handle:
         if not self._h or self._guard.closing:
             raise MegatrainError(f"{self._kind}: it was closed")
 
-    def _enter(self, what):
-        if self._guard.thread == threading.get_ident():
+    def _inside(self, what):
+        """True when this thread is in a call on another object of the same
+        lock; a call on this very object raises."""
+        g = self._guard
+        if g.thread != threading.get_ident():
+            return False
+        if g.obj is self or what == "close()":
             raise MegatrainError(
                 f"{self._kind}: {what} from inside a call on it (an event callback?): the "
                 "library is not re-entrant; do it after the call returns")
+        return True
 
     @contextlib.contextmanager
     def use(self):
         """The handle, held for this thread until the block ends."""
-        self._enter("a call")
+        if self._inside("a call"):  # the lock is this thread's already
+            self._check_open()
+            yield self._h
+            return
         self._check_open()  # a close() waiting: do not queue behind it
         with self._guard.lock:
-            self._guard.thread = threading.get_ident()
+            g = self._guard
+            g.thread, g.obj = threading.get_ident(), self
             try:
                 self._check_open()
                 yield self._h
             finally:
-                self._guard.thread = None
+                g.thread = g.obj = None
 
     def close(self):
-        self._enter("close()")
+        self._inside("close()")
         self._guard.closing = True  # no new call starts
         with self._guard.lock:
             if self._h:

@@ -119,6 +119,10 @@ def test_a_models_tokenizer_dies_with_the_model(tmp_path):
         megatrain.train(dict(opts, steps=1), on_event=None)
         m = megatrain.Model(out / "model", tokenizer="bytes")
         tok = m.tokenizer
+        pieces = []  # its tokenizer inside a call on the model: allowed
+        m.generate("ab", max_new_tokens=2, device="cpu",
+                   on_text=lambda t: pieces.append(tok.encode(t)))
+        assert pieces, "on_text was not called"
         ids = tok.encode("ab")
         m.close()
         try:
