@@ -40,9 +40,10 @@ print(f"{len(paragraphs)} paragraphs, {sum(map(len, paragraphs)) / 1e3:.0f} kB")
 # %% Training, one step at a time. The options are those of `megatrain
 # train` (docs/config.md); with no `model`, the built-in tiny one, whose
 # defaults suit a CPU (rows of 64 bytes, lr 1e-2). 600 steps are about 8
-# passes over the 72 kB.
+# passes over the 72 kB. overwrite: each time the example runs, it trains
+# afresh in OUT (resume="auto" would continue the run there instead).
 config = {"out": OUT, "steps": STEPS, "epochs": 10, "save_every": 200, "log_every": 50,
-          "sample_tokens": 0}
+          "sample_tokens": 0, "overwrite": True}
 steps, losses = [], []
 with megatrain.Run(config, data=data, on_event=megatrain.print_event) as run:
     for m in run.metrics():

@@ -164,19 +164,23 @@ int mt_options_describe(size_t i, mt_option_info *info);
 typedef struct mt_run mt_run;
 
 /* Prepares the run the options describe: takes the run directory `out`
- * (refused while another run holds it), loads the model (HF directory or
- * the built-in tiny one), tokenizer and data, makes the host store and the
- * backend (CPU, or CUDA with the planner's placement), resumes from a
- * checkpoint when `resume` says so, and writes out/config.yaml. o is
- * copied. Reports through fn (may be NULL) until mt_run_close. */
+ * (refused while another run holds it, and when it holds an earlier run
+ * unless `resume` continues it or `overwrite` replaces it), loads the
+ * model (HF directory or the built-in tiny one), tokenizer and data, makes
+ * the host store and the backend (CPU, or CUDA with the planner's
+ * placement), resumes from a checkpoint when `resume` says so, and writes
+ * out/config.yaml. o is copied. Reports through fn (may be NULL) until
+ * mt_run_close. */
 mt_run *mt_run_open(const mt_options *o, mt_event_fn fn, void *user);
 
 /* One optimizer step: the next batch, forward, backward, the update, a
  * line of out/metrics.jsonl, an MT_EVENT_STEP, and a resume checkpoint
- * when the step is a multiple of save_every (before the last step).
+ * when the step is a multiple of save_every (before the last step). A
+ * batch without a loss token is skipped (an MT_EVENT_WARNING says so).
  * Returns 0 with *m filled (m may be NULL); 1 when there is no step to do
  * (all steps done, or the data ran out: an MT_EVENT_INFO says so), nothing
- * done; -1 on error (a non-finite step with on_nonfinite stop included). */
+ * done; -1 on error (a non-finite step with on_nonfinite stop included, and
+ * a metrics row that could not be written: the run stops there). */
 int mt_run_step(mt_run *r, mt_step_metrics *m);
 
 /* Writes a resume checkpoint of the current step to out/checkpoints/

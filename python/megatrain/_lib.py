@@ -11,6 +11,7 @@ Where the library comes from, first found wins:
   3. the system's loader: LD_LIBRARY_PATH, then the ld.so cache
      (`make install PREFIX=/usr/local` and `ldconfig`).
 """
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -25,26 +26,81 @@ class MegatrainError(RuntimeError):
 
 # ---- structs (megatrain.h) ----------------------------------------------
 
+class Guard:
+    """The lock of one library handle (shared by a model and its tokenizer),
+    the thread and the object inside a call on it, and whether close() is
+    waiting for that call (then no new call starts)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.thread = self.obj = None
+        self.closing = False
+
+
 class Handle:
     """An object owning one library handle (self._h), released once: by
     close(), at the end of a `with` block, or when garbage collected.
-    Subclasses name themselves in _kind and release in _release."""
+    Subclasses name themselves in _kind and release in _release.
+
+    The library takes a handle from one thread at a time, so every call
+    goes through `with self.use() as h:`, which holds the handle's lock for
+    the call: calls from several threads run one after the other. close()
+    from another thread lets the call in progress finish, then releases the
+    handle; calls made meanwhile or later raise "it was closed". A call on
+    the object from inside a call on it (from an event callback) is
+    refused: the library is not re-entrant. (A model's tokenizer may be used
+    inside a call on its model: the model stays open meanwhile.)"""
     _h = None
     _kind = "handle"
+
+    def __new__(cls, *args, **kwargs):
+        self = super().__new__(cls)
+        self._guard = Guard()
+        return self
 
     def _release(self, h):
         raise NotImplementedError
 
-    @property
-    def handle(self):
-        if not self._h:
+    def _check_open(self):
+        if not self._h or self._guard.closing:
             raise MegatrainError(f"{self._kind}: it was closed")
-        return self._h
+
+    def _inside(self, what):
+        """True when this thread is in a call on another object of the same
+        lock; a call on this very object raises."""
+        g = self._guard
+        if g.thread != threading.get_ident():
+            return False
+        if g.obj is self or what == "close()":
+            raise MegatrainError(
+                f"{self._kind}: {what} from inside a call on it (an event callback?): the "
+                "library is not re-entrant; do it after the call returns")
+        return True
+
+    @contextlib.contextmanager
+    def use(self):
+        """The handle, held for this thread until the block ends."""
+        if self._inside("a call"):  # the lock is this thread's already
+            self._check_open()
+            yield self._h
+            return
+        self._check_open()  # a close() waiting: do not queue behind it
+        with self._guard.lock:
+            g = self._guard
+            g.thread, g.obj = threading.get_ident(), self
+            try:
+                self._check_open()
+                yield self._h
+            finally:
+                g.thread = g.obj = None
 
     def close(self):
-        if self._h:
-            self._release(self._h)
-        self._h = None
+        self._inside("close()")
+        self._guard.closing = True  # no new call starts
+        with self._guard.lock:
+            if self._h:
+                self._release(self._h)
+            self._h = None
 
     def __enter__(self):
         return self

@@ -248,8 +248,12 @@ class Dataset(_lib.Handle):
         tok, owned = (None, False) if tokenizer is None else as_tokenizer(tokenizer)
         try:
             kind, src = source(data, split)
-            load = lambda path: _lib.check(L.mt_dataset_load(  # noqa: E731
-                _lib.enc(path), tok.handle if tok else None, ctypes.byref(o)))
+            def load(path):
+                if tok is None:
+                    return _lib.check(L.mt_dataset_load(_lib.enc(path), None, ctypes.byref(o)))
+                with tok.use() as th:
+                    return _lib.check(L.mt_dataset_load(_lib.enc(path), th, ctypes.byref(o)))
+
             if kind == "path":
                 self._h = load(src)
             else:
@@ -265,7 +269,8 @@ class Dataset(_lib.Handle):
         """documents, tokens, trainable, skipped_lines, format, chat_template,
         packing."""
         i = _lib.DatasetInfo()
-        _lib.lib().mt_dataset_describe(self.handle, ctypes.byref(i))
+        with self.use() as h:
+            _lib.lib().mt_dataset_describe(h, ctypes.byref(i))
         return _lib.struct_dict(i)
 
     def next_batch(self, rows, seq_len):
@@ -277,7 +282,9 @@ class Dataset(_lib.Handle):
         n = rows * seq_len
         tokens, targets = (ctypes.c_int32 * n)(), (ctypes.c_int32 * n)()
         pos = (ctypes.c_int32 * n)() if self.info["packing"] == "documents" else None
-        if _lib.lib().mt_dataset_next_batch(self.handle, rows, seq_len, tokens, targets, pos):
+        with self.use() as h:
+            end = _lib.lib().mt_dataset_next_batch(h, rows, seq_len, tokens, targets, pos)
+        if end:
             return None
         split = lambda a: [a[r * seq_len:(r + 1) * seq_len] for r in range(rows)]  # noqa: E731
         return split(tokens), split(targets), split(pos) if pos is not None else None
@@ -290,7 +297,9 @@ class Dataset(_lib.Handle):
     def save(self, path):
         """Writes the documents as tokenized to a .mtok file (what `megatrain
         tokenize` writes)."""
-        _lib.check(_lib.lib().mt_dataset_save(self.handle, _lib.enc(os.fspath(path))))
+        with self.use() as h:
+            rc = _lib.lib().mt_dataset_save(h, _lib.enc(os.fspath(path)))
+        _lib.check(rc)
 
     def _release(self, h):
         _lib.lib().mt_dataset_free(h)

@@ -37,13 +37,15 @@ class Model(_lib.Handle):
         """model_type, n_params, layers, hidden, heads, kv_heads, ffn,
         vocab_size, max_positions, tied_embeddings."""
         i = _lib.ModelInfo()
-        _lib.lib().mt_model_describe(self.handle, ctypes.byref(i))
+        with self.use() as h:
+            _lib.lib().mt_model_describe(h, ctypes.byref(i))
         return _lib.struct_dict(i)
 
     @property
     def tokenizer(self):
         """The model's tokenizer (valid while the model is open)."""
-        return Tokenizer(_borrowed=_lib.lib().mt_model_tokenizer(self.handle), _owner=self)
+        with self.use() as h:
+            return Tokenizer(_borrowed=_lib.lib().mt_model_tokenizer(h), _owner=self)
 
     def generate(self, prompt="", *, on_text=None, **opts):
         """Continues the prompt (stopping at EOS or after max_new_tokens);
@@ -57,7 +59,8 @@ class Model(_lib.Handle):
         _set(o, dict(opts, prompt=prompt))
         cb = _events.Callback(lambda ev: on_text(ev.text) if on_text and ev.kind == "text"
                               else None)
-        p = L.mt_model_generate(self.handle, ctypes.byref(o), cb.c_fn, None)
+        with self.use() as h:
+            p = L.mt_model_generate(h, ctypes.byref(o), cb.c_fn, None)
         cb.raise_pending()
         _lib.check(p)
         return _lib.take_string(p)
@@ -80,7 +83,9 @@ class Model(_lib.Handle):
 
         def run(path):
             o.data = _lib.enc(path)
-            _lib.check(L.mt_model_eval(self.handle, ctypes.byref(o), ctypes.byref(res)))
+            with self.use() as h:
+                rc = L.mt_model_eval(h, ctypes.byref(o), ctypes.byref(res))
+            _lib.check(rc)
 
         if kind == "path":
             run(src)

@@ -122,7 +122,12 @@ class Run(_lib.Handle):
     says so. on_event(event) gets what the run reports (megatrain.Event;
     megatrain.print_event prints it as the command line does). Closing
     releases everything; what was saved stays, steps since the last
-    checkpoint are lost."""
+    checkpoint are lost.
+
+    Threads: the calls on a run (step, save, close, ...) run one at a time;
+    close() from another thread waits for the step in progress (for
+    train(), for the whole training), and a step after it raises "it was
+    closed". The callback must not call the run (refused)."""
     _kind = "run"
 
     def __init__(self, config=None, *, on_event=None, **options):
@@ -148,8 +153,9 @@ class Run(_lib.Handle):
 
 
     def _call(self, fn):
-        rc = fn(self.handle)
-        self._cb.raise_pending()
+        with self.use() as h:  # one call at a time, whatever the thread (_lib.Handle)
+            rc = fn(h)
+            self._cb.raise_pending()
         return _lib.check(rc)
 
     def step(self):
@@ -184,11 +190,11 @@ class Run(_lib.Handle):
 
     @property
     def steps_done(self):
-        return _lib.lib().mt_run_steps_done(self.handle)
+        return self._call(_lib.lib().mt_run_steps_done)
 
     @property
     def total_steps(self):
-        return _lib.lib().mt_run_total_steps(self.handle)
+        return self._call(_lib.lib().mt_run_total_steps)
 
     def summary(self, interrupted=False):
         """steps, total_steps, first_loss and final_loss (of the steps this

@@ -147,9 +147,32 @@ static int render_line(const job *j, const cJSON *obj, mt_chat_out *r, mt_error 
     return 0;
 }
 
+/* cJSON ends a string at a NUL: a "\u0000" would cut the document there
+ * without a word, and a raw NUL byte (not JSON) the line. Both are refused,
+ * naming the byte. Outside strings JSON has no backslash, so every
+ * backslash starts an escape. */
+static int check_nul(const char *line, size_t len, mt_error *err) {
+    const char *raw = memchr(line, 0, len);
+    if (raw)
+        return mt_errorf(err, "not valid JSON: a NUL byte (0x00) at byte %zu",
+                         (size_t)(raw - line) + 1);
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (line[i] != '\\') continue;
+        if (line[i + 1] == 'u' && i + 6 <= len && !memcmp(line + i + 2, "0000", 4))
+            return mt_errorf(err, "a NUL character (\\u0000) at byte %zu: the text cannot "
+                             "hold one (it would end the document there)", i + 1);
+        i++; /* the escaped character */
+    }
+    return 0;
+}
+
 static void do_line(const job *j, mt_tok_encoder *enc, const char *line, size_t len,
                     mt_chat_out *r, mt_tok_ids *scratch, doc *d) {
     mt_error err = {{0}};
+    if (check_nul(line, len, &err)) {
+        d->error = mt_strdup_or_die(err.msg);
+        return;
+    }
     cJSON *obj = cJSON_ParseWithLength(line, len);
     int rc = -1;
     if (!obj) mt_errorf(&err, "not valid JSON");

@@ -88,7 +88,7 @@ static int write_complete(const char *tmp, int64_t step, int ranks, mt_error *er
 /* Rank 0: the temporary directory, made afresh. */
 static int make_tmp(const char *ck, const char *tmp, mt_error *err) {
     if (mt_mkdirs(ck, err)) return -1;
-    mt_ckpt_rmtree(tmp);
+    mt_remove_tree(tmp);
     if (mkdir(tmp, 0755) != 0)
         return mt_errorf(err, "%s: cannot create directory: %s", tmp, strerror(errno));
     return 0;
@@ -169,7 +169,7 @@ int mt_shard_ckpt_save(mt_rdv *g, const char *out_dir, int64_t step, const mt_sh
         if (rc == 0) rc = mt_rdv_bcast(g, &mine, sizeof mine, err);
         if (rc == 0 && mine.rc) rc = mt_errorf(err, "%s", mine.msg);
     }
-    if (rc != 0 && made_tmp && g->rank == 0) mt_ckpt_rmtree(tmp);
+    if (rc != 0 && made_tmp && g->rank == 0) mt_remove_tree(tmp);
     if (rc == 0 && saved_path) snprintf(saved_path, cap, "%s", final);
     if (rc != 0)
         mt_error_prefix(err, "saving sharded checkpoint step %lld to %s (earlier checkpoints "

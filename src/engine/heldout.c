@@ -104,8 +104,7 @@ int mt_eval_set_log(mt_eval_set *e, mt_backend *be, int n_layers, int64_t step,
     row.eval_loss = r.loss_sum / (double)r.tokens;
     row.eval_tokens = r.tokens;
     row.eval_time_s = r.seconds;
-    mt_error werr;  // a metrics write that fails is reported, as for training rows
-    if (mw && mt_metrics_write(mw, &row, &werr)) fprintf(stderr, "megatrain: %s\n", werr.msg);
+    if (mw && mt_metrics_write(mw, &row, err)) return -1; /* stops the run, as a training row's */
     if (line) {
         char head[512];
         mt_progress_format(&row, total_steps, head, sizeof head);

@@ -3,13 +3,16 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/file.h"
 #include "util/mem.h"
 
 mt_metrics_row mt_metrics_row_make(int64_t step) {
@@ -17,8 +20,8 @@ mt_metrics_row mt_metrics_row_make(int64_t step) {
                             .grad_norm = NAN, .tokens = -1, .tokens_per_s = NAN, .tflops = NAN,
                             .step_time_s = NAN, .gpu_mem_gb = NAN, .host_mem_gb = NAN,
                             .h2d_gbps = NAN, .d2h_gbps = NAN, .eta_s = NAN,
-                            .skipped = -1, .eval_loss = NAN, .eval_tokens = -1,
-                            .eval_time_s = NAN};
+                            .skipped = -1, .empty_batches = -1, .eval_loss = NAN,
+                            .eval_tokens = -1, .eval_time_s = NAN};
 }
 
 /* JSON ------------------------------------------------------------------- */
@@ -50,6 +53,9 @@ void mt_metrics_format_json(const mt_metrics_row *r, char *buf, size_t n) {
     if (r->eval_tokens >= 0 && u < n)
         u += (size_t)snprintf(buf + u, n - u, ",\"eval_tokens\":%lld", (long long)r->eval_tokens);
     u = put(buf, n, u, G, "eval_time_s", r->eval_time_s);
+    if (r->empty_batches >= 0 && u < n)
+        u += (size_t)snprintf(buf + u, n - u, ",\"empty_batches\":%lld",
+                              (long long)r->empty_batches);
     if (r->skipped >= 0 && u < n) {
         u += (size_t)snprintf(buf + u, n - u, ",\"skipped\":%lld,\"loss_text\":\"%g\","
                               "\"grad_norm_text\":\"%g\"", (long long)r->skipped, r->loss,
@@ -103,8 +109,9 @@ static int rewrite(const char *path, const char *data, size_t len, mt_error *err
     return 0;
 }
 
-/* Drops the lines after keep_step from an existing file. */
-static int truncate_after(const char *path, int64_t keep_step, mt_error *err) {
+/* Drops the lines after keep_step, and a torn last line (*torn: its
+ * length), from an existing file. */
+static int truncate_after(const char *path, int64_t keep_step, size_t *torn, mt_error *err) {
     size_t len;
     char *buf = read_all(path, &len);
     if (!buf) return 0; // no file yet
@@ -120,6 +127,7 @@ static int truncate_after(const char *path, int64_t keep_step, mt_error *err) {
         } else {
             dropped = true;
         }
+        if (!nl) *torn = end - pos;
         pos = end;
     }
     int rc = dropped ? rewrite(path, out, kept, err) : 0;
@@ -130,12 +138,13 @@ static int truncate_after(const char *path, int64_t keep_step, mt_error *err) {
 
 int mt_metrics_open(mt_metrics_writer *w, const char *path, int64_t keep_step, mt_error *err) {
     memset(w, 0, sizeof *w);
+    w->fd = -1;
     if (strlen(path) >= sizeof w->path)
         return mt_errorf(err, "metrics: path too long: %s", path);
     snprintf(w->path, sizeof w->path, "%s", path);
-    if (truncate_after(path, keep_step, err)) return -1;
-    w->f = fopen(path, "ab");
-    if (!w->f)
+    if (truncate_after(path, keep_step, &w->torn, err)) return -1;
+    w->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (w->fd < 0)
         return mt_errorf(err, "metrics: opening '%s': %s (is the out directory writable?)", path,
                          strerror(errno));
     return 0;
@@ -149,17 +158,37 @@ int mt_metrics_open_tensorboard(mt_metrics_writer *w, const char *dir, int64_t k
 
 int mt_metrics_write(mt_metrics_writer *w, const mt_metrics_row *row, mt_error *err) {
     char line[768];
-    mt_metrics_format_json(row, line, sizeof line);
-    if (fprintf(w->f, "%s\n", line) < 0 || fflush(w->f))
-        return mt_errorf(err, "metrics: writing '%s': %s (disk full?)", w->path, strerror(errno));
+    mt_metrics_format_json(row, line, sizeof line - 1);
+    size_t n = strlen(line);
+    line[n++] = '\n';
+    struct stat st;
+    if (fstat(w->fd, &st) != 0)
+        return mt_errorf(err, "metrics: '%s': %s", w->path, strerror(errno));
+    if (mt_write_all(w->fd, line, n, w->path, err)) {
+        /* a short write left part of the row: cut it off, the file ends whole */
+        if (ftruncate(w->fd, st.st_size) != 0)
+            mt_error_prefix(err, "(and cutting its partial row off failed: %s) ",
+                            strerror(errno));
+        return mt_error_prefix(err, "metrics: step %lld: ", (long long)row->step);
+    }
     if (!w->tb) return 0;
     mt_tb_scalar s[MT_METRICS_MAX_SCALARS];
     return mt_tb_write_scalars(w->tb, row->step, s, mt_metrics_scalars(row, s), err);
 }
 
+int mt_metrics_finish(mt_metrics_writer *w, mt_error *err) {
+    int rc = 0;
+    if (w->fd >= 0 && (fsync(w->fd) != 0 || close(w->fd) != 0))
+        rc = mt_errorf(err, "metrics: '%s': %s (disk full?)", w->path, strerror(errno));
+    w->fd = -1;
+    if (w->tb && mt_tb_finish(w->tb, rc ? NULL : err) && rc == 0) rc = -1;
+    w->tb = NULL;
+    return rc;
+}
+
 void mt_metrics_close(mt_metrics_writer *w) {
-    if (w->f) fclose(w->f);
-    w->f = NULL;
+    if (w->fd >= 0) close(w->fd);
+    w->fd = -1;
     mt_tb_close(w->tb);
     w->tb = NULL;
 }

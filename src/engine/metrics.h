@@ -9,8 +9,9 @@
  *
  * The file is appended to, so that a resumed run continues it: opening it
  * for a run that resumes after step S first drops any line with step > S
- * (written after the checkpoint it resumes from), and any torn last line,
- * so that the file never holds a step twice.
+ * (written after the checkpoint it resumes from), and any torn last line
+ * (the caller says so), so that the file never holds a step twice. Every
+ * write is checked; a failed one leaves no part of its row behind.
  *
  * An evaluation on held-out data (engine/heldout.h) is a row of its own, with
  * the step and the eval_* fields only (readers that want the training loss
@@ -39,6 +40,7 @@ typedef struct mt_metrics_row {
     double h2d_gbps, d2h_gbps;      // GB/s
     double eta_s;
     int64_t skipped;      // a skipped update: how many in a row (1, 2, ...); -1 = absent
+    int64_t empty_batches; // batches with no loss token skipped before this step; -1 = absent
     const char *nonfinite; // the first tensor whose gradient is not finite; NULL = absent
     double eval_loss;     // mean loss per token on the held-out data
     int64_t eval_tokens;  // tokens it was measured on; -1 = absent
@@ -49,13 +51,15 @@ typedef struct mt_metrics_row {
 mt_metrics_row mt_metrics_row_make(int64_t step);
 
 typedef struct mt_metrics_writer {
-    FILE *f;
+    int fd;            // -1: not open
     char path[1024];
     mt_tb_writer *tb;  // NULL: no TensorBoard file
+    size_t torn;       // bytes of a torn last line mt_metrics_open dropped; 0: none
 } mt_metrics_writer;
 
 /* Opens path for appending after dropping the lines with step > keep_step
- * (0 for a fresh run: the file starts empty; the resume step otherwise).
+ * (0 for a fresh run: the file starts empty; the resume step otherwise)
+ * and a torn last line (a write cut short: w->torn says how long it was).
  * Rewrites the file atomically (temp file, fsync, rename) when it drops. */
 int mt_metrics_open(mt_metrics_writer *w, const char *path, int64_t keep_step, mt_error *err);
 
@@ -64,9 +68,16 @@ int mt_metrics_open(mt_metrics_writer *w, const char *path, int64_t keep_step, m
 int mt_metrics_open_tensorboard(mt_metrics_writer *w, const char *dir, int64_t keep_step,
                                 mt_error *err);
 
-/* Appends one JSON line (and the TensorBoard event) and flushes it. */
+/* Appends one JSON line (and the TensorBoard event), each in one write(2).
+ * A write that fails (disk full, a file size limit) is an error naming the
+ * file, and leaves the file as it was: the bytes of the row that did get
+ * written are cut off again, so that the file ends with a whole row. */
 int mt_metrics_write(mt_metrics_writer *w, const mt_metrics_row *row, mt_error *err);
 
+/* Syncs and closes both files (err: the first failure, naming the file). */
+int mt_metrics_finish(mt_metrics_writer *w, mt_error *err);
+
+/* Closes both files, unchecked (a run given up). */
 void mt_metrics_close(mt_metrics_writer *w);
 
 /* The JSON object of a row, without newline, into buf (512 bytes suffice). */

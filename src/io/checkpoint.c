@@ -202,7 +202,7 @@ int mt_checkpoint_save_opts(const char *out_dir, int64_t step, const mt_host_sto
     char *final = mt_ckpt_step_path(ck, step), *tmp = mt_ckpt_tmp_path(ck, step);
     int rc = mt_mkdirs(ck, err);
     if (rc == 0) {
-        mt_ckpt_rmtree(tmp);  /* left by an earlier failed attempt of this process */
+        mt_remove_tree(tmp);  /* left by an earlier failed attempt of this process */
         if (mkdir(tmp, 0755) != 0)
             rc = mt_errorf(err, "%s: cannot create directory: %s", tmp, strerror(errno));
     }
@@ -210,7 +210,7 @@ int mt_checkpoint_save_opts(const char *out_dir, int64_t step, const mt_host_sto
     if (rc == 0) rc = write_all_files(tmp, step, s, cfg, state_json, o, err);
     if (rc == 0) rc = mt_ckpt_publish(tmp, final, err);
     if (rc == 0) rc = mt_fsync_dir(ck, err);
-    if (rc != 0 && made_tmp) mt_ckpt_rmtree(tmp);
+    if (rc != 0 && made_tmp) mt_remove_tree(tmp);
     if (rc == 0 && saved_path) snprintf(saved_path, cap, "%s", final);
     /* The new checkpoint is durable; a failed prune only leaves extra
      * directories behind, which the next save retries. */

@@ -82,8 +82,15 @@ int mt_checkpoint_load_verified(const char *ckpt_dir, mt_host_store *s, const mt
                                 char **state_json, mt_error *err);
 
 /* Checks ckpt_dir's COMPLETE marker and every file's size and checksum
- * (one full read of the checkpoint). -1 with a message naming the file. */
+ * (one full read of the checkpoint). -1 with a message naming the file. A
+ * marker without checksums (an older megatrain's) is checked by sizes, with
+ * a warning on stderr. */
 int mt_checkpoint_verify(const char *ckpt_dir, mt_error *err);
+
+/* Checks one file of ckpt_dir (a name of the layout above) against its
+ * COMPLETE marker: its size and checksum. What a read of a checkpoint as a
+ * model does (io/model_io.h: config.json, model.safetensors). */
+int mt_checkpoint_verify_file(const char *ckpt_dir, const char *name, mt_error *err);
 
 /* Like mt_checkpoint_find_latest, but verifies the candidates newest first
  * and returns the first intact one; each one skipped is reported on stderr
@@ -103,5 +110,12 @@ int mt_checkpoint_prune(const char *out_dir, int keep_last, mt_error *err);
  * checkpoint too many: this is where it goes. */
 int mt_checkpoint_cleanup(const char *out_dir, int keep_last, int64_t spare_step,
                           mt_error *err);
+
+/* Removes every checkpoint and temporary save in out_dir/checkpoints, each
+ * renamed to a temporary name before its files go (as a prune does), so
+ * that a kill in the middle leaves no checkpoint with part of its files.
+ * For a run that replaces an earlier one in the same directory (the
+ * caller holds the run lock). Other entries of checkpoints/ stay. */
+int mt_checkpoint_remove_all(const char *out_dir, mt_error *err);
 
 #endif

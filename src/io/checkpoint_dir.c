@@ -7,7 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +17,6 @@
 
 #include "io/checkpoint_internal.h"
 #include "io/file.h"
-#include "util/fault.h"
 #include "util/mem.h"
 
 /* ---- names -------------------------------------------------------------- */
@@ -72,20 +71,6 @@ static int has_file(const char *dir, const char *name) {
 
 /* ---- directory operations ----------------------------------------------- */
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    if (mt_fault_hit(MT_FAULT_REMOVE)) {
-        errno = EIO;
-        return 1;
-    }
-    return remove(path) != 0 && errno != ENOENT;
-}
-
-int mt_ckpt_rmtree(const char *path) {
-    struct stat st;
-    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
-    return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : -1;
-}
-
 int mt_ckpt_publish(const char *tmp, const char *final, mt_error *err) {
     if (mt_rename(tmp, final) == 0) return 0;
     if (errno != ENOTEMPTY && errno != EEXIST)
@@ -94,11 +79,11 @@ int mt_ckpt_publish(const char *tmp, const char *final, mt_error *err) {
     if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) != 0) {
         /* No atomic exchange on this file system: older steps still exist
          * should we crash between these two calls. */
-        if (mt_ckpt_rmtree(final) != 0 || rename(tmp, final) != 0)
+        if (mt_remove_tree(final) != 0 || rename(tmp, final) != 0)
             return mt_errorf(err, "cannot replace %s with %s: %s", final, tmp, strerror(errno));
         return 0;
     }
-    mt_ckpt_rmtree(tmp);
+    mt_remove_tree(tmp);
     return 0;
 }
 
@@ -252,8 +237,8 @@ int mt_checkpoint_find_latest(const char *path, char *found, size_t cap, mt_erro
 }
 
 /* Removes the stale .tmp-* directories and all complete checkpoints but the
- * newest keep_last, except step `spare`. */
-static int prune(const char *out_dir, int keep_last, int all_tmp, int64_t spare, mt_error *err) {
+ * newest keep (0: every one), except step `spare`. */
+static int prune(const char *out_dir, int keep, int all_tmp, int64_t spare, mt_error *err) {
     char *ck = mt_path_join(out_dir, "checkpoints");
     if (!is_dir(ck)) {
         free(ck);
@@ -262,18 +247,18 @@ static int prune(const char *out_dir, int keep_last, int all_tmp, int64_t spare,
     ckpt_list l;
     int rc = list_dir(ck, all_tmp, &l, err);
     for (int i = 0; i < l.n_stale && rc == 0; i++)
-        if (mt_ckpt_rmtree(l.stale[i]) != 0)
+        if (mt_remove_tree(l.stale[i]) != 0)
             rc = mt_errorf(err, "%s: cannot remove stale temporary directory: %s", l.stale[i],
                            strerror(errno));
     /* An old checkpoint is first renamed to a temporary name, then removed:
      * a process killed in the removal leaves a .tmp directory that a later
      * prune removes, never a step directory with part of its files. */
-    for (int i = 0; keep_last > 0 && i < l.n - keep_last && rc == 0; i++) {
+    for (int i = 0; i < l.n - keep && rc == 0; i++) {
         if (l.steps[i] == spare) continue;
         char *p = mt_ckpt_step_path(ck, l.steps[i]), *tmp = mt_ckpt_tmp_path(ck, l.steps[i]);
-        if (mt_ckpt_rmtree(tmp) != 0 || mt_rename(p, tmp) != 0)
+        if (mt_remove_tree(tmp) != 0 || mt_rename(p, tmp) != 0)
             rc = mt_errorf(err, "%s: cannot remove old checkpoint: %s", p, strerror(errno));
-        else if (mt_ckpt_rmtree(tmp) != 0)
+        else if (mt_remove_tree(tmp) != 0)
             rc = mt_errorf(err, "%s: cannot remove old checkpoint (renamed %s): %s", p, tmp,
                            strerror(errno));
         free(tmp);
@@ -286,10 +271,14 @@ static int prune(const char *out_dir, int keep_last, int all_tmp, int64_t spare,
 }
 
 int mt_checkpoint_prune(const char *out_dir, int keep_last, mt_error *err) {
-    return prune(out_dir, keep_last, 0, -1, err);
+    return prune(out_dir, keep_last > 0 ? keep_last : INT_MAX, 0, -1, err);
 }
 
 int mt_checkpoint_cleanup(const char *out_dir, int keep_last, int64_t spare_step,
                           mt_error *err) {
-    return prune(out_dir, keep_last, 1, spare_step, err);
+    return prune(out_dir, keep_last > 0 ? keep_last : INT_MAX, 1, spare_step, err);
+}
+
+int mt_checkpoint_remove_all(const char *out_dir, mt_error *err) {
+    return prune(out_dir, 0, 1, -1, err);
 }

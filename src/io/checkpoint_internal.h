@@ -11,10 +11,6 @@
 #include "model/params.h"
 #include "util/error.h"
 
-/* Removes path and everything below it, never following symlinks.
- * Best effort: returns -1 if anything stayed. */
-int mt_ckpt_rmtree(const char *path);
-
 /* ck/step-<8 digits>, and the temporary directory a save or a removal of
  * that step by this process uses, ck/.tmp-step-<8 digits>-<pid> (malloc'd). */
 char *mt_ckpt_step_path(const char *ck, int64_t step);

@@ -74,65 +74,108 @@ static int check_sum(const char *path, const cJSON *sums, const char *name, mt_e
     if (!sums) return 0;
     if (!cJSON_IsString(want) || strlen(want->valuestring) != 16)
         return mt_errorf(err, "%s: no checksum recorded for it in COMPLETE: the marker is "
-                         "corrupt; resume from another checkpoint", path);
+                         "corrupt; use another checkpoint", path);
     uint64_t h;
     char hex[17];
     if (mt_file_xxh3(path, &h, NULL, err)) return -1;
     mt_xxh3_hex(h, hex);
     if (strcmp(hex, want->valuestring) == 0) return 0;
     return mt_errorf(err, "%s: corrupt: its checksum (xxh3 %s) differs from the one recorded at "
-                     "the save (%s); resume from an earlier checkpoint (--resume auto falls "
-                     "back to one by itself)", path, hex, want->valuestring);
+                     "the save (%s); use an earlier checkpoint (--resume auto falls back to one "
+                     "by itself)", path, hex, want->valuestring);
 }
 
-/* Parses dir/COMPLETE and checks every file's size and checksum against it. */
-static int check_complete(const char *dir, int64_t *step, int sums_checked, mt_error *err) {
+/* dir/COMPLETE, parsed; its step, and its "files" (sizes) and "xxh3_64"
+ * (checksums, NULL in an older megatrain's marker, which is said on stderr
+ * when the files are to be hashed). */
+typedef struct marker {
+    cJSON *json;
+    int64_t step;
+    const cJSON *files, *sums;
+} marker;
+
+static int read_marker(const char *dir, int hashing, marker *mk, mt_error *err) {
     char *path = mt_path_join(dir, "COMPLETE");
     char *text = NULL;
     size_t len;
     int rc = 0;
+    mk->json = NULL;
     if (!mt_file_exists(path)) {
         rc = mt_errorf(err, "%s: missing: %s is not a complete checkpoint (a save was "
                        "interrupted); pass its parent directory to pick the newest complete one",
                        path, dir);
     } else if (mt_read_file(path, &text, &len, err) == 0) {
-        cJSON *j = cJSON_Parse(text);
-        const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step");
-        const cJSON *files = cJSON_GetObjectItemCaseSensitive(j, "files");
-        const cJSON *sums = cJSON_GetObjectItemCaseSensitive(j, "xxh3_64");
-        if (!cJSON_IsNumber(st) || !cJSON_IsObject(files) || (sums && !cJSON_IsObject(sums)))
+        mk->json = cJSON_Parse(text);
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(mk->json, "step");
+        mk->files = cJSON_GetObjectItemCaseSensitive(mk->json, "files");
+        mk->sums = cJSON_GetObjectItemCaseSensitive(mk->json, "xxh3_64");
+        if (!cJSON_IsNumber(st) || !cJSON_IsObject(mk->files) ||
+            (mk->sums && !cJSON_IsObject(mk->sums)))
             rc = mt_errorf(err, "%s: corrupt marker (expected {\"step\", \"files\"})", path);
-        /* one process's files, or those a checkpoint of several ranks lists
-         * (each rank's shard: dist/shard_ckpt.h) */
-        int sharded = cJSON_GetObjectItemCaseSensitive(j, "ranks") != NULL;
-        const cJSON *entry = rc == 0 && sharded ? files->child : NULL;
-        int n = sharded ? cJSON_GetArraySize(files) : N_CKPT_FILES;
-        for (int i = 0; i < n && rc == 0; i++, entry = entry ? entry->next : NULL) {
-            const char *name = sharded ? entry->string : mt_ckpt_file(i);
-            if (sharded && (strchr(name, '/') || !strcmp(name, "..") || !strcmp(name, "."))) {
-                rc = mt_errorf(err, "%s: corrupt marker (file name \"%s\")", path, name);
-                break;
-            }
-            char *fp = mt_path_join(dir, name);
-            const cJSON *want = cJSON_GetObjectItemCaseSensitive(files, name);
-            struct stat sb;
-            if (stat(fp, &sb) != 0)
-                rc = mt_errorf(err, "%s: missing from the checkpoint: %s", fp, strerror(errno));
-            else if (!cJSON_IsNumber(want) || (double)sb.st_size != want->valuedouble)
-                rc = mt_errorf(err, "%s: %lld bytes, but the checkpoint recorded %.0f: the file "
-                               "was truncated or replaced after the save", fp,
-                               (long long)sb.st_size, cJSON_IsNumber(want) ? want->valuedouble : -1.0);
-            else
-                rc = sums_checked ? 0 : check_sum(fp, sums, name, err);
-            free(fp);
-        }
-        if (rc == 0) *step = (int64_t)st->valuedouble;
-        cJSON_Delete(j);
+        else
+            mk->step = (int64_t)st->valuedouble;
+        if (rc == 0 && !mk->sums && hashing)
+            fprintf(stderr, "megatrain: warning: %s records no checksums (a checkpoint of an "
+                    "older megatrain): its files are checked by their sizes only\n", path);
     } else {
         rc = -1;
     }
+    if (rc) cJSON_Delete(mk->json);
     free(text);
     free(path);
+    return rc;
+}
+
+/* dir/name's size, and its checksum when hash, against the marker. */
+static int check_file(const char *dir, const char *name, const marker *mk, int hash,
+                      mt_error *err) {
+    char *fp = mt_path_join(dir, name);
+    const cJSON *want = cJSON_GetObjectItemCaseSensitive(mk->files, name);
+    struct stat sb;
+    int rc = 0;
+    if (stat(fp, &sb) != 0)
+        rc = mt_errorf(err, "%s: missing from the checkpoint: %s", fp, strerror(errno));
+    else if (!cJSON_IsNumber(want) || (double)sb.st_size != want->valuedouble)
+        rc = mt_errorf(err, "%s: %lld bytes, but the checkpoint recorded %.0f: the file "
+                       "was truncated or replaced after the save", fp, (long long)sb.st_size,
+                       cJSON_IsNumber(want) ? want->valuedouble : -1.0);
+    else if (hash)
+        rc = check_sum(fp, mk->sums, name, err);
+    free(fp);
+    return rc;
+}
+
+/* Checks every file's size, and its checksum unless sums_checked (a
+ * verification just did), against dir/COMPLETE: one process's files, or
+ * those a checkpoint of several ranks lists (each rank's shard and rank
+ * 0's files: dist/shard_ckpt.h). */
+static int check_complete(const char *dir, int64_t *step, int sums_checked, mt_error *err) {
+    marker mk;
+    if (read_marker(dir, !sums_checked, &mk, err)) return -1;
+    int rc = 0;
+    if (cJSON_GetObjectItemCaseSensitive(mk.json, "ranks")) {
+        for (const cJSON *f = mk.files->child; f && rc == 0; f = f->next) {
+            if (!f->string || strchr(f->string, '/') || !strcmp(f->string, "..") ||
+                !strcmp(f->string, "."))
+                rc = mt_errorf(err, "%s/COMPLETE: corrupt marker (file name \"%s\")", dir,
+                               f->string ? f->string : "");
+            else
+                rc = check_file(dir, f->string, &mk, !sums_checked, err);
+        }
+    } else {
+        for (int i = 0; i < N_CKPT_FILES && rc == 0; i++)
+            rc = check_file(dir, mt_ckpt_file(i), &mk, !sums_checked, err);
+    }
+    if (rc == 0) *step = mk.step;
+    cJSON_Delete(mk.json);
+    return rc;
+}
+
+int mt_checkpoint_verify_file(const char *dir, const char *name, mt_error *err) {
+    marker mk;
+    if (read_marker(dir, 1, &mk, err)) return -1;
+    int rc = check_file(dir, name, &mk, 1, err);
+    cJSON_Delete(mk.json);
     return rc;
 }
 

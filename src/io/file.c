@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,6 +130,20 @@ void mt_atomic_abort(mt_atomic_file *f) {
     unlink(f->tmp);
     free(f->path);
     free(f->tmp);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    if (mt_fault_hit(MT_FAULT_REMOVE)) {
+        errno = EIO;
+        return 1;
+    }
+    return remove(path) != 0 && errno != ENOENT;
+}
+
+int mt_remove_tree(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
+    return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : -1;
 }
 
 int mt_is_dir(const char *path) {

@@ -44,6 +44,11 @@ void mt_atomic_abort(mt_atomic_file *f);
  * message naming the file that failed. */
 int mt_copy_file(const char *from, const char *to, mt_error *err);
 
+/* Removes path and everything below it, never following symlinks; an
+ * instrumented site (MT_FAULT_REMOVE, util/fault.h, each file or
+ * directory). Best effort: -1 (errno set) if anything stayed. */
+int mt_remove_tree(const char *path);
+
 /* Whether path is a directory. */
 int mt_is_dir(const char *path);
 

@@ -8,14 +8,26 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/checkpoint.h"
 #include "io/file.h"
 #include "io/model_io_moe.h"
 #include "io/safetensors.h"
 #include "util/mem.h"
 
+/* A resume checkpoint (io/checkpoint.h: a directory with COMPLETE) is a
+ * model directory too; what a load reads of it must be what its save
+ * wrote, or a flipped bit reaches the loss silently. */
+static int verify_if_checkpoint(const char *dir, const char *file, mt_error *err) {
+    char *marker = mt_path_join(dir, "COMPLETE");
+    int is_checkpoint = mt_file_exists(marker);
+    free(marker);
+    return is_checkpoint ? mt_checkpoint_verify_file(dir, file, err) : 0;
+}
+
 int mt_model_load_config(mt_config *cfg, const char *dir, mt_error *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
+    if (verify_if_checkpoint(dir, "config.json", err)) return -1;
     return mt_config_load(cfg, path, err);
 }
 
@@ -38,7 +50,8 @@ int mt_model_load_weights(mt_host_store *s, const char *dir, mt_error *err) {
 int mt_model_read_layers(const mt_param_table *t, const char *dir, mt_layer_dst dst_of,
                          mt_layer_done done, void *ctx, mt_error *err) {
     mt_st_model m;
-    if (mt_st_model_open(&m, dir, err)) return -1;
+    if (verify_if_checkpoint(dir, "model.safetensors", err) || mt_st_model_open(&m, dir, err))
+        return -1;
     int rc = -1;
     /* The table's config is not stored in the table; tied-ness shows as
      * the absence of lm_head in the head layer. */

@@ -10,7 +10,9 @@
 #include "model/config.h"
 #include "util/error.h"
 
-/* Reads dir/config.json into cfg. */
+/* Reads dir/config.json into cfg. In a resume checkpoint (dir holds
+ * COMPLETE) the file is first checked against the checksum its save
+ * recorded, and so is model.safetensors by mt_model_load_weights. */
 int mt_model_load_config(mt_config *cfg, const char *dir, mt_error *err);
 
 /* Fills the store's weights from the safetensors of dir (single file or

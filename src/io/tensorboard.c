@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -17,7 +18,7 @@
 #include "util/mem.h"
 
 struct mt_tb_writer {
-    FILE *f;
+    int fd;  /* -1: not open */
     char *path;
 };
 
@@ -37,18 +38,29 @@ uint32_t mt_tb_mask_crc(uint32_t crc) {
     return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
 }
 
-/* One TFRecord: length, its masked CRC, the data, its masked CRC. */
+/* One TFRecord: length, its masked CRC, the data, its masked CRC, in one
+ * write. A failed write (disk full) leaves no part of the record: a torn
+ * one would end the file for every reader. */
 static int write_record(mt_tb_writer *w, const void *data, size_t n, mt_error *err) {
-    unsigned char head[12];
+    unsigned char *rec = mt_malloc_or_die(n + 16);
     uint64_t len = n;
-    memcpy(head, &len, 8);  // little-endian hosts (as every reader of .mtok assumes too)
-    uint32_t c = mt_tb_mask_crc(mt_crc32c(head, 8)), d = mt_tb_mask_crc(mt_crc32c(data, n));
-    memcpy(head + 8, &c, 4);
-    if (fwrite(head, 1, 12, w->f) != 12 || fwrite(data, 1, n, w->f) != n ||
-        fwrite(&d, 1, 4, w->f) != 4 || fflush(w->f))
-        return mt_errorf(err, "tensorboard: writing '%s': %s (disk full?)", w->path,
-                         strerror(errno));
-    return 0;
+    memcpy(rec, &len, 8);  // little-endian hosts (as every reader of .mtok assumes too)
+    uint32_t c = mt_tb_mask_crc(mt_crc32c(rec, 8)), d = mt_tb_mask_crc(mt_crc32c(data, n));
+    memcpy(rec + 8, &c, 4);
+    memcpy(rec + 12, data, n);
+    memcpy(rec + 12 + n, &d, 4);
+    struct stat st;
+    int rc = 0;
+    if (fstat(w->fd, &st) != 0) {
+        rc = mt_errorf(err, "tensorboard: '%s': %s", w->path, strerror(errno));
+    } else if (mt_write_all(w->fd, rec, n + 16, w->path, err)) {
+        if (ftruncate(w->fd, st.st_size) != 0)
+            mt_error_prefix(err, "(and cutting its partial record off failed: %s) ",
+                            strerror(errno));
+        rc = mt_error_prefix(err, "tensorboard: ");
+    }
+    free(rec);
+    return rc;
 }
 
 static int write_event(mt_tb_writer *w, const Tensorboard__Event *ev, mt_error *err) {
@@ -79,12 +91,8 @@ static int create_file(mt_tb_writer *w, const char *dir, mt_error *err) {
         int n = snprintf(w->path, cap, "%s/events.out.tfevents.%010lld.%s", dir,
                          (long long)time(NULL), host);
         if (k) snprintf(w->path + n, cap - (size_t)n, ".%d", k);
-        int fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (fd >= 0) {
-            w->f = fdopen(fd, "wb");
-            MT_ASSERT(w->f);
-            return 0;
-        }
+        w->fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+        if (w->fd >= 0) return 0;
         if (errno != EEXIST) break;
     }
     return mt_errorf(err, "tensorboard: creating '%s': %s (is the out directory writable?)",
@@ -94,6 +102,7 @@ static int create_file(mt_tb_writer *w, const char *dir, mt_error *err) {
 mt_tb_writer *mt_tb_open(const char *dir, int64_t restart_step, mt_error *err) {
     if (mt_mkdirs(dir, err)) return NULL;
     mt_tb_writer *w = mt_calloc_or_die(1, sizeof *w);
+    w->fd = -1;
     if (create_file(w, dir, err)) {
         mt_tb_close(w);
         return NULL;
@@ -112,6 +121,7 @@ mt_tb_writer *mt_tb_open(const char *dir, int64_t restart_step, mt_error *err) {
         rc = write_event(w, &ev, err);
     }
     if (rc) {
+        unlink(w->path);  /* a file without its version event is no event file */
         mt_tb_close(w);
         return NULL;
     }
@@ -145,9 +155,20 @@ int mt_tb_write_scalars(mt_tb_writer *w, int64_t step, const mt_tb_scalar *s, si
 
 const char *mt_tb_path(const mt_tb_writer *w) { return w->path; }
 
+int mt_tb_finish(mt_tb_writer *w, mt_error *err) {
+    int rc = 0;
+    if (fsync(w->fd) != 0 || close(w->fd) != 0) {
+        if (err) mt_errorf(err, "tensorboard: '%s': %s (disk full?)", w->path, strerror(errno));
+        rc = -1;
+    }
+    w->fd = -1;
+    mt_tb_close(w);
+    return rc;
+}
+
 void mt_tb_close(mt_tb_writer *w) {
     if (!w) return;
-    if (w->f) fclose(w->f);
+    if (w->fd >= 0) close(w->fd);
     free(w->path);
     free(w);
 }

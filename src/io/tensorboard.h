@@ -32,14 +32,20 @@ typedef struct mt_tb_scalar {
  * passes its resume step + 1; a fresh one 1). NULL with err on failure. */
 mt_tb_writer *mt_tb_open(const char *dir, int64_t restart_step, mt_error *err);
 
-/* Appends one Event at `step` (wall time now) holding the n scalars, and
- * flushes it. */
+/* Appends one Event at `step` (wall time now) holding the n scalars, in
+ * one write(2). A failed write is an error naming the file and leaves the
+ * file as it was (no torn record, which would hide every later one). */
 int mt_tb_write_scalars(mt_tb_writer *w, int64_t step, const mt_tb_scalar *s, size_t n,
                         mt_error *err);
 
 /* The path of the event file (for messages and tests). */
 const char *mt_tb_path(const mt_tb_writer *w);
 
+/* Syncs and closes the file, then frees w; -1 (err filled when not NULL)
+ * when either failed. */
+int mt_tb_finish(mt_tb_writer *w, mt_error *err);
+
+/* Closes the file, unchecked, and frees w. */
 void mt_tb_close(mt_tb_writer *w);
 
 /* CRC32C of n bytes, and TFRecord's mask of a CRC (exposed for tests). */

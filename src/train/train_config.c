@@ -100,6 +100,9 @@ const mt_tc_option mt_tc_options[] = {
      "max_shard_size (more files and an index beyond it)"},
     {"resume", MT_TC_STRING, OFF(resume), "", NULL, ANY, NULL, "PATH|auto", NULL,
      "resume from a checkpoint directory, or auto: the latest one in out"},
+    {"overwrite", MT_TC_BOOL, OFF(overwrite), "false", NULL, ANY, NULL, NULL, NULL,
+     "start afresh in an out that holds a run, deleting its checkpoints, metrics, TensorBoard "
+     "files and model (such an out is refused otherwise, unless resume is set)"},
 
     {"device", MT_TC_ENUM, OFF(device), "auto", NULL, ANY, devices, NULL, "Device",
      "where to train; auto: cuda when present, else cpu"},
@@ -401,6 +404,10 @@ int mt_train_config_validate(const mt_train_config *cfg, mt_error *err) {
                          "documents); set data: FILE or packing: rows");
     if (!cfg->out[0])
         return mt_errorf(err, "out: the run directory must not be empty (e.g. out: runs/my-run)");
+    if (cfg->overwrite && cfg->resume[0])
+        return mt_errorf(err, "overwrite and resume: resume continues the run in out, "
+                         "overwrite deletes it; keep one (--no-overwrite drops an overwrite: "
+                         "true of a config file)");
     if (mt_data_spec_check(cfg->data, "data", true, err) ||
         mt_data_spec_check(cfg->eval_data, "eval_data", false, err))
         return -1;

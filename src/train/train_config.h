@@ -72,6 +72,7 @@ typedef struct mt_train_config {
     mt_save_dtype save_dtype;
     double max_shard_size;          // GB per safetensors file of the saved model
     char resume[MT_TC_STR];         // "" = fresh run, "auto" = latest in out/, or a path
+    bool overwrite;                 // a fresh run replaces the run already in out/
     /* device */
     mt_device_kind device;
     int64_t gpus;                   // ranks this process starts on this machine; 0, 1: none

@@ -12,6 +12,7 @@
 
 #include "train/train_config_internal.h"
 #include "data/data_spec.h"
+#include "io/file.h"
 
 /* YAML reading ----------------------------------------------------------- */
 
@@ -177,6 +178,12 @@ char *mt_train_config_to_yaml(const mt_train_config *cfg) {
         mt_tc_format(cfg, o, text, sizeof text);
         if (o->section) fprintf(f, "\n# %s\n", o->section);
         fprintf(f, "%s: ", o->name);
+        if (o->offset == offsetof(mt_train_config, overwrite)) {
+            /* it deleted the run that was in out; a run repeated from this
+             * file must not delete this one unasked */
+            fputs("false  # what was in out is deleted only when asked anew\n", f);
+            continue;
+        }
         if (o->type == MT_TC_STRING && !(o->offset == offsetof(mt_train_config, data) &&
                                          mt_data_spec_is_list(text)))
             yaml_quote(f, text);
@@ -188,18 +195,18 @@ char *mt_train_config_to_yaml(const mt_train_config *cfg) {
 }
 
 int mt_train_config_save_yaml(const mt_train_config *cfg, const char *path, mt_error *err) {
+    /* atomically: a full disk must not leave a resumed run's config.yaml empty */
     char *y = mt_train_config_to_yaml(cfg);
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        free(y);
-        return mt_errorf(err, "writing '%s': %s (check that the out directory is writable)",
-                         path, strerror(errno));
+    mt_atomic_file f;
+    int rc = mt_atomic_open(&f, path, err);
+    if (rc == 0 && mt_write_all(f.fd, y, strlen(y), path, err)) {
+        mt_atomic_abort(&f);
+        rc = -1;
+    } else if (rc == 0) {
+        rc = mt_atomic_commit(&f, err);
     }
-    size_t n = strlen(y);
-    int bad = fwrite(y, 1, n, f) != n;
-    bad |= fclose(f) != 0;
     free(y);
-    return bad ? mt_errorf(err, "writing '%s': %s (disk full?)", path, strerror(errno)) : 0;
+    return rc;
 }
 
 char *mt_train_config_to_json(const mt_train_config *cfg) {

@@ -16,6 +16,7 @@
 #include "engine/step.h"
 #include "io/checkpoint.h"
 #include "io/model_io.h"
+#include "io/run_dir.h"
 #include "train/generate.h"
 #include "train/train_memory.h"
 #include "train/trainer_internal.h"
@@ -150,30 +151,61 @@ static void builtin_batch(mt_run *R, int64_t rows, int64_t T) {
     }
 }
 
-/* 0: a batch is in R->tokens/targets; 1: the data is exhausted. */
+/* The step's batch, in R->tokens/targets/pos. */
+static mt_batch step_batch(const mt_run *R) {
+    const mt_train_config *tc = R->tc;
+    return (mt_batch){.M = (int)tc->micro_batches, .B = tc->batch_size, .T = tc->seq_len,
+                      .tokens = R->tokens, .targets = R->targets, .pos = R->pos};
+}
+
+/* 0: a batch with a loss token is in R->tokens/targets; 1: the data is
+ * exhausted. A batch without one (chat or completion data whose prompts
+ * fill whole rows) would give no gradient, and the engine refuses it: it
+ * is skipped and counted in R->empty_batches. The data position moves past
+ * it like past any batch, so a resume continues after it. */
 static int next_batch(mt_run *R) {
     const mt_train_config *tc = R->tc;
     int64_t rows = tc->micro_batches * tc->batch_size;
+    R->empty_batches = 0;
     if (!R->data) {
         builtin_batch(R, rows, tc->seq_len);
         return 0;
     }
-    return mt_dataset_next_batch(R->data, rows, tc->seq_len, R->tokens, R->targets, R->pos);
+    for (;;) {
+        if (mt_dataset_next_batch(R->data, rows, tc->seq_len, R->tokens, R->targets, R->pos))
+            return 1;
+        mt_batch b = step_batch(R);
+        if (mt_batch_count_valid(&b) > 0) return 0;
+        R->empty_batches++;
+        R->empty_batches_run++;
+    }
+}
+
+/* Skipped batches said once in full, then in a count with the progress
+ * lines (every log_every steps): a warning, not a flood. */
+static void warn_empty_batches(mt_run *R) {
+    int64_t fresh = R->empty_batches_run - R->empty_batches_said, step = R->step + 1;
+    if (fresh == 0 || (R->empty_batches_said && step % R->tc->log_every != 0)) return;
+    if (!R->empty_batches_said)
+        mt_emitf(&R->ev, MT_EVENT_WARNING, "warning: step %lld: skipped %lld batch%s with no loss "
+                 "token (every target -100: prompts that fill whole rows? a longer seq_len "
+                 "keeps more of each answer); counted in metrics.jsonl's empty_batches",
+                 (long long)step, (long long)fresh, fresh > 1 ? "es" : "");
+    else
+        mt_emitf(&R->ev, MT_EVENT_WARNING, "warning: step %lld: %lld more batch%s with no loss "
+                 "token skipped, %lld in all", (long long)step, (long long)fresh,
+                 fresh > 1 ? "es" : "", (long long)R->empty_batches_run);
+    R->empty_batches_said = R->empty_batches_run;
 }
 
 /* ---- the loop ---- */
 
-/* Loss of this step; the optimizer's update is started (GPU: it runs
- * under the next step's forward) and described in rep. 1: the loss or a
- * gradient is not finite (R->nf says where; rep has the norm), and no
- * update was started. */
 /* This rank's micro-batches of the step, whose loss is a mean over the
  * whole step's targets. */
 static mt_batch rank_batch(const mt_run *R) {
     const mt_train_config *tc = R->tc;
     size_t skip = (size_t)R->mb_first * (size_t)tc->batch_size * (size_t)tc->seq_len;
-    mt_batch all = {.M = (int)tc->micro_batches, .B = tc->batch_size, .T = tc->seq_len,
-                    .tokens = R->tokens, .targets = R->targets, .pos = R->pos};
+    mt_batch all = step_batch(R);
     return (mt_batch){.M = R->M, .B = tc->batch_size, .T = tc->seq_len,
                       .tokens = R->tokens + skip, .targets = R->targets + skip,
                       .pos = R->pos ? R->pos + skip : NULL,
@@ -200,6 +232,10 @@ static int step_sums(mt_run *R, double *sq, double *loss, mt_error *err) {
     return 0;
 }
 
+/* Loss of this step; the optimizer's update is started (GPU: it runs
+ * under the next step's forward) and described in rep. 1: the loss or a
+ * gradient is not finite (R->nf says where; rep has the norm), and no
+ * update was started. */
 static int train_step(mt_run *R, double *loss, mt_optim_report *rep, mt_error *err) {
     mt_batch b = rank_batch(R);
     if (mt_step_forward_backward(R->r.be, R->table.n_layers, &b, loss, err)) return -1;
@@ -236,9 +272,10 @@ static int train_step(mt_run *R, double *loss, mt_optim_report *rep, mt_error *e
 }
 
 /* The step's metrics to metrics.jsonl, to *m (may be NULL) and, as an
- * MT_EVENT_STEP, to the caller (with the progress line every log_every). */
-static void report(mt_run *R, double loss, const mt_optim_report *rep, double dt, double t_run,
-                   int64_t steps_run, mt_step_metrics *m) {
+ * MT_EVENT_STEP, to the caller (with the progress line every log_every).
+ * -1 when the row could not be written (err says which file and why). */
+static int report(mt_run *R, double loss, const mt_optim_report *rep, double dt, double t_run,
+                  int64_t steps_run, mt_step_metrics *m, mt_error *err) {
     const mt_train_config *tc = R->tc;
     double tokens = (double)(tc->micro_batches * tc->batch_size * tc->seq_len);
     mt_metrics_row row = mt_metrics_row_make(R->step);
@@ -252,6 +289,7 @@ static void report(mt_run *R, double loss, const mt_optim_report *rep, double dt
     row.tflops = mt_config_train_flops_per_token(&R->cfg, tc->seq_len) * tokens / dt / 1e12;
     row.host_mem_gb = mt_host_rss_bytes() / 1e9;
     row.eta_s = t_run / (double)steps_run * (double)(R->total_steps - R->step);
+    if (R->empty_batches > 0) row.empty_batches = R->empty_batches;
     if (R->nf.in_a_row > 0) {
         row.skipped = R->nf.in_a_row;
         row.nonfinite = R->nf.tensor[0] ? R->nf.tensor : NULL;
@@ -270,9 +308,13 @@ static void report(mt_run *R, double loss, const mt_optim_report *rep, double dt
         row.d2h_gbps = st.d2h_bytes / (st.total_ms / 1e3) / 1e9;
     }
 #endif
-    mt_error err;
-    if (R->mw.f && mt_metrics_write(&R->mw, &row, &err))
-        mt_emitf(&R->ev, MT_EVENT_WARNING, "%s", err.msg);
+    /* a lost row stops the run: a resume from its last checkpoint redoes the
+     * steps since, bitwise, and writes their rows; a row skipped would not be */
+    if (R->mw.fd >= 0 && mt_metrics_write(&R->mw, &row, err))
+        return mt_error_suffix(err, "; the run stopped at step %lld so that no row is lost: "
+                               "make room, then --resume auto continues from the last "
+                               "checkpoint (the steps after it are done again, bit for bit)",
+                               (long long)R->step);
     mt_step_metrics sm = {
         .step = row.step, .total_steps = R->total_steps, .epoch = row.epoch, .loss = row.loss,
         .lr = row.lr, .grad_norm = row.grad_norm, .tokens = row.tokens,
@@ -288,6 +330,16 @@ static void report(mt_run *R, double loss, const mt_optim_report *rep, double dt
         e.text = line;
     }
     if (R->ev.fn) R->ev.fn(&e, R->ev.user);
+    return 0;
+}
+
+/* A new run never mixes with one already in out: refused, unless resumed
+ * or overwritten (then the inputs must not lie in what is deleted). */
+static int check_out(const mt_train_config *tc, mt_error *err) {
+    if (tc->resume[0]) return 0;
+    if (!tc->overwrite) return mt_run_dir_check_new(tc->out, err);
+    return mt_run_dir_check_input(tc->out, "model", tc->model, err) ||
+           mt_run_dir_check_input(tc->out, "tokenizer", tc->tokenizer, err) ? -1 : 0;
 }
 
 static int setup(mt_run *R, mt_error *err) {
@@ -298,7 +350,8 @@ static int setup(mt_run *R, mt_error *err) {
     int lead = mt_ranks_lead(&R->rk);
     if (!lead) mt_run_quiet_events(R);
     /* the run's directory belongs to rank 0's lock */
-    if ((lead && mt_run_lock_acquire(&R->lock, tc->out, "megatrain train", err)) ||
+    if ((lead && (mt_run_lock_acquire(&R->lock, tc->out, "megatrain train", err) ||
+                  check_out(tc, err))) ||
         load_config(R, err) || mt_params_init(&R->table, &R->cfg, err) ||
         (R->several && mt_ranks_parts(&R->rk, &R->table, &R->sl, &R->parts, err)))
         return -1;
@@ -306,9 +359,14 @@ static int setup(mt_run *R, mt_error *err) {
         /* verified here (auto falls back to an older one), loaded below */
         int autom = !strcmp(tc->resume, "auto");
         const char *where = autom ? tc->out : tc->resume;
-        if (autom && mt_checkpoint_find_latest(where, R->ckpt_dir, sizeof R->ckpt_dir, err))
+        mt_error none;
+        if (autom && mt_checkpoint_find_latest(where, R->ckpt_dir, sizeof R->ckpt_dir, err)) {
             R->ckpt_dir[0] = 0; /* auto with nothing saved yet: a fresh start */
-        else if (mt_checkpoint_find_intact(where, R->ckpt_dir, sizeof R->ckpt_dir, err))
+            if (mt_run_dir_check_new(tc->out, &none))
+                mt_emitf(&R->ev, MT_EVENT_WARNING, "warning: --resume auto: %s holds no "
+                         "checkpoint yet; the run starts again from step 0 (its metrics start "
+                         "again too)", tc->out);
+        } else if (mt_checkpoint_find_intact(where, R->ckpt_dir, sizeof R->ckpt_dir, err))
             return -1;
     }
     int M = R->M; /* this rank's micro-batches of a step */
@@ -352,6 +410,13 @@ static int setup(mt_run *R, mt_error *err) {
     } else {
         if (mt_run_init_weights(R, err) || load_tokenizer(R, err) || open_data(R, err))
             return -1;
+    }
+    if (lead && tc->overwrite) { /* the last moment: everything it needs is loaded */
+        char removed[256];
+        if (mt_run_dir_clear(tc->out, removed, sizeof removed, err)) return -1;
+        if (removed[0])
+            mt_emitf(&R->ev, MT_EVENT_INFO, "overwrite: removed the earlier run's %s from %s",
+                     removed, tc->out);
     }
     /* what a killed run left: temporary saves, a checkpoint beyond keep_last */
     if (lead &&
@@ -405,6 +470,10 @@ static int setup(mt_run *R, mt_error *err) {
     char path[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", tc->out);
     if (mt_metrics_open(&R->mw, path, R->step, err)) return -1;
+    if (R->mw.torn)
+        mt_emitf(&R->ev, MT_EVENT_WARNING, "warning: %s ended with a torn row (%zu bytes without "
+                 "a line end: a write cut short by a kill or a full disk); removed it",
+                 path, R->mw.torn);
     snprintf(path, sizeof path, "%s/tensorboard", tc->out);
     if (tc->tensorboard && mt_metrics_open_tensorboard(&R->mw, path, R->step, err)) return -1;
     snprintf(path, sizeof path, "%s/config.yaml", tc->out);
@@ -419,7 +488,7 @@ static void teardown(mt_run *R) {
     mt_run_backend_free(R);
     mt_runner_plan_free(R->plan);
     R->plan = NULL;
-    if (R->mw.f) mt_metrics_close(&R->mw);
+    mt_metrics_close(&R->mw);
     if (R->data) mt_dataset_free(R->data);
     mt_eval_set_free(&R->eval);
     if (R->tok) mt_tokenizer_free(R->tok);
@@ -469,6 +538,7 @@ mt_run *mt_trainer_open(const mt_train_config *tc, const mt_events *ev, mt_error
     R->tc_copy = *tc;
     R->tc = &R->tc_copy;
     R->lock.fd = -1;
+    R->mw.fd = -1;
     if (ev) R->ev = *ev;
     R->first_loss = R->last_loss = NAN;
     /* several ranks: all set up, or all stop with the first failure */
@@ -494,7 +564,9 @@ int mt_trainer_step(mt_run *R, mt_step_metrics *m, mt_error *err) {
                          "further", tc->out);
     if (R->step >= R->total_steps || R->data_done) return 1;
     if (R->t_start == 0) R->t_start = R->t_prev = mt_now_s();
-    if (next_batch(R)) {
+    int done = next_batch(R);
+    warn_empty_batches(R);
+    if (done) {
         R->data_done = 1;
         mt_emitf(&R->ev, MT_EVENT_INFO, "train: the data ran out after %lld steps (epochs = %lld)",
                  (long long)R->step, (long long)tc->epochs);
@@ -517,13 +589,14 @@ int mt_trainer_step(mt_run *R, mt_step_metrics *m, mt_error *err) {
     R->step++;
     R->tokens_seen += tc->micro_batches * tc->batch_size * tc->seq_len;
     double t = mt_now_s();
-    report(R, loss, &rep, t - R->t_prev, t - R->t_start, R->step - R->start_step, m);
+    if (report(R, loss, &rep, t - R->t_prev, t - R->t_start, R->step - R->start_step, m, err))
+        return -1;
     R->t_prev = t;
     if (mt_eval_set_due(&R->eval, R->step, R->total_steps)) { /* on the updated weights */
         if (R->pipe_on) mt_optim_pipeline_wait_all(&R->pipe);
         char line[640];
         if (mt_eval_set_log(&R->eval, R->r.be, R->table.n_layers, R->step, R->total_steps,
-                            R->mw.f ? &R->mw : NULL, line, sizeof line, err))
+                            R->mw.fd >= 0 ? &R->mw : NULL, line, sizeof line, err))
             return -1;
         mt_emit(&R->ev, MT_EVENT_INFO, line);
         R->t_prev = mt_now_s(); /* the next step's time leaves the evaluation out */
@@ -545,7 +618,8 @@ int mt_trainer_save(mt_run *R, mt_error *err) {
 int mt_trainer_finish(mt_run *R, mt_error *err) {
     if (R->finished) return mt_errorf(err, "%s: the run is already finished", R->tc->out);
     R->finished = 1;
-    if ((R->tc->save_every > 0 && mt_run_save_checkpoint(R, err)) || mt_run_save_model(R, err))
+    if ((R->tc->save_every > 0 && mt_run_save_checkpoint(R, err)) || mt_run_save_model(R, err) ||
+        mt_metrics_finish(&R->mw, err))
         return -1;
     sample(R);
     return 0;
@@ -567,6 +641,9 @@ int mt_trainer_train(mt_run *R, mt_error *err) {
         mt_emitf(&R->ev, MT_EVENT_INFO, "train: loss %.4f -> %.4f in %lld steps, %.1fs",
                  R->first_loss, R->last_loss, (long long)(R->step - R->start_step),
                  mt_now_s() - R->t_start);
+        if (R->empty_batches_run > 0)
+            mt_emitf(&R->ev, MT_EVENT_INFO, "train: %lld batches with no loss token were skipped "
+                     "(\"empty_batches\" in metrics.jsonl)", (long long)R->empty_batches_run);
         rc = mt_trainer_finish(R, err);
     }
     mt_signals_restore();

@@ -60,6 +60,8 @@ struct mt_run {
     mt_nonfinite nf;         /* the last non-finite step, skips in a row */
     int finished;            /* mt_trainer_finish ran: no more steps */
     int data_done;           /* the data ran out */
+    int64_t empty_batches;   /* batches without a loss token skipped for this step */
+    int64_t empty_batches_run, empty_batches_said; /* by this process; said in a warning */
     double t_start, t_prev;  /* of the steps of this process */
     int64_t start_step;
     double first_loss, last_loss; /* of the finite steps of this process */

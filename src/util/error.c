@@ -35,6 +35,16 @@ int mt_error_prefix(mt_error *err, const char *fmt, ...) {
     return -1;
 }
 
+int mt_error_suffix(mt_error *err, const char *fmt, ...) {
+    if (!err) return -1;
+    size_t n = strnlen(err->msg, sizeof err->msg - 1);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg + n, sizeof err->msg - n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
 void mt_die(const char *file, int line, const char *fmt, ...) {
     fprintf(stderr, "megatrain: internal error at %s:%d: ", file, line);
     va_list ap;

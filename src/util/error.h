@@ -29,6 +29,10 @@ int mt_errorf(mt_error *err, const char *fmt, ...)
 int mt_error_prefix(mt_error *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Appends more to the message already in err ("; the run stopped"). */
+int mt_error_suffix(mt_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 _Noreturn void mt_die(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

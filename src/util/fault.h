@@ -17,7 +17,7 @@ typedef enum mt_fault_kind {
     MT_FAULT_FSYNC,   /* fsync of a file or a directory */
     MT_FAULT_RENAME,  /* rename of a file or a checkpoint directory */
     MT_FAULT_ALLOC,   /* mt_malloc_try, mt_aligned_alloc_try */
-    MT_FAULT_REMOVE,  /* one file or directory of a checkpoint's removal */
+    MT_FAULT_REMOVE,  /* one file or directory of mt_remove_tree (a checkpoint's removal) */
     MT_FAULT_KINDS
 } mt_fault_kind;
 

@@ -355,6 +355,54 @@ Test(dataset, malformed_lines_name_file_line_field) {
     free(dir);
 }
 
+/* Issue 29: cJSON ends a string at a NUL, so "\u0000" in a text silently
+ * cut the document there, and a raw NUL byte (not JSON) cut the line. Both
+ * are refused naming the line (and skipped with skip_bad_lines); an escaped
+ * backslash before "u0000" is text like any other. */
+Test(dataset, a_nul_in_a_line_is_refused_not_cut) {
+    char *dir = mt_test_tmpdir();
+    mt_tokenizer *tok = mt_tokenizer_bytes();
+    mt_error err = {{0}};
+    static const struct { const char *line; size_t len; const char *expect; } cases[] = {
+        {"{\"text\": \"ab\\u0000cd\"}", 22, "NUL character (\\u0000)"},
+        {"{\"prompt\": \"a\", \"completion\": \"b\\u0000\"}", 40, "NUL character (\\u0000)"},
+        {"{\"text\": \"ab\0cd\"}", 17, "a NUL byte"},
+        {"{\"text\": \"ab\"}\0{\"text\": \"cd\"}", 29, "a NUL byte"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *p = mt_path_join(dir, "nul.jsonl"), want[600];
+        FILE *f = fopen(p, "wb");
+        const char *good = strstr(cases[i].line, "prompt") ? "{\"prompt\": \"a\", \"completion\": \"b\"}\n"
+                                                          : "{\"text\": \"ok\"}\n";
+        fputs(good, f);
+        fwrite(cases[i].line, 1, cases[i].len, f);
+        fputs("\n", f);
+        fputs(good, f);
+        fclose(f);
+        snprintf(want, sizeof want, "%s:2: ", p);
+        mt_dataset *d = open_data(p, "auto", tok, 258, 0, &err);
+        cr_expect(!d, "case %zu was accepted (cut at its NUL)", i);
+        cr_expect(strstr(err.msg, want) && strstr(err.msg, cases[i].expect), "case %zu: %s", i,
+                  err.msg);
+        mt_dataset_free(d);
+        d = open_data(p, "auto", tok, 258, 1, &err);
+        cr_assert(d, "case %zu: %s", i, err.msg);
+        cr_expect(mt_dataset_stats(d).skipped_lines == 1 && mt_dataset_stats(d).documents == 2);
+        mt_dataset_free(d);
+        free(p);
+    }
+    /* "a\\u0000b" is a, a backslash, u0000, b: 8 bytes between BOS and EOS */
+    char *p = write_tmp(dir, "esc.jsonl", "{\"text\": \"a\\\\u0000b\"}\n");
+    mt_dataset *d = open_data(p, "text", tok, 258, 0, &err);
+    cr_assert(d, "%s", err.msg);
+    cr_expect_eq(mt_dataset_stats(d).tokens, 10);
+    mt_dataset_free(d);
+    free(p);
+    mt_tokenizer_free(tok);
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
 /* ---- .mtok ---- */
 
 static void batches_equal(mt_dataset *a, mt_dataset *b, int64_t T) {

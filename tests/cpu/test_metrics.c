@@ -1,13 +1,20 @@
 /* Tests of metrics.jsonl (omitted fields, no duplicate steps on resume, torn
- * lines dropped), the progress line, and `megatrain plot`. */
+ * lines dropped and said, a failed write stopping the run), the progress
+ * line, and `megatrain plot`. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "engine/metrics.h"
 #include "engine/metrics_read.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
 #include "testlib.h"
 
 
@@ -80,6 +87,105 @@ Test(metrics, torn_last_line_is_dropped) {
     const char *text = slurp(path);
     cr_assert_eq(count_lines_with(text, "\n"), 4, "%s", text);
     cr_assert_null(strstr(text, "\"lo\n"));
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+static void train_config(mt_train_config *tc, const char *out, const char *extra) {
+    char buf[2048];
+    snprintf(buf, sizeof buf, "train --out %s --sample-tokens 0 --log-every 1000 %s", out, extra);
+    char *argv[64];
+    int argc = 0;
+    for (char *tok = strtok(buf, " "); tok && argc < 63; tok = strtok(NULL, " ")) argv[argc++] = tok;
+    mt_error err;
+    cr_assert_eq(mt_train_config_parse_args(tc, argc, argv, &err), 0, "%s", err.msg);
+}
+
+/* What the child of the test below saw. */
+typedef struct full_disk_result {
+    int opened, rc;
+    long long steps;
+    char msg[1024];
+} full_disk_result;
+
+/* Issue 29: on a nearly full disk, training went 41 more steps after
+ * metrics.jsonl stopped growing mid-line (a warning, then nothing). Here a
+ * file size limit (EFBIG, as ENOSPC would be) leaves room for a few rows:
+ * the step whose row fails stops the run with an error naming the file,
+ * and the file holds whole rows only. The run is in a child process (the
+ * limit is per process; forked before any OpenMP work). */
+Test(metrics, a_row_that_cannot_be_written_stops_the_run, .timeout = 60) {
+    char *dir = mt_test_tmpdir(), out[512], path[700];
+    snprintf(out, sizeof out, "%s/run", dir);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out);
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        full_disk_result r = {0};
+        mt_train_config tc;
+        mt_error err = {{0}};
+        train_config(&tc, out, "--steps 40 --save-every 0 --no-tensorboard");
+        mt_run *R = mt_trainer_open(&tc, NULL, &err);
+        if ((r.opened = R != NULL)) {
+            struct rlimit lim;
+            getrlimit(RLIMIT_FSIZE, &lim);
+            lim.rlim_cur = 700; /* two or three rows of about 250 bytes */
+            signal(SIGXFSZ, SIG_IGN);
+            setrlimit(RLIMIT_FSIZE, &lim);
+            while ((r.rc = mt_trainer_step(R, NULL, &err)) == 0) r.steps++;
+        }
+        snprintf(r.msg, sizeof r.msg, "%s", err.msg);
+        _exit(write(fds[1], &r, sizeof r) == sizeof r ? 0 : 1);
+    }
+    close(fds[1]);
+    full_disk_result r;
+    cr_assert_eq(read(fds[0], &r, sizeof r), (ssize_t)sizeof r, "the child died");
+    waitpid(pid, NULL, 0);
+    cr_assert(r.opened, "%s", r.msg);
+    cr_assert_eq(r.rc, -1, "the run went on (%lld steps) after its metrics stopped: %s",
+                 r.steps, r.msg);
+    cr_assert_lt(r.steps, 5);
+    cr_assert(strstr(r.msg, path) && strstr(r.msg, "File too large") &&
+              strstr(r.msg, "--resume auto"), "%s", r.msg);
+    const char *text = slurp(path);
+    cr_assert_eq(count_lines_with(text, "\n"), r.steps, "rows: %s", text);
+    cr_assert(text[0] == 0 || text[strlen(text) - 1] == '\n', "a torn row was left:\n%s", text);
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+static char warnings[4096];
+
+static void keep_warnings(const mt_event *ev, void *user) {
+    if (ev->kind == MT_EVENT_WARNING) strncat(warnings, ev->text, sizeof warnings - strlen(warnings) - 1);
+}
+
+/* Issue 29: a resume that met a torn last row (a write cut short) dropped
+ * it without a word. Now it says so, and the file goes on whole. */
+Test(metrics, a_resume_says_it_removed_a_torn_row, .timeout = 60) {
+    char *dir = mt_test_tmpdir(), out[512], path[700];
+    snprintf(out, sizeof out, "%s/run", dir);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out);
+    mt_train_config tc;
+    mt_error err;
+    train_config(&tc, out, "--steps 3 --save-every 3");
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    FILE *f = fopen(path, "ab");
+    fputs("{\"step\":4,\"lo", f); /* the row of a step after the checkpoint, cut short */
+    fclose(f);
+    train_config(&tc, out, "--steps 5 --save-every 3 --resume auto");
+    mt_events ev = {.fn = keep_warnings};
+    mt_run *R = mt_trainer_open(&tc, &ev, &err);
+    cr_assert(R, "%s", err.msg);
+    cr_assert(strstr(warnings, path) && strstr(warnings, "torn row") &&
+              strstr(warnings, "removed"), "no warning: '%s'", warnings);
+    cr_assert_eq(mt_trainer_train(R, &err), 0, "%s", err.msg);
+    mt_trainer_close(R);
+    const char *text = slurp(path);
+    cr_assert_eq(count_lines_with(text, "\n"), 5, "%s", text);
+    cr_assert_null(strstr(text, "\"lo{"), "%s", text);
     mt_test_rmtree(dir);
     free(dir);
 }

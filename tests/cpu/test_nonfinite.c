@@ -67,7 +67,7 @@ Test(nonfinite, a_diverging_run_stops_naming_the_tensor_or_skips_and_counts, .ti
               err.msg);
     cr_assert(strstr(err.msg, "gradient of model.") || strstr(err.msg, "the loss"), "%s", err.msg);
     config(&tc, out, "--steps 8 --lr 1e30 --warmup-steps 0 --schedule constant --save-every 0 "
-           "--on-nonfinite skip --max-skips 3");
+           "--on-nonfinite skip --max-skips 3 --overwrite");
     cr_assert_eq(mt_train(&tc, &err), -1, "3 skips in a row, then a stop");
     cr_assert(strstr(err.msg, "steps in a row (--max-skips 3)"), "%s", err.msg);
     snprintf(path, sizeof path, "%s/metrics.jsonl", out);

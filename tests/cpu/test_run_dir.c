@@ -13,6 +13,7 @@
 #include "train/train_config.h"
 #include "train/trainer.h"
 #include "io/checkpoint.h"
+#include "io/file.h"
 #include "io/run_lock.h"
 #include "util/fault.h"
 #include "testlib.h"
@@ -177,6 +178,125 @@ Test(run_dir, a_removal_cut_short_leaves_no_incomplete_checkpoint, .timeout = 60
     cr_assert_eq(count_entries(ck, ".tmp-"), 0, "the next run removes the cut removal's rest");
     cr_assert_eq(count_entries(ck, "step-"), 2, "keep_last 2 holds");
     cr_assert_eq(count_broken(ck), 0, "the empty step directory is removed");
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+/* The steps of out/metrics.jsonl's rows in order, as "1,2,3". */
+static void metrics_steps(const char *out, char *buf, size_t cap) {
+    char path[700], line[1024];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "cannot open %s", path);
+    buf[0] = 0;
+    long long step;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "{\"step\":%lld,", &step) == 1) {
+            size_t n = strlen(buf);
+            snprintf(buf + n, cap - n, "%s%lld", n ? "," : "", step);
+        }
+    fclose(f);
+}
+
+static int exists_in(const char *dir, const char *name) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return access(p, F_OK) == 0;
+}
+
+/* Issue 29: a new run in an --out that held a run truncated its metrics,
+ * lost its own checkpoints to the old run's under --keep-last, and a later
+ * --resume auto continued the old run (metrics steps 1,2,3,4,21,22...).
+ * Refused now unless resumed or overwritten; overwritten, nothing of the
+ * old run is left to prune against, resume or plot. */
+Test(run_dir, a_new_run_in_an_out_that_holds_a_run_needs_resume_or_overwrite, .timeout = 120) {
+    char *dir = mt_test_tmpdir(), out[512], ck[600], tb[600], steps[256];
+    snprintf(out, sizeof out, "%s/run", dir);
+    snprintf(ck, sizeof ck, "%s/checkpoints", out);
+    snprintf(tb, sizeof tb, "%s/tensorboard", out);
+    mt_train_config tc;
+    mt_error err;
+    config(&tc, out, "--steps 8 --save-every 3");
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    cr_assert(exists_in(ck, "step-00000006") && exists_in(ck, "step-00000008"));
+
+    config(&tc, out, "--steps 4 --save-every 3");
+    cr_assert_eq(mt_train(&tc, &err), -1, "a new run over an earlier one must be refused");
+    cr_assert(strstr(err.msg, out) && strstr(err.msg, "--resume auto") &&
+              strstr(err.msg, "--overwrite") && strstr(err.msg, "metrics.jsonl"), "%s", err.msg);
+    metrics_steps(out, steps, sizeof steps);
+    cr_assert_str_eq(steps, "1,2,3,4,5,6,7,8", "the refused run touched the metrics");
+    cr_assert(exists_in(ck, "step-00000006") && exists_in(ck, "step-00000008"));
+
+    config(&tc, out, "--steps 4 --save-every 3 --overwrite");
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    metrics_steps(out, steps, sizeof steps);
+    cr_assert_str_eq(steps, "1,2,3,4");
+    cr_assert_eq(count_entries(ck, "step-"), 2, "only the new run's checkpoints");
+    cr_assert(exists_in(ck, "step-00000003") && exists_in(ck, "step-00000004"));
+    cr_assert_eq(count_entries(tb, "events.out.tfevents."), 1, "only the new run's events");
+    char yaml[700], *text;
+    size_t n;
+    snprintf(yaml, sizeof yaml, "%s/config.yaml", out);
+    cr_assert_eq(mt_read_file(yaml, &text, &n, &err), 0, "%s", err.msg);
+    cr_assert(strstr(text, "\noverwrite: false"), "a run repeated from config.yaml would "
+              "delete this one:\n%s", text);
+    free(text);
+
+    config(&tc, out, "--steps 6 --save-every 3 --resume auto");
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    metrics_steps(out, steps, sizeof steps);
+    cr_assert_str_eq(steps, "1,2,3,4,5,6", "resume auto continues the new run");
+
+    char *argv[] = {"train", "--out", out, "--resume", "auto", "--overwrite"};
+    cr_assert_eq(mt_train_config_parse_args(&tc, 6, argv, &err), -1);
+    cr_assert(strstr(err.msg, "overwrite") && strstr(err.msg, "resume"), "%s", err.msg);
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+/* --overwrite deletes model/ and checkpoints/: a model read from them would
+ * be gone when the run saves its own (the tokenizer is copied at the end). */
+Test(run_dir, overwrite_refuses_inputs_inside_what_it_deletes, .timeout = 60) {
+    char *dir = mt_test_tmpdir(), out[512], model[600];
+    snprintf(out, sizeof out, "%s/run", dir);
+    snprintf(model, sizeof model, "%s/model", out);
+    mt_train_config tc;
+    mt_error err;
+    config(&tc, out, "--steps 2 --save-every 0");
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    config(&tc, out, "--steps 2 --save-every 0 --overwrite --tokenizer bytes");
+    snprintf(tc.model, sizeof tc.model, "%s", model);
+    cr_assert_eq(mt_train(&tc, &err), -1);
+    cr_assert(strstr(err.msg, model) && strstr(err.msg, "--overwrite"), "%s", err.msg);
+    cr_assert(exists_in(model, "model.safetensors"), "the refused run deleted its input");
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+static char warnings[2048];
+
+static void keep_warnings(const mt_event *ev, void *user) {
+    if (ev->kind == MT_EVENT_WARNING)
+        strncat(warnings, ev->text, sizeof warnings - strlen(warnings) - 1);
+}
+
+/* --resume auto in an out whose run saved no checkpoint starts again from
+ * step 0 (a run killed before its first save is resumed so): said, since
+ * the metrics there start again too. */
+Test(run_dir, resume_auto_without_a_checkpoint_says_it_starts_again, .timeout = 60) {
+    char *dir = mt_test_tmpdir(), out[512];
+    snprintf(out, sizeof out, "%s/run", dir);
+    mt_train_config tc;
+    mt_error err;
+    config(&tc, out, "--steps 2 --save-every 0");
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    config(&tc, out, "--steps 2 --save-every 0 --resume auto");
+    mt_events ev = {.fn = keep_warnings};
+    mt_run *R = mt_trainer_open(&tc, &ev, &err);
+    cr_assert(R, "%s", err.msg);
+    cr_assert(strstr(warnings, "no checkpoint") && strstr(warnings, "step 0"), "'%s'", warnings);
+    mt_trainer_close(R);
     mt_test_rmtree(dir);
     free(dir);
 }

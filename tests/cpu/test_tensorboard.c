@@ -4,9 +4,11 @@
  * the files with the tensorboard package itself.) */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "engine/metrics.h"
 #include "io/file.h"
@@ -120,6 +122,43 @@ Test(tensorboard, an_unwritable_directory_is_an_error_naming_it) {
     cr_assert_null(mt_tb_open(logdir, 1, &err));
     cr_expect(strstr(err.msg, "file"), "%s", err.msg);
     free(logdir), free(file);
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+/* Issue 29: a write that failed for want of room left part of a record,
+ * which ends the file for every reader (TensorBoard stops at a bad CRC).
+ * Under a file size limit (EFBIG, as ENOSPC would be), the failed write is
+ * an error naming the file, and the file keeps whole records only. */
+Test(tensorboard, a_failed_write_leaves_whole_records) {
+    char *dir = mt_test_tmpdir(), *logdir = mt_path_join(dir, "tensorboard");
+    mt_error err = {{0}};
+    mt_tb_writer *w = mt_tb_open(logdir, 1, &err);
+    cr_assert(w, "%s", err.msg);
+    struct rlimit old, lim;
+    cr_assert_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = 1000; /* a few records of 14 scalars */
+    signal(SIGXFSZ, SIG_IGN);
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    mt_metrics_row row = mt_metrics_row_make(0);
+    row.loss = row.lr = row.grad_norm = row.epoch = row.tokens_per_s = row.tflops = 1.5;
+    row.step_time_s = row.h2d_gbps = row.d2h_gbps = row.gpu_mem_gb = row.host_mem_gb = 2.5;
+    row.tokens = 4096;
+    mt_tb_scalar s[MT_METRICS_MAX_SCALARS];
+    size_t n = mt_metrics_scalars(&row, s);
+    int step = 1, rc;
+    while ((rc = mt_tb_write_scalars(w, step, s, n, &err)) == 0 && step < 100) step++;
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
+    cr_assert_eq(rc, -1, "no write failed under a 1000-byte limit");
+    cr_assert(strstr(err.msg, mt_tb_path(w)) && strstr(err.msg, "File too large"), "%s",
+              err.msg);
+    Tensorboard__Event *ev[128];
+    size_t got = read_events(mt_tb_path(w), ev, 128); /* asserts every record whole */
+    cr_assert_eq(got, (size_t)(2 + step - 1), "version, session start and the steps written");
+    for (size_t i = 0; i < got; i++) tensorboard__event__free_unpacked(ev[i], NULL);
+    mt_tb_close(w);
+    free(logdir);
     mt_test_rmtree(dir);
     free(dir);
 }

@@ -2,9 +2,11 @@
  * of error (naming the key, and file:line for YAML), --help from the table,
  * and exact YAML / JSON round trips. */
 #include <criterion/criterion.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "train/train_config_internal.h"
 #include "testlib.h"
@@ -306,4 +308,38 @@ Test(train_config, examples_and_docs_cover_the_table) {
         snprintf(row, sizeof row, "| `%s` |", mt_tc_options[i].name);
         cr_assert(strstr(doc, row), "docs/config.md has no row for %s", mt_tc_options[i].name);
     }
+}
+
+/* Issue 29: a start on a full disk left a 0-byte config.yaml, the resumed
+ * run's options lost. The file is replaced whole (temporary file, rename) or
+ * not at all: under a file size limit smaller than it, the save is an
+ * error naming it and the previous file stays as it was. */
+Test(train_config, a_failed_save_of_config_yaml_keeps_the_previous_one) {
+    char *dir = NULL, *path = write_tmp(&dir, "config.yaml", "");
+    mt_train_config cfg;
+    mt_error err;
+    mt_train_config_defaults(&cfg);
+    cr_assert_eq(mt_train_config_save_yaml(&cfg, path, &err), 0, "%s", err.msg);
+    char *before = mt_train_config_to_yaml(&cfg);
+    cr_assert_gt(strlen(before), 600);
+    strcpy(cfg.out, "runs/another");
+    struct rlimit old, lim;
+    cr_assert_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = 400;
+    signal(SIGXFSZ, SIG_IGN);
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    int rc = mt_train_config_save_yaml(&cfg, path, &err);
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
+    cr_assert_eq(rc, -1);
+    cr_assert(strstr(err.msg, path) && strstr(err.msg, "File too large"), "%s", err.msg);
+    FILE *f = fopen(path, "rb");
+    static char now[1 << 16];
+    now[fread(now, 1, sizeof now - 1, f)] = 0;
+    fclose(f);
+    cr_assert_str_eq(now, before, "the previous config.yaml was damaged");
+    free(before);
+    free(path);
+    mt_test_rmtree(dir);
+    free(dir);
 }

@@ -95,6 +95,76 @@ Test(trainer, resume_gives_the_same_losses_and_weights_bitwise, .timeout = 120) 
     free(dir);
 }
 
+static char warnings[8192];
+
+static void keep_warnings(const mt_event *ev, void *user) {
+    if (ev->kind == MT_EVENT_WARNING)
+        strncat(warnings, ev->text, sizeof warnings - strlen(warnings) - 1);
+}
+
+/* The "loss" of each row of out/metrics.jsonl, as written, one per line. */
+static void metrics_losses(const char *out, char *buf, size_t cap) {
+    char path[600], *text, *p;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out);
+    text = slurp(path, NULL);
+    buf[0] = 0;
+    for (p = text; (p = strstr(p, "\"loss\":")); p++) {
+        size_t n = strlen(buf);
+        snprintf(buf + n, cap - n, "%.*s\n", (int)strcspn(p, ",}"), p);
+    }
+    free(text);
+}
+
+/* Issue 29: valid completion data whose prompts fill whole rows made a
+ * batch with no loss token, which stopped the run for good ("the batch has
+ * no target tokens"; a resume met it again). Such a batch is skipped and
+ * counted (a warning, "empty_batches" in the step's row); the run goes on,
+ * and a resume from a checkpoint taken after skips continues bitwise. */
+Test(trainer, a_batch_without_loss_tokens_is_skipped_and_counted, .timeout = 120) {
+    char *dir = mt_test_tmpdir(), a[512], b[512], data[512], extra[1024], path[1200];
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    snprintf(data, sizeof data, "%s/sft.jsonl", dir);
+    FILE *f = fopen(data, "w");
+    for (int i = 0; i < 30; i++)  /* a prompt of 5 rows of 8 tokens, then 3 tokens of loss */
+        fprintf(f, "{\"prompt\": \"Please repeat after me the word number %02d: \", "
+                "\"completion\": \"ok\"}\n", i);
+    fclose(f);
+    snprintf(extra, sizeof extra, "--data %s --seq-len 8 --batch-size 1 --micro-batches 1 "
+             "--steps 12 --save-every 6 --warmup-steps 2 --save-dtype fp32", data);
+    mt_train_config tc;
+    mt_error err;
+    config(&tc, a, extra);
+    mt_events ev = {.fn = keep_warnings};
+    mt_run *R = mt_trainer_open(&tc, &ev, &err);
+    cr_assert(R, "%s", err.msg);
+    cr_assert_eq(mt_trainer_train(R, &err), 0, "%s", err.msg);
+    cr_assert_eq(mt_trainer_steps_done(R), 12);
+    mt_trainer_close(R);
+    cr_assert(strstr(warnings, "no loss token"), "no warning: '%s'", warnings);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", a);
+    char *m = slurp(path, NULL);
+    cr_assert(strstr(m, "\"empty_batches\":"), "%s", m);
+    free(m);
+    /* b: the same run, its end lost, resumed from step 6 */
+    config(&tc, b, extra);
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    snprintf(path, sizeof path, "rm -rf %s/checkpoints/step-00000012 %s/model", b, b);
+    cr_assert_eq(system(path), 0);
+    strcat(extra, " --resume auto");
+    config(&tc, b, extra);
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    char la[4096], lb[4096], pa[1200], pb[1200];
+    metrics_losses(a, la, sizeof la);
+    metrics_losses(b, lb, sizeof lb);
+    cr_assert_str_eq(la, lb);
+    snprintf(pa, sizeof pa, "%s/model/model.safetensors", a);
+    snprintf(pb, sizeof pb, "%s/model/model.safetensors", b);
+    assert_same_file(pa, pb);
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
 Test(trainer, fine_tunes_an_hf_directory_on_completion_data, .timeout = 120) {
     char *dir = mt_test_tmpdir(), model[256], data[256], out[256], tok[256];
     snprintf(model, sizeof model, "%s/model", dir);

@@ -70,6 +70,15 @@ def test_bad_records_are_named_by_their_index():
         assert d.info["documents"] == 2 and d.info["skipped_lines"] == 1
 
 
+def test_a_nul_in_a_record_is_refused_not_cut():
+    # JSON writes it \u0000, which used to end the text there without a word
+    with pytest.raises(megatrain.MegatrainError, match=r"^record 1: a NUL character"):
+        megatrain.Dataset([{"text": "a"}, {"text": "b\x00c"}], TOKENIZER)
+    with pytest.raises(megatrain.MegatrainError, match=r"^record 0: a NUL character"):
+        megatrain.Dataset([{"messages": [{"role": "user", "content": "x\x00"},
+                                         {"role": "assistant", "content": "y"}]}], SP_TOKENIZER)
+
+
 def write_hub_folder(root, splits):
     """A dataset folder laid out as on the Hugging Face Hub:
     data/SPLIT-0000i-of-0000n.parquet, two files for train."""

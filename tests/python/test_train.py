@@ -4,6 +4,7 @@ of every step as metrics.jsonl writes it, and the final weights byte for
 byte); a run stepped, saved, closed and resumed gives the losses of one that
 never stopped; errors carry the library's message."""
 import filecmp
+import json
 
 import pytest
 
@@ -173,3 +174,25 @@ def test_init_refuses_an_existing_directory(tmp_path):
     with pytest.raises(megatrain.MegatrainError) as e:
         megatrain.init(tmp_path, TOKENIZER, hidden=64, layers=2, heads=4, kv_heads=2, ffn=128)
     assert str(tmp_path) in str(e.value)
+
+
+def metrics_steps(out):
+    return [json.loads(line)["step"] for line in open(out / "metrics.jsonl")]
+
+
+def test_a_run_in_an_out_that_holds_one_needs_resume_or_overwrite(tmp_path):
+    opts = dict(SMALL_RUN, out=tmp_path / "run", save_every=3)
+    megatrain.train(opts, on_event=None)
+    with pytest.raises(megatrain.MegatrainError, match="already holds a run") as e:
+        megatrain.Run(dict(opts, steps=3))
+    assert "--resume auto" in str(e.value) and "--overwrite" in str(e.value)
+    assert metrics_steps(tmp_path / "run") == [1, 2, 3, 4, 5, 6], "the refused run wrote"
+
+    s = megatrain.train(dict(opts, steps=3), overwrite=True, on_event=None)
+    assert s["steps"] == 3 and metrics_steps(tmp_path / "run") == [1, 2, 3]
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step-00000003"]
+    with megatrain.Run(dict(opts, steps=4), resume="auto") as run:
+        assert run.steps_done == 3, "resume auto continues the run that replaced the first"
+        assert [m["step"] for m in run.metrics()] == [4]
+    with pytest.raises(megatrain.MegatrainError, match="overwrite and resume"):
+        megatrain.Run(opts, resume="auto", overwrite=True)
