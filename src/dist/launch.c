@@ -86,9 +86,14 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* A stopped rank (SIGSTOP, a debugger) gets the signal once it runs
+ * again: SIGCONT follows a request to stop. */
 static void signal_all(const pid_t *pid, int n, int sig) {
     for (int i = 0; i < n; i++)
-        if (pid[i] > 0) kill(pid[i], sig);
+        if (pid[i] > 0) {
+            kill(pid[i], sig);
+            if (sig == SIGTERM || sig == SIGINT) kill(pid[i], SIGCONT);
+        }
 }
 
 int mt_launch_ranks(int n, char **argv, FILE *log, int *exit_code, mt_error *err) {

@@ -61,9 +61,27 @@ static layer_costs costs(const mt_plan_request *q) {
  * it): the device layers' updates first on the compute stream, the CPU's
  * in layer order, each once its gradient is on the host (a GPU-waiting one
  * is fetched while the layer before it is updated). */
+/* Floats of layer l this rank holds and moves over PCIe (the whole layer
+ * on one GPU), and the seconds of one all-gather or reduce-scatter of it
+ * between the ranks (0 on one GPU): (n-1)/n of its chunks arrive at each
+ * GPU at the collectives' bus bandwidth. */
+static double part_floats(const mt_plan_request *q, int l) {
+    size_t n = q->t->layers[l].numel;
+    if (q->ranks <= 1) return (double)n;
+    mt_shard_range r = mt_shard_split(n, q->ranks, q->rank);
+    return (double)(r.end - r.begin);
+}
+
+static double collective_s(const mt_plan_request *q, int l) {
+    if (q->ranks <= 1) return 0;
+    double extent = (double)mt_shard_chunk(q->t->layers[l].numel, q->ranks) * q->ranks;
+    return extent * 4.0 * (q->ranks - 1) / q->ranks / (q->rates.link_gbs * 1e9);
+}
+
 mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan) {
     const mt_layer_home *h = plan->homes;
     int bf16 = plan->host_grad_bf16, n_keep = plan->n_keep, n_dev = plan->n_dev;
+    int several = q->ranks > 1;
     const mt_param_table *t = q->t;
     const mt_rates *r = &q->rates;
     int nl = t->n_layers, head = nl - 1, K = q->slots > 1 ? q->slots : 3;
@@ -79,12 +97,13 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan
     for (int l = head - 1; l >= 0; l--) seq[n] = l, bwd[n++] = 1;
     double *cstart = mt_calloc_or_die((size_t)n, sizeof *cstart);
     double h2d_free = 0, comp = 0, d2h_free = 0, opt = 0, d2h_busy = 0, h2d_busy = 0;
+    double coll_free = 0, coll_busy = 0; /* the collectives' stream (several ranks) */
     double drained[2] = {0, 0}, compute = 0, fwd_end = 0;
     int gturn = 0;
     double *opt_done = mt_calloc_or_die((size_t)nl, sizeof *opt_done);
     double prev_start = 0;
     for (int l = 0; l < nl; l++) {
-        double numel = (double)t->layers[l].numel;
+        double numel = part_floats(q, l);
         if (l < n_dev) { /* p, m, v, g and the bf16 copy through HBM */
             comp += numel * 30.0 / (r->hbm_gbs * 1e9);
             opt_done[l] = comp;
@@ -100,9 +119,11 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan
         int l = seq[j], b = bwd[j], back = b && l != head;
         int first_kept = head - n_keep; /* decoder layers >= this keep activations */
         double rh2d = back ? h2d * r->duplex : h2d, rd2h = back ? d2h * r->duplex : d2h;
-        /* weights: once per pass; the last block stays resident at the turn */
-        double wbytes = (j > 0 && seq[j - 1] == l) ? 0 : (double)t->layers[l].numel * 4;
-        if ((back && l == head - 1) || l < n_dev) wbytes = 0;
+        /* weights: once per pass; the last block stays resident at the turn;
+         * device layers are bound in place on one GPU, all-gathered from
+         * the GPU on several */
+        int resident = (j > 0 && seq[j - 1] == l) || (back && l == head - 1);
+        double wbytes = resident || l < n_dev ? 0 : part_floats(q, l) * 4;
         double ready = j >= K - 1 ? cstart[j - (K - 1)] : 0;
         if (!b) ready = fmax(ready, opt_done[l]);
         double s = fmax(h2d_free, ready), e = s + wbytes / rh2d;
@@ -118,7 +139,14 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan
             h2d_busy += ck / rh2d;
         }
         h2d_free = e;
-        double c0 = fmax(comp, e);
+        double wready = e;
+        if (several && !resident) { /* the other ranks' parts */
+            double cs = fmax(coll_free, s + wbytes / rh2d);
+            coll_free = cs + collective_s(q, l);
+            coll_busy += collective_s(q, l);
+            wready = fmax(wready, coll_free);
+        }
+        double c0 = fmax(comp, wready);
         int gpu_home = !h[l].grad_host;
         if (b && !gpu_home) c0 = fmax(c0, drained[gturn]); /* accumulator reuse */
         double dur = l == head ? k.head
@@ -134,9 +162,16 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan
             d2h_busy += ck / rd2h;
         }
         if (l == head) fwd_end = c0; /* the head belongs to neither pass in the report */
+        double done = comp; /* the gradient, summed over the ranks */
+        if (b && several) {
+            double cs = fmax(coll_free, comp);
+            coll_free = cs + collective_s(q, l);
+            coll_busy += collective_s(q, l);
+            done = coll_free;
+        }
         if (b && !gpu_home) {
-            double bytes = (double)t->layers[l].numel * (bf16 ? 2 : 4);
-            double ds = fmax(d2h_free, comp);
+            double bytes = part_floats(q, l) * (bf16 ? 2 : 4);
+            double ds = fmax(d2h_free, done);
             d2h_free = ds + bytes / rd2h;
             d2h_busy += bytes / rd2h;
             drained[gturn] = d2h_free;
@@ -144,8 +179,9 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan
         }
     }
     mt_step_prediction p = {.fwd = fwd_end, .bwd = comp - fwd_end, .opt = opt,
-                            .h2d_busy = h2d_busy, .d2h_busy = d2h_busy, .compute = compute};
-    p.step = fmax(comp, d2h_free);
+                            .h2d_busy = h2d_busy, .d2h_busy = d2h_busy, .compute = compute,
+                            .coll_busy = coll_busy};
+    p.step = fmax(fmax(comp, d2h_free), coll_free);
     free(cstart);
     free(opt_done);
     return p;
@@ -435,14 +471,21 @@ void mt_plan_print(const mt_plan *p, const mt_plan_request *q, FILE *f) {
     else fprintf(f, p->n_dev ? "layer 0\n" : "none\n");
     fprintf(f, "GPU:  %7.2f GB of %.2f GB budget (context reserve %.1f GB included)\n",
             p->gpu_bytes / 1e9, q->gpu_budget / 1e9, MT_CUDA_CONTEXT_RESERVE / 1e9);
+    if (q->ranks > 1)
+        fprintf(f, "rank %d of %d: its part of every layer (1/%d of the store)\n", q->rank,
+                q->ranks, q->ranks);
     fprintf(f, "host: %7.2f GB of %.2f GB budget: store %.2f GB (12 B/param), pinned %.2f GB; "
             "%.2f bytes/param\n", p->host_bytes / 1e9, q->host_budget / 1e9, p->store_bytes / 1e9,
             p->pinned_bytes / 1e9, (p->store_bytes + p->pinned_bytes) / (double)q->t->n_params);
     const mt_step_prediction *s = &p->pred;
     double tok = (double)q->M * q->B * q->T;
     double flops = mt_config_train_flops_per_token(q->cfg, q->T) * tok;
+    char coll[96] = "";
+    if (q->ranks > 1)
+        snprintf(coll, sizeof coll, ", collectives %.3f at %.0f GB/s", s->coll_busy,
+                 q->rates.link_gbs);
     fprintf(f, "predicted step %.3f s (forward %.3f, head+backward %.3f; compute %.3f, H2D busy "
-            "%.3f, D2H busy %.3f, CPU AdamW %.3f overlapped) = %.0f model TFLOPS [rates: %s]\n",
-            s->step, s->fwd, s->bwd, s->compute, s->h2d_busy, s->d2h_busy, s->opt,
-            flops / s->step / 1e12, q->rates.source);
+            "%.3f, D2H busy %.3f%s, CPU AdamW %.3f overlapped) = %.0f model TFLOPS%s [rates: "
+            "%s]\n", s->step, s->fwd, s->bwd, s->compute, s->h2d_busy, s->d2h_busy, coll, s->opt,
+            flops / s->step / 1e12, q->ranks > 1 ? " per GPU" : "", q->rates.source);
 }

@@ -46,6 +46,7 @@ typedef struct mt_plan_request {
 /* Predicted step, seconds. */
 typedef struct mt_step_prediction {
     double fwd, bwd, step, opt, h2d_busy, d2h_busy, compute;
+    double coll_busy;         /* several ranks: seconds of all-gathers and reduce-scatters */
 } mt_step_prediction;
 
 typedef struct mt_plan {

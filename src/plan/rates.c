@@ -14,9 +14,12 @@
  * kernels at seq 2048, 32/8 heads, HD 128 (bench/RESULTS.md, 0e176a7:
  * 561 forward, 409-434 backward). */
 void mt_rates_default(mt_rates *r) {
+    /* link: NVLink between the GPUs of one server; an all-reduce of 1 GiB
+     * through NCCL ran at 329-361 GB/s bus bandwidth on the 2- and 4-H100
+     * machines (NV18) the project measures on */
     *r = (mt_rates){.gemm_tflops = 700, .attn_fwd_tflops = 560, .attn_bwd_tflops = 415,
                     .hbm_gbs = 2500, .h2d_gbs = 55, .d2h_gbs = 55, .duplex = 0.88,
-                    .adam_gparams = 4.5};
+                    .adam_gparams = 4.5, .link_gbs = 300};
     snprintf(r->source, sizeof r->source, "H200 defaults");
 }
 
@@ -76,7 +79,7 @@ void mt_rates_for_gpu(mt_rates *r, const mt_gpu_spec *g) {
 #define RATE_FIELDS(X)                                                                  \
     X(gemm_tflops) X(attn_fwd_tflops) X(attn_bwd_tflops) X(hbm_gbs) X(h2d_gbs) X(d2h_gbs) \
     X(duplex) X(adam_gparams) X(layer_fwd_s) X(layer_bwd_s) X(layer_bwd_kept_s) X(head_s) \
-    X(embed_s)
+    X(embed_s) X(link_gbs)
 #define SHAPE_FIELDS(X) X(probe_C) X(probe_F) X(probe_V) X(probe_tokens) X(probe_T)
 
 int mt_rates_save(const mt_rates *r, const char *path, mt_error *err) {

@@ -19,7 +19,10 @@ typedef struct mt_rates {
     double hbm_gbs;           /* device memory, for element-wise passes */
     double h2d_gbs, d2h_gbs;  /* pinned copies, one direction alone */
     double duplex;            /* fraction of those rates left with both directions busy */
-    double adam_gparams;      /* CPU AdamW, all threads */
+    double adam_gparams;      /* CPU AdamW, all threads (a rank of several: its share) */
+    /* collectives between the ranks of a data-parallel run, per GPU: the
+     * bus bandwidth of an all-gather or reduce-scatter (NCCL's busbw) */
+    double link_gbs;
     /* probed times of one decoder layer and the head at the plan's shape */
     double layer_fwd_s, layer_bwd_s, layer_bwd_kept_s, head_s, embed_s;
     int64_t probe_C, probe_F, probe_V, probe_tokens, probe_T;

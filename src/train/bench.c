@@ -86,7 +86,7 @@ static int placement(const mt_bench_opts *o, const mt_param_table *table, const 
  * mean step time, -1 with err. */
 static double run_steps(const mt_bench_opts *o, mt_ranks *rk, mt_backend *be,
                         const mt_param_table *table, mt_optim_pipeline *pipe, gate_timer *gt,
-                        FILE *out, mt_error *err) {
+                        double *last_loss, FILE *out, mt_error *err) {
     double tokens = (double)o->M * o->B * o->T, world = rk->env.world_size;
     double flops = mt_config_train_flops_per_token(&o->cfg, o->T) * tokens;
     size_t n = (size_t)tokens;
@@ -98,6 +98,7 @@ static double run_steps(const mt_bench_opts *o, mt_ranks *rk, mt_backend *be,
     double sum_t = 0, prev = mt_now_s();
     int timed = 0;
     mt_trace trace = {0};
+    mt_ranks_watch_start(rk);
     for (int64_t s = 0; s <= o->steps; s++) {
         gt->waited_s = 0;
         if (o->trace_path && s == 1) mt_cuda_backend_set_trace(be, &trace);
@@ -117,6 +118,8 @@ static double run_steps(const mt_bench_opts *o, mt_ranks *rk, mt_backend *be,
                              pipe->t1_us[l] - pipe->t0_us[l]);
             }
         mt_optim_pipeline_start(pipe, sums[0], &rep);
+        mt_ranks_alive(rk, s + 1);
+        *last_loss = sums[1];
         double t = mt_now_s(), dt = t - prev;
         prev = t;
         mt_cuda_step_times st;
@@ -197,7 +200,8 @@ static int bench(const mt_bench_opts *o, mt_ranks *rk, const mt_param_table *tab
     pipe_on = 1;
     gate_timer gt = {.p = &pipe};
     mt_cuda_backend_set_weight_gate(be, timed_gate, &gt);
-    double avg = run_steps(o, rk, be, table, &pipe, &gt, out, err);
+    double last_loss = 0;
+    double avg = run_steps(o, rk, be, table, &pipe, &gt, &last_loss, out, err);
     if (avg < 0) goto out;
     fprintf(out, "optimizer: %.3fs per step on the CPU (%.2f Gparam/s%s), overlapped with the "
             "next forward\n", pipe.busy_s, parts.n_params / pipe.busy_s / 1e9,
@@ -216,10 +220,10 @@ static int bench(const mt_bench_opts *o, mt_ranks *rk, const mt_param_table *tab
                (tot - fr) / 1e9, o->gpu_mem);
     fprintf(out, "RESULT model=%.2fB gpus=%d tokens/step=%.0f step_s=%.3f TFLOPS=%.1f tok/s=%.0f "
             "gpu_alloc_GB=%.2f gpu_used_GB=%.2f host_rss_GB=%.1f host_bytes_per_param=%.2f "
-           "predicted_step_s=%.3f\n",
+           "predicted_step_s=%.3f loss=%.9g\n",
            table->n_params / 1e9, rk->env.world_size, world * tokens, avg, flops / avg / 1e12,
            world * tokens / avg, mt_cuda_backend_device_bytes(be) / 1e9, (tot - fr) / 1e9,
-           host[1], hbpp, manual ? 0.0 : plan.pred.step);
+           host[1], hbpp, manual ? 0.0 : plan.pred.step, last_loss);
     rc = 0;
 out:
     if (pipe_on) mt_optim_pipeline_free(&pipe);

@@ -2,10 +2,12 @@
 #include "train/ranks.h"
 
 #include <omp.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "util/mem.h"
@@ -89,7 +91,94 @@ int mt_ranks_open(mt_ranks *r, int gpu, const char *config, mt_error *err) {
     return 0;
 }
 
+struct mt_ranks_watch {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    double last, longest, timeout;
+    long long step;
+    int rank, quit, paused;
+};
+
+static double mono_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void *watchdog(void *arg) {
+    mt_ranks_watch *w = arg;
+    pthread_mutex_lock(&w->mu);
+    while (!w->quit) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 1;
+        pthread_cond_timedwait(&w->cv, &w->mu, &until);
+        double limit = w->timeout > 4 * w->longest ? w->timeout : 4 * w->longest;
+        double idle = mono_s() - w->last;
+        if (!w->quit && !w->paused && idle > limit) {
+            fprintf(stderr, "megatrain: rank %d: no step has ended for %.0f s (after step %lld; "
+                    "the longest took %.1f s): a rank is stuck or gone, stopping this one; "
+                    "MT_DIST_TIMEOUT sets how long to wait\n", w->rank, idle, w->step,
+                    w->longest);
+            _exit(3);
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+void mt_ranks_watch_start(mt_ranks *r) {
+    if (!mt_ranks_several(r) || r->watch) return;
+    mt_ranks_watch *w = mt_calloc_or_die(1, sizeof *w);
+    w->last = mono_s();
+    w->timeout = r->env.timeout_s;
+    w->rank = r->env.rank;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    if (pthread_create(&w->thread, NULL, watchdog, w)) {
+        free(w); /* no watchdog: the launcher's and the rendezvous' timeouts remain */
+        return;
+    }
+    r->watch = w;
+}
+
+void mt_ranks_alive(mt_ranks *r, long long step) {
+    mt_ranks_watch *w = r->watch;
+    if (!w) return;
+    pthread_mutex_lock(&w->mu);
+    double now = mono_s();
+    if (now - w->last > w->longest) w->longest = now - w->last;
+    w->last = now;
+    w->step = step;
+    pthread_mutex_unlock(&w->mu);
+}
+
+void mt_ranks_watch_pause(mt_ranks *r, int on) {
+    mt_ranks_watch *w = r->watch;
+    if (!w) return;
+    pthread_mutex_lock(&w->mu);
+    w->paused = on;
+    w->last = mono_s();
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void watch_stop(mt_ranks *r) {
+    mt_ranks_watch *w = r->watch;
+    if (!w) return;
+    pthread_mutex_lock(&w->mu);
+    w->quit = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w);
+    r->watch = NULL;
+}
+
 void mt_ranks_close(mt_ranks *r) {
+    watch_stop(r);
     mt_device_comm_close(r->comm);
     r->comm = NULL;
     if (r->open) mt_rdv_close(&r->rdv);

@@ -16,8 +16,11 @@
 #include "dist/shard.h"
 #include "util/error.h"
 
+typedef struct mt_ranks_watch mt_ranks_watch;
+
 typedef struct mt_ranks {
     mt_dist_env env;        /* rank, world_size, local_rank, ... */
+    mt_ranks_watch *watch;  /* mt_ranks_watch_start's, or NULL */
     mt_rdv rdv;             /* the others; world 1: no sockets */
     int open;               /* rdv is open */
     int local_world;        /* ranks on this machine (this one included) */
@@ -46,6 +49,18 @@ int mt_ranks_agree(mt_ranks *r, int rc, mt_error *err);
 /* *x replaced by its sum over the ranks (added in rank order: the same
  * bits everywhere); n doubles. */
 int mt_ranks_sum(mt_ranks *r, double *x, int n, mt_error *err);
+
+/* A rank of several stuck in a collective waits for the others forever: a
+ * watchdog thread ends this process (status 3, naming the rank, the step
+ * and how long) when no step has ended for the rendezvous' timeout
+ * (MT_DIST_TIMEOUT), or 4 times the longest step seen if that is longer.
+ * The launcher then stops the other ranks. mt_ranks_alive marks a step's
+ * end (step: steps done). Nothing for a run of one. */
+void mt_ranks_watch_start(mt_ranks *r);
+void mt_ranks_alive(mt_ranks *r, long long step);
+/* While a save runs (on = 1), which its own collectives bound, the
+ * watchdog waits; on = 0 counts from then. */
+void mt_ranks_watch_pause(mt_ranks *r, int on);
 
 /* This rank's part of every layer of t: layout and the parts' table. */
 int mt_ranks_parts(const mt_ranks *r, const mt_param_table *t, mt_shard_layout *sl,

@@ -82,7 +82,7 @@ int mt_runner_plan_cuda(mt_plan_request *req, mt_plan *plan, const mt_config *cf
                              .precision = fp32 ? MT_GPU_FP32 : MT_GPU_BF16,
                              .host_grad_dtype = grad_dtype, .keep_layers = keep,
                              .all_gpu = all_gpu, .slots = slots,
-                             .device_optim = ranks > 1 ? 0 : gpu_adam, .rank = rank,
+                             .device_optim = gpu_adam, .rank = rank,
                              .ranks = ranks};
     size_t fr = 0, tot = 0;
     if (cudaMemGetInfo(&fr, &tot) != cudaSuccess)

@@ -563,7 +563,10 @@ int mt_trainer_step(mt_run *R, mt_step_metrics *m, mt_error *err) {
         return mt_errorf(err, "%s: the run is finished; open a new run (resume auto) to train "
                          "further", tc->out);
     if (R->step >= R->total_steps || R->data_done) return 1;
-    if (R->t_start == 0) R->t_start = R->t_prev = mt_now_s();
+    if (R->t_start == 0) {
+        R->t_start = R->t_prev = mt_now_s();
+        mt_ranks_watch_start(&R->rk);
+    }
     int done = next_batch(R);
     warn_empty_batches(R);
     if (done) {
@@ -587,6 +590,7 @@ int mt_trainer_step(mt_run *R, mt_step_metrics *m, mt_error *err) {
         mt_nonfinite_ok(&R->nf);
     }
     R->step++;
+    mt_ranks_alive(&R->rk, R->step);
     R->tokens_seen += tc->micro_batches * tc->batch_size * tc->seq_len;
     double t = mt_now_s();
     if (report(R, loss, &rep, t - R->t_prev, t - R->t_start, R->step - R->start_step, m, err))

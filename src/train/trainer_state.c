@@ -97,6 +97,7 @@ out:
 
 int mt_run_save_checkpoint(mt_run *R, mt_error *err) {
     if (R->pipe_on) mt_optim_pipeline_wait_all(&R->pipe);
+    mt_ranks_watch_pause(&R->rk, 1); /* the save's collectives have their own timeouts */
     char *js = mt_run_state_json(R), path[4096];
     double t0 = mt_now_s();
     int rc;
@@ -110,6 +111,7 @@ int mt_run_save_checkpoint(mt_run *R, mt_error *err) {
                                 (int)R->tc->keep_last, path, sizeof path, err);
     }
     free(js);
+    mt_ranks_watch_pause(&R->rk, 0);
     if (!rc) mt_emitf(&R->ev, MT_EVENT_INFO, "checkpoint: %s (%.1fs)", path, mt_now_s() - t0);
     return rc;
 }
@@ -145,6 +147,7 @@ static int gather_weights(mt_run *R, float **whole, mt_error *err) {
 
 int mt_run_save_model(mt_run *R, mt_error *err) {
     if (R->pipe_on) mt_optim_pipeline_wait_all(&R->pipe);
+    mt_ranks_watch_pause(&R->rk, 1); /* the last thing: its gathers have their own timeouts */
     if (R->several) {
         float *whole;
         int rc = gather_weights(R, &whole, err);

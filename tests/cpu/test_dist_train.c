@@ -223,3 +223,28 @@ Test(dist_train, a_signal_stops_every_rank_with_a_checkpoint, .timeout = 120) {
     mt_test_rmtree(dir);
     free(dir);
 }
+
+/* A rank that stops answering (SIGSTOP: alive, but stuck) fails the others
+ * within the rendezvous' timeout, and the launcher ends the run. */
+Test(dist_train, a_rank_that_hangs_stops_the_run_within_the_timeout, .timeout = 120) {
+    char *dir = mt_test_tmpdir(), out[512];
+    snprintf(out, sizeof out, "%s/run", dir);
+    setenv("MT_DIST_TIMEOUT", "4", 1);
+    pid_t launcher = start_long_run(out);
+    pid_t ranks[4];
+    cr_assert_eq(children_of(launcher, ranks, 4), 2, "two ranks");
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    kill(ranks[1], SIGSTOP);
+    int st;
+    cr_assert_eq(waitpid(launcher, &st, 0), launcher);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double waited = (double)(t1.tv_sec - t0.tv_sec);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0, "the run must fail, status %d", st);
+    /* the timeout, then the stuck rank, woken and told to stop, fails its collective */
+    cr_assert(waited < 4 + 15, "took %.0f s", waited);
+    for (int i = 0; i < 2; i++) cr_assert(kill(ranks[i], 0) != 0, "rank %d still there", i);
+    cr_assert(no_temporary_saves(out));
+    mt_test_rmtree(dir);
+    free(dir);
+}

@@ -350,3 +350,37 @@ Test(planner, the_gpu_table_describes_every_named_gpu) {
     }
     cr_assert_null(mt_gpu_spec_find("v100"));
 }
+
+/* A rank of four: its store is a quarter of the model's, only non-device
+ * layers' gradients wait on the host, the prediction counts the
+ * collectives, and the same request for one GPU predicts no collectives. */
+Test(planner, a_rank_of_four_plans_its_quarter_and_the_collectives) {
+    mt_error err;
+    planned one, four;
+    plan_8b(&one, 79, 129.7, -1);
+    four.cfg = one.cfg;
+    cr_assert_eq(mt_params_init(&four.t, &four.cfg, &err), 0, "%s", err.msg);
+    four.q = one.q;
+    four.q.cfg = &four.cfg;
+    four.q.t = &four.t;
+    four.q.ranks = 4;
+    four.q.rank = 0;
+    four.q.host_budget = 129.7e9 / 4; /* the machine's budget shared by its ranks */
+    cr_assert_eq(mt_plan_make(&four.q, &four.p, &err), 0, "%s", err.msg);
+    cr_assert(four.p.fits, "%s", four.p.why);
+    /* rank 0's parts hold a quarter of the model, the first ranks' parts being whole chunks */
+    cr_assert(four.p.store_bytes > one.p.store_bytes / 4 * 0.99 &&
+              four.p.store_bytes < one.p.store_bytes / 4 * 1.01,
+              "store %.2f GB, one GPU's %.2f GB", four.p.store_bytes / 1e9,
+              one.p.store_bytes / 1e9);
+    for (int l = four.p.n_dev; l < four.p.n_layers; l++)
+        cr_assert(four.p.homes[l].grad_host, "layer %d: a rank's reduced part waits on the host", l);
+    cr_assert_eq(one.p.pred.coll_busy, 0);
+    /* 2 all-gathers and a reduce-scatter of the 8B's layers (8.03B params, fp32, 3/4 of each
+     * arriving at 300 GB/s), less the resident turns' */
+    double want = 3 * 8.03e9 * 4 * 0.75 / 300e9;
+    cr_assert(four.p.pred.coll_busy > 0.8 * want && four.p.pred.coll_busy < 1.05 * want,
+              "collectives %.3f s, about %.3f expected", four.p.pred.coll_busy, want);
+    done(&one);
+    done(&four);
+}

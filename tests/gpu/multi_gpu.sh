@@ -79,5 +79,21 @@ for g in 1 $([ $n = 4 ] && echo 2); do
     fi
 done
 
+# a rank's first layers updated on its GPU (their parts all-gathered from
+# there) give the bits of the CPU's update: the same losses, 0 or 3 device
+# layers, on a tied model (the head reads the embedding's slot)
+bench_loss() {
+    $bin bench train --preset 1b --layers 2 --seq-len 256 --batch-size 2 --micro-batches 2 \
+        --steps 3 --gpus $n --gpu-adam-layers "$1" >"$tmp/bench-$1.log" 2>&1 &&
+        sed -n 's/^RESULT.* loss=\([^ ]*\).*/\1/p' "$tmp/bench-$1.log"
+}
+same_bench_loss() {
+    local a b
+    a=$(bench_loss 0) && b=$(bench_loss 3) || { echo "bench failed:"; tail -5 "$tmp"/bench-*.log; return 1; }
+    echo "  bench, $n GPUs: loss after 3 steps $a (CPU AdamW), $b (3 layers' AdamW on the GPUs)"
+    [ -n "$a" ] && [ "$a" = "$b" ]
+}
+check same_bench_loss
+
 echo "multi-GPU ($n GPUs): $pass passed, $fail failed"
 [ "$fail" = 0 ]

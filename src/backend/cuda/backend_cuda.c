@@ -44,29 +44,37 @@ static int written(cuda_backend *cb, int layer, int wait) {
 
 /* Copies layer `layer` into slot s on the h2d stream (after the slot's
  * last use), casting to bf16 there too. A rank of several copies its part
- * and all-gathers the others' on the collectives stream, which casts. */
+ * (or, for a device layer, takes it from the GPU after its update) and
+ * all-gathers the others' on the collectives stream, which casts. */
 static void upload(cuda_backend *cb, slot *s, int layer) {
     layer_part p = part_of(cb, layer);
-    written(cb, layer, 1);
-    CUDA_CHECK(cudaStreamWaitEvent(cb->s_h2d, s->free, 0));
-    int sp = mt_cuda_span_begin(cb, cb->s_h2d, MT_TRACK_H2D, "weights L%d", layer);
-    if (p.len)
-        CUDA_CHECK(cudaMemcpyAsync(s->w32 + p.begin, store_at(cb, cb->store->w, layer),
-                                   p.len * sizeof(float), cudaMemcpyHostToDevice, cb->s_h2d));
-    cb->h2d_bytes += (double)p.len * sizeof(float);
-    s->layer = layer;
     size_t n = cb->t->layers[layer].numel;
-    if (cb->ranks <= 1) {
-        if (cb->prec == MT_PREC_BF16) mt_cuda_cast_f32_to_bf16(cb->ctx_h2d, s->w16, s->w32, n);
+    int dev = layer < cb->n_dev;
+    written(cb, layer, 1);
+    s->layer = layer;
+    if (!dev) {
+        CUDA_CHECK(cudaStreamWaitEvent(cb->s_h2d, s->free, 0));
+        int sp = mt_cuda_span_begin(cb, cb->s_h2d, MT_TRACK_H2D, "weights L%d", layer);
+        if (p.len)
+            CUDA_CHECK(cudaMemcpyAsync(s->w32 + p.begin, store_at(cb, cb->store->w, layer),
+                                       p.len * sizeof(float), cudaMemcpyHostToDevice, cb->s_h2d));
+        cb->h2d_bytes += (double)p.len * sizeof(float);
+        if (cb->ranks <= 1 && cb->prec == MT_PREC_BF16)
+            mt_cuda_cast_f32_to_bf16(cb->ctx_h2d, s->w16, s->w32, n);
         mt_cuda_span_end(cb, cb->s_h2d, sp);
-        CUDA_CHECK(cudaEventRecord(s->ready, cb->s_h2d));
-        return;
+        CUDA_CHECK(cudaEventRecord(cb->ranks <= 1 ? s->ready : cb->ev_part_up, cb->s_h2d));
+        if (cb->ranks <= 1) return;
+        CUDA_CHECK(cudaStreamWaitEvent(cb->s_comm, cb->ev_part_up, 0));
+    } else { /* its part is on the GPU, updated on the compute stream */
+        CUDA_CHECK(cudaStreamWaitEvent(cb->s_comm, s->free, 0));
+        CUDA_CHECK(cudaStreamWaitEvent(cb->s_comm, cb->dev_slot[layer].ready, 0));
     }
-    mt_cuda_span_end(cb, cb->s_h2d, sp);
-    CUDA_CHECK(cudaEventRecord(cb->ev_part_up, cb->s_h2d));
-    CUDA_CHECK(cudaStreamWaitEvent(cb->s_comm, cb->ev_part_up, 0));
-    sp = mt_cuda_span_begin(cb, cb->s_comm, MT_TRACK_COLLECTIVES, "all-gather L%d", layer);
-    mt_nccl_all_gather(cb->comm, s->w32, p.chunk, cb->s_comm);
+    int sp = mt_cuda_span_begin(cb, cb->s_comm, MT_TRACK_COLLECTIVES, "all-gather L%d", layer);
+    if (dev)
+        mt_nccl_all_gather_from(cb->comm, cb->dev_w + cb->dev_off[layer], s->w32, p.chunk,
+                                cb->s_comm);
+    else
+        mt_nccl_all_gather(cb->comm, s->w32, p.chunk, cb->s_comm);
     if (cb->prec == MT_PREC_BF16) mt_cuda_cast_f32_to_bf16(cb->ctx_comm, s->w16, s->w32, n);
     mt_cuda_span_end(cb, cb->s_comm, sp);
     CUDA_CHECK(cudaEventRecord(s->ready, cb->s_comm));
@@ -82,7 +90,7 @@ static int uses_embed_slot(const cuda_backend *cb, int layer) {
  * wait, if the optimizer has not written the layer yet. */
 static int issue(cuda_backend *cb, int j, int wait) {
     int layer = cb->seq[j];
-    if (layer < cb->n_dev) { /* updated in place on the GPU: nothing to copy */
+    if (bound_in_place(cb, layer)) { /* updated in place on the GPU: nothing to copy */
         if (!written(cb, layer, wait)) return 0;
         cb->slot_of[j] = &cb->dev_slot[layer];
         return 1;
@@ -220,7 +228,7 @@ static void cu_bind_layer(mt_backend *be, int layer, int backward) {
          * before its forward could bind it (weight gate), so clearing it
          * now is safe. */
         cb->g_cur = cb->gacc_all + cb->goff[layer];
-        CUDA_CHECK(cudaMemsetAsync(cb->g_cur, 0, cb->t->layers[layer].numel * sizeof(float),
+        CUDA_CHECK(cudaMemsetAsync(cb->g_cur, 0, layer_extent(cb, layer) * sizeof(float),
                                    cb->s_comp));
         return;
     }

@@ -63,24 +63,20 @@ static void make_event(cudaEvent_t *e, int timing) {
     CUDA_CHECK(cudaEventCreateWithFlags(e, timing ? cudaEventDefault : cudaEventDisableTiming));
 }
 
-/* Layer l's range of a device layers' array (laid out as the store). */
-static float *dev_at(const cuda_backend *cb, float *array, int layer) {
-    return array + (cb->t->layers[layer].offset - cb->t->layers[0].offset);
-}
-
-/* The device layers' weights and moments between the store and the GPU
- * (kind: which way), on the compute stream, a copy per pinned range (a
- * layer). */
+/* The device layers' weights and moments between the store (this rank's
+ * parts, on a rank of several) and the GPU (kind: which way), on the
+ * compute stream, a copy per pinned range (a layer). */
 static void copy_device_layers(cuda_backend *cb, enum cudaMemcpyKind kind) {
     float *host[] = {cb->store->w, cb->store->m, cb->store->v};
     float *dev[] = {cb->dev_w, cb->dev_m, cb->dev_v};
     int up = kind == cudaMemcpyHostToDevice;
     for (int i = 0; i < 3; i++)
         for (int l = 0; l < cb->n_dev; l++) {
-            float *h = host[i] + cb->t->layers[l].offset, *d = dev_at(cb, dev[i], l);
-            CUDA_CHECK(cudaMemcpyAsync(up ? (void *)d : (void *)h, up ? (void *)h : (void *)d,
-                                       cb->t->layers[l].numel * sizeof(float), kind,
-                                       cb->s_comp));
+            float *h = store_at(cb, host[i], l), *d = dev[i] + cb->dev_off[l];
+            size_t bytes = cb->store->table->layers[l].numel * sizeof(float);
+            if (bytes)
+                CUDA_CHECK(cudaMemcpyAsync(up ? (void *)d : (void *)h, up ? (void *)h : (void *)d,
+                                           bytes, kind, cb->s_comp));
         }
     CUDA_CHECK(cudaStreamSynchronize(cb->s_comp));
 }
@@ -88,6 +84,10 @@ static void copy_device_layers(cuda_backend *cb, enum cudaMemcpyKind kind) {
 /* The device layers' weights and moments, from the store, and their events. */
 static void load_device_layers(cuda_backend *cb) {
     if (!cb->n_dev) return;
+    /* a rank's chunks past its part are all-gathered too: zeros, not garbage */
+    float *arrays[] = {cb->dev_w, cb->dev_m, cb->dev_v};
+    for (int i = 0; i < 3 && cb->ranks > 1; i++)
+        CUDA_CHECK(cudaMemsetAsync(arrays[i], 0, cb->dev_numel * sizeof(float), cb->s_comp));
     copy_device_layers(cb, cudaMemcpyHostToDevice);
     if (cb->dev_w16) mt_cuda_cast_f32_to_bf16(cb->ctx, cb->dev_w16, cb->dev_w, cb->dev_numel);
     cb->dev_t0 = mt_calloc_or_die((size_t)cb->n_dev, sizeof *cb->dev_t0);
@@ -412,9 +412,11 @@ void mt_cuda_backend_update_layer(mt_backend *be, int layer, const mt_adamw_coef
     cuda_backend *cb = (cuda_backend *)be;
     MT_ASSERT(layer >= 0 && layer < cb->n_dev);
     CUDA_CHECK(cudaSetDevice(cb->device)); /* the optimizer's thread */
-    const mt_layer_desc *ld = &cb->t->layers[layer];
-    size_t at = ld->offset - cb->t->layers[0].offset;
-    const float *g = cb->gacc_all + cb->goff[layer]; /* laid out as the layer's range */
+    /* the store's table: the whole layer, or this rank's part, whose
+     * reduced gradient the reduce-scatter left at its place */
+    const mt_layer_desc *ld = &cb->store->table->layers[layer];
+    size_t at = cb->dev_off[layer];
+    const float *g = cb->gacc_all + cb->goff[layer] + part_of(cb, layer).begin;
     CUDA_CHECK(cudaEventRecord(cb->dev_t0[layer], cb->s_comp));
     for (int k = 0; k < ld->n_tensors; k++) {
         const mt_tensor_desc *td = &ld->tensors[k];

@@ -74,15 +74,20 @@ typedef struct cuda_backend {
     char *dev_base;
     size_t dev_bytes;
     slot slots[MAX_SLOTS];
-    slot embed_slot;    /* tied models: layer 0 stays for the head (unless a device layer) */
+    slot embed_slot;    /* tied models: layer 0 stays for the head (unless bound in place) */
     /* Device layers 0..n_dev-1 (opts.device_optim_layers): weights and Adam
-     * moments live here, laid out as the store's range of those layers
-     * (dev_numel), and the optimizer updates them in place; dev_slot[l]
-     * points into dev_w (and dev_w16) for the binds. */
+     * moments live here, layer l at dev_off[l] (dev_numel in all), and the
+     * optimizer updates them in place. One GPU: laid out as the store's
+     * range of those layers, and dev_slot[l] points into dev_w (and
+     * dev_w16) for the binds. A rank of several: each holds this rank's
+     * part in a chunk of its own (the padding zero), whole layers are
+     * all-gathered from them into the slots like the others' parts, and
+     * dev_slot[l].ready marks the end of layer l's update. */
     int n_dev;
     slot *dev_slot;     /* (n_dev) */
+    size_t *dev_off;    /* (n_dev) */
     float *dev_w, *dev_m, *dev_v;
-    uint16_t *dev_w16;  /* bf16 mode */
+    uint16_t *dev_w16;  /* bf16 mode, one GPU */
     size_t dev_numel;
     int dev_stale;      /* the store lags them: updated since the last flush */
     cudaEvent_t *dev_t0; /* (n_dev) each one's update starts (its slot's ready: ends) */
@@ -253,7 +258,13 @@ static inline slot *bound_slot(cuda_backend *cb) { return cb->bound; }
 
 /* Layer 0's weights, which a tied model's head reads too. */
 static inline slot *embed_weights(cuda_backend *cb) {
-    return cb->n_dev ? &cb->dev_slot[0] : &cb->embed_slot;
+    return cb->n_dev && cb->ranks <= 1 ? &cb->dev_slot[0] : &cb->embed_slot;
+}
+
+/* Whether layer l is bound in place from the device layers' state (one
+ * GPU) rather than through a slot. */
+static inline int bound_in_place(const cuda_backend *cb, int layer) {
+    return layer < cb->n_dev && cb->ranks <= 1;
 }
 
 /* Whether saved input l visits visit[l % 2] (host or recomputed ones). */

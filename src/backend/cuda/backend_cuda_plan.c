@@ -31,8 +31,9 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
     int bf = cb->prec == MT_PREC_BF16;
     size_t lw = 0; /* the largest layer that streams through the slots */
-    for (int l = cb->n_dev; l < t->n_layers; l++)
-        if (layer_extent(cb, l) > lw && !(c->tie_embeddings && l == 0)) lw = layer_extent(cb, l);
+    for (int l = 0; l < t->n_layers; l++)
+        if (!bound_in_place(cb, l) && layer_extent(cb, l) > lw && !(c->tie_embeddings && l == 0))
+            lw = layer_extent(cb, l);
     for (int k = 0; k < cb->o.slots; k++) {
         cb->slots[k].w32 = TAKE_F(b, lw);
         cb->slots[k].w16 = bf ? take(b, lw * 2) : NULL;
@@ -42,14 +43,14 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
         cb->dev_w = TAKE_F(b, n);
         cb->dev_m = TAKE_F(b, n);
         cb->dev_v = TAKE_F(b, n);
-        cb->dev_w16 = bf ? take(b, n * 2) : NULL;
-        for (int l = 0; l < cb->n_dev; l++) {
-            size_t off = t->layers[l].offset - t->layers[0].offset;
+        cb->dev_w16 = bf && cb->ranks <= 1 ? take(b, n * 2) : NULL;
+        for (int l = 0; l < cb->n_dev && cb->ranks <= 1; l++) {
             cb->dev_slot[l].layer = l;
-            cb->dev_slot[l].w32 = cb->dev_w ? cb->dev_w + off : NULL;
-            cb->dev_slot[l].w16 = cb->dev_w16 ? cb->dev_w16 + off : NULL;
+            cb->dev_slot[l].w32 = cb->dev_w ? cb->dev_w + cb->dev_off[l] : NULL;
+            cb->dev_slot[l].w16 = cb->dev_w16 ? cb->dev_w16 + cb->dev_off[l] : NULL;
         }
-    } else if (c->tie_embeddings) {
+    }
+    if (c->tie_embeddings && !bound_in_place(cb, 0)) {
         size_t ne = layer_extent(cb, 0);
         cb->embed_slot.w32 = TAKE_F(b, ne);
         cb->embed_slot.w16 = bf ? take(b, ne * 2) : NULL;
@@ -196,7 +197,6 @@ size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb) {
 void mt_cuda_default_opts(mt_cuda_backend_opts *o, const mt_cuda_backend_opts *in) {
     *o = in ? *in : (mt_cuda_backend_opts){.precision = MT_GPU_BF16};
     if (o->ranks < 1) o->ranks = 1;
-    if (o->ranks > 1) o->device_optim_layers = 0; /* each rank updates its part on the CPU */
     if (o->slots < 2) o->slots = 3;
     if (o->slots > MAX_SLOTS) o->slots = MAX_SLOTS;
     if (o->head_chunk <= 0) o->head_chunk = 4096;
@@ -215,9 +215,16 @@ void mt_cuda_resolve_homes(cuda_backend *cb) {
     cb->n_dev = cb->o.device_optim_layers < 0 ? 0
                 : cb->o.device_optim_layers > nl ? nl : cb->o.device_optim_layers;
     cb->dev_slot = mt_calloc_or_die((size_t)(cb->n_dev ? cb->n_dev : 1), sizeof *cb->dev_slot);
-    cb->dev_numel = cb->n_dev ? t->layers[cb->n_dev - 1].offset + t->layers[cb->n_dev - 1].numel -
-                                    t->layers[0].offset
-                              : 0;
+    cb->dev_off = mt_calloc_or_die((size_t)(cb->n_dev ? cb->n_dev : 1), sizeof *cb->dev_off);
+    /* one GPU: the store's range of the layers; several: a chunk each,
+     * which a layer's all-gather reads whole */
+    cb->dev_numel = 0;
+    for (int l = 0; l < cb->n_dev; l++) {
+        cb->dev_off[l] = cb->ranks <= 1 ? t->layers[l].offset - t->layers[0].offset
+                                        : cb->dev_numel;
+        cb->dev_numel = cb->ranks <= 1 ? cb->dev_off[l] + t->layers[l].numel
+                                       : cb->dev_numel + part_of(cb, l).chunk;
+    }
     cb->gpu_grad_numel = cb->max_gpu_grad_numel = 0;
     cb->host_grad_numel = cb->max_host_grad_numel = cb->max_stage_numel = 0;
     cb->n_gpu_saved = cb->n_host_saved = cb->n_rebuilt_saved = 0;
@@ -226,8 +233,10 @@ void mt_cuda_resolve_homes(cuda_backend *cb) {
                                       : (mt_layer_home){.grad_host = !cb->o.gpu_grads,
                                                         .saved_host = (uint8_t)cb->o.host_checkpoints};
         if (l == 0) h.saved_host = h.saved_recompute = 0; /* no checkpoint */
-        if (l < cb->n_dev) h.grad_host = 0; /* updated where it is */
-        if (cb->ranks > 1) h.grad_host = 1; /* the reduced part leaves for the host */
+        /* updated where it is; on a rank of several, every other layer's
+         * reduced part leaves for the host */
+        if (l < cb->n_dev) h.grad_host = 0;
+        else if (cb->ranks > 1) h.grad_host = 1;
         if (h.saved_recompute) {
             h.saved_host = 0;
             /* rebuilt from layer l-1's, unless still on the GPU (the last two) */
@@ -261,7 +270,9 @@ void mt_cuda_homes_free(cuda_backend *cb) {
     free(cb->h_goff);
     free(cb->saved_idx);
     free(cb->dev_slot);
+    free(cb->dev_off);
     cb->dev_slot = NULL;
+    cb->dev_off = NULL;
     cb->home = NULL;
     cb->goff = cb->h_goff = NULL;
     cb->saved_idx = NULL;

@@ -159,6 +159,11 @@ void mt_nccl_all_gather(mt_nccl *c, float *buf, size_t chunk, cudaStream_t s) {
     NCCL_CHECK(nc.all_gather(buf + (size_t)c->rank * chunk, buf, chunk, ncclFloat32, c->comm, s));
 }
 
+void mt_nccl_all_gather_from(mt_nccl *c, const float *send, float *recv, size_t chunk,
+                             cudaStream_t s) {
+    NCCL_CHECK(nc.all_gather(send, recv, chunk, ncclFloat32, c->comm, s));
+}
+
 void mt_nccl_reduce_scatter(mt_nccl *c, float *buf, size_t chunk, cudaStream_t s) {
     NCCL_CHECK(nc.reduce_scatter(buf, buf + (size_t)c->rank * chunk, chunk, ncclFloat32, ncclSum,
                                  c->comm, s));

@@ -48,6 +48,11 @@ int mt_nccl_world(const mt_nccl *c);
  * is copied into the same place of every rank's buf. */
 void mt_nccl_all_gather(mt_nccl *c, float *buf, size_t chunk, cudaStream_t s);
 
+/* The same from a chunk elsewhere: send (chunk floats) is this rank's,
+ * recv (world chunks) receives every rank's. */
+void mt_nccl_all_gather_from(mt_nccl *c, const float *send, float *recv, size_t chunk,
+                             cudaStream_t s);
+
 /* In place: buf holds world chunks; afterwards this rank's chunk holds the
  * sum over the ranks of their chunk at this rank's place (the other
  * chunks are left undefined). */
