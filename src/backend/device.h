@@ -5,6 +5,8 @@
 #ifndef MT_BACKEND_DEVICE_H
 #define MT_BACKEND_DEVICE_H
 
+#include "backend/cuda/backend_cuda.h" /* its options: plain C, in every build */
+#include "plan/rates.h"
 #include "util/error.h"
 
 #define MT_DEVICE_COMM_ID_BYTES 128  /* fits the rendezvous' blob */
@@ -13,6 +15,22 @@ typedef struct mt_device_comm mt_device_comm;
 
 /* GPUs visible to this process (0 without CUDA or a driver). */
 int mt_device_count(void);
+
+/* Free and total memory of the selected GPU, bytes; -1 (nothing written)
+ * without a GPU. */
+int mt_device_memory(double *free_bytes, double *total_bytes);
+
+/* The GPU streaming backend (backend/cuda/backend_cuda.h) over store, for
+ * up to max_M micro-batches of (B, T); NULL with a message without a GPU
+ * or when memory is short. */
+mt_backend *mt_device_backend_create(const mt_config *cfg, const mt_param_table *t,
+                                     mt_host_store *store, int max_M, int64_t B, int64_t T,
+                                     const mt_cuda_backend_opts *o, mt_error *err);
+
+/* Measures this machine's rates for the planner (copies, CPU AdamW, a layer
+ * and the head of cfg's shape at M x (B, T) on the GPU); -1 without a GPU. */
+int mt_device_probe(mt_rates *r, const mt_config *cfg, int M, int64_t B, int64_t T, int fp32,
+                    mt_error *err);
 
 /* Makes GPU `index` this process's (every later CUDA call of every
  * thread of the run goes there); -1 naming the index and how many there

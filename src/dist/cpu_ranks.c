@@ -96,6 +96,11 @@ static int cr_step_error(mt_backend *be, mt_error *err) {
     return -1;
 }
 
+static void cr_logits(mt_backend *be, int mb, int64_t row, float *logits) {
+    cpu_ranks *cr = (cpu_ranks *)be;
+    cr->inner->ops->logits(cr->inner, mb, row, logits);
+}
+
 static const mt_backend_ops cpu_ranks_ops = {
     .begin_step = cr_begin_step,
     .bind_layer = cr_bind_layer,
@@ -105,6 +110,8 @@ static const mt_backend_ops cpu_ranks_ops = {
     .layer_grads_done = cr_layer_grads_done,
     .end_step = cr_end_step,
     .step_error = cr_step_error,
+    .logits = cr_logits,
+    .destroy = mt_cpu_ranks_backend_free,
 };
 
 mt_backend *mt_cpu_ranks_backend_create(const mt_config *cfg, const mt_shard_layout *sl,

@@ -7,16 +7,40 @@
  * (bound per layer), layer-boundary checkpoints (one per layer and
  * micro-batch), the residual-stream gradient of each micro-batch, and the
  * per-layer gradient accumulators. The CPU backend binds a layer by pointing
- * into the host store; the CUDA backend streams it into a GPU slot. */
+ * into the host store; the CUDA backend streams it into a GPU slot.
+ *
+ * Besides the step, a backend may offer what a run asks of it (the
+ * gradient's norms, the optimizer's view of the gradient, measurements):
+ * those calls are NULL where a backend has none, so a caller never needs
+ * to know which backend it holds. */
 #ifndef MT_ENGINE_BACKEND_H
 #define MT_ENGINE_BACKEND_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/optim_pipeline.h"
 #include "util/error.h"
 
 typedef struct mt_backend mt_backend;
+struct mt_trace;
+
+/* Called (on the thread that drives the step) before layer l's weights are
+ * copied to the device, so a caller can hold the copy until the optimizer has
+ * written them: returns whether they are written; with wait, first blocks
+ * until they are. A layer copied ahead of its use is asked without wait
+ * and, if not ready, copied at a later call, so that the layers already on
+ * the device get computed meanwhile. */
+typedef int (*mt_weight_gate_fn)(void *ctx, int layer, int wait);
+
+/* Measurements of a backend's last step and of its memory. */
+typedef struct mt_backend_stats {
+    double forward_s, backward_s, total_s;  /* the last step, timed on the device */
+    double h2d_bytes, d2h_bytes;            /* host <-> device traffic of the last step */
+    double device_bytes;                    /* device memory the backend allocated */
+    double host_bytes;                      /* pinned host memory it took beside the store */
+    int kept_layers;                        /* layers whose activations skip the recompute */
+} mt_backend_stats;
 
 /* One optimizer step's tokens: M micro-batches of (B, T) tokens each.
  *
@@ -74,6 +98,33 @@ typedef struct mt_backend_ops {
      * not complete (a rank of several lost its peers): its loss and
      * gradients are then not valid. NULL: never. */
     int (*step_error)(mt_backend *be, mt_error *err);
+    /* Squared L2 norm of each layer's gradient of the last step (n_layers;
+     * a rank of several: of its parts), valid after end_step. NULL: the
+     * gradient is in the store's g, whose norms the caller takes. */
+    const double *(*layer_sumsq)(mt_backend *be);
+    /* Blocks until every gradient of the last step has reached where the
+     * optimizer reads it. NULL: it is there at end_step. */
+    void (*wait_grads)(mt_backend *be);
+    /* Where the optimizer finds each layer's gradient, and which layers it
+     * updates in the backend's own memory (engine/optim_pipeline.h); the
+     * gate the backend asks before copying a layer's weights. NULL: the
+     * optimizer reads the store's g after the step. */
+    mt_grad_source (*grad_source)(mt_backend *be);
+    void (*set_weight_gate)(mt_backend *be, mt_weight_gate_fn fn, void *ctx);
+    /* Measurements of the last step and of the backend's memory. NULL:
+     * none (zeros). */
+    void (*stats)(mt_backend *be, mt_backend_stats *st);
+    /* Records every later step's work into trace (engine/trace.h). NULL:
+     * no timeline. */
+    void (*set_trace)(mt_backend *be, struct mt_trace *trace);
+
+    /* ---- every backend ---- */
+
+    /* Logits (V) of token row `row` of micro-batch mb after an eval pass
+     * (mt_step_eval): for generation. */
+    void (*logits)(mt_backend *be, int mb, int64_t row, float *logits);
+    /* Releases everything the backend took (be is gone after it). */
+    void (*destroy)(mt_backend *be);
 } mt_backend_ops;
 
 struct mt_backend {

@@ -13,10 +13,7 @@
 #include "host/store.h"
 #include "util/sys.h"
 
-#ifdef MT_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-#include "backend/cuda/backend_cuda.h"
+#include "backend/device.h"
 #include "dist/shard.h"
 #include "plan/planner.h"
 #include "train/ranks.h"
@@ -65,10 +62,12 @@ static int placement(const mt_bench_opts *o, const mt_param_table *table, const 
                                      .device_optim_layers = o->gpu_adam > 0 ? o->gpu_adam : 0};
     } else {
         double host_mem = o->host_mem > 0 ? o->host_mem : mt_plan_default_host_budget() / 1e9;
-        if (mt_runner_plan_cuda(req, plan, &o->cfg, table, o->M, o->B, o->T, o->fp32,
-                                o->gpu_mem, host_mem / rk->local_world, o->grad_dtype, o->keep,
-                                o->all_gpu, o->slots, o->gpu_adam, rk->env.rank,
-                                rk->env.world_size, o->calib, out, err))
+        mt_gpu_plan_args a = {.fp32 = o->fp32, .gpu_mem_gb = o->gpu_mem,
+                              .host_mem_gb = host_mem / rk->local_world,
+                              .grad_dtype = o->grad_dtype, .keep = o->keep, .all_gpu = o->all_gpu,
+                              .slots = o->slots, .gpu_adam = o->gpu_adam, .rank = rk->env.rank,
+                              .ranks = rk->env.world_size, .calib = o->calib};
+        if (mt_runner_plan_gpu(req, plan, &o->cfg, table, o->M, o->B, o->T, &a, out, err))
             return -1;
         if (!plan->fits) return mt_errorf(err, "the run does not fit: %s", plan->why);
         mt_plan_backend_opts(plan, req, bo);
@@ -101,10 +100,10 @@ static double run_steps(const mt_bench_opts *o, mt_ranks *rk, mt_backend *be,
     mt_ranks_watch_start(rk);
     for (int64_t s = 0; s <= o->steps; s++) {
         gt->waited_s = 0;
-        if (o->trace_path && s == 1) mt_cuda_backend_set_trace(be, &trace);
+        if (o->trace_path && s == 1) be->ops->set_trace(be, &trace);
         double loss;
         if (mt_step_forward_backward(be, table->n_layers, &batch, &loss, err)) goto fail;
-        const double *sq = mt_cuda_backend_layer_sumsq(be);
+        const double *sq = be->ops->layer_sumsq(be);
         double sums[2] = {0, loss / world}; /* the gradient's squares; the mean loss */
         for (int l = 0; l < table->n_layers; l++) sums[0] += sq[l];
         if (mt_ranks_sum(rk, sums, 2, err)) goto fail;
@@ -122,13 +121,12 @@ static double run_steps(const mt_bench_opts *o, mt_ranks *rk, mt_backend *be,
         *last_loss = sums[1];
         double t = mt_now_s(), dt = t - prev;
         prev = t;
-        mt_cuda_step_times st;
-        mt_cuda_backend_times(be, &st);
+        mt_backend_stats st;
+        be->ops->stats(be, &st);
         fprintf(out, "%5lld %9.4f %9.3f %9.1f %9.0f %9.3f %9.3f %9.3f %8.1f %8.1f%s\n",
-                (long long)s, sums[1], dt, flops / dt / 1e12, world * tokens / dt,
-                st.forward_ms / 1e3, st.backward_ms / 1e3, gt->waited_s,
-                st.h2d_bytes / (st.total_ms / 1e3) / 1e9,
-                st.d2h_bytes / (st.total_ms / 1e3) / 1e9, s == 0 ? "  (warm-up)" : "");
+                (long long)s, sums[1], dt, flops / dt / 1e12, world * tokens / dt, st.forward_s,
+                st.backward_s, gt->waited_s, st.h2d_bytes / st.total_s / 1e9,
+                st.d2h_bytes / st.total_s / 1e9, s == 0 ? "  (warm-up)" : "");
         fflush(out);
         if (s > 0) {
             sum_t += dt;
@@ -185,31 +183,32 @@ static int bench(const mt_bench_opts *o, mt_ranks *rk, const mt_param_table *tab
     fprintf(out, "host store: %.1f GB (%.2f bytes/param), ready in %.1fs\n", store.bytes / 1e9,
             (double)store.bytes / table->n_params, mt_now_s() - t0);
     t0 = mt_now_s();
-    be = mt_cuda_backend_create(&o->cfg, table, &store, o->M, o->B, o->T, &bo, err);
+    be = mt_device_backend_create(&o->cfg, table, &store, o->M, o->B, o->T, &bo, err);
     if (mt_ranks_agree(rk, be ? 0 : -1, err)) goto out;
-    size_t pinned = mt_cuda_backend_host_bytes(&o->cfg, table, o->M, o->B, o->T, &bo);
+    mt_backend_stats bs;
+    be->ops->stats(be, &bs);
     fprintf(out, "gpu: %.2f GB allocated, %d of %lld layers keep their activations, host pinned in "
-            "%.1fs\n", mt_cuda_backend_device_bytes(be) / 1e9, mt_cuda_backend_kept_layers(be),
-           (long long)o->cfg.L, mt_now_s() - t0);
+            "%.1fs\n", bs.device_bytes / 1e9, bs.kept_layers, (long long)o->cfg.L,
+            mt_now_s() - t0);
     mt_optimizer opt = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
                         .max_grad_norm = 1.0f};
     opt.sched = mt_lr_schedule_make(MT_LR_CONSTANT, 1e-5, 0, o->steps + 1);
     if (mt_optim_cpu_init(&opt.cpu, world > 1 ? rk->threads : 0, err)) goto out;
-    mt_grad_source src = mt_cuda_backend_grad_source(be);
+    mt_grad_source src = be->ops->grad_source(be);
     if (mt_optim_pipeline_init(&pipe, &opt, &store, &src, err)) goto out;
     pipe_on = 1;
     gate_timer gt = {.p = &pipe};
-    mt_cuda_backend_set_weight_gate(be, timed_gate, &gt);
+    be->ops->set_weight_gate(be, timed_gate, &gt);
     double last_loss = 0;
     double avg = run_steps(o, rk, be, table, &pipe, &gt, &last_loss, out, err);
     if (avg < 0) goto out;
     fprintf(out, "optimizer: %.3fs per step on the CPU (%.2f Gparam/s%s), overlapped with the "
             "next forward\n", pipe.busy_s, parts.n_params / pipe.busy_s / 1e9,
             world > 1 ? " on this rank's part" : "");
-    size_t fr = 0, tot = 0;
-    cudaMemGetInfo(&fr, &tot);
+    double fr = 0, tot = 0;
+    mt_device_memory(&fr, &tot);
     /* host memory of every rank together */
-    double host[2] = {(double)(store.bytes + pinned), mt_host_rss_bytes() / 1e9};
+    double host[2] = {(double)store.bytes + bs.host_bytes, mt_host_rss_bytes() / 1e9};
     if (mt_ranks_sum(rk, host, 2, err)) goto out;
     double hbpp = host[0] / table->n_params;
     if (!manual)
@@ -222,12 +221,12 @@ static int bench(const mt_bench_opts *o, mt_ranks *rk, const mt_param_table *tab
             "gpu_alloc_GB=%.2f gpu_used_GB=%.2f host_rss_GB=%.1f host_bytes_per_param=%.2f "
            "predicted_step_s=%.3f loss=%.9g\n",
            table->n_params / 1e9, rk->env.world_size, world * tokens, avg, flops / avg / 1e12,
-           world * tokens / avg, mt_cuda_backend_device_bytes(be) / 1e9, (tot - fr) / 1e9,
+           world * tokens / avg, bs.device_bytes / 1e9, (tot - fr) / 1e9,
            host[1], hbpp, manual ? 0.0 : plan.pred.step, last_loss);
     rc = 0;
 out:
     if (pipe_on) mt_optim_pipeline_free(&pipe);
-    mt_cuda_backend_free(be);
+    if (be) be->ops->destroy(be);
     mt_plan_free(&plan);
     mt_host_store_free(&store);
     mt_params_free(&parts);
@@ -237,6 +236,9 @@ out:
 
 int mt_bench_train_run(const mt_bench_opts *o, FILE *out, mt_error *err) {
     if (mt_config_validate(&o->cfg, "bench shape", err)) return -1;
+    if (mt_device_count() <= 0)
+        return mt_errorf(err, "bench train measures the GPU engine, and no CUDA GPU is visible "
+                         "(or this build has no CUDA support)");
     char conf[1024];
     config_text(o, conf, sizeof conf);
     mt_ranks rk;
@@ -258,8 +260,3 @@ out:
     mt_ranks_close(&rk);
     return rc;
 }
-#else
-int mt_bench_train_run(const mt_bench_opts *o, FILE *out, mt_error *err) {
-    return mt_errorf(err, "this build has no CUDA support");
-}
-#endif

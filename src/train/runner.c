@@ -12,15 +12,9 @@
 #include "io/model_io.h"
 #include "util/mem.h"
 
-#ifdef MT_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-#include "backend/cuda/backend_cuda.h"
-#include "backend/cuda/planner_probe.h"
-#include "kernels/cuda_ops.h"
+#include "backend/device.h"
 #include "plan/planner.h"
 #include "util/sys.h"
-#endif
 
 int mt_loaded_model_open(mt_loaded_model *m, const char *dir, const char *tokpath, mt_error *err) {
     memset(m, 0, sizeof *m);
@@ -55,11 +49,7 @@ int mt_runner_parse_device(const char *name) {
 }
 
 int mt_runner_pick_gpu(int device, mt_error *err) {
-#ifdef MT_HAVE_CUDA
-    int have = mt_cuda_device_count() > 0;
-#else
-    int have = 0;
-#endif
+    int have = mt_device_count() > 0;
     if (device == 1) return 0;
     if (device == 2 && !have)
         return mt_errorf(err, "--device cuda: no CUDA GPU is visible (or this build has no CUDA); "
@@ -67,42 +57,38 @@ int mt_runner_pick_gpu(int device, mt_error *err) {
     return have;
 }
 
-#ifdef MT_HAVE_CUDA
 struct mt_runner_plan {
     mt_plan_request req;
     mt_plan plan;
 };
 
-int mt_runner_plan_cuda(mt_plan_request *req, mt_plan *plan, const mt_config *cfg,
-                   const mt_param_table *t, int M, int64_t B, int64_t T, int fp32,
-                   double gpu_mem_gb, double host_mem_gb, int grad_dtype, int keep, int all_gpu,
-                   int slots, int gpu_adam, int rank, int ranks, const char *calib, FILE *log,
-                   mt_error *err) {
+int mt_runner_plan_gpu(mt_plan_request *req, mt_plan *plan, const mt_config *cfg,
+                       const mt_param_table *t, int M, int64_t B, int64_t T,
+                       const mt_gpu_plan_args *a, FILE *log, mt_error *err) {
     *req = (mt_plan_request){.cfg = cfg, .t = t, .M = M, .B = B, .T = T,
-                             .precision = fp32 ? MT_GPU_FP32 : MT_GPU_BF16,
-                             .host_grad_dtype = grad_dtype, .keep_layers = keep,
-                             .all_gpu = all_gpu, .slots = slots,
-                             .device_optim = gpu_adam, .rank = rank,
-                             .ranks = ranks};
-    size_t fr = 0, tot = 0;
-    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess)
+                             .precision = a->fp32 ? MT_GPU_FP32 : MT_GPU_BF16,
+                             .host_grad_dtype = a->grad_dtype, .keep_layers = a->keep,
+                             .all_gpu = a->all_gpu, .slots = a->slots,
+                             .device_optim = a->gpu_adam, .rank = a->rank, .ranks = a->ranks};
+    double fr = 0;
+    if (mt_device_memory(&fr, NULL))
         return mt_errorf(err, "cannot read the GPU's free memory");
     /* default: what is free less 2 GB (fragmentation, other users); the
      * context already took its share of what is free, and the budget's
      * context reserve covers the libraries' workspaces */
-    req->gpu_budget = gpu_mem_gb > 0 ? gpu_mem_gb * 1e9
-                                     : (double)fr - 2e9 + (double)MT_CUDA_CONTEXT_RESERVE;
-    if (gpu_mem_gb > 0 && gpu_mem_gb * 1e9 > (double)fr + MT_CUDA_CONTEXT_RESERVE)
+    req->gpu_budget = a->gpu_mem_gb > 0 ? a->gpu_mem_gb * 1e9
+                                        : fr - 2e9 + (double)MT_CUDA_CONTEXT_RESERVE;
+    if (a->gpu_mem_gb > 0 && a->gpu_mem_gb * 1e9 > fr + MT_CUDA_CONTEXT_RESERVE)
         return mt_errorf(err, "--gpu-mem %.1f is more than this GPU has free (%.1f GB); lower it",
-                         gpu_mem_gb, fr / 1e9);
-    req->host_budget = host_mem_gb > 0 ? host_mem_gb * 1e9 : mt_plan_default_host_budget();
+                         a->gpu_mem_gb, fr / 1e9);
+    req->host_budget = a->host_mem_gb > 0 ? a->host_mem_gb * 1e9 : mt_plan_default_host_budget();
     double t0 = mt_now_s();
-    if (calib) {
-        if (mt_rates_load(&req->rates, calib, err)) return -1;
-    } else if (mt_rates_probe(&req->rates, cfg, M, B, T, req->precision, err)) {
+    if (a->calib) {
+        if (mt_rates_load(&req->rates, a->calib, err)) return -1;
+    } else if (mt_device_probe(&req->rates, cfg, M, B, T, a->fp32, err)) {
         return -1;
     }
-    if (log && !calib)
+    if (log && !a->calib)
         fprintf(log, "probe: H2D %.1f GB/s, D2H %.1f GB/s (%.0f%% each with both busy), CPU "
                 "AdamW %.2f Gparam/s, layer fwd %.1f ms, bwd %.1f ms (%.1f kept), head %.1f ms "
                 "(%.1fs)\n", req->rates.h2d_gbs, req->rates.d2h_gbs, 100 * req->rates.duplex,
@@ -113,7 +99,6 @@ int mt_runner_plan_cuda(mt_plan_request *req, mt_plan *plan, const mt_config *cf
     if (log && plan->fits) mt_plan_print(plan, req, log);
     return 0;
 }
-#endif
 
 int mt_runner_plan_make(mt_runner_plan **out, const mt_config *cfg, const mt_param_table *t,
                         int M, int64_t B, int64_t T, const mt_runner_opts *o, FILE *log,
@@ -122,11 +107,12 @@ int mt_runner_plan_make(mt_runner_plan **out, const mt_config *cfg, const mt_par
     int gpu = mt_runner_pick_gpu(o->device, err);
     if (gpu < 0) return -1;
     if (!gpu || !o->train || o->host_checkpoints) return 0;
-#ifdef MT_HAVE_CUDA
     mt_runner_plan *p = mt_calloc_or_die(1, sizeof *p);
-    if (mt_runner_plan_cuda(&p->req, &p->plan, cfg, t, M, B, T, o->fp32, o->gpu_mem_gb,
-                       o->host_mem_gb, o->host_grad_dtype, -1, 0, 0, -1, o->rank, o->ranks,
-                            o->calibration, log, err)) {
+    mt_gpu_plan_args a = {.fp32 = o->fp32, .gpu_mem_gb = o->gpu_mem_gb,
+                          .host_mem_gb = o->host_mem_gb, .grad_dtype = o->host_grad_dtype,
+                          .keep = -1, .gpu_adam = -1, .rank = o->rank, .ranks = o->ranks,
+                          .calib = o->calibration};
+    if (mt_runner_plan_gpu(&p->req, &p->plan, cfg, t, M, B, T, &a, log, err)) {
         free(p);
         return -1;
     }
@@ -137,16 +123,11 @@ int mt_runner_plan_make(mt_runner_plan **out, const mt_config *cfg, const mt_par
     }
     *out = p;
     return 0;
-#else
-    return 0;
-#endif
 }
 
 void mt_runner_plan_free(mt_runner_plan *p) {
     if (!p) return;
-#ifdef MT_HAVE_CUDA
     mt_plan_free(&p->plan);
-#endif
     free(p);
 }
 
@@ -164,7 +145,6 @@ int mt_runner_init(mt_runner *r, const mt_config *cfg, const mt_param_table *t,
         r->be = mt_cpu_backend_create(cfg, t, store, M, B, T, err);
         return r->be ? 0 : -1;
     }
-#ifdef MT_HAVE_CUDA
     r->gpu = 1;
     mt_cuda_backend_opts bo = {.precision = o->fp32 ? MT_GPU_FP32 : MT_GPU_BF16,
                                .host_checkpoints = o->host_checkpoints,
@@ -173,32 +153,16 @@ int mt_runner_init(mt_runner *r, const mt_config *cfg, const mt_param_table *t,
     bo.rank = o->rank;
     bo.ranks = o->ranks;
     bo.comm = (struct mt_nccl *)o->comm;
-    r->be = mt_cuda_backend_create(cfg, t, store, M, B, T, &bo, err);
+    r->be = mt_device_backend_create(cfg, t, store, M, B, T, &bo, err);
     return r->be ? 0 : -1;
-#else
-    return mt_errorf(err, "this build has no CUDA support");
-#endif
 }
 
 void mt_runner_free(mt_runner *r) {
     if (!r->be) return;
-#ifdef MT_HAVE_CUDA
-    if (r->gpu) {
-        mt_cuda_backend_free(r->be);
-        r->be = NULL;
-        return;
-    }
-#endif
-    mt_cpu_backend_free(r->be);
+    r->be->ops->destroy(r->be);
     r->be = NULL;
 }
 
 void mt_runner_logits(const mt_runner *r, int64_t row, float *logits) {
-#ifdef MT_HAVE_CUDA
-    if (r->gpu) {
-        mt_cuda_backend_logits(r->be, 0, row, logits);
-        return;
-    }
-#endif
-    mt_cpu_backend_logits(r->be, 0, row, logits);
+    r->be->ops->logits(r->be, 0, row, logits);
 }

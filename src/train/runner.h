@@ -78,18 +78,28 @@ int mt_runner_plan_make(mt_runner_plan **out, const mt_config *cfg, const mt_par
                         mt_error *err);
 void mt_runner_plan_free(mt_runner_plan *p);
 
-#ifdef MT_HAVE_CUDA
 struct mt_plan;
 struct mt_plan_request;
-/* The planning step itself, for the commands that drive the CUDA backend
- * directly (bench train): budgets in GB (0: the machine's), rates from
- * calib or a probe. */
-int mt_runner_plan_cuda(struct mt_plan_request *req, struct mt_plan *plan, const mt_config *cfg,
-                   const mt_param_table *t, int M, int64_t B, int64_t T, int fp32,
-                   double gpu_mem_gb, double host_mem_gb, int grad_dtype, int keep,
-                   int all_gpu, int slots, int gpu_adam, int rank, int ranks, const char *calib,
-                   FILE *log, mt_error *err);
-#endif
+
+/* What a GPU run's placement is planned from (budgets in GB, 0: the
+ * machine's). */
+typedef struct mt_gpu_plan_args {
+    int fp32;                  /* precision fp32 instead of bf16 */
+    double gpu_mem_gb, host_mem_gb;
+    int grad_dtype;            /* host gradients: -1 planner's choice, 0 fp32, 1 bf16 */
+    int keep;                  /* kept layers: -1 planner's choice */
+    int all_gpu;               /* every gradient and checkpoint on the GPU */
+    int slots;                 /* weight slots, 0: default */
+    int gpu_adam;              /* device layers: -1 planner's choice */
+    int rank, ranks;           /* a rank of several (0 or 1: alone) */
+    const char *calib;         /* rates file, or NULL: probe this machine */
+} mt_gpu_plan_args;
+
+/* The planning step itself, for the commands that drive the GPU backend
+ * directly (bench train): rates from a->calib or a probe of this GPU. */
+int mt_runner_plan_gpu(struct mt_plan_request *req, struct mt_plan *plan, const mt_config *cfg,
+                       const mt_param_table *t, int M, int64_t B, int64_t T,
+                       const mt_gpu_plan_args *a, FILE *log, mt_error *err);
 
 /* Logits (V) of row `row` of micro-batch 0 after mt_step_eval. */
 void mt_runner_logits(const mt_runner *r, int64_t row, float *logits);

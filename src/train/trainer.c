@@ -24,10 +24,6 @@
 #include "util/signals.h"
 #include "util/sys.h"
 
-#ifdef MT_HAVE_CUDA
-#include "backend/cuda/backend_cuda.h"
-#endif
-
 /* ---- model, tokenizer, data ---- */
 
 static int load_config(mt_run *R, mt_error *err) {
@@ -217,13 +213,11 @@ static mt_batch rank_batch(const mt_run *R) {
  * signal (so that all stop after the same step). sq: n_layers + 2. */
 static int step_sums(mt_run *R, double *sq, double *loss, mt_error *err) {
     int nl = R->table.n_layers;
-    if (!R->r.gpu) {
+    const mt_backend_ops *ops = R->r.be->ops;
+    if (ops->layer_sumsq)
+        memcpy(sq, ops->layer_sumsq(R->r.be), (size_t)nl * sizeof *sq);
+    else /* the gradient is in the store */
         for (int l = 0; l < nl; l++) sq[l] = mt_optimizer_layer_sumsq(&R->opt, &R->store, l);
-    } else {
-#ifdef MT_HAVE_CUDA
-        memcpy(sq, mt_cuda_backend_layer_sumsq(R->r.be), (size_t)nl * sizeof *sq);
-#endif
-    }
     sq[nl] = *loss;
     sq[nl + 1] = mt_signals_pending();
     if (mt_ranks_sum(&R->rk, sq, nl + 2, err)) return -1;
@@ -247,12 +241,11 @@ static int train_step(mt_run *R, double *loss, mt_optim_report *rep, mt_error *e
     }
     for (int l = 0; l < nl; l++) total += sq[l];
     int bad = !isfinite(total) || !isfinite(*loss);
-    if (bad && !R->r.gpu && !R->several) {
+    const mt_backend_ops *ops = R->r.be->ops;
+    if (bad && !ops->layer_sumsq && !R->several) {
         mt_nonfinite_find(&R->nf, &R->table, R->store.g);
     } else if (bad) {
-#ifdef MT_HAVE_CUDA
-        if (R->r.gpu) mt_cuda_backend_wait_grads(R->r.be); /* host gradients fully drained */
-#endif
+        if (ops->wait_grads) ops->wait_grads(R->r.be); /* host gradients fully drained */
         /* the store's gradient is the whole model's only on one rank */
         mt_nonfinite_find_sumsq(&R->nf, &R->table, sq, R->several ? NULL : R->store.g);
     }
@@ -261,13 +254,10 @@ static int train_step(mt_run *R, double *loss, mt_optim_report *rep, mt_error *e
         *rep = (mt_optim_report){.lr = NAN, .grad_norm = sqrt(total)};
         return 1;
     }
-    if (!R->r.gpu) {
+    if (R->pipe_on) /* runs under the next step's forward */
+        mt_optim_pipeline_start(&R->pipe, total, rep);
+    else
         mt_optimizer_apply(&R->opt, &R->store, total, rep);
-        return 0;
-    }
-#ifdef MT_HAVE_CUDA
-    mt_optim_pipeline_start(&R->pipe, total, rep);
-#endif
     return 0;
 }
 
@@ -299,15 +289,13 @@ static int report(mt_run *R, double loss, const mt_optim_report *rep, double dt,
         int64_t rpe = mt_dataset_rows_per_epoch(R->data, tc->seq_len);
         row.epoch = (double)p.epoch + (rpe ? (double)p.row / (double)rpe : 0);
     }
-#ifdef MT_HAVE_CUDA
-    if (R->r.gpu) {
-        mt_cuda_step_times st;
-        mt_cuda_backend_times(R->r.be, &st);
-        row.gpu_mem_gb = mt_cuda_backend_device_bytes(R->r.be) / 1e9;
-        row.h2d_gbps = st.h2d_bytes / (st.total_ms / 1e3) / 1e9;
-        row.d2h_gbps = st.d2h_bytes / (st.total_ms / 1e3) / 1e9;
+    if (R->r.be->ops->stats) {
+        mt_backend_stats st;
+        R->r.be->ops->stats(R->r.be, &st);
+        row.gpu_mem_gb = st.device_bytes / 1e9;
+        row.h2d_gbps = st.h2d_bytes / st.total_s / 1e9;
+        row.d2h_gbps = st.d2h_bytes / st.total_s / 1e9;
     }
-#endif
     /* a lost row stops the run: a resume from its last checkpoint redoes the
      * steps since, bitwise, and writes their rows; a row skipped would not be */
     if (R->mw.fd >= 0 && mt_metrics_write(&R->mw, &row, err))
@@ -443,15 +431,13 @@ static int setup(mt_run *R, mt_error *err) {
     R->opt.sched.min_lr_ratio = tc->min_lr_ratio;
     if (mt_optim_cpu_init(&R->opt.cpu, R->several ? R->rk.threads : 0, err)) return -1;
     if (mt_run_backend_init(R, &ro, err)) return -1;
-#ifdef MT_HAVE_CUDA
-    if (R->r.gpu) {
-        mt_grad_source src = mt_cuda_backend_grad_source(R->r.be);
+    if (R->r.be->ops->grad_source) { /* the optimizer beside the device */
+        mt_grad_source src = R->r.be->ops->grad_source(R->r.be);
         if (mt_optim_pipeline_init(&R->pipe, &R->opt, &R->store, &src, err))
             return -1;
         R->pipe_on = 1;
-        mt_cuda_backend_set_weight_gate(R->r.be, mt_optim_pipeline_gate, &R->pipe);
+        R->r.be->ops->set_weight_gate(R->r.be, mt_optim_pipeline_gate, &R->pipe);
     }
-#endif
     mt_emitf(&R->ev, MT_EVENT_INFO, "device: %s%s, host store %.1f GB (%.1f bytes/param)",
              R->r.gpu ? "cuda" : "cpu",
              R->r.gpu ? (tc->precision == MT_TC_PRECISION_FP32 ? " fp32" : " bf16") : "",

@@ -301,6 +301,8 @@ static const mt_backend_ops cpu_ops = {
     .backward = cpu_backward,
     .layer_grads_done = cpu_layer_grads_done,
     .end_step = cpu_end_step,
+    .logits = mt_cpu_backend_logits,
+    .destroy = mt_cpu_backend_free,
 };
 
 static float *alloc_floats(size_t n, size_t *total) {

@@ -436,4 +436,12 @@ const mt_backend_ops mt_cuda_backend_ops = {
     .backward = cu_backward,
     .layer_grads_done = cu_layer_grads_done,
     .end_step = cu_end_step,
+    .layer_sumsq = mt_cuda_backend_layer_sumsq,
+    .wait_grads = mt_cuda_backend_wait_grads,
+    .grad_source = mt_cuda_backend_grad_source,
+    .set_weight_gate = mt_cuda_backend_set_weight_gate,
+    .stats = mt_cuda_backend_stats,
+    .set_trace = mt_cuda_backend_set_trace,
+    .logits = mt_cuda_backend_logits,
+    .destroy = mt_cuda_backend_free,
 };

@@ -86,13 +86,6 @@ typedef struct mt_cuda_backend_opts {
     struct mt_nccl *comm;
 } mt_cuda_backend_opts;
 
-/* Called (on the thread that drives the step) before layer l's weights are
- * copied to the GPU, so a caller can hold the copy until the optimizer has
- * written them: returns whether they are written; with wait, first blocks
- * until they are. A layer copied ahead of its use is asked without wait
- * and, if not ready, copied at a later call, so that the layers already on
- * the GPU get computed meanwhile. */
-typedef int (*mt_weight_gate_fn)(void *ctx, int layer, int wait);
 
 /* Device memory the CUDA context, cuBLAS and the kernels' workspaces take
  * beside the backend's own allocation, reserved by budgets (measured on
@@ -170,6 +163,10 @@ void mt_cuda_backend_times(mt_backend *be, mt_cuda_step_times *t);
 
 /* Decoder layers whose activations are kept instead of recomputed. */
 int mt_cuda_backend_kept_layers(mt_backend *be);
+
+/* The last step's times and traffic, the device bytes, pinned host bytes
+ * and kept layers (the backend's stats call). */
+void mt_cuda_backend_stats(mt_backend *be, mt_backend_stats *st);
 
 /* Peak device memory the backend allocated, bytes. */
 size_t mt_cuda_backend_device_bytes(mt_backend *be);

@@ -457,6 +457,18 @@ void mt_cuda_backend_times(mt_backend *be, mt_cuda_step_times *t) {
 
 size_t mt_cuda_backend_device_bytes(mt_backend *be) { return ((cuda_backend *)be)->dev_bytes; }
 
+void mt_cuda_backend_stats(mt_backend *be, mt_backend_stats *st) {
+    cuda_backend *cb = (cuda_backend *)be;
+    *st = (mt_backend_stats){.forward_s = cb->times.forward_ms / 1e3,
+                             .backward_s = cb->times.backward_ms / 1e3,
+                             .total_s = cb->times.total_ms / 1e3,
+                             .h2d_bytes = cb->times.h2d_bytes, .d2h_bytes = cb->times.d2h_bytes,
+                             .device_bytes = (double)cb->dev_bytes,
+                             .host_bytes = (double)mt_cuda_backend_host_bytes(
+                                 cb->cfg, cb->t, cb->max_M, cb->B, cb->T, &cb->o),
+                             .kept_layers = cb->n_keep};
+}
+
 int mt_cuda_backend_kept_layers(mt_backend *be) { return ((cuda_backend *)be)->n_keep; }
 
 void mt_cuda_backend_logits(mt_backend *be, int mb, int64_t row, float *logits) {

@@ -6,10 +6,33 @@
 
 #include "kernels/cuda_ops.h"
 #include "backend/cuda/nccl.h"
+#include "backend/cuda/planner_probe.h"
 
 _Static_assert(MT_DEVICE_COMM_ID_BYTES == MT_NCCL_ID_BYTES, "one id");
 
 int mt_device_count(void) { return mt_cuda_device_count(); }
+
+int mt_device_memory(double *free_bytes, double *total_bytes) {
+    size_t fr = 0, tot = 0;
+    if (mt_cuda_device_count() <= 0 || cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    if (free_bytes) *free_bytes = (double)fr;
+    if (total_bytes) *total_bytes = (double)tot;
+    return 0;
+}
+
+mt_backend *mt_device_backend_create(const mt_config *cfg, const mt_param_table *t,
+                                     mt_host_store *store, int max_M, int64_t B, int64_t T,
+                                     const mt_cuda_backend_opts *o, mt_error *err) {
+    return mt_cuda_backend_create(cfg, t, store, max_M, B, T, o, err);
+}
+
+int mt_device_probe(mt_rates *r, const mt_config *cfg, int M, int64_t B, int64_t T, int fp32,
+                    mt_error *err) {
+    return mt_rates_probe(r, cfg, M, B, T, fp32 ? MT_GPU_FP32 : MT_GPU_BF16, err);
+}
 
 int mt_device_select(int index, mt_error *err) {
     int n = mt_cuda_device_count();

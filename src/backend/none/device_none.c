@@ -3,6 +3,27 @@
 
 int mt_device_count(void) { return 0; }
 
+int mt_device_memory(double *free_bytes, double *total_bytes) {
+    (void)free_bytes, (void)total_bytes;
+    return -1;
+}
+
+mt_backend *mt_device_backend_create(const mt_config *cfg, const mt_param_table *t,
+                                     mt_host_store *store, int max_M, int64_t B, int64_t T,
+                                     const mt_cuda_backend_opts *o, mt_error *err) {
+    (void)cfg, (void)t, (void)store, (void)max_M, (void)B, (void)T, (void)o;
+    mt_errorf(err, "this build has no CUDA support; rebuild with nvcc on the PATH, or use "
+              "--device cpu");
+    return NULL;
+}
+
+int mt_device_probe(mt_rates *r, const mt_config *cfg, int M, int64_t B, int64_t T, int fp32,
+                    mt_error *err) {
+    (void)r, (void)cfg, (void)M, (void)B, (void)T, (void)fp32;
+    return mt_errorf(err, "measuring the GPU's rates needs a CUDA build and a GPU; give the "
+                     "rates of a described machine (--gpu NAME or --calibration FILE)");
+}
+
 int mt_device_select(int index, mt_error *err) {
     return mt_errorf(err, "GPU %d: this build has no CUDA support; rebuild with nvcc on the "
                      "PATH, or use --device cpu", index);
