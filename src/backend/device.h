@@ -46,4 +46,9 @@ mt_device_comm *mt_device_comm_open(const unsigned char id[MT_DEVICE_COMM_ID_BYT
                                     int world, mt_error *err);
 void mt_device_comm_close(mt_device_comm *c);
 
+/* Measures the communicator's collectives: all-gathers of a layer-sized
+ * buffer (64 MB a rank) timed on the GPU, as the bus bandwidth in GB/s the
+ * planner's link_gbs means. Collective: every rank calls it together. */
+int mt_device_comm_probe(mt_device_comm *c, double *link_gbs, mt_error *err);
+
 #endif

@@ -37,6 +37,8 @@ typedef int (*mt_weight_gate_fn)(void *ctx, int layer, int wait);
 typedef struct mt_backend_stats {
     double forward_s, backward_s, total_s;  /* the last step, timed on the device */
     double h2d_bytes, d2h_bytes;            /* host <-> device traffic of the last step */
+    double coll_bytes;                      /* a rank of several: bytes its collectives
+                                             * brought in or sent out, the last step */
     double device_bytes;                    /* device memory the backend allocated */
     double host_bytes;                      /* pinned host memory it took beside the store */
     int kept_layers;                        /* layers whose activations skip the recompute */

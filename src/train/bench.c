@@ -66,7 +66,8 @@ static int placement(const mt_bench_opts *o, const mt_param_table *table, const 
                               .host_mem_gb = host_mem / rk->local_world,
                               .grad_dtype = o->grad_dtype, .keep = o->keep, .all_gpu = o->all_gpu,
                               .slots = o->slots, .gpu_adam = o->gpu_adam, .rank = rk->env.rank,
-                              .ranks = rk->env.world_size, .calib = o->calib};
+                              .ranks = rk->env.world_size, .link_gbs = rk->link_gbs,
+                              .calib = o->calib};
         if (mt_runner_plan_gpu(req, plan, &o->cfg, table, o->M, o->B, o->T, &a, out, err))
             return -1;
         if (!plan->fits) return mt_errorf(err, "the run does not fit: %s", plan->why);
@@ -92,8 +93,8 @@ static double run_steps(const mt_bench_opts *o, mt_ranks *rk, mt_backend *be,
     int32_t *tok = mt_malloc_or_die(n * sizeof *tok), *tgt = mt_malloc_or_die(n * sizeof *tgt);
     mt_batch_fill_random(tok, tgt, n, o->cfg.V);
     mt_batch batch = {.M = o->M, .B = o->B, .T = o->T, .tokens = tok, .targets = tgt};
-    fprintf(out, "%5s %9s %9s %9s %9s %9s %9s %9s %8s %8s\n", "step", "loss", "step_s", "TFLOPS",
-            "tok/s", "fwd_s", "bwd_s", "optwait_s", "H2D_GB/s", "D2H_GB/s");
+    fprintf(out, "%5s %9s %9s %9s %9s %9s %9s %9s %8s %8s %8s\n", "step", "loss", "step_s",
+            "TFLOPS", "tok/s", "fwd_s", "bwd_s", "optwait_s", "H2D_GB/s", "D2H_GB/s", "coll_GB");
     double sum_t = 0, prev = mt_now_s();
     int timed = 0;
     mt_trace trace = {0};
@@ -123,10 +124,11 @@ static double run_steps(const mt_bench_opts *o, mt_ranks *rk, mt_backend *be,
         prev = t;
         mt_backend_stats st;
         be->ops->stats(be, &st);
-        fprintf(out, "%5lld %9.4f %9.3f %9.1f %9.0f %9.3f %9.3f %9.3f %8.1f %8.1f%s\n",
+        fprintf(out, "%5lld %9.4f %9.3f %9.1f %9.0f %9.3f %9.3f %9.3f %8.1f %8.1f %8.2f%s\n",
                 (long long)s, sums[1], dt, flops / dt / 1e12, world * tokens / dt, st.forward_s,
                 st.backward_s, gt->waited_s, st.h2d_bytes / st.total_s / 1e9,
-                st.d2h_bytes / st.total_s / 1e9, s == 0 ? "  (warm-up)" : "");
+                st.d2h_bytes / st.total_s / 1e9, st.coll_bytes / 1e9,
+                s == 0 ? "  (warm-up)" : "");
         fflush(out);
         if (s > 0) {
             sum_t += dt;
@@ -207,6 +209,8 @@ static int bench(const mt_bench_opts *o, mt_ranks *rk, const mt_param_table *tab
             world > 1 ? " on this rank's part" : "");
     double fr = 0, tot = 0;
     mt_device_memory(&fr, &tot);
+    mt_backend_stats last; /* the last step's traffic, per GPU */
+    be->ops->stats(be, &last);
     /* host memory of every rank together */
     double host[2] = {(double)store.bytes + bs.host_bytes, mt_host_rss_bytes() / 1e9};
     if (mt_ranks_sum(rk, host, 2, err)) goto out;
@@ -219,10 +223,11 @@ static int bench(const mt_bench_opts *o, mt_ranks *rk, const mt_param_table *tab
                (tot - fr) / 1e9, o->gpu_mem);
     fprintf(out, "RESULT model=%.2fB gpus=%d tokens/step=%.0f step_s=%.3f TFLOPS=%.1f tok/s=%.0f "
             "gpu_alloc_GB=%.2f gpu_used_GB=%.2f host_rss_GB=%.1f host_bytes_per_param=%.2f "
-           "predicted_step_s=%.3f loss=%.9g\n",
+           "predicted_step_s=%.3f loss=%.9g h2d_GB=%.2f d2h_GB=%.2f coll_GB=%.2f\n",
            table->n_params / 1e9, rk->env.world_size, world * tokens, avg, flops / avg / 1e12,
            world * tokens / avg, bs.device_bytes / 1e9, (tot - fr) / 1e9,
-           host[1], hbpp, manual ? 0.0 : plan.pred.step, last_loss);
+           host[1], hbpp, manual ? 0.0 : plan.pred.step, last_loss, last.h2d_bytes / 1e9,
+           last.d2h_bytes / 1e9, last.coll_bytes / 1e9);
     rc = 0;
 out:
     if (pipe_on) mt_optim_pipeline_free(&pipe);

@@ -88,6 +88,7 @@ int mt_ranks_open(mt_ranks *r, int gpu, const char *config, mt_error *err) {
     share_cores(r);
     if (gpu && !(r->comm = mt_device_comm_open(r->rdv.blob, r->env.rank, r->env.world_size, err)))
         return named(r, err);
+    if (gpu && mt_device_comm_probe(r->comm, &r->link_gbs, err)) return named(r, err);
     return 0;
 }
 

@@ -27,6 +27,7 @@ typedef struct mt_ranks {
     int threads;            /* CPU threads this rank's work may use */
     int gpu;                /* ranks drive GPUs: rank r the GPU local_rank */
     mt_device_comm *comm;   /* between the GPUs (several ranks on GPUs), else NULL */
+    double link_gbs;        /* the collectives' bus bandwidth measured at the start, GB/s */
 } mt_ranks;
 
 /* Becomes this process's rank: reads the launcher's variables, pins the

@@ -88,6 +88,10 @@ int mt_runner_plan_gpu(mt_plan_request *req, mt_plan *plan, const mt_config *cfg
     } else if (mt_device_probe(&req->rates, cfg, M, B, T, a->fp32, err)) {
         return -1;
     }
+    if (a->link_gbs > 0) req->rates.link_gbs = a->link_gbs;
+    if (log && a->ranks > 1)
+        fprintf(log, "collectives: %d ranks, all-gather %.0f GB/s (bus bandwidth%s)\n", a->ranks,
+                req->rates.link_gbs, a->link_gbs > 0 ? ", measured" : "");
     if (log && !a->calib)
         fprintf(log, "probe: H2D %.1f GB/s, D2H %.1f GB/s (%.0f%% each with both busy), CPU "
                 "AdamW %.2f Gparam/s, layer fwd %.1f ms, bwd %.1f ms (%.1f kept), head %.1f ms "
@@ -111,7 +115,7 @@ int mt_runner_plan_make(mt_runner_plan **out, const mt_config *cfg, const mt_par
     mt_gpu_plan_args a = {.fp32 = o->fp32, .gpu_mem_gb = o->gpu_mem_gb,
                           .host_mem_gb = o->host_mem_gb, .grad_dtype = o->host_grad_dtype,
                           .keep = -1, .gpu_adam = -1, .rank = o->rank, .ranks = o->ranks,
-                          .calib = o->calibration};
+                          .link_gbs = o->link_gbs, .calib = o->calibration};
     if (mt_runner_plan_gpu(&p->req, &p->plan, cfg, t, M, B, T, &a, log, err)) {
         free(p);
         return -1;

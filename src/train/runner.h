@@ -39,6 +39,7 @@ typedef struct mt_runner_opts {
      * (train/ranks.h) */
     int rank, ranks;
     void *comm;
+    double link_gbs;  /* the collectives' measured rate, for the planner */
 } mt_runner_opts;
 
 /* A model loaded for inference: config, parameter table, weights (no
@@ -92,6 +93,7 @@ typedef struct mt_gpu_plan_args {
     int slots;                 /* weight slots, 0: default */
     int gpu_adam;              /* device layers: -1 planner's choice */
     int rank, ranks;           /* a rank of several (0 or 1: alone) */
+    double link_gbs;           /* the collectives' measured rate (several), 0: the rates' */
     const char *calib;         /* rates file, or NULL: probe this machine */
 } mt_gpu_plan_args;
 

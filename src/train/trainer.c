@@ -364,7 +364,7 @@ static int setup(mt_run *R, mt_error *err) {
                          .host_grad_dtype = tc->host_grad_dtype - 1,
                          .calibration = tc->calibration[0] ? tc->calibration : NULL,
                          .rank = R->rk.env.rank, .ranks = R->rk.env.world_size,
-                         .comm = R->rk.comm};
+                         .comm = R->rk.comm, .link_gbs = R->rk.link_gbs};
     /* the CPU backends and the planner-less GPU path read the store's g */
     int store_grads = !gpu || tc->host_checkpoints;
     if (mt_train_check_host_memory(tc, &R->cfg, mt_run_store_table(R), store_grads, !gpu,

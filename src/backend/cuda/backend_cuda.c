@@ -69,6 +69,7 @@ static void upload(cuda_backend *cb, slot *s, int layer) {
         CUDA_CHECK(cudaStreamWaitEvent(cb->s_comm, s->free, 0));
         CUDA_CHECK(cudaStreamWaitEvent(cb->s_comm, cb->dev_slot[layer].ready, 0));
     }
+    cb->coll_bytes += (double)p.chunk * (cb->ranks - 1) * sizeof(float);
     int sp = mt_cuda_span_begin(cb, cb->s_comm, MT_TRACK_COLLECTIVES, "all-gather L%d", layer);
     if (dev)
         mt_nccl_all_gather_from(cb->comm, cb->dev_w + cb->dev_off[layer], s->w32, p.chunk,
@@ -180,7 +181,7 @@ static int cu_begin_step(mt_backend *be, const mt_batch *batch, float dscale, in
     cb->cur = 0;
     cb->issued = 0;
     cb->bound = NULL;
-    cb->h2d_bytes = cb->d2h_bytes = 0;
+    cb->h2d_bytes = cb->d2h_bytes = cb->coll_bytes = 0;
     cb->n_tspans = 0;
     cb->span_open = -1;
     /* Weights changed since the last step: nothing resident is valid. */
@@ -324,6 +325,7 @@ static float *reduce_part(cuda_backend *cb, int layer, layer_part p) {
     CUDA_CHECK(cudaStreamWaitEvent(cb->s_comm, cb->grad_ready, 0));
     int sp = mt_cuda_span_begin(cb, cb->s_comm, MT_TRACK_COLLECTIVES, "reduce-scatter L%d", layer);
     mt_nccl_reduce_scatter(cb->comm, cb->g_cur, p.chunk, cb->s_comm);
+    cb->coll_bytes += (double)p.chunk * (cb->ranks - 1) * sizeof(float);
     mt_cuda_span_end(cb, cb->s_comm, sp);
     float *part = cb->g_cur + p.begin;
     mt_cuda_sumsq(cb->s_comm, cb->sumsq_dev + layer, cb->sumsq_scratch, part, p.len);
@@ -412,7 +414,8 @@ static double cu_end_step(mt_backend *be) {
     if (cb->train) CUDA_CHECK(cudaEventElapsedTime(&fwd, cb->ev_start, cb->ev_fwd_end));
     CUDA_CHECK(cudaEventElapsedTime(&tot, cb->ev_start, cb->ev_end));
     cb->times = (mt_cuda_step_times){.forward_ms = fwd, .backward_ms = tot - fwd, .total_ms = tot,
-                                     .h2d_bytes = cb->h2d_bytes, .d2h_bytes = cb->d2h_bytes};
+                                     .h2d_bytes = cb->h2d_bytes, .d2h_bytes = cb->d2h_bytes,
+                                     .coll_bytes = cb->coll_bytes};
     if (cb->trace) {
         CUDA_CHECK(cudaEventSynchronize(cb->ev_d2h_end));
         CUDA_CHECK(cudaStreamSynchronize(cb->s_h2d));

@@ -157,7 +157,7 @@ mt_grad_source mt_cuda_backend_grad_source(mt_backend *be);
 /* Per-step timings in ms of the last step, measured with events. */
 typedef struct mt_cuda_step_times {
     float forward_ms, backward_ms, total_ms;
-    double h2d_bytes, d2h_bytes;
+    double h2d_bytes, d2h_bytes, coll_bytes;
 } mt_cuda_step_times;
 void mt_cuda_backend_times(mt_backend *be, mt_cuda_step_times *t);
 

@@ -463,6 +463,7 @@ void mt_cuda_backend_stats(mt_backend *be, mt_backend_stats *st) {
                              .backward_s = cb->times.backward_ms / 1e3,
                              .total_s = cb->times.total_ms / 1e3,
                              .h2d_bytes = cb->times.h2d_bytes, .d2h_bytes = cb->times.d2h_bytes,
+                             .coll_bytes = cb->times.coll_bytes,
                              .device_bytes = (double)cb->dev_bytes,
                              .host_bytes = (double)mt_cuda_backend_host_bytes(
                                  cb->cfg, cb->t, cb->max_M, cb->B, cb->T, &cb->o),

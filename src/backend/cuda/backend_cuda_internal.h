@@ -161,7 +161,7 @@ typedef struct cuda_backend {
     mt_weight_gate_fn gate;
     void *gate_ctx;
     cudaEvent_t ev_start, ev_fwd_end, ev_end, ev_d2h_end;
-    double h2d_bytes, d2h_bytes;
+    double h2d_bytes, d2h_bytes, coll_bytes;
     mt_cuda_step_times times;
     /* timeline (optional): spans between pairs of events, resolved at the
      * end of the step against ev_base, whose host time is trace_base_us */

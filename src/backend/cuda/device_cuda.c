@@ -6,6 +6,7 @@
 
 #include "kernels/cuda_ops.h"
 #include "backend/cuda/nccl.h"
+#include "kernels/cuda_common.h"
 #include "backend/cuda/planner_probe.h"
 
 _Static_assert(MT_DEVICE_COMM_ID_BYTES == MT_NCCL_ID_BYTES, "one id");
@@ -55,3 +56,37 @@ mt_device_comm *mt_device_comm_open(const unsigned char id[MT_DEVICE_COMM_ID_BYT
 }
 
 void mt_device_comm_close(mt_device_comm *c) { mt_nccl_close((mt_nccl *)c); }
+
+int mt_device_comm_probe(mt_device_comm *c, double *link_gbs, mt_error *err) {
+    mt_nccl *nc = (mt_nccl *)c;
+    int n = mt_nccl_world(nc);
+    size_t chunk = (size_t)16 << 20; /* floats: 64 MB a rank */
+    float *buf = NULL;
+    if (cudaMalloc((void **)&buf, chunk * (size_t)n * sizeof(float)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return mt_errorf(err, "measuring the collectives: no GPU memory for %zu MB",
+                         chunk * (size_t)n * 4 >> 20);
+    }
+    cudaStream_t s;
+    cudaEvent_t a, b;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreate(&a));
+    CUDA_CHECK(cudaEventCreate(&b));
+    CUDA_CHECK(cudaMemsetAsync(buf, 0, chunk * (size_t)n * sizeof(float), s));
+    mt_nccl_all_gather(nc, buf, chunk, s); /* the connections are made at the first one */
+    CUDA_CHECK(cudaEventRecord(a, s));
+    const int reps = 4;
+    for (int i = 0; i < reps; i++) mt_nccl_all_gather(nc, buf, chunk, s);
+    CUDA_CHECK(cudaEventRecord(b, s));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    /* bus bandwidth: (n-1)/n of the gathered bytes arrive at each GPU */
+    double bytes = (double)chunk * n * sizeof(float) * (n - 1) / n * reps;
+    *link_gbs = bytes / (ms / 1e3) / 1e9;
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaStreamDestroy(s);
+    cudaFree(buf);
+    return 0;
+}

@@ -43,3 +43,8 @@ mt_device_comm *mt_device_comm_open(const unsigned char id[MT_DEVICE_COMM_ID_BYT
 }
 
 void mt_device_comm_close(mt_device_comm *c) { (void)c; }
+
+int mt_device_comm_probe(mt_device_comm *c, double *link_gbs, mt_error *err) {
+    (void)c, (void)link_gbs;
+    return mt_errorf(err, "several GPUs: this build has no CUDA support");
+}
