@@ -154,13 +154,9 @@ mt_host_store mt_shard_store_host(mt_shard_store *s) {
 void mt_shard_init_random(mt_host_store *parts, const mt_shard_layout *sl, uint64_t seed,
                           float std) {
     const mt_param_table *t = sl->table;
-    float *layer = mt_aligned_alloc_or_die(64, (t->max_layer_numel ? t->max_layer_numel : 1) *
-                                                   sizeof(float));
     for (int l = 0; l < t->n_layers; l++) {
-        memset(layer, 0, t->layers[l].numel * sizeof(float));
-        mt_host_store_random_layer(t, l, seed, std, layer);
-        memcpy(parts->w + parts->table->layers[l].offset, layer + sl->part[l].begin,
-               mt_shard_len(sl, l) * sizeof(float));
+        float *out = parts->w + parts->table->layers[l].offset;
+        memset(out, 0, mt_shard_len(sl, l) * sizeof(float));
+        mt_host_store_random_range(t, l, sl->part[l].begin, sl->part[l].end, seed, std, out);
     }
-    free(layer);
 }

@@ -75,26 +75,31 @@ static uint64_t mix(uint64_t z) {
 void mt_host_store_init_random(mt_host_store *s, uint64_t seed, float std) {
     const mt_param_table *t = s->table;
     for (int l = 0; l < t->n_layers; l++)
-        mt_host_store_random_layer(t, l, seed, std, mt_store_layer(s->w, t, l));
+        mt_host_store_random_range(t, l, 0, t->layers[l].numel, seed, std,
+                                   mt_store_layer(s->w, t, l));
 }
 
-void mt_host_store_random_layer(const mt_param_table *t, int l, uint64_t seed, float std,
-                                float *base) {
+void mt_host_store_random_range(const mt_param_table *t, int l, size_t begin, size_t end,
+                                uint64_t seed, float std, float *out) {
     /* Uniform on [-a, a] has standard deviation a / sqrt(3). */
     const float a = std * 1.7320508f;
     const mt_layer_desc *ld = &t->layers[l];
     for (int k = 0; k < ld->n_tensors; k++) {
         const mt_tensor_desc *td = &ld->tensors[k];
-        float *p = base + td->offset;
+        size_t tb = td->offset > begin ? td->offset : begin;
+        size_t te = td->offset + td->numel < end ? td->offset + td->numel : end;
+        if (tb >= te) continue;
+        float *p = out + (tb - begin);
+        size_t first = tb - td->offset, n = te - tb; /* elements of the tensor */
         if (td->ndim == 1) {
             int bias = td->role == MT_T_BQ || td->role == MT_T_BK || td->role == MT_T_BV;
-            for (size_t i = 0; i < td->numel; i++) p[i] = bias ? 0.0f : 1.0f;
+            for (size_t i = 0; i < n; i++) p[i] = bias ? 0.0f : 1.0f;
             continue;
         }
         uint64_t key = mix(seed ^ ((uint64_t)l << 40) ^ ((uint64_t)k << 32));
 #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < td->numel; i++) {
-            double u = (double)(mix(key + i) >> 11) * (1.0 / 9007199254740992.0);
+        for (size_t i = 0; i < n; i++) {
+            double u = (double)(mix(key + first + i) >> 11) * (1.0 / 9007199254740992.0);
             p[i] = (float)((2.0 * u - 1.0) * a);
         }
     }

@@ -39,9 +39,10 @@ static inline float *mt_store_layer(float *array, const mt_param_table *t, int l
  * Deterministic in seed, independent of the thread count. */
 void mt_host_store_init_random(mt_host_store *s, uint64_t seed, float std);
 
-/* Layer l of table t as mt_host_store_init_random fills it, into base (the
- * layer's numel floats; padding untouched). */
-void mt_host_store_random_layer(const mt_param_table *t, int l, uint64_t seed, float std,
-                                float *base);
+/* Elements [begin, end) of layer l of table t as mt_host_store_init_random
+ * fills them, into out (end - begin floats; padding untouched): a rank
+ * fills only its part. */
+void mt_host_store_random_range(const mt_param_table *t, int l, size_t begin, size_t end,
+                                uint64_t seed, float std, float *out);
 
 #endif

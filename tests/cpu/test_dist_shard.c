@@ -208,6 +208,40 @@ Test(dist_shard, parts_table_describes_the_pieces) {
     }
 }
 
+/* Each rank's random parts, side by side, are the whole model's random
+ * weights bit for bit (a rank fills only its part). */
+Test(dist_shard, random_parts_are_the_whole_models) {
+    mt_config cfgs[3];
+    configs(cfgs);
+    for (int c = 0; c < 3; c++) {
+        mt_param_table t;
+        mt_error err;
+        cr_assert_eq(mt_params_init(&t, &cfgs[c], &err), 0, "%s", err.msg);
+        mt_host_store whole;
+        cr_assert_eq(mt_host_store_create(&whole, &t, 0, &err), 0, "%s", err.msg);
+        mt_host_store_init_random(&whole, 42, 0.02f);
+        float *back = malloc(t.total * sizeof(float));
+        for (int ranks = 1; ranks <= 5; ranks += 2) {
+            memcpy(back, whole.w, t.total * sizeof(float)); /* padding as the whole store's */
+            for (int l = 0; l < t.n_layers; l++) /* the parts are written below */
+                memset(back + t.layers[l].offset, 0xFF, t.layers[l].numel * sizeof(float));
+            for (int r = 0; r < ranks; r++) {
+                mt_shard_store s;
+                cr_assert_eq(mt_shard_store_init(&s, &t, r, ranks, 0, &err), 0, "%s", err.msg);
+                mt_host_store h = mt_shard_store_host(&s);
+                mt_shard_init_random(&h, &s.layout, 42, 0.02f);
+                mt_shard_put(&s.layout, s.w, back);
+                mt_shard_store_free(&s);
+            }
+            cr_assert(!memcmp(back, whole.w, t.total * sizeof(float)), "config %d, %d ranks", c,
+                      ranks);
+        }
+        free(back);
+        mt_host_store_free(&whole);
+        mt_params_free(&t);
+    }
+}
+
 Test(dist_shard, bad_rank) {
     mt_config cfg;
     mt_config_default_tiny(&cfg);
