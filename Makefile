@@ -25,7 +25,7 @@ CUDA_GENCODE ?= $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(call mt_arch,$
 CFLAGS  := -std=c11 -ffp-contract=off -O2 -g -fPIC -Wall -Wextra -Wno-unused-parameter -fopenmp -D_GNU_SOURCE \
            -Iinclude -Isrc $(EXTRA_CFLAGS)
 LDFLAGS ?=
-LDLIBS  := -fopenmp -lcjson -lpcre2-8 -lutf8proc -lyaml -lxxhash -lz -lzstd -lprotobuf-c -lisal \
+LDLIBS  := -fopenmp -lcjson -lpcre2-8 -lutf8proc -lyaml -lxxhash -lz -lzstd -lprotobuf-c -lisal -luring \
            -lm -lpthread
 
 # The version is written once, in the public header.

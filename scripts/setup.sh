@@ -8,7 +8,7 @@
 set -euo pipefail
 pkgs=(gcc make libcjson-dev libpcre2-dev libutf8proc-dev libyaml-dev libcriterion-dev gnuplot-nox
       libxxhash-dev clang libclang-rt-14-dev pkg-config zlib1g-dev libzstd-dev
-      libprotobuf-c-dev protobuf-c-compiler libisal-dev)
+      libprotobuf-c-dev protobuf-c-compiler libisal-dev liburing-dev)
 # the Python package and its tests: a venv with pip, pytest
 python_pkgs=(python3 python3-venv python3-pip python3-pytest)
 [ "${1:-}" = "--check" ] || pkgs+=("${python_pkgs[@]}")

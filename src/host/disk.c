@@ -1,0 +1,248 @@
+/* The disk tier (see disk.h): striped, unlinked files; io_uring, O_DIRECT. */
+#include "host/disk.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/mem.h"
+
+#define MAX_DIRS 16
+#define QUEUE_DEPTH 64
+
+typedef struct dir_file {
+    char path[1024];  /* the directory, for messages */
+    int fd;
+    int direct;       /* O_DIRECT took (a file system without it: buffered) */
+} dir_file;
+
+/* One stripe in flight. */
+typedef struct op {
+    int ticket, file;
+    char *buf;
+    size_t len;
+    off_t off;
+    int write;
+} op;
+
+typedef struct ticket {
+    int used;
+    int pending;      /* stripes not done */
+    int failed;       /* errno of the first failure, 0 none */
+    int file;         /* where it failed */
+    off_t off;
+} ticket;
+
+struct mt_disk {
+    struct io_uring ring;
+    int ring_ok;
+    dir_file dir[MAX_DIRS];
+    int n_dirs;
+    int n;
+    size_t *bytes;    /* (n) each block, rounded up */
+    off_t *base;      /* (n) where each block starts in every file */
+    size_t total;
+    ticket *tickets;
+    int n_tickets;
+    int in_flight;    /* SQEs submitted, not reaped */
+};
+
+static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* An unnamed file in dir: O_TMPFILE where the file system has it, else a
+ * named one unlinked at once. O_DIRECT where it is supported. */
+static int open_unnamed(dir_file *f, mt_error *err) {
+    f->direct = 1;
+    f->fd = open(f->path, O_TMPFILE | O_RDWR | O_DIRECT, 0600);
+    if (f->fd < 0) f->fd = open(f->path, O_TMPFILE | O_RDWR, 0600), f->direct = 0;
+    if (f->fd < 0) {
+        char tmpl[1100];
+        snprintf(tmpl, sizeof tmpl, "%s/.megatrain-state-XXXXXX", f->path);
+        f->fd = mkstemp(tmpl);
+        if (f->fd >= 0) unlink(tmpl);
+    }
+    if (f->fd < 0)
+        return mt_errorf(err, "%s: cannot create the disk tier's file there: %s; give a "
+                         "writable directory", f->path, strerror(errno));
+    if (!f->direct) {
+        int fl = fcntl(f->fd, F_GETFL);
+        f->direct = fl >= 0 && fcntl(f->fd, F_SETFL, fl | O_DIRECT) == 0;
+    }
+    return 0;
+}
+
+static int split_dirs(mt_disk *d, const char *dirs, mt_error *err) {
+    const char *p = dirs;
+    while (p && *p) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len == 0 || len >= sizeof d->dir[0].path)
+            return mt_errorf(err, "disk directories '%s': an empty or too long name; give "
+                             "DIR[,DIR...]", dirs);
+        if (d->n_dirs == MAX_DIRS)
+            return mt_errorf(err, "disk directories '%s': more than %d; stripe over at most %d",
+                             dirs, MAX_DIRS, MAX_DIRS);
+        dir_file *f = &d->dir[d->n_dirs++];
+        memcpy(f->path, p, len);
+        f->path[len] = 0;
+        f->fd = -1;
+        struct stat sb;
+        if (stat(f->path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            return mt_errorf(err, "disk directory '%s': %s; give an existing directory",
+                             f->path, stat(f->path, &sb) ? strerror(errno) : "not a directory");
+        p = comma ? comma + 1 : NULL;
+    }
+    if (d->n_dirs == 0) return mt_errorf(err, "no disk directory given");
+    return 0;
+}
+
+/* Bytes of a block that land in file k. */
+static size_t share_of(size_t bytes, int dirs, int k) {
+    size_t stripes = (bytes + MT_DISK_STRIPE - 1) / MT_DISK_STRIPE;
+    size_t mine = stripes / (size_t)dirs + ((size_t)k < stripes % (size_t)dirs);
+    return mine * MT_DISK_STRIPE;
+}
+
+int mt_disk_open(mt_disk **out, const char *dirs, const size_t *bytes, int n, mt_error *err) {
+    *out = NULL;
+    mt_disk *d = mt_calloc_or_die(1, sizeof *d);
+    d->n = n;
+    d->bytes = mt_calloc_or_die((size_t)(n ? n : 1), sizeof *d->bytes);
+    d->base = mt_calloc_or_die((size_t)(n ? n : 1), sizeof *d->base);
+    if (split_dirs(d, dirs, err)) goto fail;
+    size_t per_file = 0; /* every file holds the same stripes' room per block */
+    for (int i = 0; i < n; i++) {
+        d->bytes[i] = round_up(bytes[i], MT_DISK_ALIGN);
+        d->base[i] = (off_t)per_file;
+        per_file += share_of(d->bytes[i], d->n_dirs, 0);
+        d->total += d->bytes[i];
+    }
+    for (int k = 0; k < d->n_dirs; k++) {
+        dir_file *f = &d->dir[k];
+        if (open_unnamed(f, err)) goto fail;
+        int rc = per_file ? posix_fallocate(f->fd, 0, (off_t)per_file) : 0;
+        if (rc)
+            mt_errorf(err, "disk directory '%s': cannot reserve %.2f GB for the optimizer "
+                      "state there: %s; free space, add directories (--nvme-dir A,B) or keep "
+                      "more layers in RAM (--host-mem)", f->path, per_file / 1e9, strerror(rc));
+        if (rc) goto fail;
+    }
+    int rc = io_uring_queue_init(QUEUE_DEPTH, &d->ring, 0);
+    if (rc < 0) {
+        mt_errorf(err, "io_uring: %s (the kernel refuses it: a container's seccomp profile "
+                  "may block it); the disk tier needs it", strerror(-rc));
+        goto fail;
+    }
+    d->ring_ok = 1;
+    *out = d;
+    return 0;
+fail:
+    mt_disk_close(d);
+    return -1;
+}
+
+void mt_disk_close(mt_disk *d) {
+    if (!d) return;
+    if (d->ring_ok) io_uring_queue_exit(&d->ring);
+    for (int k = 0; k < d->n_dirs; k++)
+        if (d->dir[k].fd >= 0) close(d->dir[k].fd);
+    free(d->bytes);
+    free(d->base);
+    free(d->tickets);
+    free(d);
+}
+
+size_t mt_disk_block_bytes(const mt_disk *d, int i) { return d->bytes[i]; }
+size_t mt_disk_total_bytes(const mt_disk *d) { return d->total; }
+int mt_disk_dirs(const mt_disk *d) { return d->n_dirs; }
+
+void *mt_disk_buffer(size_t bytes) {
+    void *p = NULL;
+    if (posix_memalign(&p, MT_DISK_ALIGN, round_up(bytes ? bytes : 1, MT_DISK_ALIGN))) return NULL;
+    return p;
+}
+
+static void queue(mt_disk *d, op *o) {
+    struct io_uring_sqe *s = io_uring_get_sqe(&d->ring);
+    MT_ASSERT(s); /* callers reap before the ring is full */
+    int fd = d->dir[o->file].fd;
+    if (o->write) io_uring_prep_write(s, fd, o->buf, (unsigned)o->len, o->off);
+    else io_uring_prep_read(s, fd, o->buf, (unsigned)o->len, o->off);
+    io_uring_sqe_set_data(s, o);
+    d->in_flight++;
+}
+
+/* Reaps one completion (blocking): its stripe is done, failed, or (short)
+ * queued again for the rest. */
+static void reap_one(mt_disk *d) {
+    io_uring_submit(&d->ring);
+    struct io_uring_cqe *c;
+    int rc;
+    do rc = io_uring_wait_cqe(&d->ring, &c);
+    while (rc == -EINTR);
+    MT_ASSERT(rc == 0);
+    op *o = io_uring_cqe_get_data(c);
+    int res = c->res;
+    io_uring_cqe_seen(&d->ring, c);
+    d->in_flight--;
+    ticket *t = &d->tickets[o->ticket];
+    if (res > 0 && (size_t)res < o->len) { /* short: the rest again */
+        o->buf += res, o->off += res, o->len -= (size_t)res;
+        queue(d, o);
+        return;
+    }
+    if ((res <= 0) && !t->failed) {
+        t->failed = res < 0 ? -res : EIO; /* 0 bytes: past the end, which is a bug or a lie */
+        t->file = o->file;
+        t->off = o->off;
+    }
+    t->pending--;
+    free(o);
+}
+
+int mt_disk_submit(mt_disk *d, int i, void *buf, int write, mt_error *err) {
+    MT_ASSERT(i >= 0 && i < d->n && ((uintptr_t)buf % MT_DISK_ALIGN) == 0);
+    int id = 0;
+    while (id < d->n_tickets && d->tickets[id].used) id++;
+    if (id == d->n_tickets) {
+        d->n_tickets = d->n_tickets ? 2 * d->n_tickets : 8;
+        d->tickets = mt_realloc_or_die(d->tickets, (size_t)d->n_tickets * sizeof *d->tickets);
+        memset(d->tickets + id, 0, (size_t)(d->n_tickets - id) * sizeof *d->tickets);
+    }
+    ticket *t = &d->tickets[id];
+    *t = (ticket){.used = 1};
+    size_t stripes = (d->bytes[i] + MT_DISK_STRIPE - 1) / MT_DISK_STRIPE;
+    for (size_t k = 0; k < stripes; k++) {
+        while (d->in_flight >= QUEUE_DEPTH) reap_one(d);
+        op *o = mt_calloc_or_die(1, sizeof *o);
+        size_t at = k * MT_DISK_STRIPE;
+        o->ticket = id;
+        o->file = (int)(k % (size_t)d->n_dirs);
+        o->buf = (char *)buf + at;
+        o->len = d->bytes[i] - at < MT_DISK_STRIPE ? d->bytes[i] - at : MT_DISK_STRIPE;
+        o->off = d->base[i] + (off_t)(k / (size_t)d->n_dirs * MT_DISK_STRIPE);
+        o->write = write;
+        t->pending++;
+        queue(d, o);
+    }
+    io_uring_submit(&d->ring);
+    (void)err;
+    return id;
+}
+
+int mt_disk_wait(mt_disk *d, int id, mt_error *err) {
+    MT_ASSERT(id >= 0 && id < d->n_tickets && d->tickets[id].used);
+    while (d->tickets[id].pending > 0) reap_one(d);
+    ticket *t = &d->tickets[id];
+    t->used = 0;
+    if (!t->failed) return 0;
+    return mt_errorf(err, "disk tier file in '%s', offset %lld: %s; the run stops (its last "
+                     "checkpoint is intact)", d->dir[t->file].path, (long long)t->off,
+                     strerror(t->failed));
+}

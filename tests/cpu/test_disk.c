@@ -1,0 +1,116 @@
+/* Tests of src/host/disk.{h,c}: blocks written through the disk tier and
+ * read back are the same bytes, striped over one and three directories,
+ * with many transfers in flight; a missing directory and a disk too small
+ * for the tier are refused by name before anything is written. */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "host/disk.h"
+#include "testlib.h"
+
+static void fill(uint8_t *p, size_t n, unsigned seed) {
+    uint32_t x = 2463534242u + seed;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        p[i] = (uint8_t)x;
+    }
+}
+
+static void round_trip(const char *dirs) {
+    /* sizes around the stripe and the alignment, and an empty block */
+    size_t bytes[] = {MT_DISK_STRIPE * 3 + 4096, 100, 0, MT_DISK_STRIPE, 5 * MT_DISK_STRIPE - 8};
+    int n = (int)(sizeof bytes / sizeof *bytes);
+    mt_disk *d;
+    mt_error err;
+    cr_assert_eq(mt_disk_open(&d, dirs, bytes, n, &err), 0, "%s", err.msg);
+    uint8_t *src[8], *dst[8];
+    int t[8];
+    for (int i = 0; i < n; i++) {
+        size_t b = mt_disk_block_bytes(d, i);
+        cr_assert_eq(b % MT_DISK_ALIGN, 0);
+        cr_assert(b >= bytes[i]);
+        src[i] = mt_disk_buffer(b);
+        dst[i] = mt_disk_buffer(b);
+        fill(src[i], b, (unsigned)i);
+        memset(dst[i], 0, b);
+    }
+    /* every write in flight at once, then every read */
+    for (int i = 0; i < n; i++) cr_assert_geq(t[i] = mt_disk_submit(d, i, src[i], 1, &err), 0);
+    for (int i = n - 1; i >= 0; i--) cr_assert_eq(mt_disk_wait(d, t[i], &err), 0, "%s", err.msg);
+    for (int i = 0; i < n; i++) cr_assert_geq(t[i] = mt_disk_submit(d, i, dst[i], 0, &err), 0);
+    for (int i = 0; i < n; i++) {
+        cr_assert_eq(mt_disk_wait(d, t[i], &err), 0, "%s", err.msg);
+        cr_assert(!memcmp(src[i], dst[i], mt_disk_block_bytes(d, i)), "%s: block %d differs",
+                  dirs, i);
+    }
+    /* a block rewritten leaves its neighbours as they were */
+    fill(src[1], mt_disk_block_bytes(d, 1), 99);
+    cr_assert_eq(mt_disk_wait(d, mt_disk_submit(d, 1, src[1], 1, &err), &err), 0, "%s", err.msg);
+    for (int i = 0; i < n; i++) {
+        memset(dst[i], 0, mt_disk_block_bytes(d, i));
+        cr_assert_eq(mt_disk_wait(d, mt_disk_submit(d, i, dst[i], 0, &err), &err), 0);
+        cr_assert(!memcmp(src[i], dst[i], mt_disk_block_bytes(d, i)), "block %d", i);
+    }
+    for (int i = 0; i < n; i++) {
+        free(src[i]);
+        free(dst[i]);
+    }
+    mt_disk_close(d);
+}
+
+Test(disk, blocks_round_trip_on_one_directory) {
+    char *dir = mt_test_tmpdir();
+    round_trip(dir);
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+Test(disk, blocks_round_trip_striped_over_three) {
+    char *dir = mt_test_tmpdir(), dirs[1200];
+    snprintf(dirs, sizeof dirs, "%s/a,%s/b,%s/c", dir, dir, dir);
+    char cmd[1300];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/a %s/b %s/c", dir, dir, dir);
+    cr_assert_eq(system(cmd), 0);
+    round_trip(dirs);
+    /* the files were unlinked: nothing is left in the directories */
+    snprintf(cmd, sizeof cmd, "test -z \"$(find %s -type f)\"", dir);
+    cr_assert_eq(system(cmd), 0, "the tier left files behind");
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+Test(disk, a_missing_directory_is_named) {
+    size_t bytes[] = {4096};
+    mt_disk *d;
+    mt_error err;
+    cr_assert_eq(mt_disk_open(&d, "/nonexistent/megatrain", bytes, 1, &err), -1);
+    cr_assert(strstr(err.msg, "/nonexistent/megatrain"), "%s", err.msg);
+}
+
+/* A file-size limit stands in for a full disk: the tier's reservation
+ * fails at open, naming the directory and the size. */
+Test(disk, a_disk_too_small_is_refused_at_open) {
+    char *dir = mt_test_tmpdir();
+    pid_t p = fork();
+    if (p == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl = {1 << 20, 1 << 20};
+        setrlimit(RLIMIT_FSIZE, &rl);
+        size_t bytes[] = {MT_DISK_STRIPE * 4};
+        mt_disk *d;
+        mt_error err;
+        int rc = mt_disk_open(&d, dir, bytes, 1, &err);
+        _exit(rc == -1 && strstr(err.msg, dir) && strstr(err.msg, "GB") ? 0 : 1);
+    }
+    int st;
+    cr_assert_eq(waitpid(p, &st, 0), p);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the open must fail naming the directory");
+    mt_test_rmtree(dir);
+    free(dir);
+}
