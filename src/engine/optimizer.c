@@ -2,6 +2,7 @@
  * before any layer is updated, so the norm pass comes first. */
 #include "engine/optimizer.h"
 
+#include "host/disk_state.h"
 #include "optim/clip.h"
 
 double mt_optimizer_layer_sumsq(const mt_optimizer *o, const mt_host_store *s, int layer) {
@@ -25,17 +26,26 @@ void mt_optimizer_update_layer(const mt_optimizer *o, mt_host_store *s, int laye
                                mt_grad_view g, float clip_coef, double lr) {
     const mt_layer_desc *ld = &s->table->layers[layer];
     mt_adamw_hparams h = hparams(o, lr);
+    /* the layer's m and v: in the store, or brought in from the disk */
+    int away = mt_disk_state_on_disk(s->disk, layer);
+    float *m = s->m + ld->offset, *v = s->v + ld->offset;
+    if (away) {
+        mt_disk_state_get(s->disk, layer, &m, &v);
+        if (!m) return; /* a disk failure, reported by mt_disk_state_error: the run stops */
+    }
+    float *w = s->w + ld->offset;
     for (int k = 0; k < ld->n_tensors; k++) {
         const mt_tensor_desc *td = &ld->tensors[k];
-        size_t off = ld->offset + td->offset;
+        size_t off = td->offset;
         double wd = decay_of(o, td);
         if (g.bf16)
-            mt_adamw_update_g16(&o->cpu, s->w + off, s->m + off, s->v + off,
+            mt_adamw_update_g16(&o->cpu, w + off, m + off, v + off,
                                 (const uint16_t *)g.p + td->offset, td->numel, &h, wd, clip_coef);
         else
-            mt_adamw_update(&o->cpu, s->w + off, s->m + off, s->v + off,
-                            (const float *)g.p + td->offset, NULL, td->numel, &h, wd, clip_coef);
+            mt_adamw_update(&o->cpu, w + off, m + off, v + off, (const float *)g.p + td->offset,
+                            NULL, td->numel, &h, wd, clip_coef);
     }
+    if (away) mt_disk_state_put(s->disk, layer);
 }
 
 void mt_optimizer_layer_coefs(const mt_optimizer *o, const mt_param_table *t, int layer,

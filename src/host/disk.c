@@ -178,15 +178,20 @@ static void queue(mt_disk *d, op *o) {
     d->in_flight++;
 }
 
-/* Reaps one completion (blocking): its stripe is done, failed, or (short)
- * queued again for the rest. */
-static void reap_one(mt_disk *d) {
+/* Reaps one completion: its stripe is done, failed, or (short) queued
+ * again for the rest. Blocks when asked, else returns 0 when none is
+ * there. */
+static int reap(mt_disk *d, int block) {
     io_uring_submit(&d->ring);
     struct io_uring_cqe *c;
     int rc;
-    do rc = io_uring_wait_cqe(&d->ring, &c);
-    while (rc == -EINTR);
-    MT_ASSERT(rc == 0);
+    if (!block) {
+        if (io_uring_peek_cqe(&d->ring, &c) != 0) return 0;
+    } else {
+        do rc = io_uring_wait_cqe(&d->ring, &c);
+        while (rc == -EINTR);
+        MT_ASSERT(rc == 0);
+    }
     op *o = io_uring_cqe_get_data(c);
     int res = c->res;
     io_uring_cqe_seen(&d->ring, c);
@@ -195,7 +200,7 @@ static void reap_one(mt_disk *d) {
     if (res > 0 && (size_t)res < o->len) { /* short: the rest again */
         o->buf += res, o->off += res, o->len -= (size_t)res;
         queue(d, o);
-        return;
+        return 1;
     }
     if ((res <= 0) && !t->failed) {
         t->failed = res < 0 ? -res : EIO; /* 0 bytes: past the end, which is a bug or a lie */
@@ -204,6 +209,16 @@ static void reap_one(mt_disk *d) {
     }
     t->pending--;
     free(o);
+    return 1;
+}
+
+static void reap_one(mt_disk *d) { reap(d, 1); }
+
+int mt_disk_done(mt_disk *d, int id) {
+    MT_ASSERT(id >= 0 && id < d->n_tickets && d->tickets[id].used);
+    while (d->tickets[id].pending > 0 && reap(d, 0)) {
+    }
+    return d->tickets[id].pending == 0;
 }
 
 int mt_disk_submit(mt_disk *d, int i, void *buf, int write, mt_error *err) {

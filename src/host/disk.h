@@ -49,6 +49,10 @@ void *mt_disk_buffer(size_t bytes);
  * stay untouched until the ticket is waited for. */
 int mt_disk_submit(mt_disk *d, int i, void *buf, int write, mt_error *err);
 
+/* Whether the transfer of ticket is done, without blocking (it still needs
+ * its mt_disk_wait, which then returns at once). */
+int mt_disk_done(mt_disk *d, int ticket);
+
 /* Blocks until the transfer of ticket is done; -1 with a message naming
  * the file, the offset and the system's reason when it failed. */
 int mt_disk_wait(mt_disk *d, int ticket, mt_error *err);

@@ -29,16 +29,46 @@ int mt_host_store_init(mt_host_store *s, const mt_param_table *t, mt_error *err)
 }
 
 int mt_host_store_create(mt_host_store *s, const mt_param_table *t, int grads, mt_error *err) {
+    return mt_host_store_create_tiered(s, t, grads, NULL, err);
+}
+
+/* m or v when some layers' state is on disk: address space reserved
+ * without RAM behind it (MAP_NORESERVE: a model larger than the RAM is
+ * not refused for it), the RAM layers touched. */
+static float *reserve_state(const mt_param_table *t, const uint8_t *on_disk, size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    for (int l = 0; l < t->n_layers; l++)
+        if (!on_disk[l]) parallel_zero((float *)p + t->layers[l].offset, t->layers[l].numel);
+    return p;
+}
+
+int mt_host_store_create_tiered(mt_host_store *s, const mt_param_table *t, int grads,
+                                const uint8_t *on_disk, mt_error *err) {
     memset(s, 0, sizeof *s);
     s->table = t;
     size_t bytes;
     if (!mt_mul_size(t->total, sizeof(float), &bytes))
         return mt_errorf(err, "model too large for this machine's address space");
     float **arrays[] = {&s->w, &s->m, &s->v, &s->g};
-    size_t n_arrays = grads ? 4 : 3;
+    size_t n_arrays = grads ? 4 : 3, state_ram = 0;
+    for (int l = 0; on_disk && l < t->n_layers; l++)
+        if (!on_disk[l]) state_ram += t->layers[l].numel * sizeof(float);
     for (size_t i = 0; i < n_arrays; i++) {
         size_t padded = mt_round_up(bytes, HUGE_PAGE);
-        *arrays[i] = mt_aligned_alloc_try(HUGE_PAGE, padded);
+        if (on_disk && (i == 1 || i == 2)) {
+            *arrays[i] = reserve_state(t, on_disk, padded);
+            if (*arrays[i]) {
+                s->mv_mapped = padded;
+                continue;
+            }
+        } else {
+            *arrays[i] = mt_aligned_alloc_try(HUGE_PAGE, padded);
+        }
         if (!*arrays[i]) {
             mt_host_store_free(s);
             return mt_errorf(err, "host memory: could not allocate %.2f GiB for the model "
@@ -51,14 +81,19 @@ int mt_host_store_create(mt_host_store *s, const mt_param_table *t, int grads, m
 #endif
         parallel_zero(*arrays[i], t->total);
     }
-    s->bytes = n_arrays * bytes;
+    s->bytes = on_disk ? (n_arrays - 2) * bytes + 2 * state_ram : n_arrays * bytes;
     return 0;
 }
 
 void mt_host_store_free(mt_host_store *s) {
     free(s->w);
-    free(s->m);
-    free(s->v);
+    if (s->mv_mapped) {
+        if (s->m) munmap(s->m, s->mv_mapped);
+        if (s->v) munmap(s->v, s->mv_mapped);
+    } else {
+        free(s->m);
+        free(s->v);
+    }
     free(s->g);
     memset(s, 0, sizeof *s);
 }

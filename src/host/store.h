@@ -11,19 +11,32 @@
 #include "model/params.h"
 #include "util/error.h"
 
+struct mt_disk_state;
+
 typedef struct mt_host_store {
     const mt_param_table *table;
     float *w;   /* (total) master weights */
     float *m;   /* (total) Adam first moment */
     float *v;   /* (total) Adam second moment */
     float *g;   /* (total) gradient of the current step, or NULL */
-    size_t bytes;
+    size_t bytes;  /* of RAM the arrays take */
+    /* The layers whose m and v live on disk (host/disk_state.h), NULL
+     * none: their ranges of m and v are address space only, never
+     * touched (no RAM), and every reader of m and v goes through it. */
+    struct mt_disk_state *disk;
+    size_t mv_mapped;  /* bytes of m's and v's mappings when they are reserved so */
 } mt_host_store;
 
 /* Allocates and zero-fills w, m, v and, if grads, g (without it g is NULL:
  * the gradient waits on the GPU). Fails with a message giving the bytes
  * needed when memory is short. */
 int mt_host_store_create(mt_host_store *s, const mt_param_table *t, int grads, mt_error *err);
+
+/* The same where the m and v of the layers with state_on_disk[l] set live
+ * on disk (the caller attaches the disk state to s->disk): their ranges
+ * take no RAM. state_on_disk NULL: mt_host_store_create. */
+int mt_host_store_create_tiered(mt_host_store *s, const mt_param_table *t, int grads,
+                                const uint8_t *state_on_disk, mt_error *err);
 
 /* mt_host_store_create with the gradient array. */
 int mt_host_store_init(mt_host_store *s, const mt_param_table *t, mt_error *err);

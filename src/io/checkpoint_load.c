@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "host/disk_state.h"
 #include "io/checkpoint_internal.h"
 #include "io/checksum.h"
 #include "io/file.h"
@@ -221,32 +222,58 @@ static int shape_matches(const mt_st_tensor_info *ti, const mt_tensor_desc *td) 
            (td->ndim == 1 || ti->shape[1] == td->shape[1]);
 }
 
-/* Reads one store array (w, m or v) from file f, tensors named prefix + HF name. */
-static int read_array(const mt_st_file *f, const mt_param_table *t, const char *prefix,
-                      float *array, mt_error *err) {
-    for (int l = 0; l < t->n_layers; l++) {
-        const mt_layer_desc *ld = &t->layers[l];
-        for (int k = 0; k < ld->n_tensors; k++) {
-            const mt_tensor_desc *td = &ld->tensors[k];
-            char name[128];
-            snprintf(name, sizeof name, "%s%s", prefix, td->name);
-            const mt_st_tensor_info *ti = mt_st_find(f, name);
-            if (!ti) return mt_errorf(err, "%s: tensor \"%s\" is missing", f->path, name);
-            if (ti->dtype != MT_DTYPE_F32 || !shape_matches(ti, td))
-                return mt_errorf(err, "%s: tensor \"%s\" is %s of %d dims [%lld, ...], expected "
-                                 "F32 [%lld, %lld]", f->path, name, mt_dtype_name(ti->dtype),
-                                 ti->ndim, (long long)ti->shape[0], (long long)td->shape[0],
-                                 (long long)td->shape[1]);
-            if (mt_st_read_f32(ti, array + ld->offset + td->offset, td->numel, err)) return -1;
-        }
+/* Reads layer l's tensors of one array from file f, named prefix + HF
+ * name, into base (the layer's range). */
+static int read_layer(const mt_st_file *f, const mt_param_table *t, int l, const char *prefix,
+                      float *base, mt_error *err) {
+    const mt_layer_desc *ld = &t->layers[l];
+    for (int k = 0; k < ld->n_tensors; k++) {
+        const mt_tensor_desc *td = &ld->tensors[k];
+        char name[128];
+        snprintf(name, sizeof name, "%s%s", prefix, td->name);
+        const mt_st_tensor_info *ti = mt_st_find(f, name);
+        if (!ti) return mt_errorf(err, "%s: tensor \"%s\" is missing", f->path, name);
+        if (ti->dtype != MT_DTYPE_F32 || !shape_matches(ti, td))
+            return mt_errorf(err, "%s: tensor \"%s\" is %s of %d dims [%lld, ...], expected "
+                             "F32 [%lld, %lld]", f->path, name, mt_dtype_name(ti->dtype),
+                             ti->ndim, (long long)ti->shape[0], (long long)td->shape[0],
+                             (long long)td->shape[1]);
+        if (mt_st_read_f32(ti, base + td->offset, td->numel, err)) return -1;
     }
     return 0;
+}
+
+/* Reads one store array (w, m or v) from file f, tensors named prefix + HF
+ * name; the layers whose m and v are on disk (disk, m or v: every array but
+ * w) go there, a layer at a time. */
+static int read_array(const mt_st_file *f, const mt_param_table *t, const char *prefix,
+                      float *array, mt_disk_state *disk, mt_error *err) {
+    for (int l = 0; l < t->n_layers; l++)
+        if (!mt_disk_state_on_disk(disk, l) &&
+            read_layer(f, t, l, prefix, array + t->layers[l].offset, err))
+            return -1;
+    return 0;
+}
+
+static int read_disk_layers(const mt_st_file *f, const mt_param_table *t, mt_disk_state *disk,
+                            mt_error *err) {
+    int rc = 0;
+    for (int l = 0; l < t->n_layers && rc == 0; l++) {
+        if (!mt_disk_state_on_disk(disk, l)) continue;
+        size_t n = t->layers[l].numel;
+        float *m = mt_calloc_or_die(n ? n : 1, sizeof *m), *v = mt_calloc_or_die(n ? n : 1, sizeof *v);
+        rc = read_layer(f, t, l, "exp_avg.", m, err) || read_layer(f, t, l, "exp_avg_sq.", v, err) ||
+             mt_disk_state_write(disk, l, m, v, err);
+        free(m);
+        free(v);
+    }
+    return rc ? -1 : 0;
 }
 
 /* Opens dir/file expecting exactly n_expect tensors, then reads arrays. */
 static int load_tensor_file(const char *dir, const char *file, const mt_param_table *t,
                             int n_expect, const char *const *prefixes, float *const *arrays,
-                            int n_arrays, mt_error *err) {
+                            int n_arrays, mt_disk_state *disk, mt_error *err) {
     char *path = mt_path_join(dir, file);
     mt_st_file f;
     int rc = mt_st_open(&f, path, err);
@@ -254,7 +281,8 @@ static int load_tensor_file(const char *dir, const char *file, const mt_param_ta
         rc = mt_errorf(err, "%s: %d tensors, expected %d: it does not belong to this model",
                        path, f.n_tensors, n_expect);
     for (int i = 0; i < n_arrays && rc == 0; i++)
-        rc = read_array(&f, t, prefixes[i], arrays[i], err);
+        rc = read_array(&f, t, prefixes[i], arrays[i], disk, err);
+    if (rc == 0 && disk) rc = read_disk_layers(&f, t, disk, err);
     mt_st_close(&f);
     free(path);
     return rc;
@@ -279,8 +307,11 @@ static int load(const char *dir, mt_host_store *s, const mt_config *cfg, char **
     int n = mt_ckpt_count_tensors(s->table);
     const char *wp[] = {""}, *op[] = {"exp_avg.", "exp_avg_sq."};
     float *wa[] = {s->w}, *oa[] = {s->m, s->v};
-    if (rc == 0) rc = load_tensor_file(dir, "model.safetensors", s->table, n, wp, wa, 1, err);
-    if (rc == 0) rc = load_tensor_file(dir, "optimizer.safetensors", s->table, 2 * n, op, oa, 2, err);
+    if (rc == 0)
+        rc = load_tensor_file(dir, "model.safetensors", s->table, n, wp, wa, 1, NULL, err);
+    if (rc == 0)
+        rc = load_tensor_file(dir, "optimizer.safetensors", s->table, 2 * n, op, oa, 2, s->disk,
+                              err);
     if (rc == 0) rc = mt_ckpt_load_state(dir, step, state_json, err);
     if (rc) mt_error_prefix(err, "loading checkpoint: ");
     return rc;

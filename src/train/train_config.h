@@ -81,6 +81,8 @@ typedef struct mt_train_config {
     double gpu_mem, host_mem;       // GB; 0 = the machine's
     int host_grad_dtype;            // auto | fp32 | bf16
     char calibration[MT_TC_STR];    // "" = probe
+    char nvme_dir[MT_TC_STR];       // directories of the disk tier, "DIR[,DIR...]"; "" = none
+    int64_t disk_layers;            // layers whose m and v live there (the last ones)
     /* evaluation and logging */
     char eval_data[MT_TC_STR];      // held-out data; "" = none
     int64_t eval_every, eval_batches;

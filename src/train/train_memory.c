@@ -23,6 +23,25 @@ static size_t data_bytes(const mt_train_config *tc) {
     return mt_mul_size((size_t)st.st_size, 6, &b) ? b : SIZE_MAX;
 }
 
+int mt_train_state_on_disk(const mt_train_config *tc, const mt_param_table *t, uint8_t *on_disk) {
+    int n = !tc->nvme_dir[0] ? 0
+            : tc->disk_layers < t->n_layers ? (int)tc->disk_layers : t->n_layers;
+    for (int l = 0; on_disk && l < t->n_layers; l++) on_disk[l] = l >= t->n_layers - n;
+    return n;
+}
+
+/* RAM the m and v of the disk layers do not take, less their staging. */
+static size_t disk_saving(const mt_train_config *tc, const mt_param_table *t) {
+    int n = mt_train_state_on_disk(tc, t, NULL);
+    size_t saved = 0, most = 0;
+    for (int l = t->n_layers - n; l < t->n_layers; l++) {
+        saved += 2 * t->layers[l].numel * sizeof(float);
+        if (t->layers[l].numel > most) most = t->layers[l].numel;
+    }
+    size_t staging = MT_DISK_STAGING_BUFFERS * 2 * most * sizeof(float);
+    return saved > staging ? saved - staging : 0;
+}
+
 int mt_train_host_bytes_compute(const mt_train_config *tc, const mt_config *cfg,
                                 const mt_param_table *t, int store_grads, int cpu,
                                 mt_train_host_bytes *b, mt_error *err) {
@@ -37,6 +56,7 @@ int mt_train_host_bytes_compute(const mt_train_config *tc, const mt_config *cfg,
                          (long long)tc->seq_len);
     if (!mt_mul_size(t->total, sizeof(float) * (store_grads ? 4 : 3), &b->store))
         return mt_errorf(err, "the model's %zu parameters overflow 64 bits of bytes", t->total);
+    b->store -= disk_saving(tc, t);
     if (cpu && mt_cpu_backend_bytes(cfg, t, (int)tc->micro_batches, tc->batch_size, tc->seq_len,
                                     &b->acts))
         return mt_errorf(err, "the CPU activations of %lld x %lld x %lld tokens overflow 64 "

@@ -5,6 +5,7 @@
 #define MT_TRAIN_TRAIN_MEMORY_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "train/train_config.h"
 #include "model/config.h"
@@ -21,6 +22,15 @@ typedef struct mt_train_host_bytes {
     size_t data;    /* an estimate: the JSONL text and its token ids; 0 for .mtok (mapped) */
     size_t total;
 } mt_train_host_bytes;
+
+/* The layers whose m and v the run keeps on disk (tc->disk_layers of them,
+ * the last ones: the optimizer updates them last, so the next forward
+ * needs them last) into on_disk (t->n_layers entries, may be NULL);
+ * returns how many. 0 without nvme_dir. */
+int mt_train_state_on_disk(const mt_train_config *tc, const mt_param_table *t, uint8_t *on_disk);
+
+/* Staging buffers of the disk tier (host/disk_state.h). */
+#define MT_DISK_STAGING_BUFFERS 3
 
 /* Fills *b for the run tc of the model (cfg, t); store_grads and cpu say
  * whether the store holds gradients and whether the CPU backend computes.

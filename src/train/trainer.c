@@ -14,6 +14,7 @@
 
 #include "data/builtin_text.h"
 #include "engine/step.h"
+#include "host/disk_state.h"
 #include "io/checkpoint.h"
 #include "io/model_io.h"
 #include "io/run_dir.h"
@@ -231,6 +232,8 @@ static int step_sums(mt_run *R, double *sq, double *loss, mt_error *err) {
  * gradient is not finite (R->nf says where; rep has the norm), and no
  * update was started. */
 static int train_step(mt_run *R, double *loss, mt_optim_report *rep, mt_error *err) {
+    /* the last update's disk failure, if any: the run stops, its last checkpoint intact */
+    if (mt_disk_state_error(R->store.disk, err)) return -1;
     mt_batch b = rank_batch(R);
     if (mt_step_forward_backward(R->r.be, R->table.n_layers, &b, loss, err)) return -1;
     int nl = R->table.n_layers;
@@ -382,7 +385,7 @@ static int setup(mt_run *R, mt_error *err) {
     free(plan_text);
     if (rc) return -1;
     ro.plan = R->plan;
-    if (mt_host_store_create(&R->store, mt_run_store_table(R), store_grads, err)) return -1;
+    if (mt_run_store_open(R, store_grads, err)) return -1;
     mt_emitf(&R->ev, MT_EVENT_INFO, "model: %s %s, %.2fM parameters, %lld layers, hidden %lld, "
              "vocab %lld", tc->model[0] ? tc->model : "built-in", R->cfg.model_type,
              R->table.n_params / 1e6, (long long)R->cfg.L, (long long)R->cfg.C,
@@ -482,6 +485,7 @@ static void teardown(mt_run *R) {
     free(R->tokens);
     free(R->targets);
     free(R->pos);
+    mt_disk_state_close(R->store.disk); /* after the optimizer: its last writes land */
     mt_host_store_free(&R->store);
     mt_params_free(&R->parts);
     mt_shard_layout_free(&R->sl);

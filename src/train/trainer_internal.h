@@ -80,6 +80,9 @@ int mt_run_restore_state(mt_run *R, const char *json, mt_error *err);
 int mt_run_ranks_open(mt_run *R, int gpu, mt_error *err);
 /* The table of the run's store: the model's, or this rank's parts'. */
 const mt_param_table *mt_run_store_table(const mt_run *R);
+/* The host store (over mt_run_store_table), with the disk tier when the
+ * options put layers' optimizer state there (R->store.disk). */
+int mt_run_store_open(mt_run *R, int store_grads, mt_error *err);
 /* A fresh start's weights: the model directory's, or random. */
 int mt_run_init_weights(mt_run *R, mt_error *err);
 /* Loads the checkpoint R->ckpt_dir (one process's or several ranks',

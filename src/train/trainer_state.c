@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "dist/shard_ckpt.h"
+#include "host/disk_state.h"
 #include "io/checkpoint.h"
 #include "io/model_io.h"
 #include "train/trainer_internal.h"
@@ -98,6 +99,10 @@ out:
 int mt_run_save_checkpoint(mt_run *R, mt_error *err) {
     if (R->pipe_on) mt_optim_pipeline_wait_all(&R->pipe);
     mt_ranks_watch_pause(&R->rk, 1); /* the save's collectives have their own timeouts */
+    if (mt_disk_state_error(R->store.disk, err)) { /* a state that failed to land: not saved */
+        mt_ranks_watch_pause(&R->rk, 0);
+        return -1;
+    }
     char *js = mt_run_state_json(R), path[4096];
     double t0 = mt_now_s();
     int rc;

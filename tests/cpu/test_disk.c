@@ -114,3 +114,43 @@ Test(disk, a_disk_too_small_is_refused_at_open) {
     mt_test_rmtree(dir);
     free(dir);
 }
+
+/* The last layers' optimizer state on disk (striped over two directories)
+ * trains the same bits as all of it in RAM: the losses, and the optimizer
+ * file of the checkpoint; a run resumed with the state on disk continues
+ * bit for bit too. */
+Test(disk, optimizer_state_on_disk_trains_the_same_bits, .timeout = 120) {
+    char *dir = mt_test_tmpdir(), a[600], b[600], c[600], dirs[1300], cmd[2600];
+    snprintf(a, sizeof a, "%s/ram", dir);
+    snprintf(b, sizeof b, "%s/disk", dir);
+    snprintf(c, sizeof c, "%s/resumed", dir);
+    snprintf(dirs, sizeof dirs, "%s/nv1,%s/nv2", dir, dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/nv1 %s/nv2", dir, dir);
+    cr_assert_eq(system(cmd), 0);
+    char *ram[] = {"train", "--device", "cpu", "--precision", "fp32", "--steps", "8",
+                   "--save-every", "4", "--out", a, NULL};
+    char *disk[] = {"train", "--device", "cpu", "--precision", "fp32", "--steps", "8",
+                    "--save-every", "4", "--out", b, "--nvme-dir", dirs, "--disk-layers", "3",
+                    NULL};
+    cr_assert_eq(mt_test_cli(ram), 0);
+    cr_assert_eq(mt_test_cli(disk), 0);
+    snprintf(cmd, sizeof cmd, "cmp %s/checkpoints/step-00000008/optimizer.safetensors "
+             "%s/checkpoints/step-00000008/optimizer.safetensors && cmp %s/model/model.safetensors "
+             "%s/model/model.safetensors", a, b, a, b);
+    cr_assert_eq(system(cmd), 0, "the state on disk must give the RAM run's bits");
+    /* resume from step 4 with the state on disk: the same end */
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/checkpoints && cp -r %s/checkpoints/step-00000004 "
+             "%s/checkpoints/", c, a, c);
+    cr_assert_eq(system(cmd), 0);
+    char *resumed[] = {"train", "--device", "cpu", "--precision", "fp32", "--steps", "8",
+                       "--save-every", "4", "--out", c, "--nvme-dir", dirs, "--disk-layers", "3",
+                       "--resume", "auto", NULL};
+    cr_assert_eq(mt_test_cli(resumed), 0);
+    snprintf(cmd, sizeof cmd, "cmp %s/checkpoints/step-00000008/optimizer.safetensors "
+             "%s/checkpoints/step-00000008/optimizer.safetensors", a, c);
+    cr_assert_eq(system(cmd), 0, "a resume with the state on disk continues bit for bit");
+    snprintf(cmd, sizeof cmd, "test -z \"$(find %s/nv1 %s/nv2 -type f)\"", dir, dir);
+    cr_assert_eq(system(cmd), 0, "the disk tier left files behind");
+    mt_test_rmtree(dir);
+    free(dir);
+}
