@@ -1,7 +1,8 @@
 /* The configuration of `megatrain train`: one struct holding every option.
  *
- * One table (train_config.c: `options`) of {name, type, default, tiny-model
- * default, range, help} drives everything: the defaults, the YAML config
+ * One table (train_config.c: `mt_tc_options`, an option table of
+ * util/options.h) of {name, type, default, tiny-model default, range, help}
+ * drives everything: the defaults, the YAML config
  * file keys, the command-line flags, the --help text, validation and the
  * YAML/JSON written back. Precedence: defaults < config file < flags.
  *
@@ -22,9 +23,10 @@
 
 #include "optim/schedule.h"
 #include "util/error.h"
+#include "util/options.h"
 
 /* Longest path or string value, terminator included. */
-#define MT_TC_STR 1024
+#define MT_TC_STR MT_OPT_STR
 /* Room for the options of the table (a static assert keeps it large enough). */
 #define MT_TC_MAX_OPTIONS 48
 
