@@ -16,13 +16,13 @@
 #define NONNEG MT_OPT_NONNEG
 #define ANY MT_OPT_ANY
 
-static const char *const data_formats[] = {"auto", "text", "completion", "chat", "tokens", NULL};
-static const char *const chat_templates[] = {"auto", "llama3", "qwen", "llama2", "mistral", NULL};
-static const char *const packings[] = {"auto", "documents", "rows", NULL};
+const char *const mt_tc_data_formats[] = {"auto", "text", "completion", "chat", "tokens", NULL};
+const char *const mt_tc_chat_templates[] = {"auto", "llama3", "qwen", "llama2", "mistral", NULL};
+const char *const mt_tc_packings[] = {"auto", "documents", "rows", NULL};
+const char *const mt_tc_dtypes[] = {"bf16", "fp32", NULL};
+const char *const mt_tc_devices[] = {"auto", "cpu", "cuda", NULL};
+const char *const mt_tc_grad_dtypes[] = {"auto", "fp32", "bf16", NULL};
 static const char *const schedules[] = {"cosine", "linear", "constant", NULL};
-static const char *const dtypes[] = {"bf16", "fp32", NULL};
-static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
-static const char *const grad_dtypes[] = {"auto", "fp32", "bf16", NULL};
 static const char *const nonfinite_actions[] = {"stop", "skip", NULL};
 
 const mt_opt mt_tc_options[] = {
@@ -33,11 +33,11 @@ const mt_opt mt_tc_options[] = {
     {"data", MT_OPT_STRING, OFF(data), "", NULL, ANY, NULL, "PATH", NULL,
      "training data: .jsonl[.gz|.zst] or .mtok, a directory of them, or a weighted list "
      "[{path: a, weight: 0.7}, ...]; empty: built-in English text"},
-    {"data_format", MT_OPT_ENUM, OFF(data_format), "auto", NULL, ANY, data_formats, NULL, NULL,
-     "JSONL layout: text, prompt/completion, chat messages, or tokens; auto: detect"},
-    {"chat_template", MT_OPT_ENUM, OFF(chat_template), "auto", NULL, ANY, chat_templates, NULL,
-     NULL, "chat format of the model; auto: from the model's type"},
-    {"packing", MT_OPT_ENUM, OFF(packing), "auto", NULL, ANY, packings, NULL, NULL,
+    {"data_format", MT_OPT_ENUM, OFF(data_format), "auto", NULL, ANY, mt_tc_data_formats, NULL,
+     NULL, "JSONL layout: text, prompt/completion, chat messages, or tokens; auto: detect"},
+    {"chat_template", MT_OPT_ENUM, OFF(chat_template), "auto", NULL, ANY, mt_tc_chat_templates,
+     NULL, NULL, "chat format of the model; auto: from the model's type"},
+    {"packing", MT_OPT_ENUM, OFF(packing), "auto", NULL, ANY, mt_tc_packings, NULL, NULL,
      "documents packed in a row: separate sequences (positions restart, attention stays in "
      "each document) or one sequence (rows); auto: documents for completion and chat data"},
     {"skip_bad_lines", MT_OPT_BOOL, OFF(skip_bad_lines), "false", NULL, ANY, NULL, NULL, NULL,
@@ -88,7 +88,7 @@ const mt_opt mt_tc_options[] = {
      "steps between resume checkpoints; 0: only at the end or on a signal"},
     {"keep_last", MT_OPT_INT, OFF(keep_last), "2", NULL, AT_LEAST(1), NULL, NULL, NULL,
      "resume checkpoints kept"},
-    {"save_dtype", MT_OPT_ENUM, OFF(save_dtype), "bf16", NULL, ANY, dtypes, NULL, NULL,
+    {"save_dtype", MT_OPT_ENUM, OFF(save_dtype), "bf16", NULL, ANY, mt_tc_dtypes, NULL, NULL,
      "dtype of the final HF model"},
     {"max_shard_size", MT_OPT_FLOAT, OFF(max_shard_size), "5", NULL, {0, NAN, true, false}, NULL,
      "GB", NULL, "largest safetensors file of the final HF model, as save_pretrained's "
@@ -99,14 +99,14 @@ const mt_opt mt_tc_options[] = {
      "start afresh in an out that holds a run, deleting its checkpoints, metrics, TensorBoard "
      "files and model (such an out is refused otherwise, unless resume is set)"},
 
-    {"device", MT_OPT_ENUM, OFF(device), "auto", NULL, ANY, devices, NULL, "Device",
+    {"device", MT_OPT_ENUM, OFF(device), "auto", NULL, ANY, mt_tc_devices, NULL, "Device",
      "where to train; auto: cuda when present, else cpu"},
     {"gpus", MT_OPT_INT, OFF(gpus), "0", NULL, AT_LEAST(0), NULL, "N", NULL,
      "train on N GPUs of this machine, one process (rank) each: every step's micro-batches "
      "are shared among them (micro_batches must be a multiple of N), the same training as on "
      "one GPU; 0: one GPU. Under torchrun, mpirun or srun: the launcher's ranks "
      "(docs/distributed.md)"},
-    {"precision", MT_OPT_ENUM, OFF(precision), "bf16", NULL, ANY, dtypes, NULL, NULL,
+    {"precision", MT_OPT_ENUM, OFF(precision), "bf16", NULL, ANY, mt_tc_dtypes, NULL, NULL,
      "matrix products in bf16 (fp32 accumulation) or all fp32"},
     {"host_checkpoints", MT_OPT_BOOL, OFF(host_checkpoints), "false", NULL, ANY, NULL, NULL,
      NULL, "every layer checkpoint in host RAM, no planner (longer sequences, more PCIe "
@@ -115,9 +115,9 @@ const mt_opt mt_tc_options[] = {
      "GPU memory the run may take, CUDA context included; 0: what is free"},
     {"host_mem", MT_OPT_FLOAT, OFF(host_mem), "0", NULL, NONNEG, NULL, "GB", NULL,
      "host RAM the run may take; 0: MemTotal less max(4 GB, 4%)"},
-    {"host_grad_dtype", MT_OPT_ENUM, OFF(host_grad_dtype), "auto", NULL, ANY, grad_dtypes, NULL,
-     NULL, "gradients waiting in host RAM: fp32, or bf16 (14 bytes/param); auto: fp32 when it "
-     "fits"},
+    {"host_grad_dtype", MT_OPT_ENUM, OFF(host_grad_dtype), "auto", NULL, ANY, mt_tc_grad_dtypes,
+     NULL, NULL, "gradients waiting in host RAM: fp32, or bf16 (14 bytes/param); auto: fp32 "
+     "when it fits"},
     {"calibration", MT_OPT_STRING, OFF(calibration), "", NULL, ANY, NULL, "PATH", NULL,
      "machine rates for the planner (megatrain calibrate); empty: a short probe"},
 
@@ -258,9 +258,9 @@ int mt_train_config_validate(const mt_train_config *cfg, mt_error *err) {
 
 /* Enum names ------------------------------------------------------------ */
 
-const char *mt_tc_data_format_name(mt_tc_data_format v) { return data_formats[v]; }
-const char *mt_tc_chat_template_name(mt_tc_chat_template v) { return chat_templates[v]; }
-const char *mt_tc_packing_name(mt_tc_packing v) { return packings[v]; }
-const char *mt_device_kind_name(mt_device_kind v) { return devices[v]; }
-const char *mt_tc_precision_name(mt_tc_precision v) { return dtypes[v]; }
-const char *mt_save_dtype_name(mt_save_dtype v) { return dtypes[v]; }
+const char *mt_tc_data_format_name(mt_tc_data_format v) { return mt_tc_data_formats[v]; }
+const char *mt_tc_chat_template_name(mt_tc_chat_template v) { return mt_tc_chat_templates[v]; }
+const char *mt_tc_packing_name(mt_tc_packing v) { return mt_tc_packings[v]; }
+const char *mt_device_kind_name(mt_device_kind v) { return mt_tc_devices[v]; }
+const char *mt_tc_precision_name(mt_tc_precision v) { return mt_tc_dtypes[v]; }
+const char *mt_save_dtype_name(mt_save_dtype v) { return mt_tc_dtypes[v]; }

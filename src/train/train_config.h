@@ -140,6 +140,16 @@ int mt_train_config_save_yaml(const mt_train_config *cfg, const char *path, mt_e
 /* The --help text of `megatrain train`, generated from the option table. */
 void mt_train_config_usage(FILE *f);
 
+/* The names of the choices of an option, NULL-terminated, in enum order:
+ * those of train's options, which the other commands' options of the same
+ * name take too (cli/cli_options.h). */
+extern const char *const mt_tc_data_formats[];
+extern const char *const mt_tc_chat_templates[];
+extern const char *const mt_tc_packings[];
+extern const char *const mt_tc_dtypes[];      // precision, save_dtype
+extern const char *const mt_tc_devices[];
+extern const char *const mt_tc_grad_dtypes[]; // host_grad_dtype
+
 /* Names of enum values as written in configs ("cosine", "bf16", ...). */
 const char *mt_tc_data_format_name(mt_tc_data_format v);
 const char *mt_tc_chat_template_name(mt_tc_chat_template v);

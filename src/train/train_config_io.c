@@ -79,8 +79,8 @@ static int read_pair(yaml_reader *r, mt_train_config *cfg, const yaml_event_t *k
     } else {
         char label[MT_TC_STR + 96];
         snprintf(label, sizeof label, "%s: %s", where, name);
-        rc = mt_opt_set(&mt_tc_table, cfg, o, is_null(&val) ? "" : (const char *)val.data.scalar.value, label,
-                       err);
+        const char *text = is_null(&val) ? "" : (const char *)val.data.scalar.value;
+        rc = mt_opt_set(&mt_tc_table, cfg, o, text, label, err);
         r->line_of[o - mt_tc_options] = (int)line;
     }
     yaml_event_delete(&val);

@@ -114,7 +114,8 @@ int mt_opt_check_range(const mt_opt *o, double v, const char *text, const char *
 }
 
 static int parse_bool(const char *s, bool *out) {
-    static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
+    static const char *const yes[] = {"true", "yes", "on", "1"},
+                             *const no[] = {"false", "no", "off", "0"};
     for (int i = 0; i < 4; i++) {
         if (!strcasecmp(s, yes[i])) return *out = true, 0;
         if (!strcasecmp(s, no[i])) return *out = false, 0;
@@ -214,7 +215,11 @@ void mt_opt_format(const void *obj, const mt_opt *o, char *buf, size_t n) {
     const void *p = cfield(obj, o);
     switch (o->type) {
     case MT_OPT_STRING: snprintf(buf, n, "%s", (const char *)p); break;
-    case MT_OPT_TEXT: snprintf(buf, n, "%s", *(const char *const *)p ? *(const char *const *)p : ""); break;
+    case MT_OPT_TEXT: {
+        const char *text = *(const char *const *)p;
+        snprintf(buf, n, "%s", text ? text : "");
+        break;
+    }
     case MT_OPT_INT: snprintf(buf, n, "%lld", (long long)*(const int64_t *)p); break;
     case MT_OPT_FLOAT: format_double(*(const double *)p, buf, n); break;
     case MT_OPT_BOOL: snprintf(buf, n, "%s", *(const bool *)p ? "true" : "false"); break;

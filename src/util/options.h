@@ -47,6 +47,7 @@ typedef struct mt_opt_range {
 #define MT_OPT_NONNEG {0, NAN, false, false}
 #define MT_OPT_AT_LEAST(x) {x, MT_OPT_INT_MAX, false, false}
 #define MT_OPT_BETWEEN(lo, hi) {lo, hi, false, false}
+#define MT_OPT_ABOVE(x) {x, NAN, true, false}
 
 typedef struct mt_opt {
     const char *name;           // key, words joined by '_'; the flag is --name with '-'
@@ -66,7 +67,11 @@ typedef struct mt_opt {
 /* Other spellings: a short flag (-o), an older spelling still read with a
  * note (--host-ram-gb for --host-mem), or a key of other tools that is only
  * suggested (learning_rate -> lr). */
-typedef enum mt_opt_alias_kind { MT_ALIAS_SHORT, MT_ALIAS_DEPRECATED, MT_ALIAS_SUGGEST } mt_opt_alias_kind;
+typedef enum mt_opt_alias_kind {
+    MT_ALIAS_SHORT,
+    MT_ALIAS_DEPRECATED,
+    MT_ALIAS_SUGGEST,
+} mt_opt_alias_kind;
 
 typedef struct mt_opt_alias {
     const char *spelling; // a key ('_') for DEPRECATED and SUGGEST, one letter for SHORT
