@@ -4,16 +4,12 @@
 
 #include "cli/commands.h"
 
-static const struct {
-    const char *name;
-    int (*run)(int argc, char **argv);
-    const char *help;
-} commands[] = {
+static const mt_cli_command commands[] = {
     {"train", mt_cmd_train, "train or fine-tune a model (default: the built-in tiny model)"},
     {"init", mt_cmd_init, "create a new model with random weights (HF directory)"},
     {"plan", mt_cmd_plan, "where each layer's buffers live, bytes per tier, predicted step"},
     {"calibrate", mt_cmd_calibrate, "measure this machine's rates for the planner"},
-    {"bench", mt_cmd_bench, "measure speed (train, adamw)"},
+    {"bench", mt_cmd_bench, "measure speed, one benchmark at a time:"},
     {"tokenize", mt_cmd_tokenize, "pre-tokenize a JSONL corpus to .mtok"},
     {"generate", mt_cmd_generate, "continue a prompt with a model"},
     {"eval", mt_cmd_eval, "loss and perplexity of a model on a data file"},
@@ -22,10 +18,15 @@ static const struct {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: megatrain <command> [options]\n\ncommands:\n");
-    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
-        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
-    fprintf(f, "\nrun 'megatrain <command> --help' for the options of a command;\n"
-               "'megatrain --version' for the version and the GPUs this build runs on\n");
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
+        fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].help);
+        if (commands[i].run != mt_cmd_bench) continue;
+        for (size_t k = 0; k < mt_bench_n_commands; k++)
+            fprintf(f, "    %-15s %s\n", mt_bench_commands[k].name, mt_bench_commands[k].help);
+    }
+    fprintf(f, "\nrun 'megatrain <command> --help' (or 'megatrain bench <benchmark> --help') for\n"
+               "its options; 'megatrain --version' for the version and the GPUs this build runs "
+               "on\n");
 }
 
 int main(int argc, char **argv) {
