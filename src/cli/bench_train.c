@@ -60,15 +60,6 @@ static const mt_opt options[] = {
      NULL, NULL, "keep layer inputs in host memory, not on the GPU (with --grads)"},
 };
 #undef OFF
-static const mt_opt_table table = {
-    .command = "bench train",
-    .usage = "usage: megatrain bench train [--preset NAME] [shape options] [options]\n"
-             "Training steps of a synthetic model (random weights and tokens) on the GPU: step\n"
-             "time, tokens/s, model TFLOPS, memory, beside the plan's prediction.\n\n",
-    .opts = options, .n = MT_OPT_COUNT(options),
-    MT_OPT_GIVEN(bench_train_args),
-};
-
 /* The preset's shape with the flags' over it. */
 static void shape_config(const mt_preset *ps, const bench_train_args *a, mt_config *cfg) {
     mt_preset_config(ps, a->seq_len, cfg);
@@ -82,23 +73,21 @@ static void shape_config(const mt_preset *ps, const bench_train_args *a, mt_conf
     if (a->hidden || a->heads) cfg->HD = cfg->C / cfg->NH;
 }
 
-int mt_bench_train(int argc, char **argv) {
-    bench_train_args a;
-    int rc = mt_cli_parse(&table, &a, argc, argv);
-    if (rc >= 0) return rc;
-    const mt_preset *ps = mt_cli_preset("bench train", a.preset);
+static int run(void *args, int argc, char **argv) {
+    bench_train_args *a = args;
+    const mt_preset *ps = mt_cli_preset("bench train", a->preset);
     if (!ps) return 2;
     mt_config cfg;
-    shape_config(ps, &a, &cfg);
-    int gpus = (int)a.gpus;
-    mt_bench_opts bo = {.cfg = cfg, .M = (int)a.micro_batches, .B = a.batch_size,
-                        .T = a.seq_len, .steps = a.steps, .fp32 = a.precision,
-                        .slots = (int)a.slots, .keep = (int)a.keep_layers,
-                        .gpu_grads = a.grads == 0 ? -1 : a.grads == 1,
-                        .host_ckpt = a.host_checkpoints, .grad_dtype = a.host_grad_dtype - 1,
-                        .all_gpu = a.placement == 1, .gpu_mem = a.gpu_mem,
-                        .host_mem = a.host_mem, .calib = a.calibration,
-                        .gpu_adam = (int)a.gpu_adam_layers, .trace_path = a.trace,
+    shape_config(ps, a, &cfg);
+    int gpus = (int)a->gpus;
+    mt_bench_opts bo = {.cfg = cfg, .M = (int)a->micro_batches, .B = a->batch_size,
+                        .T = a->seq_len, .steps = a->steps, .fp32 = a->precision,
+                        .slots = (int)a->slots, .keep = (int)a->keep_layers,
+                        .gpu_grads = a->grads == 0 ? -1 : a->grads == 1,
+                        .host_ckpt = a->host_checkpoints, .grad_dtype = a->host_grad_dtype - 1,
+                        .all_gpu = a->placement == 1, .gpu_mem = a->gpu_mem,
+                        .host_mem = a->host_mem, .calib = a->calibration,
+                        .gpu_adam = (int)a->gpu_adam_layers, .trace_path = a->trace,
                         .gpus = gpus};
     mt_error err;
     if (gpus > 1 && !mt_launch_is_rank()) /* this process starts the ranks */
@@ -109,3 +98,10 @@ int mt_bench_train(int argc, char **argv) {
     }
     return 0;
 }
+
+static const mt_opt_table table = {
+    .command = "bench train", MT_OPT_ROWS(options), MT_OPT_STRUCT(bench_train_args),
+    .about = "Training steps of a synthetic model (random weights and tokens) on the GPU: step\n"
+             "time, tokens/s, model TFLOPS, memory, beside the plan's prediction."};
+const mt_cli_command mt_cli_bench_train = {
+    "train", "training steps of a synthetic model on the GPU", &table, run};

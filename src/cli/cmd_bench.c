@@ -29,20 +29,14 @@ static const mt_opt tokenizer_options[] = {
      "FILE.jsonl", NULL, "the texts: each line's \"text\", or the whole line"},
 };
 static const mt_opt_table tokenizer_table = {
-    .command = "bench tokenizer",
-    .usage = "usage: megatrain bench tokenizer --tokenizer PATH --data FILE.jsonl\n"
-             "Encoding speed on one core over the \"text\" of each line.\n\n",
-    .opts = tokenizer_options, .n = MT_OPT_COUNT(tokenizer_options),
-    MT_OPT_GIVEN(tokenizer_args),
-};
+    .command = "bench tokenizer", MT_OPT_ROWS(tokenizer_options), MT_OPT_STRUCT(tokenizer_args),
+    .about = "Encoding speed on one core over the \"text\" of each line."};
 
 /* Encoding speed on one core: every line's "text" (or the whole line when
  * it has none), encoded with one encoder, timed after loading. */
-static int bench_tokenizer(int argc, char **argv) {
-    tokenizer_args a;
-    int rc = mt_cli_parse(&tokenizer_table, &a, argc, argv);
-    if (rc >= 0) return rc;
-    const char *tokpath = a.tokenizer, *data = a.data;
+static int bench_tokenizer(void *args, int argc, char **argv) {
+    const tokenizer_args *a = args;
+    const char *tokpath = a->tokenizer, *data = a->data;
     mt_error err;
     char *buf = NULL;
     size_t len = 0;
@@ -107,23 +101,17 @@ static const mt_opt moe_gemm_options[] = {
      stage_choices, "2..5", NULL, "pipeline depth of the tensor-core kernel; 0: its own choice"},
 };
 static const mt_opt_table moe_gemm_table = {
-    .command = "bench moe-gemm",
-    .usage = "usage: megatrain bench moe-gemm [options]\n"
-             "Grouped expert products on the GPU (Qwen3-30B-A3B, Mixtral-8x7B expert shapes)\n"
-             "against cuBLAS per expert: TFLOP/s.\n\n",
-    .opts = moe_gemm_options, .n = MT_OPT_COUNT(moe_gemm_options),
-    MT_OPT_GIVEN(moe_gemm_args),
-};
+    .command = "bench moe-gemm", MT_OPT_ROWS(moe_gemm_options), MT_OPT_STRUCT(moe_gemm_args),
+    .about = "Grouped expert products on the GPU (Qwen3-30B-A3B, Mixtral-8x7B expert shapes)\n"
+             "against cuBLAS per expert: TFLOP/s."};
 
-static int bench_moe_gemm(int argc, char **argv) {
-    moe_gemm_args a;
-    int rc = mt_cli_parse(&moe_gemm_table, &a, argc, argv);
-    if (rc >= 0) return rc;
+static int bench_moe_gemm(void *args, int argc, char **argv) {
 #ifndef MT_HAVE_CUDA
     return mt_cli_fail("bench moe-gemm", 1, "this build has no CUDA support");
 #else
+    const moe_gemm_args *a = args;
     mt_error err;
-    if (mt_cuda_moe_gemm_bench(stdout, atoi(bk_choices[a.bk]), atoi(stage_choices[a.stages]),
+    if (mt_cuda_moe_gemm_bench(stdout, atoi(bk_choices[a->bk]), atoi(stage_choices[a->stages]),
                                &err))
         return mt_cli_fail("bench moe-gemm", 1, "%s", err.msg);
     return 0;
@@ -143,44 +131,44 @@ static const mt_opt adamw_options[] = {
      NULL, "N", NULL, "threads; 0: all cores"},
 };
 static const mt_opt_table adamw_table = {
-    .command = "bench adamw",
-    .usage = "usage: megatrain bench adamw [options]\n"
-             "The fused CPU AdamW update: Gparam/s and GB/s.\n\n",
-    .opts = adamw_options, .n = MT_OPT_COUNT(adamw_options),
-    MT_OPT_GIVEN(adamw_args),
-};
+    .command = "bench adamw", MT_OPT_ROWS(adamw_options), MT_OPT_STRUCT(adamw_args),
+    .about = "The fused CPU AdamW update: Gparam/s and GB/s."};
 
-static int bench_adamw(int argc, char **argv) {
-    adamw_args a;
-    int rc = mt_cli_parse(&adamw_table, &a, argc, argv);
-    if (rc >= 0) return rc;
-    return mt_adamw_bench((size_t)a.params, (int)a.threads, stdout) ? 1 : 0;
+static int bench_adamw(void *args, int argc, char **argv) {
+    const adamw_args *a = args;
+    return mt_adamw_bench((size_t)a->params, (int)a->threads, stdout) ? 1 : 0;
 }
 
-const mt_cli_command mt_bench_commands[] = {
-    {"train", mt_bench_train, "training steps of a synthetic model on the GPU"},
-    {"adamw", bench_adamw, "the fused CPU AdamW update: Gparam/s and GB/s"},
-    {"tokenizer", bench_tokenizer, "tokenizer encoding speed on one core"},
-    {"moe-gemm", bench_moe_gemm, "grouped expert products on the GPU against cuBLAS"},
-};
+static const mt_cli_command adamw = {"adamw", "the fused CPU AdamW update: Gparam/s and GB/s",
+                                     &adamw_table, bench_adamw};
+static const mt_cli_command tokenizer = {"tokenizer", "tokenizer encoding speed on one core",
+                                         &tokenizer_table, bench_tokenizer};
+static const mt_cli_command moe_gemm = {
+    "moe-gemm", "grouped expert products on the GPU against cuBLAS", &moe_gemm_table,
+    bench_moe_gemm};
+const mt_cli_command *const mt_bench_commands[] = {&mt_cli_bench_train, &adamw, &tokenizer,
+                                                   &moe_gemm};
 const size_t mt_bench_n_commands = MT_OPT_COUNT(mt_bench_commands);
 
 static void bench_usage(FILE *f) {
     fprintf(f, "usage: megatrain bench <benchmark> [options]\n\nbenchmarks:\n");
     for (size_t i = 0; i < mt_bench_n_commands; i++)
-        fprintf(f, "  %-10s %s\n", mt_bench_commands[i].name, mt_bench_commands[i].help);
+        fprintf(f, "  %-10s %s\n", mt_bench_commands[i]->name, mt_bench_commands[i]->help);
     fprintf(f, "\nrun 'megatrain bench <benchmark> --help' for its options\n");
 }
 
-int mt_cmd_bench(int argc, char **argv) {
+static int bench(void *args, int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         bench_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
     for (size_t i = 0; i < mt_bench_n_commands; i++)
-        if (!strcmp(argv[1], mt_bench_commands[i].name))
-            return mt_bench_commands[i].run(argc - 1, argv + 1);
+        if (!strcmp(argv[1], mt_bench_commands[i]->name))
+            return mt_cli_run(mt_bench_commands[i], argc - 1, argv + 1);
     fprintf(stderr, "megatrain bench: unknown benchmark '%s'\n\n", argv[1]);
     bench_usage(stderr);
     return 2;
 }
+
+const mt_cli_command mt_cli_bench = {"bench", "measure speed, one benchmark at a time:", NULL,
+                                      bench};

@@ -30,20 +30,9 @@ static const mt_opt options[] = {
     MT_CLI_MICRO_BATCHES(calibrate_args, "4", NULL),
     MT_CLI_PRECISION(calibrate_args, NULL),
 };
-static const mt_opt_table table = {
-    .command = "calibrate",
-    .usage = "usage: megatrain calibrate --out FILE [options]\n"
-             "Measures the rates of this machine for the planner (pinned copies, the CPU\n"
-             "AdamW, one decoder layer and the head of the shape on the GPU).\n\n",
-    .opts = options, .n = MT_OPT_COUNT(options),
-    MT_OPT_GIVEN(calibrate_args),
-};
-
-int mt_cmd_calibrate(int argc, char **argv) {
-    calibrate_args a;
-    int rc = mt_cli_parse(&table, &a, argc, argv);
-    if (rc >= 0) return rc;
-    const mt_preset *p = mt_cli_preset("calibrate", a.preset);
+static int run(void *args, int argc, char **argv) {
+    calibrate_args *a = args;
+    const mt_preset *p = mt_cli_preset("calibrate", a->preset);
     if (!p) return 2;
 #ifndef MT_HAVE_CUDA
     return mt_cli_fail("calibrate", 1, "this build has no CUDA support");
@@ -51,17 +40,24 @@ int mt_cmd_calibrate(int argc, char **argv) {
     if (mt_cuda_device_count() <= 0)
         return mt_cli_fail("calibrate", 1, "no CUDA GPU is visible: calibration measures one");
     mt_config cfg;
-    mt_preset_config(p, a.seq_len, &cfg);
+    mt_preset_config(p, a->seq_len, &cfg);
     mt_rates r;
     mt_error err;
-    if (mt_rates_probe(&r, &cfg, (int)a.micro_batches, a.batch_size, a.seq_len,
-                       a.precision ? MT_GPU_FP32 : MT_GPU_BF16, &err) ||
-        mt_rates_save(&r, a.out, &err))
+    if (mt_rates_probe(&r, &cfg, (int)a->micro_batches, a->batch_size, a->seq_len,
+                       a->precision ? MT_GPU_FP32 : MT_GPU_BF16, &err) ||
+        mt_rates_save(&r, a->out, &err))
         return mt_cli_fail("calibrate", 1, "%s", err.msg);
     printf("calibrate: H2D %.1f GB/s, D2H %.1f GB/s (%.0f%% with both busy), AdamW %.2f "
            "Gparam/s, %s layer fwd %.1f ms bwd %.1f ms -> %s\n", r.h2d_gbs, r.d2h_gbs,
-           100 * r.duplex, r.adam_gparams, a.preset, r.layer_fwd_s * 1e3, r.layer_bwd_s * 1e3,
-           a.out);
+           100 * r.duplex, r.adam_gparams, a->preset, r.layer_fwd_s * 1e3, r.layer_bwd_s * 1e3,
+           a->out);
     return 0;
 #endif
 }
+
+static const mt_opt_table table = {
+    .command = "calibrate", MT_OPT_ROWS(options), MT_OPT_STRUCT(calibrate_args),
+    .about = "Measures the rates of this machine for the planner (pinned copies, the CPU\n"
+             "AdamW, one decoder layer and the head of the shape on the GPU)."};
+const mt_cli_command mt_cli_calibrate = {
+    "calibrate", "measure this machine's rates for the planner", &table, run};

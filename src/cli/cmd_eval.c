@@ -40,35 +40,29 @@ static const mt_opt options[] = {
 };
 #undef OFF
 static const mt_opt_alias aliases[] = {MT_CLI_FORMAT_ALIAS};
-static const mt_opt_table table = {
-    .command = "eval",
-    .usage = "usage: megatrain eval --model DIR --data FILE [options]\n"
-             "The mean loss per token and the perplexity of a model on a data file, read once\n"
-             "in order.\n\n",
-    .opts = options, .n = MT_OPT_COUNT(options),
-    .aliases = aliases, .n_aliases = MT_OPT_COUNT(aliases),
-    MT_OPT_GIVEN(eval_args),
-};
-
-int mt_cmd_eval(int argc, char **argv) {
-    eval_args a = {0};
-    mt_eval_opts_defaults(&a.eo);
-    int rc = mt_cli_parse(&table, &a, argc, argv);
-    if (rc >= 0) return rc;
-    mt_eval_opts *eo = &a.eo;
-    eo->format = mt_tc_data_formats[a.data_format];
-    eo->chat_template = mt_tc_chat_templates[a.chat_template];
-    eo->packing = mt_tc_packings[a.packing];
-    eo->device = mt_tc_devices[a.device];
-    eo->precision = mt_tc_dtypes[a.precision];
+static int run(void *args, int argc, char **argv) {
+    eval_args *a = args;
+    mt_eval_opts *eo = &a->eo;
+    eo->format = mt_tc_data_formats[a->data_format];
+    eo->chat_template = mt_tc_chat_templates[a->chat_template];
+    eo->packing = mt_tc_packings[a->packing];
+    eo->device = mt_tc_devices[a->device];
+    eo->precision = mt_tc_dtypes[a->precision];
     mt_eval_result res;
-    mt_model *m = mt_model_open(a.model, a.tokenizer);
-    rc = !m || mt_model_eval(m, eo, &res) ? 1 : 0;
+    mt_model *m = mt_model_open(a->model, a->tokenizer);
+    int rc = !m || mt_model_eval(m, eo, &res) ? 1 : 0;
     if (rc) mt_cli_fail("eval", 1, "%s", mt_last_error());
     else
         printf("eval: %s on %s: %lld tokens in %lld batches, loss %.6f, perplexity %.4f\n",
-               a.model, eo->data, (long long)res.tokens, (long long)res.batches, res.loss,
+               a->model, eo->data, (long long)res.tokens, (long long)res.batches, res.loss,
                res.perplexity);
     mt_model_close(m);
     return rc;
 }
+
+static const mt_opt_table table = {
+    .command = "eval", MT_OPT_ROWS(options), MT_OPT_ALIASES(aliases), MT_OPT_STRUCT(eval_args),
+    .about = "The mean loss per token and the perplexity of a model on a data file, read once\n"
+             "in order."};
+const mt_cli_command mt_cli_eval = {
+    "eval", "loss and perplexity of a model on a data file", &table, run};

@@ -18,8 +18,8 @@ static const mt_opt options[] = {
      "a Hugging Face model directory (ours or any other)"},
     {"tokenizer", MT_OPT_TEXT, OFF(tokenizer), "", NULL, MT_OPT_ANY, NULL, "PATH", NULL,
      "tokenizer.json, or bytes; none: <model>/tokenizer.json"},
-    {"prompt", MT_OPT_TEXT, OFF(go.prompt), "", NULL, MT_OPT_ANY, NULL, "TEXT", NULL,
-     "the text to continue (or give it as the last argument)"},
+    {"prompt", MT_OPT_TEXT, OFF(go.prompt), "", NULL, MT_OPT_ANY, NULL, "PROMPT", NULL,
+     "the text to continue (or give it as the argument)"},
     {"bos", MT_OPT_BOOL, OFF(go.add_special), "true", NULL, MT_OPT_ANY, NULL, NULL, NULL,
      "add the tokenizer's special tokens (BOS) to the prompt; --no-bos for models trained on "
      "raw text, like the built-in demo"},
@@ -36,27 +36,21 @@ static const mt_opt options[] = {
     MT_CLI_DEVICE(generate_args, "Device"),
 };
 #undef OFF
-static const mt_opt_table table = {
-    .command = "generate",
-    .usage = "usage: megatrain generate --model DIR [options] [PROMPT]\n"
-             "Continues a prompt with a model, printing the text as it comes.\n\n",
-    .opts = options, .n = MT_OPT_COUNT(options),
-    MT_OPT_GIVEN(generate_args),
-    .positional = "prompt",
-};
-
-int mt_cmd_generate(int argc, char **argv) {
-    generate_args a = {0};
-    mt_generate_opts_defaults(&a.go);
-    int rc = mt_cli_parse(&table, &a, argc, argv);
-    if (rc >= 0) return rc;
-    a.go.prompt = a.go.prompt ? a.go.prompt : "";
-    a.go.seed = (uint64_t)a.seed;
-    a.go.device = mt_tc_devices[a.device];
-    mt_model *m = mt_model_open(a.model, a.tokenizer);
-    char *text = m ? mt_model_generate(m, &a.go, mt_cli_print_event, NULL) : NULL;
-    rc = text ? 0 : mt_cli_fail("generate", 1, "%s", mt_last_error());
+static int run(void *args, int argc, char **argv) {
+    generate_args *a = args;
+    a->go.prompt = a->go.prompt ? a->go.prompt : "";
+    a->go.seed = (uint64_t)a->seed;
+    a->go.device = mt_tc_devices[a->device];
+    mt_model *m = mt_model_open(a->model, a->tokenizer);
+    char *text = m ? mt_model_generate(m, &a->go, mt_cli_print_event, NULL) : NULL;
+    int rc = text ? 0 : mt_cli_fail("generate", 1, "%s", mt_last_error());
     mt_free(text);
     mt_model_close(m);
     return rc;
 }
+
+static const mt_opt_table table = {
+    .command = "generate", MT_OPT_ROWS(options), MT_OPT_STRUCT(generate_args),
+    .positional = "prompt",
+    .about = "Continues a prompt with a model, printing the text as it comes."};
+const mt_cli_command mt_cli_generate = {"generate", "continue a prompt with a model", &table, run};

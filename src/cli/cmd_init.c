@@ -53,32 +53,26 @@ static const mt_opt options[] = {
 };
 #undef OFF
 static const mt_opt_table table = {
-    .command = "init",
-    .usage = "usage: megatrain init --tokenizer PATH --out DIR [shape options]\n"
-             "A new model with random weights, as a Hugging Face directory, to pre-train\n"
-             "with megatrain train --model DIR.\n\n",
-    .opts = options, .n = MT_OPT_COUNT(options),
-    MT_OPT_GIVEN(init_args),
-};
+    .command = "init", MT_OPT_ROWS(options), MT_OPT_STRUCT(init_args),
+    .about = "A new model with random weights, as a Hugging Face directory, to pre-train\n"
+             "with megatrain train --model DIR."};
 
-int mt_cmd_init(int argc, char **argv) {
-    init_args a;
-    int rc = mt_cli_parse(&table, &a, argc, argv);
-    if (rc >= 0) return rc;
+static int run(void *args, int argc, char **argv) {
+    init_args *a = args;
     struct stat st;
-    if (stat(a.out, &st) == 0)
+    if (stat(a->out, &st) == 0)
         return mt_cli_fail("init", 2, "%s already exists; choose a new --out directory (nothing "
-                           "was written)", a.out);
-    mt_model_shape sh = {.hidden = a.hidden, .layers = a.layers, .heads = a.heads,
-                         .kv_heads = a.kv_heads, .ffn = a.ffn, .max_positions = a.max_pos,
-                         .rope_theta = a.rope_theta, .init_std = a.std, .untied = a.untied,
-                         .seed = (uint64_t)a.seed,
-                         .model_type = mt_model_init_types[a.model_type],
-                         .experts = a.experts, .experts_per_tok = a.experts_per_tok,
-                         .expert_ffn = a.expert_ffn, .shared_expert_ffn = a.shared_expert_ffn,
-                         .norm_topk = mt_opt_given(&table, &a, "norm_topk") ? a.norm_topk : -1};
+                           "was written)", a->out);
+    mt_model_shape sh = {.hidden = a->hidden, .layers = a->layers, .heads = a->heads,
+                         .kv_heads = a->kv_heads, .ffn = a->ffn, .max_positions = a->max_pos,
+                         .rope_theta = a->rope_theta, .init_std = a->std, .untied = a->untied,
+                         .seed = (uint64_t)a->seed,
+                         .model_type = mt_model_init_types[a->model_type],
+                         .experts = a->experts, .experts_per_tok = a->experts_per_tok,
+                         .expert_ffn = a->expert_ffn, .shared_expert_ffn = a->shared_expert_ffn,
+                         .norm_topk = mt_opt_given(&table, a, "norm_topk") ? a->norm_topk : -1};
     mt_model_info info;
-    if (mt_model_init(a.out, a.tokenizer, &sh, &info))
+    if (mt_model_init(a->out, a->tokenizer, &sh, &info))
         return mt_cli_fail("init", 1, "%s", mt_last_error());
     char moe[96] = "";
     if (info.experts)
@@ -86,9 +80,12 @@ int mt_cmd_init(int argc, char **argv) {
                  (long long)info.experts, (long long)info.experts_per_tok,
                  info.active_params / 1e6);
     printf("init: %s: %s, %.1fM parameters (hidden %lld, %lld layers, %lld/%lld heads, ffn "
-           "%lld, vocab %lld%s%s)\n", a.out, info.model_type, info.n_params / 1e6,
-           (long long)a.hidden, (long long)a.layers, (long long)a.heads, (long long)a.kv_heads,
-           (long long)a.ffn, (long long)info.vocab_size, info.tied_embeddings ? ", tied" : "",
+           "%lld, vocab %lld%s%s)\n", a->out, info.model_type, info.n_params / 1e6,
+           (long long)a->hidden, (long long)a->layers, (long long)a->heads, (long long)a->kv_heads,
+           (long long)a->ffn, (long long)info.vocab_size, info.tied_embeddings ? ", tied" : "",
            moe);
     return 0;
 }
+
+const mt_cli_command mt_cli_init = {
+    "init", "create a new model with random weights (HF directory)", &table, run};

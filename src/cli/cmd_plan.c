@@ -59,19 +59,6 @@ static const mt_opt_alias aliases[] = {
     {"gpu_gb", "gpu_mem", MT_ALIAS_DEPRECATED},
     {"host_ram_gb", "host_mem", MT_ALIAS_DEPRECATED},
 };
-static const mt_opt_table table = {
-    .command = "plan",
-    .usage = "usage: megatrain plan (--model DIR | --preset NAME | --hidden N --layers N --heads N\n"
-             "                       [--kv-heads N] --ffn N [--vocab N]) [options]\n"
-             "Where each layer's gradient and saved input live, the bytes per tier and the\n"
-             "predicted step, for this machine or a described one; refuses what fits nowhere.\n"
-             "A shape given by its flags needs --hidden, --layers, --heads and --ffn; with\n"
-             "--preset, --layers N alone gives that shape with N layers.\n\n",
-    .opts = options, .n = MT_OPT_COUNT(options),
-    .aliases = aliases, .n_aliases = MT_OPT_COUNT(aliases),
-    MT_OPT_GIVEN(plan_args),
-};
-
 /* When the CPU optimizer or the copies, not compute, bound the step, more
  * micro-batches per step amortise them: doubles M while the plan still fits
  * and each doubling gains at least 10% model TFLOPS, and names the last. */
@@ -190,46 +177,55 @@ static int print_plan(const mt_plan_request *req, const mt_param_table *t) {
     return rc;
 }
 
-int mt_cmd_plan(int argc, char **argv) {
-    plan_args a;
-    int rc = mt_cli_parse(&table, &a, argc, argv);
-    if (rc >= 0) return rc;
+static int run(void *args, int argc, char **argv) {
+    plan_args *a = args;
     const mt_gpu_spec *gpu = NULL;
-    if (a.gpu && !(gpu = mt_gpu_spec_find(a.gpu)))
+    if (a->gpu && !(gpu = mt_gpu_spec_find(a->gpu)))
         return mt_cli_fail("plan", 2, "--gpu: unknown value '%s' (allowed: %s); for another GPU "
-                           "give --gpu-mem and the rates, or a megatrain calibrate file", a.gpu,
+                           "give --gpu-mem and the rates, or a megatrain calibrate file", a->gpu,
                            MT_GPU_SPEC_NAMES);
-    if (gpu && a.calibration)
+    if (gpu && a->calibration)
         return mt_cli_fail("plan", 2, "--gpu and --calibration both give the rates; give one");
     mt_config cfg;
-    if ((rc = plan_config(&a, &cfg)) >= 0) return rc;
+    int rc;
+    if ((rc = plan_config(a, &cfg)) >= 0) return rc;
     mt_error err;
     mt_param_table t;
-    if (mt_config_validate(&cfg, a.model ? a.model : "the shape", &err) ||
+    if (mt_config_validate(&cfg, a->model ? a->model : "the shape", &err) ||
         mt_params_init(&t, &cfg, &err))
         return mt_cli_fail("plan", 1, "%s", err.msg);
-    int64_t M = a.micro_batches, B = a.batch_size, T = a.seq_len;
+    int64_t M = a->micro_batches, B = a->batch_size, T = a->seq_len;
     mt_plan_request req = {.cfg = &cfg, .t = &t, .M = (int)M, .B = B, .T = T,
-                           .precision = a.precision ? MT_GPU_FP32 : MT_GPU_BF16,
-                           .host_grad_dtype = a.host_grad_dtype - 1, .keep_layers = -1,
+                           .precision = a->precision ? MT_GPU_FP32 : MT_GPU_BF16,
+                           .host_grad_dtype = a->host_grad_dtype - 1, .keep_layers = -1,
                            .device_optim = -1};
     const char *gpu_src;
-    double gpu_gb = gpu_budget_gb(&a, gpu, &gpu_src);
+    double gpu_gb = gpu_budget_gb(a, gpu, &gpu_src);
     req.gpu_budget = gpu_gb * 1e9;
-    req.host_budget = a.host_mem ? a.host_mem * 1e9 : mt_plan_default_host_budget();
-    if (plan_rates(&a, gpu, &req.rates, &err)) {
+    req.host_budget = a->host_mem ? a->host_mem * 1e9 : mt_plan_default_host_budget();
+    if (plan_rates(a, gpu, &req.rates, &err)) {
         mt_params_free(&t);
         return mt_cli_fail("plan", 1, "%s", err.msg);
     }
     printf("model: %s, %.2fB parameters, %lld layers, hidden %lld, ffn %lld, vocab %lld\n",
-           a.model ? a.model : a.preset ? a.preset : "shape from flags", t.n_params / 1e9,
+           a->model ? a->model : a->preset ? a->preset : "shape from flags", t.n_params / 1e9,
            (long long)cfg.L, (long long)cfg.C, (long long)cfg.F, (long long)cfg.V);
     printf("step: %lld x %lld x %lld = %lld tokens; checkpoints %.2f GB per layer\n",
            (long long)M, (long long)B, (long long)T, (long long)(M * B * T),
            (double)(M * B * T) * cfg.C * 4 / 1e9);
     printf("budgets: GPU %.1f GB (%s), host %.1f GB%s\n", gpu_gb, gpu_src,
-           req.host_budget / 1e9, a.host_mem ? "" : " (MemTotal less max(4 GB, 4%))");
+           req.host_budget / 1e9, a->host_mem ? "" : " (MemTotal less max(4 GB, 4%))");
     rc = print_plan(&req, &t);
     mt_params_free(&t);
     return rc;
 }
+
+static const mt_opt_table table = {
+    .command = "plan", MT_OPT_ROWS(options), MT_OPT_ALIASES(aliases), MT_OPT_STRUCT(plan_args),
+    .about = "Where each layer's gradient and saved input live, the bytes per tier and the\n"
+             "predicted step, for this machine or a described one; refuses what fits nowhere.\n"
+             "The model: --model DIR, --preset NAME, or a shape by its flags: --hidden,\n"
+             "--layers, --heads and --ffn (--kv-heads, --vocab); with --preset, --layers N\n"
+             "alone gives that shape with N layers."};
+const mt_cli_command mt_cli_plan = {
+    "plan", "where each layer's buffers live, bytes per tier, predicted step", &table, run};

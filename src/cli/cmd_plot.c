@@ -117,17 +117,6 @@ static const mt_opt_alias aliases[] = {
     {"o", "out", MT_ALIAS_SHORT},
     {"output", "out", MT_ALIAS_DEPRECATED},
 };
-static const mt_opt_table table = {
-    .command = "plot",
-    .usage = "usage: megatrain plot METRICS.jsonl [-o OUT.png] [--title T]\n"
-             "Draws loss, eval loss (points) and learning rate (right axis) against step\n"
-             "with gnuplot.\n\n",
-    .opts = options, .n = MT_OPT_COUNT(options),
-    .aliases = aliases, .n_aliases = MT_OPT_COUNT(aliases),
-    MT_OPT_GIVEN(plot_args),
-    .positional = "metrics",
-};
-
 /* Default output: loss.png in the directory of the metrics file. */
 static char *default_out(const char *metrics) {
     const char *slash = strrchr(metrics, '/');
@@ -138,15 +127,13 @@ static char *default_out(const char *metrics) {
     return out;
 }
 
-int mt_cmd_plot(int argc, char **argv) {
-    plot_args a;
-    int rc = mt_cli_parse(&table, &a, argc, argv);
-    if (rc >= 0) return rc;
-    const char *in = a.metrics, *out = a.out, *title = a.title;
+static int run(void *args, int argc, char **argv) {
+    plot_args *a = args;
+    const char *in = a->metrics, *out = a->out, *title = a->title;
     char *own_out = out ? NULL : default_out(in);
     mt_metrics_series s = {0};
     mt_error err;
-    rc = mt_metrics_read(in, &s, "megatrain plot", &err) ||
+    int rc = mt_metrics_read(in, &s, "megatrain plot", &err) ||
          run_gnuplot(&s, out ? out : own_out, title ? title : in, &err);
     if (rc) fprintf(stderr, "megatrain plot: %s\n", err.msg);
     else printf("megatrain plot: %zu points -> %s\n", s.n, out ? out : own_out);
@@ -154,3 +141,10 @@ int mt_cmd_plot(int argc, char **argv) {
     free(own_out);
     return rc ? 1 : 0;
 }
+
+static const mt_opt_table table = {
+    .command = "plot", MT_OPT_ROWS(options), MT_OPT_ALIASES(aliases), MT_OPT_STRUCT(plot_args), .positional = "metrics",
+    .about = "Draws loss, eval loss (points) and learning rate (right axis) against step\n"
+             "with gnuplot."};
+const mt_cli_command mt_cli_plot = {
+    "plot", "draw the loss curve of a metrics.jsonl to a PNG", &table, run};

@@ -31,23 +31,12 @@ static const mt_opt options[] = {
 };
 #undef OFF
 static const mt_opt_alias aliases[] = {MT_CLI_FORMAT_ALIAS};
-static const mt_opt_table table = {
-    .command = "tokenize",
-    .usage = "usage: megatrain tokenize --tokenizer PATH --data IN --out OUT.mtok [options]\n"
-             "Tokenizes a JSONL corpus once, into a .mtok file that training memory-maps.\n\n",
-    .opts = options, .n = MT_OPT_COUNT(options),
-    .aliases = aliases, .n_aliases = MT_OPT_COUNT(aliases),
-    MT_OPT_GIVEN(tokenize_args),
-};
-
-int mt_cmd_tokenize(int argc, char **argv) {
-    tokenize_args a;
-    int rc = mt_cli_parse(&table, &a, argc, argv);
-    if (rc >= 0) return rc;
-    const char *tok_path = a.tokenizer, *out = a.out;
-    mt_data_opts o = {.path = a.data, .format = mt_tc_data_formats[a.data_format],
-                      .chat_template = mt_tc_chat_templates[a.chat_template], .epochs = 1,
-                      .skip_bad_lines = a.skip_bad_lines};
+static int run(void *args, int argc, char **argv) {
+    tokenize_args *a = args;
+    const char *tok_path = a->tokenizer, *out = a->out;
+    mt_data_opts o = {.path = a->data, .format = mt_tc_data_formats[a->data_format],
+                      .chat_template = mt_tc_chat_templates[a->chat_template], .epochs = 1,
+                      .skip_bad_lines = a->skip_bad_lines};
     if (!strcmp(o.format, "tokens"))
         return mt_cli_fail("tokenize", 2, "--data-format tokens: the input is already "
                            "tokenized");
@@ -57,7 +46,7 @@ int mt_cmd_tokenize(int argc, char **argv) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     mt_dataset *d = mt_dataset_open(&o, tok, (int64_t)mt_tokenizer_vocab_size(tok), &err);
-    rc = 1;
+    int rc = 1;
     if (d && mt_dataset_stats(d).format && !strcmp(mt_dataset_stats(d).format, "tokens")) {
         fprintf(stderr, "megatrain tokenize: %s is already a .mtok file\n", o.path);
     } else if (d && !mt_dataset_corpus(d)) {
@@ -80,3 +69,9 @@ int mt_cmd_tokenize(int argc, char **argv) {
     mt_tokenizer_free(tok);
     return rc;
 }
+
+static const mt_opt_table table = {
+    .command = "tokenize", MT_OPT_ROWS(options), MT_OPT_ALIASES(aliases), MT_OPT_STRUCT(tokenize_args),
+    .about = "Tokenizes a JSONL corpus once, into a .mtok file that training memory-maps."};
+const mt_cli_command mt_cli_tokenize = {
+    "tokenize", "pre-tokenize a JSONL corpus to .mtok", &table, run};

@@ -3,23 +3,32 @@
  * for --help, a bad argument's error, the note on an older spelling. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cli/commands.h"
 #include "model/presets.h"
+#include "util/mem.h"
 
 static void print_note(void *command, const char *note) {
     fprintf(stderr, "megatrain %s: %s\n", (const char *)command, note);
 }
 
-int mt_cli_parse(const mt_opt_table *t, void *obj, int argc, char **argv) {
+int mt_cli_run(const mt_cli_command *c, int argc, char **argv) {
+    const mt_opt_table *t = c->options;
+    if (!t) return c->run(NULL, argc, argv);
+    void *args = mt_calloc_or_die(1, t->size);
     mt_error err;
-    int rc = mt_opt_parse(t, obj, argc, argv, print_note, (void *)t->command, &err);
+    int rc = mt_opt_parse(t, args, argc, argv, print_note, (void *)t->command, &err);
     if (rc == 1) {
         mt_opt_usage(t, stdout);
-        return 0;
+        rc = 0;
+    } else if (rc < 0) {
+        rc = mt_cli_fail(t->command, 2, "%s", err.msg);
+    } else {
+        rc = c->run(args, argc, argv);
     }
-    if (rc < 0) return mt_cli_fail(t->command, 2, "%s", err.msg);
-    return -1;
+    free(args);
+    return rc;
 }
 
 int mt_cli_fail(const char *command, int code, const char *fmt, ...) {

@@ -171,9 +171,9 @@ const mt_opt_table mt_tc_table = {
              "on built-in English text. Options come from defaults, then the YAML config file\n"
              "(flat keys: `seq_len: 2048`, '_' or '-'), then these flags, which win.\n\n"
              "  --config FILE                  read options from a YAML file first\n",
-    .opts = mt_tc_options, .n = MT_OPT_COUNT(mt_tc_options),
-    .aliases = aliases, .n_aliases = MT_OPT_COUNT(aliases),
-    MT_OPT_GIVEN(mt_train_config),
+    MT_OPT_ROWS(mt_tc_options),
+    MT_OPT_ALIASES(aliases),
+    MT_OPT_STRUCT(mt_train_config),
     .alt_def_name = "tiny model",
 };
 

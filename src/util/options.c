@@ -442,8 +442,26 @@ static void default_note(const mt_opt_table *t, const mt_opt *o, char *buf, size
     }
 }
 
+/* "usage: megatrain eval --model DIR --data FILE [options]" and about. */
+static void usage_head(const mt_opt_table *t, FILE *f) {
+    fprintf(f, "usage: megatrain %s", t->command);
+    const mt_opt *bare = t->positional ? mt_opt_find(t, t->positional) : NULL;
+    bool optional = false;
+    for (size_t i = 0; i < t->n; i++) {
+        const mt_opt *o = &t->opts[i];
+        char flag[96];
+        flag_of(o->name, flag, sizeof flag);
+        if (o->def || o == bare) optional |= o != bare;
+        else fprintf(f, " --%s %s", flag, o->meta ? o->meta : "VALUE");
+    }
+    if (optional) fputs(" [options]", f);
+    if (bare) fprintf(f, bare->def ? " [%s]" : " %s", bare->meta ? bare->meta : "VALUE");
+    fprintf(f, "\n%s\n\n", t->about);
+}
+
 void mt_opt_usage(const mt_opt_table *t, FILE *f) {
-    fputs(t->usage, f);
+    if (t->usage) fputs(t->usage, f);
+    else usage_head(t, f);
     fprintf(f, "  %-30s this text\n", "--help");
     for (size_t i = 0; i < t->n; i++) {
         const mt_opt *o = &t->opts[i];

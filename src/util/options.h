@@ -81,21 +81,28 @@ typedef struct mt_opt_alias {
 
 typedef struct mt_opt_table {
     const char *command;        // "eval", "bench train": messages and the --help hint
-    const char *usage;          // the head of --help: usage line(s) and what it does
+    const char *about;          // what the command does, under the usage line of --help
+    const char *usage;          // the head of --help as written; NULL: the usage line (made
+                                // from the table) and `about`
     const mt_opt *opts;
     size_t n;
     const mt_opt_alias *aliases;
     size_t n_aliases;
-    size_t given;               // offset of the struct's bool given[]
-    size_t n_given;             // its length (at least n)
+    size_t size;                // of the struct the table fills
+    size_t given;               // offset of its bool given[]
+    size_t n_given;             // the length of given[] (at least n)
     const char *positional;     // the option a bare argument sets, NULL = none
     const char *alt_def_name;   // what alt_def is called in --help ("tiny model")
 } mt_opt_table;
 
-/* Entries of an array, for .n and .n_aliases. */
+/* Entries of an array. */
 #define MT_OPT_COUNT(a) (sizeof(a) / sizeof *(a))
-/* .given and .n_given of a table over the struct type T. */
-#define MT_OPT_GIVEN(T) .given = offsetof(T, given), .n_given = MT_OPT_COUNT(((T *)0)->given)
+/* The fields of an mt_opt_table for the options `o`, the aliases `a`, and
+ * the struct type T that they fill. */
+#define MT_OPT_ROWS(o) .opts = o, .n = MT_OPT_COUNT(o)
+#define MT_OPT_ALIASES(a) .aliases = a, .n_aliases = MT_OPT_COUNT(a)
+#define MT_OPT_STRUCT(T) \
+    .size = sizeof(T), .given = offsetof(T, given), .n_given = MT_OPT_COUNT(((T *)0)->given)
 
 /* Notes for the user (an older spelling was read); NULL: none wanted. */
 typedef void (*mt_opt_note_fn)(void *user, const char *note);
@@ -142,8 +149,9 @@ int mt_opt_parse_flag(const mt_opt_table *t, void *obj, int argc, char **argv, i
 int mt_opt_parse(const mt_opt_table *t, void *obj, int argc, char **argv, mt_opt_note_fn note,
                  void *user, mt_error *err);
 
-/* The --help text: t->usage, then every option with its placeholder, help,
- * default and other spellings, by section. */
+/* The --help text: t->usage (or "usage: megatrain <command> <the required
+ * options> [options]" and t->about), then every option with its
+ * placeholder, help, default and other spellings, by section. */
 void mt_opt_usage(const mt_opt_table *t, FILE *f);
 
 #endif
