@@ -73,6 +73,11 @@ const char *mt_opt_suggest(const mt_opt_table *t, const char *key) {
     if (!normalize_key(key, k, sizeof k)) return NULL;
     const mt_opt_alias *a = find_alias(t, k, MT_ALIAS_SUGGEST);
     if (a) return a->name;
+    /* The start of one name only, as getopt took it ("--temp"). */
+    const char *prefixed = NULL;
+    for (size_t i = 0; i < t->n && strlen(k) >= 3; i++)
+        if (!strncmp(t->opts[i].name, k, strlen(k))) prefixed = prefixed ? "" : t->opts[i].name;
+    if (prefixed && *prefixed) return prefixed;
     const char *best = NULL;
     size_t best_d = (size_t)-1;
     for (size_t i = 0; i < t->n; i++) {

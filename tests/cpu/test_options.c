@@ -125,6 +125,7 @@ Test(options, a_misspelled_option_gets_the_closest_name) {
     expect_error((const char *[]){"x", "--shape", "round", NULL}, "unknown option '--shape'",
                  "run 'megatrain demo --help' for the list");
     cr_assert_str_eq(mt_opt_suggest(&demo_table, "Verbos"), "verbose");
+    cr_assert_str_eq(mt_opt_suggest(&demo_table, "verb"), "verbose", "the start of one name");
     cr_assert_null(mt_opt_suggest(&demo_table, "zzzzzzzz"));
 }
 
