@@ -28,9 +28,7 @@ static const mt_opt options[] = {
     MT_CLI_SHAPE(bench_train_args, "0", "0", "0", "0", "0", NULL, "; 0: the preset's"),
     {"vocab", MT_OPT_INT, OFF(vocab), "0", NULL, MT_OPT_NONNEG, NULL, "N", NULL,
      "vocabulary; 0: the preset's"},
-    MT_CLI_SEQ_LEN(bench_train_args, "2048", "The step"),
-    MT_CLI_BATCH_SIZE(bench_train_args, "8", NULL),
-    MT_CLI_MICRO_BATCHES(bench_train_args, "4", NULL),
+    MT_CLI_BATCH(bench_train_args, "2048", "8", "4", "The step"),
     {"steps", MT_OPT_INT, OFF(steps), "4", NULL, MT_OPT_AT_LEAST(1), NULL, "N", NULL,
      "timed steps after one warm-up step"},
     MT_CLI_PRECISION(bench_train_args, NULL),
@@ -40,10 +38,8 @@ static const mt_opt options[] = {
      "run on N GPUs of this machine, one rank each, every GPU stepping on its own "
      "micro-batches (the step's tokens are per GPU); under torchrun, mpirun or srun, the "
      "launcher's ranks"},
-    MT_CLI_GPU_MEM(bench_train_args, "Placement (default: the planner's, within the budgets)",
+    MT_CLI_BUDGETS(bench_train_args, "Placement (default: the planner's, within the budgets)",
                    "what is free"),
-    MT_CLI_HOST_MEM(bench_train_args),
-    MT_CLI_HOST_GRAD_DTYPE(bench_train_args),
     {"placement", MT_OPT_ENUM, OFF(placement), "auto", NULL, MT_OPT_ANY, placements, NULL, NULL,
      "all-gpu: every gradient and saved input on the GPU; auto: the planner's"},
     MT_CLI_CALIBRATION(bench_train_args),

@@ -25,9 +25,7 @@ static const mt_opt options[] = {
     {"out", MT_OPT_TEXT, offsetof(calibrate_args, out), NULL, NULL, MT_OPT_ANY, NULL, "FILE",
      NULL, "the rates, as JSON"},
     MT_CLI_PRESET(calibrate_args, "8b", "The shape measured"),
-    MT_CLI_SEQ_LEN(calibrate_args, "2048", NULL),
-    MT_CLI_BATCH_SIZE(calibrate_args, "8", NULL),
-    MT_CLI_MICRO_BATCHES(calibrate_args, "4", NULL),
+    MT_CLI_BATCH(calibrate_args, "2048", "8", "4", NULL),
     MT_CLI_PRECISION(calibrate_args, NULL),
 };
 static int run(void *args, int argc, char **argv) {

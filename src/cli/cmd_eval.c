@@ -13,14 +13,10 @@ typedef struct eval_args {
 
 #define OFF(field) offsetof(eval_args, field)
 static const mt_opt options[] = {
-    {"model", MT_OPT_TEXT, OFF(model), NULL, NULL, MT_OPT_ANY, NULL, "DIR", "Model and data",
-     "a Hugging Face model directory"},
+    MT_CLI_MODEL(eval_args, "Model and data"),
     {"data", MT_OPT_TEXT, OFF(eo.data), NULL, NULL, MT_OPT_ANY, NULL, "FILE", NULL,
      ".jsonl (text, prompt/completion, chat) or .mtok"},
-    {"tokenizer", MT_OPT_TEXT, OFF(tokenizer), "", NULL, MT_OPT_ANY, NULL, "PATH", NULL,
-     "tokenizer.json, or bytes; none: <model>/tokenizer.json"},
-    MT_CLI_DATA_FORMAT(eval_args),
-    MT_CLI_CHAT_TEMPLATE(eval_args),
+    MT_CLI_DATA_LAYOUT(eval_args),
     {"packing", MT_OPT_ENUM, OFF(packing), "auto", NULL, MT_OPT_ANY, mt_tc_packings, NULL, NULL,
      "documents packed in a row, as in train"},
     {"seq_len", MT_OPT_INT, OFF(eo.seq_len), "1024", NULL, MT_OPT_AT_LEAST(1), NULL, "T",

@@ -14,10 +14,7 @@ typedef struct generate_args {
 
 #define OFF(field) offsetof(generate_args, field)
 static const mt_opt options[] = {
-    {"model", MT_OPT_TEXT, OFF(model), NULL, NULL, MT_OPT_ANY, NULL, "DIR", NULL,
-     "a Hugging Face model directory (ours or any other)"},
-    {"tokenizer", MT_OPT_TEXT, OFF(tokenizer), "", NULL, MT_OPT_ANY, NULL, "PATH", NULL,
-     "tokenizer.json, or bytes; none: <model>/tokenizer.json"},
+    MT_CLI_MODEL(generate_args, NULL),
     {"prompt", MT_OPT_TEXT, OFF(go.prompt), "", NULL, MT_OPT_ANY, NULL, "PROMPT", NULL,
      "the text to continue (or give it as the argument)"},
     {"bos", MT_OPT_BOOL, OFF(go.add_special), "true", NULL, MT_OPT_ANY, NULL, NULL, NULL,

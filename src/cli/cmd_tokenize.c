@@ -24,8 +24,7 @@ static const mt_opt options[] = {
      ".jsonl, .jsonl.gz, .jsonl.zst, or a directory of them (one .mtok)"},
     {"out", MT_OPT_TEXT, OFF(out), NULL, NULL, MT_OPT_ANY, NULL, "OUT.mtok", NULL,
      "the token file to write"},
-    MT_CLI_DATA_FORMAT(tokenize_args),
-    MT_CLI_CHAT_TEMPLATE(tokenize_args),
+    MT_CLI_DATA_LAYOUT(tokenize_args),
     {"skip_bad_lines", MT_OPT_BOOL, OFF(skip_bad_lines), "false", NULL, MT_OPT_ANY, NULL, NULL,
      NULL, "skip malformed lines (counted) instead of stopping"},
 };
