@@ -28,6 +28,7 @@ static const mt_opt options[] = {
     MT_CLI_BATCH(calibrate_args, "2048", "8", "4", NULL),
     MT_CLI_PRECISION(calibrate_args, NULL),
 };
+
 static int run(void *args, int argc, char **argv) {
     calibrate_args *a = args;
     const mt_preset *p = mt_cli_preset("calibrate", a->preset);

@@ -36,6 +36,7 @@ static const mt_opt options[] = {
 };
 #undef OFF
 static const mt_opt_alias aliases[] = {MT_CLI_FORMAT_ALIAS};
+
 static int run(void *args, int argc, char **argv) {
     eval_args *a = args;
     mt_eval_opts *eo = &a->eo;

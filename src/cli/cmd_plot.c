@@ -143,7 +143,8 @@ static int run(void *args, int argc, char **argv) {
 }
 
 static const mt_opt_table table = {
-    .command = "plot", MT_OPT_ROWS(options), MT_OPT_ALIASES(aliases), MT_OPT_STRUCT(plot_args), .positional = "metrics",
+    .command = "plot", MT_OPT_ROWS(options), MT_OPT_ALIASES(aliases), MT_OPT_STRUCT(plot_args),
+    .positional = "metrics",
     .about = "Draws loss, eval loss (points) and learning rate (right axis) against step\n"
              "with gnuplot."};
 const mt_cli_command mt_cli_plot = {

@@ -30,6 +30,7 @@ static const mt_opt options[] = {
 };
 #undef OFF
 static const mt_opt_alias aliases[] = {MT_CLI_FORMAT_ALIAS};
+
 static int run(void *args, int argc, char **argv) {
     tokenize_args *a = args;
     const char *tok_path = a->tokenizer, *out = a->out;
@@ -70,7 +71,8 @@ static int run(void *args, int argc, char **argv) {
 }
 
 static const mt_opt_table table = {
-    .command = "tokenize", MT_OPT_ROWS(options), MT_OPT_ALIASES(aliases), MT_OPT_STRUCT(tokenize_args),
+    .command = "tokenize", MT_OPT_ROWS(options), MT_OPT_ALIASES(aliases),
+    MT_OPT_STRUCT(tokenize_args),
     .about = "Tokenizes a JSONL corpus once, into a .mtok file that training memory-maps."};
 const mt_cli_command mt_cli_tokenize = {
     "tokenize", "pre-tokenize a JSONL corpus to .mtok", &table, run};

@@ -18,8 +18,8 @@ typedef struct cli_case {
 
 static const cli_case cases[] = {
     {{"eval"},
-     {"--model DIR", "--data FILE", "--tokenizer PATH", "--data-format auto|text", "--chat-template",
-      "--packing", "--seq-len T", "--batch-size B", "--micro-batches M", "--max-batches N",
+     {"--model DIR", "--data FILE", "--tokenizer PATH", "--data-format auto|text",
+      "--chat-template", "--packing", "--seq-len T", "--batch-size B", "--micro-batches M", "--max-batches N",
       "--device auto|cpu|cuda", "--precision bf16|fp32", "--dump-logits FILE"},
      {"--model", "m", "--data", "d", "--seq-len", "0"}, "--seq-len: must be >= 1, got 0"},
     {{"init"},
