@@ -11,8 +11,8 @@
 
 typedef struct cli_case {
     const char *command[3];  // "eval", or "bench", "train"
-    const char *flags[24];   // as --help shows them
-    const char *bad[8];      // arguments with one bad value, after the command
+    const char *flags[32];   // as --help shows them (NULL after the last)
+    const char *bad[10];     // arguments with one bad value, after the command (NULL after)
     const char *named;       // what the error must name
 } cli_case;
 
@@ -81,7 +81,7 @@ static void check_case(const cli_case *c) {
     command_line(c, help, argv);
     cr_assert_eq(mt_test_cli_output(argv, &out, &err), 0, "%s --help: %s", c->command[0], err);
     cr_assert(strstr(out, "usage: megatrain "), "%s", out);
-    for (int i = 0; c->flags[i]; i++)
+    for (size_t i = 0; i < sizeof c->flags / sizeof *c->flags && c->flags[i]; i++)
         cr_assert(strstr(out, c->flags[i]), "%s %s --help lacks '%s':\n%s", c->command[0],
                   c->command[1] ? c->command[1] : "", c->flags[i], out);
     free(out);
