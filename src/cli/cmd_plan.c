@@ -42,7 +42,7 @@ static const mt_opt options[] = {
     MT_CLI_BUDGETS(plan_args, "Budgets", "--gpu's, else what is free on this GPU, else 139"),
     {"gpu", MT_OPT_TEXT, OFF(gpu), "", NULL, MT_OPT_ANY, NULL, "NAME",
      "The machine (default: rates measured on an H200)",
-     "a described GPU, " MT_GPU_SPEC_NAMES ": its memory and assumed rates"},
+     "a described GPU, " MT_GPU_NAMES ": its memory and assumed rates"},
     MT_CLI_CALIBRATION(plan_args),
     RATE(pcie_gbs, "host<->GPU copies, GB/s each way"),
     RATE(gemm_tflops, "matrix products, TFLOPS"),
@@ -179,7 +179,7 @@ static int run(void *args, int argc, char **argv) {
     if (a->gpu && !(gpu = mt_gpu_spec_find(a->gpu)))
         return mt_cli_fail("plan", 2, "--gpu: unknown value '%s' (allowed: %s); for another GPU "
                            "give --gpu-mem and the rates, or a megatrain calibrate file", a->gpu,
-                           MT_GPU_SPEC_NAMES);
+                           MT_GPU_NAMES);
     if (gpu && a->calibration)
         return mt_cli_fail("plan", 2, "--gpu and --calibration both give the rates; give one");
     mt_config cfg;
