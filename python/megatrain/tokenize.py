@@ -40,6 +40,17 @@ def tokenize(data, tokenizer, out, *, format=None, chat_template=None, skip_bad_
         return info
 
 
+class _OlderSpelling(argparse.Action):
+    """--data-format, also read as --format (its older spelling, as `megatrain
+    tokenize` reads it) with a note on stderr."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string == "--format":
+            print(f"{parser.prog}: --format is deprecated: it is now spelt --data-format (the "
+                  "same option)", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(
         prog="python -m megatrain.tokenize",
@@ -53,14 +64,16 @@ def main(argv=None):
     ap.add_argument("--out", required=True, help="the .mtok file to write")
     ap.add_argument("--split", help="which split of a dataset folder (default: train when there "
                                     "is one, else every file)")
-    ap.add_argument("--format", choices=FORMATS, default="auto")
+    ap.add_argument("--data-format", "--format", dest="data_format", choices=FORMATS,
+                    default="auto", action=_OlderSpelling,
+                    help="the records' layout (default: detected)")
     ap.add_argument("--chat-template", choices=TEMPLATES, default="auto")
     ap.add_argument("--skip-bad-lines", action="store_true",
                     help="skip (and count) malformed records instead of failing")
     a = ap.parse_args(argv)
     t0 = time.monotonic()
     try:
-        info = tokenize(a.data, a.tokenizer, a.out, format=a.format,
+        info = tokenize(a.data, a.tokenizer, a.out, format=a.data_format,
                         chat_template=a.chat_template, skip_bad_lines=a.skip_bad_lines,
                         split=a.split)
     except _lib.MegatrainError as e:

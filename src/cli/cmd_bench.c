@@ -1,5 +1,5 @@
-/* megatrain bench: speed measurements as programs, never as tests. */
-#include <getopt.h>
+/* megatrain bench: speed measurements as programs, never as tests; each
+ * benchmark a subcommand with its own options (bench train: bench_train.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,7 +7,6 @@
 
 #include <cjson/cJSON.h>
 
-#include "util/args.h"
 #include "cli/commands.h"
 #include "util/sys.h"
 #include "data/tokenizer.h"
@@ -18,36 +17,26 @@
 #include "kernels/moe/moe_gemm.h"
 #endif
 
-static void bench_usage(FILE *f) {
-    fprintf(f,
-            "usage: megatrain bench adamw [--params N] [--threads T]\n"
-            "       megatrain bench train [--help]\n"
-            "       megatrain bench tokenizer --tokenizer PATH --data FILE.jsonl\n"
-            "       megatrain bench moe-gemm [--bk 32|64] [--stages S]\n"
-            "  tokenizer encoding speed on one core over the \"text\" of each line\n"
-            "  train     training steps of a synthetic model on the GPU\n"
-            "  adamw     fused CPU AdamW update: Gparam/s and GB/s\n"
-            "  moe-gemm  grouped expert products on the GPU (Qwen3-30B-A3B, Mixtral-8x7B\n"
-            "            expert shapes) against cuBLAS per expert: TFLOP/s\n"
-            "  --params  parameters to update (default 268435456)\n"
-            "  --threads threads (default: all cores)\n"
-            "  --bk, --stages  moe-gemm: k step and pipeline depth (2..5) of the\n"
-            "            tensor-core kernel (default: its own choice)\n");
-}
+typedef struct tokenizer_args {
+    const char *tokenizer, *data;
+    bool given[2];
+} tokenizer_args;
+
+static const mt_opt tokenizer_options[] = {
+    {"tokenizer", MT_OPT_TEXT, offsetof(tokenizer_args, tokenizer), NULL, NULL, MT_OPT_ANY, NULL,
+     "PATH", NULL, "tokenizer.json"},
+    {"data", MT_OPT_TEXT, offsetof(tokenizer_args, data), NULL, NULL, MT_OPT_ANY, NULL,
+     "FILE.jsonl", NULL, "the texts: each line's \"text\", or the whole line"},
+};
+static const mt_opt_table tokenizer_table = {
+    .command = "bench tokenizer", MT_OPT_ROWS(tokenizer_options), MT_OPT_STRUCT(tokenizer_args),
+    .about = "Encoding speed on one core over the \"text\" of each line."};
 
 /* Encoding speed on one core: every line's "text" (or the whole line when
  * it has none), encoded with one encoder, timed after loading. */
-static int bench_tokenizer(int argc, char **argv) {
-    const char *tokpath = NULL, *data = NULL;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--tokenizer")) tokpath = argv[i + 1];
-        else if (!strcmp(argv[i], "--data")) data = argv[i + 1];
-    }
-    if (!tokpath || !data) {
-        fprintf(stderr, "megatrain bench tokenizer: --tokenizer PATH and --data FILE.jsonl are "
-                "required\n");
-        return 2;
-    }
+static int bench_tokenizer(void *args, int argc, char **argv) {
+    const tokenizer_args *a = args;
+    const char *tokpath = a->tokenizer, *data = a->data;
     mt_error err;
     char *buf = NULL;
     size_t len = 0;
@@ -98,73 +87,88 @@ static int bench_tokenizer(int argc, char **argv) {
 }
 
 /* The grouped expert products against cuBLAS (kernels/moe/moe_gemm.h). */
-static int bench_moe_gemm(int argc, char **argv) {
-    long long bk = 0, stages = 0;
-    for (int i = 1; i < argc; i++) {
-        int bad = 0;
-        if (!strcmp(argv[i], "--stages") && i + 1 < argc) stages = mt_arg_ll(argv[++i], &bad);
-        else if (!strcmp(argv[i], "--bk") && i + 1 < argc) bk = mt_arg_ll(argv[++i], &bad);
-        else bad = 1;
-        if (bad || !(stages == 0 || (stages >= 2 && stages <= 5)) ||
-            !(bk == 0 || bk == 32 || bk == 64)) {
-            fprintf(stderr, "megatrain bench moe-gemm: '%s': the options are --bk 32|64 and "
-                    "--stages 2..5\n", argv[i]);
-            return 2;
-        }
-    }
+typedef struct moe_gemm_args {
+    int bk, stages; // indexes into the choices
+    bool given[2];
+} moe_gemm_args;
+
+static const char *const bk_choices[] = {"0", "32", "64", NULL};
+static const char *const stage_choices[] = {"0", "2", "3", "4", "5", NULL};
+static const mt_opt moe_gemm_options[] = {
+    {"bk", MT_OPT_ENUM, offsetof(moe_gemm_args, bk), "0", NULL, MT_OPT_ANY, bk_choices, "32|64",
+     NULL, "k step of the tensor-core kernel; 0: its own choice"},
+    {"stages", MT_OPT_ENUM, offsetof(moe_gemm_args, stages), "0", NULL, MT_OPT_ANY,
+     stage_choices, "2..5", NULL, "pipeline depth of the tensor-core kernel; 0: its own choice"},
+};
+static const mt_opt_table moe_gemm_table = {
+    .command = "bench moe-gemm", MT_OPT_ROWS(moe_gemm_options), MT_OPT_STRUCT(moe_gemm_args),
+    .about = "Grouped expert products on the GPU (Qwen3-30B-A3B, Mixtral-8x7B expert shapes)\n"
+             "against cuBLAS per expert: TFLOP/s."};
+
+static int bench_moe_gemm(void *args, int argc, char **argv) {
 #ifndef MT_HAVE_CUDA
-    fprintf(stderr, "megatrain bench moe-gemm: this build has no CUDA support\n");
-    return 1;
+    return mt_cli_fail("bench moe-gemm", 1, "this build has no CUDA support");
 #else
+    const moe_gemm_args *a = args;
     mt_error err;
-    if (mt_cuda_moe_gemm_bench(stdout, (int)bk, (int)stages, &err)) {
-        fprintf(stderr, "megatrain bench moe-gemm: %s\n", err.msg);
-        return 1;
-    }
+    if (mt_cuda_moe_gemm_bench(stdout, atoi(bk_choices[a->bk]), atoi(stage_choices[a->stages]),
+                               &err))
+        return mt_cli_fail("bench moe-gemm", 1, "%s", err.msg);
     return 0;
 #endif
 }
 
-int mt_cmd_bench(int argc, char **argv) {
+/* The fused CPU AdamW (optim/adamw.h). */
+typedef struct adamw_args {
+    int64_t params, threads;
+    bool given[2];
+} adamw_args;
+
+static const mt_opt adamw_options[] = {
+    {"params", MT_OPT_INT, offsetof(adamw_args, params), "268435456", NULL, MT_OPT_AT_LEAST(1),
+     NULL, "N", NULL, "parameters to update"},
+    {"threads", MT_OPT_INT, offsetof(adamw_args, threads), "0", NULL, MT_OPT_BETWEEN(0, 65536),
+     NULL, "N", NULL, "threads; 0: all cores"},
+};
+static const mt_opt_table adamw_table = {
+    .command = "bench adamw", MT_OPT_ROWS(adamw_options), MT_OPT_STRUCT(adamw_args),
+    .about = "The fused CPU AdamW update: Gparam/s and GB/s."};
+
+static int bench_adamw(void *args, int argc, char **argv) {
+    const adamw_args *a = args;
+    return mt_adamw_bench((size_t)a->params, (int)a->threads, stdout) ? 1 : 0;
+}
+
+static const mt_cli_command adamw = {"adamw", "the fused CPU AdamW update: Gparam/s and GB/s",
+                                     &adamw_table, bench_adamw};
+static const mt_cli_command tokenizer = {"tokenizer", "tokenizer encoding speed on one core",
+                                         &tokenizer_table, bench_tokenizer};
+static const mt_cli_command moe_gemm = {
+    "moe-gemm", "grouped expert products on the GPU against cuBLAS", &moe_gemm_table,
+    bench_moe_gemm};
+const mt_cli_command *const mt_bench_commands[] = {&mt_cli_bench_train, &adamw, &tokenizer,
+                                                   &moe_gemm};
+const size_t mt_bench_n_commands = MT_OPT_COUNT(mt_bench_commands);
+
+static void bench_usage(FILE *f) {
+    fprintf(f, "usage: megatrain bench <benchmark> [options]\n\nbenchmarks:\n");
+    for (size_t i = 0; i < mt_bench_n_commands; i++)
+        fprintf(f, "  %-10s %s\n", mt_bench_commands[i]->name, mt_bench_commands[i]->help);
+    fprintf(f, "\nrun 'megatrain bench <benchmark> --help' for its options\n");
+}
+
+static int bench(void *args, int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         bench_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    const char *what = argv[1];
-    if (!strcmp(what, "train")) return mt_bench_train(argc - 1, argv + 1);
-    if (!strcmp(what, "tokenizer")) return bench_tokenizer(argc - 1, argv + 1);
-    if (!strcmp(what, "moe-gemm")) return bench_moe_gemm(argc - 1, argv + 1);
-    long long params = 1ll << 28;
-    int threads = 0;
-    static const struct option opts[] = {
-        {"params", required_argument, 0, 'p'},
-        {"threads", required_argument, 0, 't'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    optind = 2;
-    int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        int bad = 0;
-        switch (c) {
-        case 'p': params = mt_arg_ll(optarg, &bad); break;
-        case 't': threads = (int)mt_arg_ll(optarg, &bad); break;
-        case 'h': bench_usage(stdout); return 0;
-        default: bench_usage(stderr); return 2;
-        }
-        if (bad) {
-            fprintf(stderr, "megatrain bench: '%s' is not a number\n", optarg);
-            return 2;
-        }
-    }
-    if (!strcmp(what, "adamw")) {
-        if (params <= 0) {
-            fprintf(stderr, "megatrain bench adamw: --params must be positive\n");
-            return 2;
-        }
-        return mt_adamw_bench((size_t)params, threads, stdout) ? 1 : 0;
-    }
-    fprintf(stderr, "megatrain bench: unknown benchmark '%s'\n", what);
+    for (size_t i = 0; i < mt_bench_n_commands; i++)
+        if (!strcmp(argv[1], mt_bench_commands[i]->name))
+            return mt_cli_run(mt_bench_commands[i], argc - 1, argv + 1);
+    fprintf(stderr, "megatrain bench: unknown benchmark '%s'\n\n", argv[1]);
     bench_usage(stderr);
     return 2;
 }
+
+const mt_cli_command mt_cli_bench = {"bench", "measure speed, one benchmark at a time:", NULL,
+                                      bench};

@@ -2,124 +2,90 @@
  * another type, mixture-of-experts included), as a Hugging Face directory
  * (config.json, model.safetensors, tokenizer files), to pre-train from
  * scratch with `megatrain train --model DIR`. */
-#include <getopt.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/stat.h>
 
+#include "cli/cli_options.h"
 #include "cli/commands.h"
-#include "util/args.h"
+#include "train/model_init.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: megatrain init --tokenizer PATH --out DIR [shape options]\n"
-            "  --tokenizer PATH    tokenizer.json; sets the vocabulary and BOS/EOS ids, and is\n"
-            "                      copied into DIR with the tokenizer_config.json beside it\n"
-            "  --out DIR           the new model directory (must not exist yet)\n"
-            "  --hidden N          (default 1024)\n"
-            "  --layers N          (default 12)\n"
-            "  --heads N           (default 16)\n"
-            "  --kv-heads N        (default 4)\n"
-            "  --ffn N             (default 2816)\n"
-            "  --max-pos N         max_position_embeddings (default 2048)\n"
-            "  --rope-theta X      (default 500000)\n"
-            "  --untied            separate lm_head (default: tied to the embedding)\n"
-            "  --std X             init standard deviation of matrices (default 0.02)\n"
-            "  --seed N            (default 1)\n"
-            "  --model-type T      llama (default), mistral, qwen2, qwen3, or mixture-of-experts:\n"
-            "                      mixtral, qwen2_moe, qwen3_moe\n"
-            "  --experts N         MoE: routed experts per layer (default 8)\n"
-            "  --experts-per-tok N MoE: experts each token is sent to (default 2)\n"
-            "  --expert-ffn N      MoE: an expert's inner size (default: --ffn; mixtral: --ffn)\n"
-            "  --shared-expert-ffn N  qwen2_moe: the shared expert's inner size (default --ffn)\n"
-            "  --norm-topk, --no-norm-topk  qwen MoE: renormalise the top-k weights (default:\n"
-            "                      qwen3_moe yes, qwen2_moe no; mixtral always)\n");
-}
+typedef struct init_args {
+    const char *tokenizer, *out;
+    int64_t hidden, layers, heads, kv_heads, ffn, max_pos, seed;
+    int64_t experts, experts_per_tok, expert_ffn, shared_expert_ffn;
+    double rope_theta, std;
+    bool untied, norm_topk;
+    int model_type;
+    bool given[24];
+} init_args;
 
-int mt_cmd_init(int argc, char **argv) {
-    const char *tokpath = NULL, *out = NULL;
-    long long hidden = 1024, layers = 12, heads = 16, kv = 4, ffn = 2816, max_pos = 2048,
-              seed = 1;
-    double theta = 500000.0, std = 0.02;
-    int untied = 0, norm_topk = -1;
-    const char *type = "llama";
-    long long experts = 8, per_tok = 2, expert_ffn = 0, shared_ffn = 0;
-    static const struct option opts[] = {
-        {"tokenizer", required_argument, 0, 't'}, {"out", required_argument, 0, 'o'},
-        {"hidden", required_argument, 0, 'C'},    {"layers", required_argument, 0, 'L'},
-        {"heads", required_argument, 0, 'H'},     {"kv-heads", required_argument, 0, 'K'},
-        {"ffn", required_argument, 0, 'F'},       {"max-pos", required_argument, 0, 'P'},
-        {"rope-theta", required_argument, 0, 'r'}, {"untied", no_argument, 0, 'u'},
-        {"std", required_argument, 0, 's'},       {"seed", required_argument, 0, 'S'},
-        {"model-type", required_argument, 0, 'm'}, {"experts", required_argument, 0, 'E'},
-        {"experts-per-tok", required_argument, 0, 'k'},
-        {"expert-ffn", required_argument, 0, 'f'},
-        {"shared-expert-ffn", required_argument, 0, 'x'},
-        {"norm-topk", no_argument, 0, 'n'},       {"no-norm-topk", no_argument, 0, 'N'},
-        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
-    };
-    optind = 1;
-    int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        int bad = 0;
-        switch (c) {
-        case 't': tokpath = optarg; break;
-        case 'o': out = optarg; break;
-        case 'C': hidden = mt_arg_ll(optarg, &bad); break;
-        case 'L': layers = mt_arg_ll(optarg, &bad); break;
-        case 'H': heads = mt_arg_ll(optarg, &bad); break;
-        case 'K': kv = mt_arg_ll(optarg, &bad); break;
-        case 'F': ffn = mt_arg_ll(optarg, &bad); break;
-        case 'P': max_pos = mt_arg_ll(optarg, &bad); break;
-        case 'S': seed = mt_arg_ll(optarg, &bad); break;
-        case 'r': theta = mt_arg_d(optarg, &bad); break;
-        case 's': std = mt_arg_d(optarg, &bad); break;
-        case 'u': untied = 1; break;
-        case 'm': type = optarg; break;
-        case 'E': experts = mt_arg_ll(optarg, &bad); break;
-        case 'k': per_tok = mt_arg_ll(optarg, &bad); break;
-        case 'f': expert_ffn = mt_arg_ll(optarg, &bad); break;
-        case 'x': shared_ffn = mt_arg_ll(optarg, &bad); break;
-        case 'n': norm_topk = 1; break;
-        case 'N': norm_topk = 0; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
-        }
-        if (bad) {
-            fprintf(stderr, "megatrain init: '%s' is not a number\n", optarg);
-            return 2;
-        }
-    }
-    if (!tokpath || !out) {
-        fprintf(stderr, "megatrain init: --tokenizer PATH and --out DIR are required\n");
-        usage(stderr);
-        return 2;
-    }
+#define OFF(field) offsetof(init_args, field)
+static const mt_opt options[] = {
+    {"tokenizer", MT_OPT_TEXT, OFF(tokenizer), NULL, NULL, MT_OPT_ANY, NULL, "PATH", NULL,
+     "tokenizer.json; sets the vocabulary and BOS/EOS ids, and is copied into DIR with the "
+     "tokenizer_config.json beside it"},
+    {"out", MT_OPT_TEXT, OFF(out), NULL, NULL, MT_OPT_ANY, NULL, "DIR", NULL,
+     "the new model directory (must not exist yet)"},
+    MT_CLI_SHAPE(init_args, "1024", "12", "16", "4", "2816", "Shape", ""),
+    {"max_pos", MT_OPT_INT, OFF(max_pos), "2048", NULL, MT_OPT_NONNEG, NULL, "N", NULL,
+     "max_position_embeddings"},
+    {"rope_theta", MT_OPT_FLOAT, OFF(rope_theta), "500000", NULL, MT_OPT_ABOVE(0), NULL, NULL,
+     NULL, "RoPE base"},
+    {"untied", MT_OPT_BOOL, OFF(untied), "false", NULL, MT_OPT_ANY, NULL, NULL, NULL,
+     "a separate lm_head, not tied to the embedding"},
+    {"std", MT_OPT_FLOAT, OFF(std), "0.02", NULL, MT_OPT_NONNEG, NULL, NULL, NULL,
+     "standard deviation of the random matrices"},
+    {"seed", MT_OPT_INT, OFF(seed), "1", NULL, MT_OPT_NONNEG, NULL, NULL, NULL,
+     "seed of the random weights"},
+    {"model_type", MT_OPT_ENUM, OFF(model_type), "llama", NULL, MT_OPT_ANY, mt_model_init_types,
+     NULL, "Type", "the family; mixtral, qwen2_moe and qwen3_moe are mixtures of experts"},
+    {"experts", MT_OPT_INT, OFF(experts), "8", NULL, MT_OPT_NONNEG, NULL, NULL, NULL,
+     "mixture of experts: routed experts per layer"},
+    {"experts_per_tok", MT_OPT_INT, OFF(experts_per_tok), "2", NULL, MT_OPT_NONNEG, NULL, NULL,
+     NULL, "mixture of experts: experts each token is sent to"},
+    {"expert_ffn", MT_OPT_INT, OFF(expert_ffn), "0", NULL, MT_OPT_NONNEG, NULL, NULL, NULL,
+     "mixture of experts: an expert's inner size; 0: --ffn (mixtral: always --ffn)"},
+    {"shared_expert_ffn", MT_OPT_INT, OFF(shared_expert_ffn), "0", NULL, MT_OPT_NONNEG, NULL,
+     NULL, NULL, "qwen2_moe: the shared expert's inner size; 0: --ffn"},
+    {"norm_topk", MT_OPT_BOOL, OFF(norm_topk), "", NULL, MT_OPT_ANY, NULL, NULL, NULL,
+     "qwen mixtures of experts: renormalise the top-k weights; not given: yes for qwen3_moe, "
+     "no for qwen2_moe (mixtral always does)"},
+};
+#undef OFF
+static const mt_opt_table table = {
+    .command = "init", MT_OPT_ROWS(options), MT_OPT_STRUCT(init_args),
+    .about = "A new model with random weights, as a Hugging Face directory, to pre-train\n"
+             "with megatrain train --model DIR."};
+
+static int run(void *args, int argc, char **argv) {
+    init_args *a = args;
     struct stat st;
-    if (stat(out, &st) == 0) {
-        fprintf(stderr, "megatrain init: %s already exists; choose a new --out directory "
-                "(nothing was written)\n", out);
-        return 2;
-    }
-    mt_model_shape sh = {.hidden = hidden, .layers = layers, .heads = heads, .kv_heads = kv,
-                         .ffn = ffn, .max_positions = max_pos, .rope_theta = theta,
-                         .init_std = std, .untied = untied, .seed = (uint64_t)seed,
-                         .model_type = type, .experts = experts, .experts_per_tok = per_tok,
-                         .expert_ffn = expert_ffn, .shared_expert_ffn = shared_ffn,
-                         .norm_topk = norm_topk};
+    if (stat(a->out, &st) == 0)
+        return mt_cli_fail("init", 2, "%s already exists; choose a new --out directory (nothing "
+                           "was written)", a->out);
+    mt_model_shape sh = {.hidden = a->hidden, .layers = a->layers, .heads = a->heads,
+                         .kv_heads = a->kv_heads, .ffn = a->ffn, .max_positions = a->max_pos,
+                         .rope_theta = a->rope_theta, .init_std = a->std, .untied = a->untied,
+                         .seed = (uint64_t)a->seed,
+                         .model_type = mt_model_init_types[a->model_type],
+                         .experts = a->experts, .experts_per_tok = a->experts_per_tok,
+                         .expert_ffn = a->expert_ffn, .shared_expert_ffn = a->shared_expert_ffn,
+                         .norm_topk = mt_opt_given(&table, a, "norm_topk") ? a->norm_topk : -1};
     mt_model_info info;
-    if (mt_model_init(out, tokpath, &sh, &info)) {
-        fprintf(stderr, "megatrain init: %s\n", mt_last_error());
-        return 1;
-    }
+    if (mt_model_init(a->out, a->tokenizer, &sh, &info))
+        return mt_cli_fail("init", 1, "%s", mt_last_error());
     char moe[96] = "";
     if (info.experts)
         snprintf(moe, sizeof moe, ", %lld experts, %lld per token, %.2fM active",
                  (long long)info.experts, (long long)info.experts_per_tok,
                  info.active_params / 1e6);
     printf("init: %s: %s, %.1fM parameters (hidden %lld, %lld layers, %lld/%lld heads, ffn "
-           "%lld, vocab %lld%s%s)\n", out, info.model_type, info.n_params / 1e6, hidden, layers,
-           heads, kv, ffn, (long long)info.vocab_size, info.tied_embeddings ? ", tied" : "", moe);
+           "%lld, vocab %lld%s%s)\n", a->out, info.model_type, info.n_params / 1e6,
+           (long long)a->hidden, (long long)a->layers, (long long)a->heads, (long long)a->kv_heads,
+           (long long)a->ffn, (long long)info.vocab_size, info.tied_embeddings ? ", tied" : "",
+           moe);
     return 0;
 }
+
+const mt_cli_command mt_cli_init = {
+    "init", "create a new model with random weights (HF directory)", &table, run};

@@ -100,14 +100,23 @@ static int run_gnuplot(const mt_metrics_series *s, const char *out, const char *
     return 0;
 }
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: megatrain plot METRICS.jsonl [-o OUT.png] [--title T]\n"
-               "Draws loss, eval loss (points) and learning rate (right axis) against step\n"
-               "with gnuplot.\n"
-               "  -o, --output OUT.png  image to write (default loss.png next to METRICS)\n"
-               "  --title T             title (default the metrics path)\n");
-}
+typedef struct plot_args {
+    const char *metrics, *out, *title;
+    bool given[3];
+} plot_args;
 
+static const mt_opt options[] = {
+    {"metrics", MT_OPT_TEXT, offsetof(plot_args, metrics), NULL, NULL, MT_OPT_ANY, NULL,
+     "METRICS.jsonl", NULL, "the metrics.jsonl to draw (or give it as the argument)"},
+    {"out", MT_OPT_TEXT, offsetof(plot_args, out), "", NULL, MT_OPT_ANY, NULL, "OUT.png", NULL,
+     "image to write; none: loss.png next to METRICS"},
+    {"title", MT_OPT_TEXT, offsetof(plot_args, title), "", NULL, MT_OPT_ANY, NULL, "T", NULL,
+     "title; none: the metrics path"},
+};
+static const mt_opt_alias aliases[] = {
+    {"o", "out", MT_ALIAS_SHORT},
+    {"output", "out", MT_ALIAS_DEPRECATED},
+};
 /* Default output: loss.png in the directory of the metrics file. */
 static char *default_out(const char *metrics) {
     const char *slash = strrchr(metrics, '/');
@@ -118,35 +127,25 @@ static char *default_out(const char *metrics) {
     return out;
 }
 
-int mt_cmd_plot(int argc, char **argv) {
-    const char *in = NULL, *out = NULL, *title = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        const char **dst = !strcmp(a, "-o") || !strcmp(a, "--output") ? &out
-                           : !strcmp(a, "--title")                    ? &title : NULL;
-        if (dst && i + 1 < argc) *dst = argv[++i];
-        else if (dst || a[0] == '-' || in) {
-            fprintf(stderr, "megatrain plot: %s '%s'\n", dst ? "missing value after" :
-                    a[0] == '-' ? "unknown option" : "more than one input:", a);
-            usage(stderr);
-            return 2;
-        } else in = a;
-    }
-    if (!in) {
-        usage(stderr);
-        return 2;
-    }
+static int run(void *args, int argc, char **argv) {
+    plot_args *a = args;
+    const char *in = a->metrics, *out = a->out, *title = a->title;
     char *own_out = out ? NULL : default_out(in);
     mt_metrics_series s = {0};
     mt_error err;
-    int rc = mt_metrics_read(in, &s, "megatrain plot", &err) || run_gnuplot(&s, out ? out : own_out, title ? title : in, &err);
+    int rc = mt_metrics_read(in, &s, "megatrain plot", &err) ||
+         run_gnuplot(&s, out ? out : own_out, title ? title : in, &err);
     if (rc) fprintf(stderr, "megatrain plot: %s\n", err.msg);
     else printf("megatrain plot: %zu points -> %s\n", s.n, out ? out : own_out);
     mt_metrics_series_free(&s);
     free(own_out);
     return rc ? 1 : 0;
 }
+
+static const mt_opt_table table = {
+    .command = "plot", MT_OPT_ROWS(options), MT_OPT_ALIASES(aliases), MT_OPT_STRUCT(plot_args),
+    .positional = "metrics",
+    .about = "Draws loss, eval loss (points) and learning rate (right axis) against step\n"
+             "with gnuplot."};
+const mt_cli_command mt_cli_plot = {
+    "plot", "draw the loss curve of a metrics.jsonl to a PNG", &table, run};

@@ -1,45 +1,45 @@
 /* megatrain tokenize: JSONL -> .mtok (pre-tokenized, memory-mapped at
  * training time). Prints documents, tokens, trainable tokens and speed. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "cli/cli_options.h"
+#include "cli/commands.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: megatrain tokenize --tokenizer PATH --data IN --out OUT.mtok\n"
-               "         [--format auto|text|completion|chat] [--chat-template auto|llama3|qwen|llama2|mistral]\n"
-               "         [--skip-bad-lines]\n"
-               "  --tokenizer  tokenizer.json (or 'bytes' for the built-in byte tokenizer)\n"
-               "  --data       .jsonl, .jsonl.gz, .jsonl.zst, or a directory of them (one .mtok)\n");
-}
+typedef struct tokenize_args {
+    const char *tokenizer, *data, *out;
+    int data_format, chat_template;
+    bool skip_bad_lines;
+    bool given[6];
+} tokenize_args;
 
-int mt_cmd_tokenize(int argc, char **argv) {
-    const char *tok_path = NULL, *out = NULL;
-    mt_data_opts o = {.format = "auto", .chat_template = "auto", .epochs = 1};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout), 0;
-        if (!strcmp(a, "--skip-bad-lines")) { o.skip_bad_lines = 1; continue; }
-        const char **dst = !strcmp(a, "--tokenizer") ? &tok_path : !strcmp(a, "--data") ? &o.path
-                         : !strcmp(a, "--out") ? &out : !strcmp(a, "--format") ? &o.format
-                         : !strcmp(a, "--chat-template") ? &o.chat_template : NULL;
-        if (!dst || !v) {
-            fprintf(stderr, "megatrain tokenize: %s '%s'\n", dst ? "missing value for" : "unknown option", a);
-            return usage(stderr), 2;
-        }
-        *dst = v, i++;
-    }
-    if (!tok_path || !o.path || !out) {
-        fprintf(stderr, "megatrain tokenize: --tokenizer, --data and --out are required\n");
-        return usage(stderr), 2;
-    }
-    if (!strcmp(o.format, "tokens")) {
-        fprintf(stderr, "megatrain tokenize: --format tokens: the input is already tokenized\n");
-        return 2;
-    }
+#define OFF(field) offsetof(tokenize_args, field)
+static const mt_opt options[] = {
+    {"tokenizer", MT_OPT_TEXT, OFF(tokenizer), NULL, NULL, MT_OPT_ANY, NULL, "PATH", NULL,
+     "tokenizer.json, or bytes for the built-in byte tokenizer"},
+    {"data", MT_OPT_TEXT, OFF(data), NULL, NULL, MT_OPT_ANY, NULL, "IN", NULL,
+     ".jsonl, .jsonl.gz, .jsonl.zst, or a directory of them (one .mtok)"},
+    {"out", MT_OPT_TEXT, OFF(out), NULL, NULL, MT_OPT_ANY, NULL, "OUT.mtok", NULL,
+     "the token file to write"},
+    MT_CLI_DATA_LAYOUT(tokenize_args),
+    {"skip_bad_lines", MT_OPT_BOOL, OFF(skip_bad_lines), "false", NULL, MT_OPT_ANY, NULL, NULL,
+     NULL, "skip malformed lines (counted) instead of stopping"},
+};
+#undef OFF
+static const mt_opt_alias aliases[] = {MT_CLI_FORMAT_ALIAS};
+
+static int run(void *args, int argc, char **argv) {
+    tokenize_args *a = args;
+    const char *tok_path = a->tokenizer, *out = a->out;
+    mt_data_opts o = {.path = a->data, .format = mt_tc_data_formats[a->data_format],
+                      .chat_template = mt_tc_chat_templates[a->chat_template], .epochs = 1,
+                      .skip_bad_lines = a->skip_bad_lines};
+    if (!strcmp(o.format, "tokens"))
+        return mt_cli_fail("tokenize", 2, "--data-format tokens: the input is already "
+                           "tokenized");
     mt_error err = {{0}};
     mt_tokenizer *tok = !strcmp(tok_path, "bytes") ? mt_tokenizer_bytes() : mt_tokenizer_load(tok_path, &err);
     if (!tok) return fprintf(stderr, "megatrain tokenize: %s\n", err.msg), 1;
@@ -69,3 +69,10 @@ int mt_cmd_tokenize(int argc, char **argv) {
     mt_tokenizer_free(tok);
     return rc;
 }
+
+static const mt_opt_table table = {
+    .command = "tokenize", MT_OPT_ROWS(options), MT_OPT_ALIASES(aliases),
+    MT_OPT_STRUCT(tokenize_args),
+    .about = "Tokenizes a JSONL corpus once, into a .mtok file that training memory-maps."};
+const mt_cli_command mt_cli_tokenize = {
+    "tokenize", "pre-tokenize a JSONL corpus to .mtok", &table, run};

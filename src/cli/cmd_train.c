@@ -7,7 +7,7 @@
 #include "cli/commands.h"
 #include "dist/launch.h"
 
-int mt_cmd_train(int argc, char **argv) {
+static int run(void *args, int argc, char **argv) {
     mt_options *o = mt_options_new();
     int rc = mt_options_parse_args(o, argc, argv);
     if (rc == 1) {
@@ -35,3 +35,7 @@ int mt_cmd_train(int argc, char **argv) {
     mt_run_close(r);
     return rc < 0 ? 1 : rc == 1 ? 130 : 0;
 }
+
+/* No table here: train's options are the library's (mt_options, train_config.c). */
+const mt_cli_command mt_cli_train = {
+    "train", "train or fine-tune a model (default: the built-in tiny model)", NULL, run};

@@ -1,20 +1,44 @@
-/* Subcommands of the megatrain binary. Each takes argc/argv starting at
- * the subcommand's name and returns the process exit code. */
+/* The commands of the megatrain binary. Each is an mt_cli_command: its
+ * options as a table (util/options.h; rows several commands share:
+ * cli/cli_options.h), and a run function that gets them parsed. main.c
+ * lists them; mt_cli_run reads the arguments by the table (--help, errors
+ * naming the option, notes on older spellings) and calls run, which
+ * returns the exit code: 0, 1 when the work failed, 2 on a usage error. */
 #ifndef MT_CLI_COMMANDS_H
 #define MT_CLI_COMMANDS_H
 
 #include "megatrain.h"
+#include "model/presets.h"
+#include "util/options.h"
 
-int mt_cmd_train(int argc, char **argv);
-int mt_cmd_bench(int argc, char **argv);
-int mt_bench_train(int argc, char **argv);
-int mt_cmd_tokenize(int argc, char **argv);
-int mt_cmd_plot(int argc, char **argv);
-int mt_cmd_generate(int argc, char **argv);
-int mt_cmd_eval(int argc, char **argv);
-int mt_cmd_init(int argc, char **argv);
-int mt_cmd_plan(int argc, char **argv);
-int mt_cmd_calibrate(int argc, char **argv);
+typedef struct mt_cli_command {
+    const char *name;            // as typed: "eval"; "train" under bench
+    const char *help;            // its line in the list of `megatrain --help`
+    const mt_opt_table *options; // NULL: run reads argv itself (train, bench)
+    /* The work: args is the struct of the options, filled (NULL without
+     * a table); argv[0] is the name; returns the exit code. */
+    int (*run)(void *args, int argc, char **argv);
+} mt_cli_command;
+
+extern const mt_cli_command mt_cli_train, mt_cli_init, mt_cli_plan, mt_cli_calibrate,
+    mt_cli_bench, mt_cli_tokenize, mt_cli_generate, mt_cli_eval, mt_cli_plot;
+/* The benchmarks of `megatrain bench` (cmd_bench.c; train: bench_train.c). */
+extern const mt_cli_command mt_cli_bench_train;
+extern const mt_cli_command *const mt_bench_commands[];
+extern const size_t mt_bench_n_commands;
+
+/* Runs c with argv (argv[0] its name): the arguments read into a new
+ * struct by its table, then c->run. After --help prints the usage to
+ * stdout and returns 0; after a bad argument prints its error to stderr and
+ * returns 2; prints a note on stderr for an older spelling. */
+int mt_cli_run(const mt_cli_command *c, int argc, char **argv);
+
+/* Prints "megatrain <command>: <message>" to stderr and returns code. */
+int mt_cli_fail(const char *command, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The preset called name, or NULL after saying so (a usage error, 2). */
+const mt_preset *mt_cli_preset(const char *command, const char *name);
 
 /* Starts n ranks of this command line ("megatrain" [prefix] argv...) on
  * this machine and waits for them (dist/launch.h); returns the exit code:

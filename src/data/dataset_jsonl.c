@@ -200,7 +200,7 @@ static int detect_format(const char *path, const char *line, size_t len, mt_erro
     if (f < 0)
         mt_errorf(err, "%s:1: cannot tell the format from the first line (expected a JSON object with "
                        "\"text\", \"prompt\"+\"completion\" or \"messages\"): fix the line or pass "
-                       "--format", path);
+                       "--data-format", path);
     return f;
 }
 

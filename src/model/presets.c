@@ -31,10 +31,7 @@ const mt_preset *mt_preset_find(const char *name) {
     return NULL;
 }
 
-const char *mt_preset_names(void) {
-    return "1b, 3b, 7b, 8b, 13b, 20b, 34b, 70b, 123b, 405b, qwen2.5-7b, qwen3-8b, mixtral-8x7b, "
-           "qwen3-30b-a3b, qwen3-235b-a22b";
-}
+const char *mt_preset_names(void) { return MT_PRESET_NAMES; }
 
 void mt_preset_config(const mt_preset *p, int64_t T, mt_config *cfg) {
     mt_config_default_tiny(cfg);

@@ -18,9 +18,14 @@ typedef struct mt_preset {
     int64_t HD, E, K, FE;
 } mt_preset;
 
+/* The names, comma separated, for messages and --help. */
+#define MT_PRESET_NAMES                                                                   \
+    "1b, 3b, 7b, 8b, 13b, 20b, 34b, 70b, 123b, 405b, qwen2.5-7b, qwen3-8b, mixtral-8x7b, " \
+    "qwen3-30b-a3b, qwen3-235b-a22b"
+
 /* NULL when the name is unknown. */
 const mt_preset *mt_preset_find(const char *name);
-/* The names, comma separated, for messages. */
+/* MT_PRESET_NAMES. */
 const char *mt_preset_names(void);
 /* cfg from the preset, with seq length T as max_pos. */
 void mt_preset_config(const mt_preset *p, int64_t T, mt_config *cfg);

@@ -61,7 +61,7 @@ const mt_gpu_spec *mt_gpu_spec_find(const char *name) {
     return NULL;
 }
 
-const char *mt_gpu_spec_names(void) { return "h100|h200|a100|l40s|4090"; }
+const char *mt_gpu_spec_names(void) { return MT_GPU_NAMES; }
 
 void mt_rates_for_gpu(mt_rates *r, const mt_gpu_spec *g) {
     mt_rates_default(r);

@@ -44,9 +44,12 @@ typedef struct mt_gpu_spec {
     double hbm_gbs;           /* device memory, element-wise passes */
 } mt_gpu_spec;
 
+/* The names mt_gpu_spec_find knows, for messages and --help. */
+#define MT_GPU_NAMES "h100|h200|a100|l40s|4090"
+
 /* The spec of a GPU by name (case-insensitive), NULL when unknown. */
 const mt_gpu_spec *mt_gpu_spec_find(const char *name);
-/* The names mt_gpu_spec_find knows, as "h100|h200|...". */
+/* MT_GPU_NAMES. */
 const char *mt_gpu_spec_names(void);
 /* r = the defaults with g's GPU rates. */
 void mt_rates_for_gpu(mt_rates *r, const mt_gpu_spec *g);

@@ -37,7 +37,7 @@ int mt_options_set(mt_options *o, const char *key, const char *value) {
 }
 
 int mt_options_get(const mt_options *o, const char *key, char *buf, size_t size) {
-    const mt_tc_option *opt = key ? mt_tc_find(key) : NULL;
+    const mt_opt *opt = key ? mt_opt_find(&mt_tc_table, key) : NULL;
     if (!opt) {
         mt_error err;
         mt_train_config tmp = o->tc;
@@ -45,7 +45,7 @@ int mt_options_get(const mt_options *o, const char *key, char *buf, size_t size)
         return mt_set_last_error(&err);
     }
     char text[MT_TC_STR];
-    mt_tc_format(&o->tc, opt, text, sizeof text);
+    mt_opt_format(&o->tc, opt, text, sizeof text);
     if (size) snprintf(buf, size, "%s", text);
     return (int)strlen(text);
 }
@@ -131,7 +131,7 @@ static void make_choices(void) {
 }
 
 int mt_options_describe(size_t i, mt_option_info *info) {
-    static const char *const types[] = {"string", "int", "float", "bool", "enum"};
+    static const char *const types[] = {"string", "int", "float", "bool", "enum", "string"};
     if (i >= mt_tc_n_options) {
         mt_error err;
         mt_errorf(&err, "option %zu: there are %zu options (0 .. %zu)", i, mt_tc_n_options,
@@ -139,9 +139,9 @@ int mt_options_describe(size_t i, mt_option_info *info) {
         return mt_set_last_error(&err);
     }
     pthread_once(&choices_once, make_choices);
-    const mt_tc_option *o = &mt_tc_options[i];
+    const mt_opt *o = &mt_tc_options[i];
     *info = (mt_option_info){.name = o->name, .type = types[o->type], .default_value = o->def,
-                             .tiny_default = o->tiny_def,
+                             .tiny_default = o->alt_def,
                              .choices = o->choices ? choices_text[i] : NULL,
                              .section = o->section, .help = o->help};
     return 0;

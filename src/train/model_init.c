@@ -26,23 +26,26 @@ void mt_model_info_fill(mt_model_info *info, const mt_config *cfg, const mt_para
                             .active_params = mt_config_active_params(cfg)};
 }
 
-static const char *const types[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral",
-                                    "qwen2_moe", "qwen3_moe"};
+const char *const mt_model_init_types[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral",
+                                           "qwen2_moe", "qwen3_moe", NULL};
 static const mt_arch archs[] = {MT_ARCH_LLAMA, MT_ARCH_MISTRAL, MT_ARCH_QWEN2, MT_ARCH_QWEN3,
                                 MT_ARCH_MIXTRAL, MT_ARCH_QWEN2_MOE, MT_ARCH_QWEN3_MOE};
+_Static_assert(sizeof archs / sizeof *archs + 1 ==
+                   sizeof mt_model_init_types / sizeof *mt_model_init_types,
+               "an architecture for every model type");
 
 /* The architecture of model_type and what the type implies (q/k/v bias,
  * q/k norm, experts); returns the type's name, or NULL if unknown. */
 static const char *set_type(mt_config *c, const char *model_type, const mt_model_shape *sh) {
     int k = -1;
-    for (int i = 0; i < (int)(sizeof types / sizeof *types); i++)
-        if (!strcmp(model_type, types[i])) k = i;
+    for (int i = 0; mt_model_init_types[i]; i++)
+        if (!strcmp(model_type, mt_model_init_types[i])) k = i;
     if (k < 0) return NULL;
     c->arch = archs[k];
-    snprintf(c->model_type, sizeof c->model_type, "%s", types[k]);
+    snprintf(c->model_type, sizeof c->model_type, "%s", mt_model_init_types[k]);
     c->qkv_bias = c->arch == MT_ARCH_QWEN2 || c->arch == MT_ARCH_QWEN2_MOE;
     c->qk_norm = c->arch == MT_ARCH_QWEN3 || c->arch == MT_ARCH_QWEN3_MOE;
-    if (c->arch < MT_ARCH_MIXTRAL) return types[k];
+    if (c->arch < MT_ARCH_MIXTRAL) return mt_model_init_types[k];
     mt_moe_config *m = &c->moe;
     m->E = sh->experts;
     m->K = sh->experts_per_tok;
@@ -53,7 +56,7 @@ static const char *set_type(mt_config *c, const char *model_type, const mt_model
                                           : c->arch == MT_ARCH_QWEN3_MOE;
     m->sparse_step = 1;
     m->aux_coef = c->arch == MT_ARCH_MIXTRAL ? 0.02 : 0.001; /* the published configs' */
-    return types[k];
+    return mt_model_init_types[k];
 }
 
 int mt_model_create(const char *dir, const char *tokpath, const mt_model_shape *sh,

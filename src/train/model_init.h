@@ -8,6 +8,10 @@
 #include "model/params.h"
 #include "util/error.h"
 
+/* The model types mt_model_create makes (mt_model_shape.model_type),
+ * NULL-terminated. */
+extern const char *const mt_model_init_types[];
+
 /* mt_model_init's contract (megatrain.h). */
 int mt_model_create(const char *dir, const char *tokenizer, const mt_model_shape *s,
                     mt_model_info *info, mt_error *err);

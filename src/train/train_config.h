@@ -1,7 +1,8 @@
 /* The configuration of `megatrain train`: one struct holding every option.
  *
- * One table (train_config.c: `options`) of {name, type, default, tiny-model
- * default, range, help} drives everything: the defaults, the YAML config
+ * One table (train_config.c: `mt_tc_options`, an option table of
+ * util/options.h) of {name, type, default, tiny-model default, range, help}
+ * drives everything: the defaults, the YAML config
  * file keys, the command-line flags, the --help text, validation and the
  * YAML/JSON written back. Precedence: defaults < config file < flags.
  *
@@ -22,9 +23,10 @@
 
 #include "optim/schedule.h"
 #include "util/error.h"
+#include "util/options.h"
 
 /* Longest path or string value, terminator included. */
-#define MT_TC_STR 1024
+#define MT_TC_STR MT_OPT_STR
 /* Room for the options of the table (a static assert keeps it large enough). */
 #define MT_TC_MAX_OPTIONS 48
 
@@ -139,6 +141,16 @@ int mt_train_config_save_yaml(const mt_train_config *cfg, const char *path, mt_e
 
 /* The --help text of `megatrain train`, generated from the option table. */
 void mt_train_config_usage(FILE *f);
+
+/* The names of the choices of an option, NULL-terminated, in enum order:
+ * those of train's options, which the other commands' options of the same
+ * name take too (cli/cli_options.h). */
+extern const char *const mt_tc_data_formats[];
+extern const char *const mt_tc_chat_templates[];
+extern const char *const mt_tc_packings[];
+extern const char *const mt_tc_dtypes[];      // precision, save_dtype
+extern const char *const mt_tc_devices[];
+extern const char *const mt_tc_grad_dtypes[]; // host_grad_dtype
 
 /* Names of enum values as written in configs ("cosine", "bf16", ...). */
 const char *mt_tc_data_format_name(mt_tc_data_format v);

@@ -55,7 +55,7 @@ static int read_pair(yaml_reader *r, mt_train_config *cfg, const yaml_event_t *k
     size_t line = line_of(key);
     char where[MT_TC_STR + 32];
     snprintf(where, sizeof where, "%s:%zu", r->path, line);
-    const mt_tc_option *o = mt_tc_find(name);
+    const mt_opt *o = mt_opt_find(&mt_tc_table, name);
     yaml_event_t val;
     if (next_event(r, &val, err)) return -1;
     int rc = -1;
@@ -68,19 +68,19 @@ static int read_pair(yaml_reader *r, mt_train_config *cfg, const yaml_event_t *k
         char text[MT_TC_STR], label[MT_TC_STR + 96]; /* a weighted list of sources */
         snprintf(label, sizeof label, "%s: %s", where, name);
         rc = mt_data_spec_read_yaml(&r->parser, r->path, name, text, sizeof text, err) ||
-             mt_tc_set(cfg, o, text, label, err) ? -1 : 0;
+             mt_opt_set(&mt_tc_table, cfg, o, text, label, err) ? -1 : 0;
         r->line_of[o - mt_tc_options] = (int)line;
     } else if (val.type != YAML_SCALAR_EVENT) {
         mt_errorf(err, "%s: %s: expected a single value, got %s", where, name,
                   node_kind(val.type));
-    } else if (is_null(&val) && o->type != MT_TC_STRING) {
+    } else if (is_null(&val) && o->type != MT_OPT_STRING) {
         mt_errorf(err, "%s: %s: needs a value (or remove the line for the default %s)", where,
                   name, o->def);
     } else {
         char label[MT_TC_STR + 96];
         snprintf(label, sizeof label, "%s: %s", where, name);
-        rc = mt_tc_set(cfg, o, is_null(&val) ? "" : (const char *)val.data.scalar.value, label,
-                       err);
+        const char *text = is_null(&val) ? "" : (const char *)val.data.scalar.value;
+        rc = mt_opt_set(&mt_tc_table, cfg, o, text, label, err);
         r->line_of[o - mt_tc_options] = (int)line;
     }
     yaml_event_delete(&val);
@@ -173,9 +173,9 @@ char *mt_train_config_to_yaml(const mt_train_config *cfg) {
     fprintf(f, "# megatrain train: the effective options of this run.\n"
                "# Run again with: megatrain train --config config.yaml\n");
     for (size_t i = 0; i < mt_tc_n_options; i++) {
-        const mt_tc_option *o = &mt_tc_options[i];
+        const mt_opt *o = &mt_tc_options[i];
         char text[MT_TC_STR];
-        mt_tc_format(cfg, o, text, sizeof text);
+        mt_opt_format(cfg, o, text, sizeof text);
         if (o->section) fprintf(f, "\n# %s\n", o->section);
         fprintf(f, "%s: ", o->name);
         if (o->offset == offsetof(mt_train_config, overwrite)) {
@@ -184,7 +184,7 @@ char *mt_train_config_to_yaml(const mt_train_config *cfg) {
             fputs("false  # what was in out is deleted only when asked anew\n", f);
             continue;
         }
-        if (o->type == MT_TC_STRING && !(o->offset == offsetof(mt_train_config, data) &&
+        if (o->type == MT_OPT_STRING && !(o->offset == offsetof(mt_train_config, data) &&
                                          mt_data_spec_is_list(text)))
             yaml_quote(f, text);
         else fputs(text, f);
@@ -213,14 +213,14 @@ char *mt_train_config_to_json(const mt_train_config *cfg) {
     cJSON *root = cJSON_CreateObject();
     MT_ASSERT(root);
     for (size_t i = 0; i < mt_tc_n_options; i++) {
-        const mt_tc_option *o = &mt_tc_options[i];
+        const mt_opt *o = &mt_tc_options[i];
         const void *p = (const char *)cfg + o->offset;
         char text[MT_TC_STR];
-        mt_tc_format(cfg, o, text, sizeof text);
+        mt_opt_format(cfg, o, text, sizeof text);
         /* Numbers as our own exact text: cJSON prints 15 digits when they
          * come close, which loses the last bit of a double. */
-        if (o->type == MT_TC_INT || o->type == MT_TC_FLOAT) cJSON_AddRawToObject(root, o->name, text);
-        else if (o->type == MT_TC_BOOL) cJSON_AddBoolToObject(root, o->name, *(const bool *)p);
+        if (o->type == MT_OPT_INT || o->type == MT_OPT_FLOAT) cJSON_AddRawToObject(root, o->name, text);
+        else if (o->type == MT_OPT_BOOL) cJSON_AddBoolToObject(root, o->name, *(const bool *)p);
         else cJSON_AddStringToObject(root, o->name, text);
     }
     char *s = cJSON_PrintUnformatted(root);
@@ -230,11 +230,11 @@ char *mt_train_config_to_json(const mt_train_config *cfg) {
 }
 
 /* One JSON member as text in the config syntax, for mt_tc_set. */
-static int json_text(const cJSON *it, const mt_tc_option *o, char *buf, size_t n) {
-    if (o->type == MT_TC_STRING || o->type == MT_TC_ENUM) {
+static int json_text(const cJSON *it, const mt_opt *o, char *buf, size_t n) {
+    if (o->type == MT_OPT_STRING || o->type == MT_OPT_ENUM) {
         if (!cJSON_IsString(it)) return -1;
         snprintf(buf, n, "%s", it->valuestring);
-    } else if (o->type == MT_TC_BOOL) {
+    } else if (o->type == MT_OPT_BOOL) {
         if (!cJSON_IsBool(it)) return -1;
         snprintf(buf, n, "%s", cJSON_IsTrue(it) ? "true" : "false");
     } else {
@@ -252,13 +252,13 @@ int mt_train_config_from_json(mt_train_config *cfg, const char *json, mt_error *
     }
     int rc = 0;
     for (const cJSON *it = root->child; it && !rc; it = it->next) {
-        const mt_tc_option *o = mt_tc_find(it->string);
+        const mt_opt *o = mt_opt_find(&mt_tc_table, it->string);
         char text[MT_TC_STR], label[160];
         snprintf(label, sizeof label, "trainer state config: %s", it->string);
         if (!o) rc = mt_errorf(err, "%s: unknown key (written by another megatrain version?)", label);
         else if (json_text(it, o, text, sizeof text))
             rc = mt_errorf(err, "%s: wrong JSON type", label);
-        else rc = mt_tc_set(cfg, o, text, label, err);
+        else rc = mt_opt_set(&mt_tc_table, cfg, o, text, label, err);
     }
     cJSON_Delete(root);
     return rc;
@@ -271,7 +271,7 @@ char *mt_train_config_to_lines(const mt_train_config *cfg) {
     MT_ASSERT(f);
     for (size_t i = 0; i < mt_tc_n_options; i++) {
         char text[MT_TC_STR];
-        mt_tc_format(cfg, &mt_tc_options[i], text, sizeof text);
+        mt_opt_format(cfg, &mt_tc_options[i], text, sizeof text);
         fprintf(f, "%s=%s\n", mt_tc_options[i].name, text);
     }
     fclose(f);

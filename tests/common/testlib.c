@@ -2,6 +2,7 @@
 
 #include "testlib.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,4 +95,37 @@ int mt_test_cli(char *const argv[]) {
     int status;
     if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status)) return -1;
     return WEXITSTATUS(status);
+}
+
+/* The whole of the file at path, NUL-terminated (an empty string if it
+ * cannot be read). */
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    for (int c; f && (c = fgetc(f)) != EOF;) fputc(c, m);
+    fclose(m);
+    if (f) fclose(f);
+    return text;
+}
+
+int mt_test_cli_output(char *const argv[], char **out, char **err) {
+    char *dir = mt_test_tmpdir(), paths[2][4200];
+    int saved[2];
+    fflush(stdout);
+    fflush(stderr);
+    for (int k = 0; k < 2; k++) {
+        snprintf(paths[k], sizeof paths[k], "%s/%s", dir, k ? "stderr" : "stdout");
+        int fd = open(paths[k], O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        saved[k] = dup(1 + k);
+        if (fd >= 0) dup2(fd, 1 + k), close(fd);
+    }
+    int rc = mt_test_cli(argv);
+    for (int k = 0; k < 2; k++) dup2(saved[k], 1 + k), close(saved[k]);
+    *out = slurp(paths[0]);
+    *err = slurp(paths[1]);
+    mt_test_rmtree(dir);
+    free(dir);
+    return rc;
 }

@@ -36,4 +36,8 @@ int mt_test_cli(char *const argv[]);
 /* The same without waiting: the child's pid (-1 if it could not start). */
 pid_t mt_test_cli_start(char *const argv[]);
 
+/* mt_test_cli with the command's stdout and stderr read back into *out and
+ * *err (NUL-terminated; the caller frees both). */
+int mt_test_cli_output(char *const argv[], char **out, char **err);
+
 #endif

@@ -207,11 +207,11 @@ Test(train_config, help_lists_every_option) {
     cr_assert(strstr(text, "--config FILE"));
     for (size_t i = 0; i < mt_tc_n_options; i++) {
         char flag[80];
-        snprintf(flag, sizeof flag, "%s%s ", mt_tc_options[i].type == MT_TC_BOOL ? "--[no-]" : "--",
+        snprintf(flag, sizeof flag, "%s%s ", mt_tc_options[i].type == MT_OPT_BOOL ? "--[no-]" : "--",
                  mt_tc_options[i].name);
         for (char *p = flag; *p; p++)
             if (*p == '_') *p = '-';
-        if (mt_tc_options[i].type == MT_TC_BOOL) flag[strlen(flag) - 1] = 0;
+        if (mt_tc_options[i].type == MT_OPT_BOOL) flag[strlen(flag) - 1] = 0;
         cr_assert(strstr(text, flag), "--help lacks %s", flag);
     }
     free(text);

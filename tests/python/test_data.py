@@ -121,6 +121,21 @@ def test_a_parquet_folder_tokenizes_to_the_mtok_of_the_same_jsonl(tmp_path, shap
     assert filecmp.cmp(tmp_path / "test.mtok", tmp_path / "one.mtok", shallow=False)
 
 
+def test_the_older_spelling_of_data_format_is_read_with_a_note(tmp_path):
+    jsonl = write_jsonl(tmp_path / "sft.jsonl", SHAPES["completion"])
+    outs = []
+    for flag in ("--data-format", "--format"):
+        args = ["--tokenizer", TOKENIZER, "--data", jsonl, flag, "completion", "--out"]
+        outs += [tmp_path / f"py{flag}.mtok", tmp_path / f"cli{flag}.mtok"]
+        p = tokenize_module(*args, outs[-2])
+        c = run_cli("tokenize", *args, outs[-1])
+        assert p.returncode == 0, p.stderr
+        for err in (p.stderr, c.stderr):
+            assert ("--format is deprecated: it is now spelt --data-format" in err) == \
+                (flag == "--format"), err
+    assert all(filecmp.cmp(outs[0], o, shallow=False) for o in outs[1:])
+
+
 def test_tokenize_says_what_is_wrong(tmp_path):
     hub = write_hub_folder(tmp_path / "hub", {"train": SHAPES["text"]})
     p = tokenize_module("--tokenizer", TOKENIZER, "--data", hub, "--split", "validation",
