@@ -82,12 +82,41 @@ template <int HD> struct DkvCfg {
     static_assert(SMEM <= 227 * 1024, "a block's shared memory on Hopper");
 };
 
+/* The dQ pass: query rows a block, keys a tile, threads, buffers of K and
+ * of V. */
+constexpr int DQ_BR = 128, DQ_BC = 128, DQ_NT = 384, DQ_STAGES = 2;
+
+/* The dQ pass's mbarriers (alignas rounds the block up to 256 bytes). */
+struct alignas(256) dq_sync {
+    uint64_t q_full;               // Q and dO have landed (TMA transactions)
+    uint64_t q_empty;              // the tile's last products are done (256 consumer threads)
+    mt_attn_kv_bars kv[DQ_STAGES]; // the key-tile ring's
+};
+
+/* The dQ pass's shared memory: the tile's Q and dO, the key-tile ring, then
+ * the barriers. The tiles are 128-byte swizzled (attention_wgmma.cuh), so
+ * 1024-byte aligned. */
+template <int HD> struct dq_storage {
+    alignas(1024) bf16 q[DQ_BR * HD];
+    alignas(1024) bf16 dout[DQ_BR * HD];
+    alignas(1024) bf16 k[DQ_STAGES][DQ_BC * HD];
+    alignas(1024) bf16 v[DQ_STAGES][DQ_BC * HD];
+    dq_sync sync;
+};
+
+/* Q_BYTES, KV_BYTES: the TMA transactions of a Q (or dO) tile and of a K
+ * (or V) tile; SMEM: the block's dynamic shared memory. */
 template <int HD> struct DqCfg {
-    static constexpr int BR = 128, BC = 128, NT = 384; // rows per block, keys per tile, threads
-    static constexpr int STAGES = 2;                   // buffers of K and of V
+    static constexpr int BR = DQ_BR, BC = DQ_BC, NT = DQ_NT;
     static constexpr int Q_BYTES = BR * HD * 2, KV_BYTES = BC * HD * 2;
-    // Q, dO, the K and V buffers, room to align, the barriers
-    static constexpr size_t SMEM = 2 * (size_t)Q_BYTES + 2 * STAGES * KV_BYTES + 1024 + 256;
+    static constexpr size_t SMEM = MT_ATTN_SMEM_BYTES(dq_storage<HD>, sync);
+    static_assert(sizeof(dq_storage<HD>::q) == Q_BYTES && sizeof(dq_storage<HD>::k[0]) == KV_BYTES,
+                  "tiles are the TMA boxes' bytes");
+    static_assert(offsetof(dq_storage<HD>, dout) % 1024 == 0 &&
+                      offsetof(dq_storage<HD>, k) % 1024 == 0 &&
+                      offsetof(dq_storage<HD>, v) % 1024 == 0,
+                  "tiles on 1024-byte swizzle atoms");
+    static_assert(SMEM <= 227 * 1024, "a block's shared memory on Hopper");
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -381,6 +410,220 @@ __device__ __forceinline__ void dkv_consume(const dkv_smem<HD> &sm, const mt_att
     }
 }
 
+/* The dQ pass's shared memory by shared-state-space address (as TMA, wgmma
+ * and mbarriers take them), each computed once from the storage's base. */
+template <int HD> struct dq_smem {
+    using S = dq_storage<HD>;
+    unsigned q_s, do_s, bar; // q, dout, sync
+    mt_attn_kv_ring<DQ_BC, HD, DQ_STAGES> kv;
+    __device__ explicit dq_smem(unsigned char *dyn) {
+        q_s = mt_tc_smem_addr(mt_attn_wg_align(dyn));
+        do_s = q_s + (unsigned)offsetof(S, dout);
+        bar = q_s + (unsigned)offsetof(S, sync);
+        kv = {q_s + (unsigned)offsetof(S, k), q_s + (unsigned)offsetof(S, v),
+              bar + (unsigned)offsetof(dq_sync, kv)};
+    }
+    __device__ unsigned q_full() const { return bar + (unsigned)offsetof(dq_sync, q_full); }
+    __device__ unsigned q_empty() const { return bar + (unsigned)offsetof(dq_sync, q_empty); }
+    /* Initialises every mbarrier: by one thread, before a block barrier. */
+    __device__ void init() const {
+        mt_mb_init(q_full(), 1);
+        mt_mb_init(q_empty(), MT_ATTN_CONSUMER_THREADS);
+        kv.init();
+        mt_mb_fence_init();
+    }
+};
+
+/* The dQ pass's block's n-th query tile w (mt_attn_qtiles): rows q0 ..
+ * q0 + 127 of head h, batch row b, and its key tiles j0 .. nkb - 1 (with
+ * documents, none before its first row's document). */
+struct dq_item {
+    int q0, h, b, nkb, j0;
+};
+template <bool DOCS>
+__device__ __forceinline__ dq_item dq_item_of(const mt_attn_args &a, const mt_attn_qtiles &tl,
+                                              int w) {
+    dq_item it;
+    int qb;
+    tl.decode(w, &qb, &it.h, &it.b);
+    it.q0 = qb * DQ_BR;
+    it.nkb = (min(it.q0 + DQ_BR, a.T) + DQ_BC - 1) / DQ_BC;
+    it.j0 = DOCS ? mt_attn_doc_start(a, it.b, min(it.q0, a.T - 1)) / DQ_BC : 0;
+    return it;
+}
+
+/* The dQ pass's producer thread: block x's query tiles x, x + grid, ... of
+ * tl, each one's Q and dO once the last tile's products are done, and its
+ * key tiles into the ring, which runs on across tiles. */
+template <int HD, bool DOCS>
+__device__ __forceinline__ void dq_load(const dq_smem<HD> &sm, const CUtensorMap *tq,
+                                        const CUtensorMap *tdo, const CUtensorMap *tk,
+                                        const CUtensorMap *tv, const mt_attn_args &a,
+                                        const mt_attn_qtiles &tl) {
+    using C = DqCfg<HD>;
+    for (int n = 0, w = blockIdx.x, i0 = 0; w < tl.n; n++, w += gridDim.x) {
+        const dq_item it = dq_item_of<DOCS>(a, tl, w);
+        if (n > 0) mt_mb_wait(sm.q_empty(), (n - 1) & 1);
+        mt_mb_expect_tx(sm.q_full(), 2 * C::Q_BYTES);
+        for (int c = 0; c < HD / 64; c++) {
+            mt_tma_load4(sm.q_s + c * C::BR * 128, tq, c * 64, it.h, it.q0, it.b, sm.q_full());
+            mt_tma_load4(sm.do_s + c * C::BR * 128, tdo, c * 64, it.h, it.q0, it.b, sm.q_full());
+        }
+        sm.kv.produce(tk, tv, it.h / (a.NH / a.NKV), it.b, it.j0, it.nkb, i0);
+        i0 += it.nkb - it.j0;
+    }
+}
+
+/* The lse (log2 domain), D and, with documents, first key of a dQ consumer
+ * thread's rows row_lo and row_lo + 8 of head h, batch row b. Rows past T
+ * are never stored; any finite values keep them harmless. */
+template <bool DOCS>
+__device__ __forceinline__ void dq_row_stats(const mt_attn_args &a, int b, int h, int row_lo,
+                                             float lse2[2], float D[2], int dstart[2]) {
+    const int T = a.T;
+    const int64_t lrow = ((int64_t)b * a.NH + h) * T;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row_lo + r * 8;
+        lse2[r] = row < T ? a.lse[lrow + row] * MT_ATTN_LOG2E : 0.f;
+        D[r] = row < T ? a.dsum[lrow + row] : 0.f;
+        if (DOCS) dstart[r] = mt_attn_doc_start(a, b, min(row, T - 1));
+    }
+}
+
+/* P of key tile j (its first key k0) from the scores S in s, in place
+ * (this thread's 64: key k0 + 2 t4 + y, y = 8 (i >> 2) + (i & 1) a
+ * constant, of row row_lo + 8 r, r = (i >> 1) & 1): exp(S - lse) (lse2:
+ * the rows' lse in the log2 domain, sl2 the scale), masked where y > hi[r]
+ * or y < lo[r] when masked (std::true_type): keys after the row, past T or
+ * before its document (dstart: the rows' first keys); the tiles that need
+ * no mask (most of them) take code with none. (k0 by reference: passed by
+ * value, the compiler orders the caller's compares otherwise than in the
+ * code that was measured.) */
+template <bool DOCS, class MASKED>
+__device__ __forceinline__ void dq_probs(float s[64], const int &k0, int row_lo, int T, int t4,
+                                         float sl2, const float lse2[2], const int dstart[2],
+                                         MASKED) {
+    [[maybe_unused]] int hi[2], lo[2];
+    if constexpr (MASKED::value) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            hi[r] = min(row_lo + r * 8, T - 1) - k0 - 2 * t4;
+            lo[r] = DOCS ? dstart[r] - k0 - 2 * t4 : 0;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 64; i++) {
+        const int r = (i >> 1) & 1, y = (i >> 2) * 8 + (i & 1);
+        float x = mt_attn_exp2(fmaf(s[i], sl2, -lse2[r]));
+        if constexpr (MASKED::value)
+            if (y > hi[r] || (DOCS && y < lo[r])) x = 0.f;
+        s[i] = x;
+    }
+}
+
+/* dQ += dS K (the key tile's keys are the reduction): dS (ds64: this
+ * thread's 64, fp32) rounded to bf16 A fragments in ds, K at shared address
+ * kt; returns once the products have landed in dq. */
+template <int HD>
+__device__ __forceinline__ void dq_update(float dq[HD / 2], const float ds64[64], unsigned ds[32],
+                                          unsigned kt) {
+    mt_attn_wg_pack<128>(ds, ds64);
+    mt_attn_wg_fence<HD / 2>(dq);
+    mt_wg_fence();
+    mt_attn_wg_pb<128, HD, DQ_BC>(dq, ds, kt);
+    mt_wg_commit();
+    mt_wg_wait<0>();
+    mt_attn_wg_fence<HD / 2>(dq);
+}
+
+/* A dQ consumer thread's rows of dQ (scaled) for query tile it: rows row_lo
+ * and row_lo + 8, columns 2 t4, 2 t4 + 1 of each 8, straight to global
+ * memory (fp32); rows past T and padded head-dim columns left out. */
+template <int HD>
+__device__ __forceinline__ void dq_store(const mt_attn_args &a, const dq_item &it, int row_lo,
+                                         int t4, const float dq[HD / 2]) {
+    const int T = a.T;
+    const int64_t ldq = (int64_t)a.NH * a.HD;
+    float *gdq = a.dq + ((int64_t)it.b * T * a.NH + it.h) * a.HD;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row_lo + r * 8;
+        if (row >= T) continue;
+#pragma unroll
+        for (int c = 0; c < HD / 8; c++) {
+            const int d = c * 8 + 2 * t4;
+            if (d >= a.HD) break; // padded columns
+            *(float2 *)(gdq + row * ldq + d) =
+                make_float2(dq[4 * c + 2 * r] * a.scale, dq[4 * c + 2 * r + 1] * a.scale);
+        }
+    }
+}
+
+/* dQ consumer cw (rows 64 cw .. of each query tile; warp, lane: this
+ * thread's in its warpgroup): block x's query tiles x, x + grid, ..., each
+ * one's mainloop over its key tiles (S = Q K^T and dP = dO V^T in one turn,
+ * P by dq_probs while dP lands, dS = P (dP - D), then dq_update), then its
+ * rows of dQ out (dq_store). The mainloop stays in this function, and the
+ * register arrays are declared here, in this order: so the compiler keeps
+ * the accumulators' registers as in the code that was measured. */
+template <int HD, bool DOCS>
+__device__ __forceinline__ void dq_consume(const dq_smem<HD> &sm, const mt_attn_args &a,
+                                           const mt_attn_qtiles &tl, int cw, int warp, int lane) {
+    using C = DqCfg<HD>;
+    constexpr int S = DQ_STAGES;
+    const int T = a.T;
+    const auto &kv = sm.kv;
+    const float sl2 = a.scale * MT_ATTN_LOG2E;
+    const int g = lane >> 2, t4 = lane & 3;
+    const unsigned sq_wg = sm.q_s + cw * 64 * 128, sdo_wg = sm.do_s + cw * 64 * 128; // 64 rows
+    if (blockIdx.x < tl.n) mt_attn_turns_begin(cw);
+    // n, i0: the query tiles and the key tiles this block has done; w: tile n
+    for (int n = 0, w = blockIdx.x, i0 = 0; w < tl.n; n++, w += gridDim.x) {
+        const dq_item it = dq_item_of<DOCS>(a, tl, w);
+        const int q0 = it.q0, h = it.h, b = it.b, nkb = it.nkb, j0 = it.j0;
+        const bool last_item = w + (int)gridDim.x >= tl.n;
+        const int rw = q0 + cw * 64 + warp * 16, row_lo = rw + g; // rows row_lo, row_lo + 8
+        float lse2[2], D[2];
+        int dstart[2] = {0, 0};
+        dq_row_stats<DOCS>(a, b, h, row_lo, lse2, D, dstart);
+        const int dstart_warp = DOCS ? mt_attn_doc_start(a, b, min(rw + 15, T - 1)) : 0;
+        float dq[HD / 2];
+#pragma unroll
+        for (int i = 0; i < HD / 2; i++) dq[i] = 0.f;
+
+        mt_mb_wait(sm.q_full(), n & 1);
+        for (int j = j0; j < nkb; j++) {
+            const int i = i0 + j - j0, st = i % S;
+            kv.wait_k(i);
+            kv.wait_v(i);
+            const unsigned kt = kv.k(st), vt = kv.v(st);
+
+            // S = Q K^T and dP = dO V^T (64 rows x 128 keys a consumer).
+            float s[64], dp[64];
+            mt_attn_wg_abt2<128, HD, C::BR, C::BC>(s, sq_wg, kt, dp, sdo_wg, vt, cw,
+                                                   last_item && j + 1 == nkb);
+            const int k0 = j * C::BC;
+            if (k0 + C::BC - 1 > rw || k0 + C::BC > T || (DOCS && k0 < dstart_warp))
+                dq_probs<DOCS>(s, k0, row_lo, T, t4, sl2, lse2, dstart, std::true_type());
+            else dq_probs<DOCS>(s, k0, row_lo, T, t4, sl2, lse2, dstart, std::false_type());
+            mt_wg_wait<0>();
+            mt_attn_wg_fence<64>(dp);
+            mt_mb_arrive(kv.empty_v(st));
+            if (j + 1 == nkb) mt_mb_arrive(sm.q_empty()); // the item's last read of Q and dO
+#pragma unroll
+            for (int i = 0; i < 64; i++) dp[i] = s[i] * (dp[i] - D[(i >> 1) & 1]);
+
+            unsigned ds[32];
+            dq_update<HD>(dq, dp, ds, kt);
+            mt_mb_arrive(kv.empty_k(st));
+        }
+
+        dq_store<HD>(a, it, row_lo, t4, dq);
+        i0 += nkb - j0;
+    }
+}
+
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 
 /* DOCS: packed documents (a.pos); false compiles the plain causal kernel.
@@ -432,156 +675,19 @@ __global__ void __launch_bounds__(DqCfg<HD>::NT, 1)
                             const __grid_constant__ CUtensorMap tv, mt_attn_args a,
                             mt_attn_qtiles tl) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using C = DqCfg<HD>;
-    constexpr int S = C::STAGES;
     extern __shared__ __align__(1024) unsigned char mt_attn_wg_smem[];
-    const unsigned q_s = mt_tc_smem_addr(mt_attn_wg_align(mt_attn_wg_smem)), do_s = q_s + C::Q_BYTES;
-    // Q, dO, the key-tile ring, then the barriers: Q and dO full and empty
-    // (8 bytes each), the ring's.
-    const unsigned bar = do_s + C::Q_BYTES + 2 * S * C::KV_BYTES;
-    const unsigned q_full = bar, q_empty = bar + 8;
-    const mt_attn_kv_ring<C::BC, HD, S> kv = {do_s + C::Q_BYTES,
-                                              do_s + C::Q_BYTES + S * C::KV_BYTES, bar + 16};
-    const int T = a.T, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-    const int wg = threadIdx.x >> 7;
-    // The block's n-th item: its query tile, head, batch row, key tiles.
-    struct item {
-        int q0, h, b, nkb, j0;
-    };
-    auto item_of = [&](int w) {
-        item it;
-        int qb;
-        tl.decode(w, &qb, &it.h, &it.b);
-        it.q0 = qb * C::BR;
-        it.nkb = (min(it.q0 + C::BR, T) + C::BC - 1) / C::BC;
-        // Documents: no row of the tile sees a key before its first row's document.
-        it.j0 = DOCS ? mt_attn_doc_start(a, it.b, min(it.q0, T - 1)) / C::BC : 0;
-        return it;
-    };
-
-    if (threadIdx.x == 0) {
-        mt_mb_init(q_full, 1);
-        mt_mb_init(q_empty, 256);
-        kv.init();
-        mt_mb_fence_init();
-    }
+    const dq_smem<HD> sm(mt_attn_wg_smem);
+    const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3, wg = threadIdx.x >> 7;
+    if (threadIdx.x == 0) sm.init();
     __syncthreads();
-
     if (wg == 0) { // the producer
         mt_wg_regs_dec<24>();
         if (threadIdx.x != 0) return;
-        for (int n = 0, w = blockIdx.x, i0 = 0; w < tl.n; n++, w += gridDim.x) {
-            const item it = item_of(w);
-            if (n > 0) mt_mb_wait(q_empty, (n - 1) & 1);
-            mt_mb_expect_tx(q_full, 2 * C::Q_BYTES);
-            for (int c = 0; c < HD / 64; c++) {
-                mt_tma_load4(q_s + c * C::BR * 128, &tq, c * 64, it.h, it.q0, it.b, q_full);
-                mt_tma_load4(do_s + c * C::BR * 128, &tdo, c * 64, it.h, it.q0, it.b, q_full);
-            }
-            kv.produce(&tk, &tv, it.h / (a.NH / a.NKV), it.b, it.j0, it.nkb, i0);
-            i0 += it.nkb - it.j0;
-        }
+        dq_load<HD, DOCS>(sm, &tq, &tdo, &tk, &tv, a, tl);
         return;
     }
     mt_wg_regs_inc<240>();
-    const int cw = wg - 1; // this consumer: rows q0 + 64 cw ..
-    const float sl2 = a.scale * MT_ATTN_LOG2E;
-    const int g = lane >> 2, t4 = lane & 3;
-    const unsigned sq_wg = q_s + cw * 64 * 128, sdo_wg = do_s + cw * 64 * 128; // 64 rows
-    if (blockIdx.x < tl.n) mt_attn_turns_begin(cw);
-    // n, i0: the items and the key tiles this block has done
-    for (int n = 0, w = blockIdx.x, i0 = 0; w < tl.n; n++, w += gridDim.x) {
-        const item it = item_of(w);
-        const int q0 = it.q0, h = it.h, b = it.b, nkb = it.nkb, j0 = it.j0;
-        const bool last_item = w + (int)gridDim.x >= tl.n;
-        const int rw = q0 + cw * 64 + warp * 16, row_lo = rw + g; // rows row_lo, row_lo + 8
-        const int64_t lrow = ((int64_t)b * a.NH + h) * T;
-        // Rows past T are never stored; any finite values keep them harmless.
-        float lse2[2], D[2];
-        int dstart[2] = {0, 0};
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = row_lo + r * 8;
-            lse2[r] = row < T ? a.lse[lrow + row] * MT_ATTN_LOG2E : 0.f;
-            D[r] = row < T ? a.dsum[lrow + row] : 0.f;
-            if (DOCS) dstart[r] = mt_attn_doc_start(a, b, min(row, T - 1));
-        }
-        const int dstart_warp = DOCS ? mt_attn_doc_start(a, b, min(rw + 15, T - 1)) : 0;
-        float dq[HD / 2];
-#pragma unroll
-        for (int i = 0; i < HD / 2; i++) dq[i] = 0.f;
-
-        mt_mb_wait(q_full, n & 1);
-        for (int j = j0; j < nkb; j++) {
-            const int i = i0 + j - j0, st = i % S;
-            kv.wait_k(i);
-            kv.wait_v(i);
-            const unsigned kt = kv.k(st), vt = kv.v(st);
-
-            // S = Q K^T and dP = dO V^T (64 rows x 128 keys a consumer).
-            float s[64], dp[64];
-            mt_attn_wg_abt2<128, HD, C::BR, C::BC>(s, sq_wg, kt, dp, sdo_wg, vt, cw,
-                                                   last_item && j + 1 == nkb);
-            const int k0 = j * C::BC;
-            // The tiles that need no mask (most of them) take code with none.
-            // Score i is key k0 + 2 t4 + y, y = 8 (i >> 2) + (i & 1) (a constant), of
-            // row row_lo + 8 r: masked where y > hi[r] or y < lo[r].
-            auto probs = [&](auto masked) {
-                [[maybe_unused]] int hi[2], lo[2];
-                if constexpr (decltype(masked)::value) {
-#pragma unroll
-                    for (int r = 0; r < 2; r++) {
-                        hi[r] = min(row_lo + r * 8, T - 1) - k0 - 2 * t4;
-                        lo[r] = DOCS ? dstart[r] - k0 - 2 * t4 : 0;
-                    }
-                }
-#pragma unroll
-                for (int i = 0; i < 64; i++) {
-                    const int r = (i >> 1) & 1, y = (i >> 2) * 8 + (i & 1);
-                    float x = mt_attn_exp2(fmaf(s[i], sl2, -lse2[r]));
-                    if constexpr (decltype(masked)::value)
-                        if (y > hi[r] || (DOCS && y < lo[r])) x = 0.f;
-                    s[i] = x;
-                }
-            };
-            if (k0 + C::BC - 1 > rw || k0 + C::BC > T || (DOCS && k0 < dstart_warp))
-                probs(std::true_type());
-            else probs(std::false_type());
-            mt_wg_wait<0>();
-            mt_attn_wg_fence<64>(dp);
-            mt_mb_arrive(kv.empty_v(st));
-            if (j + 1 == nkb) mt_mb_arrive(q_empty); // the item's last read of Q and dO
-#pragma unroll
-            for (int i = 0; i < 64; i++) dp[i] = s[i] * (dp[i] - D[(i >> 1) & 1]);
-
-            // dQ += dS K (the keys are the reduction).
-            unsigned ds[32];
-            mt_attn_wg_pack<128>(ds, dp);
-            mt_attn_wg_fence<HD / 2>(dq);
-            mt_wg_fence();
-            mt_attn_wg_pb<128, HD, C::BC>(dq, ds, kt);
-            mt_wg_commit();
-            mt_wg_wait<0>();
-            mt_attn_wg_fence<HD / 2>(dq);
-            mt_mb_arrive(kv.empty_k(st));
-        }
-
-        const int64_t ldq = (int64_t)a.NH * a.HD;
-        float *gdq = a.dq + ((int64_t)b * T * a.NH + h) * a.HD;
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = row_lo + r * 8;
-            if (row >= T) continue;
-#pragma unroll
-            for (int c = 0; c < HD / 8; c++) {
-                const int d = c * 8 + 2 * t4;
-                if (d >= a.HD) break; // padded columns
-                *(float2 *)(gdq + row * ldq + d) =
-                    make_float2(dq[4 * c + 2 * r] * a.scale, dq[4 * c + 2 * r + 1] * a.scale);
-            }
-        }
-        i0 += nkb - j0;
-    }
+    dq_consume<HD, DOCS>(sm, a, tl, wg - 1, warp, lane);
 #endif
 }
 
