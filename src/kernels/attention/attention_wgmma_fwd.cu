@@ -159,11 +159,10 @@ __device__ __forceinline__ void fwd_load(const fwd_smem<HD> &sm, const CUtensorM
     }
 }
 
-/* A consumer thread's part of the block's n-th query tile t: its
- * consumer cw's first row r0 (q0 + 64 cw) and 64 rows of Q (sq), this
- * thread's rows row_lo and row_lo + 8, the softmax scale sl2 (log2
- * domain); with documents the first
- * key of each row (rows past T take row T-1's). */
+/* A consumer thread's part of the block's n-th query tile t: its consumer
+ * cw's first row r0 (q0 + 64 cw) and 64 rows of Q (sq), this thread's rows
+ * row_lo and row_lo + 8, the softmax scale sl2 (log2 domain), and with
+ * documents the first key of each row (rows past T take row T-1's). */
 template <bool DOCS> struct fwd_rows {
     int cw, r0, row_lo, T;
     float sl2;
@@ -182,7 +181,9 @@ template <bool DOCS> struct fwd_rows {
     /* Whether key tile j has keys after a query of the consumer's, past T
      * or before a row's document: the diagonal tile, the last one of a
      * ragged T, the first ones of packed documents (dstart_wg: the first
-     * key of the consumer's last row, the latest start). */
+     * key of the consumer's last row, the latest start). The last test
+     * joins by |, which orders the compares as in the code that was
+     * measured. */
     __device__ bool need_mask(int j, int dstart_wg) const {
         const int k0 = j * BC;
         return (k0 + BC - 1 > r0 || k0 + BC > T) | (DOCS && k0 < dstart_wg);
