@@ -120,11 +120,11 @@ const mt_opt mt_tc_options[] = {
      "when it fits"},
     {"calibration", MT_OPT_STRING, OFF(calibration), "", NULL, ANY, NULL, "PATH", NULL,
      "machine rates for the planner (megatrain calibrate); empty: a short probe"},
-    {"nvme_dir", MT_TC_STRING, OFF(nvme_dir), "", NULL, ANY, NULL, "DIR[,DIR...]", NULL,
+    {"nvme_dir", MT_OPT_STRING, OFF(nvme_dir), "", NULL, ANY, NULL, "DIR[,DIR...]", NULL,
      "directories (fast disks) for the optimizer state of the layers disk_layers names, "
      "striped over them; the files are working state, gone when the run ends (resume "
      "checkpoints stay complete and separate)"},
-    {"disk_layers", MT_TC_INT, OFF(disk_layers), "0", NULL, AT_LEAST(0), NULL, "N", NULL,
+    {"disk_layers", MT_OPT_INT, OFF(disk_layers), "0", NULL, AT_LEAST(0), NULL, "N", NULL,
      "with nvme_dir: the Adam m and v of the last N layers (the head first) live on disk, "
      "read and written around their update, so the RAM holds 8 bytes per parameter less of "
      "them"},

@@ -2,7 +2,16 @@
  * attention_wgmma_bwd.cu). Q, K, V and dO tiles sit in shared memory in the
  * 128-byte swizzled layout of wgmma_ptx.cuh, as ROWS rows of 64 head-dim
  * columns (HD 128: two such blocks, ROWS * 128 bytes apart), each tile's
- * base 1024-byte aligned. Compiled only where __CUDA_ARCH_FEAT_SM90_ALL is
+ * base 1024-byte aligned.
+ *
+ * Each kernel reads as FlashAttention-3's do: a storage struct lays out its
+ * shared memory (the tiles, aligned as the swizzle needs, then the
+ * mbarriers and claim slots, each by name), a second struct gives their
+ * shared-state-space addresses (computed once from the base), the named
+ * barriers are those of mt_attn_named_barrier, and the kernel body only
+ * starts the producer warpgroup's loads (*_load) and the two consumer
+ * warpgroups' work (*_consume: products, *_mma, then stores, *_store), each
+ * a function of its own. Compiled only where __CUDA_ARCH_FEAT_SM90_ALL is
  * defined; the kernels' bodies are guarded the same way. */
 #ifndef MT_KERNELS_ATTENTION_WGMMA_CUH
 #define MT_KERNELS_ATTENTION_WGMMA_CUH
@@ -23,6 +32,30 @@ int mt_attn_tma_map(CUtensorMap *map, const void *p, int B, int T, int H, int HD
 __device__ __forceinline__ unsigned char *mt_attn_wg_align(unsigned char *p) {
     return p + ((1024 - (mt_tc_smem_addr(p) & 1023)) & 1023);
 }
+
+/* The dynamic shared memory a block asks for its storage struct S (a
+ * kernel's tiles, then its mbarriers and claim slots in the member `last`):
+ * S's bytes up to last's end (sizeof(S) would add the padding to S's
+ * 1024-byte alignment) and room to align the base (mt_attn_wg_align). */
+#define MT_ATTN_SMEM_BYTES(S, last) (offsetof(S, last) + sizeof(S::last) + 1024)
+
+/* The warpgroups of a Hopper attention block: the producer (0), then the
+ * two consumers, whose 256 threads arrive on every empty barrier. */
+constexpr int MT_ATTN_WG_THREADS = 128, MT_ATTN_CONSUMER_THREADS = 256;
+
+/* The named barriers of the Hopper kernels (id 0 is __syncthreads'). */
+enum mt_attn_named_barrier : int {
+    MT_ATTN_BAR_TURN0 = 1,   /* consumer 0's turn to issue products (256 threads) */
+    MT_ATTN_BAR_TURN1 = 2,   /* consumer 1's */
+    MT_ATTN_BAR_STAGED0 = 3, /* forward: consumer 0's output staging tile (its 128) */
+    MT_ATTN_BAR_STAGED1 = 4, /* consumer 1's */
+};
+
+/* The mbarriers of one buffer of the key-tile ring (mt_attn_kv_ring). */
+struct mt_attn_kv_bars {
+    uint64_t full_k, full_v;   /* the producer's TMA transactions have landed */
+    uint64_t empty_k, empty_v; /* the 256 consumer threads have read the tile */
+};
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
@@ -84,16 +117,18 @@ template <int N> __device__ __forceinline__ void mt_attn_wg_hold(unsigned p[N]) 
 }
 
 /* The two consumer warpgroups' turns at issuing products: consumer c waits
- * for its turn (named barrier 1 + c), issues, then passes it (barrier
- * 2 - c), so that the tensor cores run one's products while the other
+ * for its turn (MT_ATTN_BAR_TURN0 + c), issues, then passes it (the other
+ * consumer's), so that the tensor cores run one's products while the other
  * computes. Consumer 0 goes first; consumer 1 passes all but its last turn,
  * so that every arrival has its wait. */
 __device__ __forceinline__ void mt_attn_turns_begin(int c) {
-    if (c == 1) mt_bar_arrive(1, 256);
+    if (c == 1) mt_bar_arrive(MT_ATTN_BAR_TURN0, MT_ATTN_CONSUMER_THREADS);
 }
-__device__ __forceinline__ void mt_attn_turn_take(int c) { mt_bar_sync(1 + c, 256); }
+__device__ __forceinline__ void mt_attn_turn_take(int c) {
+    mt_bar_sync(MT_ATTN_BAR_TURN0 + c, MT_ATTN_CONSUMER_THREADS);
+}
 __device__ __forceinline__ void mt_attn_turn_pass(int c, bool last) {
-    if (c == 0 || !last) mt_bar_arrive(2 - c, 256);
+    if (c == 0 || !last) mt_bar_arrive(MT_ATTN_BAR_TURN1 - c, MT_ATTN_CONSUMER_THREADS);
 }
 
 /* Consumer c's turn at x = A1 B1^T and y = A2 B2^T (64 x N each, operands
@@ -119,8 +154,8 @@ __device__ __forceinline__ void mt_attn_wg_abt2(float x[N / 2], unsigned a1, uns
  * thread that claims them to the block's other threads: item n sits in
  * slot n % 4 once barrier n % 4 (one arrival) has completed. Four, so that
  * the claiming thread may run up to three items ahead of the slowest
- * reader; each kernel says why its own does not run further. bar: four
- * barriers, 8 bytes each; slot: four ints. */
+ * reader; each kernel says why its own does not run further. bar: the
+ * shared address of four barriers (uint64_t[4]); slot: four ints. */
 struct mt_attn_claims {
     unsigned bar;
     volatile int *slot;
@@ -141,26 +176,31 @@ struct mt_attn_claims {
 };
 
 /* The key-tile ring of the forward and of the dQ pass: S buffers, each a K
- * and a V tile of ROWS rows (k(st), v(st)), and four barriers a buffer at
- * bar (8-byte aligned, 32 S bytes): K full and V full (the producer's
- * transactions), K empty and V empty (the 256 consumer threads'
- * arrivals). Tile i (from the first) sits in buffer i % S. */
+ * and a V tile of ROWS rows (k(st), v(st)), with the barriers of
+ * mt_attn_kv_bars. Tile i (from the first) sits in buffer i % S. k_s, v_s,
+ * bar: the shared addresses of the S K tiles, the S V tiles and
+ * mt_attn_kv_bars[S]. */
 template <int ROWS, int HD, int S> struct mt_attn_kv_ring {
     static constexpr int BYTES = ROWS * HD * 2;
-    unsigned k_s, v_s, bar; // S K tiles, S V tiles, the barriers
+    static constexpr int BARS = sizeof(mt_attn_kv_bars);
+    static constexpr int FULL_K = offsetof(mt_attn_kv_bars, full_k),
+                         FULL_V = offsetof(mt_attn_kv_bars, full_v),
+                         EMPTY_K = offsetof(mt_attn_kv_bars, empty_k),
+                         EMPTY_V = offsetof(mt_attn_kv_bars, empty_v);
+    unsigned k_s, v_s, bar;
     __device__ unsigned k(int st) const { return k_s + st * BYTES; }
     __device__ unsigned v(int st) const { return v_s + st * BYTES; }
-    __device__ unsigned full_k(int st) const { return bar + 32 * st; }
-    __device__ unsigned full_v(int st) const { return bar + 32 * st + 8; }
-    __device__ unsigned empty_k(int st) const { return bar + 32 * st + 16; }
-    __device__ unsigned empty_v(int st) const { return bar + 32 * st + 24; }
+    __device__ unsigned full_k(int st) const { return bar + BARS * st + FULL_K; }
+    __device__ unsigned full_v(int st) const { return bar + BARS * st + FULL_V; }
+    __device__ unsigned empty_k(int st) const { return bar + BARS * st + EMPTY_K; }
+    __device__ unsigned empty_v(int st) const { return bar + BARS * st + EMPTY_V; }
     /* By one thread, before a block barrier (with mt_mb_fence_init). */
     __device__ void init() const {
         for (int st = 0; st < S; st++) {
             mt_mb_init(full_k(st), 1);
             mt_mb_init(full_v(st), 1);
-            mt_mb_init(empty_k(st), 256);
-            mt_mb_init(empty_v(st), 256);
+            mt_mb_init(empty_k(st), MT_ATTN_CONSUMER_THREADS);
+            mt_mb_init(empty_v(st), MT_ATTN_CONSUMER_THREADS);
         }
     }
     /* The producer's thread: key tiles j0 .. nkb-1 (rows j ROWS ..) of kv

@@ -23,22 +23,608 @@
 
 namespace {
 
-template <int HD> struct DkvCfg {
-    static constexpr int BC = 128, BR = 64, NT = 384; // keys per block, queries per tile, threads
-    static constexpr int STAGES = 3;                  // buffers of (Q, dO, lse, D, positions)
-    static constexpr int K_BYTES = BC * HD * 2, Q_BYTES = BR * HD * 2, ST_BYTES = 3 * BR * 4;
-    // K, V, the buffers, room to align, the barriers
-    static constexpr size_t SMEM =
-        2 * (size_t)K_BYTES + STAGES * (2 * Q_BYTES + ST_BYTES) + 1024 + 256;
+/* The dK/dV pass: keys a block, query rows a tile, threads, and buffers of
+ * a query tile (Q, dO and the rows' lse, D and positions). */
+constexpr int DKV_BC = 128, DKV_BR = 64, DKV_NT = 384, DKV_STAGES = 3;
+
+/* A query tile's rows as the dK/dV pass stages them: lse, D (rowsum(dO O))
+ * and, with documents, their positions; 0 past T. */
+struct dkv_stats {
+    float lse[DKV_BR], dsum[DKV_BR];
+    int32_t pos[DKV_BR];
 };
 
-template <int HD> struct DqCfg {
-    static constexpr int BR = 128, BC = 128, NT = 384; // rows per block, keys per tile, threads
-    static constexpr int STAGES = 2;                   // buffers of K and of V
-    static constexpr int Q_BYTES = BR * HD * 2, KV_BYTES = BC * HD * 2;
-    // Q, dO, the K and V buffers, room to align, the barriers
-    static constexpr size_t SMEM = 2 * (size_t)Q_BYTES + 2 * STAGES * KV_BYTES + 1024 + 256;
+/* The mbarriers of one buffer of the dK/dV pass's query tiles. */
+struct dkv_stage_bars {
+    uint64_t full;  // Q and dO have landed (TMA transactions) and the 128
+                    // producer threads have stored the rows' statistics
+    uint64_t empty; // the 256 consumer threads have read the buffer
 };
+
+/* The dK/dV pass's mbarriers and claim slots (alignas rounds the block up
+ * to 256 bytes). */
+struct alignas(256) dkv_sync {
+    uint64_t kv_full;  // K and V have landed (TMA transactions)
+    uint64_t kv_empty; // the item's last products are done (256 consumer threads)
+    dkv_stage_bars stage[DKV_STAGES];
+    uint64_t claim[4]; // mt_attn_claims' barriers
+    int slot[4];       // mt_attn_claims' slots
+};
+
+/* A query tile's Q and dO (64 rows each), one buffer of the dK/dV pass. */
+template <int HD> struct alignas(1024) dkv_qtile {
+    bf16 q[DKV_BR * HD], dout[DKV_BR * HD];
+};
+
+/* The dK/dV pass's shared memory: the item's 128 keys of K and V, then three
+ * buffers of a query tile (Q and dO, and their rows' statistics), then the
+ * barriers. The tiles are 128-byte swizzled (attention_wgmma.cuh), so
+ * 1024-byte aligned. */
+template <int HD> struct dkv_storage {
+    alignas(1024) bf16 k[DKV_BC * HD];
+    alignas(1024) bf16 v[DKV_BC * HD];
+    dkv_qtile<HD> qd[DKV_STAGES];
+    dkv_stats stats[DKV_STAGES];
+    dkv_sync sync;
+};
+
+/* K_BYTES, Q_BYTES: the TMA transactions of the item's K (or V) and of a
+ * Q (or dO) tile; SMEM: the block's dynamic shared memory. */
+template <int HD> struct DkvCfg {
+    static constexpr int BC = DKV_BC, BR = DKV_BR, NT = DKV_NT;
+    static constexpr int K_BYTES = BC * HD * 2, Q_BYTES = BR * HD * 2;
+    static constexpr size_t SMEM = MT_ATTN_SMEM_BYTES(dkv_storage<HD>, sync);
+    static_assert(sizeof(dkv_storage<HD>::k) == K_BYTES && sizeof(dkv_qtile<HD>) == 2 * Q_BYTES,
+                  "tiles are the TMA boxes' bytes");
+    static_assert(offsetof(dkv_storage<HD>, v) % 1024 == 0 &&
+                      offsetof(dkv_storage<HD>, qd) % 1024 == 0,
+                  "tiles on 1024-byte swizzle atoms");
+    static_assert(SMEM <= 227 * 1024, "a block's shared memory on Hopper");
+};
+
+/* The dQ pass: query rows a block, keys a tile, threads, buffers of K and
+ * of V. */
+constexpr int DQ_BR = 128, DQ_BC = 128, DQ_NT = 384, DQ_STAGES = 2;
+
+/* The dQ pass's mbarriers (alignas rounds the block up to 256 bytes). */
+struct alignas(256) dq_sync {
+    uint64_t q_full;               // Q and dO have landed (TMA transactions)
+    uint64_t q_empty;              // the tile's last products are done (256 consumer threads)
+    mt_attn_kv_bars kv[DQ_STAGES]; // the key-tile ring's
+};
+
+/* The dQ pass's shared memory: the tile's Q and dO, the key-tile ring, then
+ * the barriers. The tiles are 128-byte swizzled (attention_wgmma.cuh), so
+ * 1024-byte aligned. */
+template <int HD> struct dq_storage {
+    alignas(1024) bf16 q[DQ_BR * HD];
+    alignas(1024) bf16 dout[DQ_BR * HD];
+    alignas(1024) bf16 k[DQ_STAGES][DQ_BC * HD];
+    alignas(1024) bf16 v[DQ_STAGES][DQ_BC * HD];
+    dq_sync sync;
+};
+
+/* Q_BYTES, KV_BYTES: the TMA transactions of a Q (or dO) tile and of a K
+ * (or V) tile; SMEM: the block's dynamic shared memory. */
+template <int HD> struct DqCfg {
+    static constexpr int BR = DQ_BR, BC = DQ_BC, NT = DQ_NT;
+    static constexpr int Q_BYTES = BR * HD * 2, KV_BYTES = BC * HD * 2;
+    static constexpr size_t SMEM = MT_ATTN_SMEM_BYTES(dq_storage<HD>, sync);
+    static_assert(sizeof(dq_storage<HD>::q) == Q_BYTES && sizeof(dq_storage<HD>::k[0]) == KV_BYTES,
+                  "tiles are the TMA boxes' bytes");
+    static_assert(offsetof(dq_storage<HD>, dout) % 1024 == 0 &&
+                      offsetof(dq_storage<HD>, k) % 1024 == 0 &&
+                      offsetof(dq_storage<HD>, v) % 1024 == 0,
+                  "tiles on 1024-byte swizzle atoms");
+    static_assert(SMEM <= 227 * 1024, "a block's shared memory on Hopper");
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+/* A buffer's dkv_stats reached as floats from its start l (the indexing
+ * the compiled code was measured with). */
+struct dkv_stats_ref {
+    float *l;
+    __device__ float *lse() const { return l; }
+    __device__ float *dsum() const { return l + DKV_BR; }
+    __device__ int32_t *pos() const { return (int32_t *)(dsum() + DKV_BR); }
+};
+static_assert(offsetof(dkv_stats, dsum) == DKV_BR * sizeof(float) &&
+                  offsetof(dkv_stats, pos) == 2 * DKV_BR * sizeof(float),
+              "dkv_stats_ref's indexing");
+
+/* The dK/dV pass's shared memory by shared-state-space address (as TMA,
+ * wgmma and mbarriers take them), each computed once from the storage's
+ * base, and the rows' statistics by pointer. */
+template <int HD> struct dkv_smem {
+    using C = DkvCfg<HD>;
+    using S = dkv_storage<HD>;
+    unsigned k_s, v_s, q_s, bar; // k, v, qd[0], sync
+    float *stats;                // stats[0]
+    mt_attn_claims claims;
+    __device__ explicit dkv_smem(unsigned char *dyn) {
+        S *s = (S *)mt_attn_wg_align(dyn);
+        k_s = mt_tc_smem_addr(s);
+        v_s = k_s + (unsigned)offsetof(S, v);
+        q_s = k_s + (unsigned)offsetof(S, qd);
+        stats = (float *)s->stats;
+        bar = k_s + (unsigned)offsetof(S, sync);
+        claims = {bar + (unsigned)offsetof(dkv_sync, claim), (volatile int *)s->sync.slot};
+    }
+    /* Buffer st's rows' statistics. */
+    __device__ dkv_stats_ref stats_of(int st) const {
+        return {stats + st * (int)(sizeof(dkv_stats) / sizeof(float))};
+    }
+    __device__ unsigned kv_full() const { return bar + (unsigned)offsetof(dkv_sync, kv_full); }
+    __device__ unsigned kv_empty() const { return bar + (unsigned)offsetof(dkv_sync, kv_empty); }
+    /* Buffer st: its Q and dO tiles, its full and empty barriers. */
+    __device__ unsigned q(int st) const { return q_s + st * 2 * C::Q_BYTES; }
+    __device__ unsigned dout(int st) const { return q(st) + C::Q_BYTES; }
+    __device__ unsigned full(int st) const {
+        return bar + (unsigned)(offsetof(dkv_sync, stage) + offsetof(dkv_stage_bars, full)) +
+               (int)sizeof(dkv_stage_bars) * st;
+    }
+    __device__ unsigned empty(int st) const {
+        return bar + (unsigned)(offsetof(dkv_sync, stage) + offsetof(dkv_stage_bars, empty)) +
+               (int)sizeof(dkv_stage_bars) * st;
+    }
+    /* Initialises every mbarrier: by one thread, before a block barrier. */
+    __device__ void init() const {
+        mt_mb_init(kv_full(), 1);
+        mt_mb_init(kv_empty(), MT_ATTN_CONSUMER_THREADS);
+        for (int st = 0; st < DKV_STAGES; st++) {
+            mt_mb_init(full(st), MT_ATTN_WG_THREADS); // every producer thread (row statistics)
+            mt_mb_init(empty(st), MT_ATTN_CONSUMER_THREADS);
+        }
+        claims.init();
+        mt_mb_fence_init();
+    }
+};
+
+/* Work item w of the dK/dV pass (the order of mt_attn_chunked over ngroups
+ * groups, nkb key tiles each): kv head, batch row, first key, first query
+ * tile and query tiles a head (from the key tile on, up to the end of its
+ * last key's document). */
+struct dkv_item {
+    int kvh, b, k0, qb0, nqb;
+};
+template <bool DOCS>
+__device__ __forceinline__ dkv_item dkv_item_of(const mt_attn_args &a, int ngroups, int nkb,
+                                                int chunk, int w) {
+    dkv_item it;
+    int grp, kb;
+    mt_attn_chunked(w, ngroups, nkb, chunk, &grp, &kb);
+    it.kvh = grp % a.NKV;
+    it.b = grp / a.NKV;
+    it.k0 = kb * DKV_BC;
+    const int q_end = DOCS ? mt_attn_doc_end(a, it.b, min(it.k0 + DKV_BC, a.T) - 1) : a.T;
+    it.qb0 = it.k0 / DKV_BR;
+    it.nqb = (q_end + DKV_BR - 1) / DKV_BR - it.qb0;
+    return it;
+}
+
+/* The dK/dV pass's producer warpgroup: thread 0 claims the block's items
+ * (mt_attn_claim over the ngroups * nkb items, posted in sm.claims; the
+ * other threads read them) and loads each item's K and V once the last
+ * item's products are done, then, item after item, the query tiles of
+ * every head of the group into the three buffers (an item's iteration it
+ * covers query head kvh G + it / nqb and query tile qb0 + it % nqb; gi
+ * counts the block's, the buffers' tiles): thread 0 Q and dO by TMA, the
+ * first 64 threads the rows' lse, D and positions, every thread then
+ * arriving on the buffer's full barrier. The producer's threads run at most
+ * S = 3 query tiles, so 3 items, ahead of the consumers. */
+template <int HD, bool DOCS>
+__device__ __forceinline__ void dkv_load(const dkv_smem<HD> &sm, const CUtensorMap *tq,
+                                         const CUtensorMap *tdo, const CUtensorMap *tk,
+                                         const CUtensorMap *tv, const mt_attn_args &a,
+                                         int ngroups, int nkb, int chunk, int G, int nitems,
+                                         unsigned *ctr) {
+    using C = DkvCfg<HD>;
+    constexpr int S = DKV_STAGES;
+    const int T = a.T;
+    for (int n = 0, gi = 0;; n++) {
+        // Thread 0 claims the item and posts it, the others read it.
+        int w;
+        if (threadIdx.x == 0) {
+            w = mt_attn_claim(ctr, nitems);
+            sm.claims.post(n, w);
+        } else {
+            w = sm.claims.get(n);
+        }
+        if (w < 0) break;
+        const dkv_item m = dkv_item_of<DOCS>(a, ngroups, nkb, chunk, w);
+        if (threadIdx.x == 0) {
+            if (n > 0) mt_mb_wait(sm.kv_empty(), (n - 1) & 1);
+            mt_mb_expect_tx(sm.kv_full(), 2 * C::K_BYTES);
+            for (int c = 0; c < HD / 64; c++) {
+                mt_tma_load4(sm.k_s + c * C::BC * 128, tk, c * 64, m.kvh, m.k0, m.b, sm.kv_full());
+                mt_tma_load4(sm.v_s + c * C::BC * 128, tv, c * 64, m.kvh, m.k0, m.b, sm.kv_full());
+            }
+        }
+        for (int it = 0; it < G * m.nqb; it++, gi++) {
+            const int st = gi % S, h = m.kvh * G + it / m.nqb;
+            const int q0 = (m.qb0 + it % m.nqb) * C::BR;
+            if (gi >= S) mt_mb_wait(sm.empty(st), ((gi / S) & 1) ^ 1);
+            if (threadIdx.x < C::BR) { // lse, D, positions; rows past T read 0
+                const int r = threadIdx.x, q = q0 + r;
+                const int64_t i = ((int64_t)m.b * a.NH + h) * T + q;
+                const dkv_stats_ref l = sm.stats_of(st);
+                l.lse()[r] = q < T ? a.lse[i] : 0.f;
+                l.dsum()[r] = q < T ? a.dsum[i] : 0.f;
+                if (DOCS) l.pos()[r] = q < T ? a.pos[(int64_t)m.b * T + q] : 0;
+            }
+            if (threadIdx.x == 0) {
+                mt_mb_expect_tx(sm.full(st), 2 * C::Q_BYTES);
+                for (int c = 0; c < HD / 64; c++) {
+                    mt_tma_load4(sm.q(st) + c * C::BR * 128, tq, c * 64, h, q0, m.b, sm.full(st));
+                    mt_tma_load4(sm.dout(st) + c * C::BR * 128, tdo, c * 64, h, q0, m.b,
+                                 sm.full(st));
+                }
+            } else {
+                mt_mb_arrive(sm.full(st));
+            }
+        }
+    }
+}
+
+/* What dkv_probs needs of a dK/dV consumer thread: its first key key_lo
+ * (its keys: key_lo, key_lo + 8), T, and sl2, the softmax scale in the
+ * log2 domain. */
+struct dkv_keys {
+    int key_lo, T;
+    float sl2;
+};
+
+/* P^T of the query tile of rows q0 .. (their lse and positions) from the
+ * scores S^T in st, in place (this thread's 32: keys key_lo + 8 ((i >> 1)
+ * & 1), queries q0 + 8 (i >> 2) + 2 t4 + (i & 1)): exp(S^T - lse), with the
+ * causal mask, queries past T (their lse reads 0) and queries of a later
+ * document than the key giving 0 when masked (std::true_type); the tiles
+ * that need no mask (most of them) take code with none. (q0 and T by
+ * reference: passed by value, the compiler orders the masked tiles'
+ * compares otherwise than in the code that was measured.) */
+template <bool DOCS, class MASKED>
+__device__ __forceinline__ void dkv_probs(float st[32], const float *lse, const int32_t *pos,
+                                          const int &q0, const dkv_keys &ky, int t4, MASKED) {
+    const int T = ky.T;
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+        const int qc = (i >> 2) * 8 + 2 * t4 + (i & 1), key = ky.key_lo + ((i >> 1) & 1) * 8;
+        float x = mt_attn_exp2(fmaf(st[i], ky.sl2, -lse[qc] * MT_ATTN_LOG2E));
+        if constexpr (MASKED::value)
+            if (q0 + qc < key || q0 + qc >= T || (DOCS && q0 + qc - pos[qc] > key)) x = 0.f;
+        st[i] = x;
+    }
+}
+
+/* dV += P^T dO and dK += dS^T Q (the query tile's rows are the reduction):
+ * P^T and dS^T (p32, ds32: this thread's 32 of each, fp32) rounded to bf16
+ * A fragments in pt and dst, dO and Q at shared addresses dot and qt;
+ * returns once the products have landed in dv and dk. */
+template <int HD>
+__device__ __forceinline__ void dkv_update(float dk[HD / 2], float dv[HD / 2], const float p32[32],
+                                           const float ds32[32], unsigned pt[16],
+                                           unsigned dst[16], unsigned qt, unsigned dot) {
+    mt_attn_wg_pack<64>(pt, p32);
+    mt_attn_wg_pack<64>(dst, ds32);
+    mt_attn_wg_fence<HD / 2>(dv);
+    mt_attn_wg_fence<HD / 2>(dk);
+    mt_wg_fence();
+    mt_attn_wg_pb<64, HD, DKV_BR>(dv, pt, dot);
+    mt_attn_wg_pb<64, HD, DKV_BR>(dk, dst, qt);
+    mt_wg_commit();
+    mt_wg_wait<0>();
+    mt_attn_wg_fence<HD / 2>(dv);
+    mt_attn_wg_fence<HD / 2>(dk);
+}
+
+/* A dK/dV consumer thread's rows of dK (scaled) and dV for item m: keys
+ * key_lo and key_lo + 8, columns 2 t4, 2 t4 + 1 of each 8, straight to
+ * global memory (fp32); keys past T and padded head-dim columns left out. */
+template <int HD>
+__device__ __forceinline__ void dkv_store(const mt_attn_args &a, const dkv_item &m, int key_lo,
+                                          int t4, const float dk[HD / 2], const float dv[HD / 2]) {
+    const int T = a.T;
+    const int64_t ldk = (int64_t)a.NKV * a.HD;
+    float *gdk = a.dk + ((int64_t)m.b * T * a.NKV + m.kvh) * a.HD;
+    float *gdv = a.dv + ((int64_t)m.b * T * a.NKV + m.kvh) * a.HD;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key_lo + r * 8;
+        if (key >= T) continue;
+#pragma unroll
+        for (int c = 0; c < HD / 8; c++) {
+            const int d = c * 8 + 2 * t4;
+            if (d >= a.HD) break; // padded columns
+            *(float2 *)(gdk + key * ldk + d) =
+                make_float2(dk[4 * c + 2 * r] * a.scale, dk[4 * c + 2 * r + 1] * a.scale);
+            *(float2 *)(gdv + key * ldk + d) =
+                make_float2(dv[4 * c + 2 * r], dv[4 * c + 2 * r + 1]);
+        }
+    }
+}
+
+/* dK/dV consumer cw (keys 64 cw .. of each item; warp, lane: this thread's
+ * in its warpgroup): the block's items as the producer posts them, each
+ * one's mainloop over its query tiles (S^T = K Q^T and dP^T = V dO^T in one
+ * turn, P^T by dkv_probs while dP^T lands, dS^T = P^T (dP^T - D), then
+ * dkv_update), then its rows of dK and dV out (dkv_store). The mainloop
+ * stays in this function, and the register arrays are declared here, in
+ * this order: so the compiler keeps the accumulators' registers as in the
+ * code that was measured. */
+template <int HD, bool DOCS>
+__device__ __forceinline__ void dkv_consume(const dkv_smem<HD> &sm, const mt_attn_args &a,
+                                            int ngroups, int nkb, int chunk, int G, int cw,
+                                            int warp, int lane) {
+    using C = DkvCfg<HD>;
+    constexpr int S = DKV_STAGES;
+    const float sl2 = a.scale * MT_ATTN_LOG2E;
+    const int g = lane >> 2, t4 = lane & 3;
+    const unsigned sk_wg = sm.k_s + cw * 64 * 128, sv_wg = sm.v_s + cw * 64 * 128; // the 64 keys
+    const int T = a.T;
+    int w = sm.claims.get(0);
+    if (w >= 0) mt_attn_turns_begin(cw);
+    for (int n = 0, gi = 0; w >= 0; n++) {
+        const dkv_item m = dkv_item_of<DOCS>(a, ngroups, nkb, chunk, w);
+        const int nit = G * m.nqb, k0 = m.k0;
+        int next = -1; // the next item, known by the item's last turn
+        const int kw = k0 + cw * 64 + warp * 16;
+        const int key_lo = kw + g;
+        const dkv_keys ky = {key_lo, T, sl2}; // keys key_lo, key_lo + 8
+        float dk[HD / 2], dv[HD / 2];
+#pragma unroll
+        for (int i = 0; i < HD / 2; i++) dk[i] = dv[i] = 0.f;
+
+        mt_mb_wait(sm.kv_full(), n & 1);
+        for (int it = 0; it < nit; it++, gi++) {
+            const int st = gi % S;
+            mt_mb_wait(sm.full(st), (gi / S) & 1);
+            const unsigned qt = sm.q(st), dot = sm.dout(st);
+            const dkv_stats_ref l = sm.stats_of(st); // the rows' lse, D, positions
+            const float *lse = l.lse(), *dsum = l.dsum();
+            const int32_t *pos = l.pos();
+            const int q0 = (m.qb0 + it % m.nqb) * C::BR;
+            const int dstart_last = DOCS ? mt_attn_tile_last_start<C::BR>(pos, q0, T) : 0;
+
+            // S^T = K Q^T and dP^T = V dO^T (64 keys x 64 queries a consumer).
+            float st_[32], dpt[32];
+            if (it + 1 == nit) next = sm.claims.get(n + 1);
+            mt_attn_wg_abt2<64, HD, C::BC, C::BR>(st_, sk_wg, qt, dpt, sv_wg, dot, cw,
+                                                  it + 1 == nit && next < 0);
+            if (q0 < kw + 15 || q0 + C::BR > T || (DOCS && dstart_last > kw))
+                dkv_probs<DOCS>(st_, lse, pos, q0, ky, t4, std::true_type());
+            else dkv_probs<DOCS>(st_, lse, pos, q0, ky, t4, std::false_type());
+            mt_wg_wait<0>();
+            mt_attn_wg_fence<32>(dpt);
+            if (it + 1 == nit) mt_mb_arrive(sm.kv_empty()); // the item's last read of K and V
+#pragma unroll
+            for (int i = 0; i < 32; i++)
+                dpt[i] = st_[i] * (dpt[i] - dsum[(i >> 2) * 8 + 2 * t4 + (i & 1)]);
+
+            unsigned pt[16], dst[16];
+            dkv_update<HD>(dk, dv, st_, dpt, pt, dst, qt, dot);
+            mt_mb_arrive(sm.empty(st));
+        }
+        dkv_store<HD>(a, m, ky.key_lo, t4, dk, dv);
+        w = next;
+    }
+}
+
+/* The dQ pass's shared memory by shared-state-space address (as TMA, wgmma
+ * and mbarriers take them), each computed once from the storage's base. */
+template <int HD> struct dq_smem {
+    using S = dq_storage<HD>;
+    unsigned q_s, do_s, bar; // q, dout, sync
+    mt_attn_kv_ring<DQ_BC, HD, DQ_STAGES> kv;
+    __device__ explicit dq_smem(unsigned char *dyn) {
+        q_s = mt_tc_smem_addr(mt_attn_wg_align(dyn));
+        do_s = q_s + (unsigned)offsetof(S, dout);
+        bar = q_s + (unsigned)offsetof(S, sync);
+        kv = {q_s + (unsigned)offsetof(S, k), q_s + (unsigned)offsetof(S, v),
+              bar + (unsigned)offsetof(dq_sync, kv)};
+    }
+    __device__ unsigned q_full() const { return bar + (unsigned)offsetof(dq_sync, q_full); }
+    __device__ unsigned q_empty() const { return bar + (unsigned)offsetof(dq_sync, q_empty); }
+    /* Initialises every mbarrier: by one thread, before a block barrier. */
+    __device__ void init() const {
+        mt_mb_init(q_full(), 1);
+        mt_mb_init(q_empty(), MT_ATTN_CONSUMER_THREADS);
+        kv.init();
+        mt_mb_fence_init();
+    }
+};
+
+/* The dQ pass's block's n-th query tile w (mt_attn_qtiles): rows q0 ..
+ * q0 + 127 of head h, batch row b, and its key tiles j0 .. nkb - 1 (with
+ * documents, none before its first row's document). */
+struct dq_item {
+    int q0, h, b, nkb, j0;
+};
+template <bool DOCS>
+__device__ __forceinline__ dq_item dq_item_of(const mt_attn_args &a, const mt_attn_qtiles &tl,
+                                              int w) {
+    dq_item it;
+    int qb;
+    tl.decode(w, &qb, &it.h, &it.b);
+    it.q0 = qb * DQ_BR;
+    it.nkb = (min(it.q0 + DQ_BR, a.T) + DQ_BC - 1) / DQ_BC;
+    it.j0 = DOCS ? mt_attn_doc_start(a, it.b, min(it.q0, a.T - 1)) / DQ_BC : 0;
+    return it;
+}
+
+/* The dQ pass's producer thread: block x's query tiles x, x + grid, ... of
+ * tl, each one's Q and dO once the last tile's products are done, and its
+ * key tiles into the ring, which runs on across tiles. */
+template <int HD, bool DOCS>
+__device__ __forceinline__ void dq_load(const dq_smem<HD> &sm, const CUtensorMap *tq,
+                                        const CUtensorMap *tdo, const CUtensorMap *tk,
+                                        const CUtensorMap *tv, const mt_attn_args &a,
+                                        const mt_attn_qtiles &tl) {
+    using C = DqCfg<HD>;
+    for (int n = 0, w = blockIdx.x, i0 = 0; w < tl.n; n++, w += gridDim.x) {
+        const dq_item it = dq_item_of<DOCS>(a, tl, w);
+        if (n > 0) mt_mb_wait(sm.q_empty(), (n - 1) & 1);
+        mt_mb_expect_tx(sm.q_full(), 2 * C::Q_BYTES);
+        for (int c = 0; c < HD / 64; c++) {
+            mt_tma_load4(sm.q_s + c * C::BR * 128, tq, c * 64, it.h, it.q0, it.b, sm.q_full());
+            mt_tma_load4(sm.do_s + c * C::BR * 128, tdo, c * 64, it.h, it.q0, it.b, sm.q_full());
+        }
+        sm.kv.produce(tk, tv, it.h / (a.NH / a.NKV), it.b, it.j0, it.nkb, i0);
+        i0 += it.nkb - it.j0;
+    }
+}
+
+/* The lse (log2 domain), D and, with documents, first key of a dQ consumer
+ * thread's rows row_lo and row_lo + 8 of head h, batch row b. Rows past T
+ * are never stored; any finite values keep them harmless. */
+template <bool DOCS>
+__device__ __forceinline__ void dq_row_stats(const mt_attn_args &a, int b, int h, int row_lo,
+                                             float lse2[2], float D[2], int dstart[2]) {
+    const int T = a.T;
+    const int64_t lrow = ((int64_t)b * a.NH + h) * T;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row_lo + r * 8;
+        lse2[r] = row < T ? a.lse[lrow + row] * MT_ATTN_LOG2E : 0.f;
+        D[r] = row < T ? a.dsum[lrow + row] : 0.f;
+        if (DOCS) dstart[r] = mt_attn_doc_start(a, b, min(row, T - 1));
+    }
+}
+
+/* P of key tile j (its first key k0) from the scores S in s, in place
+ * (this thread's 64: key k0 + 2 t4 + y, y = 8 (i >> 2) + (i & 1) a
+ * constant, of row row_lo + 8 r, r = (i >> 1) & 1): exp(S - lse) (lse2:
+ * the rows' lse in the log2 domain, sl2 the scale), masked where y > hi[r]
+ * or y < lo[r] when masked (std::true_type): keys after the row, past T or
+ * before its document (dstart: the rows' first keys); the tiles that need
+ * no mask (most of them) take code with none. (k0 by reference: passed by
+ * value, the compiler orders the caller's compares otherwise than in the
+ * code that was measured.) */
+template <bool DOCS, class MASKED>
+__device__ __forceinline__ void dq_probs(float s[64], const int &k0, int row_lo, int T, int t4,
+                                         float sl2, const float lse2[2], const int dstart[2],
+                                         MASKED) {
+    [[maybe_unused]] int hi[2], lo[2];
+    if constexpr (MASKED::value) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            hi[r] = min(row_lo + r * 8, T - 1) - k0 - 2 * t4;
+            lo[r] = DOCS ? dstart[r] - k0 - 2 * t4 : 0;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 64; i++) {
+        const int r = (i >> 1) & 1, y = (i >> 2) * 8 + (i & 1);
+        float x = mt_attn_exp2(fmaf(s[i], sl2, -lse2[r]));
+        if constexpr (MASKED::value)
+            if (y > hi[r] || (DOCS && y < lo[r])) x = 0.f;
+        s[i] = x;
+    }
+}
+
+/* dQ += dS K (the key tile's keys are the reduction): dS (ds64: this
+ * thread's 64, fp32) rounded to bf16 A fragments in ds, K at shared address
+ * kt; returns once the products have landed in dq. */
+template <int HD>
+__device__ __forceinline__ void dq_update(float dq[HD / 2], const float ds64[64], unsigned ds[32],
+                                          unsigned kt) {
+    mt_attn_wg_pack<128>(ds, ds64);
+    mt_attn_wg_fence<HD / 2>(dq);
+    mt_wg_fence();
+    mt_attn_wg_pb<128, HD, DQ_BC>(dq, ds, kt);
+    mt_wg_commit();
+    mt_wg_wait<0>();
+    mt_attn_wg_fence<HD / 2>(dq);
+}
+
+/* A dQ consumer thread's rows of dQ (scaled) for query tile it: rows row_lo
+ * and row_lo + 8, columns 2 t4, 2 t4 + 1 of each 8, straight to global
+ * memory (fp32); rows past T and padded head-dim columns left out. */
+template <int HD>
+__device__ __forceinline__ void dq_store(const mt_attn_args &a, const dq_item &it, int row_lo,
+                                         int t4, const float dq[HD / 2]) {
+    const int T = a.T;
+    const int64_t ldq = (int64_t)a.NH * a.HD;
+    float *gdq = a.dq + ((int64_t)it.b * T * a.NH + it.h) * a.HD;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row_lo + r * 8;
+        if (row >= T) continue;
+#pragma unroll
+        for (int c = 0; c < HD / 8; c++) {
+            const int d = c * 8 + 2 * t4;
+            if (d >= a.HD) break; // padded columns
+            *(float2 *)(gdq + row * ldq + d) =
+                make_float2(dq[4 * c + 2 * r] * a.scale, dq[4 * c + 2 * r + 1] * a.scale);
+        }
+    }
+}
+
+/* dQ consumer cw (rows 64 cw .. of each query tile; warp, lane: this
+ * thread's in its warpgroup): block x's query tiles x, x + grid, ..., each
+ * one's mainloop over its key tiles (S = Q K^T and dP = dO V^T in one turn,
+ * P by dq_probs while dP lands, dS = P (dP - D), then dq_update), then its
+ * rows of dQ out (dq_store). The mainloop stays in this function, and the
+ * register arrays are declared here, in this order: so the compiler keeps
+ * the accumulators' registers as in the code that was measured. */
+template <int HD, bool DOCS>
+__device__ __forceinline__ void dq_consume(const dq_smem<HD> &sm, const mt_attn_args &a,
+                                           const mt_attn_qtiles &tl, int cw, int warp, int lane) {
+    using C = DqCfg<HD>;
+    constexpr int S = DQ_STAGES;
+    const int T = a.T;
+    const auto &kv = sm.kv;
+    const float sl2 = a.scale * MT_ATTN_LOG2E;
+    const int g = lane >> 2, t4 = lane & 3;
+    const unsigned sq_wg = sm.q_s + cw * 64 * 128, sdo_wg = sm.do_s + cw * 64 * 128; // 64 rows
+    if (blockIdx.x < tl.n) mt_attn_turns_begin(cw);
+    // n, i0: the query tiles and the key tiles this block has done; w: tile n
+    for (int n = 0, w = blockIdx.x, i0 = 0; w < tl.n; n++, w += gridDim.x) {
+        const dq_item it = dq_item_of<DOCS>(a, tl, w);
+        const int q0 = it.q0, h = it.h, b = it.b, nkb = it.nkb, j0 = it.j0;
+        const bool last_item = w + (int)gridDim.x >= tl.n;
+        const int rw = q0 + cw * 64 + warp * 16, row_lo = rw + g; // rows row_lo, row_lo + 8
+        float lse2[2], D[2];
+        int dstart[2] = {0, 0};
+        dq_row_stats<DOCS>(a, b, h, row_lo, lse2, D, dstart);
+        const int dstart_warp = DOCS ? mt_attn_doc_start(a, b, min(rw + 15, T - 1)) : 0;
+        float dq[HD / 2];
+#pragma unroll
+        for (int i = 0; i < HD / 2; i++) dq[i] = 0.f;
+
+        mt_mb_wait(sm.q_full(), n & 1);
+        for (int j = j0; j < nkb; j++) {
+            const int i = i0 + j - j0, st = i % S;
+            kv.wait_k(i);
+            kv.wait_v(i);
+            const unsigned kt = kv.k(st), vt = kv.v(st);
+
+            // S = Q K^T and dP = dO V^T (64 rows x 128 keys a consumer).
+            float s[64], dp[64];
+            mt_attn_wg_abt2<128, HD, C::BR, C::BC>(s, sq_wg, kt, dp, sdo_wg, vt, cw,
+                                                   last_item && j + 1 == nkb);
+            const int k0 = j * C::BC;
+            if (k0 + C::BC - 1 > rw || k0 + C::BC > T || (DOCS && k0 < dstart_warp))
+                dq_probs<DOCS>(s, k0, row_lo, T, t4, sl2, lse2, dstart, std::true_type());
+            else dq_probs<DOCS>(s, k0, row_lo, T, t4, sl2, lse2, dstart, std::false_type());
+            mt_wg_wait<0>();
+            mt_attn_wg_fence<64>(dp);
+            mt_mb_arrive(kv.empty_v(st));
+            if (j + 1 == nkb) mt_mb_arrive(sm.q_empty()); // the item's last read of Q and dO
+#pragma unroll
+            for (int i = 0; i < 64; i++) dp[i] = s[i] * (dp[i] - D[(i >> 1) & 1]);
+
+            unsigned ds[32];
+            dq_update<HD>(dq, dp, ds, kt);
+            mt_mb_arrive(kv.empty_k(st));
+        }
+
+        dq_store<HD>(a, it, row_lo, t4, dq);
+        i0 += nkb - j0;
+    }
+}
+
+#endif // __CUDA_ARCH_FEAT_SM90_ALL
 
 /* DOCS: packed documents (a.pos); false compiles the plain causal kernel.
  * tq, tdo: TMA maps of q and dout with boxes of 64 rows, tk, tv of k and v
@@ -59,196 +645,19 @@ __global__ void __launch_bounds__(DkvCfg<HD>::NT, 1)
                              const __grid_constant__ CUtensorMap tv, mt_attn_args a,
                              int ngroups, int nkb, int chunk, unsigned *ctr) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using C = DkvCfg<HD>;
-    constexpr int S = C::STAGES;
     extern __shared__ __align__(1024) unsigned char mt_attn_wg_smem[];
-    unsigned char *base = mt_attn_wg_align(mt_attn_wg_smem);
-    const unsigned k_s = mt_tc_smem_addr(base), v_s = k_s + C::K_BYTES;
-    const unsigned q_s = v_s + C::K_BYTES; // stage st: Q at q_s + 2 st Q_BYTES, dO after it
-    float *sl = (float *)(base + 2 * C::K_BYTES + 2 * S * C::Q_BYTES); // stage st: + 3 st BR
-    // Barriers (8 bytes each): K and V full and empty, per stage full and
-    // empty, the four claim slots'; then the slots.
-    const unsigned bar = q_s + 2 * S * C::Q_BYTES + S * C::ST_BYTES;
-    const unsigned kv_full = bar, kv_empty = bar + 8;
-    auto full = [&](int st) { return bar + 16 + 16 * st; };
-    auto empty = [&](int st) { return bar + 24 + 16 * st; };
-    // The block's n-th item, or -1 past its last: the producer's threads run
-    // at most S = 3 query tiles, so 3 items, ahead of the consumers.
-    const mt_attn_claims claims = {bar + 16 + 16 * S,
-                                   (volatile int *)(base + (bar - k_s) + 16 + 16 * S + 32)};
-    const int T = a.T, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-    const int wg = threadIdx.x >> 7, G = a.NH / a.NKV, nitems = ngroups * nkb;
-    // Item w: kv head, batch row, first key, first query tile and query
-    // tiles a head (from the key tile on, up to the end of its last key's
-    // document).
-    struct item {
-        int kvh, b, k0, qb0, nqb;
-    };
-    auto item_of = [&](int w) {
-        item it;
-        int grp, kb;
-        mt_attn_chunked(w, ngroups, nkb, chunk, &grp, &kb);
-        it.kvh = grp % a.NKV;
-        it.b = grp / a.NKV;
-        it.k0 = kb * C::BC;
-        const int q_end = DOCS ? mt_attn_doc_end(a, it.b, min(it.k0 + C::BC, T) - 1) : T;
-        it.qb0 = it.k0 / C::BR;
-        it.nqb = (q_end + C::BR - 1) / C::BR - it.qb0;
-        return it;
-    };
-
-    if (threadIdx.x == 0) {
-        mt_mb_init(kv_full, 1);
-        mt_mb_init(kv_empty, 256);
-        for (int st = 0; st < S; st++) {
-            mt_mb_init(full(st), 128); // every producer thread (their row statistics)
-            mt_mb_init(empty(st), 256); // every consumer thread
-        }
-        claims.init();
-        mt_mb_fence_init();
-    }
+    const dkv_smem<HD> sm(mt_attn_wg_smem);
+    const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3, wg = threadIdx.x >> 7;
+    const int G = a.NH / a.NKV, nitems = ngroups * nkb; // query heads a kv head, items
+    if (threadIdx.x == 0) sm.init();
     __syncthreads();
-
-    // An item's iteration it covers query head kvh*G + it / nqb and query tile
-    // qb0 + it % nqb; gi counts the block's iterations (the ring's tiles).
-    if (wg == 0) { // the producer: thread 0 the tiles, every thread the row statistics
+    if (wg == 0) { // the producer: thread 0 the tiles, every thread the rows' statistics
         mt_wg_regs_dec<40>();
-        for (int n = 0, gi = 0;; n++) {
-            // Thread 0 claims the item and posts it, the others read it.
-            int w;
-            if (threadIdx.x == 0) {
-                w = mt_attn_claim(ctr, nitems);
-                claims.post(n, w);
-            } else {
-                w = claims.get(n);
-            }
-            if (w < 0) break;
-            const item m = item_of(w);
-            if (threadIdx.x == 0) {
-                if (n > 0) mt_mb_wait(kv_empty, (n - 1) & 1);
-                mt_mb_expect_tx(kv_full, 2 * C::K_BYTES);
-                for (int c = 0; c < HD / 64; c++) {
-                    mt_tma_load4(k_s + c * C::BC * 128, &tk, c * 64, m.kvh, m.k0, m.b, kv_full);
-                    mt_tma_load4(v_s + c * C::BC * 128, &tv, c * 64, m.kvh, m.k0, m.b, kv_full);
-                }
-            }
-            for (int it = 0; it < G * m.nqb; it++, gi++) {
-                const int st = gi % S, h = m.kvh * G + it / m.nqb;
-                const int q0 = (m.qb0 + it % m.nqb) * C::BR;
-                if (gi >= S) mt_mb_wait(empty(st), ((gi / S) & 1) ^ 1);
-                if (threadIdx.x < C::BR) { // lse, D, positions; rows past T read 0
-                    const int r = threadIdx.x, q = q0 + r;
-                    const int64_t i = ((int64_t)m.b * a.NH + h) * T + q;
-                    float *l = sl + st * 3 * C::BR;
-                    l[r] = q < T ? a.lse[i] : 0.f;
-                    l[C::BR + r] = q < T ? a.dsum[i] : 0.f;
-                    if (DOCS) ((int32_t *)l)[2 * C::BR + r] = q < T ? a.pos[(int64_t)m.b * T + q] : 0;
-                }
-                if (threadIdx.x == 0) {
-                    mt_mb_expect_tx(full(st), 2 * C::Q_BYTES);
-                    const unsigned d = q_s + st * 2 * C::Q_BYTES;
-                    for (int c = 0; c < HD / 64; c++) {
-                        mt_tma_load4(d + c * C::BR * 128, &tq, c * 64, h, q0, m.b, full(st));
-                        mt_tma_load4(d + C::Q_BYTES + c * C::BR * 128, &tdo, c * 64, h, q0, m.b,
-                                     full(st));
-                    }
-                } else {
-                    mt_mb_arrive(full(st));
-                }
-            }
-        }
+        dkv_load<HD, DOCS>(sm, &tq, &tdo, &tk, &tv, a, ngroups, nkb, chunk, G, nitems, ctr);
         return;
     }
     mt_wg_regs_inc<232>();
-    const int cw = wg - 1; // this consumer: keys k0 + 64 cw ..
-    const float sl2 = a.scale * MT_ATTN_LOG2E;
-    const int g = lane >> 2, t4 = lane & 3;
-    const unsigned sk_wg = k_s + cw * 64 * 128, sv_wg = v_s + cw * 64 * 128; // the 64 keys
-    int w = claims.get(0);
-    if (w >= 0) mt_attn_turns_begin(cw);
-    for (int n = 0, gi = 0; w >= 0; n++) {
-        const item m = item_of(w);
-        const int nit = G * m.nqb, k0 = m.k0;
-        int next = -1; // the next item, known by the item's last turn
-        const int kw = k0 + cw * 64 + warp * 16, key_lo = kw + g; // keys key_lo, key_lo + 8
-        float dk[HD / 2], dv[HD / 2];
-#pragma unroll
-        for (int i = 0; i < HD / 2; i++) dk[i] = dv[i] = 0.f;
-
-        mt_mb_wait(kv_full, n & 1);
-        for (int it = 0; it < nit; it++, gi++) {
-            const int st = gi % S;
-            mt_mb_wait(full(st), (gi / S) & 1);
-            const unsigned qt = q_s + st * 2 * C::Q_BYTES, dot = qt + C::Q_BYTES;
-            const float *l_s = sl + st * 3 * C::BR, *d_s = l_s + C::BR;
-            const int32_t *p_s = (const int32_t *)(d_s + C::BR);
-            const int q0 = (m.qb0 + it % m.nqb) * C::BR;
-            const int dstart_last = DOCS ? mt_attn_tile_last_start<C::BR>(p_s, q0, T) : 0;
-
-            // S^T = K Q^T and dP^T = V dO^T (64 keys x 64 queries a consumer).
-            float st_[32], dpt[32];
-            if (it + 1 == nit) next = claims.get(n + 1);
-            mt_attn_wg_abt2<64, HD, C::BC, C::BR>(st_, sk_wg, qt, dpt, sv_wg, dot, cw,
-                                                  it + 1 == nit && next < 0);
-            // P^T: the causal mask, queries past T (their lse reads 0) and
-            // queries of a later document than the key give 0.
-            // The tiles that need no mask (most of them) take code with none.
-            auto probs = [&](auto masked) {
-#pragma unroll
-                for (int i = 0; i < 32; i++) {
-                    const int qc = (i >> 2) * 8 + 2 * t4 + (i & 1), key = key_lo + ((i >> 1) & 1) * 8;
-                    float x = mt_attn_exp2(fmaf(st_[i], sl2, -l_s[qc] * MT_ATTN_LOG2E));
-                    if constexpr (decltype(masked)::value)
-                        if (q0 + qc < key || q0 + qc >= T || (DOCS && q0 + qc - p_s[qc] > key))
-                            x = 0.f;
-                    st_[i] = x;
-                }
-            };
-            if (q0 < kw + 15 || q0 + C::BR > T || (DOCS && dstart_last > kw))
-                probs(std::true_type());
-            else probs(std::false_type());
-            mt_wg_wait<0>();
-            mt_attn_wg_fence<32>(dpt);
-            if (it + 1 == nit) mt_mb_arrive(kv_empty); // the item's last read of K and V
-#pragma unroll
-            for (int i = 0; i < 32; i++)
-                dpt[i] = st_[i] * (dpt[i] - d_s[(i >> 2) * 8 + 2 * t4 + (i & 1)]);
-
-            // dV += P^T dO, dK += dS^T Q (the queries are the reduction).
-            unsigned pt[16], dst[16];
-            mt_attn_wg_pack<64>(pt, st_);
-            mt_attn_wg_pack<64>(dst, dpt);
-            mt_attn_wg_fence<HD / 2>(dv);
-            mt_attn_wg_fence<HD / 2>(dk);
-            mt_wg_fence();
-            mt_attn_wg_pb<64, HD, C::BR>(dv, pt, dot);
-            mt_attn_wg_pb<64, HD, C::BR>(dk, dst, qt);
-            mt_wg_commit();
-            mt_wg_wait<0>();
-            mt_attn_wg_fence<HD / 2>(dv);
-            mt_attn_wg_fence<HD / 2>(dk);
-            mt_mb_arrive(empty(st));
-        }
-
-        const int64_t ldk = (int64_t)a.NKV * a.HD;
-        float *gdk = a.dk + ((int64_t)m.b * T * a.NKV + m.kvh) * a.HD;
-        float *gdv = a.dv + ((int64_t)m.b * T * a.NKV + m.kvh) * a.HD;
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int key = key_lo + r * 8;
-            if (key >= T) continue;
-#pragma unroll
-            for (int c = 0; c < HD / 8; c++) {
-                const int d = c * 8 + 2 * t4;
-                if (d >= a.HD) break; // padded columns
-                *(float2 *)(gdk + key * ldk + d) =
-                    make_float2(dk[4 * c + 2 * r] * a.scale, dk[4 * c + 2 * r + 1] * a.scale);
-                *(float2 *)(gdv + key * ldk + d) =
-                    make_float2(dv[4 * c + 2 * r], dv[4 * c + 2 * r + 1]);
-            }
-        }
-        w = next;
-    }
+    dkv_consume<HD, DOCS>(sm, a, ngroups, nkb, chunk, G, wg - 1, warp, lane);
 #endif
 }
 
@@ -266,156 +675,19 @@ __global__ void __launch_bounds__(DqCfg<HD>::NT, 1)
                             const __grid_constant__ CUtensorMap tv, mt_attn_args a,
                             mt_attn_qtiles tl) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using C = DqCfg<HD>;
-    constexpr int S = C::STAGES;
     extern __shared__ __align__(1024) unsigned char mt_attn_wg_smem[];
-    const unsigned q_s = mt_tc_smem_addr(mt_attn_wg_align(mt_attn_wg_smem)), do_s = q_s + C::Q_BYTES;
-    // Q, dO, the key-tile ring, then the barriers: Q and dO full and empty
-    // (8 bytes each), the ring's.
-    const unsigned bar = do_s + C::Q_BYTES + 2 * S * C::KV_BYTES;
-    const unsigned q_full = bar, q_empty = bar + 8;
-    const mt_attn_kv_ring<C::BC, HD, S> kv = {do_s + C::Q_BYTES,
-                                              do_s + C::Q_BYTES + S * C::KV_BYTES, bar + 16};
-    const int T = a.T, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-    const int wg = threadIdx.x >> 7;
-    // The block's n-th item: its query tile, head, batch row, key tiles.
-    struct item {
-        int q0, h, b, nkb, j0;
-    };
-    auto item_of = [&](int w) {
-        item it;
-        int qb;
-        tl.decode(w, &qb, &it.h, &it.b);
-        it.q0 = qb * C::BR;
-        it.nkb = (min(it.q0 + C::BR, T) + C::BC - 1) / C::BC;
-        // Documents: no row of the tile sees a key before its first row's document.
-        it.j0 = DOCS ? mt_attn_doc_start(a, it.b, min(it.q0, T - 1)) / C::BC : 0;
-        return it;
-    };
-
-    if (threadIdx.x == 0) {
-        mt_mb_init(q_full, 1);
-        mt_mb_init(q_empty, 256);
-        kv.init();
-        mt_mb_fence_init();
-    }
+    const dq_smem<HD> sm(mt_attn_wg_smem);
+    const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3, wg = threadIdx.x >> 7;
+    if (threadIdx.x == 0) sm.init();
     __syncthreads();
-
     if (wg == 0) { // the producer
         mt_wg_regs_dec<24>();
         if (threadIdx.x != 0) return;
-        for (int n = 0, w = blockIdx.x, i0 = 0; w < tl.n; n++, w += gridDim.x) {
-            const item it = item_of(w);
-            if (n > 0) mt_mb_wait(q_empty, (n - 1) & 1);
-            mt_mb_expect_tx(q_full, 2 * C::Q_BYTES);
-            for (int c = 0; c < HD / 64; c++) {
-                mt_tma_load4(q_s + c * C::BR * 128, &tq, c * 64, it.h, it.q0, it.b, q_full);
-                mt_tma_load4(do_s + c * C::BR * 128, &tdo, c * 64, it.h, it.q0, it.b, q_full);
-            }
-            kv.produce(&tk, &tv, it.h / (a.NH / a.NKV), it.b, it.j0, it.nkb, i0);
-            i0 += it.nkb - it.j0;
-        }
+        dq_load<HD, DOCS>(sm, &tq, &tdo, &tk, &tv, a, tl);
         return;
     }
     mt_wg_regs_inc<240>();
-    const int cw = wg - 1; // this consumer: rows q0 + 64 cw ..
-    const float sl2 = a.scale * MT_ATTN_LOG2E;
-    const int g = lane >> 2, t4 = lane & 3;
-    const unsigned sq_wg = q_s + cw * 64 * 128, sdo_wg = do_s + cw * 64 * 128; // 64 rows
-    if (blockIdx.x < tl.n) mt_attn_turns_begin(cw);
-    // n, i0: the items and the key tiles this block has done
-    for (int n = 0, w = blockIdx.x, i0 = 0; w < tl.n; n++, w += gridDim.x) {
-        const item it = item_of(w);
-        const int q0 = it.q0, h = it.h, b = it.b, nkb = it.nkb, j0 = it.j0;
-        const bool last_item = w + (int)gridDim.x >= tl.n;
-        const int rw = q0 + cw * 64 + warp * 16, row_lo = rw + g; // rows row_lo, row_lo + 8
-        const int64_t lrow = ((int64_t)b * a.NH + h) * T;
-        // Rows past T are never stored; any finite values keep them harmless.
-        float lse2[2], D[2];
-        int dstart[2] = {0, 0};
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = row_lo + r * 8;
-            lse2[r] = row < T ? a.lse[lrow + row] * MT_ATTN_LOG2E : 0.f;
-            D[r] = row < T ? a.dsum[lrow + row] : 0.f;
-            if (DOCS) dstart[r] = mt_attn_doc_start(a, b, min(row, T - 1));
-        }
-        const int dstart_warp = DOCS ? mt_attn_doc_start(a, b, min(rw + 15, T - 1)) : 0;
-        float dq[HD / 2];
-#pragma unroll
-        for (int i = 0; i < HD / 2; i++) dq[i] = 0.f;
-
-        mt_mb_wait(q_full, n & 1);
-        for (int j = j0; j < nkb; j++) {
-            const int i = i0 + j - j0, st = i % S;
-            kv.wait_k(i);
-            kv.wait_v(i);
-            const unsigned kt = kv.k(st), vt = kv.v(st);
-
-            // S = Q K^T and dP = dO V^T (64 rows x 128 keys a consumer).
-            float s[64], dp[64];
-            mt_attn_wg_abt2<128, HD, C::BR, C::BC>(s, sq_wg, kt, dp, sdo_wg, vt, cw,
-                                                   last_item && j + 1 == nkb);
-            const int k0 = j * C::BC;
-            // The tiles that need no mask (most of them) take code with none.
-            // Score i is key k0 + 2 t4 + y, y = 8 (i >> 2) + (i & 1) (a constant), of
-            // row row_lo + 8 r: masked where y > hi[r] or y < lo[r].
-            auto probs = [&](auto masked) {
-                [[maybe_unused]] int hi[2], lo[2];
-                if constexpr (decltype(masked)::value) {
-#pragma unroll
-                    for (int r = 0; r < 2; r++) {
-                        hi[r] = min(row_lo + r * 8, T - 1) - k0 - 2 * t4;
-                        lo[r] = DOCS ? dstart[r] - k0 - 2 * t4 : 0;
-                    }
-                }
-#pragma unroll
-                for (int i = 0; i < 64; i++) {
-                    const int r = (i >> 1) & 1, y = (i >> 2) * 8 + (i & 1);
-                    float x = mt_attn_exp2(fmaf(s[i], sl2, -lse2[r]));
-                    if constexpr (decltype(masked)::value)
-                        if (y > hi[r] || (DOCS && y < lo[r])) x = 0.f;
-                    s[i] = x;
-                }
-            };
-            if (k0 + C::BC - 1 > rw || k0 + C::BC > T || (DOCS && k0 < dstart_warp))
-                probs(std::true_type());
-            else probs(std::false_type());
-            mt_wg_wait<0>();
-            mt_attn_wg_fence<64>(dp);
-            mt_mb_arrive(kv.empty_v(st));
-            if (j + 1 == nkb) mt_mb_arrive(q_empty); // the item's last read of Q and dO
-#pragma unroll
-            for (int i = 0; i < 64; i++) dp[i] = s[i] * (dp[i] - D[(i >> 1) & 1]);
-
-            // dQ += dS K (the keys are the reduction).
-            unsigned ds[32];
-            mt_attn_wg_pack<128>(ds, dp);
-            mt_attn_wg_fence<HD / 2>(dq);
-            mt_wg_fence();
-            mt_attn_wg_pb<128, HD, C::BC>(dq, ds, kt);
-            mt_wg_commit();
-            mt_wg_wait<0>();
-            mt_attn_wg_fence<HD / 2>(dq);
-            mt_mb_arrive(kv.empty_k(st));
-        }
-
-        const int64_t ldq = (int64_t)a.NH * a.HD;
-        float *gdq = a.dq + ((int64_t)b * T * a.NH + h) * a.HD;
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = row_lo + r * 8;
-            if (row >= T) continue;
-#pragma unroll
-            for (int c = 0; c < HD / 8; c++) {
-                const int d = c * 8 + 2 * t4;
-                if (d >= a.HD) break; // padded columns
-                *(float2 *)(gdq + row * ldq + d) =
-                    make_float2(dq[4 * c + 2 * r] * a.scale, dq[4 * c + 2 * r + 1] * a.scale);
-            }
-        }
-        i0 += nkb - j0;
-    }
+    dq_consume<HD, DOCS>(sm, a, tl, wg - 1, warp, lane);
 #endif
 }
 
