@@ -5,6 +5,8 @@
 #ifndef MT_BACKEND_DEVICE_H
 #define MT_BACKEND_DEVICE_H
 
+#include <stdio.h>
+
 #include "backend/cuda/backend_cuda.h" /* its options: plain C, in every build */
 #include "plan/rates.h"
 #include "util/error.h"
@@ -26,6 +28,11 @@ int mt_device_memory(double *free_bytes, double *total_bytes);
 mt_backend *mt_device_backend_create(const mt_config *cfg, const mt_param_table *t,
                                      mt_host_store *store, int max_M, int64_t B, int64_t T,
                                      const mt_cuda_backend_opts *o, mt_error *err);
+
+/* The grouped expert products' benchmark (megatrain bench moe-gemm) with
+ * the tensor-core kernel's block size bk and pipeline depth (0: its
+ * choice), printed to out; -1 without a GPU. */
+int mt_device_bench_moe_gemm(FILE *out, int bk, int stages, mt_error *err);
 
 /* Measures this machine's rates for the planner (copies, CPU AdamW, a layer
  * and the head of cfg's shape at M x (B, T) on the GPU); -1 without a GPU. */

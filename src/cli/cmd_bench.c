@@ -13,9 +13,7 @@
 #include "io/file.h"
 #include "optim/adamw.h"
 
-#ifdef MT_HAVE_CUDA
-#include "kernels/moe/moe_gemm.h"
-#endif
+#include "backend/device.h"
 
 typedef struct tokenizer_args {
     const char *tokenizer, *data;
@@ -106,16 +104,12 @@ static const mt_opt_table moe_gemm_table = {
              "against cuBLAS per expert: TFLOP/s."};
 
 static int bench_moe_gemm(void *args, int argc, char **argv) {
-#ifndef MT_HAVE_CUDA
-    return mt_cli_fail("bench moe-gemm", 1, "this build has no CUDA support");
-#else
     const moe_gemm_args *a = args;
     mt_error err;
-    if (mt_cuda_moe_gemm_bench(stdout, atoi(bk_choices[a->bk]), atoi(stage_choices[a->stages]),
-                               &err))
+    if (mt_device_bench_moe_gemm(stdout, atoi(bk_choices[a->bk]), atoi(stage_choices[a->stages]),
+                                 &err))
         return mt_cli_fail("bench moe-gemm", 1, "%s", err.msg);
     return 0;
-#endif
 }
 
 /* The fused CPU AdamW (optim/adamw.h). */

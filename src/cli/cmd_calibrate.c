@@ -9,10 +9,7 @@
 #include "cli/commands.h"
 #include "model/presets.h"
 
-#ifdef MT_HAVE_CUDA
-#include "backend/cuda/planner_probe.h"
-#include "kernels/cuda_ops.h"
-#endif
+#include "backend/device.h"
 
 typedef struct calibrate_args {
     const char *out, *preset;
@@ -33,17 +30,15 @@ static int run(void *args, int argc, char **argv) {
     calibrate_args *a = args;
     const mt_preset *p = mt_cli_preset("calibrate", a->preset);
     if (!p) return 2;
-#ifndef MT_HAVE_CUDA
-    return mt_cli_fail("calibrate", 1, "this build has no CUDA support");
-#else
-    if (mt_cuda_device_count() <= 0)
-        return mt_cli_fail("calibrate", 1, "no CUDA GPU is visible: calibration measures one");
+    if (mt_device_count() <= 0)
+        return mt_cli_fail("calibrate", 1, "no CUDA GPU is visible (or this build has no CUDA "
+                           "support): calibration measures one");
     mt_config cfg;
     mt_preset_config(p, a->seq_len, &cfg);
     mt_rates r;
     mt_error err;
-    if (mt_rates_probe(&r, &cfg, (int)a->micro_batches, a->batch_size, a->seq_len,
-                       a->precision ? MT_GPU_FP32 : MT_GPU_BF16, &err) ||
+    if (mt_device_probe(&r, &cfg, (int)a->micro_batches, a->batch_size, a->seq_len, a->precision,
+                        &err) ||
         mt_rates_save(&r, a->out, &err))
         return mt_cli_fail("calibrate", 1, "%s", err.msg);
     printf("calibrate: H2D %.1f GB/s, D2H %.1f GB/s (%.0f%% with both busy), AdamW %.2f "
@@ -51,7 +46,6 @@ static int run(void *args, int argc, char **argv) {
            100 * r.duplex, r.adam_gparams, a->preset, r.layer_fwd_s * 1e3, r.layer_bwd_s * 1e3,
            a->out);
     return 0;
-#endif
 }
 
 static const mt_opt_table table = {

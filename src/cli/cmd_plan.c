@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/device.h"
 #include "cli/cli_options.h"
 #include "cli/commands.h"
 #include "io/model_io.h"
@@ -13,10 +14,6 @@
 #include "model/params.h"
 #include "model/presets.h"
 #include "plan/planner.h"
-
-#ifdef MT_HAVE_CUDA
-#include "backend/cuda/planner_probe.h"
-#endif
 
 typedef struct plan_args {
     const char *model, *preset, *gpu, *calibration;
@@ -119,10 +116,8 @@ static double gpu_budget_gb(const plan_args *a, const mt_gpu_spec *gpu, const ch
     *src = "given";
     if (a->gpu_mem) return a->gpu_mem;
     if (gpu) return *src = gpu->what, gpu->mem_gb;
-#ifdef MT_HAVE_CUDA
     double fr = 0;
-    if (mt_cuda_gpu_free_bytes(&fr) == 0) return *src = "free on this GPU", fr / 1e9;
-#endif
+    if (mt_device_memory(&fr, NULL) == 0) return *src = "free on this GPU", fr / 1e9;
     *src = "assumed: no GPU here";
     return 139;
 }

@@ -7,6 +7,7 @@
 #include "kernels/cuda_ops.h"
 #include "backend/cuda/nccl.h"
 #include "kernels/cuda_common.h"
+#include "kernels/moe/moe_gemm.h"
 #include "backend/cuda/planner_probe.h"
 
 _Static_assert(MT_DEVICE_COMM_ID_BYTES == MT_NCCL_ID_BYTES, "one id");
@@ -89,4 +90,8 @@ int mt_device_comm_probe(mt_device_comm *c, double *link_gbs, mt_error *err) {
     cudaStreamDestroy(s);
     cudaFree(buf);
     return 0;
+}
+
+int mt_device_bench_moe_gemm(FILE *out, int bk, int stages, mt_error *err) {
+    return mt_cuda_moe_gemm_bench(out, bk, stages, err);
 }

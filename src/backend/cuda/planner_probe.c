@@ -154,9 +154,3 @@ int mt_rates_probe(mt_rates *r, const mt_config *cfg, int M, int64_t B, int64_t 
                : mt_errorf(err, "calibration probe: the layer timings came back empty");
 }
 
-int mt_cuda_gpu_free_bytes(double *free_bytes) {
-    size_t fr = 0, tot = 0;
-    if (mt_cuda_device_count() <= 0 || cudaMemGetInfo(&fr, &tot) != cudaSuccess) return -1;
-    *free_bytes = (double)fr;
-    return 0;
-}

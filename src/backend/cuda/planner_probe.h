@@ -13,8 +13,4 @@
 int mt_rates_probe(mt_rates *r, const mt_config *cfg, int M, int64_t B, int64_t T,
                    mt_gpu_precision prec, mt_error *err);
 
-/* *free_bytes = the free memory of the current GPU; -1 (nothing written)
- * when there is no GPU or the driver does not answer. */
-int mt_cuda_gpu_free_bytes(double *free_bytes);
-
 #endif

@@ -48,3 +48,8 @@ int mt_device_comm_probe(mt_device_comm *c, double *link_gbs, mt_error *err) {
     (void)c, (void)link_gbs;
     return mt_errorf(err, "several GPUs: this build has no CUDA support");
 }
+
+int mt_device_bench_moe_gemm(FILE *out, int bk, int stages, mt_error *err) {
+    (void)out, (void)bk, (void)stages;
+    return mt_errorf(err, "this build has no CUDA support");
+}
