@@ -19,8 +19,10 @@ typedef struct plan_args {
     const char *model, *preset, *gpu, *calibration;
     int64_t hidden, layers, heads, kv_heads, ffn, vocab, seq_len, batch_size, micro_batches;
     double gpu_mem, host_mem, pcie_gbs, gemm_tflops, attn_tflops, adam_gparams;
+    int64_t gpus, nodes;
+    double nvlink_gbps, net_gbps;
     int precision, host_grad_dtype;
-    bool given[24];
+    bool given[28];
 } plan_args;
 
 #define OFF(field) offsetof(plan_args, field)
@@ -45,6 +47,14 @@ static const mt_opt options[] = {
     RATE(gemm_tflops, "matrix products, TFLOPS"),
     RATE(attn_tflops, "attention forward, TFLOPS (the backward 0.7 of it)"),
     RATE(adam_gparams, "the CPU AdamW, Gparam/s"),
+    {"gpus", MT_OPT_INT, OFF(gpus), "1", NULL, MT_OPT_AT_LEAST(1), NULL, "N",
+     "Several GPUs (a rank each; the step's micro-batches shared among them)",
+     "GPUs of each machine (its --host-mem shared among them)"},
+    {"nodes", MT_OPT_INT, OFF(nodes), "1", NULL, MT_OPT_AT_LEAST(1), NULL, "K", NULL,
+     "machines, each with --gpus GPUs"},
+    RATE(nvlink_gbps, "collectives between the GPUs of a machine, GB/s bus bandwidth"),
+    {"net_gbps", MT_OPT_FLOAT, OFF(net_gbps), "25", NULL, MT_OPT_NONNEG, NULL, "X", NULL,
+     "collectives across machines, GB/s a GPU (25: 200 Gb/s a GPU, an assumption)"},
 };
 #undef RATE
 #undef OFF
@@ -72,11 +82,13 @@ static void suggest_micro_batches(const mt_plan_request *req, double tflops) {
         best_M = q.M;
         best = t;
     }
+    int ranks = req->ranks > 1 ? req->ranks : 1; /* the option counts every GPU's */
     if (best_M > req->M)
-        printf("more tokens per step: --micro-batches %d (%lld tokens) is predicted at %.0f model "
-               "TFLOPS; the CPU optimizer and the weight copies take about the same time per "
-               "step whatever the tokens, so more compute hides more of them\n", best_M,
-               (long long)best_M * req->B * req->T, best);
+        printf("more tokens per step: --micro-batches %d (%lld tokens%s) is predicted at %.0f "
+               "model TFLOPS%s; the CPU optimizer and the weight copies take about the same time "
+               "per step whatever the tokens, so more compute hides more of them\n",
+               best_M * ranks, (long long)best_M * req->B * req->T, ranks > 1 ? " a GPU" : "",
+               best, ranks > 1 ? " a GPU" : "");
 }
 
 /* The model's config: a directory's, a preset's or the shape's flags.
@@ -158,10 +170,12 @@ static int print_plan(const mt_plan_request *req, const mt_param_table *t) {
         double tflops = mt_config_train_flops_per_token(req->cfg, req->T) * tok / plan.pred.step /
                         1e12;
         printf("PLAN model=%.2fB host_GB=%.1f gpu_GB=%.1f host_bytes_per_param=%.2f "
-               "step_s=%.2f TFLOPS=%.0f host_grads=%s kept=%d\n", t->n_params / 1e9,
-               plan.host_bytes / 1e9, plan.gpu_bytes / 1e9,
-               (plan.store_bytes + plan.pinned_bytes) / (double)t->n_params, plan.pred.step,
-               tflops, plan.host_grad_bf16 ? "bf16" : "fp32", plan.n_keep);
+               "step_s=%.2f TFLOPS=%.0f host_grads=%s kept=%d gpus=%d tok/s=%.0f\n",
+               t->n_params / 1e9, plan.host_bytes / 1e9, plan.gpu_bytes / 1e9,
+               (plan.store_bytes + plan.pinned_bytes) / (double)t->n_params * req->ranks,
+               plan.pred.step, tflops, plan.host_grad_bf16 ? "bf16" : "fp32", plan.n_keep,
+               req->ranks > 1 ? req->ranks : 1,
+               tok * (req->ranks > 1 ? req->ranks : 1) / plan.pred.step);
         suggest_micro_batches(req, tflops);
     }
     mt_plan_free(&plan);
@@ -186,18 +200,29 @@ static int run(void *args, int argc, char **argv) {
         mt_params_init(&t, &cfg, &err))
         return mt_cli_fail("plan", 1, "%s", err.msg);
     int64_t M = a->micro_batches, B = a->batch_size, T = a->seq_len;
-    mt_plan_request req = {.cfg = &cfg, .t = &t, .M = (int)M, .B = B, .T = T,
+    int ranks = (int)(a->gpus * a->nodes);
+    if (M % ranks) {
+        mt_params_free(&t);
+        return mt_cli_fail("plan", 2, "--micro-batches %lld cannot be shared by %d GPUs: each "
+                           "takes the same number of every step's; use a multiple of %d",
+                           (long long)M, ranks, ranks);
+    }
+    mt_plan_request req = {.cfg = &cfg, .t = &t, .M = (int)(M / ranks), .B = B, .T = T,
                            .precision = a->precision ? MT_GPU_FP32 : MT_GPU_BF16,
                            .host_grad_dtype = a->host_grad_dtype - 1, .keep_layers = -1,
-                           .device_optim = -1};
+                           .device_optim = -1, .rank = 0, .ranks = ranks};
     const char *gpu_src;
     double gpu_gb = gpu_budget_gb(a, gpu, &gpu_src);
     req.gpu_budget = gpu_gb * 1e9;
-    req.host_budget = a->host_mem ? a->host_mem * 1e9 : mt_plan_default_host_budget();
+    req.host_budget = (a->host_mem ? a->host_mem * 1e9 : mt_plan_default_host_budget()) /
+                      (double)a->gpus;
     if (plan_rates(a, gpu, &req.rates, &err)) {
         mt_params_free(&t);
         return mt_cli_fail("plan", 1, "%s", err.msg);
     }
+    /* a ring across machines runs at the network's pace */
+    if (a->nvlink_gbps) req.rates.link_gbs = a->nvlink_gbps;
+    if (a->nodes > 1 && a->net_gbps < req.rates.link_gbs) req.rates.link_gbs = a->net_gbps;
     printf("model: %s, %.2fB parameters, %lld layers, hidden %lld, ffn %lld, vocab %lld\n",
            a->model ? a->model : a->preset ? a->preset : "shape from flags", t.n_params / 1e9,
            (long long)cfg.L, (long long)cfg.C, (long long)cfg.F, (long long)cfg.V);
@@ -205,7 +230,12 @@ static int run(void *args, int argc, char **argv) {
            (long long)M, (long long)B, (long long)T, (long long)(M * B * T),
            (double)(M * B * T) * cfg.C * 4 / 1e9);
     printf("budgets: GPU %.1f GB (%s), host %.1f GB%s\n", gpu_gb, gpu_src,
-           req.host_budget / 1e9, a->host_mem ? "" : " (MemTotal less max(4 GB, 4%))");
+           req.host_budget / 1e9 * (double)a->gpus, a->host_mem ? "" : " (MemTotal less max(4 GB, 4%))");
+    if (ranks > 1)
+        printf("ranks: %lld GPUs on each of %lld machines, each GPU %d of the %lld micro-batches "
+               "and 1/%d of every layer, %.1f GB of its machine's host budget; collectives at %.0f "
+               "GB/s\n", (long long)a->gpus, (long long)a->nodes, req.M, (long long)M, ranks,
+               req.host_budget / 1e9, req.rates.link_gbs);
     rc = print_plan(&req, &t);
     mt_params_free(&t);
     return rc;

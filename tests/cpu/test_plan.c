@@ -110,3 +110,24 @@ Test(plan, bench_train_refuses_a_negative_gpu_adam_layer_count, .init = quiet) {
     char *word[] = {"bench", "train", "--gpu-adam-layers", "two", NULL};
     cr_assert_eq(mt_test_cli(word), 2);
 }
+
+/* Several GPUs and machines: each GPU's share of the step and of its
+ * machine's RAM, the collectives' time at the link's rate; a step its GPUs
+ * cannot share is a usage error. */
+Test(plan, four_gpus_of_a_machine_are_planned_per_rank) {
+    char *four[] = {"plan", "--preset", "8b", "--gpus", "4", "--micro-batches", "16", "--gpu",
+                    "h100", "--host-mem", "480", NULL};
+    cr_assert(plan_output_has(four, 0, "ranks: 4 GPUs on each of 1 machines", "collectives"));
+}
+
+Test(plan, two_machines_collect_at_the_network_rate) {
+    char *two_nodes[] = {"plan", "--preset", "34b", "--gpus", "2", "--nodes", "2",
+                         "--micro-batches", "4", "--gpu", "h200", "--host-mem", "250",
+                         "--net-gbps", "10", NULL};
+    cr_assert(plan_output_has(two_nodes, 0, "collectives at 10 GB/s", "gpus=4"));
+}
+
+Test(plan, a_step_its_gpus_cannot_share_is_a_usage_error, .init = quiet) {
+    char *odd[] = {"plan", "--preset", "8b", "--gpus", "3", "--micro-batches", "4", NULL};
+    cr_assert_eq(mt_test_cli(odd), 2);
+}
