@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "util/mem.h"
@@ -260,4 +261,65 @@ int mt_disk_wait(mt_disk *d, int id, mt_error *err) {
     return mt_errorf(err, "disk tier file in '%s', offset %lld: %s; the run stops (its last "
                      "checkpoint is intact)", d->dir[t->file].path, (long long)t->off,
                      strerror(t->failed));
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Moves blocks [0, n) (write or read), `depth` in flight; seconds taken. */
+static int move_all(mt_disk *d, void **bufs, int n, int depth, int write, double *s,
+                    mt_error *err) {
+    int *tk = mt_calloc_or_die((size_t)n, sizeof *tk), rc = 0;
+    double t0 = now_s();
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (i >= depth) rc = mt_disk_wait(d, tk[i - depth], err);
+        tk[i] = mt_disk_submit(d, i, bufs[i % depth], write, err);
+    }
+    for (int i = n - depth > 0 ? n - depth : 0; i < n && rc == 0; i++) rc = mt_disk_wait(d, tk[i], err);
+    *s = now_s() - t0;
+    free(tk);
+    return rc;
+}
+
+int mt_disk_measure(const char *dirs, size_t bytes, double *write_gbs, double *read_gbs,
+                    double *both_gbs, mt_error *err) {
+    const size_t block = (size_t)64 << 20;
+    int n = (int)(bytes / block) < 4 ? 4 : (int)(bytes / block), depth = 4;
+    size_t *sizes = mt_calloc_or_die((size_t)n, sizeof *sizes);
+    for (int i = 0; i < n; i++) sizes[i] = block;
+    mt_disk *d;
+    int rc = mt_disk_open(&d, dirs, sizes, n, err);
+    free(sizes);
+    if (rc) return -1;
+    void *bufs[8];
+    for (int i = 0; i < 2 * depth; i++) {
+        bufs[i] = mt_disk_buffer(block);
+        MT_ASSERT(bufs[i]);
+        memset(bufs[i], i + 1, block); /* data, not zeros: no short cut anywhere */
+    }
+    double tw = 0, tr = 0, tb = 0, moved = (double)n * block;
+    rc = move_all(d, bufs, n, depth, 1, &tw, err);
+    if (rc == 0) rc = move_all(d, bufs, n, depth, 0, &tr, err);
+    if (rc == 0) { /* reads of the first half beside writes of the second */
+        double t0 = now_s();
+        int half = n / 2, *tk = mt_calloc_or_die((size_t)n, sizeof *tk);
+        for (int i = 0; i < half && rc == 0; i++) {
+            tk[2 * i] = mt_disk_submit(d, i, bufs[i % depth], 0, err);
+            tk[2 * i + 1] = mt_disk_submit(d, half + i, bufs[depth + i % depth], 1, err);
+            rc = mt_disk_wait(d, tk[2 * i], err) || mt_disk_wait(d, tk[2 * i + 1], err);
+        }
+        free(tk);
+        tb = now_s() - t0;
+        moved = (double)n * block; /* read and written: both halves */
+    }
+    for (int i = 0; i < 2 * depth; i++) free(bufs[i]);
+    mt_disk_close(d);
+    if (rc) return -1;
+    *write_gbs = (double)n * block / tw / 1e9;
+    *read_gbs = (double)n * block / tr / 1e9;
+    *both_gbs = moved / tb / 1e9;
+    return 0;
 }

@@ -57,4 +57,10 @@ int mt_disk_done(mt_disk *d, int ticket);
  * the file, the offset and the system's reason when it failed. */
 int mt_disk_wait(mt_disk *d, int ticket, mt_error *err);
 
+/* Measures the tier on dirs with `bytes` of blocks of 64 MiB: writing them
+ * all, reading them all, and reading and writing at once (each GB/s of the
+ * bytes moved). What the planner's disk rates mean. */
+int mt_disk_measure(const char *dirs, size_t bytes, double *write_gbs, double *read_gbs,
+                    double *both_gbs, mt_error *err);
+
 #endif

@@ -23,6 +23,9 @@ typedef struct mt_rates {
     /* collectives between the ranks of a data-parallel run, per GPU: the
      * bus bandwidth of an all-gather or reduce-scatter (NCCL's busbw) */
     double link_gbs;
+    /* the disk tier (megatrain calibrate --nvme-dir): GB/s written, read,
+     * and moved with both at once; 0: not measured */
+    double disk_write_gbs, disk_read_gbs, disk_both_gbs;
     /* probed times of one decoder layer and the head at the plan's shape */
     double layer_fwd_s, layer_bwd_s, layer_bwd_kept_s, head_s, embed_s;
     int64_t probe_C, probe_F, probe_V, probe_tokens, probe_T;

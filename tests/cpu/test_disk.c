@@ -11,7 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backend/device.h"
 #include "host/disk.h"
+#include "plan/rates.h"
 #include "testlib.h"
 
 static void fill(uint8_t *p, size_t n, unsigned seed) {
@@ -151,6 +153,27 @@ Test(disk, optimizer_state_on_disk_trains_the_same_bits, .timeout = 120) {
     cr_assert_eq(system(cmd), 0, "a resume with the state on disk continues bit for bit");
     snprintf(cmd, sizeof cmd, "test -z \"$(find %s/nv1 %s/nv2 -type f)\"", dir, dir);
     cr_assert_eq(system(cmd), 0, "the disk tier left files behind");
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+/* megatrain calibrate --nvme-dir measures the disk (here without a GPU in a
+ * CPU build, or beside it) and records the rates the planner reads. */
+Test(disk, calibrate_measures_the_disk_tier, .timeout = 120) {
+    char *dir = mt_test_tmpdir(), out[600];
+    snprintf(out, sizeof out, "%s/rates.json", dir);
+    char *argv[] = {"calibrate", "--nvme-dir", dir, "--disk-gb", "0.3", "--out", out, NULL};
+    if (mt_device_count() > 0) { /* a GPU here: its probe runs too, which this test skips */
+        mt_test_rmtree(dir);
+        free(dir);
+        return;
+    }
+    cr_assert_eq(mt_test_cli(argv), 0);
+    mt_rates r;
+    mt_error err;
+    cr_assert_eq(mt_rates_load(&r, out, &err), 0, "%s", err.msg);
+    cr_assert(r.disk_write_gbs > 0 && r.disk_read_gbs > 0 && r.disk_both_gbs > 0,
+              "write %g read %g both %g", r.disk_write_gbs, r.disk_read_gbs, r.disk_both_gbs);
     mt_test_rmtree(dir);
     free(dir);
 }
