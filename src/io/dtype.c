@@ -41,22 +41,14 @@ int mt_dtype_bits(mt_dtype dt) {
 /* Below this many elements a thread team costs more than it saves. */
 #define PAR_MIN ((size_t)1 << 18)
 
-void mt_bf16_to_f32_array(const uint16_t *src, float *dst, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) dst[i] = mt_bf16_to_f32(src[i]);
-}
+/* Each array conversion applies its scalar one, in parallel when large. */
+#define CONVERT_ARRAY(name, in_t, out_t, one)                         \
+    void name(const in_t *src, out_t *dst, size_t n) {                \
+        _Pragma("omp parallel for schedule(static) if (n >= PAR_MIN)") \
+        for (size_t i = 0; i < n; i++) dst[i] = one(src[i]);          \
+    }
 
-void mt_f16_to_f32_array(const uint16_t *src, float *dst, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) dst[i] = mt_f16_to_f32(src[i]);
-}
-
-void mt_f32_to_bf16_array(const float *src, uint16_t *dst, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) dst[i] = mt_f32_to_bf16(src[i]);
-}
-
-void mt_f32_to_f16_array(const float *src, uint16_t *dst, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) dst[i] = mt_f32_to_f16(src[i]);
-}
+CONVERT_ARRAY(mt_bf16_to_f32_array, uint16_t, float, mt_bf16_to_f32)
+CONVERT_ARRAY(mt_f16_to_f32_array, uint16_t, float, mt_f16_to_f32)
+CONVERT_ARRAY(mt_f32_to_bf16_array, float, uint16_t, mt_f32_to_bf16)
+CONVERT_ARRAY(mt_f32_to_f16_array, float, uint16_t, mt_f32_to_f16)

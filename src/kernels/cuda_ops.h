@@ -27,15 +27,11 @@
 
 #include "kernels/cuda_types.h"
 
+#include "util/error.h"
+
 #ifdef __cplusplus
-/* util/error.h is C11; nvcc compiles the .cu files as C++. */
-#ifndef _Noreturn
-#define _Noreturn [[noreturn]]
-#endif
 extern "C" {
 #endif
-
-#include "util/error.h"
 
 typedef enum { MT_PREC_FP32 = 0, MT_PREC_BF16 = 1 } mt_precision;
 

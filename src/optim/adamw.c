@@ -54,26 +54,17 @@ static mt_adamw_kernel adamw_kernel(mt_isa isa) {
 
 static bool aligned64(const void *ptr) { return ((uintptr_t)ptr & 63) == 0; }
 
-void mt_adamw_update(const mt_optim_cpu *cpu, float *p, float *m, float *v, const float *g,
-                     uint16_t *bf16_shadow, size_t n, const mt_adamw_hparams *h,
-                     double weight_decay, float gscale) {
-    const mt_adamw_coefs c = mt_adamw_coefs_make(h, weight_decay, gscale);
-    const mt_adamw_kernel kernel = adamw_kernel(cpu->isa);
-    const bool stream = cpu->stream_stores && aligned64(p) && aligned64(m) && aligned64(v) &&
-                        (!bf16_shadow || aligned64(bf16_shadow));
-    if (n < ADAMW_MIN_PARALLEL) {
-        kernel(p, m, v, g, bf16_shadow, n, &c, stream);
-        return;
-    }
-    const int threads = cpu->threads > 0 ? cpu->threads : omp_get_max_threads();
-    const size_t nblocks = (n + ADAMW_BLOCK - 1) / ADAMW_BLOCK;
-#pragma omp parallel for schedule(dynamic, ADAMW_GRAB) num_threads(threads)
-    for (size_t b = 0; b < nblocks; b++) {
-        size_t i = b * ADAMW_BLOCK;
-        size_t len = n - i < ADAMW_BLOCK ? n - i : ADAMW_BLOCK;
-        kernel(p + i, m + i, v + i, g + i, bf16_shadow ? bf16_shadow + i : NULL, len, &c, stream);
-    }
-}
+/* One update over n elements: fp32 gradients g, or bf16 ones g16 widened
+ * on the way. */
+typedef struct update_job {
+    mt_adamw_kernel kernel;
+    float *p, *m, *v;
+    const float *g;
+    const uint16_t *g16;
+    uint16_t *bf16_shadow;
+    mt_adamw_coefs c;
+    bool stream;
+} update_job;
 
 /* Widens bf16 bits to fp32 (exact: bf16 is the top half of an fp32). */
 static void widen_bf16(float *out, const uint16_t *in, size_t n) {
@@ -83,26 +74,26 @@ static void widen_bf16(float *out, const uint16_t *in, size_t n) {
     }
 }
 
-/* One block of the bf16-gradient update on the calling thread: widened in
+/* Elements [i, i + n) on the calling thread; bf16 gradients are widened in
  * pieces that stay in L1 beside the kernel's streams. */
 #define G16_PIECE ((size_t)2048)
-static void update_g16_block(mt_adamw_kernel kernel, float *p, float *m, float *v,
-                             const uint16_t *g16, size_t n, const mt_adamw_coefs *c) {
+static void update_block(const update_job *j, size_t i, size_t n) {
+    if (j->g) {
+        j->kernel(j->p + i, j->m + i, j->v + i, j->g + i,
+                  j->bf16_shadow ? j->bf16_shadow + i : NULL, n, &j->c, j->stream);
+        return;
+    }
     float g[G16_PIECE] __attribute__((aligned(64)));
-    for (size_t i = 0; i < n; i += G16_PIECE) {
-        size_t len = n - i < G16_PIECE ? n - i : G16_PIECE;
-        widen_bf16(g, g16 + i, len);
-        kernel(p + i, m + i, v + i, g, NULL, len, c, false);
+    for (size_t k = i; k < i + n; k += G16_PIECE) {
+        size_t len = i + n - k < G16_PIECE ? i + n - k : G16_PIECE;
+        widen_bf16(g, j->g16 + k, len);
+        j->kernel(j->p + k, j->m + k, j->v + k, g, NULL, len, &j->c, false);
     }
 }
 
-void mt_adamw_update_g16(const mt_optim_cpu *cpu, float *p, float *m, float *v,
-                         const uint16_t *g16, size_t n, const mt_adamw_hparams *h,
-                         double weight_decay, float gscale) {
-    const mt_adamw_coefs c = mt_adamw_coefs_make(h, weight_decay, gscale);
-    const mt_adamw_kernel kernel = adamw_kernel(cpu->isa);
+static void update(const mt_optim_cpu *cpu, const update_job *j, size_t n) {
     if (n < ADAMW_MIN_PARALLEL) {
-        update_g16_block(kernel, p, m, v, g16, n, &c);
+        update_block(j, 0, n);
         return;
     }
     const int threads = cpu->threads > 0 ? cpu->threads : omp_get_max_threads();
@@ -110,9 +101,26 @@ void mt_adamw_update_g16(const mt_optim_cpu *cpu, float *p, float *m, float *v,
 #pragma omp parallel for schedule(dynamic, ADAMW_GRAB) num_threads(threads)
     for (size_t b = 0; b < nblocks; b++) {
         size_t i = b * ADAMW_BLOCK;
-        size_t len = n - i < ADAMW_BLOCK ? n - i : ADAMW_BLOCK;
-        update_g16_block(kernel, p + i, m + i, v + i, g16 + i, len, &c);
+        update_block(j, i, n - i < ADAMW_BLOCK ? n - i : ADAMW_BLOCK);
     }
+}
+
+void mt_adamw_update(const mt_optim_cpu *cpu, float *p, float *m, float *v, const float *g,
+                     uint16_t *bf16_shadow, size_t n, const mt_adamw_hparams *h,
+                     double weight_decay, float gscale) {
+    update_job j = {.kernel = adamw_kernel(cpu->isa), .p = p, .m = m, .v = v, .g = g,
+                    .bf16_shadow = bf16_shadow, .c = mt_adamw_coefs_make(h, weight_decay, gscale)};
+    j.stream = cpu->stream_stores && aligned64(p) && aligned64(m) && aligned64(v) &&
+               (!bf16_shadow || aligned64(bf16_shadow));
+    update(cpu, &j, n);
+}
+
+void mt_adamw_update_g16(const mt_optim_cpu *cpu, float *p, float *m, float *v,
+                         const uint16_t *g16, size_t n, const mt_adamw_hparams *h,
+                         double weight_decay, float gscale) {
+    update_job j = {.kernel = adamw_kernel(cpu->isa), .p = p, .m = m, .v = v, .g16 = g16,
+                    .c = mt_adamw_coefs_make(h, weight_decay, gscale)};
+    update(cpu, &j, n);
 }
 
 bool mt_isa_supported(mt_isa isa) {

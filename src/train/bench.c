@@ -151,10 +151,11 @@ fail:
     return -1;
 }
 
-static int bench(const mt_bench_opts *o, mt_ranks *rk, const mt_param_table *table, FILE *out,
-                 mt_error *err) {
-    double tokens = (double)o->M * o->B * o->T, world = rk->env.world_size;
-    double flops = mt_config_train_flops_per_token(&o->cfg, o->T) * tokens;
+/* What is measured: the model's shape, the step and the ranks. */
+static void print_shape(const mt_bench_opts *o, const mt_ranks *rk, const mt_param_table *table,
+                        FILE *out) {
+    double tokens = (double)o->M * o->B * o->T;
+    int world = rk->env.world_size;
     const mt_config *c = &o->cfg;
     fprintf(out, "model: %.2fB params, L %lld, C %lld, NH %lld, NKV %lld, F %lld, V %lld%s\n",
             table->n_params / 1e9, (long long)c->L, (long long)c->C, (long long)c->NH,
@@ -166,6 +167,13 @@ static int bench(const mt_bench_opts *o, mt_ranks *rk, const mt_param_table *tab
         fprintf(out, "ranks: %d GPUs, %d on this machine, %d CPU threads each; each holds 1/%d "
                 "of every layer\n", rk->env.world_size, rk->local_world, rk->threads,
                 rk->env.world_size);
+}
+
+static int bench(const mt_bench_opts *o, mt_ranks *rk, const mt_param_table *table, FILE *out,
+                 mt_error *err) {
+    double tokens = (double)o->M * o->B * o->T, world = rk->env.world_size;
+    double flops = mt_config_train_flops_per_token(&o->cfg, o->T) * tokens;
+    print_shape(o, rk, table, out);
     mt_cuda_backend_opts bo;
     mt_plan plan = {0};
     mt_plan_request req = {0};

@@ -431,7 +431,7 @@ static double cu_end_step(mt_backend *be) {
     return *cb->h_loss;
 }
 
-const mt_backend_ops mt_cuda_backend_ops = {
+static const mt_backend_ops cuda_ops = {
     .begin_step = cu_begin_step,
     .bind_layer = cu_bind_layer,
     .forward = cu_forward,
@@ -448,3 +448,9 @@ const mt_backend_ops mt_cuda_backend_ops = {
     .logits = mt_cuda_backend_logits,
     .destroy = mt_cuda_backend_free,
 };
+
+mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
+                                   mt_host_store *store, int max_M, int64_t B, int64_t T,
+                                   const mt_cuda_backend_opts *o, mt_error *err) {
+    return mt_cuda_backend_make(c, t, store, max_M, B, T, o, &cuda_ops, err);
+}

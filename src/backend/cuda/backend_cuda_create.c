@@ -119,45 +119,12 @@ static int check_ranks(const cuda_backend *cb, mt_error *err) {
     return 0;
 }
 
-mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
-                                   mt_host_store *store, int max_M, int64_t B, int64_t T,
-                                   const mt_cuda_backend_opts *o, mt_error *err) {
-    if (mt_cuda_device_count() <= 0)
-        return mt_errorf(err, "no CUDA GPU is visible; use --device cpu"), NULL;
-    /* A thread waiting for the GPU sleeps instead of spinning: the CPU
-     * AdamW runs on every core while the engine waits for copies. */
-    if (cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) != cudaSuccess)
-        (void)cudaGetLastError(); /* a context made earlier keeps its flags */
-    if (max_M <= 0 || B <= 0 || T <= 0)
-        return mt_errorf(err, "micro-batch shape must be positive"), NULL;
-    if (c->HD % 4 || c->C % 4)
-        return mt_errorf(err, "the CUDA backend needs hidden_size and head_dim divisible by 4"),
-               NULL;
-    cuda_backend *cb = mt_calloc_or_die(1, sizeof *cb);
-    cb->base.ops = &mt_cuda_backend_ops;
-    cb->base.name = "cuda";
-    cb->cfg = c;
-    cb->t = t;
-    cb->store = store;
-    mt_cuda_default_opts(&cb->o, o);
-    cb->prec = cb->o.precision == MT_GPU_BF16 ? MT_PREC_BF16 : MT_PREC_FP32;
-    cb->max_M = max_M;
-    cb->B = B;
-    cb->T = T;
-    cb->N = B * T;
-    cb->rank = cb->o.rank;
-    cb->ranks = cb->o.ranks;
-    cb->comm = cb->o.comm;
-    CUDA_CHECK(cudaGetDevice(&cb->device));
-    if ((size_t)(2 * t->n_layers) > sizeof cb->seq / sizeof *cb->seq) {
-        free(cb);
-        return mt_errorf(err, "too many layers (%d) for the CUDA backend", t->n_layers), NULL;
-    }
-    if (check_ranks(cb, err)) {
-        free(cb);
-        return NULL;
-    }
-    mt_cuda_resolve_homes(cb);
+/* Lays the device memory out, keeps as many whole layers' activations as
+ * the memory left allows (not for MoE blocks, whose backward recomputes),
+ * checks the budget and allocates; the layout is then bound by the caller. */
+static int place_on_device(cuda_backend *cb, bump *out, mt_error *err) {
+    const mt_config *c = cb->cfg;
+    int max_M = cb->max_M;
     bump b = {0};
     mt_cuda_plan(cb, &b);
     size_t fr = 0, tot = 0;
@@ -191,10 +158,7 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
                   "(%.2f GB less %.2f GB for the CUDA context); raise --gpu-mem or let the "
                   "planner place gradients and checkpoints on the host", b.used / 1e9,
                   avail / 1e9, cb->o.gpu_budget / 1e9, MT_CUDA_CONTEXT_RESERVE / 1e9);
-        mt_cuda_homes_free(cb);
-        free(cb->kept);
-        free(cb);
-        return NULL;
+        return -1;
     }
     cudaError_t e = cudaMalloc((void **)&cb->dev_base, b.used);
     if (e != cudaSuccess) {
@@ -202,28 +166,27 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
         mt_errorf(err, "GPU memory: need %.2f GiB, %.2f GiB free; lower --batch-size or "
                   "--seq-len, or set --gpu-mem so the planner places more on the host",
                   (double)b.used / (1 << 30), (double)fr / (1 << 30));
-        mt_cuda_homes_free(cb);
-        free(cb->kept);
-        free(cb);
-        return NULL;
+        return -1;
     }
-    b = (bump){.base = cb->dev_base};
-    mt_cuda_plan(cb, &b);
-    cb->moe = mt_cuda_moe_create(c, (size_t)cb->N, cb->prec, cb->moe_dev);
+    *out = b;
+    return 0;
+}
+
+/* The streams, their cuBLAS contexts, the events that order them and the
+ * pinned host buffers of what the layout places on the host. */
+static int create_streams(cuda_backend *cb, mt_error *err) {
+    const mt_config *c = cb->cfg;
+    int max_M = cb->max_M;
+    mt_host_store *store = cb->store;
     CUDA_CHECK(cudaStreamCreateWithFlags(&cb->s_h2d, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&cb->s_comp, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&cb->s_d2h, cudaStreamNonBlocking));
     if (mt_cuda_ctx_create(&cb->ctx, cb->s_comp, 0, err) ||
-        mt_cuda_ctx_create(&cb->ctx_h2d, cb->s_h2d, 1 << 20, err)) {
-        mt_cuda_backend_free(&cb->base);
-        return NULL;
-    }
+        mt_cuda_ctx_create(&cb->ctx_h2d, cb->s_h2d, 1 << 20, err))
+        return -1;
     if (cb->ranks > 1) {
         CUDA_CHECK(cudaStreamCreateWithFlags(&cb->s_comm, cudaStreamNonBlocking));
-        if (mt_cuda_ctx_create(&cb->ctx_comm, cb->s_comm, 1 << 20, err)) {
-            mt_cuda_backend_free(&cb->base);
-            return NULL;
-        }
+        if (mt_cuda_ctx_create(&cb->ctx_comm, cb->s_comm, 1 << 20, err)) return -1;
         make_event(&cb->ev_part_up, 0);
         make_event(&cb->ev_reduced, 0);
         make_event(&cb->ev_comm_end, 0);
@@ -251,19 +214,15 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
         for (int i = 0; i < 2; i++) {
             make_event(&cb->fetched[i], 0);
             if (pinned_alloc((void **)&cb->h_stage[i], cb->max_gpu_grad_numel * sizeof(float),
-                             "gradient staging", err)) {
-                mt_cuda_backend_free(&cb->base);
-                return NULL;
-            }
+                             "gradient staging", err))
+                return -1;
         }
     }
     cb->grads_to_store = store->g && !cb->o.host_grad_bf16;
     if (cb->host_grad_numel && !cb->grads_to_store &&
         pinned_alloc(&cb->h_grad, cb->host_grad_numel * (cb->o.host_grad_bf16 ? 2 : 4),
-                     "host gradients", err)) {
-        mt_cuda_backend_free(&cb->base);
-        return NULL;
-    }
+                     "host gradients", err))
+        return -1;
     make_event(&cb->embed_drained, 0);
     CUDA_CHECK(cudaEventRecord(cb->embed_drained, cb->s_d2h));
     for (int i = 0; i < 2; i++) {
@@ -276,14 +235,69 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
     if (cb->n_host_saved &&
         pinned_alloc((void **)&cb->h_saved,
                      (size_t)cb->n_host_saved * max_M * cb->N * c->C * sizeof(float),
-                     "host checkpoints", err)) {
-        mt_cuda_backend_free(&cb->base);
-        return NULL;
-    }
+                     "host checkpoints", err))
+        return -1;
     make_event(&cb->ev_start, 1);
     make_event(&cb->ev_fwd_end, 1);
     make_event(&cb->ev_end, 1);
     make_event(&cb->ev_d2h_end, 0);
+    return 0;
+}
+
+mt_backend *mt_cuda_backend_make(const mt_config *c, const mt_param_table *t,
+                                 mt_host_store *store, int max_M, int64_t B, int64_t T,
+                                 const mt_cuda_backend_opts *o, const mt_backend_ops *ops,
+                                 mt_error *err) {
+    if (mt_cuda_device_count() <= 0)
+        return mt_errorf(err, "no CUDA GPU is visible; use --device cpu"), NULL;
+    /* A thread waiting for the GPU sleeps instead of spinning: the CPU
+     * AdamW runs on every core while the engine waits for copies. */
+    if (cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) != cudaSuccess)
+        (void)cudaGetLastError(); /* a context made earlier keeps its flags */
+    if (max_M <= 0 || B <= 0 || T <= 0)
+        return mt_errorf(err, "micro-batch shape must be positive"), NULL;
+    if (c->HD % 4 || c->C % 4)
+        return mt_errorf(err, "the CUDA backend needs hidden_size and head_dim divisible by 4"),
+               NULL;
+    cuda_backend *cb = mt_calloc_or_die(1, sizeof *cb);
+    cb->base.ops = ops;
+    cb->base.name = "cuda";
+    cb->cfg = c;
+    cb->t = t;
+    cb->store = store;
+    mt_cuda_default_opts(&cb->o, o);
+    cb->prec = cb->o.precision == MT_GPU_BF16 ? MT_PREC_BF16 : MT_PREC_FP32;
+    cb->max_M = max_M;
+    cb->B = B;
+    cb->T = T;
+    cb->N = B * T;
+    cb->rank = cb->o.rank;
+    cb->ranks = cb->o.ranks;
+    cb->comm = cb->o.comm;
+    CUDA_CHECK(cudaGetDevice(&cb->device));
+    if ((size_t)(2 * t->n_layers) > sizeof cb->seq / sizeof *cb->seq) {
+        free(cb);
+        return mt_errorf(err, "too many layers (%d) for the CUDA backend", t->n_layers), NULL;
+    }
+    if (check_ranks(cb, err)) {
+        free(cb);
+        return NULL;
+    }
+    mt_cuda_resolve_homes(cb);
+    bump b = {0};
+    if (place_on_device(cb, &b, err)) {
+        mt_cuda_homes_free(cb);
+        free(cb->kept);
+        free(cb);
+        return NULL;
+    }
+    b = (bump){.base = cb->dev_base};
+    mt_cuda_plan(cb, &b);
+    cb->moe = mt_cuda_moe_create(c, (size_t)cb->N, cb->prec, cb->moe_dev);
+    if (create_streams(cb, err)) {
+        mt_cuda_backend_free(&cb->base);
+        return NULL;
+    }
     size_t hn = (size_t)T * c->HD / 2;
     float *cs = mt_malloc_or_die(2 * hn * sizeof(float));
     mt_rope_tables(cs, cs + hn, c, (size_t)T);

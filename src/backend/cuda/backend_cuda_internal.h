@@ -195,8 +195,12 @@ void mt_cuda_homes_free(cuda_backend *cb);
 void mt_cuda_plan(cuda_backend *cb, bump *b);
 size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb);
 
-/* The step's operations (backend_cuda.c), for creation. */
-extern const mt_backend_ops mt_cuda_backend_ops;
+/* Creation (backend_cuda_create.c): everything mt_cuda_backend_create
+ * does, with the operations table it is given (backend_cuda.c holds it). */
+mt_backend *mt_cuda_backend_make(const mt_config *c, const mt_param_table *t,
+                                 mt_host_store *store, int max_M, int64_t B, int64_t T,
+                                 const mt_cuda_backend_opts *o, const mt_backend_ops *ops,
+                                 mt_error *err);
 
 /* Timeline spans (backend_cuda_trace.c): begin returns the span's index or -1
  * (tracing off or full). */

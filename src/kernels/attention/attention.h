@@ -41,15 +41,11 @@
 
 #include "kernels/cuda_types.h"
 
+#include "util/error.h"
+
 #ifdef __cplusplus
-/* util/error.h is C11: give C++ its spelling of _Noreturn and C linkage. */
-#ifndef _Noreturn
-#define _Noreturn [[noreturn]]
-#endif
 extern "C" {
 #endif
-
-#include "util/error.h"
 
 /* The bf16 kernels, forward and backward: AUTO, the best the device has
  * (on sm_90 with sm_90a code in the build and a driver with TMA tensor
