@@ -13,7 +13,7 @@ static void usage(FILE *f) {
             "  --data FILE         .jsonl (text, prompt/completion, chat) or .mtok\n"
             "  --tokenizer PATH    tokenizer.json (default: DIR/tokenizer.json)\n"
             "  --format F          auto | text | completion | chat | tokens (default auto)\n"
-            "  --chat-template C   auto | llama3 | qwen | llama2 | mistral (default auto)\n"
+            "  --chat-template C   auto (the model's own) | llama3 | qwen | llama2 | mistral | chatml\n"
             "  --packing P         auto | documents | rows, as in train (default auto)\n"
             "  --seq-len T         (default 1024)\n"
             "  --batch-size B      rows per micro-batch (default 4)\n"

@@ -10,7 +10,7 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: megatrain tokenize --tokenizer PATH --data IN --out OUT.mtok\n"
-               "         [--format auto|text|completion|chat] [--chat-template auto|llama3|qwen|llama2|mistral]\n"
+               "         [--format auto|text|completion|chat] [--chat-template auto|llama3|qwen|llama2|mistral|chatml]\n"
                "         [--skip-bad-lines]\n"
                "  --tokenizer  tokenizer.json (or 'bytes' for the built-in byte tokenizer)\n"
                "  --data       .jsonl, .jsonl.gz, .jsonl.zst, or a directory of them (one .mtok)\n");

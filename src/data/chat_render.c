@@ -181,8 +181,8 @@ static size_t turn_start(const mt_chat_template *t, const mt_chat_conv *c, size_
     return a + common_prefix(full->p + a, b - a, prompt + n0, np - n0);
 }
 
-static int derive_spans(const mt_chat_template *t, const mt_chat_conv *c, mt_jpool *pool,
-                        const mt_jinja_opts *opts, mt_chat_text *r, mt_error *err) {
+static int derive_spans(const mt_chat_template *t, const mt_chat_conv *c, const mt_jinja *j,
+                        mt_jpool *pool, const mt_jinja_opts *opts, mt_chat_text *r, mt_error *err) {
     const mt_jinja_out *o = &r->out;
     const char *eos = mt_chat_template_special(t, 1);
     for (size_t k = 0; k < c->messages.l->n; k++) {
@@ -194,7 +194,7 @@ static int derive_spans(const mt_chat_template *t, const mt_chat_conv *c, mt_jpo
                              "loop over the messages, so the text to train on cannot be told; add "
                              "{%% generation %%} blocks around the assistant turns to the template, or "
                              "pass --chat-template with a built-in (%s)",
-                             mt_chat_template_name(t), k, mt_chat_builtin_list());
+                             mt_jinja_name(j), k, mt_chat_builtin_list());
         // An EOS right after the last iteration ends the last turn.
         if (eos && last + 1 < o->n_runs && o->runs[last + 1].msg < 0 && b + strlen(eos) <= o->text.n &&
             !memcmp(o->text.p + b, eos, strlen(eos)))
@@ -209,7 +209,7 @@ int mt_chat_render(const mt_chat_template *t, const mt_chat_conv *c, bool add_ge
     r->n_spans = 0;
     if (render(t, c, c->messages.l->n, add_generation_prompt, pool, opts, &r->out, err)) return -1;
     const mt_jinja *j = mt_chat_template_jinja(t, c->tools.type == MT_JV_LIST);
-    if (!mt_jinja_has_generation(j)) return derive_spans(t, c, pool, opts, r, err);
+    if (!mt_jinja_has_generation(j)) return derive_spans(t, c, j, pool, opts, r, err);
     for (size_t i = 0; i < r->out.n_runs; i++)
         if (r->out.runs[i].gen) add_span(r, r->out.runs[i].off, run_end(&r->out, i));
     return 0;

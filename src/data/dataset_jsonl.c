@@ -131,8 +131,8 @@ static int detect_format(const char *path, const char *line, size_t len, mt_erro
     cJSON_Delete(obj);
     if (f < 0)
         mt_errorf(err, "%s:1: cannot tell the format from the first line (expected a JSON object with "
-                       "\"text\", \"prompt\"+\"completion\" or \"messages\"): fix the line or pass "
-                       "--format", path);
+                       "\"text\", \"prompt\"+\"completion\" or \"messages\"): fix the line or give the "
+                       "format (train: --data-format, eval and tokenize: --format)", path);
     return f;
 }
 

@@ -22,7 +22,7 @@
 #define ANY {NAN, NAN, false, false}
 
 static const char *const data_formats[] = {"auto", "text", "completion", "chat", "tokens", NULL};
-static const char *const chat_templates[] = {"auto", "llama3", "qwen", "llama2", "mistral", NULL};
+static const char *const chat_templates[] = {"auto", "llama3", "qwen", "llama2", "mistral", "chatml", NULL};
 static const char *const packings[] = {"auto", "documents", "rows", NULL};
 static const char *const schedules[] = {"cosine", "linear", "constant", NULL};
 static const char *const dtypes[] = {"bf16", "fp32", NULL};
@@ -41,7 +41,8 @@ const mt_tc_option mt_tc_options[] = {
     {"data_format", MT_TC_ENUM, OFF(data_format), "auto", NULL, ANY, data_formats, NULL, NULL,
      "JSONL layout: text, prompt/completion, chat messages, or tokens; auto: detect"},
     {"chat_template", MT_TC_ENUM, OFF(chat_template), "auto", NULL, ANY, chat_templates, NULL,
-     NULL, "chat format of the model; auto: from the model's type"},
+     NULL, "chat template of chat data: auto, the model's own (its tokenizer_config.json), else the "
+     "built-in its tokenizer suggests; or a built-in by name"},
     {"packing", MT_TC_ENUM, OFF(packing), "auto", NULL, ANY, packings, NULL, NULL,
      "documents packed in a row: separate sequences (positions restart, attention stays in "
      "each document) or one sequence (rows); auto: documents for completion and chat data"},

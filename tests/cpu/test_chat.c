@@ -7,19 +7,24 @@
  * every assistant message's content lies in a span and no other message's
  * does; with the real tokenizers the ids and loss flags equal
  * apply_chat_template(tokenize=True, return_assistant_tokens_mask=True).
- * Also: the built-ins are their published templates byte for byte, and
- * which template a tokenizer folder gets. Every comparison is exact. */
+ * Also: the built-ins are their published templates byte for byte, which
+ * template a tokenizer folder gets, and that a trained model is saved with
+ * the template its data was rendered with. Every comparison is exact. */
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "data/chat.h"
 #include "data/dataset.h"
 #include "data/tok_spans.h"
 #include "io/file.h"
+#include "megatrain.h"
 #include "testlib.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
 
 static cJSON *load_fixture(const char *rel) {
     char *p = mt_path_join(mt_test_fixtures_dir(), rel), *buf;
@@ -273,4 +278,313 @@ Test(chat, builtins_are_their_published_templates) {
     cr_expect_eq(n, 5, "llama3, qwen, llama2, mistral and chatml have fixtures");
     cr_expect_null(mt_chat_builtin_source("vicuna"));
     cJSON_Delete(manifest);
+}
+
+/* ---- which template a tokenizer folder gets ---- */
+
+/* A tokenizer folder: tiny_bytelevel.json with the added tokens `added`
+ * (NULL-terminated) and, when not NULL, tokenizer_config.json `config` and
+ * chat_template.jinja `jinja`. Returns the tokenizer.json path. */
+static char *tokenizer_dir(const char *dir, const char *const *added, const char *config,
+                           const char *jinja) {
+    char *src = mt_path_join(mt_test_fixtures_dir(), "tokenizer/tiny_bytelevel.json"), *buf;
+    size_t len;
+    mt_error err;
+    cr_assert_eq(mt_read_file(src, &buf, &len, &err), 0, "%s", err.msg);
+    cJSON *t = cJSON_Parse(buf);
+    cJSON *list = cJSON_GetObjectItem(t, "added_tokens");
+    for (int i = 0; added && added[i]; i++) {
+        cJSON *a = cJSON_Duplicate(cJSON_GetArrayItem(list, 0), 1);
+        cJSON_ReplaceItemInObject(a, "content", cJSON_CreateString(added[i]));
+        cJSON_ReplaceItemInObject(a, "id", cJSON_CreateNumber(700 + i));
+        cJSON_AddItemToArray(list, a);
+    }
+    char *out = mt_path_join(dir, "tokenizer.json"), *js = cJSON_PrintUnformatted(t);
+    FILE *f = fopen(out, "w");
+    fputs(js, f);
+    fclose(f);
+    const char *names[] = {"tokenizer_config.json", "chat_template.jinja"}, *texts[] = {config, jinja};
+    for (int k = 0; k < 2; k++) {
+        char *p = mt_path_join(dir, names[k]);
+        if (texts[k]) {
+            f = fopen(p, "w");
+            fputs(texts[k], f);
+            fclose(f);
+        } else {
+            remove(p);
+        }
+        free(p);
+    }
+    free(js), free(buf), free(src);
+    cJSON_Delete(t);
+    return out;
+}
+
+/* Opens the template `choice` names for the tokenizer at path. */
+static mt_chat_template *open_for(const char *path, const char *choice, mt_error *err) {
+    mt_tokenizer *tok = mt_tokenizer_load(path, err);
+    cr_assert(tok, "%s", err->msg);
+    mt_chat_template *t = mt_chat_template_open(choice, tok, err);
+    mt_tokenizer_free(tok);
+    return t;
+}
+
+static char *render_line(const mt_chat_template *t, const char *line) {
+    mt_jpool pool = {0};
+    mt_chat_text r = {0};
+    mt_chat_conv c;
+    mt_error err = {{0}};
+    cr_assert_eq(mt_chat_conv_from_json(&pool, line, strlen(line), &c, &err), 0, "%s", err.msg);
+    cr_assert_eq(mt_chat_render(t, &c, false, &pool, NULL, &r, &err), 0, "%s", err.msg);
+    char *s = strdup(r.out.text.p);
+    mt_chat_text_free(&r);
+    mt_jpool_free(&pool);
+    return s;
+}
+
+Test(chat, a_tokenizer_folder_gives_its_template) {
+    char *dir = mt_test_tmpdir();
+    mt_error err = {{0}};
+    const char *line = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}";
+    const char *tools = "{\"tools\": [{\"type\": \"function\"}], \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}";
+    // A template string, and the special tokens as strings or {"content": ...}.
+    char *p = tokenizer_dir(dir, NULL, "{\"bos_token\": {\"content\": \"<|bos|>\"}, \"eos_token\": \"<|eos|>\", "
+                            "\"chat_template\": \"{{ bos_token }}{% for m in messages %}{{ m.role }}:{{ m.content }}{{ eos_token }}{% endfor %}\"}", NULL);
+    mt_chat_template *t = open_for(p, "auto", &err);
+    cr_assert(t, "%s", err.msg);
+    cr_expect_str_eq(mt_chat_template_name(t), "model");
+    cr_expect(!mt_chat_template_is_builtin(t));
+    char *s = render_line(t, line);
+    cr_expect_str_eq(s, "<|bos|>user:hi<|eos|>assistant:yo<|eos|>");
+    free(s);
+    mt_chat_template_free(t);
+    // The list of named templates: "default", and "tool_use" for a conversation with tools.
+    free(p);
+    p = tokenizer_dir(dir, NULL, "{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"{% for m in messages %}tools!{% endfor %}\"}, "
+                      "{\"name\": \"default\", \"template\": \"{% for m in messages %}plain{% endfor %}\"}]}", NULL);
+    t = open_for(p, NULL, &err);
+    cr_assert(t, "%s", err.msg);
+    s = render_line(t, line);
+    cr_expect_str_eq(s, "plainplain");
+    free(s);
+    s = render_line(t, tools);
+    cr_expect_str_eq(s, "tools!");
+    free(s);
+    mt_chat_template_free(t);
+    // chat_template.jinja comes before the config's template, as in transformers.
+    free(p);
+    p = tokenizer_dir(dir, NULL, "{\"chat_template\": \"config\"}", "{% for m in messages %}file{% endfor %}\n");
+    t = open_for(p, "auto", &err);
+    cr_assert(t, "%s", err.msg);
+    s = render_line(t, line);
+    cr_expect_str_eq(s, "filefile", "one trailing newline is dropped, as jinja2 does");
+    free(s);
+    mt_chat_template_free(t);
+    // A built-in by name, whatever the model has.
+    const char *im[] = {"<|im_start|>", "<|im_end|>", NULL};
+    free(p);
+    p = tokenizer_dir(dir, im, "{\"chat_template\": \"config\"}", NULL);
+    t = open_for(p, "chatml", &err);
+    cr_assert(t, "%s", err.msg);
+    cr_expect(mt_chat_template_is_builtin(t) && !strcmp(mt_chat_template_name(t), "chatml"));
+    s = render_line(t, line);
+    cr_expect_str_eq(s, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nyo<|im_end|>\n");
+    free(s);
+    mt_chat_template_free(t);
+    // No template: the built-in the special tokens suggest.
+    free(p);
+    p = tokenizer_dir(dir, im, NULL, NULL);
+    t = open_for(p, "auto", &err);
+    cr_assert(t, "%s", err.msg);
+    cr_expect_str_eq(mt_chat_template_name(t), "qwen");
+    mt_chat_template_free(t);
+    const char *l3[] = {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", NULL};
+    free(p);
+    p = tokenizer_dir(dir, l3, NULL, NULL);
+    t = open_for(p, "auto", &err);
+    cr_assert(t, "%s", err.msg);
+    cr_expect_str_eq(mt_chat_template_name(t), "llama3");
+    s = render_line(t, line);
+    cr_expect_str_eq(s, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
+                        "<|start_header_id|>assistant<|end_header_id|>\n\nyo<|eot_id|>");
+    free(s);
+    mt_chat_template_free(t);
+    // What cannot be used is an error naming what it needs.
+    free(p);
+    p = tokenizer_dir(dir, NULL, NULL, NULL);
+    cr_expect(!open_for(p, "auto", &err));
+    cr_expect(strstr(err.msg, "chat template llama2 needs the token <s>, which the tokenizer lacks") &&
+              strstr(err.msg, "--chat-template"), "%s", err.msg);
+    cr_expect(!open_for(p, "vicuna", &err));
+    cr_expect(strstr(err.msg, "unknown chat template 'vicuna'") && strstr(err.msg, "chatml"), "%s", err.msg);
+    free(p);
+    p = tokenizer_dir(dir, NULL, "{\"chat_template\": \"{% for m in messages %}\\n{% include 'x' %}{% endfor %}\"}", NULL);
+    cr_expect(!open_for(p, "auto", &err));
+    cr_expect(strstr(err.msg, "tokenizer_config.json chat_template:2:4: unsupported tag 'include'") &&
+              strstr(err.msg, "pass --chat-template with a built-in"), "%s", err.msg);
+    free(p);
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+/* A template that renders no assistant turn inside a loop over the
+ * messages (and has no generation blocks) cannot say what to train on. */
+Test(chat, a_template_without_turns_is_an_error_naming_the_fix) {
+    mt_error err = {{0}};
+    mt_chat_template *t = mt_chat_template_new("t.jinja", "{{ messages | map(attribute='content') | join(' ') }}", NULL, NULL, &err);
+    cr_assert(t, "%s", err.msg);
+    const char *line = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}";
+    mt_jpool pool = {0};
+    mt_chat_text r = {0};
+    mt_chat_conv c;
+    cr_assert_eq(mt_chat_conv_from_json(&pool, line, strlen(line), &c, &err), 0, "%s", err.msg);
+    cr_expect_eq(mt_chat_render(t, &c, false, &pool, NULL, &r, &err), -1);
+    cr_expect(strstr(err.msg, "t.jinja: messages[1] (an assistant message) is not rendered inside a loop") &&
+              strstr(err.msg, "{% generation %}"), "%s", err.msg);
+    // Lines the conversation reader refuses.
+    struct { const char *line, *want; } bad[] = {
+        {"{\"messages\": [{\"role\": \"assistant\"}]}", "field \"content\" of messages[0] is missing"},
+        {"{\"messages\": [{\"role\": 3, \"content\": \"x\"}]}", "field \"role\" of messages[0] is not a string"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", "\"content\" of messages[0] is not a string"},
+        {"{\"messages\": [], \"x\": 1}", "\"messages\" is empty"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": {}}", "field \"tools\" is not an array"},
+        {"[1]", "not a JSON object"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]", "not valid JSON at byte"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        mt_jpool_reset(&pool);
+        cr_expect_eq(mt_chat_conv_from_json(&pool, bad[i].line, strlen(bad[i].line), &c, &err), -1, "%s", bad[i].line);
+        cr_expect(strstr(err.msg, bad[i].want), "%s: %s", bad[i].line, err.msg);
+    }
+    // An assistant message that calls tools needs no content.
+    const char *calls = "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"function\": {\"name\": \"f\"}}]}]}";
+    mt_jpool_reset(&pool);
+    cr_expect_eq(mt_chat_conv_from_json(&pool, calls, strlen(calls), &c, &err), 0, "%s", err.msg);
+    cr_expect_eq(mt_jv_dict_gets(c.messages.l->v[1], "content").type, MT_JV_UNDEF, "null keys are dropped");
+    mt_chat_text_free(&r);
+    mt_jpool_free(&pool);
+    mt_chat_template_free(t);
+}
+
+/* ---- the template of a trained model ---- */
+
+static void train(const char *model, const char *data, const char *out, const char *more) {
+    char buf[2048];
+    snprintf(buf, sizeof buf, "train --out %s --sample-tokens 0 --log-every 1000 --model %s --data %s "
+             "--seq-len 32 --batch-size 2 --micro-batches 1 --steps 2 --device cpu %s", out, model, data, more);
+    char *argv[64];
+    int argc = 0;
+    for (char *tok = strtok(buf, " "); tok && argc < 63; tok = strtok(NULL, " ")) argv[argc++] = tok;
+    mt_train_config tc;
+    mt_error err;
+    cr_assert_eq(mt_train_config_parse_args(&tc, argc, argv, &err), 0, "%s", err.msg);
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+}
+
+/* The chat_template of dir/tokenizer_config.json (malloc'd), or NULL. */
+static char *saved_template(const char *dir, cJSON **cfg) {
+    char *p = mt_path_join(dir, "tokenizer_config.json"), *buf;
+    size_t len;
+    mt_error err;
+    cr_assert_eq(mt_read_file(p, &buf, &len, &err), 0, "%s", err.msg);
+    *cfg = cJSON_Parse(buf);
+    cr_assert(*cfg, "%s is not JSON", p);
+    const cJSON *ct = cJSON_GetObjectItem(*cfg, "chat_template");
+    free(buf), free(p);
+    return cJSON_IsString(ct) ? strdup(ct->valuestring) : NULL;
+}
+
+/* The tokens and loss flags of data under the tokenizer of dir. */
+static mt_dataset *tokens_of(const char *data, const char *dir, mt_tokenizer **tok) {
+    char *p = mt_path_join(dir, "tokenizer.json");
+    mt_error err = {{0}};
+    *tok = mt_tokenizer_load(p, &err);
+    cr_assert(*tok, "%s", err.msg);
+    mt_data_opts o = {.path = data, .format = "chat", .chat_template = "auto", .epochs = 1};
+    mt_dataset *d = mt_dataset_open(&o, *tok, (int64_t)mt_tokenizer_vocab_size(*tok), &err);
+    cr_assert(d, "%s", err.msg);
+    free(p);
+    return d;
+}
+
+static void same_corpus(mt_dataset *a, mt_dataset *b) {
+    const mt_mtok *x = mt_dataset_corpus(a), *y = mt_dataset_corpus(b);
+    cr_assert_eq(x->n_tokens, y->n_tokens);
+    cr_expect_eq(x->n_trainable, y->n_trainable);
+    for (uint64_t i = 0; i < x->n_tokens; i++)
+        cr_assert(mt_mtok_token(x, i) == mt_mtok_token(y, i) && mt_mtok_trainable(x, i) == mt_mtok_trainable(y, i),
+                  "token %llu", (unsigned long long)i);
+}
+
+/* A model whose template is Zephyr's is trained with it and saved with it,
+ * so the saved model renders (and tokenizes) its data as it was trained;
+ * a built-in chosen instead is written into the saved tokenizer_config.json
+ * in place of the model's, the other keys kept. */
+Test(chat, a_trained_model_keeps_the_template_it_was_trained_with, .timeout = 120) {
+    char *dir = mt_test_tmpdir(), *zephyr = read_template("zephyr");
+    char tokdir[512], model[512], data[512], out[512], out2[512];
+    snprintf(tokdir, sizeof tokdir, "%s/tok", dir);
+    snprintf(model, sizeof model, "%s/model", dir);
+    snprintf(data, sizeof data, "%s/chat.jsonl", dir);
+    snprintf(out, sizeof out, "%s/run", dir);
+    snprintf(out2, sizeof out2, "%s/run2", dir);
+    mkdir(tokdir, 0755);
+    cJSON *cfg = cJSON_CreateObject();
+    cJSON_AddStringToObject(cfg, "eos_token", "<|eos|>");
+    cJSON_AddStringToObject(cfg, "chat_template", zephyr);
+    cJSON_AddNumberToObject(cfg, "model_max_length", 1e30);
+    char *cfg_text = cJSON_Print(cfg);
+    const char *im[] = {"<|im_start|>", "<|im_end|>", NULL};
+    char *tp = tokenizer_dir(tokdir, im, cfg_text, NULL);
+    mt_model_shape shape;
+    mt_model_shape_defaults(&shape);
+    shape.hidden = 32, shape.layers = 1, shape.heads = 2, shape.kv_heads = 2, shape.ffn = 64, shape.max_positions = 64;
+    cr_assert_eq(mt_model_init(model, tp, &shape, NULL), 0, "%s", mt_last_error());
+    FILE *f = fopen(data, "w");
+    for (int i = 0; i < 24; i++)
+        fprintf(f, "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+                   "{\"role\": \"user\", \"content\": \"%d plus %d?\"}, {\"role\": \"assistant\", \"content\": \"%d\"}]}\n",
+                i, i, 2 * i);
+    fclose(f);
+
+    train(model, data, out, "");
+    char saved[600];
+    snprintf(saved, sizeof saved, "%s/model", out);
+    cJSON *scfg;
+    char *st = saved_template(saved, &scfg);
+    cr_assert(st && !strcmp(st, zephyr), "the saved model keeps Zephyr's template");
+    free(st);
+    cJSON_Delete(scfg);
+    mt_tokenizer *ta, *tb;
+    mt_dataset *a = tokens_of(data, model, &ta), *b = tokens_of(data, saved, &tb);
+    cr_expect_str_eq(mt_dataset_stats(b).chat_template, "model");
+    same_corpus(a, b);
+    mt_dataset_free(b), mt_tokenizer_free(tb);
+
+    train(model, data, out2, "--chat-template chatml");
+    snprintf(saved, sizeof saved, "%s/model", out2);
+    st = saved_template(saved, &scfg);
+    cr_expect(st && !strcmp(st, mt_chat_builtin_source("chatml")), "the built-in replaces the model's template");
+    cr_expect_str_eq(cJSON_GetObjectItem(scfg, "eos_token")->valuestring, "<|eos|>");
+    free(st);
+    cJSON_Delete(scfg);
+    char *raw, *p = mt_path_join(saved, "tokenizer_config.json");
+    size_t len;
+    mt_error err;
+    cr_assert_eq(mt_read_file(p, &raw, &len, &err), 0);
+    cr_expect(strstr(raw, "\"model_max_length\":\t1e+30") || strstr(raw, "\"model_max_length\": 1e+30"),
+              "the other keys keep their text: %s", raw);
+    free(raw), free(p);
+    mt_dataset *c = tokens_of(data, saved, &tb);
+    cr_expect_str_eq(mt_dataset_stats(c).chat_template, "model");
+    mt_data_opts o = {.path = data, .format = "chat", .chat_template = "chatml", .epochs = 1};
+    mt_dataset *d = mt_dataset_open(&o, ta, (int64_t)mt_tokenizer_vocab_size(ta), &err);
+    cr_assert(d, "%s", err.msg);
+    same_corpus(c, d);
+    mt_dataset_free(a), mt_dataset_free(c), mt_dataset_free(d);
+    mt_tokenizer_free(ta), mt_tokenizer_free(tb);
+    cJSON_Delete(cfg);
+    free(cfg_text), free(tp), free(zephyr);
+    mt_test_rmtree(dir);
+    free(dir);
 }

@@ -39,6 +39,9 @@ typedef struct mt_jinja mt_jinja;
 mt_jinja *mt_jinja_parse(const char *name, const char *src, size_t len, mt_error *err);
 void mt_jinja_free(mt_jinja *t);
 
+/* The name errors call the template by. */
+const char *mt_jinja_name(const mt_jinja *t);
+
 /* Whether the template has `{% generation %}` blocks. */
 bool mt_jinja_has_generation(const mt_jinja *t);
 

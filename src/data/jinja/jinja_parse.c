@@ -268,3 +268,4 @@ void mt_jinja_free(mt_jinja *t) {
 }
 
 bool mt_jinja_has_generation(const mt_jinja *t) { return t->has_generation; }
+const char *mt_jinja_name(const mt_jinja *t) { return t->name; }
