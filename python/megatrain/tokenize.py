@@ -67,7 +67,8 @@ def main(argv=None):
         print(f"python -m megatrain.tokenize: {e}", file=sys.stderr)
         return 1
     s = time.monotonic() - t0
-    chat = f" {info['chat_template']}" if info["chat_template"] else ""
+    chat = {None: "", "model": " with the model's chat template"}.get(
+        info["chat_template"], f" with the built-in chat template {info['chat_template']}")
     print(f"{a.out}: {info['documents']} documents, {info['tokens']} tokens, "
           f"{info['trainable']} trainable, format {info['format']}{chat}, "
           f"{info['skipped_lines']} records skipped")

@@ -45,9 +45,9 @@ void mt_jstr_strip(const char *s, size_t *off, size_t *len, bool left, bool righ
 /* Finds needle in s from byte `from`: its byte offset, or -1. */
 long mt_jstr_find(const char *s, size_t len, const char *needle, size_t nlen, size_t from);
 
-/* str.upper(), str.lower(), str.capitalize(), str.title() (Python's, with
- * utf8proc's simple case mappings plus the full mappings Python applies
- * to ß and a few ligatures are not reproduced), appended to b. */
+/* str.upper(), str.lower(), str.capitalize(), str.title(), appended to
+ * b. The case mappings are utf8proc's one-to-one ones: Python's few
+ * one-to-many ones ('ß'.upper() == 'SS', the ligatures) are not made. */
 void mt_jstr_upper(mt_jbuf *b, const char *s, size_t len);
 void mt_jstr_lower(mt_jbuf *b, const char *s, size_t len);
 void mt_jstr_capitalize(mt_jbuf *b, const char *s, size_t len);
