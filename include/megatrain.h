@@ -242,7 +242,9 @@ typedef struct mt_dataset mt_dataset;
 
 typedef struct mt_dataset_opts {
     const char *format;        /* "auto" (NULL), "text", "completion", "chat", "tokens" */
-    const char *chat_template; /* "auto" (NULL), "llama3", "qwen", "llama2", "mistral" */
+    const char *chat_template; /* "auto" (NULL): the model's own, else the tokenizer's
+                                * family's; "llama3", "qwen", "llama2", "mistral",
+                                * "chatml" (docs/data.md) */
     const char *packing;       /* "auto" (NULL), "documents", "rows" (docs/data.md); auto:
                                 * documents for completion and chat data and token files
                                 * with a loss mask, rows for text */
@@ -270,7 +272,8 @@ int mt_dataset_save(const mt_dataset *d, const char *path);
 typedef struct mt_dataset_info {
     int64_t documents, tokens, trainable, skipped_lines;
     const char *format;        /* the format read (after "auto") */
-    const char *chat_template; /* the chat format used, or NULL */
+    const char *chat_template; /* the chat template used ("model": the model's own, or a
+                                * built-in's name), or NULL */
     const char *packing;       /* "documents" or "rows" (after "auto") */
 } mt_dataset_info;
 int mt_dataset_describe(const mt_dataset *d, mt_dataset_info *info);

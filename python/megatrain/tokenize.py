@@ -4,7 +4,7 @@ JSONL, byte for byte; docs/data.md describes it).
 
     python -m megatrain.tokenize --tokenizer tokenizer.json --data DATA --out OUT.mtok
         [--split train] [--format auto|text|completion|chat]
-        [--chat-template auto|llama3|qwen|llama2|mistral] [--skip-bad-lines]
+        [--chat-template auto|llama3|qwen|llama2|mistral|chatml] [--skip-bad-lines]
 
 DATA: a Hugging Face Hub-style dataset folder of Parquet files
 (data/train-00000-of-00001.parquet; read with pyarrow), a .parquet file, a
@@ -20,7 +20,7 @@ from . import _lib
 from .data import Dataset
 
 FORMATS = ("auto", "text", "completion", "chat")
-TEMPLATES = ("auto", "llama3", "qwen", "llama2", "mistral")
+TEMPLATES = ("auto", "llama3", "qwen", "llama2", "mistral", "chatml")
 
 
 def tokenize(data, tokenizer, out, *, format=None, chat_template=None, skip_bad_lines=False,
@@ -80,7 +80,8 @@ def main(argv=None):
         print(f"python -m megatrain.tokenize: {e}", file=sys.stderr)
         return 1
     s = time.monotonic() - t0
-    chat = f" {info['chat_template']}" if info["chat_template"] else ""
+    chat = {None: "", "model": " with the model's chat template"}.get(
+        info["chat_template"], f" with the built-in chat template {info['chat_template']}")
     print(f"{a.out}: {info['documents']} documents, {info['tokens']} tokens, "
           f"{info['trainable']} trainable, format {info['format']}{chat}, "
           f"{info['skipped_lines']} records skipped")

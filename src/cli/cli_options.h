@@ -81,7 +81,8 @@
                NULL, "JSONL layout: text, prompt/completion, chat messages, or tokens; auto: " \
                "detect"),                                                                      \
     MT_CLI_ROW(T, chat_template, MT_OPT_ENUM, "auto", MT_OPT_ANY, mt_tc_chat_templates, NULL, \
-               NULL, "chat format of the model; auto: from the model's type")
+               NULL, "chat template of chat data: auto, the model's own (its "                \
+               "tokenizer_config.json), else the built-in its tokenizer suggests; or a built-in by name")
 #define MT_CLI_FORMAT_ALIAS {"format", "data_format", MT_ALIAS_DEPRECATED}
 
 #endif

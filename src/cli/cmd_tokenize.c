@@ -56,10 +56,14 @@ static int run(void *args, int argc, char **argv) {
         double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
         mt_data_stats ds = mt_dataset_stats(d);
         double mb = (double)ds.bytes / 1e6;  // JSONL text, decompressed
-        printf("%s: %lld documents, %lld tokens, %lld trainable, format %s%s%s, %lld lines skipped\n",
+        char chat[96] = "";
+        if (ds.chat_template && !strcmp(ds.chat_template, "model"))
+            snprintf(chat, sizeof chat, " with the model's chat template");
+        else if (ds.chat_template)
+            snprintf(chat, sizeof chat, " with the built-in chat template %s", ds.chat_template);
+        printf("%s: %lld documents, %lld tokens, %lld trainable, format %s%s, %lld lines skipped\n",
                out, (long long)ds.documents, (long long)ds.tokens, (long long)ds.trainable, ds.format,
-               ds.chat_template ? " " : "", ds.chat_template ? ds.chat_template : "",
-               (long long)ds.skipped_lines);
+               chat, (long long)ds.skipped_lines);
         if (ds.skipped_lines) printf("first skipped line: %s\n", mt_dataset_first_skipped(d));
         printf("%.1f MB in %.2f s: %.1f MB/s, %.0f tokens/s\n", mb, s, mb / s, (double)ds.tokens / s);
         rc = 0;

@@ -1,74 +1,116 @@
-/* Chat formats: a conversation ({"role", "content"} messages) rendered as the
- * chat template of a model family renders it, written out in C (no Jinja).
+/* Chat templates: a conversation ({"messages": [...]}) rendered as the
+ * model's own Jinja chat template renders it in transformers'
+ * apply_chat_template (data/jinja/jinja.h), and which bytes of the text
+ * carry the loss.
  *
- * Families (docs/data.md has the exact strings):
- *   llama3   the Llama-3 Instruct template: content trimmed, BOS first, a
- *            trailing "<|start_header_id|>assistant<|end_header_id|>\n\n";
- *   qwen     the Qwen3 template (<|im_start|>role\n...<|im_end|>\n, the
- *            empty <think> block on the last assistant turn);
- *   llama2   Meta's Llama-2-chat template (<s>[INST] ... [/INST] a </s>,
- *            system prompt in <<SYS>>);
- *   mistral  Mistral-Instruct v0.1 (user/assistant only).
- * The output is a list of pieces over one rendered string: a piece is either
- * a special token (tokenized by id lookup) or plain text, and carries the
- * loss flag (assistant content and its end-of-turn token). Rendering is
- * byte-identical to transformers' apply_chat_template (tests/cpu/test_dataset.c,
- * fixture from scripts/make_chat_fixture.py). */
+ * The template (mt_chat_template_open): by default the model's own, read
+ * beside the tokenizer.json as transformers reads it (chat_template.jinja,
+ * else tokenizer_config.json's chat_template: a string, or a list of named
+ * templates whose "default" is used, and "tool_use" for a conversation with
+ * tools); a tokenizer without one gets the built-in its special tokens
+ * suggest. The built-ins are the published templates of their families:
+ *   llama3   Meta's Llama-3 Instruct template
+ *   qwen     Qwen3's template (<think> blocks)
+ *   llama2   Meta's Llama-2-chat template
+ *   mistral  Mistral/Mixtral-Instruct v0.1 ([INST] ... [/INST])
+ *   chatml   ChatML (<|im_start|>role\n...<|im_end|>\n; Qwen2/2.5 without
+ *            their default system prompt)
+ *
+ * The loss (mt_chat_render): with `{% generation %}` blocks in the
+ * template, the bytes they write (transformers' assistant masks). Without
+ * them, each assistant message's turn as the model would write it: from
+ * the end of the prompt it is generated after, render(messages[:k],
+ * add_generation_prompt=True), through the end of the loop iteration that
+ * rendered message k (and an EOS token written right after the last
+ * message). When the template does not render messages[:k] as a prefix of
+ * the whole conversation, the turn starts after the part of its iteration
+ * that equals the generation prompt. docs/data.md has the details. */
 #ifndef MT_DATA_CHAT_H
 #define MT_DATA_CHAT_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "data/jinja/jinja.h"
+#include "data/tok_spans.h"
 #include "data/tokenizer.h"
 #include "util/error.h"
 
-typedef enum mt_chat_template {
-    MT_CHAT_LLAMA3,
-    MT_CHAT_QWEN,
-    MT_CHAT_LLAMA2,
-    MT_CHAT_MISTRAL,
-} mt_chat_template;
+/* The special tokens a template sees, as transformers passes them. */
+enum { MT_CHAT_N_SPECIAL = 7 };
+extern const char *const mt_chat_special_names[MT_CHAT_N_SPECIAL];  // "bos_token", ...
 
-typedef struct mt_chat_msg {
-    const char *role;     // "system", "user" or "assistant"
-    const char *content;  // UTF-8, content_len bytes
-    size_t content_len;
-} mt_chat_msg;
+typedef struct mt_chat_template mt_chat_template;
 
-typedef struct mt_chat_piece {
-    size_t off, len;  // bytes of the rendered text
-    bool special;     // one special token spelled text[off..off+len)
-    bool train;       // carries the loss
-} mt_chat_piece;
+/* The template that choice names for tok: "auto" (or NULL) or a built-in's
+ * name. NULL with err: an unknown name, a built-in whose special tokens the
+ * tokenizer lacks, a model template that does not parse (naming the file,
+ * line and column and what is not supported). */
+mt_chat_template *mt_chat_template_open(const char *choice, const mt_tokenizer *tok, mt_error *err);
 
-/* A rendered conversation; zero-initialise, reuse across calls, free with
- * mt_chat_out_free. */
-typedef struct mt_chat_out {
-    char *text;  // (len) rendered, NUL-terminated
-    size_t len, cap;
-    mt_chat_piece *pieces;  // (n_pieces)
-    size_t n_pieces, pieces_cap;
-} mt_chat_out;
+/* A template from its source; tool_source (may be NULL) is used for
+ * conversations with tools; special[i] (may be NULL) is the value of
+ * mt_chat_special_names[i]. name is what errors call it. */
+mt_chat_template *mt_chat_template_new(const char *name, const char *source,
+                                       const char *tool_source,
+                                       const char *const special[MT_CHAT_N_SPECIAL],
+                                       mt_error *err);
+void mt_chat_template_free(mt_chat_template *t);
 
-void mt_chat_out_free(mt_chat_out *o);
+/* "model" for the model's own template, else the built-in's name. */
+const char *mt_chat_template_name(const mt_chat_template *t);
+/* The Jinja text of the template (of the default one, when named). */
+const char *mt_chat_template_source(const mt_chat_template *t);
+/* Whether it is a built-in (the model's own template was not used). */
+bool mt_chat_template_is_builtin(const mt_chat_template *t);
 
-/* "llama3", "qwen", "llama2", "mistral" -> *t; -1 with err otherwise. */
-int mt_chat_template_parse(const char *name, mt_chat_template *t, mt_error *err);
-const char *mt_chat_template_name(mt_chat_template t);
+/* The parsed template for a conversation with tools or without. */
+const mt_jinja *mt_chat_template_jinja(const mt_chat_template *t, bool tools);
+/* The value of mt_chat_special_names[i] for t, or NULL. */
+const char *mt_chat_template_special(const mt_chat_template *t, int i);
 
-/* The family a tokenizer was made for: <|start_header_id|> -> llama3,
- * <|im_start|> -> qwen, else llama2. */
-mt_chat_template mt_chat_template_detect(const mt_tokenizer *tok);
+/* "llama3, qwen, llama2, mistral, chatml", for messages and help. */
+const char *mt_chat_builtin_list(void);
+/* The Jinja text of a built-in, or NULL when there is no such name. */
+const char *mt_chat_builtin_source(const char *name);
 
-/* Checks that tok has every special token the template emits (-1 with err
- * naming the first missing one). */
-int mt_chat_template_check(mt_chat_template t, const mt_tokenizer *tok, mt_error *err);
+/* ---- rendering ---- */
 
-/* Renders msgs[0..n) into out (previous contents dropped). -1 with err when
- * the conversation is empty, a role is unknown, or the template refuses it
- * (llama2/mistral: roles must alternate user/assistant). */
-int mt_chat_render(mt_chat_template t, const mt_chat_msg *msgs, size_t n, mt_chat_out *out,
-                   mt_error *err);
+/* A conversation, as the template sees it. */
+typedef struct mt_chat_conv {
+    mt_jv messages;   // list of dicts, each dict's msg its index
+    mt_jv tools;      // list or None
+    mt_jv documents;  // list or None
+    mt_jv kwargs;     // dict of more variables (chat_template_kwargs), or Undefined
+} mt_chat_conv;
+
+/* Reads a JSONL line ({"messages": [...], "tools"?, "documents"?,
+ * "chat_template_kwargs"?}) into c, with values in pool, as
+ * apply_chat_template prepares messages (keys whose value is null are
+ * dropped; reasoning_content, thinking and reasoning are copied to one
+ * another). -1 with err naming the field: no messages, a message without a
+ * string role, a role chat templates do not have, a message without
+ * content (only an assistant message with tool_calls may lack it). */
+int mt_chat_conv_from_json(mt_jpool *pool, const char *line, size_t len, mt_chat_conv *c,
+                           mt_error *err);
+
+/* A rendered conversation; zero-initialise, reuse, free with
+ * mt_chat_text_free. */
+typedef struct mt_chat_text {
+    mt_jinja_out out;       // out.text: the rendered conversation
+    mt_jinja_out scratch;   // renderings of prefixes
+    mt_tok_span *spans;     // (n_spans) the bytes with loss, in order
+    size_t n_spans, spans_cap;
+} mt_chat_text;
+
+void mt_chat_text_free(mt_chat_text *r);
+
+/* Renders c with t (add_generation_prompt as given) into r, and, without
+ * the generation prompt, the spans that carry the loss. pool holds c's
+ * values and the render's. -1 with err: the template's own error (with
+ * file, line and column), or a template whose assistant turns cannot be
+ * found (naming the fix). */
+int mt_chat_render(const mt_chat_template *t, const mt_chat_conv *c, bool add_generation_prompt,
+                   mt_jpool *pool, const mt_jinja_opts *opts, mt_chat_text *r, mt_error *err);
 
 #endif

@@ -42,7 +42,7 @@
 typedef struct mt_data_opts {
     const char *path;           // a file, a directory of shards, or a list (data_spec.h)
     const char *format;         // "auto" (or NULL), "text", "completion", "chat", "tokens"
-    const char *chat_template;  // "auto" (or NULL), "llama3", "qwen", "llama2", "mistral"
+    const char *chat_template;  // "auto" (or NULL), or a built-in's name (chat.h)
     const char *packing;        // "auto" (or NULL), "documents", "rows" (see above); auto:
                                 // documents when every source is completion or chat data
                                 // (or token files with a loss mask), rows otherwise
@@ -56,7 +56,7 @@ typedef struct mt_data_stats {
     int64_t files, sources;     // data files read, sources mixed (1: no mixture)
     int64_t bytes;              // JSONL text read (after decompression)
     const char *format;         // the format used (after auto-detection), "mixed" if several
-    const char *chat_template;  // the chat family used, or NULL
+    const char *chat_template;  // "model" (the model's own) or the built-in used, or NULL
     const char *packing;        // "documents" or "rows" (after auto)
 } mt_data_stats;
 

@@ -2,12 +2,11 @@
  * parallel (OpenMP over lines, one encoder per thread), then gathered in
  * file order so the output does not depend on the thread count.
  *
- * A document is a list of pieces of one rendered text, each either plain
- * text or a special token id, with a loss flag. Consecutive text pieces are
- * encoded as one run (so ids equal the encoding of the whole text); where
- * the loss flag changes inside a run at byte c, the tokens that the run
- * shares with the encoding of its first c bytes carry the earlier flag and
- * the rest (a token straddling c included) the later one. */
+ * A document is a text and the byte spans of it that carry the loss
+ * (tok_spans.h): for "text" all of it, for "completion" the completion, for
+ * "chat" what the chat template's render says (chat.h). BOS and EOS are
+ * added around text and completion documents; a chat template writes its
+ * own. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +14,7 @@
 
 #include "data/chat.h"
 #include "data/dataset.h"
+#include "data/tok_spans.h"
 #include "util/mem.h"
 
 enum { FMT_TEXT, FMT_COMPLETION, FMT_CHAT };
@@ -23,128 +23,66 @@ static const char *const fmt_names[] = {"text", "completion", "chat"};
 typedef struct doc {
     int32_t *ids;   // (n)
     uint8_t *keep;  // (n)
-    size_t n, cap;
+    size_t n;
     char *error;  // message for a bad line, else NULL
 } doc;
 
 typedef struct job {
     const mt_tokenizer *tok;
     int format;
-    mt_chat_template chat;
+    mt_chat_template *chat;  // FMT_CHAT
     int32_t bos, eos;
-    const char *specials[4];  // the chat template's special tokens and their ids
-    int32_t special_ids[4];
 } job;
 
-static void doc_push(doc *d, int32_t id, bool keep) {
-    if (d->n == d->cap) {
-        d->cap = d->cap ? d->cap * 2 : 256;
-        d->ids = mt_realloc_or_die(d->ids, d->cap * sizeof *d->ids);
-        d->keep = mt_realloc_or_die(d->keep, d->cap);
-    }
-    d->ids[d->n] = id, d->keep[d->n] = keep, d->n++;
-}
+/* What one thread reuses from line to line. */
+typedef struct worker {
+    mt_tok_encoder *enc;
+    mt_tok_masked m;
+    mt_chat_text text;
+    mt_jpool pool;
+} worker;
 
-static int32_t special_id(const job *j, const char *s, size_t len) {
-    for (int i = 0; i < 4 && j->specials[i]; i++)
-        if (strlen(j->specials[i]) == len && !memcmp(j->specials[i], s, len)) return j->special_ids[i];
-    MT_ASSERT(!"chat template emitted a special token it did not declare");
-    return -1;
-}
-
-/* Encodes pieces[a..b) (text, contiguous in s) as one run into d. */
-static int encode_run(mt_tok_encoder *enc, const char *s, const mt_chat_piece *pc, size_t a,
-                      size_t b, doc *d, mt_tok_ids *scratch, mt_error *err) {
-    size_t base = pc[a].off, len = pc[b - 1].off + pc[b - 1].len - base, n0 = d->n;
-    mt_tok_ids ids = {0};
-    if (mt_tok_encode(enc, s + base, len, false, &ids, err)) return -1;
-    size_t k_prev = 0;
-    bool flag = pc[a].train;
-    for (size_t p = a + 1; p <= b; p++) {
-        size_t k = ids.n;  // tokens before the flag change at piece p
-        if (p < b && pc[p].train == flag) continue;
-        if (p < b) {
-            scratch->n = 0;
-            if (mt_tok_encode(enc, s + base, pc[p].off - base, false, scratch, err)) goto fail;
-            for (k = 0; k < scratch->n && k < ids.n && scratch->ids[k] == ids.ids[k];) k++;
-            if (k < k_prev) k = k_prev;
-        }
-        for (size_t t = k_prev; t < k; t++) doc_push(d, ids.ids[t], flag);
-        k_prev = k;
-        if (p < b) flag = pc[p].train;
-    }
-    MT_ASSERT(d->n - n0 == ids.n);
-    mt_tok_ids_free(&ids);
-    return 0;
-fail:
-    mt_tok_ids_free(&ids);
-    return -1;
-}
-
-static int encode_pieces(const job *j, mt_tok_encoder *enc, const mt_chat_out *r, doc *d,
-                         mt_tok_ids *scratch, mt_error *err) {
-    for (size_t a = 0; a < r->n_pieces;) {
-        const mt_chat_piece *p = &r->pieces[a];
-        if (p->special) {
-            doc_push(d, special_id(j, r->text + p->off, p->len), p->train);
-            a++;
-            continue;
-        }
-        size_t b = a + 1;
-        while (b < r->n_pieces && !r->pieces[b].special) b++;
-        if (encode_run(enc, r->text, r->pieces, a, b, d, scratch, err)) return -1;
-        a = b;
-    }
-    return 0;
-}
-
-static const cJSON *string_field(const cJSON *obj, const char *key, const char *where,
-                                 mt_error *err) {
+static const cJSON *string_field(const cJSON *obj, const char *key, mt_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!v) return mt_errorf(err, "field \"%s\"%s is missing", key, where), NULL;
-    if (!cJSON_IsString(v)) return mt_errorf(err, "field \"%s\"%s is not a string", key, where), NULL;
+    if (!v) return mt_errorf(err, "field \"%s\" is missing", key), NULL;
+    if (!cJSON_IsString(v)) return mt_errorf(err, "field \"%s\" is not a string", key), NULL;
     return v;
 }
 
-/* Builds the rendered text and pieces of one parsed line. */
-static int render_line(const job *j, const cJSON *obj, mt_chat_out *r, mt_error *err) {
-    r->len = r->n_pieces = 0;
-    if (j->format == FMT_CHAT) {
-        const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(obj, "messages");
-        if (!msgs) return mt_errorf(err, "field \"messages\" is missing");
-        if (!cJSON_IsArray(msgs)) return mt_errorf(err, "field \"messages\" is not an array");
-        size_t n = (size_t)cJSON_GetArraySize(msgs), i = 0;
-        mt_chat_msg *m = mt_malloc_or_die((n ? n : 1) * sizeof *m);
-        const cJSON *it;
-        char where[64];
-        cJSON_ArrayForEach(it, msgs) {
-            snprintf(where, sizeof where, " of messages[%zu]", i);
-            const cJSON *role = cJSON_IsObject(it) ? string_field(it, "role", where, err) : NULL;
-            const cJSON *content = role ? string_field(it, "content", where, err) : NULL;
-            if (!cJSON_IsObject(it)) mt_errorf(err, "messages[%zu] is not an object", i);
-            if (!content) return free(m), -1;
-            m[i++] = (mt_chat_msg){role->valuestring, content->valuestring, strlen(content->valuestring)};
-        }
-        int rc = mt_chat_render(j->chat, m, n, r, err);
-        free(m);
-        return rc;
-    }
-    // text / completion: BOS, the text(s), EOS; pieces with id -1 are BOS/EOS.
-    const char *a = j->format == FMT_TEXT ? "text" : "prompt";
-    const cJSON *x = string_field(obj, a, "", err), *y = NULL;
-    if (!x || (j->format == FMT_COMPLETION && !(y = string_field(obj, "completion", "", err))))
+/* A chat line: the conversation rendered with the template, its spans. */
+static int encode_chat(const job *j, worker *w, const char *line, size_t len, mt_error *err) {
+    mt_chat_conv c;
+    mt_jpool_reset(&w->pool);
+    if (mt_chat_conv_from_json(&w->pool, line, len, &c, err) ||
+        mt_chat_render(j->chat, &c, false, &w->pool, NULL, &w->text, err))
         return -1;
-    size_t lx = strlen(x->valuestring), ly = y ? strlen(y->valuestring) : 0;
-    r->cap = lx + ly + 1;
-    r->text = mt_realloc_or_die(r->text, r->cap);
-    memcpy(r->text, x->valuestring, lx);
-    if (y) memcpy(r->text + lx, y->valuestring, ly);
-    r->len = lx + ly;
-    r->text[r->len] = 0;
-    if (r->pieces_cap < 2) r->pieces = mt_realloc_or_die(r->pieces, (r->pieces_cap = 2) * sizeof *r->pieces);
-    if (lx) r->pieces[r->n_pieces++] = (mt_chat_piece){0, lx, false, j->format == FMT_TEXT};
-    if (ly) r->pieces[r->n_pieces++] = (mt_chat_piece){lx, ly, false, true};
-    return 0;
+    const mt_jbuf *t = &w->text.out.text;
+    return mt_tok_encode_spans(w->enc, j->tok, t->p, t->n, w->text.spans, w->text.n_spans, &w->m, err);
+}
+
+/* A text or completion line: BOS, the text(s), EOS. */
+static int encode_plain(const job *j, worker *w, const char *line, size_t len, mt_error *err) {
+    cJSON *obj = cJSON_ParseWithLength(line, len);
+    int rc = -1;
+    if (!obj) mt_errorf(err, "not valid JSON");
+    else if (!cJSON_IsObject(obj)) mt_errorf(err, "not a JSON object");
+    else {
+        bool text = j->format == FMT_TEXT;
+        const cJSON *x = string_field(obj, text ? "text" : "prompt", err), *y = NULL;
+        if (x && (text || (y = string_field(obj, "completion", err)))) {
+            size_t lx = strlen(x->valuestring), ly = y ? strlen(y->valuestring) : 0;
+            char *all = mt_malloc_or_die(lx + ly + 1);
+            memcpy(all, x->valuestring, lx);
+            if (y) memcpy(all + lx, y->valuestring, ly);
+            mt_tok_span loss = {text ? 0 : lx, lx + ly};
+            if (j->bos >= 0) mt_tok_masked_push(&w->m, j->bos, text);
+            rc = mt_tok_encode_spans(w->enc, j->tok, all, lx + ly, &loss, 1, &w->m, err);
+            if (rc == 0 && j->eos >= 0) mt_tok_masked_push(&w->m, j->eos, true);
+            free(all);
+        }
+    }
+    cJSON_Delete(obj);
+    return rc;
 }
 
 /* cJSON ends a string at a NUL: a "\u0000" would cut the document there
@@ -166,25 +104,19 @@ static int check_nul(const char *line, size_t len, mt_error *err) {
     return 0;
 }
 
-static void do_line(const job *j, mt_tok_encoder *enc, const char *line, size_t len,
-                    mt_chat_out *r, mt_tok_ids *scratch, doc *d) {
+static void do_line(const job *j, worker *w, const char *line, size_t len, doc *d) {
     mt_error err = {{0}};
-    if (check_nul(line, len, &err)) {
+    w->m.ids.n = 0;
+    int rc = check_nul(line, len, &err);
+    if (rc == 0) rc = j->format == FMT_CHAT ? encode_chat(j, w, line, len, &err) : encode_plain(j, w, line, len, &err);
+    if (rc) {
         d->error = mt_strdup_or_die(err.msg);
         return;
     }
-    cJSON *obj = cJSON_ParseWithLength(line, len);
-    int rc = -1;
-    if (!obj) mt_errorf(&err, "not valid JSON");
-    else if (!cJSON_IsObject(obj)) mt_errorf(&err, "not a JSON object");
-    else if (!render_line(j, obj, r, &err)) {
-        bool plain = j->format != FMT_CHAT;
-        if (plain && j->bos >= 0) doc_push(d, j->bos, j->format == FMT_TEXT);
-        rc = encode_pieces(j, enc, r, d, scratch, &err);
-        if (!rc && plain && j->eos >= 0) doc_push(d, j->eos, true);
-    }
-    cJSON_Delete(obj);
-    if (rc) d->error = mt_strdup_or_die(err.msg);
+    d->n = w->m.ids.n;
+    d->ids = mt_malloc_or_die((d->n ? d->n : 1) * sizeof *d->ids);
+    d->keep = mt_malloc_or_die(d->n ? d->n : 1);
+    if (d->n) memcpy(d->ids, w->m.ids.ids, d->n * sizeof *d->ids), memcpy(d->keep, w->m.keep, d->n);
 }
 
 /* Format from the first line's keys ("text", "prompt"+"completion",
@@ -216,16 +148,8 @@ static int setup_job(job *j, const mt_data_opts *o, const mt_tokenizer *tok, con
         return mt_errorf(err, "unknown data format '%s': use auto, text, completion, chat or tokens", f);
     if (j->format < 0) return -1;
     if (j->format != FMT_CHAT) return 0;
-    const char *t = o->chat_template && *o->chat_template ? o->chat_template : "auto";
-    if (!strcmp(t, "auto")) j->chat = mt_chat_template_detect(tok);
-    else if (mt_chat_template_parse(t, &j->chat, err)) return -1;
-    if (mt_chat_template_check(j->chat, tok, err)) return mt_error_prefix(err, "%s: ", o->path);
-    static const char *const sp[4][4] = {
-        {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"},
-        {"<|im_start|>", "<|im_end|>"}, {"<s>", "</s>"}, {"<s>", "</s>"}};
-    for (int i = 0; i < 4 && sp[j->chat][i]; i++)
-        j->specials[i] = sp[j->chat][i], j->special_ids[i] = mt_tokenizer_token_id(tok, sp[j->chat][i]);
-    return 0;
+    j->chat = mt_chat_template_open(o->chat_template, tok, err);
+    return j->chat ? 0 : mt_error_prefix(err, "%s: ", o->path);
 }
 
 /* Splits buf into lines (a final line without '\n' counts; '\r' before
@@ -314,18 +238,18 @@ int mt_jsonl_tokenize(const mt_data_opts *o, const char *buf, size_t len,
     docs = mt_calloc_or_die(n, sizeof *docs);
 #pragma omp parallel
     {
-        mt_tok_encoder *enc = mt_tok_encoder_new(tok);
-        mt_chat_out r = {0};
-        mt_tok_ids scratch = {0};
+        worker w = {.enc = mt_tok_encoder_new(tok)};
 #pragma omp for schedule(dynamic, 16)
-        for (size_t i = 0; i < n; i++) do_line(&j, enc, line[i], lens[i], &r, &scratch, &docs[i]);
-        mt_tok_ids_free(&scratch);
-        mt_chat_out_free(&r);
-        mt_tok_encoder_free(enc);
+        for (size_t i = 0; i < n; i++) do_line(&j, &w, line[i], lens[i], &docs[i]);
+        mt_tok_masked_free(&w.m);
+        mt_chat_text_free(&w.text);
+        mt_jpool_free(&w.pool);
+        mt_tok_encoder_free(w.enc);
     }
     rc = gather(o, tok, vocab_size, docs, n, out, skipped, skip_msg, err);
     *format = fmt_names[j.format];
     *chat = j.format == FMT_CHAT ? mt_chat_template_name(j.chat) : NULL;
+    mt_chat_template_free(j.chat);
 done:
     for (size_t i = 0; docs && i < n; i++) free(docs[i].ids), free(docs[i].keep), free(docs[i].error);
     free(docs);

@@ -456,6 +456,11 @@ static bool find_added(const mt_tok_addedset *set, const char *s, size_t len, si
     return false;
 }
 
+bool mt_tokenizer_next_added(const mt_tokenizer *tok, const char *s, size_t len, size_t from,
+                             size_t *st, size_t *en, int32_t *id) {
+    return !tok->is_bytes && find_added(&tok->added_raw, s, len, from, st, en, id);
+}
+
 /* A piece between raw-matched added tokens. */
 static int encode_piece(mt_tok_encoder *e, const char *s, size_t len, mt_tok_ids *out, mt_error *err) {
     if (len == 0) return 0;

@@ -45,6 +45,16 @@ mt_tokenizer *mt_tokenizer_bytes(void);
 
 void mt_tokenizer_free(mt_tokenizer *tok);
 
+/* The tokenizer.json the tokenizer was loaded from (its folder holds
+ * tokenizer_config.json), or NULL for the byte tokenizer. */
+const char *mt_tokenizer_path(const mt_tokenizer *tok);
+
+/* The first added token (special or not, matched on the raw text as
+ * encoding matches them: leftmost, then longest) in s[from..len): true
+ * with its bytes [*st, *en) and *id. The byte tokenizer has none. */
+bool mt_tokenizer_next_added(const mt_tokenizer *tok, const char *s, size_t len, size_t from,
+                             size_t *st, size_t *en, int32_t *id);
+
 /* Number of ids (model vocab and added tokens): max id + 1. */
 size_t mt_tokenizer_vocab_size(const mt_tokenizer *tok);
 

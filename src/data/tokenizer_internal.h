@@ -102,6 +102,7 @@ typedef struct mt_tok_addedset {
 struct mt_tokenizer {
     bool is_bytes;  // the built-in byte tokenizer: nothing below is used
     size_t vocab_size;
+    char *path;     // the tokenizer.json it was loaded from (NULL: bytes)
 
     // id -> token as spelled in tokenizer.json (decode, token_id)
     char *id_arena;

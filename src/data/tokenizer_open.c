@@ -70,6 +70,7 @@ mt_tokenizer *mt_tokenizer_load(const char *path, mt_error *err) {
         return NULL;
     }
     read_config(tok, path);
+    tok->path = mt_strdup_or_die(path);
     return tok;
 }
 
@@ -90,6 +91,7 @@ static void free_addedset(mt_tok_addedset *s) {
 
 void mt_tokenizer_free(mt_tokenizer *tok) {
     if (!tok) return;
+    free(tok->path);
     free(tok->id_arena);
     free(tok->id_off);
     free(tok->id_exists);
@@ -115,6 +117,7 @@ void mt_tokenizer_free(mt_tokenizer *tok) {
 }
 
 size_t mt_tokenizer_vocab_size(const mt_tokenizer *tok) { return tok->vocab_size; }
+const char *mt_tokenizer_path(const mt_tokenizer *tok) { return tok->path; }
 int32_t mt_tokenizer_bos_id(const mt_tokenizer *tok) { return tok->bos_id; }
 int32_t mt_tokenizer_eos_id(const mt_tokenizer *tok) { return tok->eos_id; }
 

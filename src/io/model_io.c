@@ -150,7 +150,7 @@ int mt_model_copy_tokenizer(const char *tokenizer_json, const char *dir, mt_erro
     if (slash) *slash = 0;
     else snprintf(src_dir, sizeof src_dir, ".");
     const char *sidecars[] = {"tokenizer_config.json", "special_tokens_map.json",
-                              "generation_config.json"};
+                              "generation_config.json", "chat_template.jinja"};
     for (size_t i = 0; i < sizeof sidecars / sizeof *sidecars; i++) {
         snprintf(from, sizeof from, "%s/%s", src_dir, sidecars[i]);
         if (access(from, R_OK)) continue; /* optional */

@@ -41,8 +41,14 @@ int mt_model_save(const mt_host_store *s, const mt_config *cfg, const char *dir,
 
 /* Puts the tokenizer next to a saved model, so the directory loads with
  * AutoTokenizer too: tokenizer_json becomes dir/tokenizer.json, and the
- * tokenizer_config.json, special_tokens_map.json and generation_config.json
- * found beside it are copied when present. */
+ * tokenizer_config.json, special_tokens_map.json, generation_config.json
+ * and chat_template.jinja found beside it are copied when present. */
 int mt_model_copy_tokenizer(const char *tokenizer_json, const char *dir, mt_error *err);
+
+/* Makes jinja the chat template transformers reads from dir: the
+ * "chat_template" of dir/tokenizer_config.json (set in place, every other
+ * byte kept; the file is made when absent), and no dir/chat_template.jinja,
+ * which would come first (tokenizer_config.c). */
+int mt_model_set_chat_template(const char *dir, const char *jinja, mt_error *err);
 
 #endif

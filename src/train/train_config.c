@@ -17,7 +17,8 @@
 #define ANY MT_OPT_ANY
 
 const char *const mt_tc_data_formats[] = {"auto", "text", "completion", "chat", "tokens", NULL};
-const char *const mt_tc_chat_templates[] = {"auto", "llama3", "qwen", "llama2", "mistral", NULL};
+const char *const mt_tc_chat_templates[] = {"auto",    "llama3",  "qwen",
+                                            "llama2",  "mistral", "chatml", NULL};
 const char *const mt_tc_packings[] = {"auto", "documents", "rows", NULL};
 const char *const mt_tc_dtypes[] = {"bf16", "fp32", NULL};
 const char *const mt_tc_devices[] = {"auto", "cpu", "cuda", NULL};
@@ -36,7 +37,8 @@ const mt_opt mt_tc_options[] = {
     {"data_format", MT_OPT_ENUM, OFF(data_format), "auto", NULL, ANY, mt_tc_data_formats, NULL,
      NULL, "JSONL layout: text, prompt/completion, chat messages, or tokens; auto: detect"},
     {"chat_template", MT_OPT_ENUM, OFF(chat_template), "auto", NULL, ANY, mt_tc_chat_templates,
-     NULL, NULL, "chat format of the model; auto: from the model's type"},
+     NULL, NULL, "chat template of chat data: auto, the model's own (its tokenizer_config.json), "
+     "else the built-in its tokenizer suggests; or a built-in by name"},
     {"packing", MT_OPT_ENUM, OFF(packing), "auto", NULL, ANY, mt_tc_packings, NULL, NULL,
      "documents packed in a row: separate sequences (positions restart, attention stays in "
      "each document) or one sequence (rows); auto: documents for completion and chat data"},

@@ -90,13 +90,17 @@ static int open_data(mt_run *R, mt_error *err) {
     R->data = mt_dataset_open(&o, R->tok, R->cfg.V, err);
     if (!R->data) return -1;
     mt_data_stats st = mt_dataset_stats(R->data);
-    char skipped[64] = "";
+    char skipped[64] = "", chat[96] = "";
     if (st.skipped_lines)
         snprintf(skipped, sizeof skipped, ", %lld malformed lines skipped",
                  (long long)st.skipped_lines);
+    if (st.chat_template && !strcmp(st.chat_template, "model"))
+        snprintf(chat, sizeof chat, " with the model's chat template");
+    else if (st.chat_template)
+        snprintf(chat, sizeof chat, " with the built-in chat template %s", st.chat_template);
     mt_emitf(&R->ev, MT_EVENT_INFO, "data: %s, %lld documents, %lld tokens (%lld with loss), "
-             "format %s, packing %s%s", tc->data, (long long)st.documents, (long long)st.tokens,
-             (long long)st.trainable, st.format, st.packing, skipped);
+             "format %s%s, packing %s%s", tc->data, (long long)st.documents, (long long)st.tokens,
+             (long long)st.trainable, st.format, chat, st.packing, skipped);
     emit_sources(R);
     return mt_dataset_check_rows(R->data, tc->seq_len, err);
 }

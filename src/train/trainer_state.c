@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/chat.h"
 #include "dist/shard_ckpt.h"
 #include "host/disk_state.h"
 #include "io/checkpoint.h"
@@ -166,6 +167,16 @@ int mt_run_save_model(mt_run *R, mt_error *err) {
     return save_model_files(R, &R->store, err);
 }
 
+/* The chat template the data was rendered with, where transformers reads
+ * it: a built-in is written into the saved tokenizer_config.json (the
+ * model's own template came with the tokenizer files). */
+static int save_chat_template(mt_run *R, const char *dir, mt_error *err) {
+    if (!R->data) return 0;
+    const char *chat = mt_dataset_stats(R->data).chat_template;
+    const char *builtin = chat ? mt_chat_builtin_source(chat) : NULL;
+    return builtin ? mt_model_set_chat_template(dir, builtin, err) : 0;
+}
+
 /* The final HF model from s (the whole model's weights). */
 static int save_model_files(mt_run *R, const mt_host_store *s, mt_error *err) {
     char dir[4096];
@@ -176,8 +187,9 @@ static int save_model_files(mt_run *R, const mt_host_store *s, mt_error *err) {
     double gb = R->tc->max_shard_size * 1e9;
     size_t shard = gb >= 1.8e19 ? SIZE_MAX : (size_t)gb;
     if (mt_model_save(s, &R->cfg, dir, dt, shard ? shard : 1, err)) return -1;
-    if (R->tc->tokenizer[0] && strcmp(R->tc->tokenizer, "bytes") &&
-        mt_model_copy_tokenizer(R->tc->tokenizer, dir, err))
+    bool tokenizer = R->tc->tokenizer[0] && strcmp(R->tc->tokenizer, "bytes");
+    if (tokenizer && (mt_model_copy_tokenizer(R->tc->tokenizer, dir, err) ||
+                      save_chat_template(R, dir, err)))
         return -1;
     mt_emitf(&R->ev, MT_EVENT_INFO, "model: %s (%s, %.1fs)", dir,
              mt_save_dtype_name(R->tc->save_dtype), mt_now_s() - t0);

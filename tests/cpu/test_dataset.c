@@ -1,6 +1,6 @@
-/* Data pipeline tests: formats, loss masks, chat rendering against
- * transformers (fixture from scripts/make_chat_fixture.py), packing,
- * shuffling, resume, malformed lines, .mtok round trip and corruption.
+/* Data pipeline tests: formats, loss masks, packing, shuffling, resume,
+ * malformed lines, .mtok round trip and corruption (chat templates:
+ * test_chat.c).
  * Every comparison is exact: tokens and bytes have no tolerance. */
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/chat.h"
 #include "data/dataset.h"
 #include "io/file.h"
 #include "testlib.h"
@@ -26,6 +25,17 @@ static mt_dataset *open_data(const char *path, const char *format, const mt_toke
                              int64_t vocab, int skip, mt_error *err) {
     mt_data_opts o = {.path = path, .format = format, .skip_bad_lines = skip, .seed = 7, .epochs = 2};
     return mt_dataset_open(&o, tok, vocab, err);
+}
+
+static cJSON *load_json(const char *rel) {
+    char *p = mt_path_join(mt_test_fixtures_dir(), rel), *buf;
+    size_t len;
+    mt_error err;
+    cr_assert_eq(mt_read_file(p, &buf, &len, &err), 0, "%s", err.msg);
+    cJSON *j = cJSON_Parse(buf);
+    cr_assert(j);
+    free(buf), free(p);
+    return j;
 }
 
 /* Corpus tokens and loss flags of a dataset, in file order. */
@@ -105,116 +115,6 @@ Test(dataset, completion_ids_equal_whole_text_encoding) {
     free(p), free(tp);
     mt_test_rmtree(dir);
     free(dir);
-}
-
-/* ---- chat rendering vs transformers ---- */
-
-static cJSON *load_json(const char *rel) {
-    char *p = mt_path_join(mt_test_fixtures_dir(), rel), *buf;
-    size_t len;
-    mt_error err;
-    cr_assert_eq(mt_read_file(p, &buf, &len, &err), 0, "%s", err.msg);
-    cJSON *j = cJSON_Parse(buf);
-    cr_assert(j);
-    free(buf), free(p);
-    return j;
-}
-
-Test(dataset, chat_rendering_matches_transformers) {
-    cJSON *fx = load_json("data/chat_render.json");
-    const cJSON *convs = cJSON_GetObjectItem(fx, "conversations"), *c;
-    mt_chat_out out = {0};
-    int checked = 0;
-    cJSON_ArrayForEach(c, cJSON_GetObjectItem(fx, "cases")) {
-        const char *fam = cJSON_GetObjectItem(c, "family")->valuestring;
-        int ci = cJSON_GetObjectItem(c, "conversation")->valueint;
-        const cJSON *conv = cJSON_GetArrayItem(convs, ci), *m;
-        mt_chat_msg msgs[16];
-        size_t n = 0;
-        cJSON_ArrayForEach(m, conv) {
-            const char *s = cJSON_GetObjectItem(m, "content")->valuestring;
-            msgs[n++] = (mt_chat_msg){cJSON_GetObjectItem(m, "role")->valuestring, s, strlen(s)};
-        }
-        mt_chat_template t;
-        mt_error err = {{0}};
-        cr_assert_eq(mt_chat_template_parse(fam, &t, &err), 0);
-        int rc = mt_chat_render(t, msgs, n, &out, &err);
-        if (cJSON_GetObjectItem(c, "error")) {
-            cr_expect_eq(rc, -1, "%s #%d: transformers refuses it", fam, ci);
-            continue;
-        }
-        cr_assert_eq(rc, 0, "%s #%d: %s", fam, ci, err.msg);
-        const char *want = cJSON_GetObjectItem(c, "text")->valuestring;
-        cr_expect(out.len == strlen(want) && !memcmp(out.text, want, out.len),
-                  "%s #%d:\n got '%s'\nwant '%s'", fam, ci, out.text, want);
-        // Loss spans: maximal runs of train pieces.
-        size_t spans[16][2], ns = 0;
-        for (size_t i = 0; i < out.n_pieces; i++) {
-            if (!out.pieces[i].train) continue;
-            size_t a = out.pieces[i].off, b = a + out.pieces[i].len;
-            if (ns && spans[ns - 1][1] == a) spans[ns - 1][1] = b;
-            else spans[ns][0] = a, spans[ns][1] = b, ns++;
-        }
-        const cJSON *ws = cJSON_GetObjectItem(c, "spans"), *w;
-        cr_expect_eq((size_t)cJSON_GetArraySize(ws), ns, "%s #%d: number of spans", fam, ci);
-        size_t i = 0;
-        cJSON_ArrayForEach(w, ws) {
-            if (i < ns)
-                cr_expect(spans[i][0] == (size_t)cJSON_GetArrayItem(w, 0)->valueint &&
-                          spans[i][1] == (size_t)cJSON_GetArrayItem(w, 1)->valueint,
-                          "%s #%d: span %zu is [%zu,%zu)", fam, ci, i, spans[i][0], spans[i][1]);
-            i++;
-        }
-        checked++;
-    }
-    cr_expect_geq(checked, 17, "every family rendered");
-    mt_chat_out_free(&out);
-    cJSON_Delete(fx);
-}
-
-/* Chat data through the real tokenizers: ids equal HF's ids of the whole
- * rendered text; the trainable tokens are the spans' tokens. */
-Test(dataset, chat_ids_match_hf_real_tokenizers) {
-    const char *shared = mt_test_shared_dir();
-    if (!shared) cr_skip_test("MEGATRAIN_SHARED not set: real tokenizers absent");
-    cJSON *fx = load_json("data/chat_render.json");
-    const cJSON *convs = cJSON_GetObjectItem(fx, "conversations"), *c;
-    char *dir = mt_test_tmpdir();
-    const char *fams[] = {"llama3", "qwen", "llama2", "mistral"}, *dirs[] = {"llama3", "qwen3", "llama2", "llama2"};
-    for (int f = 0; f < 4; f++) {
-        char rel[256];
-        snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer.json", dirs[f]);
-        char *tp = mt_path_join(shared, rel);
-        mt_error err = {{0}};
-        mt_tokenizer *tok = mt_tokenizer_load(tp, &err);
-        cr_assert(tok, "%s", err.msg);
-        cJSON_ArrayForEach(c, cJSON_GetObjectItem(fx, "cases")) {
-            if (strcmp(cJSON_GetObjectItem(c, "family")->valuestring, fams[f]) || cJSON_GetObjectItem(c, "error"))
-                continue;
-            cJSON *line = cJSON_CreateObject();
-            cJSON_AddItemToObject(line, "messages", cJSON_Duplicate(cJSON_GetArrayItem(convs, cJSON_GetObjectItem(c, "conversation")->valueint), 1));
-            char *js = cJSON_PrintUnformatted(line), *p = write_tmp(dir, "chat.jsonl", js);
-            mt_data_opts o = {.path = p, .format = "auto", .chat_template = fams[f], .epochs = 1};
-            mt_dataset *d = mt_dataset_open(&o, tok, (int64_t)mt_tokenizer_vocab_size(tok), &err);
-            cr_assert(d, "%s: %s", fams[f], err.msg);
-            const mt_mtok *m = mt_dataset_corpus(d);
-            const cJSON *ids = cJSON_GetObjectItem(c, "ids");
-            cr_expect_eq(m->n_tokens, (uint64_t)cJSON_GetArraySize(ids), "%s: %s", fams[f], js);
-            for (uint64_t i = 0; i < m->n_tokens && i < (uint64_t)cJSON_GetArraySize(ids); i++)
-                cr_expect_eq(mt_mtok_token(m, i), (uint32_t)cJSON_GetArrayItem(ids, (int)i)->valueint,
-                             "%s token %llu of %s", fams[f], (unsigned long long)i, js);
-            cr_expect_gt(m->n_trainable, 0);
-            cr_expect_lt(m->n_trainable, m->n_tokens);
-            mt_dataset_free(d);
-            free(js), free(p);
-            cJSON_Delete(line);
-        }
-        mt_tokenizer_free(tok);
-        free(tp);
-    }
-    mt_test_rmtree(dir);
-    free(dir);
-    cJSON_Delete(fx);
 }
 
 /* ---- packing, shuffle, epochs, resume ---- */

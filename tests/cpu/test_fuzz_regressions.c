@@ -12,6 +12,9 @@
 #define LLVMFuzzerTestOneInput mt_fuzz_config
 #include "../fuzz/fuzz_config.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput mt_fuzz_jinja
+#include "../fuzz/fuzz_jinja.c"
+#undef LLVMFuzzerTestOneInput
 #define LLVMFuzzerTestOneInput mt_fuzz_jsonl
 #include "../fuzz/fuzz_jsonl.c"
 #undef LLVMFuzzerTestOneInput
@@ -75,6 +78,7 @@ static void replay(const char *name, harness_fn fn) {
 }
 
 Test(fuzz_regressions, config) { replay("config", mt_fuzz_config); }
+Test(fuzz_regressions, jinja) { replay("jinja", mt_fuzz_jinja); }
 Test(fuzz_regressions, jsonl) { replay("jsonl", mt_fuzz_jsonl); }
 Test(fuzz_regressions, metrics) { replay("metrics", mt_fuzz_metrics); }
 Test(fuzz_regressions, mtok) { replay("mtok", mt_fuzz_mtok); }
