@@ -241,7 +241,8 @@ int32_t mt_tokenizer_token_id(const mt_tokenizer *tok, const char *token);
 typedef struct mt_dataset mt_dataset;
 
 typedef struct mt_dataset_opts {
-    const char *format;        /* "auto" (NULL), "text", "completion", "chat", "tokens" */
+    const char *format;        /* "auto" (NULL), "text", "completion", "chat", "alpaca",
+                                * "sharegpt", "tokens" (docs/data.md) */
     const char *chat_template; /* "auto" (NULL): the model's own, else the tokenizer's
                                 * family's; "llama3", "qwen", "llama2", "mistral",
                                 * "chatml" (docs/data.md) */
@@ -252,14 +253,15 @@ typedef struct mt_dataset_opts {
     uint64_t seed;             /* order of documents, per epoch */
     int64_t epochs;            /* passes the batches may span; >= 1 */
     int64_t vocab_size;        /* ids >= this are refused; 0: the tokenizer's */
+    const char *text_field;    /* the key of the text format's text; NULL: "text" */
 } mt_dataset_opts;
 
 /* format "auto", chat_template "auto", seed 1, epochs 1, vocab_size 0. */
 void mt_dataset_opts_defaults(mt_dataset_opts *o);
 
-/* Tokenizes a JSONL file (text, prompt/completion or chat messages) or maps
- * a pre-tokenized .mtok file (tok may then be NULL); docs/data.md. o may be
- * NULL (the defaults). */
+/* Tokenizes a JSONL file (text, prompt/completion, chat messages, alpaca,
+ * sharegpt) or maps a pre-tokenized .mtok file (tok may then be NULL);
+ * docs/data.md. o may be NULL (the defaults). */
 mt_dataset *mt_dataset_load(const char *path, const mt_tokenizer *tok, const mt_dataset_opts *o);
 void mt_dataset_free(mt_dataset *d);
 
@@ -357,6 +359,7 @@ typedef struct mt_eval_opts {
     const char *precision;     /* on the GPU: "bf16" (NULL) or "fp32" */
     const char *dump_logits;   /* a safetensors file for the first row's input
                                 * ids and logits, or NULL */
+    const char *text_field;    /* as mt_dataset_opts; NULL: "text" */
 } mt_eval_opts;
 
 /* seq_len 1024, batch_size 4, micro_batches 1, the whole file, device auto,

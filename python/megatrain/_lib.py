@@ -141,7 +141,7 @@ class OptionInfo(Structure):
 class DatasetOpts(Structure):
     _fields_ = [("format", c_char_p), ("chat_template", c_char_p), ("packing", c_char_p),
                 ("skip_bad_lines", c_bool), ("seed", c_uint64), ("epochs", c_int64),
-                ("vocab_size", c_int64)]
+                ("vocab_size", c_int64), ("text_field", c_char_p)]
 
 
 class DatasetInfo(Structure):
@@ -170,7 +170,8 @@ class EvalOpts(Structure):
     _fields_ = [("data", c_char_p), ("format", c_char_p), ("chat_template", c_char_p),
                 ("packing", c_char_p), ("seq_len", c_int64), ("batch_size", c_int64),
                 ("micro_batches", c_int64), ("max_batches", c_int64),
-                ("device", c_char_p), ("precision", c_char_p), ("dump_logits", c_char_p)]
+                ("device", c_char_p), ("precision", c_char_p), ("dump_logits", c_char_p),
+                ("text_field", c_char_p)]
 
 
 class EvalResult(Structure):

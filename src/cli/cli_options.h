@@ -78,8 +78,10 @@
  * kept: eval and tokenize called it --format. */
 #define MT_CLI_DATA_LAYOUT(T)                                                                  \
     MT_CLI_ROW(T, data_format, MT_OPT_ENUM, "auto", MT_OPT_ANY, mt_tc_data_formats, NULL,     \
-               NULL, "JSONL layout: text, prompt/completion, chat messages, or tokens; auto: " \
-               "detect"),                                                                      \
+               NULL, "JSONL layout: text, prompt/completion (texts or lists of messages), "  \
+               "chat messages, alpaca, sharegpt, or tokens; auto: detect"),                    \
+    MT_CLI_ROW(T, text_field, MT_OPT_TEXT, "text", MT_OPT_ANY, NULL, "FIELD", NULL,           \
+               "the key of the text format's text (a JSONL line {\"FIELD\": \"...\"})"),    \
     MT_CLI_ROW(T, chat_template, MT_OPT_ENUM, "auto", MT_OPT_ANY, mt_tc_chat_templates, NULL, \
                NULL, "chat template of chat data: auto, the model's own (its "                \
                "tokenizer_config.json), else the built-in its tokenizer suggests; or a built-in by name")

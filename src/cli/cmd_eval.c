@@ -5,7 +5,7 @@
 #include "cli/commands.h"
 
 typedef struct eval_args {
-    const char *model, *tokenizer;
+    const char *model, *tokenizer, *text_field;
     mt_eval_opts eo; // the strings of the choices below are set after parsing
     int data_format, chat_template, packing, device, precision;
     bool given[16];
@@ -15,7 +15,7 @@ typedef struct eval_args {
 static const mt_opt options[] = {
     MT_CLI_MODEL(eval_args, "Model and data"),
     {"data", MT_OPT_TEXT, OFF(eo.data), NULL, NULL, MT_OPT_ANY, NULL, "FILE", NULL,
-     ".jsonl (text, prompt/completion, chat) or .mtok"},
+     ".jsonl (any format of --data-format) or .mtok"},
     MT_CLI_DATA_LAYOUT(eval_args),
     {"packing", MT_OPT_ENUM, OFF(packing), "auto", NULL, MT_OPT_ANY, mt_tc_packings, NULL, NULL,
      "documents packed in a row, as in train"},
@@ -41,6 +41,7 @@ static int run(void *args, int argc, char **argv) {
     eval_args *a = args;
     mt_eval_opts *eo = &a->eo;
     eo->format = mt_tc_data_formats[a->data_format];
+    eo->text_field = a->text_field;
     eo->chat_template = mt_tc_chat_templates[a->chat_template];
     eo->packing = mt_tc_packings[a->packing];
     eo->device = mt_tc_devices[a->device];

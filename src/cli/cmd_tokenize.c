@@ -10,10 +10,10 @@
 #include "data/tokenizer.h"
 
 typedef struct tokenize_args {
-    const char *tokenizer, *data, *out;
+    const char *tokenizer, *data, *out, *text_field;
     int data_format, chat_template;
     bool skip_bad_lines;
-    bool given[6];
+    bool given[8];
 } tokenize_args;
 
 #define OFF(field) offsetof(tokenize_args, field)
@@ -35,6 +35,7 @@ static int run(void *args, int argc, char **argv) {
     tokenize_args *a = args;
     const char *tok_path = a->tokenizer, *out = a->out;
     mt_data_opts o = {.path = a->data, .format = mt_tc_data_formats[a->data_format],
+                      .text_field = a->text_field,
                       .chat_template = mt_tc_chat_templates[a->chat_template], .epochs = 1,
                       .skip_bad_lines = a->skip_bad_lines};
     if (!strcmp(o.format, "tokens"))

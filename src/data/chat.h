@@ -94,6 +94,32 @@ typedef struct mt_chat_conv {
 int mt_chat_conv_from_json(mt_jpool *pool, const char *line, size_t len, mt_chat_conv *c,
                            mt_error *err);
 
+/* The conversation of a parsed line (root, a dict) whose messages are
+ * msgs, its field `what` ("messages"; errors name it): the checks and
+ * normalisation of mt_chat_conv_from_json. tools, documents and
+ * chat_template_kwargs are read from root. */
+int mt_chat_conv_from_messages(mt_jpool *pool, mt_jv root, mt_jv msgs, const char *what,
+                               mt_chat_conv *c, mt_error *err);
+
+/* The other conversational layouts (chat_formats.c), read from a parsed
+ * line as conversations:
+ *   sharegpt   {"conversations": [{"from": "human", "value": "..."}, ...],
+ *               "system"?: "...", "tools"?: [...]}: from human/user -> user,
+ *               gpt/assistant/model -> assistant, system, tool/observation ->
+ *               tool, function_call -> an assistant message calling a tool
+ *   alpaca     {"instruction", "input"?, "output", "system"?, "history"?}:
+ *               [system], the history's [user, assistant] pairs, user =
+ *               instruction, a line break and input when input is not empty,
+ *               assistant = output
+ *   prompt/completion (TRL's conversational layout) {"prompt": [messages],
+ *               "completion": [messages]}: *n_prompt gets the number of
+ *               prompt messages (render with mt_chat_render_completion)
+ * -1 with err naming the field and what to give. */
+int mt_chat_conv_from_sharegpt(mt_jpool *pool, mt_jv root, mt_chat_conv *c, mt_error *err);
+int mt_chat_conv_from_alpaca(mt_jpool *pool, mt_jv root, mt_chat_conv *c, mt_error *err);
+int mt_chat_conv_from_prompt_completion(mt_jpool *pool, mt_jv root, mt_chat_conv *c,
+                                        size_t *n_prompt, mt_error *err);
+
 /* A rendered conversation; zero-initialise, reuse, free with
  * mt_chat_text_free. */
 typedef struct mt_chat_text {
@@ -112,5 +138,14 @@ void mt_chat_text_free(mt_chat_text *r);
  * found (naming the fix). */
 int mt_chat_render(const mt_chat_template *t, const mt_chat_conv *c, bool add_generation_prompt,
                    mt_jpool *pool, const mt_jinja_opts *opts, mt_chat_text *r, mt_error *err);
+
+/* Renders c (the prompt's n_prompt messages, then the completion's) as
+ * TRL trains a conversational prompt/completion: the text of the whole
+ * conversation, and one span from where it departs from the prompt
+ * rendered with add_generation_prompt to its end (TRL's completion mask:
+ * everything after the common prefix of the two). */
+int mt_chat_render_completion(const mt_chat_template *t, const mt_chat_conv *c, size_t n_prompt,
+                              mt_jpool *pool, const mt_jinja_opts *opts, mt_chat_text *r,
+                              mt_error *err);
 
 #endif

@@ -22,22 +22,23 @@ static bool known_role(mt_jv role) {
 
 /* Checks message i: a string role chat templates know, and content (a
  * string or a list of parts) unless an assistant message calls tools. */
-static int check_message(mt_jv m, size_t i, mt_error *err) {
-    if (m.type != MT_JV_DICT) return mt_errorf(err, "messages[%zu] is not an object", i);
+static int check_message(mt_jv m, const char *what, size_t i, mt_error *err) {
+    if (m.type != MT_JV_DICT) return mt_errorf(err, "%s[%zu] is not an object", what, i);
     mt_jv role = mt_jv_dict_gets(m, "role"), content = mt_jv_dict_gets(m, "content");
-    if (role.type == MT_JV_UNDEF) return mt_errorf(err, "field \"role\" of messages[%zu] is missing", i);
-    if (role.type != MT_JV_STR) return mt_errorf(err, "field \"role\" of messages[%zu] is not a string", i);
+    if (role.type == MT_JV_UNDEF) return mt_errorf(err, "field \"role\" of %s[%zu] is missing", what, i);
+    if (role.type != MT_JV_STR) return mt_errorf(err, "field \"role\" of %s[%zu] is not a string", what, i);
     if (!known_role(role))
-        return mt_errorf(err, "messages[%zu].role is '%.*s': use system, user, assistant or tool "
+        return mt_errorf(err, "%s[%zu].role is '%.*s': use system, user, assistant or tool "
                          "(the roles chat templates render; also ipython, developer)",
-                         i, (int)(role.s.n < 64 ? role.s.n : 64), role.s.p);
+                         what, i, (int)(role.s.n < 64 ? role.s.n : 64), role.s.p);
     bool calls = mt_jv_truthy(mt_jv_dict_gets(m, "tool_calls"));
     if (content.type == MT_JV_UNDEF || content.type == MT_JV_NONE) {
         if (str_eq(role, "assistant") && calls) return 0;
-        return mt_errorf(err, "field \"content\" of messages[%zu] is missing", i);
+        return mt_errorf(err, "field \"content\" of %s[%zu] is missing", what, i);
     }
     if (content.type != MT_JV_STR && content.type != MT_JV_LIST)
-        return mt_errorf(err, "field \"content\" of messages[%zu] is not a string (or a list of parts)", i);
+        return mt_errorf(err, "field \"content\" of %s[%zu] is not a string (or a list of parts)",
+                         what, i);
     return 0;
 }
 
@@ -59,11 +60,35 @@ static mt_jv normalised(mt_jpool *p, mt_jv m, int32_t index) {
     return out;
 }
 
-/* An optional list field: None when absent or null. */
-static int list_field(mt_jv root, const char *key, mt_jv *out, mt_error *err) {
+/* An optional list field: None when absent or null. A string holding a
+ * JSON list is read as that list, as TRL reads "tools" (LLaMA-Factory's
+ * sharegpt files keep them so). */
+static int list_field(mt_jpool *pool, mt_jv root, const char *key, mt_jv *out, mt_error *err) {
     *out = mt_jv_dict_gets(root, key);
     if (out->type == MT_JV_UNDEF || out->type == MT_JV_NONE) return *out = mt_jv_none(), 0;
+    mt_error e;
+    if (out->type == MT_JV_STR && mt_jv_from_json(pool, out->s.p, out->s.n, out, &e))
+        return mt_errorf(err, "field \"%s\" is a string but not JSON: give an array", key);
     if (out->type != MT_JV_LIST) return mt_errorf(err, "field \"%s\" is not an array", key);
+    return 0;
+}
+
+int mt_chat_conv_from_messages(mt_jpool *pool, mt_jv root, mt_jv msgs, const char *what,
+                               mt_chat_conv *c, mt_error *err) {
+    if (msgs.type == MT_JV_UNDEF) return mt_errorf(err, "field \"%s\" is missing", what);
+    if (msgs.type != MT_JV_LIST) return mt_errorf(err, "field \"%s\" is not an array", what);
+    if (msgs.l->n == 0) return mt_errorf(err, "\"%s\" is empty: a conversation needs a message", what);
+    c->messages = mt_jv_list_new(pool, msgs.l->n);
+    for (size_t i = 0; i < msgs.l->n; i++) {
+        if (check_message(msgs.l->v[i], what, i, err)) return -1;
+        mt_jv_list_push(pool, c->messages, normalised(pool, msgs.l->v[i], (int32_t)i));
+    }
+    if (list_field(pool, root, "tools", &c->tools, err) ||
+        list_field(pool, root, "documents", &c->documents, err))
+        return -1;
+    c->kwargs = mt_jv_dict_gets(root, "chat_template_kwargs");
+    if (c->kwargs.type != MT_JV_UNDEF && c->kwargs.type != MT_JV_DICT)
+        return mt_errorf(err, "field \"chat_template_kwargs\" is not an object");
     return 0;
 }
 
@@ -72,21 +97,7 @@ int mt_chat_conv_from_json(mt_jpool *pool, const char *line, size_t len, mt_chat
     mt_jv root;
     if (mt_jv_from_json(pool, line, len, &root, err)) return -1;
     if (root.type != MT_JV_DICT) return mt_errorf(err, "not a JSON object");
-    mt_jv msgs = mt_jv_dict_gets(root, "messages");
-    if (msgs.type == MT_JV_UNDEF) return mt_errorf(err, "field \"messages\" is missing");
-    if (msgs.type != MT_JV_LIST) return mt_errorf(err, "field \"messages\" is not an array");
-    if (msgs.l->n == 0) return mt_errorf(err, "\"messages\" is empty: a conversation needs a message");
-    c->messages = mt_jv_list_new(pool, msgs.l->n);
-    for (size_t i = 0; i < msgs.l->n; i++) {
-        if (check_message(msgs.l->v[i], i, err)) return -1;
-        mt_jv_list_push(pool, c->messages, normalised(pool, msgs.l->v[i], (int32_t)i));
-    }
-    if (list_field(root, "tools", &c->tools, err) || list_field(root, "documents", &c->documents, err))
-        return -1;
-    c->kwargs = mt_jv_dict_gets(root, "chat_template_kwargs");
-    if (c->kwargs.type != MT_JV_UNDEF && c->kwargs.type != MT_JV_DICT)
-        return mt_errorf(err, "field \"chat_template_kwargs\" is not an object");
-    return 0;
+    return mt_chat_conv_from_messages(pool, root, mt_jv_dict_gets(root, "messages"), "messages", c, err);
 }
 
 /* ---- rendering ---- */
@@ -212,5 +223,17 @@ int mt_chat_render(const mt_chat_template *t, const mt_chat_conv *c, bool add_ge
     if (!mt_jinja_has_generation(j)) return derive_spans(t, c, j, pool, opts, r, err);
     for (size_t i = 0; i < r->out.n_runs; i++)
         if (r->out.runs[i].gen) add_span(r, r->out.runs[i].off, run_end(&r->out, i));
+    return 0;
+}
+
+int mt_chat_render_completion(const mt_chat_template *t, const mt_chat_conv *c, size_t n_prompt,
+                              mt_jpool *pool, const mt_jinja_opts *opts, mt_chat_text *r,
+                              mt_error *err) {
+    r->n_spans = 0;
+    if (render(t, c, c->messages.l->n, false, pool, opts, &r->out, err) ||
+        render(t, c, n_prompt, true, pool, opts, &r->scratch, err))
+        return -1;
+    const mt_jbuf *full = &r->out.text, *prompt = &r->scratch.text;
+    add_span(r, common_prefix(full->p, full->n, prompt->p, prompt->n), full->n);
     return 0;
 }

@@ -168,8 +168,8 @@ static bool all_masked(const mt_corpus *c) {
 }
 
 /* Resolves opts' packing against the formats the sources turned out to
- * have: auto packs documents when every source is completion or chat data
- * (or token files with a loss mask). */
+ * have: auto packs documents when every source is completion or
+ * conversational data (or token files with a loss mask). */
 static int choose_packing(mt_dataset *d, const mt_data_opts *o, mt_error *err) {
     const char *p = o->packing && *o->packing ? o->packing : "auto";
     if (!strcmp(p, "auto")) {
@@ -177,6 +177,7 @@ static int choose_packing(mt_dataset *d, const mt_data_opts *o, mt_error *err) {
         for (size_t i = 0; i < d->n; i++) {
             const char *f = d->s[i].c.stats.format;
             d->documents &= !strcmp(f, "completion") || !strcmp(f, "chat") ||
+                            !strcmp(f, "alpaca") || !strcmp(f, "sharegpt") ||
                             (!strcmp(f, "tokens") && all_masked(&d->s[i].c));
         }
     } else if (!strcmp(p, "documents") || !strcmp(p, "rows")) {

@@ -1,6 +1,6 @@
-/* Training data: documents from JSONL (text, prompt/completion, chat; plain,
- * gzip or zstd) or pre-tokenized .mtok files, packed into rows of T+1
- * tokens.
+/* Training data: documents from JSONL (text, prompt/completion, chat,
+ * alpaca, sharegpt; plain, gzip or zstd) or pre-tokenized .mtok files,
+ * packed into rows of T+1 tokens.
  *
  * A source is a file or a directory of shards (corpus.h: the files in name
  * order, as if concatenated). Every epoch of a source concatenates all its
@@ -41,10 +41,13 @@
 
 typedef struct mt_data_opts {
     const char *path;           // a file, a directory of shards, or a list (data_spec.h)
-    const char *format;         // "auto" (or NULL), "text", "completion", "chat", "tokens"
+    const char *format;         // "auto" (or NULL), "text", "completion", "chat", "alpaca",
+                                // "sharegpt", "tokens" (docs/data.md)
+    const char *text_field;     // the key of the text format's text; NULL or "": "text"
     const char *chat_template;  // "auto" (or NULL), or a built-in's name (chat.h)
     const char *packing;        // "auto" (or NULL), "documents", "rows" (see above); auto:
-                                // documents when every source is completion or chat data
+                                // documents when every source is completion or
+                                // conversational data (chat, alpaca, sharegpt)
                                 // (or token files with a loss mask), rows otherwise
     int skip_bad_lines;         // skip (and count) malformed JSONL lines instead of failing
     uint64_t seed;

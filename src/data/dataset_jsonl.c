@@ -4,9 +4,10 @@
  *
  * A document is a text and the byte spans of it that carry the loss
  * (tok_spans.h): for "text" all of it, for "completion" the completion, for
- * "chat" what the chat template's render says (chat.h). BOS and EOS are
- * added around text and completion documents; a chat template writes its
- * own. */
+ * the conversations ("chat", "sharegpt", "alpaca", and "completion" whose
+ * prompt and completion are lists of messages) what the chat template's
+ * render says (chat.h). BOS and EOS are added around text and completion
+ * documents; a chat template writes its own. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +18,8 @@
 #include "data/tok_spans.h"
 #include "util/mem.h"
 
-enum { FMT_TEXT, FMT_COMPLETION, FMT_CHAT };
-static const char *const fmt_names[] = {"text", "completion", "chat"};
+enum { FMT_TEXT, FMT_COMPLETION, FMT_CHAT, FMT_ALPACA, FMT_SHAREGPT, N_FMT };
+static const char *const fmt_names[N_FMT] = {"text", "completion", "chat", "alpaca", "sharegpt"};
 
 typedef struct doc {
     int32_t *ids;   // (n)
@@ -30,7 +31,8 @@ typedef struct doc {
 typedef struct job {
     const mt_tokenizer *tok;
     int format;
-    mt_chat_template *chat;  // FMT_CHAT
+    const char *text_field;  // FMT_TEXT's key
+    mt_chat_template *chat;  // the conversational formats; NULL for plain ones
     int32_t bos, eos;
 } job;
 
@@ -49,38 +51,65 @@ static const cJSON *string_field(const cJSON *obj, const char *key, mt_error *er
     return v;
 }
 
-/* A chat line: the conversation rendered with the template, its spans. */
-static int encode_chat(const job *j, worker *w, const char *line, size_t len, mt_error *err) {
+/* A conversation (chat, sharegpt, alpaca, or a completion whose prompt is
+ * a list of messages): rendered with the template, its spans encoded. */
+static int encode_conv(const job *j, worker *w, const char *line, size_t len, mt_error *err) {
     mt_chat_conv c;
+    mt_jv root;
+    size_t n_prompt = 0;
     mt_jpool_reset(&w->pool);
-    if (mt_chat_conv_from_json(&w->pool, line, len, &c, err) ||
-        mt_chat_render(j->chat, &c, false, &w->pool, NULL, &w->text, err))
-        return -1;
+    if (mt_jv_from_json(&w->pool, line, len, &root, err)) return -1;
+    if (root.type != MT_JV_DICT) return mt_errorf(err, "not a JSON object");
+    int rc = j->format == FMT_SHAREGPT ? mt_chat_conv_from_sharegpt(&w->pool, root, &c, err)
+           : j->format == FMT_ALPACA   ? mt_chat_conv_from_alpaca(&w->pool, root, &c, err)
+           : j->format == FMT_CHAT
+               ? mt_chat_conv_from_messages(&w->pool, root, mt_jv_dict_gets(root, "messages"),
+                                            "messages", &c, err)
+               : mt_chat_conv_from_prompt_completion(&w->pool, root, &c, &n_prompt, err);
+    if (rc) return -1;
+    rc = j->format == FMT_COMPLETION
+             ? mt_chat_render_completion(j->chat, &c, n_prompt, &w->pool, NULL, &w->text, err)
+             : mt_chat_render(j->chat, &c, false, &w->pool, NULL, &w->text, err);
+    if (rc) return -1;
     const mt_jbuf *t = &w->text.out.text;
     return mt_tok_encode_spans(w->enc, j->tok, t->p, t->n, w->text.spans, w->text.n_spans, &w->m, err);
 }
 
 /* A text or completion line: BOS, the text(s), EOS. */
-static int encode_plain(const job *j, worker *w, const char *line, size_t len, mt_error *err) {
+static int encode_plain(const job *j, worker *w, const cJSON *obj, mt_error *err) {
+    bool text = j->format == FMT_TEXT;
+    const cJSON *x = string_field(obj, text ? j->text_field : "prompt", err), *y = NULL;
+    if (!x || (!text && !(y = string_field(obj, "completion", err)))) return -1;
+    size_t lx = strlen(x->valuestring), ly = y ? strlen(y->valuestring) : 0;
+    char *all = mt_malloc_or_die(lx + ly + 1);
+    memcpy(all, x->valuestring, lx);
+    if (y) memcpy(all + lx, y->valuestring, ly);
+    mt_tok_span loss = {text ? 0 : lx, lx + ly};
+    if (j->bos >= 0) mt_tok_masked_push(&w->m, j->bos, text);
+    int rc = mt_tok_encode_spans(w->enc, j->tok, all, lx + ly, &loss, 1, &w->m, err);
+    if (rc == 0 && j->eos >= 0) mt_tok_masked_push(&w->m, j->eos, true);
+    free(all);
+    return rc;
+}
+
+/* Whether a completion line's prompt is a list of messages (TRL's
+ * conversational prompt/completion). */
+static bool conversational(const cJSON *obj) {
+    return cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(obj, "prompt"));
+}
+
+static int encode_line(const job *j, worker *w, const char *line, size_t len, mt_error *err) {
+    if (j->format != FMT_TEXT && j->format != FMT_COMPLETION) return encode_conv(j, w, line, len, err);
     cJSON *obj = cJSON_ParseWithLength(line, len);
     int rc = -1;
     if (!obj) mt_errorf(err, "not valid JSON");
     else if (!cJSON_IsObject(obj)) mt_errorf(err, "not a JSON object");
-    else {
-        bool text = j->format == FMT_TEXT;
-        const cJSON *x = string_field(obj, text ? "text" : "prompt", err), *y = NULL;
-        if (x && (text || (y = string_field(obj, "completion", err)))) {
-            size_t lx = strlen(x->valuestring), ly = y ? strlen(y->valuestring) : 0;
-            char *all = mt_malloc_or_die(lx + ly + 1);
-            memcpy(all, x->valuestring, lx);
-            if (y) memcpy(all + lx, y->valuestring, ly);
-            mt_tok_span loss = {text ? 0 : lx, lx + ly};
-            if (j->bos >= 0) mt_tok_masked_push(&w->m, j->bos, text);
-            rc = mt_tok_encode_spans(w->enc, j->tok, all, lx + ly, &loss, 1, &w->m, err);
-            if (rc == 0 && j->eos >= 0) mt_tok_masked_push(&w->m, j->eos, true);
-            free(all);
-        }
-    }
+    else if (j->format == FMT_COMPLETION && conversational(obj) != (j->chat != NULL))
+        mt_errorf(err, "\"prompt\" is %s, unlike the first line's: keep one kind of "
+                  "prompt/completion per file (text, or lists of messages)",
+                  j->chat ? "a text" : "a list of messages");
+    else if (j->chat) rc = encode_conv(j, w, line, len, err);
+    else rc = encode_plain(j, w, obj, err);
     cJSON_Delete(obj);
     return rc;
 }
@@ -108,7 +137,7 @@ static void do_line(const job *j, worker *w, const char *line, size_t len, doc *
     mt_error err = {{0}};
     w->m.ids.n = 0;
     int rc = check_nul(line, len, &err);
-    if (rc == 0) rc = j->format == FMT_CHAT ? encode_chat(j, w, line, len, &err) : encode_plain(j, w, line, len, &err);
+    if (rc == 0) rc = encode_line(j, w, line, len, &err);
     if (rc) {
         d->error = mt_strdup_or_die(err.msg);
         return;
@@ -119,35 +148,54 @@ static void do_line(const job *j, worker *w, const char *line, size_t len, doc *
     if (d->n) memcpy(d->ids, w->m.ids.ids, d->n * sizeof *d->ids), memcpy(d->keep, w->m.keep, d->n);
 }
 
-/* Format from the first line's keys ("text", "prompt"+"completion",
- * "messages"). */
-static int detect_format(const char *path, const char *line, size_t len, mt_error *err) {
+/* Format from the first line's keys: "messages" (chat), "conversations"
+ * (sharegpt), "prompt"+"completion", "instruction"+"output" (alpaca), the
+ * text field. A text field other than "text" is looked for first. */
+static int detect_format(const char *path, const char *field, const char *line, size_t len,
+                         mt_error *err) {
     cJSON *obj = cJSON_ParseWithLength(line, len);
+#define HAS(key) (cJSON_GetObjectItemCaseSensitive(obj, key) != NULL)
     int f = -1;
-    if (cJSON_GetObjectItemCaseSensitive(obj, "messages")) f = FMT_CHAT;
-    else if (cJSON_GetObjectItemCaseSensitive(obj, "prompt") &&
-             cJSON_GetObjectItemCaseSensitive(obj, "completion")) f = FMT_COMPLETION;
-    else if (cJSON_GetObjectItemCaseSensitive(obj, "text")) f = FMT_TEXT;
+    if (strcmp(field, "text") && HAS(field)) f = FMT_TEXT;
+    else if (HAS("messages")) f = FMT_CHAT;
+    else if (HAS("conversations")) f = FMT_SHAREGPT;
+    else if (HAS("prompt") && HAS("completion")) f = FMT_COMPLETION;
+    else if (HAS("instruction") && HAS("output")) f = FMT_ALPACA;
+    else if (HAS(field)) f = FMT_TEXT;
+#undef HAS
     cJSON_Delete(obj);
     if (f < 0)
-        mt_errorf(err, "%s:1: cannot tell the format from the first line (expected a JSON object with "
-                       "\"text\", \"prompt\"+\"completion\" or \"messages\"): fix the line or pass "
-                       "--data-format", path);
+        mt_errorf(err, "%s:1: cannot tell the format from the first line (expected a JSON object "
+                  "with \"%s\", \"prompt\"+\"completion\", \"messages\", \"conversations\" "
+                  "(sharegpt) or \"instruction\"+\"output\" (alpaca)): fix the line, pass "
+                  "--data-format, or --text-field FIELD for text under another key", path, field);
     return f;
+}
+
+/* Whether the first line is a completion whose prompt is a list of
+ * messages. */
+static bool first_conversational(const char *line, size_t len) {
+    cJSON *obj = cJSON_ParseWithLength(line, len);
+    bool c = obj && conversational(obj);
+    cJSON_Delete(obj);
+    return c;
 }
 
 static int setup_job(job *j, const mt_data_opts *o, const mt_tokenizer *tok, const char *first,
                      size_t first_len, mt_error *err) {
     memset(j, 0, sizeof *j);
     j->tok = tok, j->bos = mt_tokenizer_bos_id(tok), j->eos = mt_tokenizer_eos_id(tok);
+    j->text_field = o->text_field && *o->text_field ? o->text_field : "text";
     const char *f = o->format && *o->format ? o->format : "auto";
     j->format = -1;
-    for (int i = 0; i < 3; i++) if (!strcmp(f, fmt_names[i])) j->format = i;
-    if (!strcmp(f, "auto")) j->format = detect_format(o->path, first, first_len, err);
+    for (int i = 0; i < N_FMT; i++) if (!strcmp(f, fmt_names[i])) j->format = i;
+    if (!strcmp(f, "auto")) j->format = detect_format(o->path, j->text_field, first, first_len, err);
     else if (j->format < 0)
-        return mt_errorf(err, "unknown data format '%s': use auto, text, completion, chat or tokens", f);
+        return mt_errorf(err, "unknown data format '%s': use auto, text, completion, chat, "
+                         "alpaca, sharegpt or tokens", f);
     if (j->format < 0) return -1;
-    if (j->format != FMT_CHAT) return 0;
+    if (j->format == FMT_TEXT || (j->format == FMT_COMPLETION && !first_conversational(first, first_len)))
+        return 0;
     j->chat = mt_chat_template_open(o->chat_template, tok, err);
     return j->chat ? 0 : mt_error_prefix(err, "%s: ", o->path);
 }
@@ -248,7 +296,7 @@ int mt_jsonl_tokenize(const mt_data_opts *o, const char *buf, size_t len,
     }
     rc = gather(o, tok, vocab_size, docs, n, out, skipped, skip_msg, err);
     *format = fmt_names[j.format];
-    *chat = j.format == FMT_CHAT ? mt_chat_template_name(j.chat) : NULL;
+    *chat = j.chat ? mt_chat_template_name(j.chat) : NULL;
     mt_chat_template_free(j.chat);
 done:
     for (size_t i = 0; docs && i < n; i++) free(docs[i].ids), free(docs[i].keep), free(docs[i].error);

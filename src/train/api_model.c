@@ -54,7 +54,7 @@ mt_dataset *mt_dataset_load(const char *path, const mt_tokenizer *tok, const mt_
     }
     mt_data_opts d = {.path = path, .format = o->format ? o->format : "auto",
                       .chat_template = o->chat_template ? o->chat_template : "auto",
-                      .packing = o->packing ? o->packing : "auto",
+                      .packing = o->packing ? o->packing : "auto", .text_field = o->text_field,
                       .skip_bad_lines = o->skip_bad_lines, .seed = o->seed, .epochs = o->epochs};
     int64_t V = o->vocab_size > 0 ? o->vocab_size : (int64_t)mt_tokenizer_vocab_size(tok);
     mt_dataset *ds = mt_dataset_open(&d, tok, V, &err);

@@ -56,7 +56,7 @@ int mt_eval_model(mt_loaded_model *m, const mt_eval_opts *o, mt_eval_result *res
                          (long long)T, (long long)cfg->max_pos);
     mt_data_opts dopts = {.path = o->data, .format = o->format ? o->format : "auto",
                           .chat_template = o->chat_template ? o->chat_template : "auto",
-                          .packing = o->packing ? o->packing : "auto",
+                          .packing = o->packing ? o->packing : "auto", .text_field = o->text_field,
                           .seed = MT_EVAL_SEED, .epochs = 1};
     mt_dataset *ds = mt_dataset_open(&dopts, m->tok, cfg->V, err);
     if (!ds) return -1;

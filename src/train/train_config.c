@@ -16,7 +16,8 @@
 #define NONNEG MT_OPT_NONNEG
 #define ANY MT_OPT_ANY
 
-const char *const mt_tc_data_formats[] = {"auto", "text", "completion", "chat", "tokens", NULL};
+const char *const mt_tc_data_formats[] = {"auto",   "text",     "completion", "chat",
+                                          "alpaca", "sharegpt", "tokens",     NULL};
 const char *const mt_tc_chat_templates[] = {"auto",    "llama3",  "qwen",
                                             "llama2",  "mistral", "chatml", NULL};
 const char *const mt_tc_packings[] = {"auto", "documents", "rows", NULL};
@@ -35,7 +36,11 @@ const mt_opt mt_tc_options[] = {
      "training data: .jsonl[.gz|.zst] or .mtok, a directory of them, or a weighted list "
      "[{path: a, weight: 0.7}, ...]; empty: built-in English text"},
     {"data_format", MT_OPT_ENUM, OFF(data_format), "auto", NULL, ANY, mt_tc_data_formats, NULL,
-     NULL, "JSONL layout: text, prompt/completion, chat messages, or tokens; auto: detect"},
+     NULL, "JSONL layout: text, prompt/completion (texts or lists of messages), chat messages, "
+     "alpaca (instruction/input/output), sharegpt (conversations of from/value), or tokens; "
+     "auto: detect"},
+    {"text_field", MT_OPT_STRING, OFF(text_field), "text", NULL, ANY, NULL, "FIELD", NULL,
+     "the key of the text format's text (a JSONL line {\"FIELD\": \"...\"})"},
     {"chat_template", MT_OPT_ENUM, OFF(chat_template), "auto", NULL, ANY, mt_tc_chat_templates,
      NULL, NULL, "chat template of chat data: auto, the model's own (its tokenizer_config.json), "
      "else the built-in its tokenizer suggests; or a built-in by name"},

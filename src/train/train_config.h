@@ -28,10 +28,11 @@
 /* Longest path or string value, terminator included. */
 #define MT_TC_STR MT_OPT_STR
 /* Room for the options of the table (a static assert keeps it large enough). */
-#define MT_TC_MAX_OPTIONS 48
+#define MT_TC_MAX_OPTIONS 56
 
 typedef enum mt_tc_data_format {
-    MT_TC_DATA_AUTO, MT_TC_DATA_TEXT, MT_TC_DATA_COMPLETION, MT_TC_DATA_CHAT, MT_TC_DATA_TOKENS
+    MT_TC_DATA_AUTO, MT_TC_DATA_TEXT, MT_TC_DATA_COMPLETION, MT_TC_DATA_CHAT, MT_TC_DATA_ALPACA,
+    MT_TC_DATA_SHAREGPT, MT_TC_DATA_TOKENS
 } mt_tc_data_format;
 typedef enum mt_tc_chat_template {
     MT_TC_CHAT_AUTO, MT_TC_CHAT_LLAMA3, MT_TC_CHAT_QWEN, MT_TC_CHAT_LLAMA2, MT_TC_CHAT_MISTRAL,
@@ -51,6 +52,7 @@ typedef struct mt_train_config {
     char tokenizer[MT_TC_STR];      // tokenizer.json; "" = <model>/tokenizer.json or bytes
     char data[MT_TC_STR];           // file, shard directory or weighted list; "" = built-in text
     mt_tc_data_format data_format;
+    char text_field[MT_TC_STR];     // the text format's key
     mt_tc_chat_template chat_template;
     mt_tc_packing packing;          // documents in a row: separate sequences, or one
     bool skip_bad_lines;

@@ -83,6 +83,7 @@ static int open_data(mt_run *R, mt_error *err) {
         return 0;
     }
     mt_data_opts o = {.path = tc->data, .format = mt_tc_data_format_name(tc->data_format),
+                      .text_field = tc->text_field,
                       .chat_template = mt_tc_chat_template_name(tc->chat_template),
                       .packing = mt_tc_packing_name(tc->packing),
                       .skip_bad_lines = tc->skip_bad_lines, .seed = (uint64_t)tc->seed,
@@ -125,6 +126,7 @@ static int sum_over_ranks(void *ctx, double *x, int n, mt_error *err) {
 static int open_eval(mt_run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
     mt_data_opts o = {.path = tc->eval_data, .format = mt_tc_data_format_name(tc->data_format),
+                      .text_field = tc->text_field,
                       .chat_template = mt_tc_chat_template_name(tc->chat_template),
                       .packing = mt_tc_packing_name(tc->packing),
                       .skip_bad_lines = tc->skip_bad_lines};
