@@ -9,6 +9,7 @@
 #include "backend/device.h"
 #include "cli/cli_options.h"
 #include "cli/commands.h"
+#include "io/hub_cache.h"
 #include "io/model_io.h"
 #include "model/config.h"
 #include "model/params.h"
@@ -96,7 +97,8 @@ static void suggest_micro_batches(const mt_plan_request *req, double tflops) {
 static int plan_config(const plan_args *a, mt_config *cfg) {
     mt_error err;
     if (a->model) {
-        if (mt_model_load_config(cfg, a->model, &err))
+        char dir[4096];
+        if (mt_hub_model_dir(a->model, dir, sizeof dir, &err) || mt_model_load_config(cfg, dir, &err))
             return mt_cli_fail("plan", 1, "%s", err.msg);
     } else if (a->preset) {
         const mt_preset *p = mt_cli_preset("plan", a->preset);

@@ -9,6 +9,7 @@
 #include "backend/cpu/backend_cpu.h"
 #include "backend/cpu/ops.h"
 #include "engine/step.h"
+#include "io/hub_cache.h"
 #include "io/model_io.h"
 #include "util/mem.h"
 
@@ -18,7 +19,9 @@
 
 int mt_loaded_model_open(mt_loaded_model *m, const char *dir, const char *tokpath, mt_error *err) {
     memset(m, 0, sizeof *m);
-    char tp[4200];
+    char tp[4200], found[4096];
+    if (mt_hub_model_dir(dir, found, sizeof found, err)) return -1;
+    dir = found;
     if (!tokpath) {
         snprintf(tp, sizeof tp, "%s/tokenizer.json", dir);
         tokpath = tp;

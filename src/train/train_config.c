@@ -10,6 +10,7 @@
 
 #include "train/train_config_internal.h"
 #include "data/data_spec.h"
+#include "io/hub_cache.h"
 
 #define OFF(field) offsetof(mt_train_config, field)
 #define AT_LEAST(x) MT_OPT_AT_LEAST(x)
@@ -29,7 +30,8 @@ static const char *const nonfinite_actions[] = {"stop", "skip", NULL};
 
 const mt_opt mt_tc_options[] = {
     {"model", MT_OPT_STRING, OFF(model), "", NULL, ANY, NULL, "DIR", "Model and data",
-     "Hugging Face model directory (config.json + safetensors); empty: the built-in tiny model"},
+     "Hugging Face model directory (config.json + safetensors), or a Hub name (org/name) in "
+     "the local Hugging Face cache; empty: the built-in tiny model"},
     {"tokenizer", MT_OPT_STRING, OFF(tokenizer), "", NULL, ANY, NULL, "PATH", NULL,
      "tokenizer.json; empty: <model>/tokenizer.json, or bytes for the tiny model"},
     {"data", MT_OPT_STRING, OFF(data), "", NULL, ANY, NULL, "PATH", NULL,
@@ -210,6 +212,10 @@ int mt_train_config_set(mt_train_config *cfg, const char *key, const char *value
 
 void mt_train_config_resolve(mt_train_config *cfg) {
     mt_data_spec_canonicalize(cfg->data, sizeof cfg->data);
+    char dir[MT_TC_STR];
+    mt_error ignored;  // a Hub name not in the cache: the load says so
+    if (cfg->model[0] && mt_hub_model_dir(cfg->model, dir, sizeof dir, &ignored) == 0)
+        strcpy(cfg->model, dir);
     if (!cfg->model[0]) {
         for (size_t i = 0; i < mt_tc_n_options; i++) {
             const mt_opt *o = &mt_tc_options[i];

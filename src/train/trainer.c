@@ -16,6 +16,7 @@
 #include "engine/step.h"
 #include "host/disk_state.h"
 #include "io/checkpoint.h"
+#include "io/hub_cache.h"
 #include "io/model_io.h"
 #include "io/run_dir.h"
 #include "train/generate.h"
@@ -42,7 +43,10 @@ static int load_config(mt_run *R, mt_error *err) {
         if (tc->seq_len > R->cfg.max_pos) R->cfg.max_pos = tc->seq_len;
         return 0;
     }
-    if (mt_model_load_config(&R->cfg, tc->model, err)) return -1;
+    char found[MT_TC_STR];  // a Hub name the options did not find in the cache: say how to get it
+    if (mt_hub_model_dir(tc->model, found, sizeof found, err) ||
+        mt_model_load_config(&R->cfg, tc->model, err))
+        return -1;
     if (tc->router_aux_loss && !mt_config_is_moe(&R->cfg))
         return mt_errorf(err, "router_aux_loss: %s has no experts (model_type \"%s\"); drop "
                          "the option", tc->model, R->cfg.model_type);
