@@ -3,6 +3,8 @@
  * it reports. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "dist/launch.h"
@@ -28,9 +30,14 @@ static int run(void *args, int argc, char **argv) {
         mt_options_free(o);
         return mt_cli_launch(atoi(gpus), NULL, argc, argv);
     }
-    mt_run *r = mt_run_open(o, mt_cli_print_event, NULL);
+    /* a bar in a terminal (tqdm's habit); plain progress lines in a log */
+    const char *term = getenv("TERM");
+    mt_cli_progress bar = {.bar = isatty(STDOUT_FILENO) && !mt_launch_is_rank() &&
+                                  !(term && !strcmp(term, "dumb"))};
+    mt_run *r = mt_run_open(o, mt_cli_print_event, &bar);
     mt_options_free(o);
     rc = r ? mt_run_train(r) : -1;
+    if (bar.shown) fputs("\r\033[K", stdout), fflush(stdout);
     if (rc < 0) fprintf(stderr, "megatrain train: %s\n", mt_last_error());
     mt_run_close(r);
     return rc < 0 ? 1 : rc == 1 ? 130 : 0;

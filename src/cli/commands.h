@@ -46,8 +46,19 @@ const mt_preset *mt_cli_preset(const char *command, const char *name);
  * stderr). */
 int mt_cli_launch(int n, const char *prefix, int argc, char **argv);
 
+/* Training's progress bar: drawn at every step when bar is set (stdout
+ * is a terminal); shown while one is on the line. */
+typedef struct mt_cli_progress {
+    bool bar, shown;
+} mt_cli_progress;
+
 /* An mt_event_fn that prints (print.c): INFO and progress lines to stdout,
- * WARNING to stderr after "megatrain: ", TEXT as it is. */
+ * WARNING to stderr after "megatrain: ", TEXT as it is; user NULL, or an
+ * mt_cli_progress for the bar. */
 void mt_cli_print_event(const mt_event *ev, void *user);
+
+/* The bar of a step, at most width - 1 characters: "42% [####------]
+ * 42/100 | loss 2.3456 | 12.3k tok/s | ETA 3m05s". */
+void mt_cli_progress_bar(const mt_step_metrics *m, int width, char *buf, size_t n);
 
 #endif

@@ -146,7 +146,8 @@ const mt_opt mt_tc_options[] = {
      "batches of micro_batches x batch_size rows per evaluation; 0: all of eval_data"},
 
     {"log_every", MT_OPT_INT, OFF(log_every), "10", NULL, AT_LEAST(1), NULL, NULL, "Logging",
-     "progress line and metrics.jsonl row every N steps"},
+     "a progress line every N steps (and the last); in a terminal a progress bar is "
+     "redrawn at every step between them. metrics.jsonl and TensorBoard get every step"},
     {"sample_tokens", MT_OPT_INT, OFF(sample_tokens), "0", "120", AT_LEAST(0), NULL, NULL, NULL,
      "greedy sample of N tokens printed after training; 0: none"},
     {"tensorboard", MT_OPT_BOOL, OFF(tensorboard), "true", NULL, ANY, NULL, NULL, NULL,
