@@ -339,8 +339,9 @@ typedef struct mt_model_shape {
 void mt_model_shape_defaults(mt_model_shape *s);
 
 /* Writes a new model with random weights to dir (which must not exist), as
- * an HF directory in fp32 with the tokenizer's files copied in; the
- * tokenizer sets the vocabulary and BOS/EOS. info (may be NULL) describes
+ * an HF directory in fp32 with the tokenizer's files copied in (tokenizer
+ * "bytes": the built-in one, no files); the tokenizer sets the vocabulary
+ * and BOS/EOS. info (may be NULL) describes
  * what was written. */
 int mt_model_init(const char *dir, const char *tokenizer, const mt_model_shape *s,
                   mt_model_info *info);

@@ -2,33 +2,26 @@
 list, a generator), a pyarrow Table, a Hugging Face Hub-style folder of
 Parquet files, or a JSONL / .mtok path that the library reads itself.
 
-Records take the three shapes the library's JSONL loader accepts
-(docs/data.md):
-    {"text": "..."}
-    {"prompt": "...", "completion": "..."}
+A Hugging Face Hub dataset name ("org/name", not a path here) is loaded
+with the `datasets` package (megatrain.hub). Records take the shapes the library's JSONL loader accepts (docs/data.md):
+    {"text": "..."}                  (or the text under another key: text_field)
+    {"prompt": "...", "completion": "..."}   (or lists of messages, TRL's)
     {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
+    {"conversations": [{"from": "human"|"gpt", "value": "..."}, ...]}   (sharegpt)
+    {"instruction": "...", "input": "...", "output": "..."}             (alpaca)
 The adapter writes them as JSONL (only these fields; the loader ignores the
 others) and hands the file to the library, so a list of dicts and the same
 records in a JSONL file give the same tokens. Errors name the record by its
 index (0-based) in the iterable.
 """
 import ctypes
-import hashlib
-import io
-import json
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
 
-from . import _lib
+from . import _lib, hub
+from .records import SHAPES, TempJsonl, fields
 from .tokenizer import as_tokenizer
-
-FIELDS = ("text", "prompt", "completion", "messages")
-MESSAGE_FIELDS = ("role", "content")
-SHAPES = ("{'text': ...}, {'prompt': ..., 'completion': ...} or "
-          "{'messages': [{'role': ..., 'content': ...}, ...]}")
-
 
 def is_path(data):
     return isinstance(data, (str, bytes, os.PathLike))
@@ -80,18 +73,19 @@ def parquet_files(path, split=None):
     return [os.path.join(path, r) for r in chosen]
 
 
-def _parquet_records(files):
+def _parquet_records(files, text_field=None):
     try:
         import pyarrow.parquet as pq
     except ImportError:
         raise _lib.MegatrainError("reading Parquet needs pyarrow: pip install pyarrow") from None
     for f in files:
         pf = pq.ParquetFile(f)
-        cols = [c for c in pf.schema_arrow.names if c in FIELDS]
+        want = fields(text_field)
+        cols = [c for c in pf.schema_arrow.names if c in want]
         if not cols:
             raise _lib.MegatrainError(
-                f"{f}: no column named {', '.join(FIELDS)}; rename the text column (records "
-                f"look like {SHAPES})")
+                f"{f}: no column named {', '.join(want)}; give text_field= the text column's "
+                f"name, or rename it (records look like {SHAPES})")
         for batch in pf.iter_batches(batch_size=1024, columns=cols):
             yield from batch.to_pylist()
 
@@ -118,7 +112,7 @@ def _pick_split(ds, split, name):
     return ds[want]
 
 
-def source(data, split=None):
+def source(data, split=None, text_field=None):
     """("path", p) for what the library reads itself (JSONL, .mtok), else
     ("records", iterable of dicts)."""
     if is_path(data):
@@ -126,9 +120,11 @@ def source(data, split=None):
         if os.path.isdir(p):
             if _is_saved_dataset(p):
                 return "records", _load_saved(p, split)
-            return "records", _parquet_records(parquet_files(p, split))
+            return "records", _parquet_records(parquet_files(p, split), text_field)
         if p.endswith(".parquet"):
-            return "records", _parquet_records([p])
+            return "records", _parquet_records([p], text_field)
+        if hub.is_hub_name(p):
+            return "records", hub.load_dataset(p, split)
         return "path", p
     data = _pick_split(data, split, "data")
     if isinstance(data, Mapping):
@@ -143,89 +139,6 @@ def source(data, split=None):
     return "records", data
 
 
-# ---- records -> JSONL ---------------------------------------------------
-
-def _project(rec, i):
-    if not isinstance(rec, Mapping):
-        raise _lib.MegatrainError(f"record {i}: expected a dict like {SHAPES}, got "
-                                  f"{type(rec).__name__} {rec!r:.40}")
-    out = {k: rec[k] for k in FIELDS if k in rec}
-    msgs = out.get("messages")
-    if isinstance(msgs, (list, tuple)):
-        out["messages"] = [{k: m[k] for k in MESSAGE_FIELDS if k in m}
-                           if isinstance(m, Mapping) else m for m in msgs]
-    return out
-
-
-def write_jsonl(records, f):
-    """Writes records to the text file f, one JSON object per line; returns
-    (count, sha256 hex of what was written)."""
-    h = hashlib.sha256()
-    n = 0
-    for i, rec in enumerate(records):
-        try:
-            line = json.dumps(_project(rec, i), ensure_ascii=False) + "\n"
-        except (TypeError, ValueError) as e:
-            raise _lib.MegatrainError(f"record {i}: {e}; its fields must be text (and messages "
-                                      "a list of {'role', 'content'} dicts)") from None
-        f.write(line)
-        h.update(line.encode("utf-8"))
-        n += 1
-    if n == 0:
-        raise _lib.MegatrainError(f"data: no records; give at least one, like {SHAPES}")
-    return n, h.hexdigest()
-
-
-def explain(msg, path):
-    """A library message about the JSONL written from records, in terms of
-    the records: "PATH:LINE:" becomes "record LINE-1:"."""
-    msg = re.sub(re.escape(path) + r":(\d+):", lambda m: f"record {int(m.group(1)) - 1}:", msg)
-    return msg.replace(path, "the records").replace("--skip-bad-lines", "skip_bad_lines=True")
-
-
-class TempJsonl:
-    """Records written to a temporary JSONL file for one library call,
-    removed on exit: `with TempJsonl(records) as path:`."""
-
-    def __init__(self, records):
-        self.records = records
-
-    def __enter__(self):
-        fd, self.path = tempfile.mkstemp(prefix="megatrain-records-", suffix=".jsonl")
-        try:
-            with io.open(fd, "w", encoding="utf-8") as f:
-                self.count, self.sha = write_jsonl(self.records, f)
-        except BaseException:
-            os.unlink(self.path)
-            raise
-        return self.path
-
-    def __exit__(self, exc_type, exc, tb):
-        os.unlink(self.path)
-        if isinstance(exc, _lib.MegatrainError):
-            raise _lib.MegatrainError(explain(str(exc), self.path)) from None
-
-
-def save_records(records, folder):
-    """Writes records to FOLDER/data-HASH.jsonl (HASH: of the content, so
-    the same records give the same file, and a run resumed with them reads
-    the file it started with); returns its path."""
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".data-", suffix=".jsonl.tmp", dir=folder)
-    try:
-        with io.open(fd, "w", encoding="utf-8") as f:
-            _, sha = write_jsonl(records, f)
-            f.flush()
-            os.fsync(f.fileno())
-        path = os.path.join(folder, f"data-{sha[:16]}.jsonl")
-        os.replace(tmp, path)
-        return path
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 # ---- data sets (mt_dataset) ---------------------------------------------
 
 class Dataset(_lib.Handle):
@@ -236,7 +149,8 @@ class Dataset(_lib.Handle):
     _kind = "dataset"
 
     def __init__(self, data, tokenizer=None, *, format=None, chat_template=None, packing=None,
-                 skip_bad_lines=False, seed=1, epochs=1, vocab_size=0, split=None):
+                 skip_bad_lines=False, seed=1, epochs=1, vocab_size=0, split=None,
+                 text_field=None):
         L = _lib.lib()
         self._h = None
         o = _lib.DatasetOpts()
@@ -244,10 +158,12 @@ class Dataset(_lib.Handle):
         o.format, o.chat_template = _lib.enc(format), _lib.enc(chat_template)  # NULL: auto
         o.packing = _lib.enc(packing)  # NULL: auto (documents for completion and chat data)
         o.skip_bad_lines, o.seed, o.epochs, o.vocab_size = skip_bad_lines, seed, epochs, vocab_size
+        o.text_field = _lib.enc(text_field)  # NULL: "text"
         # the library keeps no pointer to the tokenizer after loading
         tok, owned = (None, False) if tokenizer is None else as_tokenizer(tokenizer)
         try:
-            kind, src = source(data, split)
+            kind, src = source(data, split, text_field)
+
             def load(path):
                 if tok is None:
                     return _lib.check(L.mt_dataset_load(_lib.enc(path), None, ctypes.byref(o)))
@@ -257,7 +173,7 @@ class Dataset(_lib.Handle):
             if kind == "path":
                 self._h = load(src)
             else:
-                with TempJsonl(src) as path:
+                with TempJsonl(src, text_field) as path:
                     self._h = load(path)
         finally:
             if owned:

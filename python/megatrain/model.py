@@ -3,8 +3,9 @@ evaluation and generation; and new models with random weights (init)."""
 import ctypes
 import os
 
-from . import _events, _lib
-from .data import TempJsonl, source
+from . import _events, _lib, hub
+from .data import source
+from .records import TempJsonl
 from .tokenizer import Tokenizer
 
 
@@ -22,13 +23,15 @@ def _set(struct, values):
 
 
 class Model(_lib.Handle):
-    """A Hugging Face model directory (config.json, safetensors) and its
+    """A Hugging Face model directory (config.json, safetensors), or a Hub
+    name (megatrain.hub: downloaded with huggingface_hub, or found in its
+    cache), and its
     tokenizer (None: DIR/tokenizer.json; "bytes": the built-in one), the
     weights read into host memory in fp32. Close it (or use `with`)."""
     _kind = "model"
 
     def __init__(self, path, tokenizer=None):
-        self.path = os.fspath(path)
+        self.path = hub.model_dir(os.fspath(path))
         self._h = _lib.check(_lib.lib().mt_model_open(_lib.enc(self.path), _lib.enc(tokenizer)))
 
 
@@ -79,7 +82,8 @@ class Model(_lib.Handle):
         L.mt_eval_opts_defaults(ctypes.byref(o))
         _set(o, opts)
         res = _lib.EvalResult()
-        kind, src = source(data, split)
+        field = opts.get("text_field")
+        kind, src = source(data, split, field)
 
         def run(path):
             o.data = _lib.enc(path)
@@ -90,7 +94,7 @@ class Model(_lib.Handle):
         if kind == "path":
             run(src)
         else:
-            with TempJsonl(src) as path:
+            with TempJsonl(src, field) as path:
                 run(path)
         return _lib.struct_dict(res)
 

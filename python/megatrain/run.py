@@ -3,8 +3,11 @@
 A config is what `megatrain train --config` reads (docs/config.md): a dict
 of those keys, the path of a YAML file, or YAML text; keyword arguments
 override it. Its `data` may also be records (a `datasets.Dataset`, a list
-of dicts, a Parquet folder: megatrain.data), which are written as JSONL
-into the run directory (out/data-HASH.jsonl) for the library to read.
+of dicts, a generator, a Parquet folder, a Hub dataset name:
+megatrain.data), which are written as JSONL into the run directory
+(out/data-HASH.jsonl) for the library to read: with `steps` set, only as
+many records as the steps need (megatrain.records). Its `model` may be a
+Hub name (megatrain.hub).
 """
 import ctypes
 import json
@@ -13,8 +16,10 @@ import os
 import tempfile
 from collections.abc import Mapping
 
-from . import _events, _lib
-from .data import explain, is_path, save_records, source
+from . import _events, _lib, hub
+from .data import Dataset, is_path, source
+from .records import Budget, explain, save_records
+from .tokenizer import Tokenizer
 
 
 def _option_text(key, v):
@@ -57,6 +62,25 @@ def get_option(o, key):
     return buf.value.decode("utf-8")
 
 
+def _budget(o):
+    """What the run of options o needs of its records, in tokens (None:
+    all of them, for steps = 0), counted with its tokenizer and format."""
+    steps, epochs = int(get_option(o, "steps")), int(get_option(o, "epochs"))
+    if steps == 0:
+        return None
+    rows = steps * int(get_option(o, "micro_batches")) * int(get_option(o, "batch_size"))
+    tokens = -(-rows // epochs) * (int(get_option(o, "seq_len")) + 1)
+    opts = {k: get_option(o, k) or None for k in ("chat_template", "text_field")}
+    opts["format"] = get_option(o, "data_format")
+    opts["skip_bad_lines"] = get_option(o, "skip_bad_lines") == "true"
+    tok = get_option(o, "tokenizer") or "bytes"
+
+    def count(path):
+        with Tokenizer(tok) as t, Dataset(path, t, **opts) as d:
+            return d.info["tokens"]
+    return Budget(tokens, count)
+
+
 def make_options(config=None, overrides=None):
     """(an mt_options handle the caller frees, the path records were saved
     to or None): the options of config and overrides, resolved as the run
@@ -76,9 +100,11 @@ def make_options(config=None, overrides=None):
             _load_yaml(o, config)
         values.update(overrides or {})
         data = values.pop("data", None)
-        if data is not None and is_path(data):
+        if data is not None and is_path(data) and not hub.is_hub_name(os.fsdecode(data)):
             values["data"], data = os.fsdecode(data), None
         split = values.pop("split", None)
+        if isinstance(values.get("model"), (str, os.PathLike)):
+            values["model"] = hub.model_dir(os.fspath(values["model"]))
         for k, v in values.items():
             _lib.check(L.mt_options_set(o, _lib.enc(k), _lib.enc(_option_text(k, v))))
         # a Parquet folder or a saved dataset named by the config file too
@@ -88,9 +114,10 @@ def make_options(config=None, overrides=None):
         _lib.check(L.mt_options_resolve(o))
         saved = None
         if data is not None:
-            kind, src = source(data, split)
+            field = get_option(o, "text_field")
+            kind, src = source(data, split, field)
             if kind == "records":
-                src = saved = save_records(src, get_option(o, "out"))
+                src = saved = save_records(src, get_option(o, "out"), field, _budget(o))
             _lib.check(L.mt_options_set(o, b"data", _lib.enc(src)))
         return o, saved
     except BaseException:

@@ -74,7 +74,8 @@ int mt_model_create(const char *dir, const char *tokpath, const mt_model_shape *
     if (cfg.moe.E > 0 && (sh->experts_per_tok < 1 || sh->experts_per_tok > sh->experts))
         return mt_errorf(err, "--experts-per-tok %lld must be in 1..--experts (%lld)",
                          (long long)sh->experts_per_tok, (long long)sh->experts);
-    mt_tokenizer *tok = mt_tokenizer_load(tokpath, err);
+    bool bytes = !strcmp(tokpath, "bytes");  /* the built-in tokenizer: no files to copy */
+    mt_tokenizer *tok = bytes ? mt_tokenizer_bytes() : mt_tokenizer_load(tokpath, err);
     if (!tok) return -1;
     cfg.C = sh->hidden;
     cfg.L = sh->layers;
@@ -103,7 +104,7 @@ int mt_model_create(const char *dir, const char *tokpath, const mt_model_shape *
         goto out;
     mt_host_store_init_random(&s, sh->seed, (float)sh->init_std);
     if (mt_model_save(&s, &cfg, dir, MT_DTYPE_F32, (size_t)5 << 30, err)) goto out;
-    if (mt_model_copy_tokenizer(tokpath, dir, err)) goto out;
+    if (!bytes && mt_model_copy_tokenizer(tokpath, dir, err)) goto out;
     if (info) {
         mt_model_info_fill(info, &cfg, &t);
         info->model_type = type; /* cfg is gone on return */

@@ -1,6 +1,7 @@
 """The data adapter: records (lists of dicts, pyarrow tables, Parquet
 folders) give the library the tokens the same records give it as JSONL,
-in each of the three shapes; `python -m megatrain.tokenize` on a Parquet
+in each of the shapes (text, also under another key, prompt/completion as
+texts and as lists of messages, chat, sharegpt, alpaca); `python -m megatrain.tokenize` on a Parquet
 dataset folder writes the .mtok `megatrain tokenize` writes from JSONL."""
 import datetime
 import filecmp
@@ -23,9 +24,19 @@ SHAPES = {
     "chat": [{"messages": [{"role": "system", "content": "Answer briefly."},
                            {"role": "user", "content": f"What is {i} plus {i}?"},
                            {"role": "assistant", "content": f"{2 * i}."}]} for i in range(20)],
+    "conversational": [{"prompt": [{"role": "user", "content": f"Double {i}?"}],
+                        "completion": [{"role": "assistant", "content": f"{2 * i}."}]}
+                       for i in range(20)],
+    "sharegpt": [{"conversations": [{"from": "human", "value": f"What is {i} times 3?"},
+                                    {"from": "gpt", "value": f"{3 * i}."}],
+                  "system": "Answer briefly."} for i in range(20)],
+    "alpaca": [{"instruction": f"Add {i} and {i + 1}.", "input": "" if i % 2 else "Show it.",
+                "output": f"{2 * i + 1}"} for i in range(20)],
 }
-# the tokenizer of each shape
-TOKENIZERS = {"text": TOKENIZER, "completion": TOKENIZER, "chat": SP_TOKENIZER}
+# the tokenizer of each shape (SP_TOKENIZER has the <s> </s> of the llama2
+# chat template that conversations get), and the format the library reports
+TOKENIZERS = {k: TOKENIZER if k in ("text", "completion") else SP_TOKENIZER for k in SHAPES}
+FORMATS = dict({k: k for k in SHAPES}, conversational="completion")
 
 
 def stream(data, tokenizer=TOKENIZER, **kw):
@@ -39,7 +50,7 @@ def test_records_give_the_token_stream_of_the_same_jsonl(tmp_path, shape):
     records, tok = SHAPES[shape], TOKENIZERS[shape]
     jsonl = write_jsonl(tmp_path / "data.jsonl", records)
     info, batches = stream(records, tok, seed=3, epochs=2)
-    assert info["format"] == shape and info["documents"] == len(records)
+    assert info["format"] == FORMATS[shape] and info["documents"] == len(records)
     assert (info, batches) == stream(jsonl, tok, seed=3, epochs=2)
     assert len(batches) > 4
     # a pyarrow table of the same records, and the records with other fields
@@ -68,6 +79,21 @@ def test_bad_records_are_named_by_their_index():
     with megatrain.Dataset([{"text": "a"}, {"text": None}, {"text": "c"}], TOKENIZER,
                            skip_bad_lines=True) as d:
         assert d.info["documents"] == 2 and d.info["skipped_lines"] == 1
+
+
+def test_text_under_another_key(tmp_path):
+    records = [{"body": r["text"], "id": i} for i, r in enumerate(SHAPES["text"])]
+    assert stream(records, text_field="body") == stream(SHAPES["text"])
+    with pytest.raises(megatrain.MegatrainError, match="--data-format, or --text-field FIELD"):
+        megatrain.Dataset(records, TOKENIZER)
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "body.parquet")
+    assert stream(tmp_path / "body.parquet", text_field="body") == stream(SHAPES["text"])
+    # a run takes the option, its records written under the key
+    opts = {"device": "cpu", "steps": 2, "seq_len": 16, "batch_size": 2, "micro_batches": 1,
+            "save_every": 0, "sample_tokens": 0}
+    with megatrain.Run(opts, out=tmp_path / "a", data=records, text_field="body") as a, \
+            megatrain.Run(opts, out=tmp_path / "b", data=SHAPES["text"]) as b:
+        assert [m["loss"] for m in a.metrics()] == [m["loss"] for m in b.metrics()]
 
 
 def test_a_nul_in_a_record_is_refused_not_cut():
