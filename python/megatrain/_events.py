@@ -3,6 +3,7 @@ a Python callable. The library calls back on the thread that made the
 call, during it; an exception raised by the callable is kept and raised
 once the call returns (ctypes cannot carry it through C)."""
 import math
+import shutil
 import sys
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -37,17 +38,70 @@ def metrics_dict(m):
     return d
 
 
-def print_event(ev):
-    """Prints an event as `megatrain train` does: information and progress
-    lines on stdout, warnings on stderr, generated text as it comes."""
-    if ev.kind == "info":
-        print(ev.text, flush=True)
-    elif ev.kind == "warning":
-        print(f"megatrain: {ev.text}", file=sys.stderr, flush=True)
-    elif ev.kind == "step" and ev.text:
-        print(ev.text, flush=True)
-    elif ev.kind == "text":
-        print(ev.text, end="", flush=True)
+def _duration(s):
+    if s is None or s < 0:
+        return "?"
+    t = int(s + 0.5)
+    return f"{t // 3600}h{t // 60 % 60:02d}m" if t >= 3600 else \
+        f"{t // 60}m{t % 60:02d}s" if t >= 60 else f"{t}s"
+
+
+def progress_bar(m, width=80):
+    """A step's progress bar, as `megatrain train` draws it in a terminal:
+    "42% [####------] 42/100 | loss 2.3456 | 12.3k tok/s | ETA 3m05s"."""
+    r = m.get("tokens_per_s")
+    rate = "?" if r is None else f"{r / 1e6:.2f}M" if r >= 1e6 else \
+        f"{r / 1e3:.1f}k" if r >= 1e3 else f"{r:.0f}"
+    total = m.get("total_steps") or 0
+    frac = min(1.0, m["step"] / total) if total > 0 else 0.0
+    loss = m.get("loss")
+    tail = (f" {m['step']}/{total} | loss {'?' if loss is None else f'{loss:.4f}'} | "
+            f"{rate} tok/s | ETA {_duration(m.get('eta_s'))}")
+    cells = min(30, width - len(tail) - 7)
+    bar = f"{100 * frac:3.0f}%"
+    if cells >= 5:
+        full = int(frac * cells)
+        bar += " [" + "#" * full + "-" * (cells - full) + "]"
+    return (bar + tail)[:max(1, width - 1)]
+
+
+class _Printer:
+    """print_event: the lines of `megatrain train`, and in a terminal its
+    progress bar, redrawn in place at every step."""
+
+    def __init__(self):
+        self.shown = False
+
+    def _clear(self):
+        if self.shown:
+            sys.stdout.write("\r\033[K")
+            self.shown = False
+
+    def __call__(self, ev):
+        """Prints an event as `megatrain train` does: information and
+        progress lines on stdout, warnings on stderr, generated text as it
+        comes; in a terminal a progress bar at every step."""
+        if ev.kind in ("info", "warning", "text") or (ev.kind == "step" and ev.text):
+            self._clear()
+        if ev.kind == "info":
+            print(ev.text, flush=True)
+        elif ev.kind == "warning":
+            sys.stdout.flush()
+            print(f"megatrain: {ev.text}", file=sys.stderr, flush=True)
+        elif ev.kind == "step":
+            if ev.text:
+                print(ev.text)
+            m = ev.step
+            if m and m["step"] < (m.get("total_steps") or 0) and sys.stdout.isatty():
+                width = shutil.get_terminal_size((80, 24)).columns
+                sys.stdout.write("\r" + progress_bar(m, width) + "\033[K")
+                self.shown = True
+            sys.stdout.flush()
+        elif ev.kind == "text":
+            print(ev.text, end="", flush=True)
+
+
+print_event = _Printer()
 
 
 class Callback:
