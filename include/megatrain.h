@@ -351,7 +351,8 @@ typedef struct mt_eval_opts {
     const char *format;        /* as mt_dataset_opts; NULL: "auto" */
     const char *chat_template; /* NULL: "auto" */
     const char *packing;       /* NULL: "auto"; as mt_dataset_opts */
-    int64_t seq_len, batch_size;
+    int64_t seq_len;           /* 0: the model's max_position_embeddings, at most 1024 */
+    int64_t batch_size;
     int64_t micro_batches;     /* batches of micro_batches x batch_size rows; with a run's
                                 * seq_len, batch_size and micro_batches the loss equals the
                                 * run's eval_loss at the same step */
@@ -363,8 +364,8 @@ typedef struct mt_eval_opts {
     const char *text_field;    /* as mt_dataset_opts; NULL: "text" */
 } mt_eval_opts;
 
-/* seq_len 1024, batch_size 4, micro_batches 1, the whole file, device auto,
- * bf16. */
+/* seq_len 0 (the model's), batch_size 4, micro_batches 1, the whole file,
+ * device auto, bf16. */
 void mt_eval_opts_defaults(mt_eval_opts *o);
 
 typedef struct mt_eval_result {
@@ -374,7 +375,8 @@ typedef struct mt_eval_result {
 } mt_eval_result;
 
 /* The model's loss on o->data, read once in order in batches of
- * batch_size rows of seq_len tokens (a last partial batch is not read). */
+ * batch_size rows of seq_len tokens, the last batch partial (the final
+ * partial row is not read). */
 int mt_model_eval(mt_model *m, const mt_eval_opts *o, mt_eval_result *res);
 
 typedef struct mt_generate_opts {
@@ -387,14 +389,22 @@ typedef struct mt_generate_opts {
     const char *device;        /* "auto" (NULL), "cpu", "cuda" */
     bool add_special;          /* encode the prompt with BOS, as documents were
                                 * in training; false for raw-text models */
+    /* A chat reply instead of a continuation: a JSON list of {"role",
+     * "content"} messages, rendered with the model's chat template (or the
+     * built-in chat_template names: as mt_dataset_opts) and
+     * add_generation_prompt; the reply stops at EOS or a token that ends a
+     * turn, and only it is reported and returned. NULL: prompt. */
+    const char *messages;
+    const char *chat_template;
 } mt_generate_opts;
 
 /* 64 new tokens, temperature 0.8, top_p 0.95, seed 1, device auto, BOS. */
 void mt_generate_opts_defaults(mt_generate_opts *o);
 
-/* Continues the prompt, stopping at EOS or after max_new_tokens. The text
- * is streamed through fn as MT_EVENT_TEXT pieces (the prompt first), and
- * returned whole (prompt and continuation; caller frees, mt_free). */
+/* Continues the prompt (or replies to o->messages), stopping at EOS or
+ * after max_new_tokens. The text is streamed through fn as MT_EVENT_TEXT
+ * pieces (the prompt first, except for a chat reply), and returned whole
+ * (prompt and continuation, or the reply; caller frees, mt_free). */
 char *mt_model_generate(mt_model *m, const mt_generate_opts *o, mt_event_fn fn, void *user);
 
 #ifdef __cplusplus

@@ -182,7 +182,8 @@ class EvalResult(Structure):
 class GenerateOpts(Structure):
     _fields_ = [("prompt", c_char_p), ("max_new_tokens", c_int64), ("temperature", c_double),
                 ("top_p", c_double), ("seed", c_uint64), ("context", c_int64),
-                ("device", c_char_p), ("add_special", c_bool)]
+                ("device", c_char_p), ("add_special", c_bool), ("messages", c_char_p),
+                ("chat_template", c_char_p)]
 
 
 STRUCTS = {"mt_step_metrics": StepMetrics, "mt_event": Event, "mt_option_info": OptionInfo,

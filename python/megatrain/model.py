@@ -1,6 +1,7 @@
 """Models (mt_model): a Hugging Face model directory in host memory, its
 evaluation and generation; and new models with random weights (init)."""
 import ctypes
+import json
 import os
 
 from . import _events, _lib, hub
@@ -50,12 +51,26 @@ class Model(_lib.Handle):
         with self.use() as h:
             return Tokenizer(_borrowed=_lib.lib().mt_model_tokenizer(h), _owner=self)
 
-    def generate(self, prompt="", *, on_text=None, **opts):
+    def generate(self, prompt="", *, messages=None, on_text=None, **opts):
         """Continues the prompt (stopping at EOS or after max_new_tokens);
-        returns the prompt and its continuation. on_text(piece) gets the text
-        as it comes (as `megatrain generate` prints it: a line break last). opts: max_new_tokens (64), temperature (0.8; 0 greedy),
+        returns the prompt and its continuation. With messages (a list of
+        {"role", "content"} dicts, or {"messages": [...], "tools": [...]}),
+        a chat reply instead: the messages rendered with the model's chat
+        template (or chat_template, a built-in's name) and
+        add_generation_prompt, the reply stopping at EOS or a token that
+        ends a turn; only the reply is returned. on_text(piece) gets the
+        text as it comes (as `megatrain generate` prints it: a line break
+        last). opts: max_new_tokens (64), temperature (0.8; 0 greedy),
         top_p (0.95), seed (1), context (0: min(512, max positions)), device
-        ("auto"), add_special (True: BOS before the prompt)."""
+        ("auto"), add_special (True: BOS before the prompt), chat_template."""
+        if messages is not None:
+            if prompt:
+                raise TypeError("generate: give a prompt or messages, not both")
+            try:
+                opts["messages"] = json.dumps(messages, ensure_ascii=False)
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"generate: messages must be a list of {{'role': ..., "
+                                f"'content': ...}} dicts of text ({e})") from None
         L = _lib.lib()
         o = _lib.GenerateOpts()
         L.mt_generate_opts_defaults(ctypes.byref(o))
@@ -73,7 +88,8 @@ class Model(_lib.Handle):
         records: see megatrain.data), read once in order in batches of
         batch_size rows of seq_len tokens. opts: format, chat_template, packing,
         micro_batches (1),
-        seq_len (1024), batch_size (4), max_batches (0: all), device,
+        seq_len (0: the model's max positions, at most 1024), batch_size (4),
+        max_batches (0: all), device, text_field,
         precision, dump_logits, split. Returns loss, perplexity, tokens,
         batches."""
         L = _lib.lib()
@@ -109,10 +125,12 @@ def _with_model(model, tokenizer, fn):
         return fn(m)
 
 
-def generate(model, prompt="", *, tokenizer=None, on_text=None, **opts):
+def generate(model, prompt="", *, messages=None, tokenizer=None, on_text=None, **opts):
     """Continues prompt with a model (a Model or an HF directory); returns
-    the text (prompt and continuation). See Model.generate."""
-    return _with_model(model, tokenizer, lambda m: m.generate(prompt, on_text=on_text, **opts))
+    the text (prompt and continuation), or with messages the chat reply.
+    See Model.generate."""
+    return _with_model(model, tokenizer, lambda m: m.generate(prompt, messages=messages,
+                                                              on_text=on_text, **opts))
 
 
 def eval(model, data, *, tokenizer=None, **opts):  # noqa: A001 (megatrain eval)

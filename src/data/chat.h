@@ -139,6 +139,19 @@ void mt_chat_text_free(mt_chat_text *r);
 int mt_chat_render(const mt_chat_template *t, const mt_chat_conv *c, bool add_generation_prompt,
                    mt_jpool *pool, const mt_jinja_opts *opts, mt_chat_text *r, mt_error *err);
 
+/* The prompt of a chat reply: messages (JSON text: a list of {"role",
+ * "content"} messages, or an object with "messages" and perhaps "tools")
+ * rendered with the template choice names for tok (mt_chat_template_open)
+ * and add_generation_prompt. Malloc'd; NULL with err naming what is
+ * wrong. */
+char *mt_chat_prompt(const mt_tokenizer *tok, const char *choice, const char *messages,
+                     mt_error *err);
+
+/* The ids of the tokens that end a turn in the chat templates of the
+ * families (<|eot_id|>, <|im_end|>, <end_of_turn>, ...) that tok has, at
+ * most cap, into ids; how many. */
+size_t mt_chat_turn_ends(const mt_tokenizer *tok, int32_t *ids, size_t cap);
+
 /* Renders c (the prompt's n_prompt messages, then the completion's) as
  * TRL trains a conversational prompt/completion: the text of the whole
  * conversation, and one span from where it departs from the prompt

@@ -226,6 +226,47 @@ int mt_chat_render(const mt_chat_template *t, const mt_chat_conv *c, bool add_ge
     return 0;
 }
 
+char *mt_chat_prompt(const mt_tokenizer *tok, const char *choice, const char *messages,
+                     mt_error *err) {
+    mt_jpool pool = {0};
+    mt_chat_text r = {0};
+    mt_chat_conv c;
+    mt_jv root;
+    char *out = NULL;
+    mt_chat_template *t = mt_chat_template_open(choice, tok, err);
+    if (!t) return NULL;
+    if (mt_jv_from_json(&pool, messages, strlen(messages), &root, err)) {
+        mt_error_prefix(err, "messages: ");
+    } else if (root.type != MT_JV_LIST && root.type != MT_JV_DICT) {
+        mt_errorf(err, "messages: give a JSON list of {\"role\": ..., \"content\": ...} messages");
+    } else {
+        mt_jv msgs = root.type == MT_JV_LIST ? root : mt_jv_dict_gets(root, "messages");
+        mt_jv top = root.type == MT_JV_DICT ? root : mt_jv_dict_new(&pool, 0);
+        if (mt_chat_conv_from_messages(&pool, top, msgs, "messages", &c, err) == 0 &&
+            mt_chat_render(t, &c, true, &pool, NULL, &r, err) == 0) {
+            out = mt_malloc_or_die(r.out.text.n + 1);
+            memcpy(out, r.out.text.p, r.out.text.n);
+            out[r.out.text.n] = 0;
+        }
+    }
+    mt_chat_text_free(&r);
+    mt_jpool_free(&pool);
+    mt_chat_template_free(t);
+    return out;
+}
+
+size_t mt_chat_turn_ends(const mt_tokenizer *tok, int32_t *ids, size_t cap) {
+    static const char *const ends[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+                                       "<|endoftext|>", "<|end_of_text|>", "</s>",
+                                       "<|END_OF_TURN_TOKEN|>", "<｜end▁of▁sentence｜>"};
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof ends / sizeof *ends && n < cap; i++) {
+        int32_t id = mt_tokenizer_token_id(tok, ends[i]);
+        if (id >= 0) ids[n++] = id;
+    }
+    return n;
+}
+
 int mt_chat_render_completion(const mt_chat_template *t, const mt_chat_conv *c, size_t n_prompt,
                               mt_jpool *pool, const mt_jinja_opts *opts, mt_chat_text *r,
                               mt_error *err) {

@@ -10,6 +10,21 @@
 #include "util/mem.h"
 #include "util/sys.h"
 
+int64_t mt_eval_next_batch(mt_dataset *d, int64_t rows, int64_t T, int32_t *tokens,
+                           int32_t *targets, int32_t *pos) {
+    if (mt_dataset_next_batch(d, rows, T, tokens, targets, pos) == 0) return rows;
+    int64_t got = 0;
+    while (got < rows && mt_dataset_next_batch(d, 1, T, tokens + got * T, targets + got * T,
+                                               pos ? pos + got * T : NULL) == 0)
+        got++;
+    if (got == 0) return 0;
+    size_t from = (size_t)(got * T), n = (size_t)((rows - got) * T);
+    memset(tokens + from, 0, n * sizeof *tokens);
+    for (size_t i = 0; i < n; i++) targets[from + i] = MT_IGNORE_INDEX;
+    if (pos) memset(pos + from, 0, n * sizeof *pos);
+    return got;
+}
+
 int mt_eval_dataset(mt_backend *be, int n_layers, mt_dataset *d, int M, int mb_first,
                     int mb_count, int64_t B, int64_t T, int64_t max_batches, int32_t *tokens,
                     int32_t *targets, int32_t *pos, mt_eval_totals *res, mt_error *err) {
@@ -18,7 +33,7 @@ int mt_eval_dataset(mt_backend *be, int n_layers, mt_dataset *d, int M, int mb_f
     mt_dataset_rewind(d);
     size_t skip = (size_t)mb_first * (size_t)B * (size_t)T;
     while ((!max_batches || res->batches < max_batches) &&
-           mt_dataset_next_batch(d, (int64_t)M * B, T, tokens, targets, pos) == 0) {
+           mt_eval_next_batch(d, (int64_t)M * B, T, tokens, targets, pos) > 0) {
         mt_batch b = {.M = mb_count, .B = B, .T = T, .tokens = tokens + skip,
                       .targets = targets + skip, .pos = pos ? pos + skip : NULL};
         double ls;
@@ -40,12 +55,10 @@ int mt_eval_set_open(mt_eval_set *e, const mt_data_opts *o, const mt_tokenizer *
     eo.seed = MT_EVAL_SEED, eo.epochs = 1;
     if (!(e->data = mt_dataset_open(&eo, tok, vocab_size, err)))
         return mt_error_prefix(err, "eval_data: ");
-    int64_t rows = mt_dataset_rows_per_epoch(e->data, T);
-    if (rows < (int64_t)M * B) {
-        mt_errorf(err, "eval_data: %s holds %lld rows of seq_len + 1 = %lld tokens, fewer than "
-                  "one batch of micro_batches x batch_size = %lld rows: add held-out data or "
-                  "lower batch_size", o->path, (long long)rows, (long long)T + 1,
-                  (long long)M * B);
+    if (mt_dataset_rows_per_epoch(e->data, T) < 1) {
+        mt_errorf(err, "eval_data: %s holds %lld tokens, less than one row of seq_len + 1 = "
+                  "%lld: add held-out data", o->path, (long long)mt_dataset_stats(e->data).tokens,
+                  (long long)T + 1);
         mt_eval_set_free(e);
         return -1;
     }

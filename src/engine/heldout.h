@@ -4,7 +4,8 @@
  *
  * The data is read from its start each time in the order `megatrain eval`
  * reads it (seed MT_EVAL_SEED, one epoch), as batches of M micro-batches of
- * B rows of T tokens; a final partial batch is left out. The loss is the sum
+ * B rows of T tokens, the last batch partial (its missing rows padded, with
+ * no loss); the final partial row is left out. The loss is the sum
  * over every target with a loss divided by their count, so an evaluation
  * during training equals `megatrain eval --micro-batches M --batch-size B
  * --seq-len T` on a checkpoint saved at the same step (same backend). */
@@ -27,7 +28,14 @@ typedef struct mt_eval_totals {
     double seconds;
 } mt_eval_totals;
 
-/* Rewinds d and evaluates up to max_batches batches (0: all) of M x (B, T):
+/* The next batch of rows x T to evaluate: a full one, else the rows that
+ * remain with the rest padded (token 0, target -100: no loss; position
+ * 0). The rows read; 0 at the end of the data. */
+int64_t mt_eval_next_batch(mt_dataset *d, int64_t rows, int64_t T, int32_t *tokens,
+                           int32_t *targets, int32_t *pos);
+
+/* Rewinds d and evaluates up to max_batches batches (0: all) of M x (B, T),
+ * the last one partial (mt_eval_next_batch):
  * of each, micro-batches [mb_first, mb_first + mb_count) through be (a
  * backend made for at least mb_count micro-batches of (B, T); all of them:
  * 0 and M). tokens/targets/pos are scratch of M*B*T (pos: when d packs

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/chat.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "megatrain.h"
@@ -150,14 +151,25 @@ char *mt_model_generate(mt_model *m, const mt_generate_opts *o, mt_event_fn fn, 
     }
     const mt_config *cfg = &m->m.cfg;
     int64_t T = o->context ? o->context : (cfg->max_pos < 512 ? cfg->max_pos : 512);
+    mt_gen_setup g = {.prompt = o->prompt ? o->prompt : "", .add_special = o->add_special,
+                      .n_new = (int)o->max_new_tokens, .temperature = o->temperature,
+                      .top_p = o->top_p, .seed = o->seed};
+    int32_t stops[16];
+    char *chat = NULL;
+    if (o->messages) {  /* the template writes its own BOS */
+        if (!(chat = mt_chat_prompt(m->m.tok, o->chat_template, o->messages, &err)))
+            return mt_set_last_error(&err), NULL;
+        g.prompt = chat, g.add_special = false, g.reply_only = true;
+        g.stops = stops, g.n_stops = mt_chat_turn_ends(m->m.tok, stops, 16);
+    }
     mt_runner r;
     mt_runner_opts ro = {.device = dev};
     char *text = NULL;
     mt_events ev = {fn, user};
     if (mt_runner_init(&r, cfg, &m->m.table, &m->m.store, 1, 1, T, &ro, &err) ||
-        mt_generate(&r, cfg, m->m.tok, o->prompt ? o->prompt : "", o->add_special,
-                    (int)o->max_new_tokens, o->temperature, o->top_p, o->seed, &ev, &text, &err))
+        mt_generate_with(&r, cfg, m->m.tok, &g, &ev, &text, &err))
         mt_set_last_error(&err);
     mt_runner_free(&r);
+    free(chat);
     return text;
 }

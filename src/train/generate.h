@@ -23,4 +23,20 @@ int mt_generate(mt_runner *r, const mt_config *cfg, const mt_tokenizer *tok, con
                 bool add_special, int n_new, double temperature, double top_p, uint64_t seed,
                 const mt_events *ev, char **text_out, mt_error *err);
 
+/* What mt_generate_with does: mt_generate's arguments, and for a chat
+ * reply the tokens that end a turn besides EOS, and whether only the
+ * reply (not the prompt) is reported and returned. */
+typedef struct mt_gen_setup {
+    const char *prompt;
+    bool add_special, reply_only;
+    const int32_t *stops;  // (n_stops)
+    size_t n_stops;
+    int n_new;
+    double temperature, top_p;
+    uint64_t seed;
+} mt_gen_setup;
+
+int mt_generate_with(mt_runner *r, const mt_config *cfg, const mt_tokenizer *tok,
+                     const mt_gen_setup *g, const mt_events *ev, char **text_out, mt_error *err);
+
 #endif

@@ -12,8 +12,11 @@
 #include "util/mem.h"
 
 void mt_eval_opts_defaults(mt_eval_opts *o) {
-    *o = (mt_eval_opts){.seq_len = 1024, .batch_size = 4, .micro_batches = 1};
+    *o = (mt_eval_opts){.seq_len = 0, .batch_size = 4, .micro_batches = 1};
 }
+
+/* The default length of a row: the model's, at most 1024. */
+enum { DEFAULT_SEQ_LEN = 1024 };
 
 /* Row 0's input ids (T) and logits (T, V) of the batch just evaluated. */
 static int dump_logits(const mt_runner *r, const mt_config *cfg, const int32_t *tokens,
@@ -36,10 +39,11 @@ static int check_opts(const mt_eval_opts *o, int *device, mt_error *err) {
         return mt_errorf(err, "eval: device '%s': use auto, cpu or cuda", o->device);
     if (o->precision && strcmp(o->precision, "bf16") && strcmp(o->precision, "fp32"))
         return mt_errorf(err, "eval: precision '%s': use bf16 or fp32", o->precision);
-    if (o->seq_len < 1 || o->batch_size < 1 || o->max_batches < 0 || o->micro_batches < 1 ||
+    if (o->seq_len < 0 || o->batch_size < 1 || o->max_batches < 0 || o->micro_batches < 1 ||
         o->micro_batches > 4096)
-        return mt_errorf(err, "eval: need seq_len >= 1, batch_size >= 1, 1 <= micro_batches <= "
-                         "4096 and max_batches >= 0 (got %lld, %lld, %lld, %lld)",
+        return mt_errorf(err, "eval: need seq_len >= 0 (0: the model's), batch_size >= 1, "
+                         "1 <= micro_batches <= 4096 and max_batches >= 0 (got %lld, %lld, %lld, "
+                         "%lld)",
                          (long long)o->seq_len, (long long)o->batch_size,
                          (long long)o->micro_batches, (long long)o->max_batches);
     return 0;
@@ -49,8 +53,10 @@ int mt_eval_model(mt_loaded_model *m, const mt_eval_opts *o, mt_eval_result *res
                   mt_error *err) {
     int dev;
     if (check_opts(o, &dev, err)) return -1;
-    int64_t T = o->seq_len, B = o->batch_size, M = o->micro_batches;
     const mt_config *cfg = &m->cfg;
+    int64_t T = o->seq_len ? o->seq_len
+                           : cfg->max_pos < DEFAULT_SEQ_LEN ? cfg->max_pos : DEFAULT_SEQ_LEN;
+    int64_t B = o->batch_size, M = o->micro_batches;
     if (T > cfg->max_pos)
         return mt_errorf(err, "--seq-len %lld exceeds the model's max_position_embeddings %lld",
                          (long long)T, (long long)cfg->max_pos);
@@ -72,7 +78,7 @@ int mt_eval_model(mt_loaded_model *m, const mt_eval_opts *o, mt_eval_result *res
     double sum = 0;
     int64_t count = 0, batches = 0;
     while ((!o->max_batches || batches < o->max_batches) &&
-           mt_dataset_next_batch(ds, M * B, T, tokens, targets, pos) == 0) {
+           mt_eval_next_batch(ds, M * B, T, tokens, targets, pos) > 0) {
         /* the loop of mt_eval_dataset, which a run's evaluation uses */
         mt_batch b = {.M = (int)M, .B = B, .T = T, .tokens = tokens, .targets = targets,
                       .pos = pos};
@@ -86,8 +92,10 @@ int mt_eval_model(mt_loaded_model *m, const mt_eval_opts *o, mt_eval_result *res
         batches++;
     }
     if (!count) {
-        mt_errorf(err, "%s: no full batch of %lld x %lld tokens with a loss; lower --seq-len or "
-                  "--batch-size", o->data, (long long)(M * B), (long long)T);
+        mt_data_stats st = mt_dataset_stats(ds);
+        mt_errorf(err, "%s: no row of seq_len + 1 = %lld tokens with a loss (the data holds %lld "
+                  "tokens, %lld with a loss); lower --seq-len", o->data, (long long)T + 1,
+                  (long long)st.tokens, (long long)st.trainable);
         goto out;
     }
     *res = (mt_eval_result){.loss = sum / count, .perplexity = exp(sum / count),

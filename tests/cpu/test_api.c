@@ -323,6 +323,123 @@ Test(api, a_model_is_evaluated_and_generates, .timeout = 60) {
     free(dir);
 }
 
+/* eval without seq_len takes the model's length (at most 1024), and reads
+ * the data to its last row, the last batch partial: the rows of batches of
+ * one, with their tokens and loss. */
+Test(api, eval_takes_the_model_length_and_a_partial_batch, .timeout = 120) {
+    char *dir = mt_test_tmpdir(), model[512], data[512];
+    tiny_model(dir, model, data, sizeof model);
+    mt_model *m = mt_model_open(model, NULL);
+    cr_assert(m, "%s", mt_last_error());
+    mt_eval_opts eo;
+    mt_eval_opts_defaults(&eo);
+    eo.data = data, eo.device = "cpu";
+    cr_assert_eq(eo.seq_len, 0);
+    mt_eval_result dflt, full, one;
+    cr_assert_eq(mt_model_eval(m, &eo, &dflt), 0, "%s", mt_last_error());
+    eo.seq_len = 64;  // tiny_model's max_positions
+    cr_assert_eq(mt_model_eval(m, &eo, &full), 0, "%s", mt_last_error());
+    cr_assert_eq(dflt.tokens, full.tokens);
+    cr_assert_eq(dflt.loss, full.loss);
+    eo.batch_size = 1;
+    cr_assert_eq(mt_model_eval(m, &eo, &one), 0, "%s", mt_last_error());
+    cr_assert_neq(one.batches % 4, 0, "the data must end in a partial batch of 4 rows");
+    cr_assert_eq(full.batches, (one.batches + 3) / 4);
+    cr_assert_eq(full.tokens, one.tokens);
+    /* fp32 sums of at most 4 x 64 token losses: 256 * 6e-8 relative */
+    cr_assert_lt(fabs(one.loss - full.loss), 2e-5 * full.loss, "%.9g vs %.9g", one.loss, full.loss);
+    /* data shorter than one row is an error naming the file and the fix */
+    eo.seq_len = 64, eo.batch_size = 4;
+    char small[600];
+    snprintf(small, sizeof small, "%s/small.jsonl", dir);
+    FILE *f = fopen(small, "w");
+    fputs("{\"text\": \"too short\"}\n", f);
+    fclose(f);
+    eo.data = small;
+    cr_assert_eq(mt_model_eval(m, &eo, &one), -1);
+    cr_assert(strstr(mt_last_error(), "small.jsonl") && strstr(mt_last_error(), "lower --seq-len"),
+              "%s", mt_last_error());
+    mt_model_close(m);
+
+    /* a model of 2048 positions: rows of 1024 */
+    char long_model[600], tok[512], path[600];
+    snprintf(long_model, sizeof long_model, "%s/long", dir);
+    snprintf(tok, sizeof tok, "%s/tokenizer/tiny_bytelevel.json", mt_test_fixtures_dir());
+    mt_model_shape s;
+    mt_model_shape_defaults(&s);
+    s.hidden = 32, s.layers = 1, s.heads = 2, s.kv_heads = 1, s.ffn = 64, s.max_positions = 2048;
+    cr_assert_eq(mt_model_init(long_model, tok, &s, NULL), 0, "%s", mt_last_error());
+    cr_assert(m = mt_model_open(long_model, NULL), "%s", mt_last_error());
+    snprintf(path, sizeof path, "%s/long.jsonl", dir);  // about 3,700 tokens: 3 rows of 1025
+    f = fopen(path, "w");
+    for (int i = 0; i < 40; i++) fprintf(f, "{\"text\": \"%080d\"}\n", i);
+    fclose(f);
+    eo.data = path, eo.seq_len = 0, eo.batch_size = 1;
+    cr_assert_eq(mt_model_eval(m, &eo, &dflt), 0, "%s", mt_last_error());
+    eo.seq_len = 1024;
+    cr_assert_eq(mt_model_eval(m, &eo, &full), 0, "%s", mt_last_error());
+    cr_assert_eq(dflt.tokens, full.tokens);
+    cr_assert_eq(dflt.loss, full.loss);
+    mt_model_close(m);
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+/* A chat reply: the messages rendered with the model's template and
+ * add_generation_prompt, then continued; only the reply is returned, and
+ * it is the continuation of the rendered text given as a prompt. */
+Test(api, generate_replies_through_the_chat_template, .timeout = 60) {
+    char *dir = mt_test_tmpdir(), model[512], data[512], path[600];
+    tiny_model(dir, model, data, sizeof model);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", model);
+    FILE *f = fopen(path, "w");
+    fputs("{\"chat_template\": \"{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\\n"
+          "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}\"}\n", f);
+    fclose(f);
+    mt_model *m = mt_model_open(model, NULL);
+    cr_assert(m, "%s", mt_last_error());
+    mt_generate_opts go;
+    mt_generate_opts_defaults(&go);
+    go.messages = "[{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+                  "{\"role\": \"user\", \"content\": \"What is 2 plus 3?\"}]";
+    go.max_new_tokens = 12, go.temperature = 0, go.device = "cpu";
+    text_sink t = {0};
+    char *reply = mt_model_generate(m, &go, collect_text, &t);
+    cr_assert(reply, "%s", mt_last_error());
+    cr_assert_eq(t.len, strlen(reply) + 1, "the stream is the reply and a newline");
+    go.messages = NULL, go.add_special = false;
+    go.prompt = "<|system|>Be brief.\n<|user|>What is 2 plus 3?\n<|assistant|>";
+    char *plain = mt_model_generate(m, &go, NULL, NULL);
+    cr_assert(plain, "%s", mt_last_error());
+    size_t np = strlen(go.prompt);
+    cr_assert(!strncmp(plain, go.prompt, np) && !strncmp(plain + np, reply, strlen(reply)),
+              "the reply '%s' continues the rendered prompt: '%s'", reply, plain);
+    mt_free(plain);
+    mt_free(reply);
+    go.messages = "[{\"role\": \"user\", \"content\": \"Hi\"}]", go.max_new_tokens = 0;
+    reply = mt_model_generate(m, &go, NULL, NULL);
+    cr_assert(reply && !strcmp(reply, ""), "no new token, no reply: '%s'", reply);
+    mt_free(reply);
+    go.messages = "{\"role\": \"user\"";
+    cr_assert_null(mt_model_generate(m, &go, NULL, NULL));
+    cr_assert(strstr(mt_last_error(), "messages"), "%s", mt_last_error());
+    mt_model_close(m);
+
+    /* the command: --chat prints the reply only; --system needs --chat */
+    char *argv[] = {"generate", "--model", model, "--chat", "--system", "Be brief.",
+                    "--temperature", "0", "--max-new-tokens", "12", "--device", "cpu",
+                    "What is 2 plus 3?", NULL}, *out, *err;
+    cr_assert_eq(mt_test_cli_output(argv, &out, &err), 0, "%s", err);
+    cr_assert(!strstr(out, "<|user|>") && !strstr(out, "What is 2 plus 3?"), "%s", out);
+    free(out), free(err);
+    char *bad[] = {"generate", "--model", model, "--system", "Be brief.", "Hi", NULL};
+    cr_assert_eq(mt_test_cli_output(bad, &out, &err), 2);
+    cr_assert(strstr(err, "--chat"), "%s", err);
+    free(out), free(err);
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
 Test(api, tokenizers_and_data_sets) {
     char path[512];
     snprintf(path, sizeof path, "%s/tokenizer/tiny_bytelevel.json", mt_test_fixtures_dir());

@@ -21,7 +21,7 @@ static const cli_case cases[] = {
      {"--model DIR", "--data FILE", "--tokenizer PATH", "--data-format auto|text",
       "--chat-template", "--packing", "--seq-len T", "--batch-size B", "--micro-batches M", "--max-batches N",
       "--device auto|cpu|cuda", "--precision bf16|fp32", "--dump-logits FILE"},
-     {"--model", "m", "--data", "d", "--seq-len", "0"}, "--seq-len: must be >= 1, got 0"},
+     {"--model", "m", "--data", "d", "--seq-len", "-1"}, "--seq-len: must be >= 0, got -1"},
     {{"init"},
      {"--tokenizer PATH", "--out DIR", "--hidden N", "--layers N", "--heads N", "--kv-heads N",
       "--ffn N", "--max-pos N", "--rope-theta X", "--[no-]untied", "--std X", "--seed N",
@@ -114,7 +114,7 @@ Test(cli_options, an_older_spelling_works_with_a_note) {
               err_old);
     free(out_old), free(err_old), free(out_now), free(err_now);
     char *format[] = {"eval", "--format", "chat", "--model", "m", "--data", "d", "--seq-len",
-                      "0", NULL};
+                      "-1", NULL};
     cr_assert_eq(mt_test_cli_output(format, &out_now, &err_now), 2);
     cr_assert(strstr(err_now, "--format is deprecated: it is now spelt --data-format"), "%s",
               err_now);

@@ -110,17 +110,28 @@ Test(eval, eval_rows_equal_the_evaluation_of_each_checkpoint, .timeout = 120) {
     free(dir);
 }
 
-Test(eval, eval_data_that_makes_no_batch_is_an_error) {
+/* Held-out data of fewer rows than a batch (2 micro-batches of 8 rows) is
+ * evaluated, its last batch partial; data shorter than one row is an
+ * error at the start. */
+Test(eval, eval_data_shorter_than_a_row_is_an_error) {
     char *dir = mt_test_tmpdir(), *valid = held_out(dir, "small.jsonl", 3), extra[2048];
     mt_error err;
     snprintf(extra, sizeof extra, "--out %s/run --steps 2 --eval-data %s", dir, valid);
+    cr_assert_eq(run_train(extra, &err), 0, "%s", err.msg);
+    char *tiny = mt_path_join(dir, "tiny.jsonl");
+    FILE *f = fopen(tiny, "wb");
+    cr_assert(f);
+    fputs("{\"text\": \"the jury said\"}\n", f);
+    fclose(f);
+    snprintf(extra, sizeof extra, "--out %s/run2 --steps 2 --eval-data %s", dir, tiny);
     cr_assert_eq(run_train(extra, &err), -1);
-    cr_expect(strstr(err.msg, "eval_data: ") && strstr(err.msg, "small.jsonl") &&
-              strstr(err.msg, "fewer than one batch"), "%s", err.msg);
-    snprintf(extra, sizeof extra, "--out %s/run --steps 2 --eval-data %s/none.jsonl", dir, dir);
+    cr_expect(strstr(err.msg, "eval_data: ") && strstr(err.msg, "tiny.jsonl") &&
+              strstr(err.msg, "less than one row"), "%s", err.msg);
+    snprintf(extra, sizeof extra, "--out %s/run3 --steps 2 --eval-data %s/none.jsonl", dir, dir);
     cr_assert_eq(run_train(extra, &err), -1);
     cr_expect(strstr(err.msg, "eval_data: ") && strstr(err.msg, "none.jsonl: cannot open"), "%s",
               err.msg);
+    free(tiny);
     free(valid);
     mt_test_rmtree(dir);
     free(dir);

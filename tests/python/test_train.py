@@ -5,6 +5,7 @@ byte); a run stepped, saved, closed and resumed gives the losses of one that
 never stopped; errors carry the library's message."""
 import filecmp
 import json
+import shutil
 
 import pytest
 
@@ -168,6 +169,40 @@ def test_generate_and_eval_as_the_command_does(tmp_path, hf_model):
         megatrain.generate("/nonexistent/model", "x")
     with pytest.raises(TypeError, match="unknown argument 'max_tokens'"):
         megatrain.generate(hf_model, "x", max_tokens=3)
+
+
+CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def test_generate_a_chat_reply_as_the_command_does(tmp_path, hf_model):
+    model = tmp_path / "chat"
+    shutil.copytree(hf_model, model)
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}))
+    opts = dict(max_new_tokens=12, temperature=0, device="cpu")
+    messages = [{"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "What is 3 plus 4?"}]
+    reply = megatrain.generate(model, messages=messages, **opts)
+    p = run_cli("generate", "--model", model, "--chat", "--system", "Be brief.",
+                "What is 3 plus 4?", "--max-new-tokens", 12, "--temperature", 0,
+                "--device", "cpu")
+    assert p.stdout.endswith(reply + "\n") and "<|user|>" not in p.stdout, p.stdout
+    # the reply continues the conversation as the template renders it
+    rendered = "<|system|>Be brief.\n<|user|>What is 3 plus 4?\n<|assistant|>"
+    plain = megatrain.generate(model, rendered, add_special=False, **opts)
+    assert plain.startswith(rendered + reply)
+    with pytest.raises(TypeError, match="a prompt or messages"):
+        megatrain.generate(model, "x", messages=messages)
+    with pytest.raises(megatrain.MegatrainError, match="messages"):
+        megatrain.generate(model, messages=[{"content": "no role"}], **opts)
+
+
+def test_eval_takes_the_model_length(tmp_path, hf_model):
+    data = write_jsonl(tmp_path / "sft.jsonl", sft_records())
+    r = megatrain.eval(hf_model, data, device="cpu")
+    assert r == megatrain.eval(hf_model, data, seq_len=64, device="cpu")  # its max_positions
+    p = run_cli("eval", "--model", hf_model, "--data", data, "--device", "cpu")
+    assert f"loss {r['loss']:.6f}" in p.stdout
 
 
 def test_init_refuses_an_existing_directory(tmp_path):
