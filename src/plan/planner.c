@@ -411,18 +411,60 @@ static int try_units(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
     return 1;
 }
 
-int mt_plan_make(const mt_plan_request *q, mt_plan *p, mt_error *err) {
-    if (q->t->n_layers > 4096)
-        return mt_errorf(err, "the planner handles at most 4096 layers (%d)", q->t->n_layers);
+static void place(const mt_plan_request *q, mt_plan *p) {
     memset(p, 0, sizeof *p);
     p->n_layers = q->t->n_layers;
     p->homes = mt_calloc_or_die((size_t)p->n_layers, sizeof *p->homes);
     /* fp32 host gradients when they fit; rebuilt saved inputs (a layer
      * forward each) only when neither dtype fits without them */
     for (int rebuild = 0; rebuild < 2; rebuild++) {
-        if (q->host_grad_dtype != 1 && try_units(q, p, 0, rebuild)) return 0;
-        if (q->host_grad_dtype != 0 && try_units(q, p, 1, rebuild)) return 0;
+        if (q->host_grad_dtype != 1 && try_units(q, p, 0, rebuild)) return;
+        if (q->host_grad_dtype != 0 && try_units(q, p, 1, rebuild)) return;
     }
+}
+
+/* The first step shape that fits, appended to p->why as the options that
+ * give it: the same tokens in smaller micro-batches (less GPU memory for
+ * activations), then fewer micro-batches, then smaller ones (fewer
+ * checkpoints on the host). */
+static void suggest(const mt_plan_request *q, mt_plan *p) {
+    int64_t cand[40][2]; /* {B, M} */
+    int n = 0;
+    for (int64_t b = q->B / 2, m = (int64_t)q->M * 2; b >= 1 && m <= 4096 && n < 40; b /= 2, m *= 2)
+        if (q->B % b == 0) cand[n][0] = b, cand[n++][1] = m;
+    for (int64_t m = q->M / 2; m >= 1 && n < 40; m /= 2) cand[n][0] = q->B, cand[n++][1] = m;
+    for (int64_t b = q->B / 2; b >= 1 && n < 40; b /= 2) cand[n][0] = b, cand[n++][1] = 1;
+    int ranks = q->ranks > 1 ? q->ranks : 1; /* the option counts every GPU's micro-batches */
+    for (int i = 0; i < n; i++) {
+        mt_plan_request r = *q;
+        r.B = cand[i][0], r.M = (int)cand[i][1];
+        mt_plan t;
+        place(&r, &t);
+        if (t.fits) {
+            size_t len = strlen(p->why);
+            char opts[96] = "";
+            if (r.B != q->B) snprintf(opts, sizeof opts, "--batch-size %lld ", (long long)r.B);
+            if (r.M != q->M)
+                snprintf(opts + strlen(opts), sizeof opts - strlen(opts), "--micro-batches %lld ",
+                         (long long)r.M * ranks);
+            snprintf(p->why + len, sizeof p->why - len, "; %sfits (%lld tokens a step%s, "
+                     "predicted at %.2f s a step)", opts, (long long)(r.M * r.B * r.T),
+                     ranks > 1 ? " a GPU" : "", t.pred.step);
+            mt_plan_free(&t);
+            return;
+        }
+        mt_plan_free(&t);
+    }
+    size_t len = strlen(p->why);
+    snprintf(p->why + len, sizeof p->why - len, "; no smaller step (down to --batch-size 1 "
+             "--micro-batches %d) fits these budgets", ranks);
+}
+
+int mt_plan_make(const mt_plan_request *q, mt_plan *p, mt_error *err) {
+    if (q->t->n_layers > 4096)
+        return mt_errorf(err, "the planner handles at most 4096 layers (%d)", q->t->n_layers);
+    place(q, p);
+    if (!p->fits) suggest(q, p);
     return 0;
 }
 

@@ -4,6 +4,7 @@
 #include <criterion/redirect.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "testlib.h"
@@ -73,6 +74,51 @@ Test(plan, a_70b_model_fits_a_described_machine_with_fewer_tokens) {
     char *fewer[] = {"plan", "--preset", "70b", "--gpu-mem", "80", "--host-mem", "1000",
                      "--micro-batches", "1", NULL};
     cr_assert(plan_output_has(fewer, 0, "budgets: GPU 80.0 GB (given)", "PLAN model=70.55B"));
+}
+
+/* A refusal names a step that fits, predicted as its own plan predicts it:
+ * the 70B's refusal above names --micro-batches 1 at that plan's step_s;
+ * a GPU budget short of one micro-batch's activations names smaller
+ * micro-batches; budgets nothing fits say so. */
+static char *plan_stdout(char **argv, int want_rc) {
+    char *out, *err;
+    cr_assert_eq(mt_test_cli_output(argv, &out, &err), want_rc, "%s", err);
+    free(err);
+    return out;
+}
+
+Test(plan, a_refusal_names_a_step_that_fits) {
+    char *big[] = {"plan", "--preset", "70b", "--gpu-mem", "80", "--host-mem", "1000", NULL};
+    char *fewer[] = {"plan", "--preset", "70b", "--gpu-mem", "80", "--host-mem", "1000",
+                     "--micro-batches", "1", NULL};
+    char *refused = plan_stdout(big, 1), *fits = plan_stdout(fewer, 0), want[128];
+    const char *step = strstr(fits, " step_s=");
+    cr_assert(step, "%s", fits);
+    snprintf(want, sizeof want, "; --micro-batches 1 fits (16384 tokens a step, predicted at %.2f "
+             "s a step)", strtod(step + 8, NULL));
+    cr_assert(strstr(refused, want), "'%s' not in:\n%s", want, refused);
+    cr_assert_null(strstr(refused, "SPEC"), "%s", refused);
+    free(refused), free(fits);
+
+    char *long_rows[] = {"plan", "--preset", "70b", "--gpu-mem", "80", "--host-mem", "1000",
+                         "--seq-len", "8192", NULL};
+    refused = plan_stdout(long_rows, 1);
+    cr_assert(strstr(refused, "GPU budget short"), "%s", refused);
+    const char *named = strstr(refused, "; --batch-size ");
+    cr_assert(named, "%s", refused);
+    char *argv[16] = {"plan", "--preset", "70b", "--gpu-mem", "80", "--host-mem", "1000",
+                      "--seq-len", "8192"}, b[16], m[16] = "4";
+    cr_assert_geq(sscanf(named, "; --batch-size %15s --micro-batches %15s", b, m), 1, "%s", named);
+    int n = 9;
+    argv[n++] = "--batch-size", argv[n++] = b, argv[n++] = "--micro-batches", argv[n++] = m;
+    free(plan_stdout(argv, 0));  /* what the refusal names fits */
+    free(refused);
+
+    char *nothing[] = {"plan", "--preset", "70b", "--gpu-mem", "80", "--host-mem", "100", NULL};
+    refused = plan_stdout(nothing, 1);
+    cr_assert(strstr(refused, "no smaller step (down to --batch-size 1 --micro-batches 1) fits"),
+              "%s", refused);
+    free(refused);
 }
 
 Test(plan, every_known_gpu_plans_an_8b_model, .init = quiet) {
