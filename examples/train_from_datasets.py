@@ -19,6 +19,13 @@ import os
 
 import megatrain
 
+# The loss curve needs matplotlib: said now, not after minutes of training.
+try:
+    import matplotlib
+except ImportError:
+    raise SystemExit("train_from_datasets.py draws the loss curve with matplotlib: "
+                     "pip install matplotlib") from None
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "runs", "from-datasets")
 PNG = os.path.join(OUT, "loss.png")
@@ -55,7 +62,6 @@ print(f"loss {losses[0]:.3f} -> {losses[-1]:.3f}" if losses else "nothing left t
 # %% The loss curve, from OUT/metrics.jsonl (every step of the run, resumed or not).
 import json
 
-import matplotlib
 matplotlib.use("Agg")  # a file, no window; drop it in a notebook
 import matplotlib.pyplot as plt
 

@@ -1,6 +1,7 @@
 /* Loading and saving Hugging Face model directories. */
 #include "io/model_io.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,6 +103,17 @@ out:
     return rc;
 }
 
+/* Writes text to DIR/NAME. */
+static int write_json(const char *dir, const char *name, const char *text, mt_error *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f) return mt_errorf(err, "%s: cannot write: %s", path, strerror(errno));
+    int bad = fputs(text, f) < 0;
+    bad |= fclose(f) != 0;
+    return bad ? mt_errorf(err, "%s: write failed (disk full?)", path) : 0;
+}
+
 int mt_model_save(const mt_host_store *s, const mt_config *cfg, const char *dir, mt_dtype dtype,
                   size_t max_shard_bytes, mt_error *err) {
     if (mt_mkdirs(dir, err)) return -1;
@@ -127,18 +139,22 @@ int mt_model_save(const mt_host_store *s, const mt_config *cfg, const char *dir,
     int rc = mt_st_write_sharded(dir, wt, n, meta, 1, max_shard_bytes, err);
     free(wt);
     if (rc) return -1;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
     char *json = mt_config_to_json_dtype(cfg, dtype == MT_DTYPE_BF16 ? "bfloat16" : "float32");
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        free(json);
-        return mt_errorf(err, "%s: cannot write: %s", path, strerror(errno));
-    }
-    int bad = fputs(json, f) < 0;
-    bad |= fclose(f) != 0;
+    rc = write_json(dir, "config.json", json, err);
     free(json);
-    return bad ? mt_errorf(err, "%s: write failed (disk full?)", path) : 0;
+    if (rc) return -1;
+    /* what transformers derives from config.json when a model has none
+     * (_from_model_config); a tokenizer's own, copied in after, replaces it */
+    cJSON *g = cJSON_CreateObject();
+    cJSON_AddBoolToObject(g, "_from_model_config", true);
+    if (cfg->bos_id >= 0) cJSON_AddNumberToObject(g, "bos_token_id", (double)cfg->bos_id);
+    if (cfg->eos_id >= 0) cJSON_AddNumberToObject(g, "eos_token_id", (double)cfg->eos_id);
+    json = cJSON_Print(g);
+    cJSON_Delete(g);
+    MT_ASSERT(json);
+    rc = write_json(dir, "generation_config.json", json, err);
+    free(json);
+    return rc;
 }
 
 int mt_model_copy_tokenizer(const char *tokenizer_json, const char *dir, mt_error *err) {

@@ -33,9 +33,10 @@ typedef void (*mt_layer_done)(void *ctx, int layer);
 int mt_model_read_layers(const mt_param_table *t, const char *dir, mt_layer_dst dst_of,
                          mt_layer_done done, void *ctx, mt_error *err);
 
-/* Writes config.json and the weights as safetensors shards of at most
- * max_shard_bytes in dtype (MT_DTYPE_F32 or MT_DTYPE_BF16) into dir (created
- * if missing). */
+/* Writes config.json, generation_config.json (BOS and EOS, as
+ * transformers derives it from config.json) and the weights as
+ * safetensors shards of at most max_shard_bytes in dtype (MT_DTYPE_F32 or
+ * MT_DTYPE_BF16) into dir (created if missing). */
 int mt_model_save(const mt_host_store *s, const mt_config *cfg, const char *dir, mt_dtype dtype,
                   size_t max_shard_bytes, mt_error *err);
 

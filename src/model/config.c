@@ -399,14 +399,29 @@ double mt_config_train_flops_per_token(const mt_config *c, int64_t T) {
 
 char *mt_config_to_json(const mt_config *c) { return mt_config_to_json_dtype(c, "float32"); }
 
-/* A float that reads back as one: transformers 5 checks the types of
- * config fields, and refuses 0 where it wants 0.0. */
-static void add_float(cJSON *r, const char *key, double v) {
-    char buf[40];
-    snprintf(buf, sizeof buf, "%.17g", v);
-    if (!strpbrk(buf, ".eEn")) strcat(buf, ".0");
+/* A float that reads back as one, as Python's repr writes it: the fewest
+ * digits that give v back (as an fp32 when single: rms_norm_eps 1e-05, not
+ * 9.99999974737875e-06), positional from 1e-4 to 1e16 (500000.0), else
+ * with an exponent. transformers 5 checks the types of config fields, and
+ * refuses 0 where it wants 0.0. */
+static void add_number(cJSON *r, const char *key, double v, bool single) {
+    char buf[48];
+    int digits = 1;
+    for (; digits < 17; digits++) {
+        snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
+        double back = strtod(buf, NULL);
+        if (single ? (float)back == (float)v : back == v) break;
+    }
+    snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
+    const char *e = strchr(buf, 'e');
+    int exp10 = e ? atoi(e + 1) : 0;
+    if (exp10 >= -4 && exp10 < 16) {
+        snprintf(buf, sizeof buf, "%.*f", digits - 1 - exp10 > 0 ? digits - 1 - exp10 : 0, v);
+        if (!strpbrk(buf, ".n")) strcat(buf, ".0");
+    }
     cJSON_AddRawToObject(r, key, buf);
 }
+static void add_float(cJSON *r, const char *key, double v) { add_number(r, key, v, false); }
 
 /* The MoE fields under the names of each type's published config.json
  * (transformers reads num_experts for qwen3_moe through its attribute map). */
@@ -448,16 +463,16 @@ char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
     cJSON_AddNumberToObject(r, "intermediate_size", (double)c->F);
     cJSON_AddNumberToObject(r, "vocab_size", (double)c->V);
     cJSON_AddNumberToObject(r, "max_position_embeddings", (double)c->max_pos);
-    cJSON_AddNumberToObject(r, "rms_norm_eps", c->rms_eps);
+    add_number(r, "rms_norm_eps", c->rms_eps, true);
     cJSON_AddStringToObject(r, "hidden_act", "silu");
     cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tie_embeddings);
-    cJSON_AddNumberToObject(r, "rope_theta", c->rope_theta);
+    add_float(r, "rope_theta", c->rope_theta);
     if (c->rope_kind == MT_ROPE_LLAMA3) {
         cJSON *s = cJSON_AddObjectToObject(r, "rope_scaling");
         cJSON_AddStringToObject(s, "rope_type", "llama3");
-        cJSON_AddNumberToObject(s, "factor", c->rope_factor);
-        cJSON_AddNumberToObject(s, "low_freq_factor", c->rope_low_freq_factor);
-        cJSON_AddNumberToObject(s, "high_freq_factor", c->rope_high_freq_factor);
+        add_float(s, "factor", c->rope_factor);
+        add_float(s, "low_freq_factor", c->rope_low_freq_factor);
+        add_float(s, "high_freq_factor", c->rope_high_freq_factor);
         cJSON_AddNumberToObject(s, "original_max_position_embeddings",
                                 (double)c->rope_orig_max_pos);
     }

@@ -1,7 +1,11 @@
 /* config.json parsing and the parameter table. */
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "io/file.h"
+#include "testlib.h"
 
 #include "model/config.h"
 #include "model/params.h"
@@ -107,6 +111,54 @@ Test(config, to_json_round_trips) {
     cr_assert_eq(b.rope_kind, MT_ROPE_LLAMA3);
     cr_assert_eq(b.rope_orig_max_pos, 64);
     cr_assert_eq(b.bos_id, a.bos_id);
+}
+
+/* The text of the number after "key": in json, into out; 0 when absent. */
+static int number_text(const char *json, const char *key, char *out, size_t n) {
+    char quoted[64];
+    snprintf(quoted, sizeof quoted, "\"%s\":", key);
+    const char *p = strstr(json, quoted);
+    if (!p) return 0;
+    p += strlen(quoted);
+    p += strspn(p, " \t\n");
+    size_t len = strcspn(p, ",}\n \t");
+    cr_assert_lt(len, n);
+    memcpy(out, p, len);
+    out[len] = 0;
+    return 1;
+}
+
+/* The floats of the config.json megatrain writes read as those transformers
+ * writes (Python's repr: 1e-05, 1000000.0, 0.1): for each fixture config of
+ * tests/fixtures/models written by transformers, the same text. */
+Test(config, floats_are_written_as_transformers_writes_them) {
+    static const char *const models[] = {"llama_gqa", "mistral", "mixtral_moe",
+                                         "qwen2_bias_tied", "qwen2_moe_shared",
+                                         "qwen3_moe_qknorm", "qwen3_qknorm_mqa"};
+    static const char *const keys[] = {"rms_norm_eps", "rope_theta", "factor", "low_freq_factor",
+                                       "high_freq_factor", "router_aux_loss_coef"};
+    int compared = 0;
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
+        char path[1024], *theirs;
+        size_t len;
+        mt_error err;
+        snprintf(path, sizeof path, "%s/models/%s/config.json", mt_test_fixtures_dir(), models[i]);
+        cr_assert_eq(mt_read_file(path, &theirs, &len, &err), 0, "%s", err.msg);
+        mt_config c;
+        cr_assert_eq(mt_config_parse(&c, theirs, path, &err), 0, "%s", err.msg);
+        char *ours = mt_config_to_json(&c);
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+            char a[64], b[64];
+            if (!number_text(theirs, keys[k], a, sizeof a)) continue;
+            cr_assert(number_text(ours, keys[k], b, sizeof b), "%s: no %s in\n%s", models[i],
+                      keys[k], ours);
+            cr_expect_str_eq(b, a, "%s: %s", models[i], keys[k]);
+            compared++;
+        }
+        free(ours);
+        free(theirs);
+    }
+    cr_assert_geq(compared, 16);
 }
 
 Test(params, layout_is_layer_major_aligned_and_counts_match) {

@@ -60,7 +60,7 @@ def test_a_model_found_nowhere_says_how_to_get_it(cache, tmp_path, monkeypatch, 
 
 
 def test_a_dataset_name_is_loaded_with_datasets(tmp_path, monkeypatch):
-    datasets = pytest.importorskip("datasets")
+    import datasets  # tests/python/requirements.txt
     calls = []
     records = [{"text": f"Hub record {i}: the quick brown fox."} for i in range(300)]
 

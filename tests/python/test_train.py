@@ -6,6 +6,7 @@ never stopped; errors carry the library's message."""
 import filecmp
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -203,6 +204,16 @@ def test_eval_takes_the_model_length(tmp_path, hf_model):
     assert r == megatrain.eval(hf_model, data, seq_len=64, device="cpu")  # its max_positions
     p = run_cli("eval", "--model", hf_model, "--data", data, "--device", "cpu")
     assert f"loss {r['loss']:.6f}" in p.stdout
+
+
+def test_a_saved_model_has_a_generation_config(tmp_path, hf_model):
+    # as transformers derives it from config.json when a model has none
+    for d in (hf_model, megatrain.train(dict(SMALL_RUN, out=tmp_path / "run"),
+                                        on_event=None)["model"]):
+        config = json.loads((Path(d) / "config.json").read_text())
+        gen = json.loads((Path(d) / "generation_config.json").read_text())
+        ids = {k: config[k] for k in ("bos_token_id", "eos_token_id") if k in config}
+        assert gen == {"_from_model_config": True, **ids} and "bos_token_id" in ids
 
 
 def test_init_refuses_an_existing_directory(tmp_path):
