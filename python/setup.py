@@ -1,5 +1,7 @@
-"""Builds libmegatrain.so with the repository's Makefile and puts a copy in
-the package, so that `pip install ./python` is the one command. The
+"""Builds libmegatrain.so and the megatrain command with the repository's
+Makefile and puts a copy of each in the package (the command is installed
+as the console script `megatrain`: megatrain/cli.py), so that `pip install
+./python` is the one command. The
 version is the library's (include/megatrain.h). Environment:
   MEGATRAIN_BUILD  the make build folder, relative to the repository root
                    (default: build, the one `make build` uses)
@@ -32,20 +34,23 @@ def version():
 
 
 class BuildWithLibrary(build_py):
-    """build_py, plus `make BUILD/libmegatrain.so` and a copy of it."""
+    """build_py, plus `make BUILD/libmegatrain.so BUILD/megatrain` and a copy
+    of each (the command as megatrain/bin/megatrain, executable)."""
 
     def run(self):
         super().run()
         build = os.environ.get("MEGATRAIN_BUILD", "build")
-        lib = os.path.join(build, "libmegatrain.so")
-        cmd = ["make", "-C", ROOT, f"BUILD={build}", lib]
+        lib, exe = os.path.join(build, "libmegatrain.so"), os.path.join(build, "megatrain")
+        cmd = ["make", "-C", ROOT, f"BUILD={build}", lib, exe]
         if "-j" not in os.environ.get("MAKEFLAGS", ""):
             cmd.insert(1, f"-j{os.cpu_count() or 1}")
         print("megatrain: " + " ".join(cmd))
         subprocess.check_call(cmd)
         dest = os.path.join(self.build_lib, "megatrain")
-        os.makedirs(dest, exist_ok=True)
+        os.makedirs(os.path.join(dest, "bin"), exist_ok=True)
         shutil.copyfile(os.path.join(ROOT, lib), os.path.join(dest, "libmegatrain.so"))
+        shutil.copyfile(os.path.join(ROOT, exe), os.path.join(dest, "bin", "megatrain"))
+        os.chmod(os.path.join(dest, "bin", "megatrain"), 0o755)
 
 
 class PlatformWheel(bdist_wheel):

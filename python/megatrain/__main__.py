@@ -1,0 +1,4 @@
+"""python -m megatrain: the megatrain command (megatrain.cli)."""
+from .cli import main
+
+main()
