@@ -1,5 +1,6 @@
 # megatrain build.
-#   make run       set up, build, train the built-in tiny model
+#   make run       set up, build (only what the demo needs), train the built-in
+#                  tiny model
 #   make test      set up, build, check that no files depend on each other in
 #                  a circle, run every test that needs no GPU (C, the
 #                  installed library, the Python package: tests/python)
@@ -177,9 +178,17 @@ $(BUILD)/mt_gpu_tests: $(GPU_TEST_OBJ) $(BUILD)/libmegatrain.a
 $(BUILD)/gemm_bench: bench/gemm_bench.c $(BUILD)/libmegatrain.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libmegatrain.a $(LDLIBS)
 
+# make run builds only what the demo needs, on every core: with a GPU here
+# (nvidia-smi) and nvcc, its one architecture, in BUILD/sm_NN; else the CPU
+# build, in BUILD/cpu (a folder each: make does not rebuild objects when
+# flags change).
+RUN_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 run: setup
-	@$(MAKE) --no-print-directory $(BUILD)/megatrain
-	$(BUILD)/megatrain train
+	@sm=$$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .'); \
+	if [ -n "$(NVCC)" ] && [ -n "$$sm" ]; then b=$(BUILD)/sm_$$sm; only="CUDA_ARCHS=$$sm"; \
+	else b=$(BUILD)/cpu; only="NVCC="; fi; \
+	$(MAKE) --no-print-directory $(if $(filter -j%,$(MAKEFLAGS)),,-j$(RUN_JOBS)) BUILD=$$b $$only \
+	    $$b/megatrain && echo "$$b/megatrain train" && $$b/megatrain train
 
 test: setup
 	@$(MAKE) --no-print-directory build
