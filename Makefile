@@ -181,18 +181,20 @@ $(BUILD)/gemm_bench: bench/gemm_bench.c $(BUILD)/libmegatrain.a
 # make run builds only what the demo needs, on every core: with a GPU here
 # (nvidia-smi) and nvcc, its one architecture, in BUILD/sm_NN; else the CPU
 # build, in BUILD/cpu (a folder each: make does not rebuild objects when
-# flags change).
+# flags change). Recursive variables: nvidia-smi runs only for make run.
 RUN_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+RUN_SM = $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .')
+RUN_GPU = $(if $(NVCC),$(RUN_SM))
+RUN_BUILD = $(if $(RUN_GPU),$(BUILD)/sm_$(RUN_GPU),$(BUILD)/cpu)
 run: setup
-	@sm=$$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .'); \
-	if [ -n "$(NVCC)" ] && [ -n "$$sm" ]; then b=$(BUILD)/sm_$$sm; only="CUDA_ARCHS=$$sm"; \
-	else b=$(BUILD)/cpu; only="NVCC="; fi; \
-	$(MAKE) --no-print-directory $(if $(filter -j%,$(MAKEFLAGS)),,-j$(RUN_JOBS)) BUILD=$$b $$only \
-	    $$b/megatrain && echo "$$b/megatrain train" && $$b/megatrain train
+	@$(MAKE) --no-print-directory $(if $(filter -j%,$(MAKEFLAGS)),,-j$(RUN_JOBS)) \
+	    BUILD=$(RUN_BUILD) $(if $(RUN_GPU),CUDA_ARCHS=$(RUN_GPU),NVCC=) $(RUN_BUILD)/megatrain
+	$(RUN_BUILD)/megatrain train
 
 test: setup
 	@$(MAKE) --no-print-directory build
 	scripts/check_circles.sh $(BUILD)
+	scripts/check_make_run.sh $(BUILD)
 	$(BUILD)/mt_tests --jobs 2
 	scripts/test_install.sh $(BUILD)
 	scripts/test_python.sh $(BUILD)
