@@ -3,8 +3,8 @@
 # Python tests need, when they are missing and we are root; otherwise says
 # what to install. --check: are the build's packages there (no install)?
 # The Python tests' PyPI packages (tests/python/requirements.txt: pyarrow,
-# tensorboard)
-# go into a virtual environment in the build folder: scripts/test_python.sh.
+# tensorboard, datasets, wandb, mlflow-skinny) go into a virtual environment
+# in the build folder: scripts/test_python.sh.
 set -euo pipefail
 pkgs=(gcc make libcjson-dev libpcre2-dev libutf8proc-dev libyaml-dev libcriterion-dev gnuplot-nox
       libxxhash-dev clang libclang-rt-14-dev pkg-config zlib1g-dev libzstd-dev

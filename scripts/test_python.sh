@@ -26,4 +26,4 @@ fi
 MEGATRAIN_BUILD=$build "${pip[@]}" install --no-build-isolation --no-deps ./python
 export MEGATRAIN_CLI=$build/megatrain MEGATRAIN=$build/megatrain MEGATRAIN_BUILD=$build
 unset MEGATRAIN_LIB
-"$py" -m pytest -p no:cacheprovider tests/python
+"$py" -m pytest -p no:cacheprovider -rs tests/python  # -rs: the reason of each skip
