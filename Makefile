@@ -178,7 +178,8 @@ $(BUILD)/mt_gpu_tests: $(GPU_TEST_OBJ) $(BUILD)/libmegatrain.a
 $(BUILD)/gemm_bench: bench/gemm_bench.c $(BUILD)/libmegatrain.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libmegatrain.a $(LDLIBS)
 
-# make run builds only what the demo needs, on every core: with a GPU here
+# make run builds only what the demo needs, on every core (make test builds
+# everything, on every core too): with a GPU here
 # (nvidia-smi) and nvcc, its one architecture, in BUILD/sm_NN; else the CPU
 # build, in BUILD/cpu (a folder each: make does not rebuild objects when
 # flags change). Recursive variables: nvidia-smi runs only for make run.
@@ -192,7 +193,7 @@ run: setup
 	$(RUN_BUILD)/megatrain train
 
 test: setup
-	@$(MAKE) --no-print-directory build
+	@$(MAKE) --no-print-directory $(if $(filter -j%,$(MAKEFLAGS)),,-j$(RUN_JOBS)) build
 	scripts/check_circles.sh $(BUILD)
 	scripts/check_make_run.sh $(BUILD)
 	$(BUILD)/mt_tests --jobs 2
