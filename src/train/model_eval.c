@@ -93,9 +93,14 @@ int mt_eval_model(mt_loaded_model *m, const mt_eval_opts *o, mt_eval_result *res
     }
     if (!count) {
         mt_data_stats st = mt_dataset_stats(ds);
-        mt_errorf(err, "%s: no row of seq_len + 1 = %lld tokens with a loss (the data holds %lld "
-                  "tokens, %lld with a loss); lower --seq-len", o->data, (long long)T + 1,
-                  (long long)st.tokens, (long long)st.trainable);
+        if (st.trainable == 0)
+            mt_errorf(err, "%s: none of its %lld tokens has a loss (prompts only?): give data with "
+                      "text, completions or assistant turns", o->data, (long long)st.tokens);
+        else
+            mt_errorf(err, "%s: no row of seq_len + 1 = %lld tokens with a loss (the data holds "
+                      "%lld tokens, %lld with a loss); lower --seq-len to %lld or less", o->data,
+                      (long long)T + 1, (long long)st.tokens, (long long)st.trainable,
+                      (long long)(st.tokens > 1 ? st.tokens - 1 : 1));
         goto out;
     }
     *res = (mt_eval_result){.loss = sum / count, .perplexity = exp(sum / count),
