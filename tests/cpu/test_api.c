@@ -359,6 +359,13 @@ Test(api, eval_takes_the_model_length_and_a_partial_batch, .timeout = 120) {
     cr_assert_eq(mt_model_eval(m, &eo, &one), -1);
     cr_assert(strstr(mt_last_error(), "small.jsonl") && strstr(mt_last_error(), "lower --seq-len"),
               "%s", mt_last_error());
+    /* the seq_len it names reads the data */
+    const char *fit = strstr(mt_last_error(), "lower --seq-len to ");
+    cr_assert(fit, "%s", mt_last_error());
+    eo.seq_len = strtoll(fit + strlen("lower --seq-len to "), NULL, 10);
+    cr_assert_eq(mt_model_eval(m, &eo, &one), 0, "seq_len %lld: %s", (long long)eo.seq_len,
+                 mt_last_error());
+    cr_assert_eq(one.batches, 1);
     mt_model_close(m);
 
     /* a model of 2048 positions: rows of 1024 */
