@@ -67,7 +67,7 @@ class _Tracker:
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        self.finish()
+        self.finish(failed=exc_type is not None)
 
 
 class WandbCallback(_Tracker):
@@ -84,10 +84,11 @@ class WandbCallback(_Tracker):
             self.run, self.owned = self.wandb.init(**self.init), True
         self.run.log(values, step=step)
 
-    def finish(self):
-        """Ends the run this callback started (not one it was given)."""
+    def finish(self, failed=False):
+        """Ends the run this callback started (not one it was given); exit
+        code 1 when failed."""
         if self.owned and self.run is not None:
-            self.run.finish()
+            self.run.finish(exit_code=1 if failed else 0)
         self.owned = False
 
 
@@ -124,8 +125,8 @@ class MLflowCallback(_Tracker):
         self.client.log_batch(self.run_id, metrics=[self.metric(k, v, now, step)
                                                     for k, v in values.items()])
 
-    def finish(self):
-        """Ends the run this callback started (FINISHED)."""
+    def finish(self, failed=False):
+        """Ends the run this callback started: FINISHED, or FAILED."""
         if self.owned and self.run_id is not None:
-            self.client.set_terminated(self.run_id)
+            self.client.set_terminated(self.run_id, "FAILED" if failed else "FINISHED")
         self.owned = False

@@ -4,6 +4,7 @@ metrics.jsonl holds. W&B in its offline mode, MLflow with a local store;
 a tracker that is not installed is skipped, saying so."""
 import json
 import sys
+import time
 
 import pytest
 
@@ -42,6 +43,13 @@ def test_mlflow_gets_every_step(tmp_path, monkeypatch):
     # metrics.jsonl prints 9 significant digits: within 5e-9 relative
     assert history == [(r["step"], pytest.approx(r["loss"], rel=1e-8)) for r in rows]
     assert len(history) == 6 and len([e for e in seen if e.kind == "step"]) == 6
+    # a run that raises ends FAILED
+    with pytest.raises(megatrain.MegatrainError):
+        with MLflowCallback(tracking_uri=uri) as cb:
+            with megatrain.Run(SMALL_RUN, out=tmp_path / "run2", on_event=cb) as run:
+                run.step()
+                megatrain.Model("/nonexistent/model")
+    assert client.get_run(cb.run_id).info.status == "FAILED"
 
 
 def wandb_records(path):
@@ -57,6 +65,8 @@ def wandb_records(path):
             continue
         length = int.from_bytes(data[pos + 4:pos + 6], "little")
         kind = data[pos + 6]
+        if pos + 7 + length > len(data):  # still being written
+            break
         piece = data[pos + 7:pos + 7 + length]
         pos += 7 + length
         if kind == 0 and length == 0:
@@ -77,10 +87,21 @@ def test_wandb_offline_gets_every_step(tmp_path, monkeypatch):
         megatrain.train(SMALL_RUN, out=tmp_path / "run", on_event=chain(None, cb))
     files = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(files) == 1, "one offline run"
+    # wandb's service writes the file on after finish() returns: read it
+    # once it holds the run's exit record
+    deadline = time.monotonic() + 60
+    while True:
+        records = []
+        for data in wandb_records(files[0]):
+            rec = wandb_internal_pb2.Record()
+            rec.ParseFromString(data)
+            records.append(rec)
+        if any(r.WhichOneof("record_type") == "exit" for r in records):
+            break
+        assert time.monotonic() < deadline, "the offline run file has no exit record"
+        time.sleep(0.2)
     history = []
-    for data in wandb_records(files[0]):
-        rec = wandb_internal_pb2.Record()
-        rec.ParseFromString(data)
+    for rec in records:
         if rec.WhichOneof("record_type") == "history":
             items = {i.key or "/".join(i.nested_key): json.loads(i.value_json)
                      for i in rec.history.item}
