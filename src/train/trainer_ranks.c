@@ -196,7 +196,7 @@ int mt_run_backend_init(mt_run *R, const mt_runner_opts *ro, mt_error *err) {
 
 void mt_run_backend_free(mt_run *R) {
     if (R->cpu_ranks) {
-        mt_cpu_ranks_backend_free(R->r.be);
+        R->r.be->ops->destroy(R->r.be);
         R->r.be = NULL;
         R->cpu_ranks = 0;
         return;
