@@ -123,13 +123,15 @@ const mt_opt mt_tc_options[] = {
     {"calibration", MT_OPT_STRING, OFF(calibration), "", NULL, ANY, NULL, "PATH", NULL,
      "machine rates for the planner (megatrain calibrate); empty: a short probe"},
     {"nvme_dir", MT_OPT_STRING, OFF(nvme_dir), "", NULL, ANY, NULL, "DIR[,DIR...]", NULL,
-     "directories (fast disks) for the optimizer state of the layers disk_layers names, "
-     "striped over them; the files are working state, gone when the run ends (resume "
-     "checkpoints stay complete and separate)"},
-    {"disk_layers", MT_OPT_INT, OFF(disk_layers), "0", NULL, AT_LEAST(0), NULL, "N", NULL,
-     "with nvme_dir: the Adam m and v of the last N layers (the head first) live on disk, "
-     "read and written around their update, so the RAM holds 8 bytes per parameter less of "
-     "them"},
+     "directories (fast disks, one per drive) for the Adam m and v of the layers the host "
+     "budget cannot hold, striped over them; the files are working state, gone when the run "
+     "ends (resume checkpoints stay complete and separate)"},
+    {"disk_mem", MT_OPT_FLOAT, OFF(disk_mem), "0", NULL, NONNEG, NULL, "GB", NULL,
+     "with nvme_dir: disk the optimizer state may take; 0: the directories' free space"},
+    {"disk_layers", MT_OPT_INT, OFF(disk_layers), "-1", NULL, AT_LEAST(-1), NULL, "N", NULL,
+     "with nvme_dir: the Adam m and v of the last N layers (the head first) live on disk, read "
+     "and written around their update (8 bytes per parameter less RAM, 16 of disk traffic a "
+     "step); -1: the fewest the host budget needs (none when it holds them all)"},
 
     {"eval_data", MT_OPT_STRING, OFF(eval_data), "", NULL, ANY, NULL, "PATH", "Evaluation",
      "held-out data (a file or a directory) whose loss is logged; empty: none"},

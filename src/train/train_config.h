@@ -28,7 +28,7 @@
 /* Longest path or string value, terminator included. */
 #define MT_TC_STR MT_OPT_STR
 /* Room for the options of the table (a static assert keeps it large enough). */
-#define MT_TC_MAX_OPTIONS 48
+#define MT_TC_MAX_OPTIONS 56
 
 typedef enum mt_tc_data_format {
     MT_TC_DATA_AUTO, MT_TC_DATA_TEXT, MT_TC_DATA_COMPLETION, MT_TC_DATA_CHAT, MT_TC_DATA_TOKENS
@@ -85,7 +85,8 @@ typedef struct mt_train_config {
     int host_grad_dtype;            // auto | fp32 | bf16
     char calibration[MT_TC_STR];    // "" = probe
     char nvme_dir[MT_TC_STR];       // directories of the disk tier, "DIR[,DIR...]"; "" = none
-    int64_t disk_layers;            // layers whose m and v live there (the last ones)
+    double disk_mem;                // GB of disk the tier may take; 0 = the free space
+    int64_t disk_layers;            // layers whose m and v live there (the last ones); -1 auto
     /* evaluation and logging */
     char eval_data[MT_TC_STR];      // held-out data; "" = none
     int64_t eval_every, eval_batches;

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "backend/cpu/backend_cpu.h"
+#include "host/disk_state.h"
 #include "util/mem.h"
 
 
@@ -23,23 +24,33 @@ static size_t data_bytes(const mt_train_config *tc) {
     return mt_mul_size((size_t)st.st_size, 6, &b) ? b : SIZE_MAX;
 }
 
-int mt_train_state_on_disk(const mt_train_config *tc, const mt_param_table *t, uint8_t *on_disk) {
-    int n = !tc->nvme_dir[0] ? 0
-            : tc->disk_layers < t->n_layers ? (int)tc->disk_layers : t->n_layers;
-    for (int l = 0; on_disk && l < t->n_layers; l++) on_disk[l] = l >= t->n_layers - n;
-    return n;
+/* The last layers whose m and v the run keeps on disk: 0 without nvme_dir
+ * and while disk_layers is -1 (not chosen yet). */
+static int disk_layers_of(const mt_train_config *tc, const mt_param_table *t) {
+    return !tc->nvme_dir[0] || tc->disk_layers < 0 ? 0
+           : tc->disk_layers < t->n_layers ? (int)tc->disk_layers : t->n_layers;
 }
 
 /* RAM the m and v of the disk layers do not take, less their staging. */
 static size_t disk_saving(const mt_train_config *tc, const mt_param_table *t) {
-    int n = mt_train_state_on_disk(tc, t, NULL);
-    size_t saved = 0, most = 0;
-    for (int l = t->n_layers - n; l < t->n_layers; l++) {
-        saved += 2 * t->layers[l].numel * sizeof(float);
-        if (t->layers[l].numel > most) most = t->layers[l].numel;
+    double disk, freed;
+    mt_disk_tier_sizes(t, disk_layers_of(tc, t), &disk, &freed);
+    return freed > 0 ? (size_t)freed : 0;
+}
+
+int mt_train_disk_layers_needed(const mt_train_config *tc, const mt_config *cfg,
+                                const mt_param_table *t, int store_grads, int cpu,
+                                size_t available) {
+    if (!tc->nvme_dir[0]) return 0;
+    if (tc->disk_layers >= 0) return disk_layers_of(tc, t);
+    mt_train_config probe = *tc;
+    for (int n = 0; n <= t->n_layers; n++) {
+        probe.disk_layers = n;
+        mt_train_host_bytes b;
+        if (mt_train_host_bytes_compute(&probe, cfg, t, store_grads, cpu, &b, NULL)) return 0;
+        if (!available || b.total <= available) return n;
     }
-    size_t staging = MT_DISK_STAGING_BUFFERS * 2 * most * sizeof(float);
-    return saved > staging ? saved - staging : 0;
+    return t->n_layers;
 }
 
 int mt_train_host_bytes_compute(const mt_train_config *tc, const mt_config *cfg,
@@ -114,8 +125,9 @@ int mt_train_check_host_memory(const mt_train_config *tc, const mt_config *cfg,
         snprintf(fix, sizeof fix, "even --batch-size 1 does not fit: use --batch-size 1 and "
                  "--seq-len %lld or less", (long long)tmax);
     else
-        snprintf(fix, sizeof fix, "the model state alone does not fit: use a smaller model or "
-                 "a machine with more RAM");
+        snprintf(fix, sizeof fix, "the model state alone does not fit: use a smaller model, "
+                 "a machine with more RAM%s", tc->nvme_dir[0] ? "" : ", or keep the optimizer "
+                 "state of some layers on disk (--nvme-dir)");
     return mt_errorf(err, "this run needs %.2f GB of host RAM, %.2f GB are available: model "
                      "state %.2f GB, %s %.2f GB (%lld x %lld x %lld tokens), batch buffers "
                      "%.2f GB, data %.2f GB; %s", gb(b.total), gb(available), gb(b.store),

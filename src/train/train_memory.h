@@ -23,14 +23,14 @@ typedef struct mt_train_host_bytes {
     size_t total;
 } mt_train_host_bytes;
 
-/* The layers whose m and v the run keeps on disk (tc->disk_layers of them,
- * the last ones: the optimizer updates them last, so the next forward
- * needs them last) into on_disk (t->n_layers entries, may be NULL);
- * returns how many. 0 without nvme_dir. */
-int mt_train_state_on_disk(const mt_train_config *tc, const mt_param_table *t, uint8_t *on_disk);
-
-/* Staging buffers of the disk tier (host/disk_state.h). */
-#define MT_DISK_STAGING_BUFFERS 3
+/* The layers whose m and v a run keeps on disk, the last ones (the
+ * optimizer updates them last, so the next forward needs them last):
+ * tc->disk_layers when set; when -1 (its choice) the fewest with which its
+ * host bytes fit in `available` (all of them when none does: the memory
+ * check then says so); 0 without nvme_dir. */
+int mt_train_disk_layers_needed(const mt_train_config *tc, const mt_config *cfg,
+                                const mt_param_table *t, int store_grads, int cpu,
+                                size_t available);
 
 /* Fills *b for the run tc of the model (cfg, t); store_grads and cpu say
  * whether the store holds gradients and whether the CPU backend computes.

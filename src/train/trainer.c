@@ -374,9 +374,9 @@ static int setup(mt_run *R, mt_error *err) {
                          .comm = R->rk.comm, .link_gbs = R->rk.link_gbs};
     /* the CPU backends and the planner-less GPU path read the store's g */
     int store_grads = !gpu || tc->host_checkpoints;
-    if (mt_train_check_host_memory(tc, &R->cfg, mt_run_store_table(R), store_grads, !gpu,
-                                   mt_host_ram_available_bytes(), err))
-        return -1;
+    ro.nvme_dir = tc->nvme_dir;
+    ro.disk_mem_gb = tc->disk_mem;
+    ro.disk_layers = R->several ? 0 : (int)tc->disk_layers;
     /* the planner prints the probe's rates and the placement to a FILE */
     char *plan_text = NULL;
     size_t plan_len = 0;
@@ -389,7 +389,19 @@ static int setup(mt_run *R, mt_error *err) {
     free(plan_text);
     if (rc) return -1;
     ro.plan = R->plan;
-    if (mt_run_store_open(R, store_grads, err)) return -1;
+    /* the host's bytes with the disk layers the planner chose, or (on the
+     * CPU) the fewest the RAM needs */
+    mt_train_config resolved = *tc;
+    size_t avail = mt_host_ram_available_bytes();
+    resolved.disk_layers = R->several ? 0
+                           : R->plan ? mt_runner_plan_disk_layers(R->plan)
+                           : mt_train_disk_layers_needed(tc, &R->cfg, mt_run_store_table(R),
+                                                         store_grads, !gpu, avail);
+    R->disk_layers = (int)resolved.disk_layers;
+    if (mt_train_check_host_memory(&resolved, &R->cfg, mt_run_store_table(R), store_grads, !gpu,
+                                   avail, err) ||
+        mt_run_store_open(R, store_grads, err))
+        return -1;
     mt_emitf(&R->ev, MT_EVENT_INFO, "model: %s %s, %.2fM parameters, %lld layers, hidden %lld, "
              "vocab %lld", tc->model[0] ? tc->model : "built-in", R->cfg.model_type,
              R->table.n_params / 1e6, (long long)R->cfg.L, (long long)R->cfg.C,

@@ -49,6 +49,7 @@ struct mt_run {
     uint64_t rng;
     mt_runner r;
     mt_runner_plan *plan;    /* CUDA training: the placement */
+    int disk_layers;         /* the last layers whose m and v live on disk (resolved) */
     mt_optimizer opt;
     mt_optim_pipeline pipe;
     int pipe_on;
