@@ -4,6 +4,7 @@
 #ifndef MT_TRAIN_TRAIN_MEMORY_H
 #define MT_TRAIN_TRAIN_MEMORY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "train/train_config.h"
@@ -18,7 +19,9 @@ typedef struct mt_train_host_bytes {
     size_t store;   /* w, m, v (and g when the store holds gradients) */
     size_t acts;    /* the CPU backend's buffers; 0 on the GPU (it plans its own) */
     size_t batch;   /* token and target buffers of one step, and the packer's row */
-    size_t data;    /* an estimate: the JSONL text and its token ids; 0 for .mtok (mapped) */
+    size_t data;    /* an estimate: the JSONL text and its token ids; 0 for .mtok (mapped);
+                       compressed files count what they decompress to */
+    bool data_partial; /* data is a lower bound: its count stopped past what was available */
     size_t total;
 } mt_train_host_bytes;
 
