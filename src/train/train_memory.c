@@ -130,7 +130,10 @@ static double gb(size_t n) { return (double)n / 1e9; }
 
 int mt_train_check_host_memory(const mt_train_config *tc, const mt_config *cfg,
                                const mt_param_table *t, int store_grads, int cpu,
-                               size_t available, mt_error *err) {
+                               size_t available, size_t host_mem, mt_error *err) {
+    /* the smaller of the two binds, and the message names it */
+    bool budget = host_mem && (!available || host_mem < available);
+    if (budget) available = host_mem;
     mt_train_host_bytes b;
     bool partial;
     /* counting compressed data stops once it alone is past what is available */
@@ -142,7 +145,7 @@ int mt_train_check_host_memory(const mt_train_config *tc, const mt_config *cfg,
     probe = *tc;
     int64_t tmax =
         bmax ? 0 : largest(&probe, cfg, t, store_grads, cpu, data, available, tc->seq_len, 0);
-    char fix[320];
+    char fix[360];
     if (bmax)
         snprintf(fix, sizeof fix, "use --batch-size %lld or less (and more --micro-batches for "
                  "the same tokens per step), or train on a GPU",
@@ -157,10 +160,19 @@ int mt_train_check_host_memory(const mt_train_config *tc, const mt_config *cfg,
     else
         snprintf(fix, sizeof fix, "the model state alone does not fit: use a smaller model or "
                  "a machine with more RAM");
-    return mt_errorf(err, "this run needs %s%.2f GB of host RAM, %.2f GB are available: model "
+    if (budget) { /* the fix may also be a larger budget */
+        size_t len = strlen(fix);
+        snprintf(fix + len, sizeof fix - len, "; or raise --host-mem");
+    }
+    char have[96];
+    if (budget)
+        snprintf(have, sizeof have, "--host-mem allows %.2f GB", gb(available));
+    else
+        snprintf(have, sizeof have, "%.2f GB are available", gb(available));
+    return mt_errorf(err, "this run needs %s%.2f GB of host RAM, %s: model "
                      "state %.2f GB, %s %.2f GB (%lld x %lld x %lld tokens), batch buffers "
                      "%.2f GB, data %s%.2f GB%s; %s", b.data_partial ? "more than " : "",
-                     gb(b.total), gb(available), gb(b.store),
+                     gb(b.total), have, gb(b.store),
                      cpu ? "CPU activations" : "activations on the GPU", gb(b.acts),
                      (long long)tc->micro_batches, (long long)tc->batch_size,
                      (long long)tc->seq_len, gb(b.batch), b.data_partial ? "more than " : "",

@@ -34,9 +34,10 @@ int mt_train_host_bytes_compute(const mt_train_config *tc, const mt_config *cfg,
 
 /* Refuses (-1, err with every number, the available RAM and the largest
  * --batch-size or --seq-len that fits) when the run needs more than
- * `available` bytes; available = 0 checks only for overflow. */
+ * `available` bytes or than host_mem (the --host-mem budget, 0: none),
+ * whichever is smaller, naming which; both 0 check only for overflow. */
 int mt_train_check_host_memory(const mt_train_config *tc, const mt_config *cfg,
                                const mt_param_table *t, int store_grads, int cpu,
-                               size_t available, mt_error *err);
+                               size_t available, size_t host_mem, mt_error *err);
 
 #endif

@@ -379,8 +379,11 @@ static int setup(mt_run *R, mt_error *err) {
                          .comm = R->rk.comm};
     /* the CPU backends and the planner-less GPU path read the store's g */
     int store_grads = !gpu || tc->host_checkpoints;
+    /* --host-mem on the CPU (on the GPU the planner keeps to it) */
+    double host_mem = gpu ? 0 : mt_run_host_mem_share(R) * 1e9;
     if (mt_train_check_host_memory(tc, &R->cfg, mt_run_store_table(R), store_grads, !gpu,
-                                   mt_host_ram_available_bytes(), err))
+                                   mt_host_ram_available_bytes(),
+                                   host_mem >= 1.8e19 ? SIZE_MAX : (size_t)host_mem, err))
         return -1;
     /* the planner prints the probe's rates and the placement to a FILE */
     char *plan_text = NULL;
