@@ -7,6 +7,7 @@
  * What a checkpoint records of the run, and the saves: trainer_state.c. */
 #include "train/trainer.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,6 +199,36 @@ static void warn_empty_batches(mt_run *R) {
     R->empty_batches_said = R->empty_batches_run;
 }
 
+/* What taking a batch moves: the data position (JSON, as a checkpoint
+ * holds it), the built-in text's sampler, the skipped-batch counts. */
+typedef struct batch_state {
+    cJSON *data;
+    uint64_t rng;
+    int64_t empty_run, empty_said;
+} batch_state;
+
+/* Only a run that can abandon a step needs it. */
+static batch_state batch_state_get(const mt_run *R) {
+    batch_state s = {NULL, R->rng, R->empty_batches_run, R->empty_batches_said};
+    if (R->data && !R->several && R->r.be->ops->abandon_step) s.data = mt_dataset_pos_to_json(R->data);
+    return s;
+}
+
+static void batch_state_free(batch_state *s) {
+    cJSON_Delete(s->data);
+    s->data = NULL;
+}
+
+static void batch_state_set(mt_run *R, batch_state *s) {
+    mt_error err;
+    /* the position this dataset itself wrote: never refused */
+    MT_ASSERT(!R->data || (s->data && mt_dataset_pos_from_json(R->data, s->data, &err) == 0));
+    R->rng = s->rng;
+    R->empty_batches_run = s->empty_run;
+    R->empty_batches_said = s->empty_said;
+    batch_state_free(s);
+}
+
 /* ---- the loop ---- */
 
 /* This rank's micro-batches of the step, whose loss is a mean over the
@@ -232,13 +263,23 @@ static int step_sums(mt_run *R, double *sq, double *loss, mt_error *err) {
     return 0;
 }
 
+static int signal_caught(void *ctx) {
+    (void)ctx;
+    return mt_signals_pending();
+}
+
 /* Loss of this step; the optimizer's update is started (GPU: it runs
  * under the next step's forward) and described in rep. 1: the loss or a
  * gradient is not finite (R->nf says where; rep has the norm), and no
- * update was started. */
+ * update was started. 2: a signal came during the step, which was
+ * abandoned at the next layer (one process on the CPU; several ranks, and
+ * the GPU, finish the step): nothing of it is applied. */
 static int train_step(mt_run *R, double *loss, mt_optim_report *rep, mt_error *err) {
     mt_batch b = rank_batch(R);
-    if (mt_step_forward_backward(R->r.be, R->table.n_layers, &b, loss, err)) return -1;
+    mt_step_stop stop = {signal_caught, NULL};
+    int rc = mt_step_forward_backward_or_stop(R->r.be, R->table.n_layers, &b,
+                                              R->several ? NULL : &stop, loss, err);
+    if (rc) return rc < 0 ? -1 : 2;
     int nl = R->table.n_layers;
     double *sq = mt_malloc_or_die((size_t)(nl + 2) * sizeof *sq), total = 0;
     if (step_sums(R, sq, loss, err)) {
@@ -551,7 +592,7 @@ mt_run *mt_trainer_open(const mt_train_config *tc, const mt_events *ev, mt_error
         mt_trainer_close(R);
         return NULL;
     }
-    R->start_step = R->step;
+    R->start_step = R->saved_step = R->step;
     tc = R->tc;
     mt_emitf(&R->ev, MT_EVENT_INFO, "train: %lld steps of %lld x %lld x %lld tokens, lr %g (%s), "
              "out %s", (long long)R->total_steps, (long long)tc->micro_batches,
@@ -567,9 +608,12 @@ int mt_trainer_step(mt_run *R, mt_step_metrics *m, mt_error *err) {
                          "further", tc->out);
     if (R->step >= R->total_steps || R->data_done) return 1;
     if (R->t_start == 0) R->t_start = R->t_prev = mt_now_s();
+    /* where the data was, for a step that a signal abandons */
+    batch_state before = batch_state_get(R);
     int done = next_batch(R);
     warn_empty_batches(R);
     if (done) {
+        batch_state_free(&before);
         R->data_done = 1;
         mt_emitf(&R->ev, MT_EVENT_INFO, "train: the data ran out after %lld steps (epochs = %lld)",
                  (long long)R->step, (long long)tc->epochs);
@@ -578,6 +622,11 @@ int mt_trainer_step(mt_run *R, mt_step_metrics *m, mt_error *err) {
     double loss;
     mt_optim_report rep;
     int st = train_step(R, &loss, &rep, err);
+    if (st == 2) { /* as if the step had not begun: a checkpoint now is the state after step */
+        batch_state_set(R, &before);
+        return 2;
+    }
+    batch_state_free(&before);
     if (st < 0) return -1;
     /* the GPU's optimizer pipeline cannot skip an update: it stops */
     if (st == 1 && mt_nonfinite_decide(&R->nf, tc, R->step + 1, loss, rep.grad_norm, !R->r.gpu,
@@ -628,6 +677,26 @@ int mt_trainer_finish(mt_run *R, mt_error *err) {
     return 0;
 }
 
+/* A signal stops the run: the state after the last step done is saved,
+ * unless a checkpoint holds it already (a periodic save, the one resumed
+ * from) or no step was done since a fresh start. abandoned: the step after
+ * it was cut short, and nothing of it applied. */
+static int stop_on_signal(mt_run *R, int abandoned, mt_error *err) {
+    char cut[96] = "";
+    if (abandoned)
+        snprintf(cut, sizeof cut, " (step %lld, cut short, is not applied)",
+                 (long long)R->step + 1);
+    if (R->step == R->saved_step) {
+        mt_emitf(&R->ev, MT_EVENT_INFO, "train: signal %d: stopping at step %lld%s; %s",
+                 mt_signals_last(), (long long)R->step, cut,
+                 R->step ? "its checkpoint is already saved" : "no step was done, nothing to save");
+        return 0;
+    }
+    mt_emitf(&R->ev, MT_EVENT_INFO, "train: signal %d: saving a checkpoint at step %lld before "
+             "stopping%s", mt_signals_last(), (long long)R->step, cut);
+    return mt_run_save_checkpoint(R, err);
+}
+
 int mt_trainer_train(mt_run *R, mt_error *err) {
     mt_signals_install();
     if (R->t_start == 0) R->t_start = R->t_prev = mt_now_s();
@@ -636,10 +705,8 @@ int mt_trainer_train(mt_run *R, mt_error *err) {
         if (mt_run_stop_asked(R)) break;
     if (st < 0) {
         rc = -1;
-    } else if (st == 0) {
-        mt_emitf(&R->ev, MT_EVENT_INFO, "train: signal %d: saving a checkpoint at step %lld "
-                 "before stopping", mt_signals_last(), (long long)R->step);
-        rc = mt_run_save_checkpoint(R, err) ? -1 : 1;
+    } else if (st == 0 || st == 2) {
+        rc = stop_on_signal(R, st == 2, err) ? -1 : 1;
     } else {
         mt_emitf(&R->ev, MT_EVENT_INFO, "train: loss %.4f -> %.4f in %lld steps, %.1fs",
                  R->first_loss, R->last_loss, (long long)(R->step - R->start_step),

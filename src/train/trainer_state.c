@@ -110,8 +110,10 @@ int mt_run_save_checkpoint(mt_run *R, mt_error *err) {
                                 (int)R->tc->keep_last, path, sizeof path, err);
     }
     free(js);
-    if (!rc) mt_emitf(&R->ev, MT_EVENT_INFO, "checkpoint: %s (%.1fs)", path, mt_now_s() - t0);
-    return rc;
+    if (rc) return rc;
+    R->saved_step = R->step;
+    mt_emitf(&R->ev, MT_EVENT_INFO, "checkpoint: %s (%.1fs)", path, mt_now_s() - t0);
+    return 0;
 }
 
 static int save_model_files(mt_run *R, const mt_host_store *s, mt_error *err);

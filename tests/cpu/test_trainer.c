@@ -1,6 +1,7 @@
 /* The training run end to end on the CPU: exact resume, fine-tuning an HF
- * directory on JSONL data, stopping on SIGTERM with a checkpoint, and the
- * errors a user meets first. */
+ * directory on JSONL data, stopping on SIGTERM with a checkpoint (also in
+ * the middle of a long step), and the errors a user meets first. */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "megatrain.h"
+#include "util/sys.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 #include "host/store.h"
@@ -254,6 +256,104 @@ Test(trainer, sigterm_saves_a_checkpoint_and_resume_continues, .timeout = 120) {
     snprintf(extra, sizeof extra, "--steps %d --save-every 0 --resume auto", step + 2);
     config(&tc, out, extra);
     cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+/* The "trainer" object of a checkpoint's trainer_state.json without its
+ * options (which hold --steps), as text. */
+static char *trainer_state(const char *ckpt) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/trainer_state.json", ckpt);
+    char *text = slurp(path, NULL);
+    cJSON *o = cJSON_Parse(text);
+    cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "trainer");
+    cr_assert(cJSON_IsObject(t), "%s", text);
+    cJSON_DeleteItemFromObjectCaseSensitive(t, "config");
+    char *s = cJSON_PrintUnformatted(t);
+    cJSON_Delete(o);
+    free(text);
+    return s;
+}
+
+/* Issue 29: SIGTERM waited for the step under way (a CPU run with a long
+ * step still ran 10 minutes after it). Now the step stops at its next
+ * layer, nothing of it applied, and the checkpoint saved is the state after
+ * the last step done: the same bytes as an uninterrupted run's checkpoint
+ * of that step (weights, Adam state, data position). Steps of a few seconds
+ * (8 x 512 tokens x 4 micro-batches of the tiny model on JSONL data); the
+ * stop must come within half a step, where finishing the step took a whole
+ * one (the tiny model has 2 x 4 + 2 binds of 4 micro-batches a step: a
+ * check every 1/40 of it). */
+Test(trainer, sigterm_during_a_long_step_stops_at_the_next_layer, .timeout = 300) {
+    char *dir = mt_test_tmpdir(), a[256], b[256], data[300], metrics[600], ca[600], cb[600];
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    snprintf(data, sizeof data, "%s/text.jsonl", dir);
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", b);
+    FILE *f = fopen(data, "w");
+    for (int i = 0; i < 2000; i++)
+        fprintf(f, "{\"text\": \"Document %d: the quick brown fox jumps over the lazy dog, "
+                "again and again, %d times.\"}\n", i, i * 7 % 13);
+    fclose(f);
+    const char *shape = "--batch-size 8 --seq-len 512 --micro-batches 4 --device cpu";
+    char extra[512];
+    mt_train_config tc;
+    mt_error err;
+    snprintf(extra, sizeof extra, "--data %s --steps 3 --save-every 0 %s", data, shape);
+    pid_t pid = fork(); /* before any OpenMP work in this process (a forked pool hangs) */
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        config(&tc, b, extra);
+        _exit(mt_train(&tc, &err) == 1 ? 42 : 1);
+    }
+    /* step 1's row: step 2 has begun */
+    double step_s = 0;
+    for (int i = 0; i < 6000 && step_s == 0; i++) {
+        FILE *m = fopen(metrics, "r");
+        char line[4096];
+        if (m && fgets(line, sizeof line, m) && strchr(line, '\n')) {
+            cJSON *row = cJSON_Parse(line);
+            step_s = cJSON_GetObjectItemCaseSensitive(row, "step_time_s")->valuedouble;
+            cJSON_Delete(row);
+        }
+        if (m) fclose(m);
+        if (step_s == 0) usleep(20000);
+    }
+    if (step_s == 0) kill(pid, SIGKILL);
+    cr_assert_gt(step_s, 0, "no step was done");
+    double t0 = mt_now_s();
+    kill(pid, SIGTERM);
+    int status;
+    waitpid(pid, &status, 0);
+    double stop_s = mt_now_s() - t0;
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 42,
+              "the run stops cleanly (status %d)", status);
+    cr_assert_lt(stop_s, step_s / 2, "the stop took %.2f s, a step %.2f s", stop_s, step_s);
+    char found[1024];
+    cr_assert_eq(mt_checkpoint_find_latest(b, found, sizeof found, &err), 0, "%s", err.msg);
+    cr_assert(strstr(found, "step-00000001"), "the checkpoint is of step 1: %s", found);
+    /* the reference: one step, its checkpoint */
+    snprintf(extra, sizeof extra, "--data %s --steps 1 --save-every 1 %s", data, shape);
+    config(&tc, a, extra);
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    snprintf(ca, sizeof ca, "%s/checkpoints/step-00000001", a);
+    snprintf(cb, sizeof cb, "%s/checkpoints/step-00000001", b);
+    const char *files[] = {"model.safetensors", "optimizer.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        char pa[800], pb[800];
+        snprintf(pa, sizeof pa, "%s/%s", ca, files[i]);
+        snprintf(pb, sizeof pb, "%s/%s", cb, files[i]);
+        assert_same_file(pa, pb);
+    }
+    char *sa = trainer_state(ca), *sb = trainer_state(cb);
+    cr_assert_str_eq(sa, sb, "the state after step 1 (the data position past its batch only)");
+    free(sa);
+    free(sb);
+    size_t n;
+    char *rows = slurp(metrics, &n);
+    cr_assert(!strstr(rows, "\"step\":2"), "no row of the abandoned step: %s", rows);
+    free(rows);
     mt_test_rmtree(dir);
     free(dir);
 }

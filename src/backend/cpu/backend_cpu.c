@@ -293,6 +293,10 @@ static double cpu_end_step(mt_backend *be) {
     return cb->loss_sum + (aux != 0.0 ? aux / cb->dscale : 0.0);
 }
 
+/* Nothing to undo: the next begin_step clears the gradients, and nothing
+ * else of a step outlives it. */
+static void cpu_abandon_step(mt_backend *be) { (void)be; }
+
 static const mt_backend_ops cpu_ops = {
     .begin_step = cpu_begin_step,
     .bind_layer = cpu_bind_layer,
@@ -301,6 +305,7 @@ static const mt_backend_ops cpu_ops = {
     .backward = cpu_backward,
     .layer_grads_done = cpu_layer_grads_done,
     .end_step = cpu_end_step,
+    .abandon_step = cpu_abandon_step,
 };
 
 static float *alloc_floats(size_t n, size_t *total) {
