@@ -13,7 +13,7 @@ static void usage(FILE *f) {
             "  --model DIR         a Hugging Face model directory (ours or any other)\n"
             "  --tokenizer PATH    tokenizer.json (default: DIR/tokenizer.json)\n"
             "  --prompt TEXT       the text to continue (or give it as the last argument)\n"
-            "  --max-new-tokens N  (default 64)\n"
+            "  --max-new-tokens N  (default 64; at most the model's max positions)\n"
             "  --temperature X     0 = greedy (default 0.8)\n"
             "  --top-p X           nucleus sampling (default 0.95)\n"
             "  --seed N            sampling seed (default 1)\n"
@@ -56,7 +56,7 @@ int mt_cmd_generate(int argc, char **argv) {
         default: usage(stderr); return 2;
         }
         if (bad) {
-            fprintf(stderr, "megatrain generate: '%s' is not a number\n", optarg);
+            fprintf(stderr, "megatrain generate: '%s' is not a finite decimal number\n", optarg);
             return 2;
         }
     }
@@ -66,7 +66,7 @@ int mt_cmd_generate(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (n_new < 0 || temperature < 0 || top_p <= 0 || top_p > 1 || context < 0) {
+    if (n_new < 0 || !(temperature >= 0) || !(top_p > 0) || top_p > 1 || context < 0) {
         fprintf(stderr, "megatrain generate: need --max-new-tokens >= 0, --temperature >= 0, "
                 "0 < --top-p <= 1, --context >= 0\n");
         return 2;

@@ -13,6 +13,7 @@
 
 #include "train/train_config_internal.h"
 #include "data/data_spec.h"
+#include "util/args.h"
 
 #define OFF(field) offsetof(mt_train_config, field)
 /* Integers must survive a round trip through JSON numbers (doubles). */
@@ -136,7 +137,8 @@ const mt_tc_option mt_tc_options[] = {
     {"log_every", MT_TC_INT, OFF(log_every), "10", NULL, AT_LEAST(1), NULL, NULL, "Logging",
      "progress line and metrics.jsonl row every N steps"},
     {"sample_tokens", MT_TC_INT, OFF(sample_tokens), "0", "120", AT_LEAST(0), NULL, NULL, NULL,
-     "greedy sample of N tokens printed after training; 0: none"},
+     "greedy sample of N tokens printed after training (at most the model's positions); 0: "
+     "none"},
     {"tensorboard", MT_TC_BOOL, OFF(tensorboard), "true", NULL, ANY, NULL, NULL, NULL,
      "also write the metrics as TensorBoard event files in out/tensorboard"},
 };
@@ -251,19 +253,32 @@ static int parse_bool(const char *s, bool *out) {
     return -1;
 }
 
-/* Integers may be written 1000 or 1e3, not 2.5. */
+/* Integers may be written 1000 or 1e3, not 2.5 or 0x10, and are read
+ * exactly: past 2^53 (the largest a JSON number keeps) *out is a value past
+ * it that the range check refuses, never a neighbour rounded back in. */
 static int parse_int(const char *s, double *out) {
+    if (!mt_decimal_text(s)) return -1;
     char *end;
     errno = 0;
+    if (!strpbrk(s, ".eE")) { /* digits: exact */
+        long long v = strtoll(s, &end, 10);
+        long long most = (long long)INT_MAX_EXACT;
+        bool big = errno == ERANGE || v > most || v < -most;
+        *out = !big ? (double)v : s[0] == '-' ? -2 * INT_MAX_EXACT : 2 * INT_MAX_EXACT;
+        return 0;
+    }
     double v = strtod(s, &end);
-    if (end == s || *end || errno || !isfinite(v) || v != floor(v)) return -1;
-    *out = v;
+    if (*end || !isfinite(v) || v != floor(v)) return -1;
+    /* at 2^53 and beyond a double may be a rounded neighbour of the text */
+    *out = fabs(v) < INT_MAX_EXACT ? v : v < 0 ? -2 * INT_MAX_EXACT : 2 * INT_MAX_EXACT;
     return 0;
 }
 
+/* Decimal numbers only: strtod would read 0x10 as 16. */
 static int parse_float(const char *s, double *out) {
     char *end;
     errno = 0;
+    if (!mt_decimal_text(s)) return -1;
     double v = strtod(s, &end);
     if (end == s || *end || !isfinite(v) || (errno && v != 0)) return -1;
     *out = v;
@@ -281,14 +296,15 @@ int mt_tc_set(mt_train_config *cfg, const mt_tc_option *o, const char *value, co
         break;
     case MT_TC_INT:
         if (parse_int(value, &v))
-            return mt_errorf(err, "%s: expected an integer, got '%s'", label, value);
+            return mt_errorf(err, "%s: expected an integer (decimal, like 1000 or 1e3), got '%s'",
+                             label, value);
         if (check_range(o, v, value, label, err)) return -1;
         *(int64_t *)field(cfg, o) = (int64_t)v;
         break;
     case MT_TC_FLOAT:
         if (parse_float(value, &v))
-            return mt_errorf(err, "%s: expected a number (like 1e-5 or 0.1), got '%s'", label,
-                             value);
+            return mt_errorf(err, "%s: expected a number (decimal, like 1e-5 or 0.1), got '%s'",
+                             label, value);
         if (check_range(o, v, value, label, err)) return -1;
         *(double *)field(cfg, o) = v;
         break;

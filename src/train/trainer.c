@@ -58,6 +58,16 @@ static int load_config(mt_run *R, mt_error *err) {
     return 0;
 }
 
+/* The sample after training is text of the model: it has positions for so
+ * many tokens. */
+static int check_sample(const mt_run *R, mt_error *err) {
+    if (R->tc->sample_tokens <= R->cfg.max_pos) return 0;
+    return mt_errorf(err, "sample_tokens %lld is more than the model's %lld positions "
+                     "(max_position_embeddings); use --sample-tokens %lld or less",
+                     (long long)R->tc->sample_tokens, (long long)R->cfg.max_pos,
+                     (long long)R->cfg.max_pos);
+}
+
 static int load_tokenizer(mt_run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
     if (!tc->tokenizer[0] || !strcmp(tc->tokenizer, "bytes")) {
@@ -393,7 +403,7 @@ static int setup(mt_run *R, mt_error *err) {
     /* the run's directory belongs to rank 0's lock */
     if ((lead && (mt_run_lock_acquire(&R->lock, tc->out, "megatrain train", err) ||
                   check_out(tc, err))) ||
-        load_config(R, err) || mt_params_init(&R->table, &R->cfg, err) ||
+        load_config(R, err) || check_sample(R, err) || mt_params_init(&R->table, &R->cfg, err) ||
         (R->several && mt_ranks_parts(&R->rk, &R->table, &R->sl, &R->parts, err)))
         return -1;
     if (tc->resume[0]) {
