@@ -210,7 +210,9 @@ static int add_split(mt_tokenizer *tok, const cJSON *p, const char *where, mt_er
         return mt_errorf(err, "%s.pattern.Regex: PCRE2 cannot compile it at offset %zu: %s",
                          where, (size_t)off, (char *)msg);
     }
-    pcre2_jit_compile(c, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if JIT is unavailable
+    /* the encoder matches in windows, partly (tokenizer.c); falls back to the
+     * interpreter if JIT is unavailable */
+    pcre2_jit_compile(c, PCRE2_JIT_COMPLETE | PCRE2_JIT_PARTIAL_HARD);
     tok->splits[tok->n_splits++] = c;
     return 0;
 }
