@@ -80,7 +80,17 @@ int mt_corpus_list_shards(const char *dir, char ***out, size_t *n, int64_t *igno
         if (e->d_name[0] == '.') continue;  // ., .., hidden files
         char *p = mt_path_join(dir, e->d_name);
         struct stat st;
-        int kind = stat(p, &st) == 0 && S_ISREG(st.st_mode) ? mt_data_file_is_shard(p, err) : 0;
+        int kind = mt_data_file_is_shard(p, err);
+        /* a name of data that cannot be read is an error, not an entry ignored */
+        if (kind > 0 && stat(p, &st) != 0)
+            kind = mt_errorf(err, "%s: a data file of the directory that cannot be read: %s%s",
+                             p, strerror(errno),
+                             errno == ENOENT ? " (a link to a file that does not exist?)"
+                             : errno == ELOOP ? " (a link that leads back to itself?)" : "");
+        else if (kind > 0 && !S_ISREG(st.st_mode))
+            kind = mt_errorf(err, "%s: named like a data file of the directory, but %s; "
+                             "rename or remove it", p,
+                             S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
         if (kind < 0) rc = -1;
         if (kind <= 0) {
             free(p);
