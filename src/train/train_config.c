@@ -35,7 +35,8 @@ const mt_tc_option mt_tc_options[] = {
     {"model", MT_TC_STRING, OFF(model), "", NULL, ANY, NULL, "DIR", "Model and data",
      "Hugging Face model directory (config.json + safetensors); empty: the built-in tiny model"},
     {"tokenizer", MT_TC_STRING, OFF(tokenizer), "", NULL, ANY, NULL, "PATH", NULL,
-     "tokenizer.json; empty: <model>/tokenizer.json, or bytes for the tiny model"},
+     "tokenizer.json; empty: <model>/tokenizer.json, or bytes for the tiny model (which "
+     "takes the vocabulary of any other, and then needs data)"},
     {"data", MT_TC_STRING, OFF(data), "", NULL, ANY, NULL, "PATH", NULL,
      "training data: .jsonl[.gz|.zst] or .mtok, a directory of them, or a weighted list "
      "[{path: a, weight: 0.7}, ...]; empty: built-in English text"},

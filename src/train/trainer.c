@@ -3,7 +3,8 @@
  *
  * out/ receives config.yaml (the effective options), metrics.jsonl (one
  * line per step), checkpoints/step-N/ (resume checkpoints, the last K kept)
- * and model/ (the final Hugging Face model, with the tokenizer files).
+ * and model/ (the final Hugging Face model, with the tokenizer files: the
+ * byte tokenizer's too).
  * What a checkpoint records of the run, and the saves: trainer_state.c. */
 #include "train/trainer.h"
 
@@ -35,6 +36,14 @@ static int load_config(mt_run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
     if (!tc->model[0]) {
         mt_config_default_tiny(&R->cfg);
+        /* with a tokenizer of its own, the built-in model takes its vocabulary
+         * (the model saved then works with the tokenizer saved beside it) */
+        if (tc->tokenizer[0] && strcmp(tc->tokenizer, "bytes")) {
+            if (!(R->tok = mt_tokenizer_load(tc->tokenizer, err))) return -1;
+            R->cfg.V = (int64_t)mt_tokenizer_vocab_size(R->tok);
+            R->cfg.bos_id = mt_tokenizer_bos_id(R->tok);
+            R->cfg.eos_id = mt_tokenizer_eos_id(R->tok);
+        }
         if (tc->router_aux_loss)
             return mt_errorf(err, "router_aux_loss: the built-in tiny model has no experts; "
                              "drop the option");
@@ -70,6 +79,7 @@ static int check_sample(const mt_run *R, mt_error *err) {
 
 static int load_tokenizer(mt_run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
+    if (R->tok) return 0; /* the built-in model's own, loaded with its config */
     if (!tc->tokenizer[0] || !strcmp(tc->tokenizer, "bytes")) {
         if (tc->model[0] && !tc->tokenizer[0])
             return mt_errorf(err, "no tokenizer: pass --tokenizer PATH/tokenizer.json");
@@ -92,6 +102,10 @@ static int open_data(mt_run *R, mt_error *err) {
     if (!tc->data[0]) {
         if (tc->model[0])
             return mt_errorf(err, "no training data: pass --data FILE.jsonl (or .mtok)");
+        if (tc->tokenizer[0] && strcmp(tc->tokenizer, "bytes"))
+            return mt_errorf(err, "tokenizer %s: the built-in text is bytes, which only the "
+                             "built-in tokenizer reads; pass --data FILE to train with this "
+                             "tokenizer", tc->tokenizer);
         R->text = mt_builtin_text(MT_BUILTIN_TEXT_BYTES, 7, &R->text_len);
         R->rng = (uint64_t)tc->seed * 0x9E3779B97F4A7C15ull + 1;
         return 0;

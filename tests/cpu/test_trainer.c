@@ -1,6 +1,8 @@
 /* The training run end to end on the CPU: exact resume, fine-tuning an HF
  * directory on JSONL data, stopping on SIGTERM with a checkpoint (also in
- * the middle of a long step), and the errors a user meets first. */
+ * the middle of a long step), the built-in model's output as a whole
+ * Hugging Face directory (its tokenizer's vocabulary and files), and the
+ * errors a user meets first. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -12,6 +14,7 @@
 #include <unistd.h>
 
 #include "megatrain.h"
+#include "data/tokenizer.h"
 #include "util/sys.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
@@ -283,8 +286,8 @@ static char *trainer_state(const char *ckpt) {
  * of that step (weights, Adam state, data position). Steps of a few seconds
  * (8 x 512 tokens x 4 micro-batches of the tiny model on JSONL data); the
  * stop must come within half a step, where finishing the step took a whole
- * one (the tiny model has 2 x 4 + 2 binds of 4 micro-batches a step: a
- * check every 1/40 of it). */
+ * one (the tiny model's step binds 7 layers, each for 4 micro-batches: a
+ * check every 1/28 of it). */
 Test(trainer, sigterm_during_a_long_step_stops_at_the_next_layer, .timeout = 300) {
     char *dir = mt_test_tmpdir(), a[256], b[256], data[300], metrics[600], ca[600], cb[600];
     snprintf(a, sizeof a, "%s/a", dir);
@@ -354,6 +357,84 @@ Test(trainer, sigterm_during_a_long_step_stops_at_the_next_layer, .timeout = 300
     char *rows = slurp(metrics, &n);
     cr_assert(!strstr(rows, "\"step\":2"), "no row of the abandoned step: %s", rows);
     free(rows);
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+/* The text of 12 new tokens of the model in dir, greedy, without BOS. */
+static char *generate_text(const char *dir, const char *tokenizer) {
+    mt_model *m = mt_model_open(dir, tokenizer);
+    cr_assert(m, "%s", mt_last_error());
+    mt_generate_opts go;
+    mt_generate_opts_defaults(&go);
+    go.prompt = "The";
+    go.max_new_tokens = 12;
+    go.temperature = 0;
+    go.add_special = false;
+    go.device = "cpu";
+    char *text = mt_model_generate(m, &go, NULL, NULL);
+    cr_assert(text, "%s", mt_last_error());
+    mt_model_close(m);
+    return text;
+}
+
+/* Issue 29: the built-in model trained with --tokenizer kept its 258 ids
+ * and was saved beside a tokenizer of 32000: eval and generate on it
+ * failed. Its vocabulary is now the tokenizer's, eval and generate work on
+ * what it saves; the built-in text (bytes) with another tokenizer is
+ * refused; and the model of the byte tokenizer is saved with a
+ * tokenizer.json of its own, which generates the text the byte tokenizer
+ * does. */
+Test(trainer, the_builtin_model_is_saved_with_its_tokenizers_vocabulary_and_files,
+     .timeout = 120) {
+    char *dir = mt_test_tmpdir(), a[256], b[256], c[256], data[300], path[700], extra[1024];
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    snprintf(c, sizeof c, "%s/c", dir);
+    snprintf(data, sizeof data, "%s/text.jsonl", dir);
+    char *tok = mt_path_join(mt_test_fixtures_dir(), "tokenizer/tiny_bytelevel.json");
+    FILE *f = fopen(data, "w");
+    for (int i = 0; i < 200; i++)
+        fprintf(f, "{\"text\": \"The quick brown fox %d jumps over the lazy dog.\"}\n", i);
+    fclose(f);
+    mt_train_config tc;
+    mt_error err;
+    snprintf(extra, sizeof extra, "--tokenizer %s --steps 2", tok);
+    config(&tc, a, extra);
+    cr_assert_eq(mt_train(&tc, &err), -1, "the built-in text trained with %s", tok);
+    cr_assert(strstr(err.msg, "built-in text is bytes") && strstr(err.msg, "--data"), "%s",
+              err.msg);
+    snprintf(extra, sizeof extra, "--tokenizer %s --data %s --steps 2 --seq-len 32 "
+             "--batch-size 2 --save-every 0", tok, data);
+    config(&tc, b, extra);
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    snprintf(path, sizeof path, "%s/model", b);
+    mt_config cfg;
+    cr_assert_eq(mt_model_load_config(&cfg, path, &err), 0, "%s", err.msg);
+    mt_tokenizer *t = mt_tokenizer_load(tok, &err);
+    cr_assert_eq(cfg.V, (int64_t)mt_tokenizer_vocab_size(t));
+    mt_tokenizer_free(t);
+    mt_model *m = mt_model_open(path, NULL); /* model/tokenizer.json */
+    cr_assert(m, "%s", mt_last_error());
+    mt_eval_opts eo;
+    mt_eval_opts_defaults(&eo);
+    eo.data = data;
+    eo.seq_len = 32;
+    eo.batch_size = 2;
+    eo.max_batches = 2;
+    eo.device = "cpu";
+    mt_eval_result res;
+    cr_assert_eq(mt_model_eval(m, &eo, &res), 0, "%s", mt_last_error());
+    mt_model_close(m);
+    free(generate_text(path, NULL));
+    /* the byte tokenizer's model: its tokenizer.json gives the same text */
+    config(&tc, c, "--steps 2 --save-every 0");
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    snprintf(path, sizeof path, "%s/model", c);
+    char *x = generate_text(path, NULL), *y = generate_text(path, "bytes");
+    cr_assert_str_eq(x, y);
+    free(x), free(y);
+    free(tok);
     mt_test_rmtree(dir);
     free(dir);
 }
