@@ -322,10 +322,12 @@ uint64_t mt_line_reader_lines(const mt_line_reader *r) { return r->lines; }
 uint64_t mt_line_reader_bytes(const mt_line_reader *r) { return r->bytes; }
 
 static int too_long(const mt_line_reader *r, uint64_t line, mt_error *err) {
-    return mt_errorf(err, "%s:%llu: the line is longer than %zu bytes (%zu MiB), the most a "
-                     "line (one document) may hold: a file without line breaks, or one that "
-                     "expands to much more than it looks; split the document into lines",
-                     r->path, (unsigned long long)line, r->max_line, r->max_line >> 20);
+    char mib[32] = "";
+    if (r->max_line >= ((size_t)1 << 20)) snprintf(mib, sizeof mib, " (%zu MiB)", r->max_line >> 20);
+    return mt_errorf(err, "%s:%llu: the line is longer than %zu bytes%s, the most a line (one "
+                     "document) may hold: a file without line breaks, or one that expands to "
+                     "much more than it looks; split the document into lines", r->path,
+                     (unsigned long long)line, r->max_line, mib);
 }
 
 /* Counts the lines of lines[0..n) into r->lines, checking their lengths
@@ -358,10 +360,9 @@ int mt_line_reader_next(mt_line_reader *r, size_t want, const char **lines, size
             break;
         }
         if (r->len - end > r->max_line + 1) { /* + 1: a '\r' before the '\n' */
-            uint64_t line = r->lines + 1;
-            for (const char *p = r->buf; (p = memchr(p, '\n', (size_t)(r->buf + end - p))); p++)
-                line++;
-            return too_long(r, line, err);
+            /* the first line too long is named: one before this one, or this one */
+            if (count_lines(r, r->buf, end, err)) return -1;
+            return too_long(r, r->lines + 1, err);
         }
         if (r->cap - r->len < CHUNK) {
             size_t cap;

@@ -219,6 +219,20 @@ Test(data_bombs, the_line_bound_names_the_line) {
     snprintf(want, sizeof want, "%s:2: the line is longer than 9 bytes", path);
     cr_assert(strstr(err.msg, want), "%s", err.msg);
     mt_line_reader_close(r);
+    /* a long line, then a longer one without its end past the first read:
+     * the first is named */
+    snprintf(path, sizeof path, "%s/two.jsonl", dir);
+    FILE *p = fopen(path, "w");
+    for (int i = 0; i < 100; i++) fputc('a', p);
+    fputc('\n', p);
+    for (int i = 0; i < (3 << 20); i++) fputc('b', p);
+    fclose(p);
+    r = mt_line_reader_open(path, 50, &err);
+    cr_assert(r, "%s", err.msg);
+    cr_assert_eq(mt_line_reader_next(r, (size_t)32 << 20, &buf, &len, &err), -1);
+    snprintf(want, sizeof want, "%s:1: the line is longer than 50 bytes", path);
+    cr_assert(strstr(err.msg, want), "%s", err.msg);
+    mt_line_reader_close(r);
     mt_test_rmtree(dir);
     free(dir);
 }
