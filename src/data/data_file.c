@@ -348,7 +348,7 @@ int mt_line_reader_next(mt_line_reader *r, size_t want, const char **lines, size
                         mt_error *err) {
     /* drop the lines handed out last; what is left is the start of a line
      * (it holds no '\n') */
-    memmove(r->buf, r->buf + r->given, r->len - r->given);
+    if (r->given) memmove(r->buf, r->buf + r->given, r->len - r->given);
     r->len -= r->given;
     r->given = 0;
     size_t scanned = r->len, end = 0;  // end: after the last '\n' found
