@@ -68,7 +68,8 @@ static int cmp_names(const void *a, const void *b) {
 }
 
 /* The data files of directory dir, in byte order of their names. */
-int mt_corpus_list_shards(const char *dir, char ***out, size_t *n, int64_t *ignored, mt_error *err) {
+int mt_corpus_list_shards(const char *dir, char ***out, size_t *n, int64_t *ignored,
+                          mt_error *err) {
     DIR *d = opendir(dir);
     if (!d) return mt_errorf(err, "%s: cannot open the directory: %s", dir, strerror(errno));
     char **names = NULL;

@@ -323,7 +323,8 @@ uint64_t mt_line_reader_bytes(const mt_line_reader *r) { return r->bytes; }
 
 static int too_long(const mt_line_reader *r, uint64_t line, mt_error *err) {
     char mib[32] = "";
-    if (r->max_line >= ((size_t)1 << 20)) snprintf(mib, sizeof mib, " (%zu MiB)", r->max_line >> 20);
+    if (r->max_line >= ((size_t)1 << 20))
+        snprintf(mib, sizeof mib, " (%zu MiB)", r->max_line >> 20);
     return mt_errorf(err, "%s:%llu: the line is longer than %zu bytes%s, the most a line (one "
                      "document) may hold: a file without line breaks, or one that expands to "
                      "much more than it looks; split the document into lines", r->path,

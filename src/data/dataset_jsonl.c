@@ -306,7 +306,8 @@ static int gather(const mt_data_opts *o, const mt_tokenizer *tok, int64_t vocab_
             if (!o->skip_bad_lines)
                 return mt_errorf(err, "%s:%llu: %s; fix the line or pass --skip-bad-lines",
                                  o->path, line, docs[i].error);
-            if (!*skipped && skip_msg) mt_errorf(skip_msg, "%s:%llu: %s", o->path, line, docs[i].error);
+            if (!*skipped && skip_msg)
+                mt_errorf(skip_msg, "%s:%llu: %s", o->path, line, docs[i].error);
             ++*skipped;
             continue;
         }
@@ -411,7 +412,8 @@ int mt_jsonl_tokenize(const mt_data_opts *o, mt_line_reader *lines, const mt_tok
     }
     if (got < 0) goto done;
     if (first_line == 1) {
-        mt_errorf(err, "%s: the file is empty: give a JSONL file with one document per line", o->path);
+        mt_errorf(err, "%s: the file is empty: give a JSONL file with one document per line",
+                  o->path);
         goto done;
     }
     if (b.n_docs == 0) {

@@ -116,7 +116,8 @@ static char *bytes_tokenizer_json(void) {
         "\"pair\": [{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}}, "
         "{\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, "
         "{\"Sequence\": {\"id\": \"B\", \"type_id\": 1}}], "
-        "\"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [256], \"tokens\": [\"<s>\"]}}}"));
+        "\"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [256], "
+        "\"tokens\": [\"<s>\"]}}}"));
     cJSON_AddItemToObject(o, "decoder", cJSON_Parse(bytelevel));
     cJSON *model = cJSON_AddObjectToObject(o, "model"), *vocab;
     cJSON_AddStringToObject(model, "type", "BPE");

@@ -234,7 +234,8 @@ typedef struct batch_state {
 /* Only a run that can abandon a step needs it. */
 static batch_state batch_state_get(const mt_run *R) {
     batch_state s = {NULL, R->rng, R->empty_batches_run, R->empty_batches_said};
-    if (R->data && !R->several && R->r.be->ops->abandon_step) s.data = mt_dataset_pos_to_json(R->data);
+    if (R->data && !R->several && R->r.be->ops->abandon_step)
+        s.data = mt_dataset_pos_to_json(R->data);
     return s;
 }
 
@@ -444,8 +445,9 @@ static int setup(mt_run *R, mt_error *err) {
                          .comm = R->rk.comm};
     /* the CPU backends and the planner-less GPU path read the store's g */
     int store_grads = !gpu || tc->host_checkpoints;
-    /* --host-mem on the CPU (on the GPU the planner keeps to it) */
-    double host_mem = gpu ? 0 : mt_run_host_mem_share(R) * 1e9;
+    /* --host-mem on the CPU (on the GPU the planner keeps to it); without
+     * it, what is available binds */
+    double host_mem = gpu || tc->host_mem <= 0 ? 0 : mt_run_host_mem_share(R) * 1e9;
     if (mt_train_check_host_memory(tc, &R->cfg, mt_run_store_table(R), store_grads, !gpu,
                                    mt_host_ram_available_bytes(),
                                    host_mem >= 1.8e19 ? SIZE_MAX : (size_t)host_mem, err))

@@ -173,7 +173,8 @@ static int save_model_files(mt_run *R, const mt_host_store *s, mt_error *err) {
     if (mt_model_save(s, &R->cfg, dir, dt, shard ? shard : 1, err)) return -1;
     /* with the tokenizer's files: the run's, or the built-in byte tokenizer's */
     bool bytes = !R->tc->tokenizer[0] || !strcmp(R->tc->tokenizer, "bytes");
-    if (bytes ? mt_tokenizer_bytes_save(dir, err) : mt_model_copy_tokenizer(R->tc->tokenizer, dir, err))
+    if (bytes ? mt_tokenizer_bytes_save(dir, err)
+              : mt_model_copy_tokenizer(R->tc->tokenizer, dir, err))
         return -1;
     mt_emitf(&R->ev, MT_EVENT_INFO, "model: %s (%s, %.1fs)", dir,
              mt_save_dtype_name(R->tc->save_dtype), mt_now_s() - t0);

@@ -406,7 +406,8 @@ Test(tokenizer, the_saved_byte_tokenizer_gives_the_bytes_ids) {
                          err.msg);
             cr_assert_eq(mt_tokenizer_encode(bytes, text, len, special, &y, &ny, &err), 0);
             cr_assert(nx == ny && !memcmp(x, y, nx * sizeof *x), "text %d: ids differ", k);
-            char *dx = mt_tokenizer_decode(saved, x, nx, true), *dy = mt_tokenizer_decode(bytes, y, ny, true);
+            char *dx = mt_tokenizer_decode(saved, x, nx, true);
+            char *dy = mt_tokenizer_decode(bytes, y, ny, true);
             cr_assert_str_eq(dx, dy);
             free(dx), free(dy), free(x), free(y);
         }
