@@ -58,7 +58,7 @@ static int encode_run(mt_tok_encoder *enc, const char *s, const mt_chat_piece *p
                       size_t b, doc *d, mt_tok_ids *scratch, mt_error *err) {
     size_t base = pc[a].off, len = pc[b - 1].off + pc[b - 1].len - base, n0 = d->n;
     mt_tok_ids ids = {0};
-    if (mt_tok_encode(enc, s + base, len, false, &ids, err)) return -1;
+    if (mt_tok_encode(enc, s + base, len, false, &ids, err)) goto fail; /* ids may hold some */
     size_t k_prev = 0;
     bool flag = pc[a].train;
     for (size_t p = a + 1; p <= b; p++) {
