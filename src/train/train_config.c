@@ -30,7 +30,8 @@ const mt_opt mt_tc_options[] = {
     {"model", MT_OPT_STRING, OFF(model), "", NULL, ANY, NULL, "DIR", "Model and data",
      "Hugging Face model directory (config.json + safetensors); empty: the built-in tiny model"},
     {"tokenizer", MT_OPT_STRING, OFF(tokenizer), "", NULL, ANY, NULL, "PATH", NULL,
-     "tokenizer.json; empty: <model>/tokenizer.json, or bytes for the tiny model"},
+     "tokenizer.json; empty: <model>/tokenizer.json, or bytes for the tiny model (which "
+     "takes the vocabulary of any other, and then needs data)"},
     {"data", MT_OPT_STRING, OFF(data), "", NULL, ANY, NULL, "PATH", NULL,
      "training data: .jsonl[.gz|.zst] or .mtok, a directory of them, or a weighted list "
      "[{path: a, weight: 0.7}, ...]; empty: built-in English text"},
@@ -143,7 +144,8 @@ const mt_opt mt_tc_options[] = {
     {"log_every", MT_OPT_INT, OFF(log_every), "10", NULL, AT_LEAST(1), NULL, NULL, "Logging",
      "progress line and metrics.jsonl row every N steps"},
     {"sample_tokens", MT_OPT_INT, OFF(sample_tokens), "0", "120", AT_LEAST(0), NULL, NULL, NULL,
-     "greedy sample of N tokens printed after training; 0: none"},
+     "greedy sample of N tokens printed after training (at most the model's positions); 0: "
+     "none"},
     {"tensorboard", MT_OPT_BOOL, OFF(tensorboard), "true", NULL, ANY, NULL, NULL, NULL,
      "also write the metrics as TensorBoard event files in out/tensorboard"},
 };

@@ -4,6 +4,7 @@
 #ifndef MT_TRAIN_TRAIN_MEMORY_H
 #define MT_TRAIN_TRAIN_MEMORY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,7 +20,9 @@ typedef struct mt_train_host_bytes {
     size_t store;   /* w, m, v (and g when the store holds gradients) */
     size_t acts;    /* the CPU backend's buffers; 0 on the GPU (it plans its own) */
     size_t batch;   /* token and target buffers of one step, and the packer's row */
-    size_t data;    /* an estimate: the JSONL text and its token ids; 0 for .mtok (mapped) */
+    size_t data;    /* an estimate: the JSONL text and its token ids; 0 for .mtok (mapped);
+                       compressed files count what they decompress to */
+    bool data_partial; /* data is a lower bound: its count stopped past what was available */
     size_t total;
 } mt_train_host_bytes;
 
@@ -41,9 +44,10 @@ int mt_train_host_bytes_compute(const mt_train_config *tc, const mt_config *cfg,
 
 /* Refuses (-1, err with every number, the available RAM and the largest
  * --batch-size or --seq-len that fits) when the run needs more than
- * `available` bytes; available = 0 checks only for overflow. */
+ * `available` bytes or than host_mem (the --host-mem budget, 0: none),
+ * whichever is smaller, naming which; both 0 check only for overflow. */
 int mt_train_check_host_memory(const mt_train_config *tc, const mt_config *cfg,
                                const mt_param_table *t, int store_grads, int cpu,
-                               size_t available, mt_error *err);
+                               size_t available, size_t host_mem, mt_error *err);
 
 #endif

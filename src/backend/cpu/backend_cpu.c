@@ -307,6 +307,10 @@ static int cpu_step_error(mt_backend *be, mt_error *err) {
     return -1;
 }
 
+/* Nothing to undo: the next begin_step clears the gradients, and nothing
+ * else of a step outlives it. */
+static void cpu_abandon_step(mt_backend *be) { (void)be; }
+
 static const mt_backend_ops cpu_ops = {
     .begin_step = cpu_begin_step,
     .bind_layer = cpu_bind_layer,
@@ -318,6 +322,7 @@ static const mt_backend_ops cpu_ops = {
     .step_error = cpu_step_error,
     .logits = mt_cpu_backend_logits,
     .destroy = mt_cpu_backend_free,
+    .abandon_step = cpu_abandon_step,
 };
 
 static float *alloc_floats(size_t n, size_t *total) {
