@@ -578,23 +578,41 @@ static void print_disk(const mt_plan *p, const mt_plan_request *q, FILE *f) {
             "--nvme-dir");
 }
 
-/* Whether the disk bounds the step, and how many tokens would hide it:
- * the step without the disk's waits scales with the tokens, the disk's
- * traffic does not. */
-static void print_disk_bound(const mt_plan *p, const mt_plan_request *q, FILE *f) {
+/* Seconds the disk's waits add to the step of p (against the same homes
+ * with every m and v in RAM). */
+static double disk_extra(const mt_plan_request *q, const mt_plan *p) {
     mt_plan ram = *p;
     ram.n_disk = 0;
-    mt_step_prediction s0 = mt_plan_predict(q, &ram);
-    double extra = p->pred.step - s0.step;
+    return p->pred.step - mt_plan_predict(q, &ram).step;
+}
+
+/* Whether the disk bounds the step, and how many tokens would hide it: the
+ * fewest micro-batches whose plan fits and whose disk adds at most 2% (the
+ * forward, which the disk layers' updates must keep ahead of, grows with
+ * the tokens; the disk's traffic does not). */
+static void print_disk_bound(const mt_plan *p, const mt_plan_request *q, FILE *f) {
+    double extra = disk_extra(q, p);
     if (extra <= 0.02 * p->pred.step) {
         fprintf(f, "the disk's traffic hides under the step (%.3f s of it busy)\n",
                 p->pred.disk_busy);
         return;
     }
-    int M = (int)ceil(q->M * p->pred.disk_busy / s0.step);
-    fprintf(f, "the disk bounds the step: it adds %.3f s (%.1f GB read and written); about %.0f "
-            "tokens per step (--micro-batches %d) would hide it\n", extra,
-            p->disk_bytes * 2 / 1e9, (double)M * q->B * q->T, M * (q->ranks > 1 ? q->ranks : 1));
+    fprintf(f, "the disk bounds the step: it adds %.3f s (%.1f GB read and written); ", extra,
+            p->disk_bytes * 2 / 1e9);
+    mt_plan_request more = *q;
+    for (more.M = q->M + 1; more.M <= 64 * q->M; more.M++) {
+        mt_plan test = {0};
+        int fits = mt_plan_make(&more, &test, NULL) == 0 && test.fits;
+        int hidden = fits && disk_extra(&more, &test) <= 0.02 * test.pred.step;
+        mt_plan_free(&test);
+        if (!fits) break;
+        if (!hidden) continue;
+        fprintf(f, "about %.0f tokens per step (--micro-batches %d) would hide it\n",
+                (double)more.M * q->B * q->T, more.M * (q->ranks > 1 ? q->ranks : 1));
+        return;
+    }
+    fprintf(f, "no number of tokens that fits the budgets hides it (their saved layer inputs "
+            "grow with them): a faster disk (more drives, --nvme-dir DIR,DIR...) shortens it\n");
 }
 
 /* Runs of consecutive layers with the same homes, as "1-12". */

@@ -160,9 +160,66 @@ Test(planner_disk, the_plan_says_where_the_state_lives_and_what_bounds_the_step)
               text);
     /* a few of the 8B's layers on a 2 GB/s disk take longer than its step */
     cr_assert(strstr(text, "the disk bounds the step"), "%s", text);
-    cr_assert(strstr(text, "would hide it"), "%s", text);
     free(text);
     done(&x);
+}
+
+/* Seconds the disk adds to x's step. */
+static double disk_adds(const planned *x) {
+    mt_plan ram = x->p;
+    ram.n_disk = 0;
+    return x->p.pred.step - mt_plan_predict(&x->q, &ram).step;
+}
+
+/* The plan text for x into *text (freed by the caller). */
+static void plan_text(planned *x, char **text) {
+    size_t len = 0;
+    FILE *f = open_memstream(text, &len);
+    mt_plan_print(&x->p, &x->q, f);
+    fclose(f);
+}
+
+/* The N of "(--micro-batches N) would hide it" in text; 0 if none. */
+static int hinted_micro_batches(const char *text) {
+    const char *key = "(--micro-batches ", *h = strstr(text, key);
+    return h ? atoi(h + strlen(key)) : 0;
+}
+
+/* The tokens the print says would hide the disk do: the plan of that many
+ * micro-batches fits and its disk adds at most 2%, and one fewer does not
+ * hide it. Where no number that fits does (the saved inputs grow with the
+ * tokens), the print says so instead. */
+Test(planner_disk, the_tokens_said_to_hide_the_disk_hide_it) {
+    const double gbps[] = {2, 16};
+    int hinted = 0;
+    for (int i = 0; i < 2; i++) {
+        planned x;
+        plan_8b(&x, 75, 1000, -1);
+        x.q.rates.disk_read_gbs = x.q.rates.disk_write_gbs = gbps[i];
+        replan(&x);
+        cr_assert(x.p.fits, "%s", x.p.why);
+        char *text = NULL;
+        plan_text(&x, &text);
+        cr_assert(strstr(text, "the disk bounds the step"), "%.0f GB/s: %s", gbps[i], text);
+        int M = hinted_micro_batches(text);
+        if (!M) {
+            cr_assert(strstr(text, "no number of tokens that fits the budgets hides it"), "%s",
+                      text);
+        } else {
+            cr_assert_gt(M, 4);
+            x.q.M = M;
+            replan(&x);
+            cr_assert(x.p.fits, "%d micro-batches: %s", M, x.p.why);
+            cr_assert_leq(disk_adds(&x), 0.02 * x.p.pred.step, "%d micro-batches", M);
+            x.q.M = M - 1;
+            replan(&x);
+            cr_assert(!x.p.fits || disk_adds(&x) > 0.02 * x.p.pred.step, "%d", M - 1);
+            hinted++;
+        }
+        free(text);
+        done(&x);
+    }
+    cr_assert_gt(hinted, 0, "no rate gave a number of tokens: the test checks nothing");
 }
 
 /* A layer's AdamW runs either on the GPU (the first layers, their moments
