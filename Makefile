@@ -222,6 +222,7 @@ test-gpu:
 	LD_LIBRARY_PATH=$(BUILD)/lib:$$LD_LIBRARY_PATH $(BUILD)/mt_gpu_tests --jobs 1
 	LD_LIBRARY_PATH=$(BUILD)/lib:$$LD_LIBRARY_PATH tests/gpu/hf_roundtrip.sh
 	LD_LIBRARY_PATH=$(BUILD)/lib:$$LD_LIBRARY_PATH tests/gpu/eval_roundtrip.sh
+	LD_LIBRARY_PATH=$(BUILD)/lib:$$LD_LIBRARY_PATH tests/gpu/disk_tier.sh
 	LD_LIBRARY_PATH=$(BUILD)/lib:$$LD_LIBRARY_PATH tests/gpu/multi_gpu.sh
 
 # Builds the GPU test binary and the CLI and copies the non-CUDA shared

@@ -195,8 +195,12 @@ int mt_run_finish(mt_run *r);
 
 /* The whole of `megatrain train` after the options: mt_run_step until
  * there is none, a summary line, then mt_run_finish. Installs handlers of
- * SIGINT and SIGTERM for its duration: on one, it saves a checkpoint and
- * returns 1 (resume = auto continues). 0 when finished, -1 on error. */
+ * SIGINT and SIGTERM for its duration: on one, the step under way stops
+ * at its next layer without changing anything (one process on the CPU;
+ * several ranks, and the GPU, finish it), a checkpoint of the last step
+ * done is saved (unless one holds it) and it returns 1 (resume = auto
+ * continues); a second signal ends the process at once. 0 when finished,
+ * -1 on error. */
 int mt_run_train(mt_run *r);
 
 /* Optimizer steps done so far (the resumed step after a resume), and the

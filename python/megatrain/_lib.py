@@ -14,6 +14,7 @@ Where the library comes from, first found wins:
 import contextlib
 import ctypes
 import ctypes.util
+import numbers
 import os
 import threading
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_char_p, c_double, c_int, c_int32,
@@ -347,6 +348,47 @@ def take_string(p):
         return ctypes.string_at(p).decode("utf-8", "replace")
     finally:
         lib().mt_free(p)
+
+
+# The integer types of the header and the values they hold. ctypes keeps
+# only the low bits of a Python int that does not fit (2**64 + 3 becomes 3,
+# -1 becomes 2**64 - 1): every integer goes through to_c first.
+_INT_RANGES = {c_int32: (-2**31, 2**31 - 1), c_int64: (-2**63, 2**63 - 1),
+               c_uint64: (0, 2**64 - 1)}
+_INT_RANGES[c_int] = (-2**(8 * ctypes.sizeof(c_int) - 1), 2**(8 * ctypes.sizeof(c_int) - 1) - 1)
+_INT_RANGES[c_size_t] = (0, 2**(8 * ctypes.sizeof(c_size_t)) - 1)
+
+
+def to_c(name, ctype, v):
+    """v as a value of ctype, or an error naming `name`: an integer that
+    does not fit is a ValueError (not its low bits), a float too large
+    for a double one too, and a value of another kind (a float for an
+    integer, a bool for a number) a TypeError."""
+    if ctype in _INT_RANGES:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise TypeError(f"{name}: expected an integer, got {v!r}")
+        lo, hi = _INT_RANGES[ctype]
+        if not lo <= int(v) <= hi:
+            raise ValueError(f"{name}: {int(v)} does not fit: it must be between {lo} and {hi}")
+        return int(v)
+    if ctype is c_double:
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise TypeError(f"{name}: expected a number, got {v!r}")
+        try:
+            return float(v)
+        except OverflowError:
+            raise ValueError(f"{name}: {v} is too large for a double") from None
+    if ctype is c_bool:
+        if not isinstance(v, (bool, numbers.Integral)) or int(v) not in (0, 1):
+            raise TypeError(f"{name}: expected True or False, got {v!r}")
+        return bool(v)
+    return v
+
+
+def int_array(name, ctype, values):
+    """A ctypes array of values, each checked by to_c."""
+    values = [to_c(f"{name}[{i}]", ctype, v) for i, v in enumerate(values)]
+    return (ctype * len(values))(*values)
 
 
 def struct_dict(s, skip=()):

@@ -157,7 +157,10 @@ class Dataset(_lib.Handle):
         L.mt_dataset_opts_defaults(ctypes.byref(o))
         o.format, o.chat_template = _lib.enc(format), _lib.enc(chat_template)  # NULL: auto
         o.packing = _lib.enc(packing)  # NULL: auto (documents for completion and chat data)
-        o.skip_bad_lines, o.seed, o.epochs, o.vocab_size = skip_bad_lines, seed, epochs, vocab_size
+        o.skip_bad_lines = _lib.to_c("skip_bad_lines", ctypes.c_bool, skip_bad_lines)
+        o.seed = _lib.to_c("seed", ctypes.c_uint64, seed)
+        o.epochs = _lib.to_c("epochs", ctypes.c_int64, epochs)
+        o.vocab_size = _lib.to_c("vocab_size", ctypes.c_int64, vocab_size)
         o.text_field = _lib.enc(text_field)  # NULL: "text"
         # the library keeps no pointer to the tokenizer after loading
         tok, owned = (None, False) if tokenizer is None else as_tokenizer(tokenizer)
@@ -195,6 +198,10 @@ class Dataset(_lib.Handle):
         token carries no loss; pos each token's position within its
         document when documents are packed, else None); None at the end of
         the data."""
+        rows = _lib.to_c("rows", ctypes.c_int64, rows)
+        seq_len = _lib.to_c("seq_len", ctypes.c_int64, seq_len)
+        if rows < 1 or seq_len < 1:
+            raise ValueError(f"rows {rows} and seq_len {seq_len}: both must be at least 1")
         n = rows * seq_len
         tokens, targets = (ctypes.c_int32 * n)(), (ctypes.c_int32 * n)()
         pos = (ctypes.c_int32 * n)() if self.info["packing"] == "documents" else None

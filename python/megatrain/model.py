@@ -20,7 +20,7 @@ def _set(struct, values):
         if v is None:
             continue
         t = dict(struct._fields_)[k]
-        setattr(struct, k, _lib.enc(v) if t is ctypes.c_char_p else v)
+        setattr(struct, k, _lib.enc(v) if t is ctypes.c_char_p else _lib.to_c(k, t, v))
 
 
 class Model(_lib.Handle):

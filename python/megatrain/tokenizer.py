@@ -49,9 +49,8 @@ class Tokenizer(_lib.Handle):
     def decode(self, ids, skip_special=False):
         """The text of ids through the tokenizer's decoder."""
         L = _lib.lib()
-        ids = list(ids)
-        arr = (ctypes.c_int32 * len(ids))(*ids)
-        p = self._call(L.mt_tokenizer_decode, arr, len(ids), skip_special)
+        arr = _lib.int_array("ids", ctypes.c_int32, ids)
+        p = self._call(L.mt_tokenizer_decode, arr, len(arr), skip_special)
         _lib.check(p)
         return _lib.take_string(p)
 

@@ -10,13 +10,13 @@
 #include "train/bench.h"
 
 typedef struct bench_train_args {
-    const char *preset, *trace, *calibration;
+    const char *preset, *trace, *calibration, *nvme_dir;
     int64_t hidden, layers, heads, kv_heads, ffn, vocab, seq_len, batch_size, micro_batches;
-    int64_t steps, slots, keep_layers, gpus, gpu_adam_layers;
-    double gpu_mem, host_mem;
+    int64_t steps, slots, keep_layers, gpus, gpu_adam_layers, disk_layers;
+    double gpu_mem, host_mem, disk_mem;
     int precision, host_grad_dtype, placement, grads;
     bool host_checkpoints;
-    bool given[28];
+    bool given[32];
 } bench_train_args;
 
 static const char *const placements[] = {"auto", "all-gpu", NULL};
@@ -46,6 +46,13 @@ static const mt_opt options[] = {
     {"gpu_adam_layers", MT_OPT_INT, OFF(gpu_adam_layers), "-1", NULL, MT_OPT_AT_LEAST(-1), NULL,
      "N", NULL, "leading layers (0 = the embedding) whose AdamW runs on the GPU, their state "
      "kept there; -1: the planner's choice, 0: none"},
+    {"nvme_dir", MT_OPT_TEXT, OFF(nvme_dir), "", NULL, MT_OPT_ANY, NULL, "DIR[,DIR...]", NULL,
+     "the disk tier: directories for the Adam m and v of the layers the host budget cannot "
+     "hold (as train's)"},
+    {"disk_mem", MT_OPT_FLOAT, OFF(disk_mem), "0", NULL, MT_OPT_NONNEG, NULL, "GB", NULL,
+     "with --nvme-dir: disk the optimizer state may take; 0: their free space"},
+    {"disk_layers", MT_OPT_INT, OFF(disk_layers), "-1", NULL, MT_OPT_AT_LEAST(-1), NULL, "N",
+     NULL, "with --nvme-dir: the last N layers' m and v on disk; -1: the planner's choice"},
     {"slots", MT_OPT_INT, OFF(slots), "3", NULL, MT_OPT_AT_LEAST(2), NULL, "K", "Engine",
      "GPU weight slots"},
     {"keep_layers", MT_OPT_INT, OFF(keep_layers), "-1", NULL, MT_OPT_AT_LEAST(-1), NULL, "N",
@@ -84,7 +91,8 @@ static int run(void *args, int argc, char **argv) {
                         .all_gpu = a->placement == 1, .gpu_mem = a->gpu_mem,
                         .host_mem = a->host_mem, .calib = a->calibration,
                         .gpu_adam = (int)a->gpu_adam_layers, .trace_path = a->trace,
-                        .gpus = gpus};
+                        .gpus = gpus, .nvme_dir = a->nvme_dir, .disk_mem = a->disk_mem,
+                        .disk_layers = (int)a->disk_layers};
     mt_error err;
     if (gpus > 1 && !mt_launch_is_rank()) /* this process starts the ranks */
         return mt_cli_launch(gpus, "bench", argc, argv);

@@ -32,7 +32,7 @@ static const mt_opt options[] = {
      "add the tokenizer's special tokens (BOS) to the prompt; --no-bos for models trained on "
      "raw text, like the built-in demo"},
     {"max_new_tokens", MT_OPT_INT, OFF(go.max_new_tokens), "64", NULL, MT_OPT_NONNEG, NULL,
-     "N", "Sampling", "tokens to generate at most (fewer at EOS)"},
+     "N", "Sampling", "tokens to generate at most (fewer at EOS; at most the model's max positions)"},
     {"temperature", MT_OPT_FLOAT, OFF(go.temperature), "0.8", NULL, MT_OPT_NONNEG, NULL, NULL,
      NULL, "0: greedy"},
     {"top_p", MT_OPT_FLOAT, OFF(go.top_p), "0.95", NULL, {0, 1, true, false}, NULL, NULL, NULL,

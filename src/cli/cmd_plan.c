@@ -21,9 +21,9 @@ typedef struct plan_args {
     int64_t hidden, layers, heads, kv_heads, ffn, vocab, seq_len, batch_size, micro_batches;
     double gpu_mem, host_mem, pcie_gbs, gemm_tflops, attn_tflops, adam_gparams;
     int64_t gpus, nodes;
-    double nvlink_gbps, net_gbps;
+    double nvlink_gbps, net_gbps, disk_mem, disk_gbps;
     int precision, host_grad_dtype;
-    bool given[28];
+    bool given[30];
 } plan_args;
 
 #define OFF(field) offsetof(plan_args, field)
@@ -56,6 +56,10 @@ static const mt_opt options[] = {
     RATE(nvlink_gbps, "collectives between the GPUs of a machine, GB/s bus bandwidth"),
     {"net_gbps", MT_OPT_FLOAT, OFF(net_gbps), "25", NULL, MT_OPT_NONNEG, NULL, "X", NULL,
      "collectives across machines, GB/s a GPU (25: 200 Gb/s a GPU, an assumption)"},
+    {"disk_mem", MT_OPT_FLOAT, OFF(disk_mem), "0", NULL, MT_OPT_NONNEG, NULL, "GB",
+     "The disk tier (one GPU)",
+     "disk for the Adam state of the layers the host budget cannot hold; 0: no disk tier"},
+    RATE(disk_gbps, "the disk tier's reads and writes, GB/s each (2 when not measured)"),
 };
 #undef RATE
 #undef OFF
@@ -222,6 +226,9 @@ static int run(void *args, int argc, char **argv) {
         mt_params_free(&t);
         return mt_cli_fail("plan", 1, "%s", err.msg);
     }
+    req.disk_budget = a->disk_mem * 1e9;
+    req.disk_layers = a->disk_mem > 0 ? -1 : 0;
+    if (a->disk_gbps) req.rates.disk_read_gbs = req.rates.disk_write_gbs = a->disk_gbps;
     /* a ring across machines runs at the network's pace */
     if (a->nvlink_gbps) req.rates.link_gbs = a->nvlink_gbps;
     if (a->nodes > 1 && a->net_gbps < req.rates.link_gbs) req.rates.link_gbs = a->net_gbps;

@@ -31,41 +31,35 @@ static int open_file(const char *path, const mt_data_opts *o, const mt_tokenizer
     bool want_mtok = !strcmp(fmt, "tokens"), is_auto = !strcmp(fmt, "auto");
     mt_compression c;
     if (mt_data_file_compression(path, &c, err)) return -1;
-    char *buf = NULL;
-    size_t len = 0;
-    if (c == MT_COMPRESS_NONE) {
-        if (is_auto) {  // a .mtok starts with its magic
-            FILE *f = fopen(path, "rb");
-            char magic[4] = {0};
-            if (!f) return mt_errorf(err, "%s: cannot open: %s", path, strerror(errno));
-            want_mtok = fread(magic, 1, 4, f) == 4 && !memcmp(magic, "MTOK", 4);
-            fclose(f);
-        }
-        if (want_mtok) {
-            if (mt_mtok_open(path, m, err)) return -1;
-            st->format = "tokens";
-            return check_vocab(m, path, vocab_size, err);
-        }
-        if (mt_read_file(path, &buf, &len, err)) return -1;
-    } else {
+    if (is_auto) {  // a .mtok starts with its magic
+        char magic[4];
+        size_t n;
+        if (mt_data_file_head(path, magic, 4, &n, err)) return -1;
+        want_mtok = n == 4 && !memcmp(magic, "MTOK", 4);
+    }
+    if (want_mtok && c == MT_COMPRESS_NONE) {
+        if (mt_mtok_open(path, m, err)) return -1;
+        st->format = "tokens";
+        return check_vocab(m, path, vocab_size, err);
+    }
+    if (want_mtok) {  // a compressed .mtok is read into memory whole
+        char *buf;
+        size_t len;
         if (mt_data_file_read(path, &buf, &len, err)) return -1;
-        if (want_mtok || (is_auto && len >= 4 && !memcmp(buf, "MTOK", 4))) {
-            if (mt_mtok_parse(buf, len, path, m, err)) return free(buf), -1;
-            m->owned = buf;  // freed with m
-            st->format = "tokens";
-            return check_vocab(m, path, vocab_size, err);
-        }
+        if (mt_mtok_parse(buf, len, path, m, err)) return free(buf), -1;
+        m->owned[0] = buf;  // freed with m
+        st->format = "tokens";
+        return check_vocab(m, path, vocab_size, err);
     }
-    int rc = -1;
-    st->bytes = (int64_t)len;
-    if (!tok) mt_errorf(err, "%s: JSONL data needs a tokenizer", path);
-    else {
-        mt_data_opts fo = *o;
-        fo.path = path;
-        rc = mt_jsonl_tokenize(&fo, buf, len, tok, vocab_size, m, &st->format,
-                               &st->chat_template, &st->skipped_lines, skip_msg, err);
-    }
-    free(buf);
+    if (!tok) return mt_errorf(err, "%s: JSONL data needs a tokenizer", path);
+    mt_line_reader *lines = mt_line_reader_open(path, MT_DATA_MAX_LINE, err);
+    if (!lines) return -1;
+    mt_data_opts fo = *o;
+    fo.path = path;
+    int rc = mt_jsonl_tokenize(&fo, lines, tok, vocab_size, m, &st->format, &st->chat_template,
+                               &st->skipped_lines, skip_msg, err);
+    st->bytes = (int64_t)mt_line_reader_bytes(lines);
+    mt_line_reader_close(lines);
     return rc;
 }
 
@@ -74,7 +68,8 @@ static int cmp_names(const void *a, const void *b) {
 }
 
 /* The data files of directory dir, in byte order of their names. */
-static int list_shards(const char *dir, char ***out, size_t *n, int64_t *ignored, mt_error *err) {
+int mt_corpus_list_shards(const char *dir, char ***out, size_t *n, int64_t *ignored,
+                          mt_error *err) {
     DIR *d = opendir(dir);
     if (!d) return mt_errorf(err, "%s: cannot open the directory: %s", dir, strerror(errno));
     char **names = NULL;
@@ -86,7 +81,17 @@ static int list_shards(const char *dir, char ***out, size_t *n, int64_t *ignored
         if (e->d_name[0] == '.') continue;  // ., .., hidden files
         char *p = mt_path_join(dir, e->d_name);
         struct stat st;
-        int kind = stat(p, &st) == 0 && S_ISREG(st.st_mode) ? mt_data_file_is_shard(p, err) : 0;
+        int kind = mt_data_file_is_shard(p, err);
+        /* a name of data that cannot be read is an error, not an entry ignored */
+        if (kind > 0 && stat(p, &st) != 0)
+            kind = mt_errorf(err, "%s: a data file of the directory that cannot be read: %s%s",
+                             p, strerror(errno),
+                             errno == ENOENT ? " (a link to a file that does not exist?)"
+                             : errno == ELOOP ? " (a link that leads back to itself?)" : "");
+        else if (kind > 0 && !S_ISREG(st.st_mode))
+            kind = mt_errorf(err, "%s: named like a data file of the directory, but %s; "
+                             "rename or remove it", p,
+                             S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
         if (kind < 0) rc = -1;
         if (kind <= 0) {
             free(p);
@@ -125,7 +130,7 @@ int mt_corpus_open(mt_corpus *c, const mt_data_opts *o, const mt_tokenizer *tok,
                    int64_t vocab_size, mt_error *err) {
     memset(c, 0, sizeof *c);
     if (mt_is_dir(o->path)) {
-        if (list_shards(o->path, &c->names, &c->n_parts, &c->ignored, err)) return -1;
+        if (mt_corpus_list_shards(o->path, &c->names, &c->n_parts, &c->ignored, err)) return -1;
     } else {
         c->names = mt_malloc_or_die(sizeof *c->names);
         c->names[0] = mt_strdup_or_die(o->path);

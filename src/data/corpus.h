@@ -38,6 +38,12 @@ static inline size_t mt_corpus_part_of(const mt_corpus *c, uint64_t d, uint64_t 
     return lo;
 }
 
+/* The data files of the directory dir (malloc'd paths in *names, each and
+ * the array freed by the caller), in byte order of their names; *ignored
+ * counts the other entries. -1 naming dir (or an entry) on failure. */
+int mt_corpus_list_shards(const char *dir, char ***names, size_t *n, int64_t *ignored,
+                          mt_error *err);
+
 /* All parts as one in-memory corpus (for writing a single .mtok). */
 void mt_corpus_merge(const mt_corpus *c, mt_mtok *out);
 

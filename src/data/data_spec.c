@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/args.h"
 #include "util/mem.h"
 
 bool mt_data_spec_is_list(const char *text) {
@@ -56,7 +57,7 @@ static int parse_weight(const char *s, const char *label, const char *path, doub
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || *end || !isfinite(v))
+    if (!mt_decimal_text(s) || end == s || *end || !isfinite(v))
         return mt_errorf(err, "%s (%s): weight '%s' is not a number: give a positive number "
                          "such as 0.3", label, path, s);
     if (!(v > 0))

@@ -16,6 +16,7 @@ typedef struct stream {
     mt_corpus c;
     char *path;
     double weight;        // as given
+    double share;         // mixture: the normalised weight (the share of rows)
     double cum;           // mixture: normalised weights of sources 0..this one, summed
     uint64_t seed;
     int64_t epochs;       // 0: no end (a source of a mixture)
@@ -125,10 +126,31 @@ static int stream_next(stream *st, int64_t rows, int64_t T, int32_t *tokens, int
 
 /* ---- opening ---- */
 
+/* The normalised weights into each stream's share. Each weight is divided
+ * by the largest before they are added: 1e308 + 1e308 overflowed to inf,
+ * and every share was then nan or 0 (one source drew every row). A share
+ * below 2^-53, which the 53-bit draw never reaches, is refused. */
+static int normalise_weights(mt_dataset *d, const mt_data_spec *spec, mt_error *err) {
+    size_t big = 0;
+    for (size_t i = 1; i < spec->n; i++)
+        if (spec->src[i].weight > spec->src[big].weight) big = i;
+    double most = spec->src[big].weight, total = 0;
+    for (size_t i = 0; i < spec->n; i++) total += spec->src[i].weight / most;  // <= n
+    for (size_t i = 0; i < spec->n; i++) {
+        d->s[i].share = spec->src[i].weight / most / total;
+        if (!(d->s[i].share >= 0x1p-53))
+            return mt_errorf(err, "data[%zu] (%s): weight %g beside data[%zu]'s %g is a share "
+                             "of %g of the rows, too small: a row would never be drawn from "
+                             "it; raise it or drop the source", i, spec->src[i].path,
+                             spec->src[i].weight, big, most, d->s[i].share);
+    }
+    return 0;
+}
+
 static int open_sources(mt_dataset *d, const mt_data_opts *o, const mt_data_spec *spec,
                         const mt_tokenizer *tok, int64_t vocab_size, mt_error *err) {
-    double total = 0, cum = 0;
-    for (size_t i = 0; i < spec->n; i++) total += spec->src[i].weight;
+    double cum = 0;
+    if (normalise_weights(d, spec, err)) return -1;
     for (size_t i = 0; i < spec->n; i++) {
         stream *st = &d->s[i];
         mt_data_opts so = *o;
@@ -143,7 +165,7 @@ static int open_sources(mt_dataset *d, const mt_data_opts *o, const mt_data_spec
             if (d->mix) mt_error_prefix(err, "data[%zu]: ", i);
             return -1;
         }
-        cum += st->weight / total;
+        cum += st->share;
         st->cum = i + 1 == spec->n ? 1.0 : cum;
         st->order = mt_malloc_or_die(st->c.n_docs * sizeof *st->order);
         st->starts = mt_malloc_or_die((st->c.n_docs + 1) * sizeof *st->starts);
@@ -301,13 +323,11 @@ const char *mt_dataset_first_skipped(const mt_dataset *d) {
 }
 
 void mt_dataset_print_sources(const mt_dataset *d, FILE *f) {
-    double total = 0;
-    for (size_t i = 0; i < d->n; i++) total += d->s[i].weight;
     for (size_t i = 0; i < d->n; i++) {
         const stream *st = &d->s[i];
         if (d->mix)
             fprintf(f, "  data[%zu] %s: weight %g (%.1f%% of rows), %lld documents, %lld tokens, "
-                    "format %s", i, st->path, st->weight, 100 * st->weight / total,
+                    "format %s", i, st->path, st->weight, 100 * st->share,
                     (long long)st->c.stats.documents, (long long)st->c.stats.tokens,
                     st->c.stats.format);
         else if (st->c.n_parts > 1 || st->c.ignored)

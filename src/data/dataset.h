@@ -33,6 +33,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "data/data_file.h"
 #include "data/token_file.h"
 #include "data/tokenizer.h"
 #include "util/error.h"
@@ -122,11 +123,12 @@ int mt_dataset_pos_from_json(mt_dataset *d, const struct cJSON *j, mt_error *err
  * tokenize`); NULL for a mixture. */
 const mt_mtok *mt_dataset_corpus(mt_dataset *d);
 
-/* Tokenizes the JSONL text buf (len bytes, from the file o->path, named in
- * messages) into an in-memory corpus (dataset_jsonl.c). *format / *chat
- * are set to the names used; *skipped counts skipped lines and skip_msg
- * (if not NULL) gets the first one's message. */
-int mt_jsonl_tokenize(const mt_data_opts *o, const char *buf, size_t len,
+/* Tokenizes the JSONL lines of `lines` (the file o->path, named in
+ * messages), a block of lines at a time, into an in-memory corpus
+ * (dataset_jsonl.c): memory holds the tokens and one block of text. *format
+ * / *chat are set to the names used; *skipped counts skipped lines and
+ * skip_msg (if not NULL) gets the first one's message. */
+int mt_jsonl_tokenize(const mt_data_opts *o, mt_line_reader *lines,
                       const mt_tokenizer *tok, int64_t vocab_size, mt_mtok *out,
                       const char **format, const char **chat, int64_t *skipped,
                       mt_error *skip_msg, mt_error *err);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "data/chat.h"
+#include "data/data_file.h"
 #include "data/dataset.h"
 #include "data/tok_spans.h"
 #include "util/mem.h"
@@ -221,87 +222,182 @@ static size_t split_lines(const char *buf, size_t len, const char ***start, size
     return n;
 }
 
-/* Gathers the documents in file order into out; checks the vocab range. */
-static int gather(const mt_data_opts *o, const mt_tokenizer *tok, int64_t vocab_size, doc *docs,
-                  size_t n, mt_mtok *out, int64_t *skipped, mt_error *skip_msg, mt_error *err) {
-    uint64_t n_docs = 0, n_tok = 0;
-    bool any_masked = false;
+/* The corpus as it grows, a block of lines at a time: token ids at their
+ * final width, a loss bit per token, document offsets. Grown with "try"
+ * allocations, so that data too large for memory is an error naming the
+ * line, not an abort. */
+typedef struct builder {
+    uint32_t token_bytes;
+    void *tokens;          // (cap_tok) u16 or u32
+    uint8_t *keep;         // (cap_tok / 8) loss bits
+    uint64_t *offsets;     // (cap_docs + 1)
+    uint64_t n_tok, cap_tok, n_docs, cap_docs, n_trainable;
+    bool any_masked;
+} builder;
+
+/* Room for one more document of n tokens. */
+static bool builder_reserve(builder *b, uint64_t n) {
+    if (b->n_tok + n > b->cap_tok) {
+        uint64_t c = b->cap_tok ? b->cap_tok : 4096;  // a multiple of 8: whole bytes of bits
+        while (c < b->n_tok + n) c *= 2;
+        size_t tb;
+        if (!mt_mul_size((size_t)c, b->token_bytes, &tb)) return false;
+        void *t = realloc(b->tokens, tb);
+        if (!t) return false;
+        b->tokens = t;
+        uint8_t *k = realloc(b->keep, (size_t)(c / 8));
+        if (!k) return false;
+        memset(k + b->cap_tok / 8, 0, (size_t)((c - b->cap_tok) / 8));  // loss bits start clear
+        b->keep = k;
+        b->cap_tok = c;
+    }
+    if (b->n_docs + 2 > b->cap_docs) {
+        uint64_t c = b->cap_docs ? 2 * b->cap_docs : 1024;
+        uint64_t *o = realloc(b->offsets, (size_t)c * sizeof *o);
+        if (!o) return false;
+        b->offsets = o;
+        b->cap_docs = c;
+    }
+    return true;
+}
+
+static void builder_free(builder *b) {
+    free(b->tokens);
+    free(b->keep);
+    free(b->offsets);
+}
+
+/* The documents of one block of lines (line numbers from first_line) into
+ * b, in file order; checks the vocab range. */
+static int gather(const mt_data_opts *o, const mt_tokenizer *tok, int64_t vocab_size,
+                  const doc *docs, size_t n, uint64_t first_line, builder *b, int64_t *skipped,
+                  mt_error *skip_msg, mt_error *err) {
     for (size_t i = 0; i < n; i++) {
+        unsigned long long line = (unsigned long long)(first_line + i);
         if (docs[i].error) {
             if (!o->skip_bad_lines)
-                return mt_errorf(err, "%s:%zu: %s; fix the line or pass --skip-bad-lines", o->path,
-                                 i + 1, docs[i].error);
-            if (!*skipped && skip_msg) mt_errorf(skip_msg, "%s:%zu: %s", o->path, i + 1, docs[i].error);
+                return mt_errorf(err, "%s:%llu: %s; fix the line or pass --skip-bad-lines",
+                                 o->path, line, docs[i].error);
+            if (!*skipped && skip_msg)
+                mt_errorf(skip_msg, "%s:%llu: %s", o->path, line, docs[i].error);
             ++*skipped;
             continue;
         }
         for (size_t t = 0; t < docs[i].n; t++) {
             if (docs[i].ids[t] >= vocab_size) {
                 char *s = mt_tokenizer_decode(tok, &docs[i].ids[t], 1, false);
-                mt_errorf(err, "%s:%zu: token id %d (\"%s\") is outside the model's vocabulary of "
-                          "%lld ids: use the tokenizer that belongs to the model",
-                          o->path, i + 1, docs[i].ids[t], s ? s : "?", (long long)vocab_size);
+                mt_errorf(err, "%s:%llu: token id %d (\"%s\") is outside the model's vocabulary "
+                          "of %lld ids: use the tokenizer that belongs to the model",
+                          o->path, line, docs[i].ids[t], s ? s : "?", (long long)vocab_size);
                 free(s);
                 return -1;
             }
-            any_masked |= !docs[i].keep[t];
         }
-        n_docs++, n_tok += docs[i].n;
-    }
-    if (n_docs == 0)
-        return mt_errorf(err, "%s: no usable documents (%zu lines, %lld skipped)", o->path, n,
-                         (long long)*skipped);
-    mt_mtok_alloc(out, mt_tokenizer_vocab_size(tok), n_docs, n_tok, any_masked);
-    uint64_t *offs = (uint64_t *)out->offsets, k = 0, d = 0;
-    uint8_t *mask = (uint8_t *)out->mask;
-    for (size_t i = 0; i < n; i++) {
-        if (docs[i].error) continue;
-        offs[d++] = k;
-        for (size_t t = 0; t < docs[i].n; t++, k++) {
-            if (out->token_bytes == 2) ((uint16_t *)out->tokens)[k] = (uint16_t)docs[i].ids[t];
-            else ((uint32_t *)out->tokens)[k] = (uint32_t)docs[i].ids[t];
-            if (mask && docs[i].keep[t]) mask[k >> 3] |= (uint8_t)(1u << (k & 7));
-            out->n_trainable += docs[i].keep[t];
+        if (!builder_reserve(b, docs[i].n))
+            return mt_errorf(err, "%s:%llu: out of memory after %llu tokens of %llu documents "
+                             "(%.2f GB of token ids): the data does not fit in this machine's "
+                             "RAM (or the process's limit); use less data, or split it into "
+                             "sources of a mixture", o->path, line,
+                             (unsigned long long)b->n_tok, (unsigned long long)b->n_docs,
+                             (double)b->n_tok * b->token_bytes / 1e9);
+        b->offsets[b->n_docs++] = b->n_tok;
+        for (size_t t = 0; t < docs[i].n; t++, b->n_tok++) {
+            uint64_t k = b->n_tok;
+            if (b->token_bytes == 2) ((uint16_t *)b->tokens)[k] = (uint16_t)docs[i].ids[t];
+            else ((uint32_t *)b->tokens)[k] = (uint32_t)docs[i].ids[t];
+            if (docs[i].keep[t]) b->keep[k >> 3] |= (uint8_t)(1u << (k & 7));
+            else b->any_masked = true;
+            b->n_trainable += docs[i].keep[t];
         }
     }
-    offs[d] = k;
     return 0;
 }
 
-int mt_jsonl_tokenize(const mt_data_opts *o, const char *buf, size_t len,
-                      const mt_tokenizer *tok, int64_t vocab_size, mt_mtok *out,
-                      const char **format, const char **chat, int64_t *skipped,
-                      mt_error *skip_msg, mt_error *err) {
-    *skipped = 0;
+/* b as the corpus out (which owns its arrays from then on). */
+static void builder_finish(builder *b, uint64_t vocab_size, mt_mtok *out) {
+    memset(out, 0, sizeof *out);
+    out->vocab_size = vocab_size, out->n_docs = b->n_docs, out->n_tokens = b->n_tok;
+    out->n_trainable = b->n_trainable;
+    out->token_bytes = b->token_bytes;
+    b->offsets[b->n_docs] = b->n_tok;
+    /* shrink to size (in place: no copy of the corpus) */
+    void *t = realloc(b->tokens, b->n_tok ? (size_t)b->n_tok * b->token_bytes : 1);
+    void *o = realloc(b->offsets, (size_t)(b->n_docs + 1) * sizeof *b->offsets);
+    void *k = realloc(b->keep, (size_t)(b->n_tok / 8 + 1));
+    out->tokens = out->owned[0] = t ? t : b->tokens;
+    out->offsets = out->owned[1] = o ? o : b->offsets;
+    if (b->any_masked) out->mask = out->owned[2] = k ? k : b->keep;
+    else free(k ? k : b->keep);
+    memset(b, 0, sizeof *b);
+}
+
+/* Lines per block: enough text to keep every thread busy, little enough
+ * that the block's documents are a small part of memory. */
+#define BLOCK_BYTES ((size_t)32 << 20)
+
+/* Tokenizes one block of lines (numbered from first_line) into b. */
+static int tokenize_block(const mt_data_opts *o, const job *j, const char *buf, size_t len,
+                          uint64_t first_line, int64_t vocab_size, builder *b, int64_t *skipped,
+                          mt_error *skip_msg, mt_error *err) {
     const char **line;
     size_t *lens, n = split_lines(buf, len, &line, &lens);
-    job j;
-    int rc = -1;
-    doc *docs = NULL;
-    if (n == 0) {
-        mt_errorf(err, "%s: the file is empty: give a JSONL file with one document per line", o->path);
-        goto done;
-    }
-    if (setup_job(&j, o, tok, line[0], lens[0], err)) goto done;
-    docs = mt_calloc_or_die(n, sizeof *docs);
+    doc *docs = mt_calloc_or_die(n ? n : 1, sizeof *docs);
 #pragma omp parallel
     {
-        worker w = {.enc = mt_tok_encoder_new(tok)};
+        worker w = {.enc = mt_tok_encoder_new(j->tok)};
 #pragma omp for schedule(dynamic, 16)
-        for (size_t i = 0; i < n; i++) do_line(&j, &w, line[i], lens[i], &docs[i]);
+        for (size_t i = 0; i < n; i++) do_line(j, &w, line[i], lens[i], &docs[i]);
         mt_tok_masked_free(&w.m);
         mt_chat_text_free(&w.text);
         mt_jpool_free(&w.pool);
         mt_tok_encoder_free(w.enc);
     }
-    rc = gather(o, tok, vocab_size, docs, n, out, skipped, skip_msg, err);
-    *format = fmt_names[j.format];
-    *chat = j.chat ? mt_chat_template_name(j.chat) : NULL;
-    mt_chat_template_free(j.chat);
-done:
-    for (size_t i = 0; docs && i < n; i++) free(docs[i].ids), free(docs[i].keep), free(docs[i].error);
+    int rc = gather(o, j->tok, vocab_size, docs, n, first_line, b, skipped, skip_msg, err);
+    for (size_t i = 0; i < n; i++) free(docs[i].ids), free(docs[i].keep), free(docs[i].error);
     free(docs);
     free(line);
     free(lens);
+    return rc;
+}
+
+int mt_jsonl_tokenize(const mt_data_opts *o, mt_line_reader *lines, const mt_tokenizer *tok,
+                      int64_t vocab_size, mt_mtok *out, const char **format, const char **chat,
+                      int64_t *skipped, mt_error *skip_msg, mt_error *err) {
+    *skipped = 0;
+    job j = {0};
+    builder b = {.token_bytes = mt_mtok_token_bytes(mt_tokenizer_vocab_size(tok))};
+    const char *buf;
+    size_t len;
+    int got, rc = -1;
+    uint64_t first_line = 1;
+    while ((got = mt_line_reader_next(lines, BLOCK_BYTES, &buf, &len, err)) == 0) {
+        if (first_line == 1) {
+            const char *nl = memchr(buf, '\n', len);
+            size_t l0 = nl ? (size_t)(nl - buf) : len;
+            if (l0 && buf[l0 - 1] == '\r') l0--;
+            if (setup_job(&j, o, tok, buf, l0, err)) goto done;
+        }
+        if (tokenize_block(o, &j, buf, len, first_line, vocab_size, &b, skipped, skip_msg, err))
+            goto done;
+        first_line = mt_line_reader_lines(lines) + 1;
+    }
+    if (got < 0) goto done;
+    if (first_line == 1) {
+        mt_errorf(err, "%s: the file is empty: give a JSONL file with one document per line",
+                  o->path);
+        goto done;
+    }
+    if (b.n_docs == 0) {
+        mt_errorf(err, "%s: no usable documents (%llu lines, %lld skipped)", o->path,
+                  (unsigned long long)(first_line - 1), (long long)*skipped);
+        goto done;
+    }
+    builder_finish(&b, mt_tokenizer_vocab_size(tok), out);
+    *format = fmt_names[j.format];
+    *chat = j.chat ? mt_chat_template_name(j.chat) : NULL;
+    rc = 0;
+done:
+    builder_free(&b);
+    mt_chat_template_free(j.chat);
     return rc;
 }

@@ -42,7 +42,7 @@ void mt_mtok_alloc(mt_mtok *m, uint64_t vocab_size, uint64_t n_docs, uint64_t n_
     MT_ASSERT(section_sizes(n_docs, n_tokens, m->token_bytes, with_mask, &ob, &tb, &mb));
     MT_ASSERT(mt_add_size(ob, tb, &total) && mt_add_size(total, mb, &total));
     uint8_t *p = mt_calloc_or_die(1, total ? total : 1);
-    m->owned = p;
+    m->owned[0] = p;
     m->offsets = (const uint64_t *)p;
     m->tokens = p + ob;
     m->mask = with_mask ? p + ob + tb : NULL;
@@ -152,6 +152,6 @@ int mt_mtok_write(const char *path, const mt_mtok *m, mt_error *err) {
 
 void mt_mtok_free(mt_mtok *m) {
     if (m->map) munmap(m->map, m->map_len);
-    free(m->owned);
+    for (int i = 0; i < 3; i++) free(m->owned[i]);
     memset(m, 0, sizeof *m);
 }

@@ -34,7 +34,7 @@ typedef struct mt_mtok {
     const uint8_t *mask;      // (ceil(n_tokens / 8)) bitmap, NULL = every token has loss
     void *map;                // the mapped file (map_len bytes), or NULL
     size_t map_len;
-    void *owned;              // one malloc'd block holding offsets, tokens, mask, or NULL
+    void *owned[3];           // malloc'd blocks holding offsets, tokens, mask (one or more)
 } mt_mtok;
 
 static inline uint32_t mt_mtok_token(const mt_mtok *m, uint64_t i) {

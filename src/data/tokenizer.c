@@ -73,6 +73,7 @@ struct mt_tok_encoder {
     pcre2_match_data *md;
     pcre2_match_context *mctx;
     pcre2_jit_stack *jit;
+    size_t window0;  // the first window of a regex match (split_words)
     char *norm[2];  // ping-pong buffers for normalizers
     size_t norm_cap[2];
     int32_t *sym_id, *sym_prev, *sym_next;  // (sym_cap) BPE symbols as a linked list
@@ -130,8 +131,14 @@ mt_tok_encoder *mt_tok_encoder_new(const mt_tokenizer *tok) {
     e->jit = pcre2_jit_stack_create(32 * 1024, 1024 * 1024, NULL);
     if (!e->md || !e->mctx || !e->jit) MT_DIE("out of memory creating PCRE2 match state");
     pcre2_jit_stack_assign(e->mctx, NULL, e->jit);
+    e->window0 = 256;
     cache_alloc(e, CACHE_MIN_SLOTS);
     return e;
+}
+
+void mt_tok_encoder_set_window(mt_tok_encoder *e, size_t bytes) {
+    MT_ASSERT(bytes >= 4);  // a window holds a whole UTF-8 character
+    e->window0 = bytes;
 }
 
 void mt_tok_encoder_free(mt_tok_encoder *e) {
@@ -345,21 +352,76 @@ static inline int word_or_split(mt_tok_encoder *e, size_t level, const char *s, 
     return split_words(e, level, s, len, out, err);
 }
 
+/* A regex's match may depend on text far ahead of it: `[a-z]*[0-9]|.`
+ * looks for a digit to the end of a run of letters at every position, so a
+ * long run costs its length squared (200 KB: 21 s). Each match is looked
+ * for in a window of the text ahead, grown by doubling while the matcher
+ * reached its end (PCRE2_PARTIAL_HARD: it says so rather than take the
+ * window's end for the text's), so the matches are those of the whole text;
+ * the bytes of the grown windows (from e->window0, 256 bytes) are counted
+ * per piece, and a piece whose
+ * count passes LOOKAHEAD_BUDGET is refused. Real pre-tokenizers look a few
+ * bytes ahead (a long run of spaces or letters once): their count stays a
+ * small multiple of the piece. */
+#define LOOKAHEAD_BUDGET(len) (64 * (uint64_t)(len) + ((uint64_t)64 << 20))
+
+/* The start of the UTF-8 character holding byte i of s (a window never
+ * ends inside a character). */
+static size_t char_start(const char *s, size_t i) {
+    while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80) i--;
+    return i;
+}
+
+/* The first match of re in s[pos..len) (lookbehind may read before pos) in
+ * *st, *en: 1; none: 0; -1 with err. *ahead counts the grown windows. */
+static int next_match(mt_tok_encoder *e, size_t level, const char *s, size_t len, size_t pos,
+                      size_t *st, size_t *en, uint64_t *ahead, mt_error *err) {
+    const pcre2_code *re = e->tok->splits[level];
+    size_t w = e->window0;
+    while (pos <= len) {
+        size_t end = len - pos > w ? char_start(s, pos + w) : len;
+        bool cut = end < len;
+        int rc = pcre2_match(re, (PCRE2_SPTR)s, end, pos,
+                             PCRE2_NO_UTF_CHECK | (cut ? PCRE2_PARTIAL_HARD : 0), e->md, e->mctx);
+        if (rc == PCRE2_ERROR_NOMATCH && !cut) return 0;
+        if (rc == PCRE2_ERROR_NOMATCH) { /* none starts before the window's end */
+            pos = end;
+            w = e->window0;
+            continue;
+        }
+        if (rc >= 0) {
+            const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(e->md);
+            if (!cut || ov[0] < end) { /* at the window's end it might have been longer */
+                *st = ov[0], *en = ov[1];
+                return 1;
+            }
+        } else if (rc != PCRE2_ERROR_PARTIAL) {
+            PCRE2_UCHAR msg[256];
+            pcre2_get_error_message(rc, msg, sizeof msg);
+            return mt_errorf(err, "pre-tokenizer regex failed on a %zu-byte piece at byte %zu: %s",
+                             len, pos + 1, (char *)msg);
+        }
+        w *= 2;
+        *ahead += w;
+        if (*ahead > LOOKAHEAD_BUDGET(len))
+            return mt_errorf(err, "the tokenizer's pre-tokenizer regex (Split %zu) takes "
+                             "quadratic time on this text: by byte %zu of %zu its matches had "
+                             "looked %.1f MB ahead, more than %.1f MB for a text of this length "
+                             "(a regex that scans to the end of a long run at each position); "
+                             "split the text into shorter lines, or fix the regex",
+                             level, pos + 1, len,
+                             (double)*ahead / 1e6, (double)LOOKAHEAD_BUDGET(len) / 1e6);
+    }
+    return 0;
+}
+
 /* Split(regex, Isolated): matches and the gaps between them are words. */
 static int split_words(mt_tok_encoder *e, size_t level, const char *s, size_t len, mt_tok_ids *out,
                        mt_error *err) {
-    const pcre2_code *re = e->tok->splits[level];
-    size_t pos = 0, prev = 0;
-    while (pos <= len) {
-        int rc = pcre2_match(re, (PCRE2_SPTR)s, len, pos, PCRE2_NO_UTF_CHECK, e->md, e->mctx);
-        if (rc == PCRE2_ERROR_NOMATCH) break;
-        if (rc < 0) {
-            PCRE2_UCHAR msg[256];
-            pcre2_get_error_message(rc, msg, sizeof msg);
-            return mt_errorf(err, "pre-tokenizer regex failed on a %zu-byte piece: %s", len, (char *)msg);
-        }
-        const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(e->md);
-        size_t st = ov[0], en = ov[1];
+    size_t pos = 0, prev = 0, st = 0, en = 0;
+    uint64_t ahead = 0;
+    int found = 0;
+    while (pos <= len && (found = next_match(e, level, s, len, pos, &st, &en, &ahead, err)) == 1) {
         if (word_or_split(e, level + 1, s + prev, st - prev, out, err)) return -1;
         if (word_or_split(e, level + 1, s + st, en - st, out, err)) return -1;
         prev = en;
@@ -371,6 +433,7 @@ static int split_words(mt_tok_encoder *e, size_t level, const char *s, size_t le
             pos = en + mt_tok_utf8_next(s + en, len - en, &cp);
         }
     }
+    if (found < 0) return -1;
     return word_or_split(e, level + 1, s + prev, len - prev, out, err);
 }
 

@@ -43,6 +43,12 @@ mt_tokenizer *mt_tokenizer_load(const char *path, mt_error *err);
  * 257 is EOS ("</s>"); add_special prepends BOS. Never fails. */
 mt_tokenizer *mt_tokenizer_bytes(void);
 
+/* Writes the byte tokenizer as dir/tokenizer.json (Hugging Face byte-level
+ * BPE giving its ids; a literal "<s>" in a text is the special token there)
+ * and dir/tokenizer_config.json (bos <s>, eos </s>), so that a model of
+ * this vocabulary is a whole Hugging Face directory. */
+int mt_tokenizer_bytes_save(const char *dir, mt_error *err);
+
 void mt_tokenizer_free(mt_tokenizer *tok);
 
 /* The tokenizer.json the tokenizer was loaded from (its folder holds

@@ -150,6 +150,11 @@ int mt_tok_parse(mt_tokenizer *tok, const char *json, size_t len, const char *pa
  * word; the reasoning is at the definition (tokenizer_load.c). */
 bool mt_tok_sp_chunks_exact(const mt_tokenizer *tok);
 
+/* The first window of text a pre-tokenizer regex match is looked for in
+ * (tokenizer.c: split_words), 256 bytes; tests set it smaller or larger to
+ * check that the matches do not depend on it. */
+void mt_tok_encoder_set_window(mt_tok_encoder *e, size_t bytes);
+
 /* ---- characters (tokenizer_utf8.c) ---- */
 
 /* ByteLevel alphabet: byte -> code point and back (-1 if not an image). */

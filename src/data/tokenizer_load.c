@@ -56,18 +56,28 @@ static int unsupported(mt_error *err, const char *where, const char *what) {
 
 /* ---- model ---- */
 
-static void add_vocab_token(mt_tokenizer *tok, const char *s, int32_t id) {
+/* false when the vocab has the token already (a key given twice). */
+static bool add_vocab_token(mt_tokenizer *tok, const char *s, int32_t id) {
     char stack[256];
     size_t len = strlen(s);
     char *raw = len <= sizeof stack ? stack : mt_malloc_or_die(len);
     size_t raw_len = len;
-    bool ok = true;
-    if (tok->byte_level)
-        ok = bytelevel_to_raw(s, len, raw, &raw_len);  // tokens outside the alphabet never match
-    else
-        memcpy(raw, s, len);
-    if (ok) mt_tok_strmap_put(&tok->vocab, raw, raw_len, id);
+    bool fresh = true;
+    memcpy(raw, s, len);
+    /* tokens outside the ByteLevel alphabet never match: not kept */
+    if (!tok->byte_level || bytelevel_to_raw(s, len, raw, &raw_len)) {
+        fresh = mt_tok_strmap_get(&tok->vocab, raw, raw_len) < 0;
+        if (fresh) mt_tok_strmap_put(&tok->vocab, raw, raw_len, id);
+    }
     if (raw != stack) free(raw);
+    return fresh;
+}
+
+/* An id of tokenizer.json: a whole number in [0, 2^31 - 1). A fraction
+ * was cut to an integer, so that 1.5 and 1 named one token. */
+static bool json_id(const cJSON *v) {
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < INT32_MAX &&
+           v->valuedouble == (double)(int32_t)v->valuedouble;
 }
 
 /* One vocab token's key bytes as the BPE sees them; -1 if not in vocab. */
@@ -142,9 +152,14 @@ static int parse_model(mt_tokenizer *tok, const cJSON *model, mt_error *err) {
     if (!cJSON_IsArray(merges)) return mt_errorf(err, "model.merges: missing or not an array");
     mt_tok_strmap_init(&tok->vocab, (size_t)cJSON_GetArraySize(vocab));
     for (const cJSON *v = vocab->child; v; v = v->next) {
-        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= INT32_MAX)
-            return mt_errorf(err, "model.vocab[\"%s\"]: id is not a non-negative integer", v->string);
-        add_vocab_token(tok, v->string, (int32_t)v->valuedouble);
+        if (!json_id(v) && !cJSON_IsNumber(v))
+            return mt_errorf(err, "model.vocab[\"%s\"]: the id is not a number", v->string);
+        if (!json_id(v))
+            return mt_errorf(err, "model.vocab[\"%s\"]: id %.17g is not an integer in [0, "
+                             "2^31 - 1)", v->string, v->valuedouble);
+        if (!add_vocab_token(tok, v->string, (int32_t)v->valuedouble))
+            return mt_errorf(err, "model.vocab[\"%s\"]: the token is given twice; a tokenizer.json "
+                             "gives each token once", v->string);
     }
     for (int b = 0; b < 256; b++) {
         char c = (char)b, name[8];
@@ -210,7 +225,9 @@ static int add_split(mt_tokenizer *tok, const cJSON *p, const char *where, mt_er
         return mt_errorf(err, "%s.pattern.Regex: PCRE2 cannot compile it at offset %zu: %s",
                          where, (size_t)off, (char *)msg);
     }
-    pcre2_jit_compile(c, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if JIT is unavailable
+    /* the encoder matches in windows, partly (tokenizer.c); falls back to the
+     * interpreter if JIT is unavailable */
+    pcre2_jit_compile(c, PCRE2_JIT_COMPLETE | PCRE2_JIT_PARTIAL_HARD);
     tok->splits[tok->n_splits++] = c;
     return 0;
 }
@@ -355,8 +372,7 @@ static int parse_added(mt_tokenizer *tok, const cJSON *list, mt_error *err) {
         const cJSON *a = cJSON_GetArrayItem(list, i);
         const char *content = json_str(a, "content");
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(a, "id");
-        if (!content || !*content || !cJSON_IsNumber(id) || id->valuedouble < 0 ||
-            id->valuedouble >= INT32_MAX)
+        if (!content || !*content || !json_id(id))
             return mt_errorf(err, "added_tokens[%d]: needs a non-empty \"content\" and an \"id\" "
                              "in [0, 2^31 - 1)", i);
         if (json_true(a, "single_word") || json_true(a, "lstrip") || json_true(a, "rstrip"))
@@ -393,7 +409,16 @@ static int build_id_table(mt_tokenizer *tok, const cJSON *vocab, mt_error *err) 
                          n - 1, entries, 2 * entries + MT_TOK_ID_SLACK - 1);
     tok->vocab_size = n;
     const char **str = mt_calloc_or_die(n ? n : 1, sizeof *str);
-    for (const cJSON *v = vocab->child; v; v = v->next) str[(size_t)v->valuedouble] = v->string;
+    for (const cJSON *v = vocab->child; v; v = v->next) {
+        size_t id = (size_t)v->valuedouble;
+        if (str[id]) {
+            mt_errorf(err, "model.vocab: \"%s\" and \"%s\" both have id %zu; each token has "
+                      "an id of its own", str[id], v->string, id);
+            free(str);
+            return -1;
+        }
+        str[id] = v->string;
+    }
     tok->id_special = mt_calloc_or_die(n ? n : 1, sizeof *tok->id_special);
     tok->id_exists = mt_calloc_or_die(n ? n : 1, sizeof *tok->id_exists);
     for (int k = 0; k < 2; k++)

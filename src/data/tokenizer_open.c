@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/file.h"
 #include "util/mem.h"
 
 /* bos_token / eos_token are a string or {"content": ...}. */
@@ -82,6 +83,87 @@ mt_tokenizer *mt_tokenizer_bytes(void) {
     tok->bos_id = 256;
     tok->eos_id = 257;
     return tok;
+}
+
+/* The built-in byte tokenizer as tokenizer.json: byte-level BPE with one
+ * token per byte (its ByteLevel character has the byte's id) and no
+ * merges, <s> and </s> as special tokens 256 and 257, and <s> before a
+ * sequence when special tokens are added. It gives mt_tokenizer_bytes()'s
+ * ids, except that a literal "<s>" or "</s>" in a text is the special
+ * token, as in every Hugging Face tokenizer. */
+static char *bytes_tokenizer_json(void) {
+    cJSON *o = cJSON_CreateObject(), *added = cJSON_AddArrayToObject(o, "added_tokens");
+    cJSON_AddStringToObject(o, "version", "1.0");
+    static const char *const names[] = {"<s>", "</s>"};
+    for (int i = 0; i < 2; i++) {
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddNumberToObject(t, "id", 256 + i);
+        cJSON_AddStringToObject(t, "content", names[i]);
+        cJSON_AddFalseToObject(t, "single_word");
+        cJSON_AddFalseToObject(t, "lstrip");
+        cJSON_AddFalseToObject(t, "rstrip");
+        cJSON_AddFalseToObject(t, "normalized");
+        cJSON_AddTrueToObject(t, "special");
+        cJSON_AddItemToArray(added, t);
+    }
+    cJSON_AddNullToObject(o, "normalizer");
+    const char *bytelevel = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+                            "\"trim_offsets\": true, \"use_regex\": false}";
+    cJSON_AddItemToObject(o, "pre_tokenizer", cJSON_Parse(bytelevel));
+    cJSON_AddItemToObject(o, "post_processor", cJSON_Parse(
+        "{\"type\": \"TemplateProcessing\", "
+        "\"single\": [{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}}, "
+        "{\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], "
+        "\"pair\": [{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}}, "
+        "{\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, "
+        "{\"Sequence\": {\"id\": \"B\", \"type_id\": 1}}], "
+        "\"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [256], "
+        "\"tokens\": [\"<s>\"]}}}"));
+    cJSON_AddItemToObject(o, "decoder", cJSON_Parse(bytelevel));
+    cJSON *model = cJSON_AddObjectToObject(o, "model"), *vocab;
+    cJSON_AddStringToObject(model, "type", "BPE");
+    cJSON_AddNullToObject(model, "dropout");
+    cJSON_AddNullToObject(model, "unk_token");
+    cJSON_AddFalseToObject(model, "fuse_unk");
+    cJSON_AddFalseToObject(model, "byte_fallback");
+    cJSON_AddFalseToObject(model, "ignore_merges");
+    vocab = cJSON_AddObjectToObject(model, "vocab");
+    for (int b = 0; b < 256; b++) {
+        char ch[8] = {0};
+        uint32_t cp = mt_tok_byte_to_cp((uint8_t)b);  // below U+0800: two bytes at most
+        if (cp < 0x80) ch[0] = (char)cp;
+        else ch[0] = (char)(0xC0 | cp >> 6), ch[1] = (char)(0x80 | (cp & 0x3F));
+        cJSON_AddNumberToObject(vocab, ch, b);
+    }
+    cJSON_AddArrayToObject(model, "merges");
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    return text;
+}
+
+int mt_tokenizer_bytes_save(const char *dir, mt_error *err) {
+    static const char config[] =
+        "{\n  \"bos_token\": \"<s>\",\n  \"eos_token\": \"</s>\",\n"
+        "  \"tokenizer_class\": \"PreTrainedTokenizerFast\"\n}\n";
+    char *json = bytes_tokenizer_json();
+    const char *names[] = {"tokenizer.json", "tokenizer_config.json"};
+    const char *texts[] = {json, config};
+    int rc = 0;
+    for (int i = 0; i < 2 && !rc; i++) {
+        char *path = mt_path_join(dir, names[i]);
+        mt_atomic_file f;
+        if (mt_atomic_open(&f, path, err)) {
+            rc = -1;
+        } else if (mt_write_all(f.fd, texts[i], strlen(texts[i]), path, err)) {
+            mt_atomic_abort(&f);
+            rc = -1;
+        } else {
+            rc = mt_atomic_commit(&f, err);
+        }
+        free(path);
+    }
+    free(json);
+    return rc ? -1 : 0;
 }
 
 static void free_addedset(mt_tok_addedset *s) {

@@ -17,10 +17,10 @@
 /* parts: this rank's store over the parts' table of sl (with a gradient
  * array: end_step leaves this rank's part of the summed gradient there).
  * The backend borrows cfg, sl, parts and g; it allocates a whole copy of
- * the weights and gradient, and the CPU backend's buffers for M x (B, T). */
+ * the weights and gradient, and the CPU backend's buffers for M x (B, T);
+ * its destroy frees them all. */
 mt_backend *mt_cpu_ranks_backend_create(const mt_config *cfg, const mt_shard_layout *sl,
                                         mt_host_store *parts, mt_rdv *g, int max_M, int64_t B,
                                         int64_t T, mt_error *err);
-void mt_cpu_ranks_backend_free(mt_backend *be);
 
 #endif

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -393,35 +394,36 @@ void mt_rdv_close(mt_rdv *g) {
 
 /* ---- collectives ------------------------------------------------------- */
 
-int mt_rdv_bcast(mt_rdv *g, void *buf, size_t n, mt_error *err) {
+/* One message of n bytes between rank 0 and each other rank, in rank
+ * order. to_root: every other rank sends leaf, rank 0 receives rank r's at
+ * root + r * stride; else rank 0 sends root + r * stride to rank r, which
+ * receives it in leaf. leaf_what / root_what: the step, in an error. */
+static int star(mt_rdv *g, bool to_root, void *leaf, char *root, size_t stride, size_t n,
+                const char *leaf_what, const char *root_what, mt_error *err) {
     if (g->world == 1) return 0;
     MT_ASSERT(g->fd);
     const double deadline = now_s() + g->timeout_s;
     if (g->rank != 0) {
-        io_rc rc = recv_all(g->fd[0], buf, n, deadline);
-        return rc == IO_OK ? 0 : io_error(err, rc, g, 0, "receiving a broadcast");
+        io_rc rc = to_root ? send_all(g->fd[0], leaf, n, deadline)
+                           : recv_all(g->fd[0], leaf, n, deadline);
+        return rc == IO_OK ? 0 : io_error(err, rc, g, 0, leaf_what);
     }
     for (int r = 1; r < g->world; r++) {
-        io_rc rc = send_all(g->fd[r], buf, n, deadline);
-        if (rc != IO_OK) return io_error(err, rc, g, r, "broadcasting");
+        char *p = root + (size_t)r * stride;
+        io_rc rc = to_root ? recv_all(g->fd[r], p, n, deadline) : send_all(g->fd[r], p, n, deadline);
+        if (rc != IO_OK) return io_error(err, rc, g, r, root_what);
     }
     return 0;
 }
 
+int mt_rdv_bcast(mt_rdv *g, void *buf, size_t n, mt_error *err) {
+    return star(g, false, buf, buf, 0, n, "receiving a broadcast", "broadcasting", err);
+}
+
 int mt_rdv_gather(mt_rdv *g, const void *send, size_t n, void *recv, mt_error *err) {
     if (g->rank == 0 && n) memcpy(recv, send, n);
-    if (g->world == 1) return 0;
-    MT_ASSERT(g->fd);
-    const double deadline = now_s() + g->timeout_s;
-    if (g->rank != 0) {
-        io_rc rc = send_all(g->fd[0], send, n, deadline);
-        return rc == IO_OK ? 0 : io_error(err, rc, g, 0, "sending to a gather");
-    }
-    for (int r = 1; r < g->world; r++) {
-        io_rc rc = recv_all(g->fd[r], (char *)recv + (size_t)r * n, n, deadline);
-        if (rc != IO_OK) return io_error(err, rc, g, r, "gathering");
-    }
-    return 0;
+    /* send is only read: star sends leaf when to_root */
+    return star(g, true, (void *)send, recv, n, n, "sending to a gather", "gathering", err);
 }
 
 int mt_rdv_allgather(mt_rdv *g, const void *send, size_t n, void *recv, mt_error *err) {

@@ -64,45 +64,23 @@ static int write_shard(const char *tmp, const mt_shard_store *s, mt_error *err) 
 
 /* COMPLETE: format, step, ranks, and the size and XXH3-64 of every file. */
 static int write_complete(const char *tmp, int64_t step, int ranks, mt_error *err) {
-    cJSON *r = cJSON_CreateObject();
-    cJSON_AddStringToObject(r, "format", MT_CHECKPOINT_FORMAT);
-    cJSON_AddNumberToObject(r, "step", (double)step);
-    cJSON_AddNumberToObject(r, "ranks", ranks);
-    cJSON *files = cJSON_AddObjectToObject(r, "files");
-    cJSON *sums = cJSON_AddObjectToObject(r, "xxh3_64");
+    mt_ckpt_complete mk = mt_ckpt_complete_begin(step, ranks);
     int rc = 0;
     for (int i = -2; i < ranks && rc == 0; i++) {
         char name[64];
         if (i < 0) snprintf(name, sizeof name, "%s", i == -2 ? "config.json" : "trainer_state.json");
         else shard_name(name, sizeof name, i, ranks);
-        rc = mt_ckpt_record_file(tmp, name, files, sums, err);
+        rc = mt_ckpt_record_file(tmp, name, mk.files, mk.sums, err);
     }
-    char *text = cJSON_Print(r);
-    cJSON_Delete(r);
-    MT_ASSERT(text);
-    if (rc == 0) rc = mt_ckpt_write_text(tmp, "COMPLETE", text, err);
-    free(text);
-    return rc;
+    return mt_ckpt_complete_write(&mk, tmp, rc, err);
 }
 
-/* Rank 0: the temporary directory, made afresh. */
-static int make_tmp(const char *ck, const char *tmp, mt_error *err) {
-    if (mt_mkdirs(ck, err)) return -1;
-    mt_remove_tree(tmp);
-    if (mkdir(tmp, 0755) != 0)
-        return mt_errorf(err, "%s: cannot create directory: %s", tmp, strerror(errno));
-    return 0;
-}
-
-/* Rank 0, once every shard is in: COMPLETE, fsync, rename, prune. */
+/* Rank 0, once every shard is in: COMPLETE, fsync, publish, prune. */
 static int finish(const char *ck, const char *tmp, const char *final, int64_t step, int ranks,
                   int keep_last, const char *out_dir, mt_error *err) {
     int rc = write_complete(tmp, step, ranks, err);
     if (rc == 0) rc = mt_fsync_dir(tmp, err);
-    if (rc == 0) rc = mt_ckpt_publish(tmp, final, err);
-    if (rc == 0) rc = mt_fsync_dir(ck, err);
-    if (rc == 0 && mt_checkpoint_prune(out_dir, keep_last, err) != 0)
-        fprintf(stderr, "warning: %s\n", err->msg);  /* the checkpoint itself is durable */
+    if (rc == 0) rc = mt_ckpt_commit(ck, tmp, final, out_dir, keep_last, err);
     return rc;
 }
 
@@ -138,7 +116,7 @@ int mt_shard_ckpt_save(mt_rdv *g, const char *out_dir, int64_t step, const mt_sh
     if (g->rank == 0) {
         snprintf(tmp_name, sizeof tmp_name, ".tmp-%s-%ld", name, (long)st.pid);
         tmp = mt_path_join(ck, tmp_name);
-        st.rc = make_tmp(ck, tmp, &e);
+        st.rc = mt_ckpt_make_tmp(ck, tmp, &e);
         snprintf(st.msg, sizeof st.msg, "%.900s", e.msg);
     }
     int rc = mt_rdv_bcast(g, &st, sizeof st, err);
@@ -169,15 +147,8 @@ int mt_shard_ckpt_save(mt_rdv *g, const char *out_dir, int64_t step, const mt_sh
         if (rc == 0) rc = mt_rdv_bcast(g, &mine, sizeof mine, err);
         if (rc == 0 && mine.rc) rc = mt_errorf(err, "%s", mine.msg);
     }
-    if (rc != 0 && made_tmp && g->rank == 0) mt_remove_tree(tmp);
-    if (rc == 0 && saved_path) snprintf(saved_path, cap, "%s", final);
-    if (rc != 0)
-        mt_error_prefix(err, "saving sharded checkpoint step %lld to %s (earlier checkpoints "
-                        "are untouched): ", (long long)step, ck);
-    free(ck);
-    free(final);
-    free(tmp);
-    return rc;
+    return mt_ckpt_save_end(rc, made_tmp && g->rank == 0, "sharded checkpoint", step, ck, final,
+                            tmp, saved_path, cap, err);
 }
 
 /* ---- load --------------------------------------------------------------- */

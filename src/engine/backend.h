@@ -100,6 +100,11 @@ typedef struct mt_backend_ops {
      * not complete (a rank of several lost its peers): its loss and
      * gradients are then not valid. NULL: never. */
     int (*step_error)(mt_backend *be, mt_error *err);
+    /* Ends a step cut short after begin_step, at any call boundary (the
+     * caller is stopping): no loss, the gradients not valid. The backend is
+     * then ready for begin_step, or to be freed. NULL: the backend cannot
+     * stop inside a step (the engine then finishes it). */
+    void (*abandon_step)(mt_backend *be);
     /* Squared L2 norm of each layer's gradient of the last step (n_layers;
      * a rank of several: of its parts), valid after end_step. NULL: the
      * gradient is in the store's g, whose norms the caller takes. */

@@ -24,38 +24,59 @@ mt_metrics_row mt_metrics_row_make(int64_t step) {
                             .eval_tokens = -1, .eval_time_s = NAN};
 }
 
-/* JSON ------------------------------------------------------------------- */
+/* A field of mt_metrics_row: a double, absent when not finite, or an
+ * int64_t count, absent when < 0. Its value as a double, NAN when absent. */
+typedef struct row_field {
+    const char *name;
+    size_t off;
+    bool is_int;
+} row_field;
 
-static size_t put(char *buf, size_t n, size_t used, const char *fmt, const char *key, double v) {
-    if (!isfinite(v) || used >= n) return used;
-    return used + (size_t)snprintf(buf + used, n - used, fmt, key, v);
+static int64_t field_int(const mt_metrics_row *row, const row_field *f) {
+    int64_t k;
+    memcpy(&k, (const char *)row + f->off, sizeof k);
+    return k;
 }
 
+static double field_value(const mt_metrics_row *row, const row_field *f) {
+    if (f->is_int) return field_int(row, f) >= 0 ? (double)field_int(row, f) : NAN;
+    double v;
+    memcpy(&v, (const char *)row + f->off, sizeof v);
+    return v;
+}
+
+#define DOUBLE_FIELD(name, field) {name, offsetof(mt_metrics_row, field), false}
+#define INT_FIELD(name, field) {name, offsetof(mt_metrics_row, field), true}
+
+/* JSON ------------------------------------------------------------------- */
+
+/* The fields of a JSON line after "step", in order (a skipped step's
+ * fields come last). */
+static const row_field json_fields[] = {
+    DOUBLE_FIELD("epoch", epoch),           DOUBLE_FIELD("loss", loss),
+    DOUBLE_FIELD("lr", lr),                 DOUBLE_FIELD("grad_norm", grad_norm),
+    INT_FIELD("tokens", tokens),            DOUBLE_FIELD("tokens_per_s", tokens_per_s),
+    DOUBLE_FIELD("tflops", tflops),         DOUBLE_FIELD("step_time_s", step_time_s),
+    DOUBLE_FIELD("gpu_mem_gb", gpu_mem_gb), DOUBLE_FIELD("host_mem_gb", host_mem_gb),
+    DOUBLE_FIELD("h2d_gbps", h2d_gbps),     DOUBLE_FIELD("d2h_gbps", d2h_gbps),
+    DOUBLE_FIELD("eta_s", eta_s),           DOUBLE_FIELD("eval_loss", eval_loss),
+    INT_FIELD("eval_tokens", eval_tokens),  DOUBLE_FIELD("eval_time_s", eval_time_s),
+    INT_FIELD("empty_batches", empty_batches),
+};
+
 void mt_metrics_format_json(const mt_metrics_row *r, char *buf, size_t n) {
-    /* %.9g: every float32 (loss, norms) exactly; doubles to 9 digits. */
-    static const char *G = ",\"%s\":%.9g";
     size_t u = (size_t)snprintf(buf, n, "{\"step\":%lld", (long long)r->step);
-    u = put(buf, n, u, G, "epoch", r->epoch);
-    u = put(buf, n, u, G, "loss", r->loss);
-    u = put(buf, n, u, G, "lr", r->lr);
-    u = put(buf, n, u, G, "grad_norm", r->grad_norm);
-    if (r->tokens >= 0 && u < n)
-        u += (size_t)snprintf(buf + u, n - u, ",\"tokens\":%lld", (long long)r->tokens);
-    u = put(buf, n, u, G, "tokens_per_s", r->tokens_per_s);
-    u = put(buf, n, u, G, "tflops", r->tflops);
-    u = put(buf, n, u, G, "step_time_s", r->step_time_s);
-    u = put(buf, n, u, G, "gpu_mem_gb", r->gpu_mem_gb);
-    u = put(buf, n, u, G, "host_mem_gb", r->host_mem_gb);
-    u = put(buf, n, u, G, "h2d_gbps", r->h2d_gbps);
-    u = put(buf, n, u, G, "d2h_gbps", r->d2h_gbps);
-    u = put(buf, n, u, G, "eta_s", r->eta_s);
-    u = put(buf, n, u, G, "eval_loss", r->eval_loss);
-    if (r->eval_tokens >= 0 && u < n)
-        u += (size_t)snprintf(buf + u, n - u, ",\"eval_tokens\":%lld", (long long)r->eval_tokens);
-    u = put(buf, n, u, G, "eval_time_s", r->eval_time_s);
-    if (r->empty_batches >= 0 && u < n)
-        u += (size_t)snprintf(buf + u, n - u, ",\"empty_batches\":%lld",
-                              (long long)r->empty_batches);
+    for (size_t i = 0; i < sizeof json_fields / sizeof *json_fields && u < n; i++) {
+        const row_field *f = &json_fields[i];
+        double v = field_value(r, f);
+        if (!isfinite(v)) continue;
+        /* %.9g: every float32 (loss, norms) exactly; doubles to 9 digits. */
+        if (f->is_int)
+            u += (size_t)snprintf(buf + u, n - u, ",\"%s\":%lld", f->name,
+                                  (long long)field_int(r, f));
+        else
+            u += (size_t)snprintf(buf + u, n - u, ",\"%s\":%.9g", f->name, v);
+    }
     if (r->skipped >= 0 && u < n) {
         u += (size_t)snprintf(buf + u, n - u, ",\"skipped\":%lld,\"loss_text\":\"%g\","
                               "\"grad_norm_text\":\"%g\"", (long long)r->skipped, r->loss,
@@ -196,25 +217,21 @@ void mt_metrics_close(mt_metrics_writer *w) {
 /* TensorBoard scalars ------------------------------------------------------ */
 
 /* The TensorBoard tag of each metrics.jsonl field that is a scalar series. */
-static const struct {
-    const char *tag;
-    size_t off;  // of a double in mt_metrics_row; tokens fields are int64_t
-    bool is_int;
-} scalar_tags[] = {
-    {"train/loss", offsetof(mt_metrics_row, loss), false},
-    {"train/lr", offsetof(mt_metrics_row, lr), false},
-    {"train/grad_norm", offsetof(mt_metrics_row, grad_norm), false},
-    {"train/epoch", offsetof(mt_metrics_row, epoch), false},
-    {"train/tokens", offsetof(mt_metrics_row, tokens), true},
-    {"perf/tokens_per_s", offsetof(mt_metrics_row, tokens_per_s), false},
-    {"perf/tflops", offsetof(mt_metrics_row, tflops), false},
-    {"perf/step_time_s", offsetof(mt_metrics_row, step_time_s), false},
-    {"perf/h2d_gbps", offsetof(mt_metrics_row, h2d_gbps), false},
-    {"perf/d2h_gbps", offsetof(mt_metrics_row, d2h_gbps), false},
-    {"memory/gpu_gb", offsetof(mt_metrics_row, gpu_mem_gb), false},
-    {"memory/host_gb", offsetof(mt_metrics_row, host_mem_gb), false},
-    {"eval/loss", offsetof(mt_metrics_row, eval_loss), false},
-    {"eval/tokens", offsetof(mt_metrics_row, eval_tokens), true},
+static const row_field scalar_tags[] = {
+    DOUBLE_FIELD("train/loss", loss),
+    DOUBLE_FIELD("train/lr", lr),
+    DOUBLE_FIELD("train/grad_norm", grad_norm),
+    DOUBLE_FIELD("train/epoch", epoch),
+    INT_FIELD("train/tokens", tokens),
+    DOUBLE_FIELD("perf/tokens_per_s", tokens_per_s),
+    DOUBLE_FIELD("perf/tflops", tflops),
+    DOUBLE_FIELD("perf/step_time_s", step_time_s),
+    DOUBLE_FIELD("perf/h2d_gbps", h2d_gbps),
+    DOUBLE_FIELD("perf/d2h_gbps", d2h_gbps),
+    DOUBLE_FIELD("memory/gpu_gb", gpu_mem_gb),
+    DOUBLE_FIELD("memory/host_gb", host_mem_gb),
+    DOUBLE_FIELD("eval/loss", eval_loss),
+    INT_FIELD("eval/tokens", eval_tokens),
 };
 _Static_assert(sizeof scalar_tags / sizeof *scalar_tags <= MT_METRICS_MAX_SCALARS,
                "raise MT_METRICS_MAX_SCALARS");
@@ -222,16 +239,8 @@ _Static_assert(sizeof scalar_tags / sizeof *scalar_tags <= MT_METRICS_MAX_SCALAR
 size_t mt_metrics_scalars(const mt_metrics_row *row, mt_tb_scalar *out) {
     size_t n = 0;
     for (size_t i = 0; i < sizeof scalar_tags / sizeof *scalar_tags; i++) {
-        const char *p = (const char *)row + scalar_tags[i].off;
-        double v;
-        if (scalar_tags[i].is_int) {
-            int64_t k;
-            memcpy(&k, p, sizeof k);
-            v = k >= 0 ? (double)k : NAN;
-        } else {
-            memcpy(&v, p, sizeof v);
-        }
-        if (isfinite(v)) out[n++] = (mt_tb_scalar){scalar_tags[i].tag, (float)v};
+        double v = field_value(row, &scalar_tags[i]);
+        if (isfinite(v)) out[n++] = (mt_tb_scalar){scalar_tags[i].name, (float)v};
     }
     return n;
 }

@@ -5,6 +5,8 @@
  * step, whatever the number of micro-batches. */
 #include "engine/step.h"
 
+#include <stdbool.h>
+
 #include "backend/cpu/ops.h"
 
 int64_t mt_batch_count_valid(const mt_batch *b) {
@@ -36,35 +38,60 @@ void mt_batch_fill_random(int32_t *tokens, int32_t *targets, size_t n, int64_t V
     }
 }
 
-static void forward_layers(mt_backend *be, int n_layers, const mt_batch *batch) {
-    for (int l = 0; l < n_layers - 1; l++) {
-        be->ops->bind_layer(be, l, 0);
-        for (int mb = 0; mb < batch->M; mb++) be->ops->forward(be, l, mb);
-    }
+/* Whether to stop before the next layer or micro-batch (and then abandon
+ * the step). */
+static bool stop_now(mt_backend *be, const mt_step_stop *stop) {
+    if (!stop || !be->ops->abandon_step || !stop->asked(stop->ctx)) return false;
+    be->ops->abandon_step(be);
+    return true;
 }
 
-int mt_step_forward_backward(mt_backend *be, int n_layers, const mt_batch *batch, double *loss,
-                             mt_error *err) {
+/* Forward through the blocks; false when stopped. */
+static bool forward_layers(mt_backend *be, int n_layers, const mt_batch *batch,
+                           const mt_step_stop *stop) {
+    for (int l = 0; l < n_layers - 1; l++) {
+        if (stop_now(be, stop)) return false;
+        be->ops->bind_layer(be, l, 0);
+        for (int mb = 0; mb < batch->M; mb++) {
+            if (mb && stop_now(be, stop)) return false;
+            be->ops->forward(be, l, mb);
+        }
+    }
+    return true;
+}
+
+int mt_step_forward_backward_or_stop(mt_backend *be, int n_layers, const mt_batch *batch,
+                                     const mt_step_stop *stop, double *loss, mt_error *err) {
     int64_t valid = batch->n_valid ? batch->n_valid : mt_batch_count_valid(batch);
     if (valid == 0)
         return mt_errorf(err, "the batch has no target tokens (every label is -100); check the "
                          "data's loss mask");
     if (mt_batch_check_pos(batch, err)) return -1;
     if (be->ops->begin_step(be, batch, 1.0f / (float)valid, 1, err)) return -1;
-    forward_layers(be, n_layers, batch);
+    if (!forward_layers(be, n_layers, batch, stop)) return 1;
 
     int head = n_layers - 1;
+    if (stop_now(be, stop)) return 1;
     be->ops->bind_layer(be, head, 1);
     for (int mb = 0; mb < batch->M; mb++) be->ops->head(be, mb);
     be->ops->layer_grads_done(be, head);
 
     for (int l = head - 1; l >= 0; l--) {
+        if (stop_now(be, stop)) return 1;
         be->ops->bind_layer(be, l, 1);
-        for (int mb = 0; mb < batch->M; mb++) be->ops->backward(be, l, mb);
+        for (int mb = 0; mb < batch->M; mb++) {
+            if (mb && stop_now(be, stop)) return 1;
+            be->ops->backward(be, l, mb);
+        }
         be->ops->layer_grads_done(be, l);
     }
     *loss = be->ops->end_step(be) / (double)valid;
     return be->ops->step_error ? be->ops->step_error(be, err) : 0;
+}
+
+int mt_step_forward_backward(mt_backend *be, int n_layers, const mt_batch *batch, double *loss,
+                             mt_error *err) {
+    return mt_step_forward_backward_or_stop(be, n_layers, batch, NULL, loss, err);
 }
 
 int mt_step_eval(mt_backend *be, int n_layers, const mt_batch *batch, double *loss_sum,
@@ -72,7 +99,7 @@ int mt_step_eval(mt_backend *be, int n_layers, const mt_batch *batch, double *lo
     int64_t valid = mt_batch_count_valid(batch);
     if (mt_batch_check_pos(batch, err)) return -1;
     if (be->ops->begin_step(be, batch, valid ? 1.0f / (float)valid : 0.0f, 0, err)) return -1;
-    forward_layers(be, n_layers, batch);
+    forward_layers(be, n_layers, batch, NULL);
     be->ops->bind_layer(be, n_layers - 1, 0);
     for (int mb = 0; mb < batch->M; mb++) be->ops->head(be, mb);
     *loss_sum = be->ops->end_step(be);

@@ -13,6 +13,20 @@
 int mt_step_forward_backward(mt_backend *be, int n_layers, const mt_batch *batch, double *loss,
                              mt_error *err);
 
+/* The caller's question, asked between the layers and micro-batches of a
+ * step: nonzero to stop there. */
+typedef struct mt_step_stop {
+    int (*asked)(void *ctx);
+    void *ctx;
+} mt_step_stop;
+
+/* mt_step_forward_backward, asking stop (NULL: never) before each layer and
+ * micro-batch when the backend can abandon a step (abandon_step; others
+ * finish it). 1: it was abandoned there: no loss, gradients not valid,
+ * nothing to apply. */
+int mt_step_forward_backward_or_stop(mt_backend *be, int n_layers, const mt_batch *batch,
+                                     const mt_step_stop *stop, double *loss, mt_error *err);
+
 /* Forward only (evaluation): returns the summed loss and the valid count. */
 int mt_step_eval(mt_backend *be, int n_layers, const mt_batch *batch, double *loss_sum,
                  int64_t *n_valid, mt_error *err);

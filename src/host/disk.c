@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -100,6 +101,21 @@ static int split_dirs(mt_disk *d, const char *dirs, mt_error *err) {
         p = comma ? comma + 1 : NULL;
     }
     if (d->n_dirs == 0) return mt_errorf(err, "no disk directory given");
+    return 0;
+}
+
+int mt_disk_free_bytes(const char *dirs, double *bytes, mt_error *err) {
+    mt_disk d = {0};
+    if (split_dirs(&d, dirs, err)) return -1;
+    double least = -1;
+    for (int k = 0; k < d.n_dirs; k++) {
+        struct statvfs v;
+        if (statvfs(d.dir[k].path, &v) != 0)
+            return mt_errorf(err, "disk directory '%s': %s", d.dir[k].path, strerror(errno));
+        double free_b = (double)v.f_bavail * (double)v.f_frsize;
+        if (least < 0 || free_b < least) least = free_b;
+    }
+    *bytes = least * d.n_dirs;
     return 0;
 }
 

@@ -57,6 +57,11 @@ int mt_disk_done(mt_disk *d, int ticket);
  * the file, the offset and the system's reason when it failed. */
 int mt_disk_wait(mt_disk *d, int ticket, mt_error *err);
 
+/* The bytes the tier can hold on dirs: the stripes spread evenly, so the
+ * directory with the least free space times their number (directories on
+ * one file system count its space once each: give distinct drives). */
+int mt_disk_free_bytes(const char *dirs, double *bytes, mt_error *err);
+
 /* Measures the tier on dirs with `bytes` of blocks of 64 MiB: writing them
  * all, reading them all, and reading and writing at once (each GB/s of the
  * bytes moved). What the planner's disk rates mean. */

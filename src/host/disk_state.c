@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "host/disk.h"
+#include "host/store.h"
 #include "util/mem.h"
 
 enum { FREE, READING, READY, WRITING };
@@ -32,6 +33,34 @@ struct mt_disk_state {
 
 static size_t block_bytes(const mt_param_table *t, int l) {
     return 2 * t->layers[l].numel * sizeof(float);
+}
+
+void mt_disk_tier_sizes(const mt_param_table *t, int n, double *disk_bytes, double *ram_freed) {
+    double disk = 0, most = 0;
+    for (int l = t->n_layers - n; l < t->n_layers; l++) {
+        disk += (double)block_bytes(t, l);
+        if ((double)block_bytes(t, l) > most) most = (double)block_bytes(t, l);
+    }
+    *disk_bytes = disk;
+    *ram_freed = disk - MT_DISK_STAGING_BUFFERS * most;
+}
+
+int mt_disk_store_create(mt_host_store *s, const mt_param_table *t, int grads, int n,
+                         const char *dirs, mt_error *err) {
+    memset(s, 0, sizeof *s);
+    if (n <= 0) return mt_host_store_create(s, t, grads, err);
+    uint8_t *on_disk = mt_calloc_or_die((size_t)t->n_layers, 1);
+    for (int l = n < t->n_layers ? t->n_layers - n : 0; l < t->n_layers; l++) on_disk[l] = 1;
+    mt_disk_state *ds = NULL;
+    int rc = mt_disk_state_open(&ds, t, on_disk, dirs, MT_DISK_STAGING_BUFFERS, err);
+    if (rc == 0) rc = mt_host_store_create_tiered(s, t, grads, on_disk, err);
+    free(on_disk);
+    if (rc) {
+        mt_disk_state_close(ds);
+        return -1;
+    }
+    s->disk = ds;
+    return 0;
 }
 
 int mt_disk_state_open(mt_disk_state **out, const mt_param_table *t, const uint8_t *on_disk,

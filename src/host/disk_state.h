@@ -23,6 +23,23 @@
 
 typedef struct mt_disk_state mt_disk_state;
 
+/* Staging buffers a training run opens the disk state with. */
+#define MT_DISK_STAGING_BUFFERS 3
+
+/* Sizes of the disk tier when the last n layers of t keep their m and v
+ * there (the optimizer updates them last, so the next forward needs them
+ * last): the bytes on disk, and the bytes of RAM that frees less the
+ * staging buffers (which can exceed it: then negative). */
+void mt_disk_tier_sizes(const mt_param_table *t, int n, double *disk_bytes, double *ram_freed);
+
+/* A host store (host/store.h) whose last n layers keep their m and v on
+ * disk in dirs, with MT_DISK_STAGING_BUFFERS staging buffers; n = 0: all
+ * in RAM. Its owner closes s->disk (mt_disk_state_close, once the
+ * optimizer is done with it) before mt_host_store_free. */
+struct mt_host_store;
+int mt_disk_store_create(struct mt_host_store *s, const mt_param_table *t, int grads, int n,
+                         const char *dirs, mt_error *err);
+
 /* Places the m and v of the layers with on_disk[l] set in files on dirs
  * (comma-separated, striped), with `buffers` (>= 2) staging buffers of the
  * largest such layer. The disk starts as zeros (a fresh optimizer).

@@ -201,6 +201,26 @@ int mt_ckpt_write_state(const char *tmp, int64_t step, const char *state_json, m
     return rc;
 }
 
+mt_ckpt_complete mt_ckpt_complete_begin(int64_t step, int ranks) {
+    mt_ckpt_complete mk = {cJSON_CreateObject(), NULL, NULL};
+    cJSON_AddStringToObject(mk.root, "format", MT_CHECKPOINT_FORMAT);
+    cJSON_AddNumberToObject(mk.root, "step", (double)step);
+    if (ranks > 0) cJSON_AddNumberToObject(mk.root, "ranks", ranks);
+    mk.files = cJSON_AddObjectToObject(mk.root, "files");
+    mk.sums = cJSON_AddObjectToObject(mk.root, "xxh3_64");
+    return mk;
+}
+
+int mt_ckpt_complete_write(mt_ckpt_complete *mk, const char *dir, int rc, mt_error *err) {
+    char *text = cJSON_Print(mk->root);
+    cJSON_Delete(mk->root);
+    *mk = (mt_ckpt_complete){0};
+    MT_ASSERT(text);
+    if (rc == 0) rc = mt_ckpt_write_text(dir, "COMPLETE", text, err);
+    free(text);
+    return rc;
+}
+
 int mt_ckpt_record_file(const char *dir, const char *name, cJSON *files, cJSON *sums,
                         mt_error *err) {
     char *path = mt_path_join(dir, name), hex[17];
@@ -221,20 +241,11 @@ int mt_ckpt_record_file(const char *dir, const char *name, cJSON *files, cJSON *
  * corrupted after the save. Hashing re-reads the files just written, from
  * the page cache. */
 static int write_complete(const char *tmp, int64_t step, mt_error *err) {
-    cJSON *r = cJSON_CreateObject();
-    cJSON_AddStringToObject(r, "format", MT_CHECKPOINT_FORMAT);
-    cJSON_AddNumberToObject(r, "step", (double)step);
-    cJSON *files = cJSON_AddObjectToObject(r, "files");
-    cJSON *sums = cJSON_AddObjectToObject(r, "xxh3_64");
+    mt_ckpt_complete mk = mt_ckpt_complete_begin(step, 0);
     int rc = 0;
     for (int i = 0; i < N_CKPT_FILES && rc == 0; i++)
-        rc = mt_ckpt_record_file(tmp, mt_ckpt_file(i), files, sums, err);
-    char *text = cJSON_Print(r);
-    cJSON_Delete(r);
-    MT_ASSERT(text);
-    if (rc == 0) rc = mt_ckpt_write_text(tmp, "COMPLETE", text, err);
-    free(text);
-    return rc;
+        rc = mt_ckpt_record_file(tmp, mt_ckpt_file(i), mk.files, mk.sums, err);
+    return mt_ckpt_complete_write(&mk, tmp, rc, err);
 }
 
 /* ---- save --------------------------------------------------------------- */
@@ -263,29 +274,12 @@ int mt_checkpoint_save_opts(const char *out_dir, int64_t step, const mt_host_sto
     if (mt_ckpt_check_state_json(state_json, err)) return -1;
     char *ck = mt_path_join(out_dir, "checkpoints");
     char *final = mt_ckpt_step_path(ck, step), *tmp = mt_ckpt_tmp_path(ck, step);
-    int rc = mt_mkdirs(ck, err);
-    if (rc == 0) {
-        mt_remove_tree(tmp);  /* left by an earlier failed attempt of this process */
-        if (mkdir(tmp, 0755) != 0)
-            rc = mt_errorf(err, "%s: cannot create directory: %s", tmp, strerror(errno));
-    }
+    int rc = mt_ckpt_make_tmp(ck, tmp, err);
     int made_tmp = rc == 0;
     if (rc == 0) rc = write_all_files(tmp, step, s, cfg, state_json, o, err);
-    if (rc == 0) rc = mt_ckpt_publish(tmp, final, err);
-    if (rc == 0) rc = mt_fsync_dir(ck, err);
-    if (rc != 0 && made_tmp) mt_remove_tree(tmp);
-    if (rc == 0 && saved_path) snprintf(saved_path, cap, "%s", final);
-    /* The new checkpoint is durable; a failed prune only leaves extra
-     * directories behind, which the next save retries. */
-    if (rc == 0 && mt_checkpoint_prune(out_dir, o->keep_last, err) != 0)
-        fprintf(stderr, "warning: %s\n", err->msg);
-    if (rc != 0)
-        mt_error_prefix(err, "saving checkpoint step %lld to %s (earlier checkpoints are "
-                        "untouched): ", (long long)step, ck);
-    free(ck);
-    free(final);
-    free(tmp);
-    return rc;
+    if (rc == 0) rc = mt_ckpt_commit(ck, tmp, final, out_dir, o->keep_last, err);
+    return mt_ckpt_save_end(rc, made_tmp, "checkpoint", step, ck, final, tmp, saved_path, cap,
+                            err);
 }
 
 int mt_checkpoint_save(const char *out_dir, int64_t step, const mt_host_store *s,

@@ -87,6 +87,38 @@ int mt_ckpt_publish(const char *tmp, const char *final, mt_error *err) {
     return 0;
 }
 
+int mt_ckpt_make_tmp(const char *ck, const char *tmp, mt_error *err) {
+    if (mt_mkdirs(ck, err)) return -1;
+    mt_remove_tree(tmp);  /* left by an earlier failed attempt of this process */
+    if (mkdir(tmp, 0755) != 0)
+        return mt_errorf(err, "%s: cannot create directory: %s", tmp, strerror(errno));
+    return 0;
+}
+
+int mt_ckpt_commit(const char *ck, const char *tmp, const char *final, const char *out_dir,
+                   int keep_last, mt_error *err) {
+    int rc = mt_ckpt_publish(tmp, final, err);
+    if (rc == 0) rc = mt_fsync_dir(ck, err);
+    /* The new checkpoint is durable; a failed prune only leaves extra
+     * directories behind, which the next save retries. */
+    if (rc == 0 && mt_checkpoint_prune(out_dir, keep_last, err) != 0)
+        fprintf(stderr, "warning: %s\n", err->msg);
+    return rc;
+}
+
+int mt_ckpt_save_end(int rc, bool remove_tmp, const char *what, int64_t step, char *ck,
+                     char *final, char *tmp, char *saved_path, size_t cap, mt_error *err) {
+    if (rc != 0 && remove_tmp) mt_remove_tree(tmp);
+    if (rc == 0 && saved_path) snprintf(saved_path, cap, "%s", final);
+    if (rc != 0)
+        mt_error_prefix(err, "saving %s step %lld to %s (earlier checkpoints are untouched): ",
+                        what, (long long)step, ck);
+    free(ck);
+    free(final);
+    free(tmp);
+    return rc;
+}
+
 /* ---- listing ------------------------------------------------------------ */
 
 typedef struct ckpt_list {

@@ -3,6 +3,8 @@
 #ifndef MT_IO_CHECKPOINT_INTERNAL_H
 #define MT_IO_CHECKPOINT_INTERNAL_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -20,6 +22,24 @@ char *mt_ckpt_tmp_path(const char *ck, int64_t step);
  * step saved again) the two are swapped atomically and the old one
  * removed, so that final always names a complete checkpoint. */
 int mt_ckpt_publish(const char *tmp, const char *final, mt_error *err);
+
+/* A save's temporary directory tmp inside ck (both made as needed), empty:
+ * one left by an earlier failed attempt of this process is removed. */
+int mt_ckpt_make_tmp(const char *ck, const char *tmp, mt_error *err);
+
+/* The end of a save whose files are all written and synced in tmp: tmp
+ * published as final (mt_ckpt_publish), ck synced, then the checkpoints in
+ * out_dir beyond keep_last pruned (a failed prune only warns). */
+int mt_ckpt_commit(const char *ck, const char *tmp, const char *final, const char *out_dir,
+                   int keep_last, mt_error *err);
+
+/* How a save ends, whichever way it went (rc). On success: final's path in
+ * saved_path (cap; NULL: not wanted). On failure: tmp removed when
+ * remove_tmp (this process made it), err prefixed with what was saved
+ * ("checkpoint", "sharded checkpoint"), its step and ck. Frees ck, final and
+ * tmp; returns rc. */
+int mt_ckpt_save_end(int rc, bool remove_tmp, const char *what, int64_t step, char *ck,
+                     char *final, char *tmp, char *saved_path, size_t cap, mt_error *err);
 
 /* The first field in which config a (read from path) differs from b, as an
  * error naming it and both values; 0 when equal. */
@@ -44,6 +64,18 @@ int mt_ckpt_write_state(const char *dir, int64_t step, const char *state_json, m
 struct cJSON;
 int mt_ckpt_record_file(const char *dir, const char *name, struct cJSON *files,
                         struct cJSON *sums, mt_error *err);
+
+/* A COMPLETE marker being built: {"format", "step", "ranks" (a sharded
+ * checkpoint's, when ranks > 0), "files": {name: bytes}, "xxh3_64": {name:
+ * hex}}. Begin it, add each file with mt_ckpt_record_file(dir, name,
+ * mk.files, mk.sums, err), then mt_ckpt_complete_write: dir/COMPLETE
+ * written unless rc (the adds' status) is not 0; frees the marker either
+ * way and returns the first failure. */
+typedef struct mt_ckpt_complete {
+    struct cJSON *root, *files, *sums;
+} mt_ckpt_complete;
+mt_ckpt_complete mt_ckpt_complete_begin(int64_t step, int ranks);
+int mt_ckpt_complete_write(mt_ckpt_complete *mk, const char *dir, int rc, mt_error *err);
 
 /* The files of a checkpoint, in the order they are written; COMPLETE last. */
 #define N_CKPT_FILES 4

@@ -15,6 +15,14 @@
 #include "io/safetensors.h"
 #include "util/mem.h"
 
+/* "[a, b, ...]" of ndim dimensions ("[]" for a scalar). */
+static void format_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < ndim && n < cap; d++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
 /* A resume checkpoint (io/checkpoint.h: a directory with COMPLETE) is a
  * model directory too; what a load reads of it must be what its save
  * wrote, or a flipped bit reaches the loss silently. */
@@ -86,11 +94,11 @@ int mt_model_read_layers(const mt_param_table *t, const char *dir, mt_layer_dst 
             int shape_ok = ti->ndim == td->ndim && ti->shape[0] == td->shape[0] &&
                            (td->ndim == 1 || ti->shape[1] == td->shape[1]);
             if (!shape_ok) {
-                mt_errorf(err, "%s: tensor \"%s\" has shape [%lld%s%lld] but config.json "
-                          "implies [%lld%s%lld]", ti->file, td->name, (long long)ti->shape[0],
-                          ti->ndim > 1 ? ", " : "", ti->ndim > 1 ? (long long)ti->shape[1] : 0LL,
-                          (long long)td->shape[0], td->ndim > 1 ? ", " : "",
-                          td->ndim > 1 ? (long long)td->shape[1] : 0LL);
+                char has[160], want[80];
+                format_shape(has, sizeof has, ti->ndim, ti->shape);
+                format_shape(want, sizeof want, td->ndim, td->shape);
+                mt_errorf(err, "%s: tensor \"%s\" has shape %s but config.json implies %s",
+                          ti->file, td->name, has, want);
                 goto out;
             }
             if (mt_st_read_f32(ti, dst, td->numel, err)) goto out;

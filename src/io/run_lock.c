@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "io/file.h"
@@ -31,11 +32,24 @@ int mt_run_lock_acquire(mt_run_lock *l, const char *out_dir, const char *what, m
     l->fd = -1;
     if (mt_mkdirs(out_dir, err)) return -1;
     char *path = mt_path_join(out_dir, MT_RUN_LOCK_FILE);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    /* never through a link: the pid written into it would overwrite the
+     * file it points to */
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
     int rc = 0;
-    if (fd < 0) {
+    struct stat st;
+    if (fd < 0 && errno == ELOOP) {
+        rc = mt_errorf(err, "%s: the run lock is a symbolic link, which megatrain does not "
+                       "follow (writing the pid would overwrite what it points to); remove it",
+                       path);
+    } else if (fd < 0) {
         rc = mt_errorf(err, "%s: cannot open the run lock: %s (is the out directory writable?)",
                        path, strerror(errno));
+    } else if (fstat(fd, &st) != 0) {
+        rc = mt_errorf(err, "%s: cannot stat the run lock: %s", path, strerror(errno));
+    } else if (!S_ISREG(st.st_mode) || st.st_nlink != 1) {
+        rc = mt_errorf(err, "%s: the run lock is not a file of its own (%s); remove it",
+                       path, !S_ISREG(st.st_mode) ? "not a regular file"
+                                                  : "a hard link to another file");
     } else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         char holder[200];
         if (errno == EWOULDBLOCK) {

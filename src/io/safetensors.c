@@ -145,16 +145,11 @@ static int check_layout(mt_st_file *f, size_t data_start, mt_error *err) {
     const mt_st_tensor_info **ptrs = mt_malloc_or_die(((size_t)n + 1) * sizeof *ptrs);
     for (int i = 0; i < n; i++) ptrs[i] = &f->tensors[i];
     qsort(ptrs, (size_t)n, sizeof *ptrs, cmp_info_ptr_name);
-    f->by_name = mt_malloc_or_die(((size_t)n + 1) * sizeof *f->by_name);
-    int rc = 0;
-    for (int i = 0; i < n; i++) {
-        f->by_name[i] = (int)(ptrs[i] - f->tensors);
-        if (i > 0 && strcmp(ptrs[i]->name, ptrs[i - 1]->name) == 0 && rc == 0)
-            rc = mt_errorf(err, "%s: tensor name '%s' appears twice in the header", f->path,
-                           ptrs[i]->name);
-    }
-    free(ptrs);
-    if (rc) return rc;
+    f->by_name = ptrs;
+    for (int i = 1; i < n; i++)
+        if (strcmp(ptrs[i]->name, ptrs[i - 1]->name) == 0)
+            return mt_errorf(err, "%s: tensor name '%s' appears twice in the header", f->path,
+                             ptrs[i]->name);
 
     const mt_st_tensor_info *prev = NULL;
     for (int i = 0; i < n; i++) {
@@ -272,17 +267,22 @@ void mt_st_close(mt_st_file *f) {
     memset(f, 0, sizeof *f);
 }
 
-const mt_st_tensor_info *mt_st_find(const mt_st_file *f, const char *name) {
-    int lo = 0, hi = f->n_tensors - 1;
+/* The tensor called name in sorted (n, ascending names), NULL if none. */
+static const mt_st_tensor_info *find_sorted(const mt_st_tensor_info *const *sorted, int n,
+                                            const char *name) {
+    int lo = 0, hi = n - 1;
     while (lo <= hi) {
         int mid = lo + (hi - lo) / 2;
-        const mt_st_tensor_info *t = &f->tensors[f->by_name[mid]];
-        int c = strcmp(name, t->name);
-        if (c == 0) return t;
+        int c = strcmp(name, sorted[mid]->name);
+        if (c == 0) return sorted[mid];
         if (c < 0) hi = mid - 1;
         else lo = mid + 1;
     }
     return NULL;
+}
+
+const mt_st_tensor_info *mt_st_find(const mt_st_file *f, const char *name) {
+    return find_sorted(f->by_name, f->n_tensors, name);
 }
 
 const char *mt_st_meta(const mt_st_file *f, const char *key) {
@@ -464,13 +464,5 @@ void mt_st_model_close(mt_st_model *m) {
 }
 
 const mt_st_tensor_info *mt_st_model_find(const mt_st_model *m, const char *name) {
-    int lo = 0, hi = m->n_tensors - 1;
-    while (lo <= hi) {
-        int mid = lo + (hi - lo) / 2;
-        int c = strcmp(name, m->tensors[mid]->name);
-        if (c == 0) return m->tensors[mid];
-        if (c < 0) hi = mid - 1;
-        else lo = mid + 1;
-    }
-    return NULL;
+    return find_sorted(m->tensors, m->n_tensors, name);
 }

@@ -51,7 +51,7 @@ typedef struct mt_st_file {
     size_t size;
     int n_tensors;
     mt_st_tensor_info *tensors;  /* (n_tensors) in data_offsets order */
-    int *by_name;                /* (n_tensors) indices sorted by name */
+    const mt_st_tensor_info **by_name; /* (n_tensors) into tensors, sorted by name */
     int n_meta;
     mt_st_kv *meta;              /* (n_meta) the __metadata__ map */
 } mt_st_file;

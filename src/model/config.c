@@ -232,12 +232,39 @@ static int parse_moe(mt_config *cfg, const cJSON *root, const char *src, mt_erro
     return 0;
 }
 
+/* The first key given twice in an object of j (at any depth), as a path
+ * ("rope_scaling.factor") into buf; false if none. cJSON keeps both and
+ * reads the first where Python's json (transformers) keeps the last: the
+ * two would build different models from one file. */
+static bool duplicate_key(const cJSON *j, char *buf, size_t cap) {
+    for (const cJSON *a = j ? j->child : NULL; a; a = a->next) {
+        if (cJSON_IsObject(j))
+            for (const cJSON *b = a->next; b; b = b->next)
+                if (!strcmp(a->string, b->string)) {
+                    snprintf(buf, cap, "%s", a->string);
+                    return true;
+                }
+        char inner[256];
+        if ((cJSON_IsObject(a) || cJSON_IsArray(a)) && duplicate_key(a, inner, sizeof inner)) {
+            snprintf(buf, cap, "%s.%s", cJSON_IsObject(j) ? a->string : "[]", inner);
+            return true;
+        }
+    }
+    return false;
+}
+
 int mt_config_parse(mt_config *cfg, const char *json_text, const char *src, mt_error *err) {
     memset(cfg, 0, sizeof *cfg);
     cJSON *root = cJSON_Parse(json_text);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return mt_errorf(err, "%s: not a JSON object (is this a Hugging Face config.json?)", src);
+    }
+    char dup[300];
+    if (duplicate_key(root, dup, sizeof dup)) {
+        cJSON_Delete(root);
+        return mt_errorf(err, "%s: the key \"%s\" is given twice; transformers would take the "
+                         "last value, megatrain the first: keep one", src, dup);
     }
     int rc = -1;
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "dist/shard.h"
+#include "host/disk_state.h"
 #include "util/mem.h"
 #include "util/sys.h"
 
@@ -78,6 +79,62 @@ static double collective_s(const mt_plan_request *q, int l) {
     return extent * 4.0 * (q->ranks - 1) / q->ranks / (q->rates.link_gbs * 1e9);
 }
 
+/* The disk tier's rates, bytes a second: reads and writes as measured (an
+ * assumed 2 GB/s each way where they were not: one NVMe drive of a cloud
+ * GPU machine), and both at once, which bounds their sum (0: no bound). */
+#define DISK_ASSUMED_GBS 2.0
+static void disk_rates(const mt_rates *r, double *rd, double *wr, double *both) {
+    *rd = (r->disk_read_gbs > 0 ? r->disk_read_gbs : DISK_ASSUMED_GBS) * 1e9;
+    *wr = (r->disk_write_gbs > 0 ? r->disk_write_gbs : DISK_ASSUMED_GBS) * 1e9;
+    *both = r->disk_both_gbs * 1e9;
+}
+
+/* The optimizer thread over a step: layer l's update starts once the one
+ * before it is done and its gradient is on the host (a GPU-waiting one is
+ * fetched while the layer before it is updated), and, for a disk layer,
+ * once its m and v are read (reads run ahead into MT_DISK_STAGING_BUFFERS
+ * buffers, each free again once the layer it held is written back). Fills
+ * opt_done (when each layer's weights are ready) and returns when the last
+ * update ends; *disk_end when the disk's last write ends. */
+static double optimizer_times(const mt_plan_request *q, const mt_plan *plan, double start,
+                              double *opt_done, double *disk_end, double *disk_busy) {
+    const mt_rates *r = &q->rates;
+    int nl = q->t->n_layers, first_disk = nl - plan->n_disk;
+    double d2h = r->d2h_gbs * 1e9, adam = r->adam_gparams * 1e9, rd, wr, both;
+    disk_rates(r, &rd, &wr, &both);
+    double opt = 0, prev_start = 0, comp = start, read_free = 0, write_free = 0, bytes = 0;
+    double written[MT_DISK_STAGING_BUFFERS] = {0}, reading = 0, writing = 0;
+    for (int l = 0; l < nl; l++) {
+        double numel = part_floats(q, l);
+        if (l < plan->n_dev) { /* p, m, v, g and the bf16 copy through HBM */
+            comp += numel * 30.0 / (r->hbm_gbs * 1e9);
+            opt_done[l] = comp;
+            continue;
+        }
+        double fetched = prev_start + (plan->homes[l].grad_host ? 0 : numel * 4.0 / d2h);
+        prev_start = fmax(opt, fetched);
+        int k = l - first_disk, buf = k >= 0 ? k % MT_DISK_STAGING_BUFFERS : 0;
+        if (k >= 0) { /* m and v read into a free staging buffer */
+            read_free = fmax(read_free, written[buf]) + numel * 8.0 / rd;
+            prev_start = fmax(prev_start, read_free);
+        }
+        opt = prev_start + numel / adam;
+        opt_done[l] = opt;
+        if (k >= 0) { /* and written back */
+            write_free = fmax(write_free, opt) + numel * 8.0 / wr;
+            written[buf] = write_free;
+            reading += numel * 8.0 / rd;
+            writing += numel * 8.0 / wr;
+            bytes += numel * 16.0;
+        }
+    }
+    *disk_end = fmax(read_free, write_free);
+    *disk_busy = fmax(reading, writing);
+    if (both > 0) *disk_end = fmax(*disk_end, bytes / both);
+    if (both > 0) *disk_busy = fmax(*disk_busy, bytes / both);
+    return opt;
+}
+
 mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan) {
     const mt_layer_home *h = plan->homes;
     int bf16 = plan->host_grad_bf16, n_keep = plan->n_keep, n_dev = plan->n_dev;
@@ -91,7 +148,6 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan
         k.b_kept += 2.0 * q->cfg->NH * q->cfg->HD * q->cfg->C * tok / (r->gemm_tflops * 1e12);
     double ck = tok * q->cfg->C * 4.0;
     double h2d = r->h2d_gbs * 1e9, d2h = r->d2h_gbs * 1e9;
-    double adam = r->adam_gparams * 1e9;
     int seq[2 * 4096 + 2], bwd[2 * 4096 + 2], n = 0;
     for (int l = 0; l < nl; l++) seq[n] = l, bwd[n++] = l == head;
     for (int l = head - 1; l >= 0; l--) seq[n] = l, bwd[n++] = 1;
@@ -101,19 +157,9 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan
     double drained[2] = {0, 0}, compute = 0, fwd_end = 0;
     int gturn = 0;
     double *opt_done = mt_calloc_or_die((size_t)nl, sizeof *opt_done);
-    double prev_start = 0;
-    for (int l = 0; l < nl; l++) {
-        double numel = part_floats(q, l);
-        if (l < n_dev) { /* p, m, v, g and the bf16 copy through HBM */
-            comp += numel * 30.0 / (r->hbm_gbs * 1e9);
-            opt_done[l] = comp;
-            continue;
-        }
-        double fetched = prev_start + (h[l].grad_host ? 0 : numel * 4.0 / d2h);
-        prev_start = fmax(opt, fetched);
-        opt = prev_start + numel / adam;
-        opt_done[l] = opt;
-    }
+    double disk_end = 0, disk_busy = 0;
+    opt = optimizer_times(q, plan, 0, opt_done, &disk_end, &disk_busy);
+    for (int l = 0; l < n_dev; l++) comp += part_floats(q, l) * 30.0 / (r->hbm_gbs * 1e9);
     compute = comp;
     for (int j = 0; j < n; j++) {
         int l = seq[j], b = bwd[j], back = b && l != head;
@@ -180,8 +226,9 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan
     }
     mt_step_prediction p = {.fwd = fwd_end, .bwd = comp - fwd_end, .opt = opt,
                             .h2d_busy = h2d_busy, .d2h_busy = d2h_busy, .compute = compute,
-                            .coll_busy = coll_busy};
-    p.step = fmax(fmax(comp, d2h_free), coll_free);
+                            .coll_busy = coll_busy, .disk_busy = disk_busy};
+    /* the disk's traffic of a step cannot take longer than the step */
+    p.step = fmax(fmax(fmax(comp, d2h_free), coll_free), disk_end);
     free(cstart);
     free(opt_done);
     return p;
@@ -219,6 +266,10 @@ static void measure(const mt_plan_request *q, mt_plan *p) {
                    (double)MT_CUDA_CONTEXT_RESERVE;
     p->pinned_bytes = (double)mt_cuda_backend_host_bytes(q->cfg, q->t, q->M, q->B, q->T, &o);
     p->store_bytes = store_floats(q) * 12.0;
+    double freed = 0;
+    p->disk_bytes = 0;
+    if (p->n_disk) mt_disk_tier_sizes(q->t, p->n_disk, &p->disk_bytes, &freed);
+    p->store_bytes -= freed;
     /* tokens, targets and the embedding plan of a step, in the trainer and the backend */
     p->host_bytes = p->store_bytes + p->pinned_bytes + tok * 20.0;
     p->n_host_grads = p->n_host_saved = 0;
@@ -260,41 +311,38 @@ static int rebuildable_saved(const mt_plan *p, int host) {
     return 0;
 }
 
-static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild, int lean) {
-    const mt_param_table *t = q->t;
-    int nl = t->n_layers, L = nl - 2;
+/* The placement to start from: every gradient and saved input on the host
+ * (all on the GPU with all_gpu), except that layer 1's input is rebuilt
+ * from the tokens (an embedding lookup) and the last block's and the
+ * head's never leave the GPU between their forward and backward; the
+ * device layers and disk layers asked for. */
+static void start_homes(const mt_plan_request *q, mt_plan *p, int bf16, int lean) {
+    int nl = q->t->n_layers;
     p->host_grad_bf16 = bf16;
     p->n_keep = 0;
     p->lean_keep = lean;
-    /* Checkpoints on the host, except: layer 1's input is rebuilt from the
-     * tokens (an embedding lookup), and the last block's and the head's
-     * never leave the GPU between their forward and backward. */
     for (int l = 0; l < nl; l++)
         p->homes[l] = (mt_layer_home){.grad_host = 1, .saved_host = l >= 2 && l < nl - 2,
                                       .saved_recompute = l == 1 || l >= nl - 2};
     if (q->all_gpu)
         for (int l = 0; l < nl; l++) p->homes[l] = (mt_layer_home){0, 0, 0};
-    /* device layers asked for (the planner's choice adds them below, from
+    /* device layers asked for (the planner's choice adds them later, from
      * none); their gradients wait on the GPU */
+    p->n_disk = q->disk_layers > 0 ? (q->disk_layers < nl ? q->disk_layers : nl) : 0;
     p->n_dev = q->device_optim > 0 ? (q->device_optim < nl - 1 ? q->device_optim : nl - 1) : 0;
+    if (p->n_dev > nl - p->n_disk) p->n_dev = nl - p->n_disk; /* disk layers: the CPU's */
     for (int l = 0; l < p->n_dev; l++) p->homes[l].grad_host = 0;
     measure(q, p);
-    if (p->gpu_bytes > q->gpu_budget) {
-        snprintf(p->why, sizeof p->why,
-                 "GPU budget short by %.1f GB: with every gradient and checkpoint on the host "
-                 "the GPU still needs %.1f GB of %.1f GB (weight slots, one layer's "
-                 "activations for %lld tokens); use fewer rows per micro-batch (--batch-size) "
-                 "and more micro-batches, or a shorter --seq-len",
-                 (p->gpu_bytes - q->gpu_budget) / 1e9, p->gpu_bytes / 1e9, q->gpu_budget / 1e9,
-                 (long long)(q->B * q->T));
-        return 0;
-    }
-    /* host short: saved inputs to the GPU while it has room (a GB of GPU
-     * frees a GB of host), then saved inputs rebuilt in the backward from
-     * the previous layer's (a layer forward each), then gradients to the
-     * GPU in the order the next forward needs them, rebuilding GPU
-     * saved inputs to make room for them */
-    int gi = 0;
+}
+
+/* Host short: saved inputs to the GPU while it has room (a GB of GPU frees
+ * a GB of host), then (rebuild) saved inputs rebuilt in the backward from
+ * the previous layer's (a layer forward each), then gradients to the GPU
+ * in the order the next forward needs them, rebuilding GPU saved inputs to
+ * make room for them; then (disk) the m and v of the last layers on disk,
+ * the fewest that fit. */
+static void fit_host(const mt_plan_request *q, mt_plan *p, int rebuild, int disk) {
+    int nl = q->t->n_layers, gi = 0;
     while (!q->all_gpu && p->host_bytes > q->host_budget) {
         int ci = first_host_saved(p);
         if (ci > 0) {
@@ -312,7 +360,7 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
             continue;
         }
         if (gi >= nl) break;
-        mt_layer_home *g = &p->homes[grad_order(t, gi)];
+        mt_layer_home *g = &p->homes[grad_order(q->t, gi)];
         g->grad_host = 0;
         measure(q, p);
         if (p->gpu_bytes <= q->gpu_budget) {
@@ -326,22 +374,43 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
         measure(q, p);
         if (gd <= 0) break;
     }
-    if (p->host_bytes > q->host_budget || p->gpu_bytes > q->gpu_budget) {
-        snprintf(p->why, sizeof p->why,
-                 "the two budgets together are short: host needs %.1f GB of %.1f GB with %.1f "
-                 "GB of %.1f GB on the GPU (store %.1f GB = 12 bytes/param, checkpoints %.2f "
-                 "GB per layer, gradients %d bytes/param on the host); use fewer tokens per "
-                 "step (checkpoints scale with them), or a larger --gpu-mem or --host-mem%s",
-                 p->host_bytes / 1e9, q->host_budget / 1e9, p->gpu_bytes / 1e9,
-                 q->gpu_budget / 1e9, p->store_bytes / 1e9,
-                 (double)q->M * q->B * q->T * q->cfg->C * 4 / 1e9, bf16 ? 2 : 4,
-                 bf16 ? "" : ", or --host-grad-dtype bf16");
-        return 0;
+    while (disk && p->host_bytes > q->host_budget && p->n_disk < nl - p->n_dev) {
+        p->n_disk++;
+        measure(q, p);
     }
-    /* the rest of the GPU buys speed: saved inputs home (no PCIe traffic),
-     * kept layers (no recompute), gradients home, the next leading layer's
-     * optimizer on the GPU (its copies leave the step's start), by the
-     * model's gain per byte */
+}
+
+/* Why a placement that does not fit does not: which budget, by how much,
+ * the cheapest change. */
+static void refusal(const mt_plan_request *q, mt_plan *p, int bf16) {
+    if (p->disk_bytes > q->disk_budget && p->n_disk) {
+        snprintf(p->why, sizeof p->why,
+                 "the disk budget is short: the Adam m and v of the last %d layers take %.1f GB "
+                 "on disk, the budget is %.1f GB; free space, add drives (--nvme-dir A,B), raise "
+                 "--disk-mem, or a larger --host-mem", p->n_disk, p->disk_bytes / 1e9,
+                 q->disk_budget / 1e9);
+        return;
+    }
+    int no_disk = q->disk_budget <= 0 && q->ranks <= 1;
+    snprintf(p->why, sizeof p->why,
+             "the two budgets together are short: host needs %.1f GB of %.1f GB with %.1f "
+             "GB of %.1f GB on the GPU (store %.1f GB = 12 bytes/param%s, checkpoints %.2f "
+             "GB per layer, gradients %d bytes/param on the host); use fewer tokens per "
+             "step (checkpoints scale with them), or a larger --gpu-mem or --host-mem%s%s",
+             p->host_bytes / 1e9, q->host_budget / 1e9, p->gpu_bytes / 1e9,
+             q->gpu_budget / 1e9, p->store_bytes / 1e9, p->n_disk ? " less the disk's" : "",
+             (double)q->M * q->B * q->T * q->cfg->C * 4 / 1e9, bf16 ? 2 : 4,
+             bf16 ? "" : ", or --host-grad-dtype bf16",
+             no_disk ? ", or the disk tier for the optimizer state (--nvme-dir)" : "");
+}
+
+/* The rest of the GPU buys speed: saved inputs home (no PCIe traffic),
+ * kept layers (no recompute), gradients home, the next leading layer's
+ * optimizer on the GPU (its copies leave the step's start), by the model's
+ * gain per byte. */
+static void spend_gpu(const mt_plan_request *q, mt_plan *p) {
+    const mt_param_table *t = q->t;
+    int nl = t->n_layers, L = nl - 2;
     int keep_ok = q->precision == MT_GPU_BF16 && q->keep_layers != 0 &&
                   !mt_config_is_moe(q->cfg); /* MoE blocks always recompute */
     for (;;) {
@@ -360,7 +429,8 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
                                     (q->keep_layers < 0 || p->n_keep < q->keep_layers)
                      : m == 2 ? gk < nl
                      : m == 3 ? rk < nl - 2
-                              : q->device_optim < 0 && p->n_dev < nl - 1;
+                              : q->device_optim < 0 && p->n_dev < nl - 1 &&
+                                    p->n_dev < nl - p->n_disk; /* disk layers: the CPU's */
             if (!ok) continue;
             mt_plan trial = *p;
             trial.homes = mt_calloc_or_die((size_t)nl, sizeof *trial.homes);
@@ -389,6 +459,28 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
         if (best == 4) p->homes[p->n_dev++].grad_host = 0;
         measure(q, p);
     }
+}
+
+static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild, int disk,
+                     int lean) {
+    start_homes(q, p, bf16, lean);
+    if (p->gpu_bytes > q->gpu_budget) {
+        snprintf(p->why, sizeof p->why,
+                 "GPU budget short by %.1f GB: with every gradient and checkpoint on the host "
+                 "the GPU still needs %.1f GB of %.1f GB (weight slots, one layer's "
+                 "activations for %lld tokens); use fewer rows per micro-batch (--batch-size) "
+                 "and more micro-batches, or a shorter --seq-len",
+                 (p->gpu_bytes - q->gpu_budget) / 1e9, p->gpu_bytes / 1e9, q->gpu_budget / 1e9,
+                 (long long)(q->B * q->T));
+        return 0;
+    }
+    fit_host(q, p, rebuild, disk);
+    if (p->host_bytes > q->host_budget || p->gpu_bytes > q->gpu_budget ||
+        (p->n_disk && p->disk_bytes > q->disk_budget)) {
+        refusal(q, p, bf16);
+        return 0;
+    }
+    spend_gpu(q, p);
     p->pred = mt_plan_predict(q, p);
     p->fits = 1;
     return 1;
@@ -397,18 +489,32 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
 /* try_dtype with full kept units, and, when layers can be kept, with lean
  * ones (more of them fit, each rebuilding its mid-block residual): the
  * faster of the two. */
-static int try_units(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild) {
-    if (!try_dtype(q, p, bf16, rebuild, 0)) return 0;
+static int try_units(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild, int disk) {
+    if (!try_dtype(q, p, bf16, rebuild, disk, 0)) return 0;
     if (q->precision != MT_GPU_BF16 || q->keep_layers == 0 || mt_config_is_moe(q->cfg)) return 1;
     mt_plan lean = *p;
     lean.homes = mt_calloc_or_die((size_t)p->n_layers, sizeof *lean.homes);
-    if (try_dtype(q, &lean, bf16, rebuild, 1) && lean.pred.step < p->pred.step) {
+    if (try_dtype(q, &lean, bf16, rebuild, disk, 1) && lean.pred.step < p->pred.step) {
         free(p->homes);
         *p = lean;
         return 1;
     }
     free(lean.homes);
     return 1;
+}
+
+/* With p a fitting plan with rebuilt saved inputs allowed: the plan
+ * without them instead when it fits too and is faster. */
+static void faster_without_rebuild(const mt_plan_request *q, mt_plan *p, int bf16) {
+    mt_plan other = *p;
+    other.homes = mt_calloc_or_die((size_t)p->n_layers, sizeof *other.homes);
+    other.fits = 0;
+    if (try_units(q, &other, bf16, 0, 1) && other.pred.step < p->pred.step) {
+        free(p->homes);
+        *p = other;
+        return;
+    }
+    free(other.homes);
 }
 
 static void place(const mt_plan_request *q, mt_plan *p) {
@@ -418,9 +524,21 @@ static void place(const mt_plan_request *q, mt_plan *p) {
     /* fp32 host gradients when they fit; rebuilt saved inputs (a layer
      * forward each) only when neither dtype fits without them */
     for (int rebuild = 0; rebuild < 2; rebuild++) {
-        if (q->host_grad_dtype != 1 && try_units(q, p, 0, rebuild)) return;
-        if (q->host_grad_dtype != 0 && try_units(q, p, 1, rebuild)) return;
+        if (q->host_grad_dtype != 1 && try_units(q, p, 0, rebuild, 0)) return;
+        if (q->host_grad_dtype != 0 && try_units(q, p, 1, rebuild, 0)) return;
     }
+    /* the optimizer state of the last layers on disk (a read and a write of
+     * 8 bytes a parameter each step) only when nothing fits without it:
+     * fp32 host gradients when they fit, with or without rebuilt saved
+     * inputs (which need fewer disk layers), whichever is faster */
+    if (q->disk_layers < 0 && q->disk_budget > 0 && q->ranks <= 1)
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            if (q->host_grad_dtype >= 0 && bf16 != q->host_grad_dtype) continue;
+            if (try_units(q, p, bf16, 1, 1)) {
+                faster_without_rebuild(q, p, bf16);
+                return;
+            }
+        }
 }
 
 /* The first step shape that fits, appended to p->why as the options that
@@ -463,6 +581,10 @@ static void suggest(const mt_plan_request *q, mt_plan *p) {
 int mt_plan_make(const mt_plan_request *q, mt_plan *p, mt_error *err) {
     if (q->t->n_layers > 4096)
         return mt_errorf(err, "the planner handles at most 4096 layers (%d)", q->t->n_layers);
+    memset(p, 0, sizeof *p); /* mt_plan_free is safe on every return */
+    if (q->disk_layers > 0 && q->ranks > 1)
+        return mt_errorf(err, "the disk tier is for a run of one process yet: drop the disk "
+                         "layers or run on one GPU");
     place(q, p);
     if (!p->fits) suggest(q, p);
     return 0;
@@ -480,6 +602,61 @@ static int layer_kind(const mt_plan *p, int l) {
     int kept = l < head && l >= head - p->n_keep;
     return p->homes[l].grad_host | p->homes[l].saved_host << 1 | kept << 2 | (l == head) << 3 |
            p->homes[l].saved_recompute << 4;
+}
+
+/* The disk tier's layers, bytes and rates. */
+static void print_disk(const mt_plan *p, const mt_plan_request *q, FILE *f) {
+    const mt_rates *r = &q->rates;
+    int nl = p->n_layers;
+    char range[32];
+    snprintf(range, sizeof range, p->n_disk > 1 ? "%d-%d" : "%d", nl - p->n_disk, nl - 1);
+    double rd, wr, both;
+    disk_rates(r, &rd, &wr, &both);
+    char at_once[48] = "";
+    if (both > 0) snprintf(at_once, sizeof at_once, ", both at once %.2f GB/s", both / 1e9);
+    fprintf(f, "disk: the Adam m and v of layers %s, %.2f GB of %.2f GB budget, read and "
+            "written each step (read %.2f GB/s, write %.2f GB/s%s%s)\n", range,
+            p->disk_bytes / 1e9, q->disk_budget / 1e9, rd / 1e9, wr / 1e9, at_once,
+            r->disk_read_gbs > 0 ? "" : ", assumed: measure them with megatrain calibrate "
+            "--nvme-dir");
+}
+
+/* Seconds the disk's waits add to the step of p (against the same homes
+ * with every m and v in RAM). */
+static double disk_extra(const mt_plan_request *q, const mt_plan *p) {
+    mt_plan ram = *p;
+    ram.n_disk = 0;
+    return p->pred.step - mt_plan_predict(q, &ram).step;
+}
+
+/* Whether the disk bounds the step, and how many tokens would hide it: the
+ * fewest micro-batches whose plan fits and whose disk adds at most 2% (the
+ * forward, which the disk layers' updates must keep ahead of, grows with
+ * the tokens; the disk's traffic does not). */
+static void print_disk_bound(const mt_plan *p, const mt_plan_request *q, FILE *f) {
+    double extra = disk_extra(q, p);
+    if (extra <= 0.02 * p->pred.step) {
+        fprintf(f, "the disk's traffic hides under the step (%.3f s of it busy)\n",
+                p->pred.disk_busy);
+        return;
+    }
+    fprintf(f, "the disk bounds the step: it adds %.3f s (%.1f GB read and written); ", extra,
+            p->disk_bytes * 2 / 1e9);
+    mt_plan_request more = *q;
+    for (more.M = q->M + 1; more.M <= 64 * q->M; more.M++) {
+        mt_plan test;
+        place(&more, &test); /* q was checked; no refusal's suggestion wanted */
+        int fits = test.fits;
+        int hidden = fits && disk_extra(&more, &test) <= 0.02 * test.pred.step;
+        mt_plan_free(&test);
+        if (!fits) break;
+        if (!hidden) continue;
+        fprintf(f, "about %.0f tokens per step (--micro-batches %d) would hide it\n",
+                (double)more.M * q->B * q->T, more.M * (q->ranks > 1 ? q->ranks : 1));
+        return;
+    }
+    fprintf(f, "no number of tokens that fits the budgets hides it (their saved layer inputs "
+            "grow with them): a faster disk (more drives, --nvme-dir DIR,DIR...) shortens it\n");
 }
 
 /* Runs of consecutive layers with the same homes, as "1-12". */
@@ -516,9 +693,11 @@ void mt_plan_print(const mt_plan *p, const mt_plan_request *q, FILE *f) {
     if (q->ranks > 1)
         fprintf(f, "rank %d of %d: its part of every layer (1/%d of the store)\n", q->rank,
                 q->ranks, q->ranks);
-    fprintf(f, "host: %7.2f GB of %.2f GB budget: store %.2f GB (12 B/param), pinned %.2f GB; "
+    fprintf(f, "host: %7.2f GB of %.2f GB budget: store %.2f GB (%s), pinned %.2f GB; "
             "%.2f bytes/param\n", p->host_bytes / 1e9, q->host_budget / 1e9, p->store_bytes / 1e9,
+            p->n_disk ? "12 B/param less the disk's m and v, with their staging" : "12 B/param",
             p->pinned_bytes / 1e9, (p->store_bytes + p->pinned_bytes) / (double)q->t->n_params);
+    if (p->n_disk) print_disk(p, q, f);
     const mt_step_prediction *s = &p->pred;
     double tok = (double)q->M * q->B * q->T;
     double flops = mt_config_train_flops_per_token(q->cfg, q->T) * tok;
@@ -526,8 +705,11 @@ void mt_plan_print(const mt_plan *p, const mt_plan_request *q, FILE *f) {
     if (q->ranks > 1)
         snprintf(coll, sizeof coll, ", collectives %.3f at %.0f GB/s", s->coll_busy,
                  q->rates.link_gbs);
+    if (p->n_disk)
+        snprintf(coll + strlen(coll), sizeof coll - strlen(coll), ", disk %.3f", s->disk_busy);
     fprintf(f, "predicted step %.3f s (forward %.3f, head+backward %.3f; compute %.3f, H2D busy "
             "%.3f, D2H busy %.3f%s, CPU AdamW %.3f overlapped) = %.0f model TFLOPS%s [rates: "
             "%s]\n", s->step, s->fwd, s->bwd, s->compute, s->h2d_busy, s->d2h_busy, coll, s->opt,
             flops / s->step / 1e12, q->ranks > 1 ? " per GPU" : "", q->rates.source);
+    if (p->n_disk) print_disk_bound(p, q, f);
 }

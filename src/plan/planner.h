@@ -40,6 +40,12 @@ typedef struct mt_plan_request {
      * largest), its gradients wait on the host, no layer's AdamW runs on
      * the GPU. */
     int rank, ranks;
+    /* The disk tier (a run of one process): bytes of disk the Adam state
+     * may take (0: no disk tier), and how many of the last layers keep
+     * their m and v there: -1 the planner's choice (none when the host
+     * budget holds them, else the fewest it needs), else that many. */
+    double disk_budget;
+    int disk_layers;
     mt_rates rates;
 } mt_plan_request;
 
@@ -47,6 +53,7 @@ typedef struct mt_plan_request {
 typedef struct mt_step_prediction {
     double fwd, bwd, step, opt, h2d_busy, d2h_busy, compute;
     double coll_busy;         /* several ranks: seconds of all-gathers and reduce-scatters */
+    double disk_busy;         /* the disk tier: seconds it is busy (reads beside writes) */
 } mt_step_prediction;
 
 typedef struct mt_plan {
@@ -60,6 +67,8 @@ typedef struct mt_plan {
     double pinned_bytes;
     double store_bytes;
     int n_host_grads, n_host_saved;
+    int n_disk;               /* the last n_disk layers keep their m and v on disk */
+    double disk_bytes;        /* what they take there */
     mt_step_prediction pred;
     int fits;
     char why[768];            /* fits == 0: which budget, by how much, the cheapest change */

@@ -63,21 +63,22 @@ const mt_gpu_spec *mt_gpu_spec_find(const char *name) {
 
 const char *mt_gpu_spec_names(void) { return MT_GPU_NAMES; }
 
+/* The rates an mt_gpu_spec gives, under the same names as in mt_rates. */
+#define GPU_RATE_FIELDS(X) \
+    X(gemm_tflops) X(attn_fwd_tflops) X(attn_bwd_tflops) X(hbm_gbs) X(h2d_gbs) X(d2h_gbs)
+
 void mt_rates_for_gpu(mt_rates *r, const mt_gpu_spec *g) {
     mt_rates_default(r);
-    r->gemm_tflops = g->gemm_tflops;
-    r->attn_fwd_tflops = g->attn_fwd_tflops;
-    r->attn_bwd_tflops = g->attn_bwd_tflops;
-    r->hbm_gbs = g->hbm_gbs;
-    r->h2d_gbs = g->h2d_gbs;
-    r->d2h_gbs = g->d2h_gbs;
+#define COPY(f) r->f = g->f;
+    GPU_RATE_FIELDS(COPY)
+#undef COPY
     snprintf(r->source, sizeof r->source, "%s (assumed rates, --gpu %s)", g->what, g->name);
 }
 
 /* ---- JSON ---- */
 
 #define RATE_FIELDS(X)                                                                  \
-    X(gemm_tflops) X(attn_fwd_tflops) X(attn_bwd_tflops) X(hbm_gbs) X(h2d_gbs) X(d2h_gbs) \
+    GPU_RATE_FIELDS(X)                                                                  \
     X(duplex) X(adam_gparams) X(layer_fwd_s) X(layer_bwd_s) X(layer_bwd_kept_s) X(head_s) \
     X(embed_s) X(link_gbs) X(disk_write_gbs) X(disk_read_gbs) X(disk_both_gbs)
 #define SHAPE_FIELDS(X) X(probe_C) X(probe_F) X(probe_V) X(probe_tokens) X(probe_T)

@@ -1,6 +1,7 @@
 /* The public calls on tokenizers, data sets and models (megatrain.h):
  * wrappers over data/, train/model_eval.c, train/generate.c and
  * train/model_init.c that leave their errors for mt_last_error. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -142,14 +143,22 @@ void mt_generate_opts_defaults(mt_generate_opts *o) {
 char *mt_model_generate(mt_model *m, const mt_generate_opts *o, mt_event_fn fn, void *user) {
     mt_error err;
     int dev = mt_runner_parse_device(o->device ? o->device : "auto");
-    if (dev < 0 || o->max_new_tokens < 0 || o->temperature < 0 || !(o->top_p > 0) ||
-        o->top_p > 1 || o->context < 0 || o->max_new_tokens > INT32_MAX) {
+    const mt_config *cfg = &m->m.cfg;
+    if (dev < 0 || o->max_new_tokens < 0 || !(o->temperature >= 0) || !isfinite(o->temperature) ||
+        !(o->top_p > 0) || o->top_p > 1 || o->context < 0) {
         mt_errorf(&err, "generate: need device auto, cpu or cuda, max_new_tokens >= 0, "
-                  "temperature >= 0, 0 < top_p <= 1, context >= 0");
+                  "a finite temperature >= 0, 0 < top_p <= 1, context >= 0");
         mt_set_last_error(&err);
         return NULL;
     }
-    const mt_config *cfg = &m->m.cfg;
+    /* the model has positions for so many tokens: more is not a text of it */
+    if (o->max_new_tokens > cfg->max_pos) {
+        mt_errorf(&err, "generate: max_new_tokens %lld is more than the model's %lld positions "
+                  "(max_position_embeddings); ask for at most %lld", (long long)o->max_new_tokens,
+                  (long long)cfg->max_pos, (long long)cfg->max_pos);
+        mt_set_last_error(&err);
+        return NULL;
+    }
     int64_t T = o->context ? o->context : (cfg->max_pos < 512 ? cfg->max_pos : 512);
     mt_gen_setup g = {.prompt = o->prompt ? o->prompt : "", .add_special = o->add_special,
                       .n_new = (int)o->max_new_tokens, .temperature = o->temperature,

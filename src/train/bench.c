@@ -10,6 +10,7 @@
 #include "engine/optim_pipeline.h"
 #include "engine/step.h"
 #include "engine/trace.h"
+#include "host/disk_state.h"
 #include "host/store.h"
 #include "util/sys.h"
 
@@ -67,7 +68,8 @@ static int placement(const mt_bench_opts *o, const mt_param_table *table, const 
                               .grad_dtype = o->grad_dtype, .keep = o->keep, .all_gpu = o->all_gpu,
                               .slots = o->slots, .gpu_adam = o->gpu_adam, .rank = rk->env.rank,
                               .ranks = rk->env.world_size, .link_gbs = rk->link_gbs,
-                              .calib = o->calib};
+                              .calib = o->calib, .nvme_dir = o->nvme_dir,
+                              .disk_mem_gb = o->disk_mem, .disk_layers = o->disk_layers};
         if (mt_runner_plan_gpu(req, plan, &o->cfg, table, o->M, o->B, o->T, &a, out, err))
             return -1;
         if (!plan->fits) return mt_errorf(err, "the run does not fit: %s", plan->why);
@@ -188,10 +190,21 @@ static int bench(const mt_bench_opts *o, mt_ranks *rk, const mt_param_table *tab
         mt_ranks_parts(rk, table, &sl, &parts, err))
         goto out;
     double t0 = mt_now_s();
-    if (mt_host_store_create(&store, &parts, 0, err)) goto out;
+    int n_disk = !o->nvme_dir || !o->nvme_dir[0] ? 0 : manual ? o->disk_layers : plan.n_disk;
+    if (n_disk > 0 && world > 1) {
+        mt_errorf(err, "the disk tier is for a run of one process yet; drop --nvme-dir or --gpus");
+        goto out;
+    }
+    if (mt_disk_store_create(&store, &parts, 0, n_disk > 0 ? n_disk : 0, o->nvme_dir, err))
+        goto out;
     mt_shard_init_random(&store, &sl, 1, 0.02f);
     fprintf(out, "host store: %.1f GB (%.2f bytes/param), ready in %.1fs\n", store.bytes / 1e9,
             (double)store.bytes / table->n_params, mt_now_s() - t0);
+    if (store.disk)
+        fprintf(out, "disk tier: the m and v of the last %d layers on %s, %.2f GB (%.2f GB of RAM "
+                "for their staging)\n", n_disk, o->nvme_dir,
+                mt_disk_state_disk_bytes(store.disk) / 1e9,
+                mt_disk_state_ram_bytes(store.disk) / 1e9);
     t0 = mt_now_s();
     be = mt_device_backend_create(&o->cfg, table, &store, o->M, o->B, o->T, &bo, err);
     if (mt_ranks_agree(rk, be ? 0 : -1, err)) goto out;
@@ -220,7 +233,8 @@ static int bench(const mt_bench_opts *o, mt_ranks *rk, const mt_param_table *tab
     mt_backend_stats last; /* the last step's traffic, per GPU */
     be->ops->stats(be, &last);
     /* host memory of every rank together */
-    double host[2] = {(double)store.bytes + bs.host_bytes, mt_host_rss_bytes() / 1e9};
+    double staging = store.disk ? mt_disk_state_ram_bytes(store.disk) : 0;
+    double host[2] = {(double)store.bytes + bs.host_bytes + staging, mt_host_rss_bytes() / 1e9};
     if (mt_ranks_sum(rk, host, 2, err)) goto out;
     double hbpp = host[0] / table->n_params;
     if (!manual)
@@ -231,16 +245,17 @@ static int bench(const mt_bench_opts *o, mt_ranks *rk, const mt_param_table *tab
                (tot - fr) / 1e9, o->gpu_mem);
     fprintf(out, "RESULT model=%.2fB gpus=%d tokens/step=%.0f step_s=%.3f TFLOPS=%.1f tok/s=%.0f "
             "gpu_alloc_GB=%.2f gpu_used_GB=%.2f host_rss_GB=%.1f host_bytes_per_param=%.2f "
-           "predicted_step_s=%.3f loss=%.9g h2d_GB=%.2f d2h_GB=%.2f coll_GB=%.2f\n",
+           "predicted_step_s=%.3f loss=%.9g h2d_GB=%.2f d2h_GB=%.2f coll_GB=%.2f disk_layers=%d\n",
            table->n_params / 1e9, rk->env.world_size, world * tokens, avg, flops / avg / 1e12,
            world * tokens / avg, bs.device_bytes / 1e9, (tot - fr) / 1e9,
            host[1], hbpp, manual ? 0.0 : plan.pred.step, last_loss, last.h2d_bytes / 1e9,
-           last.d2h_bytes / 1e9, last.coll_bytes / 1e9);
+           last.d2h_bytes / 1e9, last.coll_bytes / 1e9, n_disk > 0 ? n_disk : 0);
     rc = 0;
 out:
     if (pipe_on) mt_optim_pipeline_free(&pipe);
     if (be) be->ops->destroy(be);
     mt_plan_free(&plan);
+    mt_disk_state_close(store.disk); /* after the optimizer: its last writes land */
     mt_host_store_free(&store);
     mt_params_free(&parts);
     mt_shard_layout_free(&sl);

@@ -32,6 +32,9 @@ typedef struct mt_bench_opts {
     const char *trace_path; /* Chrome trace of the timed steps, or NULL */
     int gpus;               /* ranks of the run (0: as launched, one without a launcher);
                              * each runs M x B x T tokens a step on its own GPU */
+    const char *nvme_dir;   /* the disk tier's directories, or NULL */
+    double disk_mem;        /* GB of disk it may take, 0: their free space */
+    int disk_layers;        /* last layers with m and v on disk: -1 the planner's choice */
 } mt_bench_opts;
 
 /* Runs one warm-up and o->steps timed steps and writes the plan, a line per

@@ -9,6 +9,7 @@
 #include "backend/cpu/backend_cpu.h"
 #include "backend/cpu/ops.h"
 #include "engine/step.h"
+#include "host/disk.h"
 #include "io/hub_cache.h"
 #include "io/model_io.h"
 #include "util/mem.h"
@@ -65,6 +66,26 @@ struct mt_runner_plan {
     mt_plan plan;
 };
 
+/* The disk tier's part of the request: its budget, its layers, and its
+ * rates (measured now, 1 GB each way, where the rates file has none). */
+static int plan_disk(mt_plan_request *req, const mt_gpu_plan_args *a, FILE *log, mt_error *err) {
+    if (!a->nvme_dir || !a->nvme_dir[0] || a->disk_layers == 0) return 0;
+    req->disk_layers = a->disk_layers;
+    if (a->disk_mem_gb > 0) req->disk_budget = a->disk_mem_gb * 1e9;
+    else if (mt_disk_free_bytes(a->nvme_dir, &req->disk_budget, err)) return -1;
+    mt_rates *r = &req->rates;
+    if (r->disk_read_gbs > 0) return 0;
+    double t0 = mt_now_s();
+    if (mt_disk_measure(a->nvme_dir, (size_t)1 << 30, &r->disk_write_gbs, &r->disk_read_gbs,
+                        &r->disk_both_gbs, err))
+        return mt_error_prefix(err, "measuring the disk tier (--nvme-dir): ");
+    if (log)
+        fprintf(log, "disk %s: write %.2f GB/s, read %.2f GB/s, both at once %.2f GB/s, %.1f GB "
+                "free (%.1fs)\n", a->nvme_dir, r->disk_write_gbs, r->disk_read_gbs,
+                r->disk_both_gbs, req->disk_budget / 1e9, mt_now_s() - t0);
+    return 0;
+}
+
 int mt_runner_plan_gpu(mt_plan_request *req, mt_plan *plan, const mt_config *cfg,
                        const mt_param_table *t, int M, int64_t B, int64_t T,
                        const mt_gpu_plan_args *a, FILE *log, mt_error *err) {
@@ -92,6 +113,7 @@ int mt_runner_plan_gpu(mt_plan_request *req, mt_plan *plan, const mt_config *cfg
         return -1;
     }
     if (a->link_gbs > 0) req->rates.link_gbs = a->link_gbs;
+    if (plan_disk(req, a, log, err)) return -1;
     if (log && a->ranks > 1)
         fprintf(log, "collectives: %d ranks, all-gather %.0f GB/s (bus bandwidth%s)\n", a->ranks,
                 req->rates.link_gbs, a->link_gbs > 0 ? ", measured" : "");
@@ -118,7 +140,9 @@ int mt_runner_plan_make(mt_runner_plan **out, const mt_config *cfg, const mt_par
     mt_gpu_plan_args a = {.fp32 = o->fp32, .gpu_mem_gb = o->gpu_mem_gb,
                           .host_mem_gb = o->host_mem_gb, .grad_dtype = o->host_grad_dtype,
                           .keep = -1, .gpu_adam = -1, .rank = o->rank, .ranks = o->ranks,
-                          .link_gbs = o->link_gbs, .calib = o->calibration};
+                          .link_gbs = o->link_gbs, .calib = o->calibration,
+                          .nvme_dir = o->nvme_dir, .disk_mem_gb = o->disk_mem_gb,
+                          .disk_layers = o->disk_layers};
     if (mt_runner_plan_gpu(&p->req, &p->plan, cfg, t, M, B, T, &a, log, err)) {
         free(p);
         return -1;
@@ -131,6 +155,8 @@ int mt_runner_plan_make(mt_runner_plan **out, const mt_config *cfg, const mt_par
     *out = p;
     return 0;
 }
+
+int mt_runner_plan_disk_layers(const mt_runner_plan *p) { return p ? p->plan.n_disk : 0; }
 
 void mt_runner_plan_free(mt_runner_plan *p) {
     if (!p) return;

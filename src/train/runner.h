@@ -40,6 +40,9 @@ typedef struct mt_runner_opts {
     int rank, ranks;
     void *comm;
     double link_gbs;  /* the collectives' measured rate, for the planner */
+    const char *nvme_dir;    /* the disk tier (mt_gpu_plan_args) */
+    double disk_mem_gb;
+    int disk_layers;
 } mt_runner_opts;
 
 /* A model loaded for inference: config, parameter table, weights (no
@@ -79,6 +82,9 @@ int mt_runner_plan_make(mt_runner_plan **out, const mt_config *cfg, const mt_par
                         mt_error *err);
 void mt_runner_plan_free(mt_runner_plan *p);
 
+/* The layers whose m and v the plan keeps on disk (the last ones). */
+int mt_runner_plan_disk_layers(const mt_runner_plan *p);
+
 struct mt_plan;
 struct mt_plan_request;
 
@@ -95,6 +101,12 @@ typedef struct mt_gpu_plan_args {
     int rank, ranks;           /* a rank of several (0 or 1: alone) */
     double link_gbs;           /* the collectives' measured rate (several), 0: the rates' */
     const char *calib;         /* rates file, or NULL: probe this machine */
+    /* The disk tier: directories (NULL or "": none), the bytes it may take
+     * (0: their free space), and the layers it holds (-1 the planner's
+     * choice); its rates come from calib, else are measured here. */
+    const char *nvme_dir;
+    double disk_mem_gb;
+    int disk_layers;
 } mt_gpu_plan_args;
 
 /* The planning step itself, for the commands that drive the GPU backend

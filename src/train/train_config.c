@@ -33,7 +33,8 @@ const mt_opt mt_tc_options[] = {
      "Hugging Face model directory (config.json + safetensors), or a Hub name (org/name) in "
      "the local Hugging Face cache; empty: the built-in tiny model"},
     {"tokenizer", MT_OPT_STRING, OFF(tokenizer), "", NULL, ANY, NULL, "PATH", NULL,
-     "tokenizer.json; empty: <model>/tokenizer.json, or bytes for the tiny model"},
+     "tokenizer.json; empty: <model>/tokenizer.json, or bytes for the tiny model (which "
+     "takes the vocabulary of any other, and then needs data)"},
     {"data", MT_OPT_STRING, OFF(data), "", NULL, ANY, NULL, "PATH", NULL,
      "training data: .jsonl[.gz|.zst] or .mtok, a directory of them, or a weighted list "
      "[{path: a, weight: 0.7}, ...]; empty: built-in English text"},
@@ -130,13 +131,15 @@ const mt_opt mt_tc_options[] = {
     {"calibration", MT_OPT_STRING, OFF(calibration), "", NULL, ANY, NULL, "PATH", NULL,
      "machine rates for the planner (megatrain calibrate); empty: a short probe"},
     {"nvme_dir", MT_OPT_STRING, OFF(nvme_dir), "", NULL, ANY, NULL, "DIR[,DIR...]", NULL,
-     "directories (fast disks) for the optimizer state of the layers disk_layers names, "
-     "striped over them; the files are working state, gone when the run ends (resume "
-     "checkpoints stay complete and separate)"},
-    {"disk_layers", MT_OPT_INT, OFF(disk_layers), "0", NULL, AT_LEAST(0), NULL, "N", NULL,
-     "with nvme_dir: the Adam m and v of the last N layers (the head first) live on disk, "
-     "read and written around their update, so the RAM holds 8 bytes per parameter less of "
-     "them"},
+     "directories (fast disks, one per drive) for the Adam m and v of the layers the host "
+     "budget cannot hold, striped over them; the files are working state, gone when the run "
+     "ends (resume checkpoints stay complete and separate)"},
+    {"disk_mem", MT_OPT_FLOAT, OFF(disk_mem), "0", NULL, NONNEG, NULL, "GB", NULL,
+     "with nvme_dir: disk the optimizer state may take; 0: the directories' free space"},
+    {"disk_layers", MT_OPT_INT, OFF(disk_layers), "-1", NULL, AT_LEAST(-1), NULL, "N", NULL,
+     "with nvme_dir: the Adam m and v of the last N layers (the head first) live on disk, read "
+     "and written around their update (8 bytes per parameter less RAM, 16 of disk traffic a "
+     "step); -1: the fewest the host budget needs (none when it holds them all)"},
 
     {"eval_data", MT_OPT_STRING, OFF(eval_data), "", NULL, ANY, NULL, "PATH", "Evaluation",
      "held-out data (a file or a directory) whose loss is logged; empty: none"},
@@ -149,7 +152,8 @@ const mt_opt mt_tc_options[] = {
      "a progress line every N steps (and the last); in a terminal a progress bar is "
      "redrawn at every step between them. metrics.jsonl and TensorBoard get every step"},
     {"sample_tokens", MT_OPT_INT, OFF(sample_tokens), "0", "120", AT_LEAST(0), NULL, NULL, NULL,
-     "greedy sample of N tokens printed after training; 0: none"},
+     "greedy sample of N tokens printed after training (at most the model's positions); 0: "
+     "none"},
     {"tensorboard", MT_OPT_BOOL, OFF(tensorboard), "true", NULL, ANY, NULL, NULL, NULL,
      "also write the metrics as TensorBoard event files in out/tensorboard"},
 };

@@ -87,7 +87,8 @@ typedef struct mt_train_config {
     int host_grad_dtype;            // auto | fp32 | bf16
     char calibration[MT_TC_STR];    // "" = probe
     char nvme_dir[MT_TC_STR];       // directories of the disk tier, "DIR[,DIR...]"; "" = none
-    int64_t disk_layers;            // layers whose m and v live there (the last ones)
+    double disk_mem;                // GB of disk the tier may take; 0 = the free space
+    int64_t disk_layers;            // layers whose m and v live there (the last ones); -1 auto
     /* evaluation and logging */
     char eval_data[MT_TC_STR];      // held-out data; "" = none
     int64_t eval_every, eval_batches;

@@ -4,6 +4,7 @@
 #ifndef MT_TRAIN_TRAIN_MEMORY_H
 #define MT_TRAIN_TRAIN_MEMORY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,18 +20,20 @@ typedef struct mt_train_host_bytes {
     size_t store;   /* w, m, v (and g when the store holds gradients) */
     size_t acts;    /* the CPU backend's buffers; 0 on the GPU (it plans its own) */
     size_t batch;   /* token and target buffers of one step, and the packer's row */
-    size_t data;    /* an estimate: the JSONL text and its token ids; 0 for .mtok (mapped) */
+    size_t data;    /* an estimate: the JSONL text and its token ids; 0 for .mtok (mapped);
+                       compressed files count what they decompress to */
+    bool data_partial; /* data is a lower bound: its count stopped past what was available */
     size_t total;
 } mt_train_host_bytes;
 
-/* The layers whose m and v the run keeps on disk (tc->disk_layers of them,
- * the last ones: the optimizer updates them last, so the next forward
- * needs them last) into on_disk (t->n_layers entries, may be NULL);
- * returns how many. 0 without nvme_dir. */
-int mt_train_state_on_disk(const mt_train_config *tc, const mt_param_table *t, uint8_t *on_disk);
-
-/* Staging buffers of the disk tier (host/disk_state.h). */
-#define MT_DISK_STAGING_BUFFERS 3
+/* The layers whose m and v a run keeps on disk, the last ones (the
+ * optimizer updates them last, so the next forward needs them last):
+ * tc->disk_layers when set; when -1 (its choice) the fewest with which its
+ * host bytes fit in `available` (all of them when none does: the memory
+ * check then says so); 0 without nvme_dir. */
+int mt_train_disk_layers_needed(const mt_train_config *tc, const mt_config *cfg,
+                                const mt_param_table *t, int store_grads, int cpu,
+                                size_t available);
 
 /* Fills *b for the run tc of the model (cfg, t); store_grads and cpu say
  * whether the store holds gradients and whether the CPU backend computes.
@@ -41,9 +44,10 @@ int mt_train_host_bytes_compute(const mt_train_config *tc, const mt_config *cfg,
 
 /* Refuses (-1, err with every number, the available RAM and the largest
  * --batch-size or --seq-len that fits) when the run needs more than
- * `available` bytes; available = 0 checks only for overflow. */
+ * `available` bytes or than host_mem (the --host-mem budget, 0: none),
+ * whichever is smaller, naming which; both 0 check only for overflow. */
 int mt_train_check_host_memory(const mt_train_config *tc, const mt_config *cfg,
                                const mt_param_table *t, int store_grads, int cpu,
-                               size_t available, mt_error *err);
+                               size_t available, size_t host_mem, mt_error *err);
 
 #endif

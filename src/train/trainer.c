@@ -3,10 +3,12 @@
  *
  * out/ receives config.yaml (the effective options), metrics.jsonl (one
  * line per step), checkpoints/step-N/ (resume checkpoints, the last K kept)
- * and model/ (the final Hugging Face model, with the tokenizer files).
+ * and model/ (the final Hugging Face model, with the tokenizer files: the
+ * byte tokenizer's too).
  * What a checkpoint records of the run, and the saves: trainer_state.c. */
 #include "train/trainer.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +34,14 @@ static int load_config(mt_run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
     if (!tc->model[0]) {
         mt_config_default_tiny(&R->cfg);
+        /* with a tokenizer of its own, the built-in model takes its vocabulary
+         * (the model saved then works with the tokenizer saved beside it) */
+        if (tc->tokenizer[0] && strcmp(tc->tokenizer, "bytes")) {
+            if (!(R->tok = mt_tokenizer_load(tc->tokenizer, err))) return -1;
+            R->cfg.V = (int64_t)mt_tokenizer_vocab_size(R->tok);
+            R->cfg.bos_id = mt_tokenizer_bos_id(R->tok);
+            R->cfg.eos_id = mt_tokenizer_eos_id(R->tok);
+        }
         if (tc->router_aux_loss)
             return mt_errorf(err, "router_aux_loss: the built-in tiny model has no experts; "
                              "drop the option");
@@ -58,8 +68,19 @@ static int load_config(mt_run *R, mt_error *err) {
     return 0;
 }
 
+/* The sample after training is text of the model: it has positions for so
+ * many tokens. */
+static int check_sample(const mt_run *R, mt_error *err) {
+    if (R->tc->sample_tokens <= R->cfg.max_pos) return 0;
+    return mt_errorf(err, "sample_tokens %lld is more than the model's %lld positions "
+                     "(max_position_embeddings); use --sample-tokens %lld or less",
+                     (long long)R->tc->sample_tokens, (long long)R->cfg.max_pos,
+                     (long long)R->cfg.max_pos);
+}
+
 static int load_tokenizer(mt_run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
+    if (R->tok) return 0; /* the built-in model's own, loaded with its config */
     if (!tc->tokenizer[0] || !strcmp(tc->tokenizer, "bytes")) {
         if (tc->model[0] && !tc->tokenizer[0])
             return mt_errorf(err, "no tokenizer: pass --tokenizer PATH/tokenizer.json");
@@ -82,6 +103,10 @@ static int open_data(mt_run *R, mt_error *err) {
     if (!tc->data[0]) {
         if (tc->model[0])
             return mt_errorf(err, "no training data: pass --data FILE.jsonl (or .mtok)");
+        if (tc->tokenizer[0] && strcmp(tc->tokenizer, "bytes"))
+            return mt_errorf(err, "tokenizer %s: the built-in text is bytes, which only the "
+                             "built-in tokenizer reads; pass --data FILE to train with this "
+                             "tokenizer", tc->tokenizer);
         R->text = mt_builtin_text(MT_BUILTIN_TEXT_BYTES, 7, &R->text_len);
         R->rng = (uint64_t)tc->seed * 0x9E3779B97F4A7C15ull + 1;
         return 0;
@@ -205,6 +230,37 @@ static void warn_empty_batches(mt_run *R) {
     R->empty_batches_said = R->empty_batches_run;
 }
 
+/* What taking a batch moves: the data position (JSON, as a checkpoint
+ * holds it), the built-in text's sampler, the skipped-batch counts. */
+typedef struct batch_state {
+    cJSON *data;
+    uint64_t rng;
+    int64_t empty_run, empty_said;
+} batch_state;
+
+/* Only a run that can abandon a step needs it. */
+static batch_state batch_state_get(const mt_run *R) {
+    batch_state s = {NULL, R->rng, R->empty_batches_run, R->empty_batches_said};
+    if (R->data && !R->several && R->r.be->ops->abandon_step)
+        s.data = mt_dataset_pos_to_json(R->data);
+    return s;
+}
+
+static void batch_state_free(batch_state *s) {
+    cJSON_Delete(s->data);
+    s->data = NULL;
+}
+
+static void batch_state_set(mt_run *R, batch_state *s) {
+    mt_error err;
+    /* the position this dataset itself wrote: never refused */
+    MT_ASSERT(!R->data || (s->data && mt_dataset_pos_from_json(R->data, s->data, &err) == 0));
+    R->rng = s->rng;
+    R->empty_batches_run = s->empty_run;
+    R->empty_batches_said = s->empty_said;
+    batch_state_free(s);
+}
+
 /* ---- the loop ---- */
 
 /* This rank's micro-batches of the step, whose loss is a mean over the
@@ -237,15 +293,25 @@ static int step_sums(mt_run *R, double *sq, double *loss, mt_error *err) {
     return 0;
 }
 
+static int signal_caught(void *ctx) {
+    (void)ctx;
+    return mt_signals_pending();
+}
+
 /* Loss of this step; the optimizer's update is started (GPU: it runs
  * under the next step's forward) and described in rep. 1: the loss or a
  * gradient is not finite (R->nf says where; rep has the norm), and no
- * update was started. */
+ * update was started. 2: a signal came during the step, which was
+ * abandoned at the next layer (one process on the CPU; several ranks, and
+ * the GPU, finish the step): nothing of it is applied. */
 static int train_step(mt_run *R, double *loss, mt_optim_report *rep, mt_error *err) {
     /* the last update's disk failure, if any: the run stops, its last checkpoint intact */
     if (mt_disk_state_error(R->store.disk, err)) return -1;
     mt_batch b = rank_batch(R);
-    if (mt_step_forward_backward(R->r.be, R->table.n_layers, &b, loss, err)) return -1;
+    mt_step_stop stop = {signal_caught, NULL};
+    int rc = mt_step_forward_backward_or_stop(R->r.be, R->table.n_layers, &b,
+                                              R->several ? NULL : &stop, loss, err);
+    if (rc) return rc < 0 ? -1 : 2;
     int nl = R->table.n_layers;
     double *sq = mt_malloc_or_die((size_t)(nl + 2) * sizeof *sq), total = 0;
     if (step_sums(R, sq, loss, err)) {
@@ -353,7 +419,7 @@ static int setup(mt_run *R, mt_error *err) {
     /* the run's directory belongs to rank 0's lock */
     if ((lead && (mt_run_lock_acquire(&R->lock, tc->out, "megatrain train", err) ||
                   check_out(tc, err))) ||
-        load_config(R, err) || mt_params_init(&R->table, &R->cfg, err) ||
+        load_config(R, err) || check_sample(R, err) || mt_params_init(&R->table, &R->cfg, err) ||
         (R->several && mt_ranks_parts(&R->rk, &R->table, &R->sl, &R->parts, err)))
         return -1;
     if (tc->resume[0]) {
@@ -380,9 +446,9 @@ static int setup(mt_run *R, mt_error *err) {
                          .comm = R->rk.comm, .link_gbs = R->rk.link_gbs};
     /* the CPU backends and the planner-less GPU path read the store's g */
     int store_grads = !gpu || tc->host_checkpoints;
-    if (mt_train_check_host_memory(tc, &R->cfg, mt_run_store_table(R), store_grads, !gpu,
-                                   mt_host_ram_available_bytes(), err))
-        return -1;
+    ro.nvme_dir = tc->nvme_dir;
+    ro.disk_mem_gb = tc->disk_mem;
+    ro.disk_layers = R->several ? 0 : (int)tc->disk_layers;
     /* the planner prints the probe's rates and the placement to a FILE */
     char *plan_text = NULL;
     size_t plan_len = 0;
@@ -395,7 +461,23 @@ static int setup(mt_run *R, mt_error *err) {
     free(plan_text);
     if (rc) return -1;
     ro.plan = R->plan;
-    if (mt_run_store_open(R, store_grads, err)) return -1;
+    /* the host's bytes with the disk layers the planner chose, or (on the
+     * CPU) the fewest that --host-mem, else the RAM, needs (on the GPU the
+     * planner keeps to --host-mem) */
+    mt_train_config resolved = *tc;
+    size_t avail = mt_host_ram_available_bytes();
+    double hm = gpu || tc->host_mem <= 0 ? 0 : mt_run_host_mem_share(R) * 1e9;
+    size_t host_mem = hm >= 1.8e19 ? SIZE_MAX : (size_t)hm;
+    size_t binding = host_mem && (!avail || host_mem < avail) ? host_mem : avail;
+    resolved.disk_layers = R->several ? 0
+                           : R->plan ? mt_runner_plan_disk_layers(R->plan)
+                           : mt_train_disk_layers_needed(tc, &R->cfg, mt_run_store_table(R),
+                                                         store_grads, !gpu, binding);
+    R->disk_layers = (int)resolved.disk_layers;
+    if (mt_train_check_host_memory(&resolved, &R->cfg, mt_run_store_table(R), store_grads, !gpu,
+                                   avail, host_mem, err) ||
+        mt_run_store_open(R, store_grads, err))
+        return -1;
     mt_emitf(&R->ev, MT_EVENT_INFO, "model: %s %s, %.2fM parameters, %lld layers, hidden %lld, "
              "vocab %lld", tc->model[0] ? tc->model : "built-in", R->cfg.model_type,
              R->table.n_params / 1e6, (long long)R->cfg.L, (long long)R->cfg.C,
@@ -548,7 +630,7 @@ mt_run *mt_trainer_open(const mt_train_config *tc, const mt_events *ev, mt_error
         mt_trainer_close(R);
         return NULL;
     }
-    R->start_step = R->step;
+    R->start_step = R->saved_step = R->step;
     tc = R->tc;
     mt_emitf(&R->ev, MT_EVENT_INFO, "train: %lld steps of %lld x %lld x %lld tokens, lr %g (%s), "
              "out %s", (long long)R->total_steps, (long long)tc->micro_batches,
@@ -567,9 +649,12 @@ int mt_trainer_step(mt_run *R, mt_step_metrics *m, mt_error *err) {
         R->t_start = R->t_prev = mt_now_s();
         mt_ranks_watch_start(&R->rk);
     }
+    /* where the data was, for a step that a signal abandons */
+    batch_state before = batch_state_get(R);
     int done = next_batch(R);
     warn_empty_batches(R);
     if (done) {
+        batch_state_free(&before);
         R->data_done = 1;
         mt_emitf(&R->ev, MT_EVENT_INFO, "train: the data ran out after %lld steps (epochs = %lld)",
                  (long long)R->step, (long long)tc->epochs);
@@ -578,6 +663,11 @@ int mt_trainer_step(mt_run *R, mt_step_metrics *m, mt_error *err) {
     double loss;
     mt_optim_report rep;
     int st = train_step(R, &loss, &rep, err);
+    if (st == 2) { /* as if the step had not begun: a checkpoint now is the state after step */
+        batch_state_set(R, &before);
+        return 2;
+    }
+    batch_state_free(&before);
     if (st < 0) return -1;
     /* the GPU's optimizer pipeline cannot skip an update: it stops */
     if (st == 1 && mt_nonfinite_decide(&R->nf, tc, R->step + 1, loss, rep.grad_norm, !R->r.gpu,
@@ -629,6 +719,26 @@ int mt_trainer_finish(mt_run *R, mt_error *err) {
     return 0;
 }
 
+/* A signal stops the run: the state after the last step done is saved,
+ * unless a checkpoint holds it already (a periodic save, the one resumed
+ * from) or no step was done since a fresh start. abandoned: the step after
+ * it was cut short, and nothing of it applied. */
+static int stop_on_signal(mt_run *R, int abandoned, mt_error *err) {
+    char cut[96] = "";
+    if (abandoned)
+        snprintf(cut, sizeof cut, " (step %lld, cut short, is not applied)",
+                 (long long)R->step + 1);
+    if (R->step == R->saved_step) {
+        mt_emitf(&R->ev, MT_EVENT_INFO, "train: signal %d: stopping at step %lld%s; %s",
+                 mt_signals_last(), (long long)R->step, cut,
+                 R->step ? "its checkpoint is already saved" : "no step was done, nothing to save");
+        return 0;
+    }
+    mt_emitf(&R->ev, MT_EVENT_INFO, "train: signal %d: saving a checkpoint at step %lld before "
+             "stopping%s", mt_signals_last(), (long long)R->step, cut);
+    return mt_run_save_checkpoint(R, err);
+}
+
 int mt_trainer_train(mt_run *R, mt_error *err) {
     mt_signals_install();
     if (R->t_start == 0) R->t_start = R->t_prev = mt_now_s();
@@ -637,10 +747,8 @@ int mt_trainer_train(mt_run *R, mt_error *err) {
         if (mt_run_stop_asked(R)) break;
     if (st < 0) {
         rc = -1;
-    } else if (st == 0) {
-        mt_emitf(&R->ev, MT_EVENT_INFO, "train: signal %d: saving a checkpoint at step %lld "
-                 "before stopping", mt_signals_last(), (long long)R->step);
-        rc = mt_run_save_checkpoint(R, err) ? -1 : 1;
+    } else if (st == 0 || st == 2) {
+        rc = stop_on_signal(R, st == 2, err) ? -1 : 1;
     } else {
         mt_emitf(&R->ev, MT_EVENT_INFO, "train: loss %.4f -> %.4f in %lld steps, %.1fs",
                  R->first_loss, R->last_loss, (long long)(R->step - R->start_step),

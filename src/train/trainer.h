@@ -14,6 +14,9 @@
 
 /* tc is copied; ev (may be NULL) is where the run reports. */
 mt_run *mt_trainer_open(const mt_train_config *tc, const mt_events *ev, mt_error *err);
+/* mt_run_step's codes, and 2: a signal caught by mt_trainer_train's
+ * handlers came during the step, which was abandoned (only there: the
+ * handlers are installed for its duration). */
 int mt_trainer_step(mt_run *R, mt_step_metrics *m, mt_error *err);
 int mt_trainer_save(mt_run *R, mt_error *err);
 int mt_trainer_finish(mt_run *R, mt_error *err);

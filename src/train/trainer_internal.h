@@ -49,10 +49,14 @@ struct mt_run {
     uint64_t rng;
     mt_runner r;
     mt_runner_plan *plan;    /* CUDA training: the placement */
+    int disk_layers;         /* the last layers whose m and v live on disk (resolved) */
     mt_optimizer opt;
     mt_optim_pipeline pipe;
     int pipe_on;
     int64_t step, total_steps, tokens_seen;
+    int64_t saved_step;      /* the step whose state is saved: the newest checkpoint written
+                                or resumed from; 0 for a fresh start (its weights come from
+                                the seed or the model) */
     int32_t *tokens, *targets, *pos;  /* pos: packing documents only, else NULL */
     mt_metrics_writer mw;
     char ckpt_dir[4096];     /* the checkpoint resumed from, if any */

@@ -55,27 +55,17 @@ int mt_run_store_open(mt_run *R, int store_grads, mt_error *err) {
         return mt_errorf(err, "disk_layers %lld: the model has %d layers (the embedding, %lld "
                          "blocks, the head); give at most %d", (long long)tc->disk_layers,
                          t->n_layers, (long long)R->cfg.L, t->n_layers);
-    uint8_t *on_disk = mt_calloc_or_die((size_t)t->n_layers, 1);
-    int n = mt_train_state_on_disk(tc, t, on_disk);
-    int rc = 0;
-    if (n && R->several)
-        rc = mt_errorf(err, "disk_layers: the disk tier is for a run of one process yet; drop "
-                       "it or --gpus");
-    if (rc == 0 && n)
-        rc = mt_disk_state_open(&R->store.disk, t, on_disk, tc->nvme_dir, MT_DISK_STAGING_BUFFERS,
-                                err);
-    if (rc == 0) {
-        mt_disk_state *ds = R->store.disk;
-        rc = mt_host_store_create_tiered(&R->store, t, store_grads, n ? on_disk : NULL, err);
-        R->store.disk = ds; /* create starts the store afresh */
-    }
-    if (rc == 0 && n)
+    if (tc->disk_layers > 0 && R->several)
+        return mt_errorf(err, "disk_layers: the disk tier is for a run of one process yet; drop "
+                         "it or --gpus");
+    int n = R->disk_layers;
+    if (mt_disk_store_create(&R->store, t, store_grads, n, tc->nvme_dir, err)) return -1;
+    if (n)
         mt_emitf(&R->ev, MT_EVENT_INFO, "disk tier: the optimizer state of the last %d layers on "
                  "%s, %.2f GB (%.2f GB of RAM for their staging)", n, tc->nvme_dir,
                  mt_disk_state_disk_bytes(R->store.disk) / 1e9,
                  mt_disk_state_ram_bytes(R->store.disk) / 1e9);
-    free(on_disk);
-    return rc;
+    return 0;
 }
 
 /* Reading a model directory into this rank's parts: a layer at a time
@@ -196,7 +186,7 @@ int mt_run_backend_init(mt_run *R, const mt_runner_opts *ro, mt_error *err) {
 
 void mt_run_backend_free(mt_run *R) {
     if (R->cpu_ranks) {
-        mt_cpu_ranks_backend_free(R->r.be);
+        R->r.be->ops->destroy(R->r.be);
         R->r.be = NULL;
         R->cpu_ranks = 0;
         return;

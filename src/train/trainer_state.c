@@ -2,6 +2,7 @@
  * state (trainer_state.json: step, data position, sampler RNG, options),
  * and the two saves of a run: resume checkpoints and the final model. */
 #include <cjson/cJSON.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,8 +119,10 @@ int mt_run_save_checkpoint(mt_run *R, mt_error *err) {
     }
     free(js);
     mt_ranks_watch_pause(&R->rk, 0);
-    if (!rc) mt_emitf(&R->ev, MT_EVENT_INFO, "checkpoint: %s (%.1fs)", path, mt_now_s() - t0);
-    return rc;
+    if (rc) return rc;
+    R->saved_step = R->step;
+    mt_emitf(&R->ev, MT_EVENT_INFO, "checkpoint: %s (%.1fs)", path, mt_now_s() - t0);
+    return 0;
 }
 
 static int save_model_files(mt_run *R, const mt_host_store *s, mt_error *err);
@@ -187,9 +190,12 @@ static int save_model_files(mt_run *R, const mt_host_store *s, mt_error *err) {
     double gb = R->tc->max_shard_size * 1e9;
     size_t shard = gb >= 1.8e19 ? SIZE_MAX : (size_t)gb;
     if (mt_model_save(s, &R->cfg, dir, dt, shard ? shard : 1, err)) return -1;
-    bool tokenizer = R->tc->tokenizer[0] && strcmp(R->tc->tokenizer, "bytes");
-    if (tokenizer && (mt_model_copy_tokenizer(R->tc->tokenizer, dir, err) ||
-                      save_chat_template(R, dir, err)))
+    /* with the tokenizer's files: the run's (and its chat template), or the
+     * built-in byte tokenizer's */
+    bool bytes = !R->tc->tokenizer[0] || !strcmp(R->tc->tokenizer, "bytes");
+    if (bytes ? mt_tokenizer_bytes_save(dir, err)
+              : mt_model_copy_tokenizer(R->tc->tokenizer, dir, err) ||
+                    save_chat_template(R, dir, err))
         return -1;
     mt_emitf(&R->ev, MT_EVENT_INFO, "model: %s (%s, %.1fs)", dir,
              mt_save_dtype_name(R->tc->save_dtype), mt_now_s() - t0);

@@ -128,15 +128,20 @@ static int parse_bool(const char *s, bool *out) {
     return -1;
 }
 
-/* Integers may be written 1000 or 1e3, not 2.5; as a double, which the
- * range check reads. */
+/* Integers may be written 1000 or 1e3, not 2.5 or 0x10; as a double, which
+ * the range check reads, and exactly: past 2^53 (the largest a JSON number
+ * keeps) *out is a value past it that the range check refuses, never a
+ * neighbour rounded back in. */
 static int parse_int(const char *s, double *out) {
     int bad = 0;
-    double v = (double)mt_arg_ll(s, &bad);
-    if (bad) {
+    long long i = mt_arg_ll(s, &bad);
+    double v = (double)i, most = MT_OPT_INT_MAX;
+    if (!bad && (i > (long long)most || i < -(long long)most)) v = copysign(2 * most, v);
+    if (bad) { /* 1e3, or digits past long long */
         bad = 0;
         v = mt_arg_d(s, &bad);
         if (bad || v != floor(v)) return -1;
+        if (fabs(v) >= most) v = copysign(2 * most, v);
     }
     *out = v;
     return 0;
@@ -147,9 +152,11 @@ static int set_number(void *obj, const mt_opt *o, const char *value, const char 
     double v;
     int bad = 0;
     if (o->type == MT_OPT_INT && parse_int(value, &v))
-        return mt_errorf(err, "%s: expected an integer, got '%s'", label, value);
+        return mt_errorf(err, "%s: expected an integer (decimal, like 1000 or 1e3), got '%s'",
+                         label, value);
     if (o->type == MT_OPT_FLOAT && (v = mt_arg_d(value, &bad), bad))
-        return mt_errorf(err, "%s: expected a number (like 1e-5 or 0.1), got '%s'", label, value);
+        return mt_errorf(err, "%s: expected a number (decimal, like 1e-5 or 0.1), got '%s'",
+                         label, value);
     if (mt_opt_check_range(o, v, value, label, err)) return -1;
     if (o->type == MT_OPT_INT) *(int64_t *)field(obj, o) = (int64_t)v;
     else *(double *)field(obj, o) = v;

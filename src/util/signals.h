@@ -1,5 +1,6 @@
 /* SIGINT/SIGTERM for the trainer: the first one asks for a clean stop (the
- * trainer polls mt_signals_pending() between steps, saves a checkpoint and
+ * trainer polls mt_signals_pending() between steps, and on the CPU between
+ * the layers of a step, which it then abandons; it saves a checkpoint and
  * exits); a second one of the same kind is not caught, so a user can still
  * force quit a run that does not stop.
  *

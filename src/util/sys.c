@@ -1,8 +1,10 @@
 /* Monotonic time and resident memory, for progress lines and benchmarks. */
 #include "util/sys.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -47,8 +49,25 @@ double mt_host_ram_budget_bytes(void) {
     return total - keep;
 }
 
+/* What RLIMIT_AS (ulimit -v) leaves to this process: the limit less the
+ * address space it holds now; SIZE_MAX without a limit. */
+static size_t address_space_left(void) {
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_AS, &lim) || lim.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0;
+    if (f) {
+        if (fscanf(f, "%ld", &pages) != 1) pages = 0;
+        fclose(f);
+    }
+    size_t held = (size_t)pages * (size_t)sysconf(_SC_PAGESIZE);
+    return lim.rlim_cur > held ? (size_t)lim.rlim_cur - held : 0;
+}
+
 size_t mt_host_ram_available_bytes(void) {
     size_t avail = read_kv_bytes("/proc/meminfo", "MemAvailable:");
+    size_t as_left = address_space_left();
+    if (as_left != SIZE_MAX && (!avail || as_left < avail)) avail = as_left ? as_left : 1;
     FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
     unsigned long long lim;
     if (f) {

@@ -18,8 +18,9 @@ size_t mt_host_ram_total_bytes(void);
 double mt_host_ram_budget_bytes(void);
 
 /* Host RAM this process may still take, in bytes: MemAvailable of
- * /proc/meminfo, lowered to the cgroup's memory.max when that is smaller.
- * 0 if unknown (callers then check nothing). */
+ * /proc/meminfo, lowered to the cgroup's memory.max and to what RLIMIT_AS
+ * (ulimit -v) leaves of the address space when those are smaller. 0 if
+ * unknown (callers then check nothing). */
 size_t mt_host_ram_available_bytes(void);
 
 #endif

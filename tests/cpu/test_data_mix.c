@@ -82,6 +82,47 @@ Test(data_mix, weights_are_honoured_within_a_binomial_bound) {
     free(dir);
 }
 
+/* Issue 29: weights 1e308 and 1e308 summed to inf, every share became nan
+ * and one source drew every row ("-nan% of rows"). They are normalised by
+ * the largest first: half the rows each. A weight too small beside another
+ * for a row ever to be drawn from it is refused, naming it. */
+Test(data_mix, weights_that_overflow_a_sum_are_normalised_safely) {
+    char *dir = mt_test_tmpdir(), *a = letter_file(dir, "a.jsonl", 'a', 40),
+         *b = letter_file(dir, "b.jsonl", 'b', 40);
+    char spec[1024];
+    snprintf(spec, sizeof spec, "[{path: %s, weight: 1e308}, {path: %s, weight: 1e308}]", a, b);
+    mt_error err = {{0}};
+    mt_dataset *d = open_mix(spec, 5, 1000, &err);
+    cr_assert(d, "%s", err.msg);
+    enum { T = 8, N = 4000 };
+    int32_t x[T], y[T];
+    long count[2] = {0};
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(mt_dataset_next_batch(d, 1, T, x, y, NULL), 0);
+        int l = row_letter(x, T);
+        cr_assert(l == 'a' || l == 'b');
+        count[l - 'a']++;
+    }
+    /* Binomial(4000, 1/2): 5 standard deviations are 158 rows */
+    cr_assert(fabs((double)count[0] - N / 2.0) <= 5 * sqrt(N / 4.0), "%ld and %ld rows",
+              count[0], count[1]);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    mt_dataset_print_sources(d, f);
+    fclose(f);
+    cr_assert(strstr(text, "(50.0% of rows)") && !strstr(text, "nan"), "%s", text);
+    free(text);
+    mt_dataset_free(d);
+    snprintf(spec, sizeof spec, "[{path: %s, weight: 1e300}, {path: %s, weight: 1e-300}]", a, b);
+    cr_assert_null(open_mix(spec, 5, 1000, &err));
+    cr_assert(strstr(err.msg, "data[1]") && strstr(err.msg, b) && strstr(err.msg, "never"),
+              "%s", err.msg);
+    free(a), free(b);
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
 Test(data_mix, the_same_seed_gives_the_same_rows_and_resume_is_exact) {
     char *dir = mt_test_tmpdir(), *a = letter_file(dir, "a.jsonl", 'a', 30),
          *b = letter_file(dir, "b.jsonl", 'b', 11);

@@ -325,6 +325,42 @@ Test(data_sources, an_empty_directory_is_an_error_naming_it) {
     free(dir);
 }
 
+/* Issue 29: a dangling or looping *.jsonl link in a directory of shards
+ * (and a directory named like one) was counted among "N other entries
+ * ignored", and the run went on without that data, exit 0. An entry named
+ * like data that cannot be read is an error naming it. */
+Test(data_sources, an_unreadable_shard_is_an_error_naming_it) {
+    char *dir = mt_test_tmpdir(), *shards = mt_path_join(dir, "s");
+    cr_assert_eq(mkdir(shards, 0755), 0);
+    char *good = mt_path_join(shards, "a.jsonl");
+    write_bytes(good, "{\"text\": \"hello\"}\n", 18);
+    char *dangling = mt_path_join(shards, "b.jsonl");
+    cr_assert_eq(symlink("/nonexistent/b.jsonl", dangling), 0);
+    expect_open_error(shards, dangling, "does not exist");
+    cr_assert_eq(unlink(dangling), 0);
+    char *loop = mt_path_join(shards, "c.jsonl.zst");
+    cr_assert_eq(symlink("c.jsonl.zst", loop), 0);
+    expect_open_error(shards, loop, "leads back to itself");
+    cr_assert_eq(unlink(loop), 0);
+    char *subdir = mt_path_join(shards, "d.jsonl");
+    cr_assert_eq(mkdir(subdir, 0755), 0);
+    expect_open_error(shards, subdir, "a directory");
+    cr_assert_eq(rmdir(subdir), 0);
+    /* a link to a readable file is data like any other */
+    cr_assert_eq(symlink(good, dangling), 0);
+    mt_tokenizer *tok = mt_tokenizer_bytes();
+    mt_data_opts o = {.path = shards, .seed = 1, .epochs = 1};
+    mt_error err;
+    mt_dataset *d = mt_dataset_open(&o, tok, 258, &err);
+    cr_assert(d, "%s", err.msg);
+    cr_assert_eq(mt_dataset_stats(d).documents, 2);
+    mt_dataset_free(d);
+    mt_tokenizer_free(tok);
+    free(good), free(dangling), free(loop), free(subdir), free(shards);
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
 Test(data_sources, shards_of_different_tokenizers_are_an_error) {
     char *dir = mt_test_tmpdir(), *shards = mt_path_join(dir, "s");
     cr_assert_eq(mkdir(shards, 0755), 0);

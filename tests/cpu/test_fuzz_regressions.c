@@ -9,6 +9,9 @@
 
 #include "io/file.h"
 
+#define LLVMFuzzerTestOneInput mt_fuzz_compressed
+#include "../fuzz/fuzz_compressed.c"
+#undef LLVMFuzzerTestOneInput
 #define LLVMFuzzerTestOneInput mt_fuzz_config
 #include "../fuzz/fuzz_config.c"
 #undef LLVMFuzzerTestOneInput
@@ -77,6 +80,7 @@ static void replay(const char *name, harness_fn fn) {
     if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", fuzz_dir());
 }
 
+Test(fuzz_regressions, compressed) { replay("compressed", mt_fuzz_compressed); }
 Test(fuzz_regressions, config) { replay("config", mt_fuzz_config); }
 Test(fuzz_regressions, jinja) { replay("jinja", mt_fuzz_jinja); }
 Test(fuzz_regressions, jsonl) { replay("jsonl", mt_fuzz_jsonl); }

@@ -65,14 +65,38 @@ Test(host_memory, the_proposed_batch_size_is_the_largest_that_fits) {
     mt_train_host_bytes b;
     cr_assert_eq(mt_train_host_bytes_compute(&tc, &cfg, &t, 1, 1, &b, &err), 0, "%s", err.msg);
     size_t avail = b.total / 3;
-    cr_assert_eq(mt_train_check_host_memory(&tc, &cfg, &t, 1, 1, avail, &err), -1);
+    cr_assert_eq(mt_train_check_host_memory(&tc, &cfg, &t, 1, 1, avail, 0, &err), -1);
     const char *p = strstr(err.msg, "use --batch-size ");
     cr_assert(p, "%s", err.msg);
     long long best = atoll(p + strlen("use --batch-size "));
     cr_assert(best >= 1 && best < 64, "%s", err.msg);
     tc.batch_size = best;
-    cr_assert_eq(mt_train_check_host_memory(&tc, &cfg, &t, 1, 1, avail, &err), 0, "%s", err.msg);
+    cr_assert_eq(mt_train_check_host_memory(&tc, &cfg, &t, 1, 1, avail, 0, &err), 0, "%s", err.msg);
     tc.batch_size = best + 1;
-    cr_assert_eq(mt_train_check_host_memory(&tc, &cfg, &t, 1, 1, avail, &err), -1);
+    cr_assert_eq(mt_train_check_host_memory(&tc, &cfg, &t, 1, 1, avail, 0, &err), -1);
+    mt_params_free(&t);
+}
+
+/* Issue 29: --host-mem was not kept on the CPU: a run with --host-mem 0.05
+ * trained (and --host-mem 1 reached 1.37 GB RSS). It is refused before
+ * anything is allocated, naming both numbers; without the option the
+ * same run trains. */
+Test(host_memory, host_mem_is_kept_on_the_cpu) {
+    const char *want[] = {"GB of host RAM", "--host-mem allows 0.05 GB", "model state",
+                          "use --batch-size", "raise --host-mem"};
+    refused("--host-mem 0.05 --batch-size 64 --seq-len 256 --steps 1", want, 5);
+    mt_train_config tc;
+    config(&tc, "/nonexistent-out", "--host-mem 0.05 --batch-size 64 --seq-len 256");
+    mt_config cfg;
+    mt_config_default_tiny(&cfg);
+    cfg.max_pos = 256;
+    mt_param_table t;
+    mt_error err;
+    cr_assert_eq(mt_params_init(&t, &cfg, &err), 0, "%s", err.msg);
+    mt_train_host_bytes b;
+    cr_assert_eq(mt_train_host_bytes_compute(&tc, &cfg, &t, 1, 1, &b, &err), 0, "%s", err.msg);
+    cr_assert_gt(b.total, (size_t)50000000, "the run must need more than 0.05 GB: %zu", b.total);
+    cr_assert_eq(mt_train_check_host_memory(&tc, &cfg, &t, 1, 1, 0, b.total, &err), 0, "%s",
+                 err.msg);
     mt_params_free(&t);
 }

@@ -76,3 +76,41 @@ Test(schedule, batch_without_targets_is_refused) {
     cr_assert(strstr(err.msg, "-100"));
     cr_assert_eq(r.n, 0, "nothing ran");
 }
+
+static void r_abandon(mt_backend *be) { rec((rec_backend *)be, "X ", 0, 0); }
+
+static const mt_backend_ops rec_stop_ops = {
+    .begin_step = r_begin, .bind_layer = r_bind, .forward = r_fwd, .head = r_head,
+    .backward = r_bwd, .layer_grads_done = r_done, .end_step = r_end,
+    .abandon_step = r_abandon};
+
+/* Says stop once `after` questions were asked. */
+static int stop_after(void *ctx) {
+    int *left = ctx;
+    return (*left)-- <= 0;
+}
+
+/* A stop asked during a step (a signal): the step is abandoned at the next
+ * layer or micro-batch, with nothing after abandon_step (no end_step, no
+ * gradient handed off); a backend without abandon_step finishes the step. */
+Test(schedule, a_stop_abandons_the_step_at_the_next_layer_or_micro_batch) {
+    int32_t tok[6] = {1, 2, 3, 4, 5, 6}, tgt[6] = {2, 3, 4, 5, 6, 7};
+    mt_batch b = {.M = 2, .B = 1, .T = 3, .tokens = tok, .targets = tgt};
+    double loss = -1;
+    mt_error err;
+    rec_backend r = {.base = {.ops = &rec_stop_ops, .name = "rec"}};
+    int left = 2; /* asked before B00, F0.1, then B10: stop there */
+    mt_step_stop stop = {stop_after, &left};
+    cr_assert_eq(mt_step_forward_backward_or_stop(&r.base, 4, &b, &stop, &loss, &err), 1);
+    cr_assert_str_eq(r.log, "S12 B00 F0.0 F0.1 X ");
+    cr_assert_eq(loss, -1, "no loss");
+    rec_backend q = {.base = {.ops = &rec_stop_ops, .name = "rec"}};
+    left = 8; /* in the backward, between micro-batches */
+    cr_assert_eq(mt_step_forward_backward_or_stop(&q.base, 4, &b, &stop, &loss, &err), 1);
+    cr_assert_str_eq(q.log, "S12 B00 F0.0 F0.1 B10 F1.0 F1.1 B20 F2.0 F2.1 B31 H0 H1 D3 "
+                            "B21 G2.0 X ");
+    rec_backend full = {.base = {.ops = &rec_ops, .name = "rec"}};
+    left = 0;
+    cr_assert_eq(mt_step_forward_backward_or_stop(&full.base, 4, &b, &stop, &loss, &err), 0);
+    cr_assert_float_eq(loss, 1.0, 1e-12, "6 / 6 valid targets: the step finished");
+}

@@ -372,3 +372,48 @@ Test(tokenizer, real_config_special_ids) {
     cr_expect_eq(mt_tokenizer_token_id(tok, "<0x0A>"), 13);
     mt_tokenizer_free(tok);
 }
+
+/* The byte tokenizer saved as tokenizer.json (the built-in model's output
+ * carries it) gives the ids of the built-in one on random UTF-8 text, the
+ * same BOS/EOS, and decodes them back the same. */
+Test(tokenizer, the_saved_byte_tokenizer_gives_the_bytes_ids) {
+    char *dir = mt_test_tmpdir(), path[600];
+    mt_error err;
+    cr_assert_eq(mt_tokenizer_bytes_save(dir, &err), 0, "%s", err.msg);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    mt_tokenizer *saved = mt_tokenizer_load(path, &err), *bytes = mt_tokenizer_bytes();
+    cr_assert(saved, "%s", err.msg);
+    cr_assert_eq(mt_tokenizer_vocab_size(saved), 258);
+    cr_assert_eq(mt_tokenizer_bos_id(saved), 256);
+    cr_assert_eq(mt_tokenizer_eos_id(saved), 257);
+    static const char *const pieces[] = {"a", "Z", " ", "\n", "\t", "0", "\xC3\xA9", "\xE4\xB8\xAD",
+                                         "\xF0\x9F\x98\x80", "'s", "<", ">", "\x7F", "~"};
+    unsigned long long r = 12345;
+    char text[2048];
+    for (int k = 0; k < 200; k++) {
+        size_t len = 0;
+        for (int i = 0; i < 1 + k * 3 % 300; i++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            const char *p = pieces[r % (sizeof pieces / sizeof *pieces)];
+            if (len + strlen(p) >= sizeof text) break;
+            memcpy(text + len, p, strlen(p));
+            len += strlen(p);
+        }
+        for (int special = 0; special < 2; special++) {
+            int32_t *x, *y;
+            size_t nx, ny;
+            cr_assert_eq(mt_tokenizer_encode(saved, text, len, special, &x, &nx, &err), 0, "%s",
+                         err.msg);
+            cr_assert_eq(mt_tokenizer_encode(bytes, text, len, special, &y, &ny, &err), 0);
+            cr_assert(nx == ny && !memcmp(x, y, nx * sizeof *x), "text %d: ids differ", k);
+            char *dx = mt_tokenizer_decode(saved, x, nx, true);
+            char *dy = mt_tokenizer_decode(bytes, y, ny, true);
+            cr_assert_str_eq(dx, dy);
+            free(dx), free(dy), free(x), free(y);
+        }
+    }
+    mt_tokenizer_free(saved);
+    mt_tokenizer_free(bytes);
+    mt_test_rmtree(dir);
+    free(dir);
+}

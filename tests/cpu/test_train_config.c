@@ -184,6 +184,30 @@ Test(train_config, flag_errors_name_the_flag) {
                       "twice");
 }
 
+/* Issue 29: strtod read --lr 0x10 as 16 (and inf, nan as numbers), and
+ * --steps 9007199254740993 rounded to 2^53 and was taken. Numbers are
+ * decimal; integers are read exactly and refused past 2^53. */
+Test(train_config, hex_numbers_and_integers_past_2_53_are_refused) {
+    expect_args_error((const char *[]){"--lr", "0x10", NULL}, "--lr", "expected a number");
+    expect_args_error((const char *[]){"--lr", "inf", NULL}, "--lr", "expected a number");
+    expect_args_error((const char *[]){"--lr", "nan", NULL}, "--lr", "expected a number");
+    expect_args_error((const char *[]){"--steps", "0x10", NULL}, "--steps", "expected an integer");
+    expect_args_error((const char *[]){"--steps", "9007199254740993", NULL}, "--steps",
+                      "at most 9007199254740992");
+    expect_args_error((const char *[]){"--steps", "18446744073709551619", NULL}, "--steps",
+                      "at most 9007199254740992");
+    expect_args_error((const char *[]){"--steps", "1e16", NULL}, "--steps", "at most");
+    mt_train_config cfg;
+    mt_error err;
+    cr_assert_eq(parse(&cfg, &err, (const char *[]){"--steps", "9007199254740992", "--lr",
+                                                    "1.5e-4", NULL}), 0, "%s", err.msg);
+    cr_assert_eq(cfg.steps, 9007199254740992LL);
+    cr_assert_eq(cfg.lr, 1.5e-4);
+    cr_assert_eq(parse(&cfg, &err, (const char *[]){"--steps", "1e3", "--lr", ".5", NULL}), 0,
+                 "%s", err.msg);
+    cr_assert(cfg.steps == 1000 && cfg.lr == 0.5);
+}
+
 Test(train_config, validate_catches_programmatic_values) {
     mt_train_config cfg;
     mt_error err;

@@ -1,6 +1,9 @@
 /* The training run end to end on the CPU: exact resume, fine-tuning an HF
- * directory on JSONL data, stopping on SIGTERM with a checkpoint, and the
+ * directory on JSONL data, stopping on SIGTERM with a checkpoint (also in
+ * the middle of a long step), the built-in model's output as a whole
+ * Hugging Face directory (its tokenizer's vocabulary and files), and the
  * errors a user meets first. */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,6 +14,8 @@
 #include <unistd.h>
 
 #include "megatrain.h"
+#include "data/tokenizer.h"
+#include "util/sys.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 #include "host/store.h"
@@ -254,6 +259,182 @@ Test(trainer, sigterm_saves_a_checkpoint_and_resume_continues, .timeout = 120) {
     snprintf(extra, sizeof extra, "--steps %d --save-every 0 --resume auto", step + 2);
     config(&tc, out, extra);
     cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+/* The "trainer" object of a checkpoint's trainer_state.json without its
+ * options (which hold --steps), as text. */
+static char *trainer_state(const char *ckpt) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/trainer_state.json", ckpt);
+    char *text = slurp(path, NULL);
+    cJSON *o = cJSON_Parse(text);
+    cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "trainer");
+    cr_assert(cJSON_IsObject(t), "%s", text);
+    cJSON_DeleteItemFromObjectCaseSensitive(t, "config");
+    char *s = cJSON_PrintUnformatted(t);
+    cJSON_Delete(o);
+    free(text);
+    return s;
+}
+
+/* Issue 29: SIGTERM waited for the step under way (a CPU run with a long
+ * step still ran 10 minutes after it). Now the step stops at its next
+ * layer, nothing of it applied, and the checkpoint saved is the state after
+ * the last step done: the same bytes as an uninterrupted run's checkpoint
+ * of that step (weights, Adam state, data position). Steps of a few seconds
+ * (8 x 512 tokens x 4 micro-batches of the tiny model on JSONL data); the
+ * stop must come within half a step, where finishing the step took a whole
+ * one (the tiny model's step binds 7 layers, each for 4 micro-batches: a
+ * check every 1/28 of it). */
+Test(trainer, sigterm_during_a_long_step_stops_at_the_next_layer, .timeout = 300) {
+    char *dir = mt_test_tmpdir(), a[256], b[256], data[300], metrics[600], ca[600], cb[600];
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    snprintf(data, sizeof data, "%s/text.jsonl", dir);
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", b);
+    FILE *f = fopen(data, "w");
+    for (int i = 0; i < 2000; i++)
+        fprintf(f, "{\"text\": \"Document %d: the quick brown fox jumps over the lazy dog, "
+                "again and again, %d times.\"}\n", i, i * 7 % 13);
+    fclose(f);
+    const char *shape = "--batch-size 8 --seq-len 512 --micro-batches 4 --device cpu";
+    char extra[512];
+    mt_train_config tc;
+    mt_error err;
+    snprintf(extra, sizeof extra, "--data %s --steps 3 --save-every 0 %s", data, shape);
+    pid_t pid = fork(); /* before any OpenMP work in this process (a forked pool hangs) */
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        config(&tc, b, extra);
+        _exit(mt_train(&tc, &err) == 1 ? 42 : 1);
+    }
+    /* step 1's row: step 2 has begun */
+    double step_s = 0;
+    for (int i = 0; i < 6000 && step_s == 0; i++) {
+        FILE *m = fopen(metrics, "r");
+        char line[4096];
+        if (m && fgets(line, sizeof line, m) && strchr(line, '\n')) {
+            cJSON *row = cJSON_Parse(line);
+            step_s = cJSON_GetObjectItemCaseSensitive(row, "step_time_s")->valuedouble;
+            cJSON_Delete(row);
+        }
+        if (m) fclose(m);
+        if (step_s == 0) usleep(20000);
+    }
+    if (step_s == 0) kill(pid, SIGKILL);
+    cr_assert_gt(step_s, 0, "no step was done");
+    double t0 = mt_now_s();
+    kill(pid, SIGTERM);
+    int status;
+    waitpid(pid, &status, 0);
+    double stop_s = mt_now_s() - t0;
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 42,
+              "the run stops cleanly (status %d)", status);
+    cr_assert_lt(stop_s, step_s / 2, "the stop took %.2f s, a step %.2f s", stop_s, step_s);
+    char found[1024];
+    cr_assert_eq(mt_checkpoint_find_latest(b, found, sizeof found, &err), 0, "%s", err.msg);
+    cr_assert(strstr(found, "step-00000001"), "the checkpoint is of step 1: %s", found);
+    /* the reference: one step, its checkpoint */
+    snprintf(extra, sizeof extra, "--data %s --steps 1 --save-every 1 %s", data, shape);
+    config(&tc, a, extra);
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    snprintf(ca, sizeof ca, "%s/checkpoints/step-00000001", a);
+    snprintf(cb, sizeof cb, "%s/checkpoints/step-00000001", b);
+    const char *files[] = {"model.safetensors", "optimizer.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        char pa[800], pb[800];
+        snprintf(pa, sizeof pa, "%s/%s", ca, files[i]);
+        snprintf(pb, sizeof pb, "%s/%s", cb, files[i]);
+        assert_same_file(pa, pb);
+    }
+    char *sa = trainer_state(ca), *sb = trainer_state(cb);
+    cr_assert_str_eq(sa, sb, "the state after step 1 (the data position past its batch only)");
+    free(sa);
+    free(sb);
+    size_t n;
+    char *rows = slurp(metrics, &n);
+    cr_assert(!strstr(rows, "\"step\":2"), "no row of the abandoned step: %s", rows);
+    free(rows);
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+/* The text of 12 new tokens of the model in dir, greedy, without BOS. */
+static char *generate_text(const char *dir, const char *tokenizer) {
+    mt_model *m = mt_model_open(dir, tokenizer);
+    cr_assert(m, "%s", mt_last_error());
+    mt_generate_opts go;
+    mt_generate_opts_defaults(&go);
+    go.prompt = "The";
+    go.max_new_tokens = 12;
+    go.temperature = 0;
+    go.add_special = false;
+    go.device = "cpu";
+    char *text = mt_model_generate(m, &go, NULL, NULL);
+    cr_assert(text, "%s", mt_last_error());
+    mt_model_close(m);
+    return text;
+}
+
+/* Issue 29: the built-in model trained with --tokenizer kept its 258 ids
+ * and was saved beside a tokenizer of 32000: eval and generate on it
+ * failed. Its vocabulary is now the tokenizer's, eval and generate work on
+ * what it saves; the built-in text (bytes) with another tokenizer is
+ * refused; and the model of the byte tokenizer is saved with a
+ * tokenizer.json of its own, which generates the text the byte tokenizer
+ * does. */
+Test(trainer, the_builtin_model_is_saved_with_its_tokenizers_vocabulary_and_files,
+     .timeout = 120) {
+    char *dir = mt_test_tmpdir(), a[256], b[256], c[256], data[300], path[700], extra[1024];
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    snprintf(c, sizeof c, "%s/c", dir);
+    snprintf(data, sizeof data, "%s/text.jsonl", dir);
+    char *tok = mt_path_join(mt_test_fixtures_dir(), "tokenizer/tiny_bytelevel.json");
+    FILE *f = fopen(data, "w");
+    for (int i = 0; i < 200; i++)
+        fprintf(f, "{\"text\": \"The quick brown fox %d jumps over the lazy dog.\"}\n", i);
+    fclose(f);
+    mt_train_config tc;
+    mt_error err;
+    snprintf(extra, sizeof extra, "--tokenizer %s --steps 2", tok);
+    config(&tc, a, extra);
+    cr_assert_eq(mt_train(&tc, &err), -1, "the built-in text trained with %s", tok);
+    cr_assert(strstr(err.msg, "built-in text is bytes") && strstr(err.msg, "--data"), "%s",
+              err.msg);
+    snprintf(extra, sizeof extra, "--tokenizer %s --data %s --steps 2 --seq-len 32 "
+             "--batch-size 2 --save-every 0", tok, data);
+    config(&tc, b, extra);
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    snprintf(path, sizeof path, "%s/model", b);
+    mt_config cfg;
+    cr_assert_eq(mt_model_load_config(&cfg, path, &err), 0, "%s", err.msg);
+    mt_tokenizer *t = mt_tokenizer_load(tok, &err);
+    cr_assert_eq(cfg.V, (int64_t)mt_tokenizer_vocab_size(t));
+    mt_tokenizer_free(t);
+    mt_model *m = mt_model_open(path, NULL); /* model/tokenizer.json */
+    cr_assert(m, "%s", mt_last_error());
+    mt_eval_opts eo;
+    mt_eval_opts_defaults(&eo);
+    eo.data = data;
+    eo.seq_len = 32;
+    eo.batch_size = 2;
+    eo.max_batches = 2;
+    eo.device = "cpu";
+    mt_eval_result res;
+    cr_assert_eq(mt_model_eval(m, &eo, &res), 0, "%s", mt_last_error());
+    mt_model_close(m);
+    free(generate_text(path, NULL));
+    /* the byte tokenizer's model: its tokenizer.json gives the same text */
+    config(&tc, c, "--steps 2 --save-every 0");
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    snprintf(path, sizeof path, "%s/model", c);
+    char *x = generate_text(path, NULL), *y = generate_text(path, "bytes");
+    cr_assert_str_eq(x, y);
+    free(x), free(y);
+    free(tok);
     mt_test_rmtree(dir);
     free(dir);
 }

@@ -62,6 +62,9 @@ typedef struct cpu_backend {
     double loss_sum;
     /* bound layer */
     float *w, *g;
+    mt_cpu_step_hooks hooks;
+    int hook_failed;        /* a hook failed this step: its error is hook_err */
+    mt_error hook_err;
 } cpu_backend;
 
 static float *saved_at(cpu_backend *cb, int layer, int mb) {
@@ -86,6 +89,8 @@ static float *G(cpu_backend *cb, int layer, mt_role r) {
 static int cpu_begin_step(mt_backend *be, const mt_batch *batch, float dscale, int train,
                           mt_error *err) {
     cpu_backend *cb = (cpu_backend *)be;
+    cb->hook_failed = 0;
+    if (cb->hooks.before && cb->hooks.before(cb->hooks.ctx, train, err)) return -1;
     if (batch->M > cb->max_M || batch->B != cb->B || batch->T != cb->T)
         return mt_errorf(err, "batch of %d x (%lld, %lld) does not match the backend's "
                          "%d x (%lld, %lld)", batch->M, (long long)batch->B, (long long)batch->T,
@@ -290,8 +295,21 @@ static double cpu_end_step(mt_backend *be) {
     cpu_backend *cb = (cpu_backend *)be;
     /* the router's auxiliary loss is a mean already: scaled like the sum */
     double aux = cb->moe ? mt_cpu_moe_aux_loss(cb->moe) : 0.0;
+    if (cb->hooks.after && cb->hooks.after(cb->hooks.ctx, cb->train, &cb->hook_err))
+        cb->hook_failed = 1;
     return cb->loss_sum + (aux != 0.0 ? aux / cb->dscale : 0.0);
 }
+
+static int cpu_step_error(mt_backend *be, mt_error *err) {
+    cpu_backend *cb = (cpu_backend *)be;
+    if (!cb->hook_failed) return 0;
+    *err = cb->hook_err;
+    return -1;
+}
+
+/* Nothing to undo: the next begin_step clears the gradients, and nothing
+ * else of a step outlives it. */
+static void cpu_abandon_step(mt_backend *be) { (void)be; }
 
 static const mt_backend_ops cpu_ops = {
     .begin_step = cpu_begin_step,
@@ -301,8 +319,10 @@ static const mt_backend_ops cpu_ops = {
     .backward = cpu_backward,
     .layer_grads_done = cpu_layer_grads_done,
     .end_step = cpu_end_step,
+    .step_error = cpu_step_error,
     .logits = mt_cpu_backend_logits,
     .destroy = mt_cpu_backend_free,
+    .abandon_step = cpu_abandon_step,
 };
 
 static float *alloc_floats(size_t n, size_t *total) {
@@ -334,6 +354,12 @@ int mt_cpu_backend_bytes(const mt_config *c, const mt_param_table *t, int max_M,
 mt_backend *mt_cpu_backend_create(const mt_config *c, const mt_param_table *t,
                                   mt_host_store *store, int max_M, int64_t B, int64_t T,
                                   mt_error *err) {
+    return mt_cpu_backend_create_hooked(c, t, store, max_M, B, T, NULL, err);
+}
+
+mt_backend *mt_cpu_backend_create_hooked(const mt_config *c, const mt_param_table *t,
+                                         mt_host_store *store, int max_M, int64_t B, int64_t T,
+                                         const mt_cpu_step_hooks *hooks, mt_error *err) {
     if (max_M <= 0 || B <= 0 || T <= 0)
         return mt_errorf(err, "micro-batch shape must be positive"), NULL;
     if (c->max_pos > 0 && T > c->max_pos)
@@ -360,6 +386,7 @@ mt_backend *mt_cpu_backend_create(const mt_config *c, const mt_param_table *t,
     cpu_backend *cb = mt_calloc_or_die(1, sizeof *cb);
     cb->base.ops = &cpu_ops;
     cb->base.name = "cpu";
+    if (hooks) cb->hooks = *hooks;
     cb->cfg = c;
     cb->t = t;
     cb->store = store;
@@ -422,6 +449,7 @@ void mt_cpu_backend_free(mt_backend *be) {
                      d->dqn, d->dkn, d->datt, d->dxn, cb->logits, cb->xf, cb->rstdf};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     mt_cpu_moe_free(cb->moe);
+    if (cb->hooks.done) cb->hooks.done(cb->hooks.ctx);
     free(cb);
 }
 

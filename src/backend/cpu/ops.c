@@ -203,50 +203,54 @@ void mt_cpu_matmul_forward(float *out, const float *inp, const float *w, const f
     }
 }
 
-/* dinp (N,IC) += dout (N,OC) @ w (OC,IC); threads split the rows n. */
-static void matmul_backward_inp(float *dinp, const float *dout, const float *w, size_t N,
-                                size_t IC, size_t OC) {
-    size_t ngroups = (N + MM_NB - 1) / MM_NB;
-#pragma omp parallel
-    {
-        size_t g0, g1;
-        thread_share(ngroups, &g0, &g1);
-        for (size_t ib = 0; ib < IC; ib += MM_OB)
-            for (size_t kb = 0; kb < OC; kb += MM_KB)
-                for (size_t g = g0; g < g1; g++) {
-                    size_t n0 = g * MM_NB;
-                    mm_tile t = {dinp + n0 * IC + ib, IC, dout + n0 * OC + kb, OC, 1,
-                                 w + kb * IC + ib, IC, min_size(MM_NB, N - n0),
-                                 min_size(MM_KB, OC - kb), min_size(MM_OB, IC - ib)};
-                    mm_tile_run(&t);
-                }
-    }
+/* A product c (R, NC) += a (R, K) @ b (K, NC), c and b row-major; a's
+ * element (r, k) is a[r * a_rs + k * a_ks]. */
+typedef struct mm_product {
+    float *c;
+    const float *a;
+    size_t a_rs, a_ks;
+    const float *b;
+    size_t R, K, NC;
+} mm_product;
+
+/* The tile of p at rows r0.., k block kb.., columns ib... */
+static void mm_product_tile(const mm_product *p, size_t r0, size_t kb, size_t ib) {
+    mm_tile t = {p->c + r0 * p->NC + ib, p->NC, p->a + r0 * p->a_rs + kb * p->a_ks,
+                 p->a_rs, p->a_ks, p->b + kb * p->NC + ib, p->NC,
+                 min_size(MM_NB, p->R - r0), min_size(MM_KB, p->K - kb),
+                 min_size(MM_OB, p->NC - ib)};
+    mm_tile_run(&t);
 }
 
-/* dw (OC,IC) += dout^T (OC,N) @ inp (N,IC); threads split the rows o. */
-static void matmul_backward_w(float *dw, const float *dout, const float *inp, size_t N,
-                              size_t IC, size_t OC) {
-    size_t ngroups = (OC + MM_NB - 1) / MM_NB;
+/* p, threads splitting the rows of c by groups of MM_NB. The loop order
+ * keeps in cache what is reused: with a row-major a (a_ks == 1), b's
+ * (MM_KB, MM_OB) block across the row groups; with a transposed a (dout^T,
+ * strided along k), a's tile across the column blocks. */
+static void mm_product_run(const mm_product *p) {
+    size_t ngroups = (p->R + MM_NB - 1) / MM_NB;
 #pragma omp parallel
     {
         size_t g0, g1;
         thread_share(ngroups, &g0, &g1);
-        for (size_t kb = 0; kb < N; kb += MM_KB)
-            for (size_t g = g0; g < g1; g++)
-                for (size_t ib = 0; ib < IC; ib += MM_OB) {
-                    size_t o0 = g * MM_NB;
-                    mm_tile t = {dw + o0 * IC + ib, IC, dout + kb * OC + o0, 1, OC,
-                                 inp + kb * IC + ib, IC, min_size(MM_NB, OC - o0),
-                                 min_size(MM_KB, N - kb), min_size(MM_OB, IC - ib)};
-                    mm_tile_run(&t);
-                }
+        if (p->a_ks == 1) {
+            for (size_t ib = 0; ib < p->NC; ib += MM_OB)
+                for (size_t kb = 0; kb < p->K; kb += MM_KB)
+                    for (size_t g = g0; g < g1; g++) mm_product_tile(p, g * MM_NB, kb, ib);
+        } else {
+            for (size_t kb = 0; kb < p->K; kb += MM_KB)
+                for (size_t g = g0; g < g1; g++)
+                    for (size_t ib = 0; ib < p->NC; ib += MM_OB)
+                        mm_product_tile(p, g * MM_NB, kb, ib);
+        }
     }
 }
 
 void mt_cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, size_t N, size_t IC, size_t OC) {
-    if (dinp) matmul_backward_inp(dinp, dout, w, N, IC, OC);
-    matmul_backward_w(dw, dout, inp, N, IC, OC);
+    /* dinp (N,IC) += dout (N,OC) @ w (OC,IC) */
+    if (dinp) mm_product_run(&(mm_product){dinp, dout, OC, 1, w, N, OC, IC});
+    /* dw (OC,IC) += dout^T (OC,N) @ inp (N,IC) */
+    mm_product_run(&(mm_product){dw, dout, 1, OC, inp, OC, N, IC});
     if (dbias) {
         size_t nblocks = (OC + MM_OB - 1) / MM_OB;
 #pragma omp parallel for schedule(static)

@@ -25,10 +25,18 @@ static void *take_op(bump *b, const cuda_backend *cb, size_t n, float *f32_alias
     return take(b, n * op_size(cb));
 }
 
-void mt_cuda_plan(cuda_backend *cb, bump *b) {
+/* fp32 buffers shaped as q (nq floats), k and v (nkv each; v NULL: none). */
+static void take_qkv32(bump *b, size_t nq, size_t nkv, float **q, float **k, float **v) {
+    *q = TAKE_F(b, nq);
+    *k = TAKE_F(b, nkv);
+    if (v) *v = TAKE_F(b, nkv);
+}
+
+/* The weights on the GPU: the streaming slots, the resident layers' weights
+ * and Adam state, the tied embedding's own slot. */
+static void plan_weights(cuda_backend *cb, bump *b) {
     const mt_config *c = cb->cfg;
     const mt_param_table *t = cb->t;
-    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
     int bf = cb->prec == MT_PREC_BF16;
     size_t lw = 0; /* the largest layer that streams through the slots */
     for (int l = 0; l < t->n_layers; l++)
@@ -55,6 +63,14 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
         cb->embed_slot.w32 = TAKE_F(b, ne);
         cb->embed_slot.w16 = bf ? take(b, ne * 2) : NULL;
     }
+}
+
+/* Gradient accumulators and staging, the boundary activations and the
+ * step's small buffers (batch, positions, loss, norms). */
+static void plan_grads_and_step(cuda_backend *cb, bump *b) {
+    const mt_config *c = cb->cfg;
+    const mt_param_table *t = cb->t;
+    size_t N = cb->N, C = c->C;
     cb->gacc_all = cb->gpu_grad_numel ? TAKE_F(b, cb->gpu_grad_numel) : NULL;
     if (c->tie_embeddings)
         cb->gacc_embed = cb->home[0].grad_host ? TAKE_F(b, layer_extent(cb, 0))
@@ -84,16 +100,18 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
     cb->loss_dev = take(b, sizeof(double));
     cb->sumsq_dev = take(b, (size_t)t->n_layers * sizeof(double));
     cb->sumsq_scratch = take(b, MT_SUMSQ_PARTIALS * sizeof(double));
+}
 
-    acts *a = &cb->a;
+/* The working buffers of a layer's forward (reused by every layer). */
+static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
+    const mt_config *c = cb->cfg;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
+    int bf = cb->prec == MT_PREC_BF16;
     a->rstd1 = TAKE_F(b, N);
     a->xn1_op = take(b, N * C * op_size(cb));
-    a->q32 = TAKE_F(b, N * Q);
-    a->k32 = TAKE_F(b, N * KV);
-    a->v32 = TAKE_F(b, N * KV);
+    take_qkv32(b, N * Q, N * KV, &a->q32, &a->k32, &a->v32);
     if (c->qk_norm) {
-        a->qpre32 = TAKE_F(b, N * Q);
-        a->kpre32 = TAKE_F(b, N * KV);
+        take_qkv32(b, N * Q, N * KV, &a->qpre32, &a->kpre32, NULL);
         a->qrstd = TAKE_F(b, N * c->NH);
         a->krstd = TAKE_F(b, N * c->NKV);
     }
@@ -121,6 +139,13 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
     }
     a->mlp_op = take(b, N * F * op_size(cb));
     a->xtmp = mt_config_is_moe(c) ? TAKE_F(b, N * C) : NULL;
+}
+
+/* The working buffers of a layer's backward, and of the head. */
+static void plan_backward_acts(cuda_backend *cb, acts *a, bump *b) {
+    const mt_config *c = cb->cfg;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
+    int bf = cb->prec == MT_PREC_BF16;
     a->dx_op = bf ? take(b, N * C * 2) : NULL; /* fp32: the dx of the micro-batch */
     a->dmlp32 = TAKE_F(b, N * F);
     if (!cb->fast) {
@@ -132,13 +157,8 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
     a->dxn32 = TAKE_F(b, N * C);
     a->datt32 = TAKE_F(b, N * Q);
     a->datt_op = take_op(b, cb, N * Q, a->datt32);
-    a->dq32 = TAKE_F(b, N * Q);
-    a->dk32 = TAKE_F(b, N * KV);
-    a->dv32 = TAKE_F(b, N * KV);
-    if (c->qk_norm) {
-        a->dqn32 = TAKE_F(b, N * Q);
-        a->dkn32 = TAKE_F(b, N * KV);
-    }
+    take_qkv32(b, N * Q, N * KV, &a->dq32, &a->dk32, &a->dv32);
+    if (c->qk_norm) take_qkv32(b, N * Q, N * KV, &a->dqn32, &a->dkn32, NULL);
     a->dq_op = bf ? take(b, N * Q * 2) : NULL;
     a->dk_op = bf ? take(b, N * KV * 2) : NULL;
     a->dv_op = take_op(b, cb, N * KV, a->dv32);
@@ -156,8 +176,13 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
     a->row_loss = TAKE_F(b, N);
     size_t R = (size_t)cb->o.head_chunk < N ? (size_t)cb->o.head_chunk : N;
     a->head_scratch = take(b, mt_cuda_lm_head_scratch_bytes(cb->prec, R, c->V));
-    size_t moe = mt_cuda_moe_bytes(c, N, cb->prec);
-    cb->moe_dev = moe ? take(b, moe) : NULL;
+}
+
+/* The forward activations kept on the GPU for the backward: one set per
+ * kept (layer, micro-batch) unit. */
+static void plan_kept(cuda_backend *cb, bump *b) {
+    const mt_config *c = cb->cfg;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
     size_t before = b->used;
     for (int u = 0; u < cb->n_keep * cb->max_M; u++) {
         acts *k = &cb->kept[u]; /* xn1, xn2 and the SwiGLU output are rebuilt (layers_cuda.c) */
@@ -182,6 +207,16 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
         cb->keep_unit_bytes = (b->used - before) / ((size_t)cb->n_keep * cb->max_M);
         MT_ASSERT(cb->keep_unit_bytes <= mt_cuda_keep_unit_bytes(cb)); /* what create.c fits by */
     }
+}
+
+void mt_cuda_plan(cuda_backend *cb, bump *b) {
+    plan_weights(cb, b);
+    plan_grads_and_step(cb, b);
+    plan_forward_acts(cb, &cb->a, b);
+    plan_backward_acts(cb, &cb->a, b);
+    size_t moe = mt_cuda_moe_bytes(cb->cfg, cb->N, cb->prec);
+    cb->moe_dev = moe ? take(b, moe) : NULL;
+    plan_kept(cb, b);
 }
 
 /* Bytes of one kept (layer, micro-batch) unit of forward activations. */

@@ -210,8 +210,7 @@ __device__ __forceinline__ void mt_attn_mm_smem_bt(float acc[N / 8][4], const bf
         for (int nn = 0; nn < N / 16; nn++) {
             unsigned b[4];
             mt_attn_frag_bt(b, sb, SRB, nn * 16, kk * 16, lane);
-            mt_tc_mma(acc[2 * nn], a, b[0], b[1]);
-            mt_tc_mma(acc[2 * nn + 1], a, b[2], b[3]);
+            mt_tc_mma_n16(acc + 2 * nn, a, b);
         }
     }
 }
@@ -231,8 +230,7 @@ __device__ __forceinline__ void mt_attn_mm_regs_b(float acc[N / 8][4], const flo
         for (int nn = 0; nn < N / 16; nn++) {
             unsigned b[4];
             mt_attn_frag_b(b, sb, SRB, kk * 16, nn * 16, lane);
-            mt_tc_mma(acc[2 * nn], a, b[0], b[1]);
-            mt_tc_mma(acc[2 * nn + 1], a, b[2], b[3]);
+            mt_tc_mma_n16(acc + 2 * nn, a, b);
         }
     }
 }

@@ -86,8 +86,7 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_fwd_mma_kernel(mt_attn_args a
                 mt_attn_frag_bt(bfr, k_s, C::SR, nn * 16, kk * 16, lane);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    mt_tc_mma(s[mt][2 * nn], qf[mt], bfr[0], bfr[1]);
-                    mt_tc_mma(s[mt][2 * nn + 1], qf[mt], bfr[2], bfr[3]);
+                    mt_tc_mma_n16(s[mt] + 2 * nn, qf[mt], bfr);
                 }
             }
         }
@@ -153,8 +152,7 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_fwd_mma_kernel(mt_attn_args a
                 mt_attn_frag_b(bfr, v_s, C::SR, kk * 16, nn * 16, lane);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    mt_tc_mma(o[mt][2 * nn], pa[mt], bfr[0], bfr[1]);
-                    mt_tc_mma(o[mt][2 * nn + 1], pa[mt], bfr[2], bfr[3]);
+                    mt_tc_mma_n16(o[mt] + 2 * nn, pa[mt], bfr);
                 }
             }
         }

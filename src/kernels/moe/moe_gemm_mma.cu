@@ -147,8 +147,7 @@ __device__ __forceinline__ void mma_slice(float acc[4][8][4], const unsigned af[
     for (int mi = 0; mi < 4; mi++)
 #pragma unroll
         for (int nj = 0; nj < 4; nj++) {
-            mt_tc_mma(acc[mi][2 * nj], af[mi], bf[nj][0], bf[nj][1]);
-            mt_tc_mma(acc[mi][2 * nj + 1], af[mi], bf[nj][2], bf[nj][3]);
+            mt_tc_mma_n16(acc[mi] + 2 * nj, af[mi], bf[nj]);
         }
 }
 

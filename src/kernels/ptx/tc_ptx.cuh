@@ -45,4 +45,13 @@ __device__ __forceinline__ void mt_tc_mma(float c[4], const unsigned a[4], unsig
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* c (16x16 fp32 as two 16x8 fragments c[0], c[1]) += a (16x16 bf16, row) *
+ * b (16x16 bf16, col; b[0..1] its columns 0-7, b[2..3] 8-15, as one x4
+ * ldmatrix loads them). */
+__device__ __forceinline__ void mt_tc_mma_n16(float c[2][4], const unsigned a[4],
+                                              const unsigned b[4]) {
+    mt_tc_mma(c[0], a, b[0], b[1]);
+    mt_tc_mma(c[1], a, b[2], b[3]);
+}
+
 #endif

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The disk tier on the GPU: a run whose last layers keep their Adam m and v
+# on disk (--nvme-dir) gives the bits of the run with everything in RAM
+# (same arithmetic, only where the state waits), checkpoints included; a
+# resume of it continues with the uninterrupted run's losses; and `bench
+# train` with disk layers ends on the loss of the same bench without them.
+# Run by `make test-gpu` (the directory: MT_TEST_NVME_DIR, else a temporary
+# one under /tmp). Prints "N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+bin=${BUILD:-build}/megatrain
+tmp=$(mktemp -d)
+disk=${MT_TEST_NVME_DIR:-$tmp}
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+check() { if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $*"; fi; }
+
+python3 - "$tmp" <<'PY'
+import json, random, sys
+random.seed(5)
+words = "the a river boat old man woman walked saw near by city morning night red green".split()
+with open(f"{sys.argv[1]}/train.jsonl", "w") as f:
+    for i in range(300):
+        f.write(json.dumps({"text": " ".join(random.choice(words) for _ in range(60))}) + "\n")
+PY
+$bin init --tokenizer tests/fixtures/tokenizer/tiny_bytelevel.json --out "$tmp/init" \
+    --hidden 256 --layers 4 --heads 4 --kv-heads 2 --ffn 512 --max-pos 128 >/dev/null
+
+# train OUT STEPS [extra...]: bf16, 4 micro-batches of 4 x 64 tokens
+train() {
+    local out=$1 steps=$2
+    shift 2
+    $bin train --model "$tmp/init" --data "$tmp/train.jsonl" --out "$out" --seq-len 64 \
+        --batch-size 4 --micro-batches 4 --steps "$steps" --lr 1e-3 --warmup-steps 2 \
+        --save-every 4 --save-dtype fp32 "$@" >"$out.log" 2>&1 ||
+        { echo "train $out failed:"; tail -5 "$out.log"; return 1; }
+}
+
+# bitwise A B: every step's loss and gradient norm printed alike (%.9g: a float's bits)
+bitwise() {
+    python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" <<'PY'
+import json, sys
+def rows(p):
+    return [(r["step"], r["loss"], r["grad_norm"]) for r in map(json.loads, open(p)) if "loss" in r]
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+print(f"  {sys.argv[2].split('/')[-2]}: {len(b)} steps, {'the same bits' if a == b else 'DIFFERENT'}")
+sys.exit(0 if a == b and a else 1)
+PY
+}
+
+train "$tmp/ram" 8 && train "$tmp/disk" 8 --nvme-dir "$disk" --disk-layers 3 &&
+    grep -q "disk tier: the optimizer state of the last 3 layers" "$tmp/disk.log" ||
+    { fail=$((fail + 1)); echo "FAILED: the runs"; }
+check bitwise "$tmp/ram" "$tmp/disk"
+check cmp "$tmp/ram/model/model.safetensors" "$tmp/disk/model/model.safetensors"
+# resume the disk run from its step-4 checkpoint: the state comes back from the checkpoint
+rm -rf "$tmp/disk/checkpoints/step-00000008" "$tmp/disk/model"
+check train "$tmp/disk" 8 --nvme-dir "$disk" --disk-layers 3 --resume auto
+check bitwise "$tmp/ram" "$tmp/disk"
+
+# bench train: the same last loss with the last 4 layers' state on disk
+bench() {
+    $bin bench train --preset 1b --layers 4 --seq-len 512 --batch-size 2 --micro-batches 2 \
+        --steps 2 "$@" 2>&1 | tee -a "$tmp/bench.log" | sed -n 's/^RESULT.* loss=\([^ ]*\).*/\1/p'
+}
+a=$(bench --gpu-adam-layers 0) b=$(bench --gpu-adam-layers 0 --nvme-dir "$disk" --disk-layers 4)
+echo "  bench train 1b --layers 4: loss $a in RAM, $b with 4 disk layers"
+check test -n "$a" -a "$a" = "$b"
+check grep -q "disk tier: the m and v of the last 4 layers" "$tmp/bench.log"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
