@@ -12,6 +12,8 @@ init                a new model with random weights
 Model, Tokenizer    a loaded model, a tokenizer
 Dataset             data tokenized and packed as the trainer sees it
 python -m megatrain.tokenize   records, Parquet or JSONL -> a .mtok file
+megatrain.integrations         Weights & Biases and MLflow callbacks
+megatrain (console script), python -m megatrain   the megatrain command
 """
 from ._events import Event, print_event
 from ._lib import MegatrainError, library_path
