@@ -38,6 +38,7 @@ static const mt_opt options[] = {
 static const mt_opt_alias aliases[] = {MT_CLI_FORMAT_ALIAS};
 
 static int run(void *args, int argc, char **argv) {
+    mt_cli_warn_launcher("eval");
     eval_args *a = args;
     mt_eval_opts *eo = &a->eo;
     eo->format = mt_tc_data_formats[a->data_format];

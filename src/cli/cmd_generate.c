@@ -61,6 +61,7 @@ static char *chat_messages(const generate_args *a) {
 }
 
 static int run(void *args, int argc, char **argv) {
+    mt_cli_warn_launcher("generate");
     generate_args *a = args;
     a->go.prompt = a->go.prompt ? a->go.prompt : "";
     a->go.seed = (uint64_t)a->seed;

@@ -58,6 +58,7 @@ static const mt_opt_table table = {
              "with megatrain train --model DIR."};
 
 static int run(void *args, int argc, char **argv) {
+    mt_cli_warn_launcher("init");
     init_args *a = args;
     struct stat st;
     if (stat(a->out, &st) == 0)

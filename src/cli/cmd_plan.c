@@ -189,6 +189,7 @@ static int print_plan(const mt_plan_request *req, const mt_param_table *t) {
 }
 
 static int run(void *args, int argc, char **argv) {
+    mt_cli_warn_launcher("plan");
     plan_args *a = args;
     const mt_gpu_spec *gpu = NULL;
     if (a->gpu && !(gpu = mt_gpu_spec_find(a->gpu)))

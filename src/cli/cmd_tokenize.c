@@ -32,6 +32,7 @@ static const mt_opt options[] = {
 static const mt_opt_alias aliases[] = {MT_CLI_FORMAT_ALIAS};
 
 static int run(void *args, int argc, char **argv) {
+    mt_cli_warn_launcher("tokenize");
     tokenize_args *a = args;
     const char *tok_path = a->tokenizer, *out = a->out;
     mt_data_opts o = {.path = a->data, .format = mt_tc_data_formats[a->data_format],

@@ -37,6 +37,11 @@ int mt_cli_run(const mt_cli_command *c, int argc, char **argv);
 int mt_cli_fail(const char *command, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* A command of one process (eval, generate, plan, ...) started by torchrun
+ * as several (WORLD_SIZE > 1 with RANK set): says on stderr that each
+ * process does the whole work alone, rather than ignoring the variables. */
+void mt_cli_warn_launcher(const char *command);
+
 /* The preset called name, or NULL after saying so (a usage error, 2). */
 const mt_preset *mt_cli_preset(const char *command, const char *name);
 

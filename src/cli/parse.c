@@ -41,6 +41,16 @@ int mt_cli_fail(const char *command, int code, const char *fmt, ...) {
     return code;
 }
 
+void mt_cli_warn_launcher(const char *command) {
+    const char *world = getenv("WORLD_SIZE"), *rank = getenv("RANK");
+    long n = world ? strtol(world, NULL, 10) : 0;
+    if (n > 1 && rank)
+        fprintf(stderr, "megatrain %s: warning: torchrun started %ld processes (WORLD_SIZE=%s, "
+                "RANK=%s), but %s runs in one: each of them does all of it alone; run it once, "
+                "without torchrun (only train and bench train use several)\n",
+                command, n, world, rank, command);
+}
+
 const mt_preset *mt_cli_preset(const char *command, const char *name) {
     const mt_preset *p = mt_preset_find(name);
     if (!p)

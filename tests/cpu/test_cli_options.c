@@ -133,3 +133,21 @@ Test(cli_options, megatrain_help_lists_every_benchmark) {
     free(out);
     free(err);
 }
+
+/* A one-process command started by torchrun as several says so on stderr
+ * (each process does all the work alone) and does the same work. */
+Test(cli_options, a_one_process_command_under_torchrun_says_so) {
+    char *plan[] = {"plan", "--preset", "7b", "--gpu-mem", "139", "--host-mem", "125", NULL};
+    char *out_one, *err_one, *out_two, *err_two;
+    cr_assert_eq(mt_test_cli_output(plan, &out_one, &err_one), 0, "%s", err_one);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("RANK", "1", 1);
+    cr_assert_eq(mt_test_cli_output(plan, &out_two, &err_two), 0, "%s", err_two);
+    unsetenv("WORLD_SIZE");
+    unsetenv("RANK");
+    cr_assert_str_eq(out_two, out_one);
+    cr_assert_str_eq(err_one, "");
+    cr_assert(strstr(err_two, "megatrain plan: warning: torchrun started 2 processes") &&
+              strstr(err_two, "without torchrun"), "%s", err_two);
+    free(out_one), free(err_one), free(out_two), free(err_two);
+}
