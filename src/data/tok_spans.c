@@ -53,7 +53,10 @@ static int encode_run(mt_tok_encoder *enc, const char *text, size_t s, size_t e,
                       const mt_tok_span *sp, size_t n, mt_tok_masked *out, mt_error *err) {
     if (e == s) return 0;
     mt_tok_ids whole = {0};
-    if (mt_tok_encode(enc, text + s, e - s, false, &whole, err)) return -1;
+    if (mt_tok_encode(enc, text + s, e - s, false, &whole, err)) { /* whole may hold some */
+        mt_tok_ids_free(&whole);
+        return -1;
+    }
     bool flag = overlaps(sp, n, s, s + 1);
     size_t done = 0;
     for (size_t c = next_edge(sp, n, s, e); c < e; c = next_edge(sp, n, c, e)) {

@@ -409,58 +409,43 @@ static int check_out(const mt_train_config *tc, mt_error *err) {
            mt_run_dir_check_input(tc->out, "tokenizer", tc->tokenizer, err) ? -1 : 0;
 }
 
-static int setup(mt_run *R, mt_error *err) {
+/* The checkpoint --resume names, verified (auto: the newest intact one in
+ * out, falling back to an older one, or none yet: a fresh start), into
+ * R->ckpt_dir; loaded later. */
+static int find_checkpoint(mt_run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
-    int device = tc->device == MT_DEVICE_CPU ? 1 : tc->device == MT_DEVICE_CUDA ? 2 : 0;
-    int gpu = mt_runner_pick_gpu(device, err);
-    if (gpu < 0 || mt_run_ranks_open(R, gpu, err)) return -1;
-    int lead = mt_ranks_lead(&R->rk);
-    if (!lead) mt_run_quiet_events(R);
-    /* the run's directory belongs to rank 0's lock */
-    if ((lead && (mt_run_lock_acquire(&R->lock, tc->out, "megatrain train", err) ||
-                  check_out(tc, err))) ||
-        load_config(R, err) || check_sample(R, err) || mt_params_init(&R->table, &R->cfg, err) ||
-        (R->several && mt_ranks_parts(&R->rk, &R->table, &R->sl, &R->parts, err)))
-        return -1;
-    if (tc->resume[0]) {
-        /* verified here (auto falls back to an older one), loaded below */
-        int autom = !strcmp(tc->resume, "auto");
-        const char *where = autom ? tc->out : tc->resume;
-        mt_error none;
-        if (autom && mt_checkpoint_find_latest(where, R->ckpt_dir, sizeof R->ckpt_dir, err)) {
-            R->ckpt_dir[0] = 0; /* auto with nothing saved yet: a fresh start */
-            if (mt_run_dir_check_new(tc->out, &none))
-                mt_emitf(&R->ev, MT_EVENT_WARNING, "warning: --resume auto: %s holds no "
-                         "checkpoint yet; the run starts again from step 0 (its metrics start "
-                         "again too)", tc->out);
-        } else if (mt_checkpoint_find_intact(where, R->ckpt_dir, sizeof R->ckpt_dir, err))
-            return -1;
+    int autom = !strcmp(tc->resume, "auto");
+    const char *where = autom ? tc->out : tc->resume;
+    mt_error none;
+    if (autom && mt_checkpoint_find_latest(where, R->ckpt_dir, sizeof R->ckpt_dir, err)) {
+        R->ckpt_dir[0] = 0;
+        if (mt_run_dir_check_new(tc->out, &none))
+            mt_emitf(&R->ev, MT_EVENT_WARNING, "warning: --resume auto: %s holds no "
+                     "checkpoint yet; the run starts again from step 0 (its metrics start "
+                     "again too)", tc->out);
+        return 0;
     }
-    int M = R->M; /* this rank's micro-batches of a step */
-    mt_runner_opts ro = {.device = device, .fp32 = tc->precision == MT_TC_PRECISION_FP32,
-                         .host_checkpoints = tc->host_checkpoints, .train = 1,
-                         .gpu_mem_gb = tc->gpu_mem, .host_mem_gb = mt_run_host_mem_share(R),
-                         .host_grad_dtype = tc->host_grad_dtype - 1,
-                         .calibration = tc->calibration[0] ? tc->calibration : NULL,
-                         .rank = R->rk.env.rank, .ranks = R->rk.env.world_size,
-                         .comm = R->rk.comm, .link_gbs = R->rk.link_gbs};
+    /* a checkpoint found (auto) or named: the newest intact one */
+    return mt_checkpoint_find_intact(where, R->ckpt_dir, sizeof R->ckpt_dir, err);
+}
+
+/* The placement (the planner prints the probe's rates and its choice), the
+ * host memory check with the disk layers it chose, and the host store. */
+static int place(mt_run *R, int gpu, mt_runner_opts *ro, mt_error *err) {
+    const mt_train_config *tc = R->tc;
     /* the CPU backends and the planner-less GPU path read the store's g */
     int store_grads = !gpu || tc->host_checkpoints;
-    ro.nvme_dir = tc->nvme_dir;
-    ro.disk_mem_gb = tc->disk_mem;
-    ro.disk_layers = R->several ? 0 : (int)tc->disk_layers;
-    /* the planner prints the probe's rates and the placement to a FILE */
     char *plan_text = NULL;
     size_t plan_len = 0;
     FILE *log = open_memstream(&plan_text, &plan_len);
     MT_ASSERT(log);
-    int rc = mt_runner_plan_make(&R->plan, &R->cfg, &R->table, M, tc->batch_size, tc->seq_len,
-                                 &ro, log, err);
+    int rc = mt_runner_plan_make(&R->plan, &R->cfg, &R->table, R->M, tc->batch_size,
+                                 tc->seq_len, ro, log, err);
     fclose(log);
     mt_emit_lines(&R->ev, MT_EVENT_INFO, plan_text);
     free(plan_text);
     if (rc) return -1;
-    ro.plan = R->plan;
+    ro->plan = R->plan;
     /* the host's bytes with the disk layers the planner chose, or (on the
      * CPU) the fewest that --host-mem, else the RAM, needs (on the GPU the
      * planner keeps to --host-mem) */
@@ -474,27 +459,30 @@ static int setup(mt_run *R, mt_error *err) {
                            : mt_train_disk_layers_needed(tc, &R->cfg, mt_run_store_table(R),
                                                          store_grads, !gpu, binding);
     R->disk_layers = (int)resolved.disk_layers;
-    if (mt_train_check_host_memory(&resolved, &R->cfg, mt_run_store_table(R), store_grads, !gpu,
-                                   avail, host_mem, err) ||
-        mt_run_store_open(R, store_grads, err))
-        return -1;
-    mt_emitf(&R->ev, MT_EVENT_INFO, "model: %s %s, %.2fM parameters, %lld layers, hidden %lld, "
-             "vocab %lld", tc->model[0] ? tc->model : "built-in", R->cfg.model_type,
-             R->table.n_params / 1e6, (long long)R->cfg.L, (long long)R->cfg.C,
-             (long long)R->cfg.V);
+    return mt_train_check_host_memory(&resolved, &R->cfg, mt_run_store_table(R), store_grads,
+                                       !gpu, avail, host_mem, err) ||
+                   mt_run_store_open(R, store_grads, err)
+               ? -1
+               : 0;
+}
+
+/* Weights and state from the checkpoint, or fresh ones; the tokenizer and
+ * the data; then (rank 0) what an overwritten or killed run left in out. */
+static int load_state(mt_run *R, int lead, mt_error *err) {
+    const mt_train_config *tc = R->tc;
     if (R->ckpt_dir[0]) {
         char *js = NULL;
         if (mt_run_load_checkpoint(R, &js, err)) return -1;
-        rc = load_tokenizer(R, err) || open_data(R, err) || mt_run_restore_state(R, js, err);
+        int rc = load_tokenizer(R, err) || open_data(R, err) || mt_run_restore_state(R, js, err);
         free(js);
         if (rc) return -1;
         mt_emitf(&R->ev, MT_EVENT_INFO, "resume: %s at step %lld", R->ckpt_dir,
                  (long long)R->step);
-    } else {
-        if (mt_run_init_weights(R, err) || load_tokenizer(R, err) || open_data(R, err))
-            return -1;
+    } else if (mt_run_init_weights(R, err) || load_tokenizer(R, err) || open_data(R, err)) {
+        return -1;
     }
-    if (lead && tc->overwrite) { /* the last moment: everything it needs is loaded */
+    if (!lead) return 0;
+    if (tc->overwrite) { /* the last moment: everything it needs is loaded */
         char removed[256];
         if (mt_run_dir_clear(tc->out, removed, sizeof removed, err)) return -1;
         if (removed[0])
@@ -502,10 +490,14 @@ static int setup(mt_run *R, mt_error *err) {
                      removed, tc->out);
     }
     /* what a killed run left: temporary saves, a checkpoint beyond keep_last */
-    if (lead &&
-        mt_checkpoint_cleanup(tc->out, (int)tc->keep_last, R->ckpt_dir[0] ? R->step : -1, err))
+    if (mt_checkpoint_cleanup(tc->out, (int)tc->keep_last, R->ckpt_dir[0] ? R->step : -1, err))
         mt_emitf(&R->ev, MT_EVENT_WARNING, "warning: %s", err->msg);
-    if (tc->eval_data[0] && open_eval(R, err)) return -1;
+    return 0;
+}
+
+/* The run's steps (steps, else epochs over the data) and the optimizer. */
+static int plan_steps(mt_run *R, mt_error *err) {
+    const mt_train_config *tc = R->tc;
     R->total_steps = tc->steps;
     if (!R->total_steps) {
         if (!R->data) return mt_errorf(err, "steps = 0 needs a data file to count epochs over");
@@ -524,12 +516,16 @@ static int setup(mt_run *R, mt_error *err) {
                             .max_grad_norm = (float)tc->max_grad_norm, .step = R->step};
     R->opt.sched = mt_lr_schedule_make(tc->schedule, tc->lr, tc->warmup_steps, R->total_steps);
     R->opt.sched.min_lr_ratio = tc->min_lr_ratio;
-    if (mt_optim_cpu_init(&R->opt.cpu, R->several ? R->rk.threads : 0, err)) return -1;
-    if (mt_run_backend_init(R, &ro, err)) return -1;
+    return mt_optim_cpu_init(&R->opt.cpu, R->several ? R->rk.threads : 0, err);
+}
+
+/* The backend, and the optimizer's pipeline beside it where it has one. */
+static int start_backend(mt_run *R, const mt_runner_opts *ro, mt_error *err) {
+    const mt_train_config *tc = R->tc;
+    if (mt_run_backend_init(R, ro, err)) return -1;
     if (R->r.be->ops->grad_source) { /* the optimizer beside the device */
         mt_grad_source src = R->r.be->ops->grad_source(R->r.be);
-        if (mt_optim_pipeline_init(&R->pipe, &R->opt, &R->store, &src, err))
-            return -1;
+        if (mt_optim_pipeline_init(&R->pipe, &R->opt, &R->store, &src, err)) return -1;
         R->pipe_on = 1;
         R->r.be->ops->set_weight_gate(R->r.be, mt_optim_pipeline_gate, &R->pipe);
     }
@@ -547,7 +543,13 @@ static int setup(mt_run *R, mt_error *err) {
     R->targets = mt_malloc_or_die(n * sizeof *R->targets);
     if (R->data && mt_dataset_packs_documents(R->data))
         R->pos = mt_malloc_or_die(n * sizeof *R->pos);
-    if (!lead) return 0; /* rank 0 writes the run's files */
+    return 0;
+}
+
+/* Rank 0's files in out: metrics.jsonl (its rows past the step cut),
+ * TensorBoard, config.yaml. */
+static int open_outputs(mt_run *R, mt_error *err) {
+    const mt_train_config *tc = R->tc;
     char path[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", tc->out);
     if (mt_metrics_open(&R->mw, path, R->step, err)) return -1;
@@ -559,6 +561,40 @@ static int setup(mt_run *R, mt_error *err) {
     if (tc->tensorboard && mt_metrics_open_tensorboard(&R->mw, path, R->step, err)) return -1;
     snprintf(path, sizeof path, "%s/config.yaml", tc->out);
     return mt_train_config_save_yaml(tc, path, err);
+}
+
+static int setup(mt_run *R, mt_error *err) {
+    const mt_train_config *tc = R->tc;
+    int device = tc->device == MT_DEVICE_CPU ? 1 : tc->device == MT_DEVICE_CUDA ? 2 : 0;
+    int gpu = mt_runner_pick_gpu(device, err);
+    if (gpu < 0 || mt_run_ranks_open(R, gpu, err)) return -1;
+    int lead = mt_ranks_lead(&R->rk);
+    if (!lead) mt_run_quiet_events(R);
+    /* the run's directory belongs to rank 0's lock */
+    if ((lead && (mt_run_lock_acquire(&R->lock, tc->out, "megatrain train", err) ||
+                  check_out(tc, err))) ||
+        load_config(R, err) || check_sample(R, err) || mt_params_init(&R->table, &R->cfg, err) ||
+        (R->several && mt_ranks_parts(&R->rk, &R->table, &R->sl, &R->parts, err)) ||
+        (tc->resume[0] && find_checkpoint(R, err)))
+        return -1;
+    mt_runner_opts ro = {.device = device, .fp32 = tc->precision == MT_TC_PRECISION_FP32,
+                         .host_checkpoints = tc->host_checkpoints, .train = 1,
+                         .gpu_mem_gb = tc->gpu_mem, .host_mem_gb = mt_run_host_mem_share(R),
+                         .host_grad_dtype = tc->host_grad_dtype - 1,
+                         .calibration = tc->calibration[0] ? tc->calibration : NULL,
+                         .rank = R->rk.env.rank, .ranks = R->rk.env.world_size,
+                         .comm = R->rk.comm, .link_gbs = R->rk.link_gbs,
+                         .nvme_dir = tc->nvme_dir, .disk_mem_gb = tc->disk_mem,
+                         .disk_layers = R->several ? 0 : (int)tc->disk_layers};
+    if (place(R, gpu, &ro, err)) return -1;
+    mt_emitf(&R->ev, MT_EVENT_INFO, "model: %s %s, %.2fM parameters, %lld layers, hidden %lld, "
+             "vocab %lld", tc->model[0] ? tc->model : "built-in", R->cfg.model_type,
+             R->table.n_params / 1e6, (long long)R->cfg.L, (long long)R->cfg.C,
+             (long long)R->cfg.V);
+    if (load_state(R, lead, err) || (tc->eval_data[0] && open_eval(R, err)) ||
+        plan_steps(R, err) || start_backend(R, &ro, err))
+        return -1;
+    return lead ? open_outputs(R, err) : 0; /* rank 0 writes the run's files */
 }
 
 static void teardown(mt_run *R) {
