@@ -375,8 +375,11 @@ int mt_cpu_backend_bytes(const mt_config *c, const mt_param_table *t, int max_M,
                          int64_t T, size_t *bytes) {
     if (max_M <= 0 || B <= 0 || T <= 0) return -1;
     size_t C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F, N, NC, LM, f = 0;
-    /* floats per token row of the activations and their gradients (see create) */
-    size_t row = 5 * C + 4 + 6 * Q + 6 * KV + 2 * (size_t)c->NH + (size_t)c->NKV + 6 * F;
+    /* floats per token row of the activations and their gradients (see
+     * create): the head's, and the Llama block's unless neox.c runs them */
+    size_t lb = c->arch == MT_ARCH_GPT_NEOX ? 0 : 1;
+    size_t row = 2 * C + 2 +
+                 lb * (3 * C + 2 + 6 * Q + 6 * KV + 2 * (size_t)c->NH + (size_t)c->NKV + 6 * F);
     bool ok = mt_mul_size((size_t)B, (size_t)T, &N) && mt_mul_size(N, C, &NC) &&
               muladd(2, (size_t)T * c->HD / 2, 0, &f) &&                    /* cos, sin */
               muladd((size_t)t->n_layers + 1, (size_t)max_M, 0, &LM) &&      /* saved, dx */
@@ -432,27 +435,31 @@ mt_backend *mt_cpu_backend_create_hooked(const mt_config *c, const mt_param_tabl
     cb->B = B;
     cb->T = T;
     cb->N = B * T;
-    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F, tot = 0;
+    size_t N = cb->N, C = c->C, tot = 0;
+    /* the Llama block's buffers: empty when neox.c runs the blocks */
+    size_t lb = c->arch == MT_ARCH_GPT_NEOX ? 0 : 1, Cb = lb * C, Nb = lb * N;
+    size_t Q = lb * c->NH * c->HD, KV = lb * c->NKV * c->HD, F = lb * c->F;
+    size_t NH = lb * c->NH, NKV = lb * c->NKV;
     cb->cos = alloc_floats(T * c->HD / 2, &tot);
     cb->sin = alloc_floats(T * c->HD / 2, &tot);
     mt_rope_tables(cb->cos, cb->sin, c, T);
     cb->saved = alloc_floats((size_t)t->n_layers * max_M * N * C, &tot);
     cb->dx = alloc_floats((size_t)max_M * N * C, &tot);
     block_acts *a = &cb->a;
-    a->xn1 = alloc_floats(N * C, &tot);
-    a->rstd1 = alloc_floats(N, &tot);
+    a->xn1 = alloc_floats(N * Cb, &tot);
+    a->rstd1 = alloc_floats(Nb, &tot);
     a->q = alloc_floats(N * Q, &tot);
     a->k = alloc_floats(N * KV, &tot);
     a->v = alloc_floats(N * KV, &tot);
     a->qpre = alloc_floats(N * Q, &tot);
     a->kpre = alloc_floats(N * KV, &tot);
-    a->qrstd = alloc_floats(N * c->NH, &tot);
-    a->krstd = alloc_floats(N * c->NKV, &tot);
+    a->qrstd = alloc_floats(N * NH, &tot);
+    a->krstd = alloc_floats(N * NKV, &tot);
     a->att = alloc_floats(N * Q, &tot);
-    a->lse = alloc_floats(N * c->NH, &tot);
-    a->xmid = alloc_floats(N * C, &tot);
-    a->xn2 = alloc_floats(N * C, &tot);
-    a->rstd2 = alloc_floats(N, &tot);
+    a->lse = alloc_floats(N * NH, &tot);
+    a->xmid = alloc_floats(N * Cb, &tot);
+    a->xn2 = alloc_floats(N * Cb, &tot);
+    a->rstd2 = alloc_floats(Nb, &tot);
     a->gate = alloc_floats(N * F, &tot);
     a->up = alloc_floats(N * F, &tot);
     a->mlp = alloc_floats(N * F, &tot);
