@@ -71,8 +71,9 @@ void mt_cpu_neox_free(mt_cpu_neox *m) {
     free(m);
 }
 
-/* Moves head h's q, k, v between the fused (N, NH, 3, HD) layout and the
- * (N, NH, HD) layouts of the attention; to_fused adds the other way. */
+/* split_qkv copies each head's q, k, v out of the fused (N, NH, 3, HD)
+ * layout into the (N, NH, HD) layouts of the attention; join_qkv copies
+ * them back (the backward's dq, dk, dv into dL/d qkv). */
 static void split_qkv(float *q, float *k, float *v, const float *qkv, size_t N, size_t NH,
                       size_t HD) {
 #pragma omp parallel for schedule(static)
