@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "model/config.h"
+#include "model/presets.h"
 #include "model/params.h"
 
 #define NEOX "\"model_type\": \"gpt_neox\", \"hidden_size\": 64, \"num_hidden_layers\": 2, " \
@@ -78,10 +79,9 @@ Test(neox_config, refusals_name_the_field) {
     }
 }
 
-#include "model/presets.h"
-
-/* The presets' parameter counts are the published ones (the Pythia model
- * cards' "total params", the GPT-NeoX-20B paper's). */
+/* The presets' parameter counts are the published ones (the "total
+ * params" column of the Pythia model cards' table, the GPT-NeoX-20B
+ * paper's). */
 Test(neox_config, presets_have_the_published_parameter_counts) {
     struct { const char *name; int64_t n; } cases[] = {
         {"pythia-1b", 1011781632LL},
