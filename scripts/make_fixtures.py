@@ -128,15 +128,54 @@ CONFIGS = {
         sliding_window=None,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
     ),
+    # GPT-NeoX (Pythia): LayerNorm with bias, fused per-head qkv, biases on every linear,
+    # untied embed_out. Two heads of 16 dims, so that rotary_pct 0.25 rotates 4 of them.
+    "neox_parallel": dict(
+        seed=5678,
+        model_type="gpt_neox",
+        num_attention_heads=2,
+        intermediate_size=48,
+        hidden_act="gelu",
+        use_parallel_residual=True,
+        tie_word_embeddings=False,
+        layer_norm_eps=1e-5,
+        max_position_embeddings=64,
+        hidden_dropout=0.0,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+    ),
+    "neox_sequential": dict(
+        seed=6789,
+        model_type="gpt_neox",
+        num_attention_heads=2,
+        intermediate_size=48,
+        hidden_act="gelu_new",
+        use_parallel_residual=False,
+        tie_word_embeddings=False,
+        layer_norm_eps=1e-5,
+        max_position_embeddings=64,
+        hidden_dropout=0.0,
+        rope_parameters={"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 1.0},
+    ),
 }
 
-SIZE_LIMIT = 6 * 1024 * 1024  # all of tests/fixtures/models: dense, packed and MoE references
+SIZE_LIMIT = 7 * 1024 * 1024  # all of tests/fixtures/models: dense, gpt_neox, packed and MoE references
+
+
+# Parameters whose name in the published checkpoint differs from transformers' module
+# path: the reference tensors use the checkpoint's names, which megatrain loads.
+CKPT_RENAMES = {"gpt_neox": {"lm_head.weight": "embed_out.weight"}}
+
+
+def ckpt_params(model):
+    """named_parameters() under the checkpoint's names."""
+    renames = CKPT_RENAMES.get(model.config.model_type, {})
+    return [(renames.get(n, n), p) for n, p in model.named_parameters()]
 
 
 def make_config(spec):
     spec = {k: v for k, v in spec.items() if k not in ("seed", "overrides")}
     model_type = spec.pop("model_type")
-    cfg = AutoConfig.for_model(model_type, **COMMON, **spec)
+    cfg = AutoConfig.for_model(model_type, **{**COMMON, **spec})  # spec wins
     cfg._attn_implementation = "eager"
     return cfg
 
@@ -191,7 +230,7 @@ def forward_backward(model, ids, labels, autocast):
     else:
         out = model(input_ids=ids, labels=labels)
     out.loss.backward()
-    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    grads = {n: p.grad.detach().clone() for n, p in ckpt_params(model)}
     return out.logits.detach().float().clone(), out.loss.detach().float().reshape(1), grads
 
 
@@ -241,7 +280,7 @@ def train(model, gen, V, hp):
         "train.grad_norms": torch.tensor(out["grad_norms"], dtype=torch.float32),
         "train.lrs": torch.tensor(out["lrs"], dtype=torch.float32),
     }
-    for name, p in model.named_parameters():
+    for name, p in ckpt_params(model):
         st = opt.state[p]
         assert int(st["step"].item()) == STEPS
         tensors["final." + name] = p.detach().clone()
@@ -353,10 +392,10 @@ def verify(out_dir, model):
         assert abs(nll.mean().item() - ref[prefix + "loss"].item()) < 1e-5
     assert torch.equal(ref["targets"], shift_targets(ref["labels"]))
     assert torch.equal(ref["train.targets"].flatten(0, 1), shift_targets(ref["train.labels"].flatten(0, 1)))
-    names = [n for n, _ in model.named_parameters()]
-    for n in names:
+    params = dict(ckpt_params(model))
+    for n in params:
         for prefix in ("grad.", "bf16.grad.", "final.", "final_exp_avg.", "final_exp_avg_sq."):
-            assert ref[prefix + n].dtype == torch.float32 and ref[prefix + n].shape == dict(model.named_parameters())[n].shape
+            assert ref[prefix + n].dtype == torch.float32 and ref[prefix + n].shape == params[n].shape
     for k, v in ref.items():
         assert v.dtype in (torch.float32, torch.int64), k
 
@@ -369,7 +408,7 @@ def replay(out_dir, hp):
     ref = load_file(os.path.join(out_dir, "reference.safetensors"))
     model = AutoModelForCausalLM.from_pretrained(out_dir, attn_implementation="eager", dtype=torch.float32)
     model.train()
-    params = dict(model.named_parameters())
+    params = dict(ckpt_params(model))
     m = {n: torch.zeros_like(p) for n, p in params.items()}
     v = {n: torch.zeros_like(p) for n, p in params.items()}
     b1, b2 = hp["betas"]

@@ -127,7 +127,7 @@ void mt_host_store_random_range(const mt_param_table *t, int l, size_t begin, si
         float *p = out + (tb - begin);
         size_t first = tb - td->offset, n = te - tb; /* elements of the tensor */
         if (td->ndim == 1) {
-            int bias = td->role == MT_T_BQ || td->role == MT_T_BK || td->role == MT_T_BV;
+            int bias = mt_role_is_bias(td->role);
             for (size_t i = 0; i < n; i++) p[i] = bias ? 0.0f : 1.0f;
             continue;
         }

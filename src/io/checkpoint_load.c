@@ -57,6 +57,10 @@ int mt_ckpt_compare_configs(const mt_config *a, const mt_config *b, const char *
     CMP_INT(qkv_bias, "attention_bias");
     CMP_INT(qk_norm, "q/k norm");
     CMP_INT(sliding_window, "sliding_window");
+    CMP_INT(parallel_residual, "use_parallel_residual");
+    CMP_INT(attn_bias, "attention_bias");
+    CMP_INT(act, "hidden_act");
+    CMP_INT(rotary_dim, "rotary_pct (rotary dims)");
     /* mixture-of-experts: what changes the math without changing the tensors */
     CMP_INT(moe.E, "num_experts");
     CMP_INT(moe.K, "num_experts_per_tok");

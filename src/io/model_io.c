@@ -43,6 +43,14 @@ int mt_model_load_config(mt_config *cfg, const char *dir, mt_error *err) {
 /* Tensors some checkpoints carry that hold no parameters. */
 static int ignorable(const char *name, const mt_config *cfg) {
     if (strstr(name, "rotary_emb.inv_freq")) return 1;
+    /* Pythia's checkpoints keep GPT-NeoX's causal-mask buffers. */
+    size_t n = strlen(name);
+    const char *buffers[] = {".attention.bias", ".attention.masked_bias"};
+    for (size_t i = 0; i < 2; i++) {
+        size_t k = strlen(buffers[i]);
+        if (!strncmp(name, "gpt_neox.layers.", 16) && n > k && !strcmp(name + n - k, buffers[i]))
+            return 1;
+    }
     /* Tied checkpoints sometimes store the shared matrix twice. */
     return cfg->tie_embeddings && !strcmp(name, "lm_head.weight");
 }

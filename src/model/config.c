@@ -1,5 +1,6 @@
-/* config.json parsing for the Llama family (llama, mistral, qwen2, qwen3)
- * and its mixture-of-experts relatives (mixtral, qwen2_moe, qwen3_moe).
+/* config.json parsing for the Llama family (llama, mistral, qwen2, qwen3),
+ * its mixture-of-experts relatives (mixtral, qwen2_moe, qwen3_moe) and
+ * gpt_neox (Pythia, GPT-NeoX-20B).
  *
  * Accepts both the transformers 4 layout (rope_theta + rope_scaling) and the
  * transformers 5 layout (rope_parameters). Anything that would change the
@@ -155,13 +156,90 @@ static int refuse_unsupported(const mt_config *cfg, const cJSON *root, const cha
     const char *moe[] = {"num_experts", "num_local_experts", "n_routed_experts"};
     for (size_t i = 0; i < sizeof moe / sizeof *moe; i++) {
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, moe[i]);
-        if (e && cJSON_IsNumber(e) && e->valuedouble > 0 && cfg->arch < MT_ARCH_MIXTRAL)
+        if (e && cJSON_IsNumber(e) && e->valuedouble > 0 && !mt_arch_has_experts(cfg->arch))
             return mt_errorf(err, "%s: %s is set on model_type \"%s\", which has no experts; "
                              "megatrain reads mixture-of-experts models as model_type "
                              "\"mixtral\", \"qwen2_moe\" or \"qwen3_moe\"", src, moe[i],
                              cfg->model_type);
     }
     return 0;
+}
+
+/* The rotary fields of gpt_neox: transformers 4 writes rotary_emb_base and
+ * rotary_pct at the top level, transformers 5 rope_parameters {rope_theta,
+ * partial_rotary_factor}, which win over the legacy fields as in
+ * GPTNeoXConfig.convert_rope_params_to_dict. */
+static int parse_neox_rope(mt_config *cfg, const cJSON *root, const char *src, mt_error *err) {
+    double pct = 0.25;
+    if (get_num(root, "rotary_emb_base", 10000.0, &cfg->rope_theta, src, err) ||
+        get_num(root, "rotary_pct", 0.25, &pct, src, err))
+        return -1;
+    const char *field = "rope_parameters";
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, field);
+    if (!rp || cJSON_IsNull(rp)) rp = cJSON_GetObjectItemCaseSensitive(root, field = "rope_scaling");
+    if (rp && !cJSON_IsNull(rp)) {
+        if (!cJSON_IsObject(rp))
+            return mt_errorf(err, "%s: field \"%s\" must be an object", src, field);
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
+        if (!type) type = cJSON_GetObjectItemCaseSensitive(rp, "type");
+        if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "default")))
+            return mt_errorf(err, "%s: %s.rope_type must be \"default\" for model_type "
+                             "\"gpt_neox\"; megatrain does not implement scaled rotary "
+                             "embeddings for it", src, field);
+        if (get_num(rp, "rope_theta", cfg->rope_theta, &cfg->rope_theta, src, err) ||
+            get_num(rp, "partial_rotary_factor", pct, &pct, src, err))
+            return -1;
+    }
+    double dims = (double)cfg->HD * pct; /* transformers: int(head_size * rotary_pct) */
+    cfg->rotary_dim = dims >= 0 && dims <= (double)cfg->HD ? (int64_t)dims : -1;
+    if (cfg->rotary_dim < 2 || cfg->rotary_dim % 2)
+        return mt_errorf(err, "%s: rotary_pct %g of head size %lld gives %lld rotary dims; "
+                         "megatrain needs an even number in 2..head size", src, pct,
+                         (long long)cfg->HD, (long long)cfg->rotary_dim);
+    return 0;
+}
+
+/* What gpt_neox adds to the common fields, with GPTNeoXConfig's defaults;
+ * what megatrain does not compute is refused by field name. */
+static int parse_gpt_neox(mt_config *cfg, const cJSON *root, const char *src, mt_error *err) {
+    double eps = 0, drop = 0;
+    if (get_num(root, "layer_norm_eps", 1e-5, &eps, src, err) ||
+        get_bool(root, "use_parallel_residual", true, &cfg->parallel_residual, src, err) ||
+        get_bool(root, "attention_bias", true, &cfg->attn_bias, src, err))
+        return -1;
+    cfg->rms_eps = (float)eps;
+    cfg->layernorm = true;
+    cfg->qkv_bias = false; /* the fused qkv's bias is attn_bias */
+    if (cfg->tie_embeddings)
+        return mt_errorf(err, "%s: tie_word_embeddings = true is not supported for model_type "
+                         "\"gpt_neox\" (Pythia and GPT-NeoX keep embed_out untied); set it "
+                         "to false", src);
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
+    const char *a = act && cJSON_IsString(act) ? act->valuestring : act ? "" : "gelu";
+    if (!strcmp(a, "gelu")) cfg->act = MT_ACT_GELU;
+    else if (!strcmp(a, "gelu_new") || !strcmp(a, "gelu_fast") || !strcmp(a, "gelu_pytorch_tanh"))
+        cfg->act = MT_ACT_GELU_TANH;
+    else
+        return mt_errorf(err, "%s: hidden_act \"%s\" is not supported for model_type "
+                         "\"gpt_neox\"; megatrain implements \"gelu\" and the tanh forms "
+                         "\"gelu_new\", \"gelu_fast\", \"gelu_pytorch_tanh\"", src, a);
+    const char *dropouts[] = {"hidden_dropout", "attention_dropout"};
+    for (size_t i = 0; i < 2; i++) {
+        if (get_num(root, dropouts[i], 0.0, &drop, src, err)) return -1;
+        if (drop != 0)
+            return mt_errorf(err, "%s: %s = %g is not supported (megatrain trains without "
+                             "dropout); set it to 0.0", src, dropouts[i], drop);
+    }
+    int64_t nkv = cfg->NH, hd = cfg->C / cfg->NH;
+    if (get_int(root, "num_key_value_heads", cfg->NH, &nkv, src, err) ||
+        get_int(root, "head_dim", hd, &hd, src, err))
+        return -1;
+    if (nkv != cfg->NH || hd != cfg->C / cfg->NH || cfg->C % cfg->NH)
+        return mt_errorf(err, "%s: gpt_neox has num_attention_heads heads of hidden_size / "
+                         "num_attention_heads dims each; remove num_key_value_heads and "
+                         "head_dim, and make hidden_size a multiple of the heads", src);
+    cfg->HD = hd;
+    return parse_neox_rope(cfg, root, src, err);
 }
 
 /* mlp_only_layers: a list of block indices in [0, L). */
@@ -273,15 +351,16 @@ int mt_config_parse(mt_config *cfg, const char *json_text, const char *src, mt_e
         goto out;
     }
     const char *types[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe",
-                           "qwen3_moe"};
+                           "qwen3_moe", "gpt_neox"};
     const mt_arch archs[] = {MT_ARCH_LLAMA, MT_ARCH_MISTRAL, MT_ARCH_QWEN2, MT_ARCH_QWEN3,
-                             MT_ARCH_MIXTRAL, MT_ARCH_QWEN2_MOE, MT_ARCH_QWEN3_MOE};
+                             MT_ARCH_MIXTRAL, MT_ARCH_QWEN2_MOE, MT_ARCH_QWEN3_MOE,
+                             MT_ARCH_GPT_NEOX};
     int found = -1;
     for (int i = 0; i < (int)(sizeof types / sizeof *types); i++)
         if (!strcmp(mt->valuestring, types[i])) found = i;
     if (found < 0) {
         mt_errorf(err, "%s: model_type \"%s\" is not supported; megatrain trains llama, mistral, "
-                  "qwen2, qwen3, mixtral, qwen2_moe and qwen3_moe", src, mt->valuestring);
+                  "qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe and gpt_neox", src, mt->valuestring);
         goto out;
     }
     cfg->arch = archs[found];
@@ -320,8 +399,12 @@ int mt_config_parse(mt_config *cfg, const char *json_text, const char *src, mt_e
     if (a == MT_ARCH_QWEN2_MOE && get_bool(root, "qkv_bias", true, &cfg->qkv_bias, src, err))
         goto out;
     cfg->qk_norm = a == MT_ARCH_QWEN3 || a == MT_ARCH_QWEN3_MOE;
-    if (a >= MT_ARCH_MIXTRAL && parse_moe(cfg, root, src, err)) goto out;
-    if (parse_rope(cfg, root, src, err) || refuse_unsupported(cfg, root, src, err)) goto out;
+    if (mt_arch_has_experts(a) && parse_moe(cfg, root, src, err)) goto out;
+    if (a == MT_ARCH_GPT_NEOX) {
+        if (parse_gpt_neox(cfg, root, src, err)) goto out;
+    } else if (parse_rope(cfg, root, src, err) || refuse_unsupported(cfg, root, src, err)) {
+        goto out;
+    }
     rc = mt_config_validate(cfg, src, err);
 out:
     cJSON_Delete(root);
@@ -332,7 +415,7 @@ static int validate_moe(const mt_config *c, const char *src, mt_error *err) {
     const mt_moe_config *m = &c->moe;
     if (m->E == 0) return 0;
     const char *ekey = c->arch == MT_ARCH_MIXTRAL ? "num_local_experts" : "num_experts";
-    if (c->arch < MT_ARCH_MIXTRAL)
+    if (!mt_arch_has_experts(c->arch))
         return mt_errorf(err, "%s: model_type \"%s\" has no experts", src, c->model_type);
     if (m->E < 0 || m->E > 65536)
         return mt_errorf(err, "%s: %s = %lld is out of range (0..65536)", src, ekey,
@@ -374,6 +457,11 @@ int mt_config_validate(const mt_config *c, const char *src, mt_error *err) {
                          (long long)c->HD);
     if (!(c->rms_eps > 0)) return mt_errorf(err, "%s: rms_norm_eps must be positive", src);
     if (!(c->rope_theta > 0)) return mt_errorf(err, "%s: rope_theta must be positive", src);
+    int64_t rot = mt_config_rotary_dim(c);
+    if (rot < 2 || rot > c->HD || rot % 2)
+        return mt_errorf(err, "%s: %lld rotary dims of a %lld-dim head; megatrain needs an even "
+                         "number in 2..head_dim (check rotary_pct)", src, (long long)rot,
+                         (long long)c->HD);
     return validate_moe(c, src, err);
 }
 
@@ -401,6 +489,9 @@ bool mt_config_block_is_moe(const mt_config *c, int64_t i) {
 /* Parameters of decoder block i; with active, only K of its E experts. */
 static int64_t block_params(const mt_config *c, int64_t i, bool active) {
     int64_t q = c->NH * c->HD, kv = c->NKV * c->HD;
+    if (c->arch == MT_ARCH_GPT_NEOX) /* two LayerNorms, fused qkv, dense, GELU MLP */
+        return 4 * c->C + (q + 2 * kv) * c->C + c->C * q +
+               (c->attn_bias ? q + 2 * kv + c->C : 0) + 2 * c->F * c->C + c->F + c->C;
     int64_t block = 2 * c->C + q * c->C + 2 * kv * c->C + c->C * q;
     if (c->qkv_bias) block += q + 2 * kv;
     if (c->qk_norm) block += 2 * c->HD;
@@ -412,7 +503,7 @@ static int64_t block_params(const mt_config *c, int64_t i, bool active) {
 }
 
 static int64_t model_params(const mt_config *c, bool active) {
-    int64_t n = c->V * c->C * (c->tie_embeddings ? 1 : 2) + c->C;
+    int64_t n = c->V * c->C * (c->tie_embeddings ? 1 : 2) + c->C * (c->layernorm ? 2 : 1);
     for (int64_t i = 0; i < c->L; i++) n += block_params(c, i, active);
     return n;
 }
@@ -474,8 +565,35 @@ static void moe_to_json(const mt_config *c, cJSON *r) {
     }
 }
 
+/* gpt_neox under the names of a transformers 4 config.json (Pythia's);
+ * transformers 5 converts rotary_pct and rotary_emb_base on load. */
+static void neox_to_json(const mt_config *c, cJSON *r) {
+    cJSON_AddStringToObject(r, "model_type", c->model_type);
+    cJSON_AddNumberToObject(r, "hidden_size", (double)c->C);
+    cJSON_AddNumberToObject(r, "num_hidden_layers", (double)c->L);
+    cJSON_AddNumberToObject(r, "num_attention_heads", (double)c->NH);
+    cJSON_AddNumberToObject(r, "intermediate_size", (double)c->F);
+    cJSON_AddNumberToObject(r, "vocab_size", (double)c->V);
+    cJSON_AddNumberToObject(r, "max_position_embeddings", (double)c->max_pos);
+    add_float(r, "layer_norm_eps", c->rms_eps);
+    cJSON_AddStringToObject(r, "hidden_act", c->act == MT_ACT_GELU ? "gelu" : "gelu_new");
+    cJSON_AddBoolToObject(r, "use_parallel_residual", c->parallel_residual);
+    cJSON_AddBoolToObject(r, "attention_bias", c->attn_bias);
+    add_float(r, "rotary_pct", (double)c->rotary_dim / (double)c->HD);
+    add_float(r, "rotary_emb_base", c->rope_theta);
+    add_float(r, "hidden_dropout", 0.0);
+    add_float(r, "attention_dropout", 0.0);
+    cJSON_AddBoolToObject(r, "tie_word_embeddings", false);
+}
+
 char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
     cJSON *r = cJSON_CreateObject();
+    if (c->arch == MT_ARCH_GPT_NEOX) {
+        cJSON *a = cJSON_AddArrayToObject(r, "architectures");
+        cJSON_AddItemToArray(a, cJSON_CreateString("GPTNeoXForCausalLM"));
+        neox_to_json(c, r);
+        goto ids;
+    }
     const char *arch[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
                           "Qwen3ForCausalLM", "MixtralForCausalLM", "Qwen2MoeForCausalLM",
                           "Qwen3MoeForCausalLM"};
@@ -506,11 +624,12 @@ char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
     if (c->arch == MT_ARCH_QWEN2 || c->arch == MT_ARCH_QWEN3 || c->arch == MT_ARCH_QWEN2_MOE ||
         c->arch == MT_ARCH_QWEN3_MOE)
         cJSON_AddBoolToObject(r, "use_sliding_window", false);
-    if (c->arch >= MT_ARCH_MIXTRAL) moe_to_json(c, r);
+    if (mt_arch_has_experts(c->arch)) moe_to_json(c, r);
     if (c->arch == MT_ARCH_MISTRAL || c->arch == MT_ARCH_MIXTRAL) {
         if (c->sliding_window > 0) cJSON_AddNumberToObject(r, "sliding_window", (double)c->sliding_window);
         else cJSON_AddNullToObject(r, "sliding_window");
     }
+ids:
     if (c->bos_id >= 0) cJSON_AddNumberToObject(r, "bos_token_id", (double)c->bos_id);
     if (c->eos_id >= 0) cJSON_AddNumberToObject(r, "eos_token_id", (double)c->eos_id);
     cJSON_AddStringToObject(r, "torch_dtype", torch_dtype);
@@ -518,6 +637,21 @@ char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
     cJSON_Delete(r);
     MT_ASSERT(s);
     return s;
+}
+
+void mt_config_neox_defaults(mt_config *c) {
+    c->arch = MT_ARCH_GPT_NEOX;
+    snprintf(c->model_type, sizeof c->model_type, "gpt_neox");
+    c->NKV = c->NH;
+    c->rms_eps = 1e-5f;
+    c->layernorm = true;
+    c->parallel_residual = true;
+    c->attn_bias = true;
+    c->act = MT_ACT_GELU;
+    c->tie_embeddings = false;
+    c->qkv_bias = c->qk_norm = false;
+    int64_t r = c->HD / 4;
+    c->rotary_dim = r < 2 ? 2 : r - r % 2;
 }
 
 void mt_config_default_tiny(mt_config *c) {

@@ -1,6 +1,7 @@
 /* Model configuration: the subset of a Hugging Face config.json that
  * describes a decoder-only Llama-family transformer, dense or
- * mixture-of-experts (docs/moe.md).
+ * mixture-of-experts (docs/moe.md), or a GPT-NeoX one (LayerNorm, fused
+ * qkv, partial rotary, GELU MLP, biases, parallel residual).
  *
  * Dimension letters used across megatrain:
  *   B batch, T sequence, C hidden, L decoder layers, NH query heads,
@@ -23,7 +24,21 @@ typedef enum {
     MT_ARCH_MIXTRAL,
     MT_ARCH_QWEN2_MOE,
     MT_ARCH_QWEN3_MOE,
+    MT_ARCH_GPT_NEOX,
 } mt_arch;
+
+/* Whether arch is one of the mixture-of-experts families. */
+static inline bool mt_arch_has_experts(mt_arch a) {
+    return a == MT_ARCH_MIXTRAL || a == MT_ARCH_QWEN2_MOE || a == MT_ARCH_QWEN3_MOE;
+}
+
+/* The MLP: SwiGLU, down(silu(gate x) * up x), or a plain two-layer MLP,
+ * down(gelu(up x + b) + b), with the erf GELU or its tanh form. */
+typedef enum {
+    MT_ACT_SWIGLU,
+    MT_ACT_GELU,       /* hidden_act "gelu" */
+    MT_ACT_GELU_TANH,  /* "gelu_new", "gelu_fast", "gelu_pytorch_tanh" */
+} mt_act;
 
 typedef enum {
     MT_ROPE_DEFAULT,
@@ -63,7 +78,7 @@ typedef struct mt_config {
     int64_t F;                 /* intermediate_size */
     int64_t V;                 /* vocab_size */
     int64_t max_pos;           /* max_position_embeddings */
-    float rms_eps;             /* rms_norm_eps */
+    float rms_eps;             /* rms_norm_eps; gpt_neox: layer_norm_eps */
     double rope_theta;
     mt_rope_kind rope_kind;
     double rope_factor;        /* llama3 scaling */
@@ -74,10 +89,22 @@ typedef struct mt_config {
     bool qkv_bias;             /* qwen2: q/k/v projections have a bias */
     bool qk_norm;              /* qwen3: per-head RMSNorm on q and k */
     int64_t sliding_window;    /* 0 = full attention */
+    /* gpt_neox (all zero for the Llama family) */
+    bool layernorm;            /* LayerNorm with bias in place of RMSNorm */
+    bool parallel_residual;    /* use_parallel_residual: x + attn(ln1 x) + mlp(ln2 x) */
+    bool attn_bias;            /* attention_bias: biases on the fused qkv and on dense */
+    mt_act act;                /* hidden_act; the GELU MLPs have biases */
+    int64_t rotary_dim;        /* leading dims of a head that RoPE rotates, int(HD *
+                                * rotary_pct); 0 = all HD */
     int64_t bos_id;            /* -1 when absent */
     int64_t eos_id;            /* -1 when absent */
     mt_moe_config moe;
 } mt_config;
+
+/* The dims of a head that RoPE rotates (HD unless partial rotary). */
+static inline int64_t mt_config_rotary_dim(const mt_config *c) {
+    return c->rotary_dim > 0 ? c->rotary_dim : c->HD;
+}
 
 /* Parses config.json text. Unsupported or missing fields are an error that
  * names the field and what megatrain accepts. `source` names the input in
@@ -94,6 +121,12 @@ char *mt_config_to_json(const mt_config *cfg);
 /* The same with torch_dtype set to the dtype the weights are saved in
  * ("float32", "bfloat16"). */
 char *mt_config_to_json_dtype(const mt_config *cfg, const char *torch_dtype);
+
+/* Sets what a gpt_neox model of shape C, NH, HD has as Pythia has it:
+ * NKV = NH, LayerNorm eps 1e-5, parallel residual, attention biases, erf
+ * GELU, untied embed_out, rotary_pct 0.25 (rotary_dim HD / 4, even, at
+ * least 2). Leaves rope_theta. For `init` and the presets. */
+void mt_config_neox_defaults(mt_config *cfg);
 
 /* The built-in tiny model used by `make run` (byte-level vocabulary). */
 void mt_config_default_tiny(mt_config *cfg);

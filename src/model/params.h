@@ -17,6 +17,7 @@
 #ifndef MT_MODEL_PARAMS_H
 #define MT_MODEL_PARAMS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -59,6 +60,17 @@ typedef enum {
     MT_T_EXP_WGATE,   /* (FE, C) mlp.experts.<e>.gate_proj.weight (mixtral: w1), per expert */
     MT_T_EXP_WUP,     /* (FE, C) mlp.experts.<e>.up_proj.weight (mixtral: w3) */
     MT_T_EXP_WDOWN,   /* (C, FE) mlp.experts.<e>.down_proj.weight (mixtral: w2) */
+    /* gpt_neox: the LayerNorms' biases, the fused qkv, the linear biases; its
+     * MLP is WUP (dense_h_to_4h) and WDOWN (dense_4h_to_h) */
+    MT_T_ATTN_NORM_B, /* (C)     input_layernorm.bias */
+    MT_T_MLP_NORM_B,  /* (C)     post_attention_layernorm.bias */
+    MT_T_WQKV,        /* (NH*3*HD, C) attention.query_key_value.weight: rows are
+                       * [head][q, k, v][HD], as published */
+    MT_T_BQKV,        /* (NH*3*HD) attention.query_key_value.bias (attention_bias) */
+    MT_T_BO,          /* (C)     attention.dense.bias (attention_bias) */
+    MT_T_BUP,         /* (F)     mlp.dense_h_to_4h.bias */
+    MT_T_BDOWN,       /* (C)     mlp.dense_4h_to_h.bias */
+    MT_T_FINAL_NORM_B, /* (C)    gpt_neox.final_layer_norm.bias */
     MT_T_COUNT
 } mt_role;
 
@@ -101,6 +113,14 @@ typedef struct mt_param_table {
     int64_t n_params;          /* real parameters, no padding */
     size_t max_layer_numel;    /* largest layer, for GPU slots */
 } mt_param_table;
+
+/* Whether a tensor of this role is a bias (initialised to 0, where other
+ * 1-D tensors, norm weights, start at 1). */
+static inline bool mt_role_is_bias(mt_role r) {
+    return r == MT_T_BQ || r == MT_T_BK || r == MT_T_BV || r == MT_T_ATTN_NORM_B ||
+           r == MT_T_MLP_NORM_B || r == MT_T_BQKV || r == MT_T_BO || r == MT_T_BUP ||
+           r == MT_T_BDOWN || r == MT_T_FINAL_NORM_B;
+}
 
 /* Builds the table for cfg. Returns -1 with a message if a size overflows. */
 int mt_params_init(mt_param_table *t, const mt_config *cfg, mt_error *err);

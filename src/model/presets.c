@@ -23,6 +23,11 @@ static const mt_preset presets[] = {
      128, 8, 768},
     {"qwen3-235b-a22b", "Qwen3-235B-A22B", 4096, 94, 64, 4, 12288, 151936, 0, MT_ARCH_QWEN3_MOE,
      128, 128, 8, 1536},
+    {"pythia-1b", "Pythia-1B", 2048, 16, 8, 8, 8192, 50304, 0, MT_ARCH_GPT_NEOX, 0, 0, 0, 0},
+    {"pythia-6.9b", "Pythia-6.9B", 4096, 32, 32, 32, 16384, 50432, 0, MT_ARCH_GPT_NEOX, 0, 0,
+     0, 0},
+    {"gpt-neox-20b", "GPT-NeoX-20B", 6144, 44, 64, 64, 24576, 50432, 0, MT_ARCH_GPT_NEOX, 0, 0,
+     0, 0},
 };
 
 const mt_preset *mt_preset_find(const char *name) {
@@ -46,6 +51,11 @@ void mt_preset_config(const mt_preset *p, int64_t T, mt_config *cfg) {
     cfg->max_pos = T;
     cfg->rms_eps = 1e-5f;
     if (p->arch == MT_ARCH_LLAMA) return;
+    if (p->arch == MT_ARCH_GPT_NEOX) { /* rotary_pct 0.25, rotary_emb_base 10000 */
+        mt_config_neox_defaults(cfg);
+        cfg->rope_theta = 10000.0;
+        return;
+    }
     cfg->arch = p->arch;
     snprintf(cfg->model_type, sizeof cfg->model_type, "%s",
              p->arch == MT_ARCH_MIXTRAL ? "mixtral"

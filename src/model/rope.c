@@ -29,19 +29,20 @@ static float llama3_adjust(float inv, const mt_config *cfg) {
 }
 
 void mt_rope_inv_freq(float *inv_freq, const mt_config *cfg) {
-    MT_ASSERT(cfg->HD > 0 && cfg->HD % 2 == 0);
-    size_t half = (size_t)cfg->HD / 2;
+    int64_t R = mt_config_rotary_dim(cfg); /* HD, or gpt_neox's rotary dims */
+    MT_ASSERT(R > 0 && R % 2 == 0);
+    size_t half = (size_t)R / 2;
     float base = (float)cfg->rope_theta;
     for (size_t i = 0; i < half; i++) {
-        // base ** (arange(0, HD, 2).float() / HD)
-        float expo = (float)(2 * i) / (float)cfg->HD;
+        // base ** (arange(0, R, 2).float() / R)
+        float expo = (float)(2 * i) / (float)R;
         float inv = 1.0f / powf(base, expo);
         inv_freq[i] = cfg->rope_kind == MT_ROPE_LLAMA3 ? llama3_adjust(inv, cfg) : inv;
     }
 }
 
 void mt_rope_tables(float *cos, float *sin, const mt_config *cfg, size_t T) {
-    size_t half = (size_t)cfg->HD / 2;
+    size_t half = (size_t)mt_config_rotary_dim(cfg) / 2;
     float *inv_freq = mt_malloc_or_die(half * sizeof(float));  // (HD/2)
     mt_rope_inv_freq(inv_freq, cfg);
     for (size_t t = 0; t < T; t++)

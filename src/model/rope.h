@@ -8,10 +8,12 @@
 
 #include "model/config.h"
 
-/* inv_freq (HD/2): the inverse frequency of each rotated pair. */
+/* inv_freq (R/2): the inverse frequency of each rotated pair; R =
+ * mt_config_rotary_dim(cfg), HD unless the model rotates only part of a
+ * head (gpt_neox's rotary_pct). */
 void mt_rope_inv_freq(float *inv_freq, const mt_config *cfg);
 
-/* cos, sin (T, HD/2) for positions 0..T-1: cos[t][i] = cos(t * inv_freq[i])
+/* cos, sin (T, R/2) for positions 0..T-1: cos[t][i] = cos(t * inv_freq[i])
  * with the angle rounded to fp32 as in transformers. Hugging Face's full
  * table is cat(cos, cos) along the last dim; the rotate-half ops use the
  * half. */

@@ -27,9 +27,10 @@ void mt_model_info_fill(mt_model_info *info, const mt_config *cfg, const mt_para
 }
 
 const char *const mt_model_init_types[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral",
-                                           "qwen2_moe", "qwen3_moe", NULL};
+                                           "qwen2_moe", "qwen3_moe", "gpt_neox", NULL};
 static const mt_arch archs[] = {MT_ARCH_LLAMA, MT_ARCH_MISTRAL, MT_ARCH_QWEN2, MT_ARCH_QWEN3,
-                                MT_ARCH_MIXTRAL, MT_ARCH_QWEN2_MOE, MT_ARCH_QWEN3_MOE};
+                                MT_ARCH_MIXTRAL, MT_ARCH_QWEN2_MOE, MT_ARCH_QWEN3_MOE,
+                                MT_ARCH_GPT_NEOX};
 _Static_assert(sizeof archs / sizeof *archs + 1 ==
                    sizeof mt_model_init_types / sizeof *mt_model_init_types,
                "an architecture for every model type");
@@ -45,7 +46,7 @@ static const char *set_type(mt_config *c, const char *model_type, const mt_model
     snprintf(c->model_type, sizeof c->model_type, "%s", mt_model_init_types[k]);
     c->qkv_bias = c->arch == MT_ARCH_QWEN2 || c->arch == MT_ARCH_QWEN2_MOE;
     c->qk_norm = c->arch == MT_ARCH_QWEN3 || c->arch == MT_ARCH_QWEN3_MOE;
-    if (c->arch < MT_ARCH_MIXTRAL) return mt_model_init_types[k];
+    if (!mt_arch_has_experts(c->arch)) return mt_model_init_types[k];
     mt_moe_config *m = &c->moe;
     m->E = sh->experts;
     m->K = sh->experts_per_tok;
@@ -70,7 +71,7 @@ int mt_model_create(const char *dir, const char *tokpath, const mt_model_shape *
     const char *type = set_type(&cfg, sh->model_type ? sh->model_type : "llama", sh);
     if (!type)
         return mt_errorf(err, "model type \"%s\" is not one megatrain makes; use llama, mistral, "
-                         "qwen2, qwen3, mixtral, qwen2_moe or qwen3_moe", sh->model_type);
+                         "qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe or gpt_neox", sh->model_type);
     if (cfg.moe.E > 0 && (sh->experts_per_tok < 1 || sh->experts_per_tok > sh->experts))
         return mt_errorf(err, "--experts-per-tok %lld must be in 1..--experts (%lld)",
                          (long long)sh->experts_per_tok, (long long)sh->experts);
@@ -90,6 +91,7 @@ int mt_model_create(const char *dir, const char *tokpath, const mt_model_shape *
     cfg.tie_embeddings = !sh->untied;
     cfg.bos_id = mt_tokenizer_bos_id(tok);
     cfg.eos_id = mt_tokenizer_eos_id(tok);
+    if (cfg.arch == MT_ARCH_GPT_NEOX) mt_config_neox_defaults(&cfg); /* --kv-heads, tying: n/a */
     mt_tokenizer_free(tok);
     mt_param_table t = {0};
     mt_host_store s = {0};

@@ -358,6 +358,28 @@ Test(checkpoint, config_mismatch_names_the_field) {
     model_free(&md);
 }
 
+/* gpt_neox's residual form and rotary width change the math, not the tensors. */
+Test(checkpoint, gpt_neox_mismatch_names_the_field) {
+    mt_config cfg;
+    mt_config_default_tiny(&cfg);
+    mt_config_neox_defaults(&cfg);
+    model md, other;
+    model_init(&md, &cfg, 1);
+    char *out = out_dir(), *p = ckpt_path(out, 1);
+    save_ok(out, 1, &md, 0);
+    cfg.parallel_residual = false;
+    model_init(&other, &cfg, 2);
+    expect_load_error(p, &other, "\"use_parallel_residual\"", NULL);
+    model_free(&other);
+    cfg = md.cfg;
+    cfg.rotary_dim = cfg.HD;
+    model_init(&other, &cfg, 2);
+    expect_load_error(p, &other, "\"rotary_pct", NULL);
+    model_free(&other);
+    free(p), free(out);
+    model_free(&md);
+}
+
 static void truncate_file(const char *dir, const char *name, long keep) {
     char *p = mt_path_join(dir, name);
     cr_assert_eq(truncate(p, keep), 0, "truncate %s", p);

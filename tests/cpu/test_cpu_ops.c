@@ -543,6 +543,164 @@ Test(cpu_ops, swiglu_forward_backward) {
 }
 
 /* ------------------------------------------------------------------------
+ * LayerNorm with bias (gpt_neox) */
+
+typedef struct {
+    double *x, *w, *b, *R;
+    size_t N, C;
+    float eps;
+} ln_ctx;
+
+static void layernorm_ref(double *out, const ln_ctx *c) {
+    for (size_t n = 0; n < c->N; n++) {
+        const double *x = c->x + n * c->C;
+        double m = 0, v = 0;
+        for (size_t i = 0; i < c->C; i++) m += x[i] / (double)c->C;
+        for (size_t i = 0; i < c->C; i++) v += (x[i] - m) * (x[i] - m) / (double)c->C;
+        for (size_t i = 0; i < c->C; i++)
+            out[n * c->C + i] = (x[i] - m) / sqrt(v + c->eps) * c->w[i] + c->b[i];
+    }
+}
+
+static double ln_loss(void *p) {
+    ln_ctx *c = p;
+    double *out = malloc(c->N * c->C * sizeof(double));
+    layernorm_ref(out, c);
+    double l = dot_d(out, c->R, c->N * c->C);
+    free(out);
+    return l;
+}
+
+Test(cpu_ops, layernorm_forward_backward) {
+    size_t N = 7, C = 13, n = N * C;
+    float eps = 1e-5f;
+    float *x = randf(n, 100, -2, 3), *w = randf(C, 101, 0.5f, 1.5f), *b = randf(C, 102, -1, 1);
+    float *out = nanf_buf(n), *mean = nanf_buf(N), *rstd = nanf_buf(N);
+    mt_cpu_layernorm_forward(out, mean, rstd, x, w, b, N, C, eps);
+    ln_ctx ctx = {to_d(x, n), to_d(w, C), to_d(b, C), NULL, N, C, eps};
+    double *want = malloc(n * sizeof(double));
+    layernorm_ref(want, &ctx);
+    expect_close(out, want, n, FWD_TOL, "layernorm out");
+
+    float *R = randf(n, 103, -1, 1);
+    ctx.R = to_d(R, n);
+    double *gx = malloc(n * sizeof(double)), *gw = malloc(C * sizeof(double));
+    double *gb = malloc(C * sizeof(double));
+    fd_grad(gx, ctx.x, n, ln_loss, &ctx);
+    fd_grad(gw, ctx.w, C, ln_loss, &ctx);
+    fd_grad(gb, ctx.b, C, ln_loss, &ctx);
+    float *dx = randf(n, 104, -1, 1), *dw = randf(C, 105, -1, 1), *db = randf(C, 106, -1, 1);
+    float *dx0 = copyf(dx, n), *dw0 = copyf(dw, C), *db0 = copyf(db, C);
+    mt_cpu_layernorm_backward(dx, dw, db, R, x, w, mean, rstd, N, C);
+    expect_increment(dx, dx0, gx, n, GRAD_TOL, "layernorm dx");
+    expect_increment(dw, dw0, gw, C, GRAD_TOL, "layernorm dw");
+    expect_increment(db, db0, gb, C, GRAD_TOL, "layernorm db");
+    free(x); free(w); free(b); free(out); free(mean); free(rstd); free(want); free(R);
+    free(gx); free(gw); free(gb); free(dx); free(dw); free(db); free(dx0); free(dw0); free(db0);
+    free(ctx.x); free(ctx.w); free(ctx.b); free(ctx.R);
+}
+
+/* ------------------------------------------------------------------------
+ * GELU, erf and tanh forms (gpt_neox's "gelu" and "gelu_new") */
+
+typedef struct {
+    double *x, *R;
+    size_t n;
+    int tanh_form;
+} gelu_ctx;
+
+static double gelu_ref(double x, int tanh_form) {
+    if (tanh_form)
+        return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    return x * 0.5 * erfc(-x / sqrt(2.0));
+}
+
+static double gelu_loss(void *p) {
+    gelu_ctx *c = p;
+    double l = 0;
+    for (size_t i = 0; i < c->n; i++) l += gelu_ref(c->x[i], c->tanh_form) * c->R[i];
+    return l;
+}
+
+Test(cpu_ops, gelu_forward_backward) {
+    size_t n = 91;
+    for (int tf = 0; tf < 2; tf++) {
+        float *x = randf(n, 110 + tf, -5, 5), *out = nanf_buf(n), *R = randf(n, 112, -1, 1);
+        mt_cpu_gelu_forward(out, x, n, tf);
+        double *want = malloc(n * sizeof(double));
+        for (size_t i = 0; i < n; i++) want[i] = gelu_ref(x[i], tf);
+        expect_close(out, want, n, FWD_TOL, tf ? "gelu tanh out" : "gelu out");
+        gelu_ctx ctx = {to_d(x, n), to_d(R, n), n, tf};
+        double *g = malloc(n * sizeof(double));
+        fd_grad(g, ctx.x, n, gelu_loss, &ctx);
+        float *dx = nanf_buf(n);  // overwritten
+        mt_cpu_gelu_backward(dx, R, x, n, tf);
+        expect_close(dx, g, n, GRAD_TOL, tf ? "gelu tanh dx" : "gelu dx");
+        free(x); free(out); free(R); free(want); free(g); free(dx); free(ctx.x); free(ctx.R);
+    }
+}
+
+/* Partial rotary: the leading R of HD dims rotate as pairs (i, i + R/2),
+ * the rest pass through; checked against the full-width op on a head of
+ * R dims, the backward against finite differences of that reference. */
+typedef struct {
+    double *x, *R;
+    const float *cos, *sin;
+    size_t B, T, H, HD, Rd;
+} prope_ctx;
+
+static void prope_ref(double *out, const prope_ctx *c) {
+    size_t half = c->Rd / 2;
+    memcpy(out, c->x, c->B * c->T * c->H * c->HD * sizeof(double));
+    for (size_t bt = 0; bt < c->B * c->T; bt++)
+        for (size_t h = 0; h < c->H; h++)
+            for (size_t i = 0; i < half; i++) {
+                size_t base = (bt * c->H + h) * c->HD, t = bt % c->T;
+                double co = c->cos[t * half + i], si = c->sin[t * half + i];
+                double x1 = c->x[base + i], x2 = c->x[base + i + half];
+                out[base + i] = x1 * co - x2 * si;
+                out[base + i + half] = x2 * co + x1 * si;
+            }
+}
+
+static double prope_loss(void *p) {
+    prope_ctx *c = p;
+    size_t n = c->B * c->T * c->H * c->HD;
+    double *out = malloc(n * sizeof(double));
+    prope_ref(out, c);
+    double l = dot_d(out, c->R, n);
+    free(out);
+    return l;
+}
+
+Test(cpu_ops, rope_partial_forward_backward) {
+    size_t B = 2, T = 5, H = 3, HD = 12, Rd = 4, half = Rd / 2, n = B * T * H * HD;
+    float *cos = malloc(T * half * sizeof(float)), *sin = malloc(T * half * sizeof(float));
+    for (size_t t = 0; t < T; t++)
+        for (size_t i = 0; i < half; i++) {
+            float a = (float)t * (0.7f + 0.3f * (float)i);
+            cos[t * half + i] = cosf(a);
+            sin[t * half + i] = sinf(a);
+        }
+    float *x = randf(n, 120, -1, 1), *y = copyf(x, n);
+    mt_cpu_rope_partial_forward(y, cos, sin, NULL, B, T, H, HD, Rd);
+    prope_ctx ctx = {to_d(x, n), NULL, cos, sin, B, T, H, HD, Rd};
+    double *want = malloc(n * sizeof(double));
+    prope_ref(want, &ctx);
+    expect_close(y, want, n, FWD_TOL, "partial rope out");
+    for (size_t r = 0; r < n / HD; r++)  // the pass-through dims keep their bits
+        cr_expect(memcmp(y + r * HD + Rd, x + r * HD + Rd, (HD - Rd) * sizeof(float)) == 0);
+    float *R = randf(n, 121, -1, 1), *dx = copyf(R, n);
+    ctx.R = to_d(R, n);
+    double *g = malloc(n * sizeof(double));
+    fd_grad(g, ctx.x, n, prope_loss, &ctx);
+    mt_cpu_rope_partial_backward(dx, cos, sin, NULL, B, T, H, HD, Rd);
+    expect_close(dx, g, n, GRAD_TOL, "partial rope dx");
+    free(cos); free(sin); free(x); free(y); free(want); free(R); free(dx); free(g);
+    free(ctx.x); free(ctx.R);
+}
+
+/* ------------------------------------------------------------------------
  * Cross-entropy */
 
 typedef struct {

@@ -1,5 +1,5 @@
 /* CPU backend: runs the layer templates of a Llama-family decoder with the
- * reference operators of ops.h.
+ * reference operators of ops.h; a GPT-NeoX block is neox.c's.
  *
  * Memory, all allocated at creation:
  *   saved (n_layers, M, N, C)  input of every layer for every micro-batch, saved
@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "backend/cpu/moe.h"
+#include "backend/cpu/neox.h"
 #include "backend/cpu/ops.h"
 #include "model/rope.h"
 #include "util/mem.h"
@@ -54,7 +55,9 @@ typedef struct cpu_backend {
     block_grads d;
     float *logits;          /* (HEAD_CHUNK, V) */
     float *xf, *rstdf;      /* (N, C), (N) final norm output */
+    float *meanf;           /* (N) the final LayerNorm's mean (gpt_neox) */
     mt_cpu_moe *moe;        /* MoE blocks' scratch (moe.h), NULL for a dense model */
+    mt_cpu_neox *neox;      /* GPT-NeoX blocks (neox.h), NULL for another family */
     /* per step */
     const mt_batch *batch;
     float dscale;
@@ -129,6 +132,11 @@ static void block_forward(cpu_backend *cb, int layer, const int32_t *pos, const 
     const mt_config *c = cb->cfg;
     block_acts *a = &cb->a;
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
+    if (cb->neox) {
+        const mt_layer_desc *ld = &cb->t->layers[layer];
+        mt_cpu_neox_forward(cb->neox, ld, cb->w + ld->offset, pos, x, out);
+        return;
+    }
     mt_cpu_rmsnorm_forward(a->xn1, a->rstd1, x, W(cb, layer, MT_T_ATTN_NORM), N, C, c->rms_eps);
     float *q = c->qk_norm ? a->qpre : a->q, *k = c->qk_norm ? a->kpre : a->k;
     mt_cpu_matmul_forward(q, a->xn1, W(cb, layer, MT_T_WQ), W(cb, layer, MT_T_BQ), N, C, Q);
@@ -167,9 +175,13 @@ static void block_backward(cpu_backend *cb, int layer, const int32_t *pos, const
     block_acts *a = &cb->a;
     block_grads *d = &cb->d;
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
+    const mt_layer_desc *ld = &cb->t->layers[layer];
+    if (cb->neox) {
+        mt_cpu_neox_backward(cb->neox, ld, cb->w + ld->offset, cb->g + ld->offset, pos, x, dx);
+        return;
+    }
 
     /* MLP: out = xmid + down(silu(gate) * up), or the experts' mixture */
-    const mt_layer_desc *ld = &cb->t->layers[layer];
     memset(d->dxn, 0, N * C * sizeof(float));
     if (ld->n_experts) {
         mt_cpu_moe_backward(cb->moe, ld, cb->w + ld->offset, cb->g + ld->offset, a->xn2, dx,
@@ -246,6 +258,30 @@ static void head_matrix(cpu_backend *cb, int head, float **w, float **g) {
     }
 }
 
+/* The final norm of `rows` rows into cb->xf: RMSNorm, or gpt_neox's
+ * LayerNorm with bias. */
+static void final_norm_forward(cpu_backend *cb, int head, const float *x, size_t rows) {
+    const mt_config *c = cb->cfg;
+    if (c->layernorm)
+        mt_cpu_layernorm_forward(cb->xf, cb->meanf, cb->rstdf, x, W(cb, head, MT_T_FINAL_NORM),
+                                 W(cb, head, MT_T_FINAL_NORM_B), rows, c->C, c->rms_eps);
+    else
+        mt_cpu_rmsnorm_forward(cb->xf, cb->rstdf, x, W(cb, head, MT_T_FINAL_NORM), rows, c->C,
+                               c->rms_eps);
+}
+
+static void final_norm_backward(cpu_backend *cb, int head, float *dx, const float *dxf,
+                                const float *x) {
+    size_t N = cb->N, C = cb->cfg->C;
+    if (cb->cfg->layernorm)
+        mt_cpu_layernorm_backward(dx, G(cb, head, MT_T_FINAL_NORM), G(cb, head, MT_T_FINAL_NORM_B),
+                                  dxf, x, W(cb, head, MT_T_FINAL_NORM), cb->meanf, cb->rstdf, N,
+                                  C);
+    else
+        mt_cpu_rmsnorm_backward(dx, G(cb, head, MT_T_FINAL_NORM), dxf, x,
+                                W(cb, head, MT_T_FINAL_NORM), cb->rstdf, N, C);
+}
+
 static void cpu_head(mt_backend *be, int mb) {
     cpu_backend *cb = (cpu_backend *)be;
     const mt_config *c = cb->cfg;
@@ -255,7 +291,7 @@ static void cpu_head(mt_backend *be, int mb) {
     const int32_t *tgt = cb->batch->targets + (size_t)mb * N;
     float *wl, *gl;
     head_matrix(cb, head, &wl, &gl);
-    mt_cpu_rmsnorm_forward(cb->xf, cb->rstdf, x, W(cb, head, MT_T_FINAL_NORM), N, C, c->rms_eps);
+    final_norm_forward(cb, head, x, N);
     float *dxf = cb->d.dxn;
     if (cb->train) memset(dxf, 0, N * C * sizeof(float));
     /* Chunks of rows keep at most HEAD_CHUNK x V logits alive. */
@@ -271,8 +307,7 @@ static void cpu_head(mt_backend *be, int mb) {
     if (!cb->train) return;
     float *dx = dx_at(cb, mb);
     memset(dx, 0, N * C * sizeof(float));
-    mt_cpu_rmsnorm_backward(dx, G(cb, head, MT_T_FINAL_NORM), dxf, x,
-                            W(cb, head, MT_T_FINAL_NORM), cb->rstdf, N, C);
+    final_norm_backward(cb, head, dx, dxf, x);
 }
 
 static void cpu_backward(mt_backend *be, int layer, int mb) {
@@ -340,15 +375,21 @@ int mt_cpu_backend_bytes(const mt_config *c, const mt_param_table *t, int max_M,
                          int64_t T, size_t *bytes) {
     if (max_M <= 0 || B <= 0 || T <= 0) return -1;
     size_t C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F, N, NC, LM, f = 0;
-    /* floats per token row of the activations and their gradients (see create) */
-    size_t row = 5 * C + 3 + 6 * Q + 6 * KV + 2 * (size_t)c->NH + (size_t)c->NKV + 6 * F;
+    /* floats per token row of the activations and their gradients (see
+     * create): the head's, and the Llama block's unless neox.c runs them */
+    size_t lb = c->arch == MT_ARCH_GPT_NEOX ? 0 : 1;
+    size_t row = 2 * C + 2 +
+                 lb * (3 * C + 2 + 6 * Q + 6 * KV + 2 * (size_t)c->NH + (size_t)c->NKV + 6 * F);
     bool ok = mt_mul_size((size_t)B, (size_t)T, &N) && mt_mul_size(N, C, &NC) &&
               muladd(2, (size_t)T * c->HD / 2, 0, &f) &&                    /* cos, sin */
               muladd((size_t)t->n_layers + 1, (size_t)max_M, 0, &LM) &&      /* saved, dx */
               muladd(LM, NC, f, &f) && muladd(N, row, f, &f) &&
               muladd(HEAD_CHUNK, (size_t)c->V, f, &f) && mt_mul_size(f, sizeof(float), bytes);
-    size_t moe = ok ? mt_cpu_moe_bytes(c, N) : 0;
-    return ok && moe != SIZE_MAX && mt_add_size(*bytes, moe, bytes) ? 0 : -1;
+    size_t moe = ok ? mt_cpu_moe_bytes(c, N) : 0, neox = ok ? mt_cpu_neox_bytes(c, N) : 0;
+    return ok && moe != SIZE_MAX && neox != SIZE_MAX && mt_add_size(*bytes, moe, bytes) &&
+                   mt_add_size(*bytes, neox, bytes)
+               ? 0
+               : -1;
 }
 
 mt_backend *mt_cpu_backend_create(const mt_config *c, const mt_param_table *t,
@@ -394,27 +435,31 @@ mt_backend *mt_cpu_backend_create_hooked(const mt_config *c, const mt_param_tabl
     cb->B = B;
     cb->T = T;
     cb->N = B * T;
-    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F, tot = 0;
+    size_t N = cb->N, C = c->C, tot = 0;
+    /* the Llama block's buffers: empty when neox.c runs the blocks */
+    size_t lb = c->arch == MT_ARCH_GPT_NEOX ? 0 : 1, Cb = lb * C, Nb = lb * N;
+    size_t Q = lb * c->NH * c->HD, KV = lb * c->NKV * c->HD, F = lb * c->F;
+    size_t NH = lb * c->NH, NKV = lb * c->NKV;
     cb->cos = alloc_floats(T * c->HD / 2, &tot);
     cb->sin = alloc_floats(T * c->HD / 2, &tot);
     mt_rope_tables(cb->cos, cb->sin, c, T);
     cb->saved = alloc_floats((size_t)t->n_layers * max_M * N * C, &tot);
     cb->dx = alloc_floats((size_t)max_M * N * C, &tot);
     block_acts *a = &cb->a;
-    a->xn1 = alloc_floats(N * C, &tot);
-    a->rstd1 = alloc_floats(N, &tot);
+    a->xn1 = alloc_floats(N * Cb, &tot);
+    a->rstd1 = alloc_floats(Nb, &tot);
     a->q = alloc_floats(N * Q, &tot);
     a->k = alloc_floats(N * KV, &tot);
     a->v = alloc_floats(N * KV, &tot);
     a->qpre = alloc_floats(N * Q, &tot);
     a->kpre = alloc_floats(N * KV, &tot);
-    a->qrstd = alloc_floats(N * c->NH, &tot);
-    a->krstd = alloc_floats(N * c->NKV, &tot);
+    a->qrstd = alloc_floats(N * NH, &tot);
+    a->krstd = alloc_floats(N * NKV, &tot);
     a->att = alloc_floats(N * Q, &tot);
-    a->lse = alloc_floats(N * c->NH, &tot);
-    a->xmid = alloc_floats(N * C, &tot);
-    a->xn2 = alloc_floats(N * C, &tot);
-    a->rstd2 = alloc_floats(N, &tot);
+    a->lse = alloc_floats(N * NH, &tot);
+    a->xmid = alloc_floats(N * Cb, &tot);
+    a->xn2 = alloc_floats(N * Cb, &tot);
+    a->rstd2 = alloc_floats(Nb, &tot);
     a->gate = alloc_floats(N * F, &tot);
     a->up = alloc_floats(N * F, &tot);
     a->mlp = alloc_floats(N * F, &tot);
@@ -432,8 +477,11 @@ mt_backend *mt_cpu_backend_create_hooked(const mt_config *c, const mt_param_tabl
     cb->logits = alloc_floats((size_t)HEAD_CHUNK * c->V, &tot);
     cb->xf = alloc_floats(N * C, &tot);
     cb->rstdf = alloc_floats(N, &tot);
+    cb->meanf = alloc_floats(N, &tot);
     cb->moe = mt_cpu_moe_create(c, N);
     tot += mt_cpu_moe_bytes(c, N);
+    cb->neox = mt_cpu_neox_create(c, B, T, cb->cos, cb->sin);
+    tot += mt_cpu_neox_bytes(c, N);
     MT_ASSERT(tot == need);  /* mt_cpu_backend_bytes must list what create allocates */
     return &cb->base;
 }
@@ -446,9 +494,10 @@ void mt_cpu_backend_free(mt_backend *be) {
     float *bufs[] = {cb->cos, cb->sin, cb->saved, cb->dx, a->xn1, a->rstd1, a->q, a->k, a->v,
                      a->qpre, a->kpre, a->qrstd, a->krstd, a->att, a->lse, a->xmid, a->xn2,
                      a->rstd2, a->gate, a->up, a->mlp, d->dbig1, d->dbig2, d->dbig3, d->dq, d->dk, d->dv,
-                     d->dqn, d->dkn, d->datt, d->dxn, cb->logits, cb->xf, cb->rstdf};
+                     d->dqn, d->dkn, d->datt, d->dxn, cb->logits, cb->xf, cb->rstdf, cb->meanf};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     mt_cpu_moe_free(cb->moe);
+    mt_cpu_neox_free(cb->neox);
     if (cb->hooks.done) cb->hooks.done(cb->hooks.ctx);
     free(cb);
 }
@@ -461,6 +510,6 @@ void mt_cpu_backend_logits(mt_backend *be, int mb, int64_t row, float *logits) {
     float *wl, *gl;
     head_matrix(cb, head, &wl, &gl);
     const float *x = saved_at(cb, head, mb) + (size_t)row * c->C;
-    mt_cpu_rmsnorm_forward(cb->xf, cb->rstdf, x, W(cb, head, MT_T_FINAL_NORM), 1, c->C, c->rms_eps);
+    final_norm_forward(cb, head, x, 1);
     mt_cpu_matmul_forward(logits, cb->xf, wl, NULL, 1, c->C, c->V);
 }

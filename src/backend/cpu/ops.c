@@ -107,6 +107,67 @@ void mt_cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const fl
 }
 
 /* ------------------------------------------------------------------------
+ * LayerNorm, as torch.nn.LayerNorm: out = (x - mean) * rstd * w + b, rstd =
+ * 1/sqrt(var + eps), var the biased variance. Row sums in double, as for
+ * RMSNorm. */
+
+void mt_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, size_t N, size_t C, float eps) {
+#pragma omp parallel for schedule(static)
+    for (size_t n = 0; n < N; n++) {
+        const float *x = inp + n * C;  // (C)
+        float *o = out + n * C;        // (C)
+        double s = 0.0, ss = 0.0;
+        for (size_t c = 0; c < C; c++) s += x[c];
+        float m = (float)(s / (double)C);
+        for (size_t c = 0; c < C; c++) ss += ((double)x[c] - m) * ((double)x[c] - m);
+        float r = 1.0f / sqrtf((float)(ss / (double)C) + eps);
+        for (size_t c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
+        if (mean) mean[n] = m;
+        if (rstd) rstd[n] = r;
+    }
+}
+
+void mt_cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, size_t N, size_t C) {
+    MT_ASSERT(mean != NULL && rstd != NULL);
+    // xh = (x - mean) * rstd, g = w * dout:
+    // dx = rstd * (g - mean(g) - xh * mean(g * xh))
+#pragma omp parallel for schedule(static)
+    for (size_t n = 0; n < N; n++) {
+        const float *x = inp + n * C, *dy = dout + n * C;  // (C)
+        float *dx = dinp + n * C;                          // (C)
+        float m = mean[n], r = rstd[n];
+        double sg = 0.0, sgx = 0.0;
+        for (size_t c = 0; c < C; c++) {
+            double g = (double)w[c] * dy[c];
+            sg += g;
+            sgx += g * ((x[c] - m) * r);
+        }
+        float mg = (float)(sg / (double)C), mgx = (float)(sgx / (double)C);
+        for (size_t c = 0; c < C; c++)
+            dx[c] += r * (w[c] * dy[c] - mg - ((x[c] - m) * r) * mgx);
+    }
+    // dw += sum over rows of dout * xh, db += sum of dout; threads split the columns.
+    size_t nblocks = (C + EMB_CB - 1) / EMB_CB;
+#pragma omp parallel for schedule(static)
+    for (size_t blk = 0; blk < nblocks; blk++) {
+        size_t c0 = blk * EMB_CB, c1 = min_size(c0 + EMB_CB, C);
+        double aw[EMB_CB] = {0}, ab[EMB_CB] = {0};
+        for (size_t n = 0; n < N; n++)
+            for (size_t c = c0; c < c1; c++) {
+                aw[c - c0] += (double)dout[n * C + c] * ((inp[n * C + c] - mean[n]) * rstd[n]);
+                ab[c - c0] += dout[n * C + c];
+            }
+        for (size_t c = c0; c < c1; c++) {
+            dw[c] += (float)aw[c - c0];
+            db[c] += (float)ab[c - c0];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------
  * Matmul. All three products are computed by one tile kernel:
  *   c (nr, nc) += a (nr, nk) @ b (nk, nc)
  * over tiles of MM_NB rows and MM_OB columns, with k blocked by MM_KB so
@@ -271,9 +332,9 @@ void mt_cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *d
  * backward rotates by -angle. */
 
 static void rope_rotate(float *x, const float *cos, const float *sin, const int32_t *pos,
-                        size_t B, size_t T, size_t H, size_t HD, float sign) {
-    size_t half = HD / 2;
-    MT_ASSERT(HD % 2 == 0);
+                        size_t B, size_t T, size_t H, size_t HD, size_t R, float sign) {
+    size_t half = R / 2; /* R = HD, or the rotated leading dims (partial rotary) */
+    MT_ASSERT(R % 2 == 0 && R <= HD);
 #pragma omp parallel for collapse(2) schedule(static)
     for (size_t b = 0; b < B; b++)
         for (size_t t = 0; t < T; t++) {
@@ -293,12 +354,24 @@ static void rope_rotate(float *x, const float *cos, const float *sin, const int3
 
 void mt_cpu_rope_forward(float *x, const float *cos, const float *sin, const int32_t *pos,
                          size_t B, size_t T, size_t H, size_t HD) {
-    rope_rotate(x, cos, sin, pos, B, T, H, HD, 1.0f);
+    rope_rotate(x, cos, sin, pos, B, T, H, HD, HD, 1.0f);
 }
 
 void mt_cpu_rope_backward(float *dx, const float *cos, const float *sin, const int32_t *pos,
                           size_t B, size_t T, size_t H, size_t HD) {
-    rope_rotate(dx, cos, sin, pos, B, T, H, HD, -1.0f);
+    rope_rotate(dx, cos, sin, pos, B, T, H, HD, HD, -1.0f);
+}
+
+void mt_cpu_rope_partial_forward(float *x, const float *cos, const float *sin,
+                                 const int32_t *pos, size_t B, size_t T, size_t H, size_t HD,
+                                 size_t R) {
+    rope_rotate(x, cos, sin, pos, B, T, H, HD, R, 1.0f);
+}
+
+void mt_cpu_rope_partial_backward(float *dx, const float *cos, const float *sin,
+                                  const int32_t *pos, size_t B, size_t T, size_t H, size_t HD,
+                                  size_t R) {
+    rope_rotate(dx, cos, sin, pos, B, T, H, HD, R, -1.0f);
 }
 
 /* ------------------------------------------------------------------------
@@ -474,6 +547,38 @@ void mt_cpu_attention_backward(float *dq, float *dk, float *dv, const float *dou
  * SwiGLU: out = silu(gate) * up, silu(g) = g * sigmoid(g). */
 
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* GELU in double: the erf form 0.5 x (1 + erf(x / sqrt 2)), or the tanh
+ * form 0.5 x (1 + tanh(k (x + 0.044715 x^3))), k = sqrt(2 / pi). */
+#define GELU_K 0.7978845608028654
+#define GELU_A 0.044715
+
+static inline float gelu(float xf, int tanh_form) {
+    double x = xf;
+    if (tanh_form) return (float)(0.5 * x * (1.0 + tanh(GELU_K * (x + GELU_A * x * x * x))));
+    return (float)(0.5 * x * (1.0 + erf(x * M_SQRT1_2)));
+}
+
+static inline float gelu_grad(float xf, int tanh_form) {
+    double x = xf;
+    if (tanh_form) {
+        double t = tanh(GELU_K * (x + GELU_A * x * x * x));
+        return (float)(0.5 * (1.0 + t) +
+                       0.5 * x * (1.0 - t * t) * GELU_K * (1.0 + 3.0 * GELU_A * x * x));
+    }
+    return (float)(0.5 * (1.0 + erf(x * M_SQRT1_2)) + x * exp(-0.5 * x * x) * (0.5 * M_2_SQRTPI * M_SQRT1_2));
+}
+
+void mt_cpu_gelu_forward(float *out, const float *inp, size_t n, int tanh_form) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = gelu(inp[i], tanh_form);
+}
+
+void mt_cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n,
+                          int tanh_form) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) dinp[i] = dout[i] * gelu_grad(inp[i], tanh_form);
+}
 
 void mt_cpu_swiglu_forward(float *out, const float *gate, const float *up, size_t N, size_t F) {
     size_t n_el = N * F;

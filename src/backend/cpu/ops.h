@@ -28,6 +28,22 @@ void mt_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const flo
 void mt_cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
                              const float *w, const float *rstd, size_t N, size_t C);
 
+/* LayerNorm with bias: out (N,C) = (inp - mean) * rstd * w + b; mean,
+ * rstd (N) may be NULL. */
+void mt_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, size_t N, size_t C, float eps);
+/* dinp (N,C) +=, dw (C) +=, db (C) += ; mean, rstd from the forward. */
+void mt_cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, size_t N, size_t C);
+
+/* out (n) = gelu(inp): the erf form, or with tanh_form the tanh
+ * approximation (transformers' "gelu_new"). */
+void mt_cpu_gelu_forward(float *out, const float *inp, size_t n, int tanh_form);
+/* dinp (n) = dout * gelu'(inp), OVERWRITTEN. */
+void mt_cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n,
+                          int tanh_form);
+
 /* out (N,OC) = inp (N,IC) @ w (OC,IC)^T + bias (OC, may be NULL) */
 void mt_cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
                            size_t N, size_t IC, size_t OC);
@@ -44,6 +60,15 @@ void mt_cpu_rope_forward(float *x, const float *cos, const float *sin, const int
                          size_t B, size_t T, size_t H, size_t HD);
 void mt_cpu_rope_backward(float *dx, const float *cos, const float *sin, const int32_t *pos,
                           size_t B, size_t T, size_t H, size_t HD);
+/* The same on the leading R (even, <= HD) dims of each head only, pairs
+ * (i, i + R/2), the rest passed through (GPT-NeoX's rotary_pct); cos, sin
+ * (T, R/2). */
+void mt_cpu_rope_partial_forward(float *x, const float *cos, const float *sin,
+                                 const int32_t *pos, size_t B, size_t T, size_t H, size_t HD,
+                                 size_t R);
+void mt_cpu_rope_partial_backward(float *dx, const float *cos, const float *sin,
+                                  const int32_t *pos, size_t B, size_t T, size_t H, size_t HD,
+                                  size_t R);
 
 /* Causal grouped-query attention. q (B,T,NH,HD), k and v (B,T,NKV,HD),
  * out (B,T,NH,HD), lse (B,NH,T) the log-sum-exp of each scaled score row,

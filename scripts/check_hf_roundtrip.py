@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Checks megatrain against transformers end to end for one dense model family.
+
+`megatrain init --model-type TYPE` makes a tiny model, `megatrain train` trains it on the
+CPU (the loss must go down) and saves it; transformers' from_pretrained loads the saved
+directory and its fp32 logits must match those of `megatrain eval --dump-logits` within
+1e-5 relative (both sides are fp32: they differ by summation order only, ~1e-7).
+Nothing is written outside a temporary directory; `make test` does not run this (it
+needs torch).
+
+Usage: python scripts/check_hf_roundtrip.py BUILD/megatrain [--model-type gpt_neox]
+"""
+import argparse
+import json
+import os
+import subprocess
+import tempfile
+
+import torch
+import transformers
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+
+def run(*cmd):
+    print("   $", " ".join(cmd))
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("binary")
+    ap.add_argument("--model-type", default="gpt_neox")
+    args = ap.parse_args()
+    transformers.logging.set_verbosity_error()
+    tok = os.path.join(here, "..", "tests", "fixtures", "tokenizer", "tiny_bytelevel.json")
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "data.jsonl")
+        gen = torch.Generator().manual_seed(3)
+        words = "the a river boat old man woman walked saw near by city morning night red green".split()
+        with open(data, "w") as f:
+            for _ in range(200):
+                idx = torch.randint(0, len(words), (40,), generator=gen).tolist()
+                f.write(json.dumps({"text": " ".join(words[i] for i in idx)}) + "\n")
+        init, out = os.path.join(tmp, "init"), os.path.join(tmp, "run")
+        run(args.binary, "init", "--tokenizer", tok, "--out", init, "--model-type", args.model_type,
+            "--hidden", "64", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--ffn", "128",
+            "--max-pos", "64", "--std", "0.1", "--seed", "3")
+        run(args.binary, "train", "--model", init, "--data", data, "--out", out, "--device", "cpu",
+            "--seq-len", "32", "--batch-size", "4", "--micro-batches", "2", "--steps", "30",
+            "--lr", "3e-3", "--warmup-steps", "2", "--save-dtype", "fp32", "--log-every", "1",
+            "--save-every", "0", "--sample-tokens", "0")
+        with open(os.path.join(out, "metrics.jsonl")) as f:
+            losses = [json.loads(line)["loss"] for line in f if '"loss"' in line]
+        print(f"   megatrain train: loss {losses[0]:.4f} -> {losses[-1]:.4f} in {len(losses)} steps")
+        assert losses[-1] < losses[0] - 0.1, f"the loss did not go down: {losses}"
+        model_dir = os.path.join(out, "model")
+        ours_path = os.path.join(tmp, "ours.safetensors")
+        run(args.binary, "eval", "--model", model_dir, "--data", data, "--device", "cpu",
+            "--seq-len", "16", "--batch-size", "1", "--max-batches", "1", "--dump-logits", ours_path)
+        ours = load_file(ours_path)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
+                                                     attn_implementation="eager").eval()
+        assert model.config.model_type == args.model_type, model.config.model_type
+        ids = ours["input_ids"].long()[None]
+        with torch.no_grad():
+            ref = model(ids).logits[0].float()
+        err = ((ours["logits"] - ref).norm() / ref.norm()).item()
+        print(f"   {type(model).__name__} from_pretrained vs megatrain logits: rel err {err:.2e}")
+        assert err <= 1e-5, err
+
+
+if __name__ == "__main__":
+    main()
