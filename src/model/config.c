@@ -575,7 +575,7 @@ static void neox_to_json(const mt_config *c, cJSON *r) {
     cJSON_AddNumberToObject(r, "intermediate_size", (double)c->F);
     cJSON_AddNumberToObject(r, "vocab_size", (double)c->V);
     cJSON_AddNumberToObject(r, "max_position_embeddings", (double)c->max_pos);
-    add_float(r, "layer_norm_eps", c->rms_eps);
+    add_number(r, "layer_norm_eps", c->rms_eps, true);
     cJSON_AddStringToObject(r, "hidden_act", c->act == MT_ACT_GELU ? "gelu" : "gelu_new");
     cJSON_AddBoolToObject(r, "use_parallel_residual", c->parallel_residual);
     cJSON_AddBoolToObject(r, "attention_bias", c->attn_bias);
