@@ -8,7 +8,8 @@ directory and its fp32 logits must match those of `megatrain eval --dump-logits`
 Nothing is written outside a temporary directory; `make test` does not run this (it
 needs torch).
 
-Usage: python scripts/check_hf_roundtrip.py BUILD/megatrain [--model-type gpt_neox]
+Usage: python scripts/check_hf_roundtrip.py BUILD/megatrain [--model-type gpt_neox] [--kv-heads 2]
+(falcon: --kv-heads 1 makes Falcon-7B's architecture, more the new decoder's)
 """
 import argparse
 import json
@@ -32,6 +33,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("binary")
     ap.add_argument("--model-type", default="gpt_neox")
+    ap.add_argument("--kv-heads", default="2")
     args = ap.parse_args()
     transformers.logging.set_verbosity_error()
     tok = os.path.join(here, "..", "tests", "fixtures", "tokenizer", "tiny_bytelevel.json")
@@ -45,7 +47,7 @@ def main():
                 f.write(json.dumps({"text": " ".join(words[i] for i in idx)}) + "\n")
         init, out = os.path.join(tmp, "init"), os.path.join(tmp, "run")
         run(args.binary, "init", "--tokenizer", tok, "--out", init, "--model-type", args.model_type,
-            "--hidden", "64", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--ffn", "128",
+            "--hidden", "64", "--layers", "2", "--heads", "4", "--kv-heads", args.kv_heads, "--ffn", "128",
             "--max-pos", "64", "--std", "0.1", "--seed", "3")
         run(args.binary, "train", "--model", init, "--data", data, "--out", out, "--device", "cpu",
             "--seq-len", "32", "--batch-size", "4", "--micro-batches", "2", "--steps", "30",

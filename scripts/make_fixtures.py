@@ -156,9 +156,45 @@ CONFIGS = {
         hidden_dropout=0.0,
         rope_parameters={"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 1.0},
     ),
+    # Falcon-7B's architecture: one LayerNorm feeding attention and MLP in parallel,
+    # multi-query (one kv head) with the fused qkv laid out [q heads..., k, v], no biases,
+    # lm_head tied to the word embeddings.
+    "falcon_mq": dict(
+        seed=7890,
+        model_type="falcon",
+        new_decoder_architecture=False,
+        multi_query=True,
+        parallel_attn=True,
+        bias=False,
+        alibi=False,
+        ffn_hidden_size=48,
+        activation="gelu",
+        tie_word_embeddings=True,
+        layer_norm_epsilon=1e-5,
+        max_position_embeddings=64,
+        hidden_dropout=0.0,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    ),
+    # Falcon-40B/180B's new decoder architecture: ln_attn and ln_mlp, two kv heads with
+    # the fused qkv grouped per kv head [q, q, k, v], untied lm_head.
+    "falcon_new_decoder": dict(
+        seed=8901,
+        model_type="falcon",
+        new_decoder_architecture=True,
+        num_kv_heads=2,
+        bias=False,
+        alibi=False,
+        ffn_hidden_size=48,
+        activation="gelu",
+        tie_word_embeddings=False,
+        layer_norm_epsilon=1e-5,
+        max_position_embeddings=64,
+        hidden_dropout=0.0,
+        rope_parameters={"rope_type": "default", "rope_theta": 500.0},
+    ),
 }
 
-SIZE_LIMIT = 7 * 1024 * 1024  # all of tests/fixtures/models: dense, gpt_neox, packed and MoE references
+SIZE_LIMIT = 7 * 1024 * 1024  # all of tests/fixtures/models: dense, gpt_neox, falcon, packed and MoE references
 
 
 # Parameters whose name in the published checkpoint differs from transformers' module
@@ -190,7 +226,7 @@ def init_params(model, gen):
                 p.copy_(WEIGHT_STD * noise)
             elif name.endswith(".bias"):
                 p.copy_(BIAS_STD * noise)
-            elif name.endswith("norm.weight"):
+            elif name.endswith("norm.weight") or name.split(".")[-2].startswith("ln_"):  # Falcon's ln_attn, ln_mlp, ln_f
                 p.copy_(1.0 + NORM_STD * noise)
             else:
                 raise ValueError(f"no init rule for parameter {name} {tuple(p.shape)}")

@@ -61,6 +61,7 @@ int mt_ckpt_compare_configs(const mt_config *a, const mt_config *b, const char *
     CMP_INT(attn_bias, "attention_bias");
     CMP_INT(act, "hidden_act");
     CMP_INT(rotary_dim, "rotary_pct (rotary dims)");
+    CMP_INT(new_decoder, "new_decoder_architecture");
     /* mixture-of-experts: what changes the math without changing the tensors */
     CMP_INT(moe.E, "num_experts");
     CMP_INT(moe.K, "num_experts_per_tok");

@@ -1,6 +1,7 @@
 /* config.json parsing for the Llama family (llama, mistral, qwen2, qwen3),
- * its mixture-of-experts relatives (mixtral, qwen2_moe, qwen3_moe) and
- * gpt_neox (Pythia, GPT-NeoX-20B).
+ * its mixture-of-experts relatives (mixtral, qwen2_moe, qwen3_moe),
+ * gpt_neox (Pythia, GPT-NeoX-20B) and falcon (Falcon-7B, and the new
+ * decoder architecture of Falcon-40B/180B).
  *
  * Accepts both the transformers 4 layout (rope_theta + rope_scaling) and the
  * transformers 5 layout (rope_parameters). Anything that would change the
@@ -199,10 +200,40 @@ static int parse_neox_rope(mt_config *cfg, const cJSON *root, const char *src, m
     return 0;
 }
 
+/* The GELU of the field `key` (gpt_neox: hidden_act, falcon: activation),
+ * "gelu" when absent. */
+static int parse_gelu(mt_config *cfg, const cJSON *root, const char *key, const char *src,
+                      mt_error *err) {
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, key);
+    const char *a = act && cJSON_IsString(act) ? act->valuestring : act ? "" : "gelu";
+    if (!strcmp(a, "gelu")) cfg->act = MT_ACT_GELU;
+    else if (!strcmp(a, "gelu_new") || !strcmp(a, "gelu_fast") || !strcmp(a, "gelu_pytorch_tanh"))
+        cfg->act = MT_ACT_GELU_TANH;
+    else
+        return mt_errorf(err, "%s: %s \"%s\" is not supported for model_type \"%s\"; "
+                         "megatrain implements \"gelu\" and the tanh forms \"gelu_new\", "
+                         "\"gelu_fast\", \"gelu_pytorch_tanh\"", src, key, a, cfg->model_type);
+    return 0;
+}
+
+/* hidden_dropout and attention_dropout must be 0 (absent: 0, as in both
+ * GPTNeoXConfig and FalconConfig). */
+static int refuse_dropout(const cJSON *root, const char *src, mt_error *err) {
+    const char *dropouts[] = {"hidden_dropout", "attention_dropout"};
+    for (size_t i = 0; i < 2; i++) {
+        double drop = 0;
+        if (get_num(root, dropouts[i], 0.0, &drop, src, err)) return -1;
+        if (drop != 0)
+            return mt_errorf(err, "%s: %s = %g is not supported (megatrain trains without "
+                             "dropout); set it to 0.0", src, dropouts[i], drop);
+    }
+    return 0;
+}
+
 /* What gpt_neox adds to the common fields, with GPTNeoXConfig's defaults;
  * what megatrain does not compute is refused by field name. */
 static int parse_gpt_neox(mt_config *cfg, const cJSON *root, const char *src, mt_error *err) {
-    double eps = 0, drop = 0;
+    double eps = 0;
     if (get_num(root, "layer_norm_eps", 1e-5, &eps, src, err) ||
         get_bool(root, "use_parallel_residual", true, &cfg->parallel_residual, src, err) ||
         get_bool(root, "attention_bias", true, &cfg->attn_bias, src, err))
@@ -214,22 +245,8 @@ static int parse_gpt_neox(mt_config *cfg, const cJSON *root, const char *src, mt
         return mt_errorf(err, "%s: tie_word_embeddings = true is not supported for model_type "
                          "\"gpt_neox\" (Pythia and GPT-NeoX keep embed_out untied); set it "
                          "to false", src);
-    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
-    const char *a = act && cJSON_IsString(act) ? act->valuestring : act ? "" : "gelu";
-    if (!strcmp(a, "gelu")) cfg->act = MT_ACT_GELU;
-    else if (!strcmp(a, "gelu_new") || !strcmp(a, "gelu_fast") || !strcmp(a, "gelu_pytorch_tanh"))
-        cfg->act = MT_ACT_GELU_TANH;
-    else
-        return mt_errorf(err, "%s: hidden_act \"%s\" is not supported for model_type "
-                         "\"gpt_neox\"; megatrain implements \"gelu\" and the tanh forms "
-                         "\"gelu_new\", \"gelu_fast\", \"gelu_pytorch_tanh\"", src, a);
-    const char *dropouts[] = {"hidden_dropout", "attention_dropout"};
-    for (size_t i = 0; i < 2; i++) {
-        if (get_num(root, dropouts[i], 0.0, &drop, src, err)) return -1;
-        if (drop != 0)
-            return mt_errorf(err, "%s: %s = %g is not supported (megatrain trains without "
-                             "dropout); set it to 0.0", src, dropouts[i], drop);
-    }
+    if (parse_gelu(cfg, root, "hidden_act", src, err) || refuse_dropout(root, src, err))
+        return -1;
     int64_t nkv = cfg->NH, hd = cfg->C / cfg->NH;
     if (get_int(root, "num_key_value_heads", cfg->NH, &nkv, src, err) ||
         get_int(root, "head_dim", hd, &hd, src, err))
@@ -240,6 +257,73 @@ static int parse_gpt_neox(mt_config *cfg, const cJSON *root, const char *src, mt
                          "head_dim, and make hidden_size a multiple of the heads", src);
     cfg->HD = hd;
     return parse_neox_rope(cfg, root, src, err);
+}
+
+/* What falcon adds to the common fields, with FalconConfig's defaults
+ * (transformers 5); what megatrain does not compute is refused by field
+ * name. Two architectures: Falcon-7B's (one LayerNorm, multi_query: one
+ * kv head) and new_decoder_architecture (ln_attn and ln_mlp, num_kv_heads
+ * grouped kv heads); both run attention and MLP in parallel. */
+static int parse_falcon(mt_config *cfg, const cJSON *root, const char *src, mt_error *err) {
+    double eps = 0;
+    bool mq = true, par = true, alibi = false, bias = false;
+    int64_t nkv = cfg->NH, nln = 0, hd = 0;
+    if (get_int(root, "ffn_hidden_size", 4 * cfg->C, &cfg->F, src, err) ||
+        get_num(root, "layer_norm_epsilon", 1e-5, &eps, src, err) ||
+        get_bool(root, "tie_word_embeddings", true, &cfg->tie_embeddings, src, err) ||
+        get_bool(root, "new_decoder_architecture", false, &cfg->new_decoder, src, err) ||
+        get_bool(root, "multi_query", true, &mq, src, err) ||
+        get_bool(root, "parallel_attn", true, &par, src, err) ||
+        get_bool(root, "alibi", false, &alibi, src, err) ||
+        get_bool(root, "bias", false, &bias, src, err) ||
+        get_int(root, "num_kv_heads", cfg->NH, &nkv, src, err) ||
+        get_int(root, "num_ln_in_parallel_attn", cfg->new_decoder ? 2 : 1, &nln, src, err) ||
+        get_int(root, "head_dim", cfg->C / cfg->NH, &hd, src, err) ||
+        parse_gelu(cfg, root, "activation", src, err) || refuse_dropout(root, src, err))
+        return -1;
+    /* FalconConfig's bos_token_id and eos_token_id are 11 when absent */
+    const char *ids[] = {"bos_token_id", "eos_token_id"};
+    int64_t *id_out[] = {&cfg->bos_id, &cfg->eos_id};
+    for (size_t i = 0; i < 2; i++)
+        if (!cJSON_GetObjectItemCaseSensitive(root, ids[i])) *id_out[i] = 11;
+    if (alibi)
+        return mt_errorf(err, "%s: alibi = true is not supported for model_type \"falcon\" "
+                         "(megatrain computes rotary position embeddings, not ALiBi's "
+                         "attention biases); set it to false", src);
+    if (bias)
+        return mt_errorf(err, "%s: bias = true is not supported for model_type \"falcon\" "
+                         "(biases on query_key_value, dense and the MLP are not implemented); "
+                         "set it to false", src);
+    if (!par)
+        return mt_errorf(err, "%s: parallel_attn = false is not supported for model_type "
+                         "\"falcon\" (megatrain runs attention and MLP in parallel, as "
+                         "Falcon-7B/40B/180B do); set it to true", src);
+    if (!cfg->new_decoder && !mq)
+        return mt_errorf(err, "%s: multi_query = false without new_decoder_architecture is not "
+                         "supported for model_type \"falcon\" (megatrain reads Falcon-7B's one "
+                         "kv head, or new_decoder_architecture's num_kv_heads); set one of them "
+                         "to true", src);
+    if (nln != (cfg->new_decoder ? 2 : 1))
+        return mt_errorf(err, "%s: num_ln_in_parallel_attn = %lld is not supported for "
+                         "new_decoder_architecture = %s; megatrain reads %s", src,
+                         (long long)nln, cfg->new_decoder ? "true" : "false",
+                         cfg->new_decoder ? "2 (ln_attn and ln_mlp)" : "1 (input_layernorm)");
+    cfg->NKV = cfg->new_decoder ? nkv : 1;
+    if (cfg->C % cfg->NH || hd != cfg->C / cfg->NH)
+        return mt_errorf(err, "%s: falcon has num_attention_heads heads of hidden_size / "
+                         "num_attention_heads dims each; remove head_dim and make hidden_size a "
+                         "multiple of the heads", src);
+    if (cfg->NKV < 1 || cfg->NH % cfg->NKV)
+        return mt_errorf(err, "%s: num_kv_heads = %lld must divide num_attention_heads = %lld",
+                         src, (long long)cfg->NKV, (long long)cfg->NH);
+    cfg->HD = hd;
+    cfg->rms_eps = (float)eps;
+    cfg->layernorm = true;
+    cfg->parallel_residual = true;
+    cfg->attn_bias = false;
+    cfg->qkv_bias = cfg->qk_norm = false;
+    cfg->rotary_dim = 0; /* the whole head */
+    return parse_rope(cfg, root, src, err);
 }
 
 /* mlp_only_layers: a list of block indices in [0, L). */
@@ -351,26 +435,29 @@ int mt_config_parse(mt_config *cfg, const char *json_text, const char *src, mt_e
         goto out;
     }
     const char *types[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe",
-                           "qwen3_moe", "gpt_neox"};
+                           "qwen3_moe", "gpt_neox", "falcon"};
     const mt_arch archs[] = {MT_ARCH_LLAMA, MT_ARCH_MISTRAL, MT_ARCH_QWEN2, MT_ARCH_QWEN3,
                              MT_ARCH_MIXTRAL, MT_ARCH_QWEN2_MOE, MT_ARCH_QWEN3_MOE,
-                             MT_ARCH_GPT_NEOX};
+                             MT_ARCH_GPT_NEOX, MT_ARCH_FALCON};
     int found = -1;
     for (int i = 0; i < (int)(sizeof types / sizeof *types); i++)
         if (!strcmp(mt->valuestring, types[i])) found = i;
     if (found < 0) {
         mt_errorf(err, "%s: model_type \"%s\" is not supported; megatrain trains llama, mistral, "
-                  "qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe and gpt_neox", src, mt->valuestring);
+                  "qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, gpt_neox and falcon", src,
+                  mt->valuestring);
         goto out;
     }
     cfg->arch = archs[found];
     snprintf(cfg->model_type, sizeof cfg->model_type, "%s", types[found]);
 
     double eps = 0;
+    /* falcon names its MLP size ffn_hidden_size (parse_falcon) */
+    bool falcon = cfg->arch == MT_ARCH_FALCON;
     if (get_int(root, "hidden_size", -1, &cfg->C, src, err) ||
         get_int(root, "num_hidden_layers", -1, &cfg->L, src, err) ||
         get_int(root, "num_attention_heads", -1, &cfg->NH, src, err) ||
-        get_int(root, "intermediate_size", -1, &cfg->F, src, err) ||
+        (!falcon && get_int(root, "intermediate_size", -1, &cfg->F, src, err)) ||
         get_int(root, "vocab_size", -1, &cfg->V, src, err) ||
         get_int(root, "num_key_value_heads", cfg->NH, &cfg->NKV, src, err) ||
         get_int(root, "max_position_embeddings", 2048, &cfg->max_pos, src, err) ||
@@ -402,6 +489,8 @@ int mt_config_parse(mt_config *cfg, const char *json_text, const char *src, mt_e
     if (mt_arch_has_experts(a) && parse_moe(cfg, root, src, err)) goto out;
     if (a == MT_ARCH_GPT_NEOX) {
         if (parse_gpt_neox(cfg, root, src, err)) goto out;
+    } else if (a == MT_ARCH_FALCON) {
+        if (parse_falcon(cfg, root, src, err)) goto out;
     } else if (parse_rope(cfg, root, src, err) || refuse_unsupported(cfg, root, src, err)) {
         goto out;
     }
@@ -492,6 +581,9 @@ static int64_t block_params(const mt_config *c, int64_t i, bool active) {
     if (c->arch == MT_ARCH_GPT_NEOX) /* two LayerNorms, fused qkv, dense, GELU MLP */
         return 4 * c->C + (q + 2 * kv) * c->C + c->C * q +
                (c->attn_bias ? q + 2 * kv + c->C : 0) + 2 * c->F * c->C + c->F + c->C;
+    if (c->arch == MT_ARCH_FALCON) /* one or two LayerNorms, fused qkv, dense, GELU MLP */
+        return (c->new_decoder ? 4 : 2) * c->C + (q + 2 * kv) * c->C + c->C * q +
+               2 * c->F * c->C;
     int64_t block = 2 * c->C + q * c->C + 2 * kv * c->C + c->C * q;
     if (c->qkv_bias) block += q + 2 * kv;
     if (c->qk_norm) block += 2 * c->HD;
@@ -586,12 +678,57 @@ static void neox_to_json(const mt_config *c, cJSON *r) {
     cJSON_AddBoolToObject(r, "tie_word_embeddings", false);
 }
 
+/* rope_theta, and rope_scaling for llama3, under transformers 4's names
+ * (transformers 5 converts them on load). */
+static void rope_to_json(const mt_config *c, cJSON *r) {
+    add_float(r, "rope_theta", c->rope_theta);
+    if (c->rope_kind != MT_ROPE_LLAMA3) return;
+    cJSON *s = cJSON_AddObjectToObject(r, "rope_scaling");
+    cJSON_AddStringToObject(s, "rope_type", "llama3");
+    add_float(s, "factor", c->rope_factor);
+    add_float(s, "low_freq_factor", c->rope_low_freq_factor);
+    add_float(s, "high_freq_factor", c->rope_high_freq_factor);
+    cJSON_AddNumberToObject(s, "original_max_position_embeddings", (double)c->rope_orig_max_pos);
+}
+
+/* falcon under FalconConfig's names. */
+static void falcon_to_json(const mt_config *c, cJSON *r) {
+    cJSON_AddStringToObject(r, "model_type", c->model_type);
+    cJSON_AddNumberToObject(r, "hidden_size", (double)c->C);
+    cJSON_AddNumberToObject(r, "num_hidden_layers", (double)c->L);
+    cJSON_AddNumberToObject(r, "num_attention_heads", (double)c->NH);
+    cJSON_AddBoolToObject(r, "new_decoder_architecture", c->new_decoder);
+    cJSON_AddBoolToObject(r, "multi_query", true);
+    if (c->new_decoder) {
+        cJSON_AddNumberToObject(r, "num_kv_heads", (double)c->NKV);
+        cJSON_AddNumberToObject(r, "num_ln_in_parallel_attn", 2);
+    }
+    cJSON_AddBoolToObject(r, "parallel_attn", true);
+    cJSON_AddBoolToObject(r, "bias", false);
+    cJSON_AddBoolToObject(r, "alibi", false);
+    cJSON_AddNumberToObject(r, "ffn_hidden_size", (double)c->F);
+    cJSON_AddNumberToObject(r, "vocab_size", (double)c->V);
+    cJSON_AddNumberToObject(r, "max_position_embeddings", (double)c->max_pos);
+    add_number(r, "layer_norm_epsilon", c->rms_eps, true);
+    cJSON_AddStringToObject(r, "activation", c->act == MT_ACT_GELU ? "gelu" : "gelu_new");
+    add_float(r, "hidden_dropout", 0.0);
+    add_float(r, "attention_dropout", 0.0);
+    cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tie_embeddings);
+    rope_to_json(c, r);
+}
+
 char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
     cJSON *r = cJSON_CreateObject();
     if (c->arch == MT_ARCH_GPT_NEOX) {
         cJSON *a = cJSON_AddArrayToObject(r, "architectures");
         cJSON_AddItemToArray(a, cJSON_CreateString("GPTNeoXForCausalLM"));
         neox_to_json(c, r);
+        goto ids;
+    }
+    if (c->arch == MT_ARCH_FALCON) {
+        cJSON *a = cJSON_AddArrayToObject(r, "architectures");
+        cJSON_AddItemToArray(a, cJSON_CreateString("FalconForCausalLM"));
+        falcon_to_json(c, r);
         goto ids;
     }
     const char *arch[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
@@ -611,16 +748,7 @@ char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
     add_number(r, "rms_norm_eps", c->rms_eps, true);
     cJSON_AddStringToObject(r, "hidden_act", "silu");
     cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tie_embeddings);
-    add_float(r, "rope_theta", c->rope_theta);
-    if (c->rope_kind == MT_ROPE_LLAMA3) {
-        cJSON *s = cJSON_AddObjectToObject(r, "rope_scaling");
-        cJSON_AddStringToObject(s, "rope_type", "llama3");
-        add_float(s, "factor", c->rope_factor);
-        add_float(s, "low_freq_factor", c->rope_low_freq_factor);
-        add_float(s, "high_freq_factor", c->rope_high_freq_factor);
-        cJSON_AddNumberToObject(s, "original_max_position_embeddings",
-                                (double)c->rope_orig_max_pos);
-    }
+    rope_to_json(c, r);
     if (c->arch == MT_ARCH_QWEN2 || c->arch == MT_ARCH_QWEN3 || c->arch == MT_ARCH_QWEN2_MOE ||
         c->arch == MT_ARCH_QWEN3_MOE)
         cJSON_AddBoolToObject(r, "use_sliding_window", false);
@@ -652,6 +780,20 @@ void mt_config_neox_defaults(mt_config *c) {
     c->qkv_bias = c->qk_norm = false;
     int64_t r = c->HD / 4;
     c->rotary_dim = r < 2 ? 2 : r - r % 2;
+}
+
+void mt_config_falcon_defaults(mt_config *c, bool new_decoder) {
+    c->arch = MT_ARCH_FALCON;
+    snprintf(c->model_type, sizeof c->model_type, "falcon");
+    c->new_decoder = new_decoder;
+    if (!new_decoder) c->NKV = 1;
+    c->rms_eps = 1e-5f;
+    c->layernorm = true;
+    c->parallel_residual = true;
+    c->attn_bias = false;
+    c->act = MT_ACT_GELU;
+    c->qkv_bias = c->qk_norm = false;
+    c->rotary_dim = 0;
 }
 
 void mt_config_default_tiny(mt_config *c) {

@@ -1,7 +1,9 @@
 /* Model configuration: the subset of a Hugging Face config.json that
  * describes a decoder-only Llama-family transformer, dense or
- * mixture-of-experts (docs/moe.md), or a GPT-NeoX one (LayerNorm, fused
- * qkv, partial rotary, GELU MLP, biases, parallel residual).
+ * mixture-of-experts (docs/moe.md), a GPT-NeoX one (LayerNorm, fused
+ * qkv, partial rotary, GELU MLP, biases, parallel residual) or a Falcon one
+ * (the same block without biases, one or two LayerNorms, multi-query or
+ * grouped kv heads).
  *
  * Dimension letters used across megatrain:
  *   B batch, T sequence, C hidden, L decoder layers, NH query heads,
@@ -25,11 +27,18 @@ typedef enum {
     MT_ARCH_QWEN2_MOE,
     MT_ARCH_QWEN3_MOE,
     MT_ARCH_GPT_NEOX,
+    MT_ARCH_FALCON,
 } mt_arch;
 
 /* Whether arch is one of the mixture-of-experts families. */
 static inline bool mt_arch_has_experts(mt_arch a) {
     return a == MT_ARCH_MIXTRAL || a == MT_ARCH_QWEN2_MOE || a == MT_ARCH_QWEN3_MOE;
+}
+
+/* Whether arch's blocks are backend/cpu/neox.c's (LayerNorm, fused qkv,
+ * GELU MLP): gpt_neox and falcon. */
+static inline bool mt_arch_has_neox_block(mt_arch a) {
+    return a == MT_ARCH_GPT_NEOX || a == MT_ARCH_FALCON;
 }
 
 /* The MLP: SwiGLU, down(silu(gate x) * up x), or a plain two-layer MLP,
@@ -78,7 +87,8 @@ typedef struct mt_config {
     int64_t F;                 /* intermediate_size */
     int64_t V;                 /* vocab_size */
     int64_t max_pos;           /* max_position_embeddings */
-    float rms_eps;             /* rms_norm_eps; gpt_neox: layer_norm_eps */
+    float rms_eps;             /* rms_norm_eps; gpt_neox: layer_norm_eps; falcon:
+                                * layer_norm_epsilon */
     double rope_theta;
     mt_rope_kind rope_kind;
     double rope_factor;        /* llama3 scaling */
@@ -89,13 +99,16 @@ typedef struct mt_config {
     bool qkv_bias;             /* qwen2: q/k/v projections have a bias */
     bool qk_norm;              /* qwen3: per-head RMSNorm on q and k */
     int64_t sliding_window;    /* 0 = full attention */
-    /* gpt_neox (all zero for the Llama family) */
+    /* gpt_neox and falcon (all zero for the Llama family) */
     bool layernorm;            /* LayerNorm with bias in place of RMSNorm */
     bool parallel_residual;    /* use_parallel_residual: x + attn(ln1 x) + mlp(ln2 x) */
     bool attn_bias;            /* attention_bias: biases on the fused qkv and on dense */
     mt_act act;                /* hidden_act; the GELU MLPs have biases */
     int64_t rotary_dim;        /* leading dims of a head that RoPE rotates, int(HD *
                                 * rotary_pct); 0 = all HD */
+    bool new_decoder;          /* falcon's new_decoder_architecture (Falcon-40B/180B):
+                                * ln_attn and ln_mlp, grouped kv heads; false:
+                                * Falcon-7B's one LayerNorm and one kv head */
     int64_t bos_id;            /* -1 when absent */
     int64_t eos_id;            /* -1 when absent */
     mt_moe_config moe;
@@ -127,6 +140,13 @@ char *mt_config_to_json_dtype(const mt_config *cfg, const char *torch_dtype);
  * GELU, untied embed_out, rotary_pct 0.25 (rotary_dim HD / 4, even, at
  * least 2). Leaves rope_theta. For `init` and the presets. */
 void mt_config_neox_defaults(mt_config *cfg);
+
+/* Sets what a falcon model of shape C, NH, NKV has: with new_decoder the
+ * architecture of Falcon-40B/180B (ln_attn and ln_mlp, NKV grouped kv
+ * heads), else Falcon-7B's (one LayerNorm, NKV = 1); parallel attention
+ * and MLP, no biases, erf GELU, LayerNorm eps 1e-5, full rotary. Leaves
+ * rope_theta and the tying. For `init` and the presets. */
+void mt_config_falcon_defaults(mt_config *cfg, bool new_decoder);
 
 /* The built-in tiny model used by `make run` (byte-level vocabulary). */
 void mt_config_default_tiny(mt_config *cfg);

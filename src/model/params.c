@@ -150,21 +150,48 @@ static void build_neox_block(layer_builder *b, const mt_config *c, int i) {
 #undef NAME
 }
 
+/* A falcon block under the published names (FalconDecoderLayer's state
+ * dict): Falcon-7B's one input_layernorm, or the new decoder's ln_attn and
+ * ln_mlp; no biases. */
+static void build_falcon_block(layer_builder *b, const mt_config *c, int i) {
+    char n[96];
+    int64_t q = c->NH * c->HD, kv = c->NKV * c->HD;
+#define NAME(suffix) (snprintf(n, sizeof n, "transformer.h.%d." suffix, i), n)
+    if (c->new_decoder) {
+        add(b, MT_T_ATTN_NORM, NAME("ln_attn.weight"), c->C, 0);
+        add(b, MT_T_ATTN_NORM_B, NAME("ln_attn.bias"), c->C, 0);
+        add(b, MT_T_MLP_NORM, NAME("ln_mlp.weight"), c->C, 0);
+        add(b, MT_T_MLP_NORM_B, NAME("ln_mlp.bias"), c->C, 0);
+    } else {
+        add(b, MT_T_ATTN_NORM, NAME("input_layernorm.weight"), c->C, 0);
+        add(b, MT_T_ATTN_NORM_B, NAME("input_layernorm.bias"), c->C, 0);
+    }
+    add(b, MT_T_WQKV, NAME("self_attention.query_key_value.weight"), q + 2 * kv, c->C);
+    add(b, MT_T_WO, NAME("self_attention.dense.weight"), c->C, q);
+    add(b, MT_T_WUP, NAME("mlp.dense_h_to_4h.weight"), c->F, c->C);
+    add(b, MT_T_WDOWN, NAME("mlp.dense_4h_to_h.weight"), c->C, c->F);
+#undef NAME
+}
+
 int mt_params_init(mt_param_table *t, const mt_config *c, mt_error *err) {
     memset(t, 0, sizeof *t);
     t->n_layers = (int)c->L + 2;
     t->layers = mt_calloc_or_die((size_t)t->n_layers, sizeof *t->layers);
     layer_builder b = {0};
 
-    bool neox = c->arch == MT_ARCH_GPT_NEOX;
+    bool neox = c->arch == MT_ARCH_GPT_NEOX, falcon = c->arch == MT_ARCH_FALCON;
     begin(&b, &t->layers[0], MT_LAYER_EMBED, -1, 0);
-    add(&b, MT_T_EMBED, neox ? "gpt_neox.embed_in.weight" : "model.embed_tokens.weight", c->V,
-        c->C);
+    add(&b, MT_T_EMBED,
+        neox     ? "gpt_neox.embed_in.weight"
+        : falcon ? "transformer.word_embeddings.weight"
+                 : "model.embed_tokens.weight",
+        c->V, c->C);
     end(&b);
     for (int i = 0; i < c->L; i++) {
         begin(&b, &t->layers[i + 1], MT_LAYER_BLOCK, i,
               mt_config_block_is_moe(c, i) ? c->moe.E : 0);
         if (neox) build_neox_block(&b, c, i);
+        else if (falcon) build_falcon_block(&b, c, i);
         else build_block(&b, c, i);
         end(&b);
     }
@@ -173,6 +200,10 @@ int mt_params_init(mt_param_table *t, const mt_config *c, mt_error *err) {
         add(&b, MT_T_FINAL_NORM, "gpt_neox.final_layer_norm.weight", c->C, 0);
         add(&b, MT_T_FINAL_NORM_B, "gpt_neox.final_layer_norm.bias", c->C, 0);
         if (!c->tie_embeddings) add(&b, MT_T_LM_HEAD, "embed_out.weight", c->V, c->C);
+    } else if (falcon) {
+        add(&b, MT_T_FINAL_NORM, "transformer.ln_f.weight", c->C, 0);
+        add(&b, MT_T_FINAL_NORM_B, "transformer.ln_f.bias", c->C, 0);
+        if (!c->tie_embeddings) add(&b, MT_T_LM_HEAD, "lm_head.weight", c->V, c->C);
     } else {
         add(&b, MT_T_FINAL_NORM, "model.norm.weight", c->C, 0);
         if (!c->tie_embeddings) add(&b, MT_T_LM_HEAD, "lm_head.weight", c->V, c->C);
@@ -213,7 +244,8 @@ const mt_tensor_desc *mt_params_by_name(const mt_param_table *t, const char *nam
     int first = 0, last = t->n_layers - 1;
     int idx, pos = 0;
     if ((sscanf(name, "model.layers.%d.%n", &idx, &pos) == 1 && pos > 0) ||
-        (sscanf(name, "gpt_neox.layers.%d.%n", &idx, &pos) == 1 && pos > 0)) {
+        (sscanf(name, "gpt_neox.layers.%d.%n", &idx, &pos) == 1 && pos > 0) ||
+        (sscanf(name, "transformer.h.%d.%n", &idx, &pos) == 1 && pos > 0)) {
         if (idx < 0 || idx + 1 >= t->n_layers - 1) return NULL;
         first = last = idx + 1;
     }

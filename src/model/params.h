@@ -60,12 +60,14 @@ typedef enum {
     MT_T_EXP_WGATE,   /* (FE, C) mlp.experts.<e>.gate_proj.weight (mixtral: w1), per expert */
     MT_T_EXP_WUP,     /* (FE, C) mlp.experts.<e>.up_proj.weight (mixtral: w3) */
     MT_T_EXP_WDOWN,   /* (C, FE) mlp.experts.<e>.down_proj.weight (mixtral: w2) */
-    /* gpt_neox: the LayerNorms' biases, the fused qkv, the linear biases; its
-     * MLP is WUP (dense_h_to_4h) and WDOWN (dense_4h_to_h) */
-    MT_T_ATTN_NORM_B, /* (C)     input_layernorm.bias */
-    MT_T_MLP_NORM_B,  /* (C)     post_attention_layernorm.bias */
-    MT_T_WQKV,        /* (NH*3*HD, C) attention.query_key_value.weight: rows are
-                       * [head][q, k, v][HD], as published */
+    /* gpt_neox and falcon: the LayerNorms' biases, the fused qkv, the linear
+     * biases (gpt_neox only); the MLP is WUP (dense_h_to_4h) and WDOWN
+     * (dense_4h_to_h). Falcon-7B has one LayerNorm: no MLP_NORM. */
+    MT_T_ATTN_NORM_B, /* (C)     input_layernorm.bias (falcon new decoder: ln_attn) */
+    MT_T_MLP_NORM_B,  /* (C)     post_attention_layernorm.bias (falcon: ln_mlp) */
+    MT_T_WQKV,        /* ((NH+2*NKV)*HD, C) query_key_value.weight, rows grouped per kv
+                       * head as published: [NKV][NH/NKV q heads, k, v][HD]; gpt_neox
+                       * (NKV = NH): [head][q, k, v], Falcon-7B (NKV = 1): [q..., k, v] */
     MT_T_BQKV,        /* (NH*3*HD) attention.query_key_value.bias (attention_bias) */
     MT_T_BO,          /* (C)     attention.dense.bias (attention_bias) */
     MT_T_BUP,         /* (F)     mlp.dense_h_to_4h.bias */

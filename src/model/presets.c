@@ -28,6 +28,9 @@ static const mt_preset presets[] = {
      0, 0},
     {"gpt-neox-20b", "GPT-NeoX-20B", 6144, 44, 64, 64, 24576, 50432, 0, MT_ARCH_GPT_NEOX, 0, 0,
      0, 0},
+    /* tiiuae/falcon-7b and falcon-40b's config.json; both tie lm_head */
+    {"falcon-7b", "Falcon-7B", 4544, 32, 71, 1, 18176, 65024, 1, MT_ARCH_FALCON, 0, 0, 0, 0},
+    {"falcon-40b", "Falcon-40B", 8192, 60, 128, 8, 32768, 65024, 1, MT_ARCH_FALCON, 0, 0, 0, 0},
 };
 
 const mt_preset *mt_preset_find(const char *name) {
@@ -53,6 +56,12 @@ void mt_preset_config(const mt_preset *p, int64_t T, mt_config *cfg) {
     if (p->arch == MT_ARCH_LLAMA) return;
     if (p->arch == MT_ARCH_GPT_NEOX) { /* rotary_pct 0.25, rotary_emb_base 10000 */
         mt_config_neox_defaults(cfg);
+        cfg->rope_theta = 10000.0;
+        return;
+    }
+    if (p->arch == MT_ARCH_FALCON) { /* FalconConfig's rope_theta 10000 */
+        /* Falcon-7B is multi-query, Falcon-40B the new decoder with 8 kv heads */
+        mt_config_falcon_defaults(cfg, p->NKV > 1);
         cfg->rope_theta = 10000.0;
         return;
     }

@@ -380,6 +380,24 @@ Test(checkpoint, gpt_neox_mismatch_names_the_field) {
     model_free(&md);
 }
 
+/* falcon's two architectures: a resume names new_decoder_architecture, not
+ * only the LayerNorms' tensors that differ with it. */
+Test(checkpoint, falcon_architecture_mismatch_names_the_field) {
+    mt_config cfg;
+    mt_config_default_tiny(&cfg);
+    mt_config_falcon_defaults(&cfg, false);
+    model md, other;
+    model_init(&md, &cfg, 1);
+    char *out = out_dir(), *p = ckpt_path(out, 1);
+    save_ok(out, 1, &md, 0);
+    mt_config_falcon_defaults(&cfg, true);
+    model_init(&other, &cfg, 2);
+    expect_load_error(p, &other, "\"new_decoder_architecture\"", NULL);
+    model_free(&other);
+    free(p), free(out);
+    model_free(&md);
+}
+
 static void truncate_file(const char *dir, const char *name, long keep) {
     char *p = mt_path_join(dir, name);
     cr_assert_eq(truncate(p, keep), 0, "truncate %s", p);

@@ -19,6 +19,7 @@
 #include "io/safetensors.h"
 #include "megatrain.h"
 #include "fixture.h"
+#include "hf_check.h"
 #include "testlib.h"
 
 /* Tolerances, relative L2 error per tensor (mt_test_rel_err). Both sides
@@ -40,6 +41,9 @@
  * * sign(noise); docs/fixtures.md), as the Llama tests do. */
 #define TOL_TRAJ 2e-5
 
+static const mt_hf_tols tols = {.logits = TOL_LOGITS, .loss = TOL_LOSS, .grad = TOL_GRAD,
+                                 .traj = TOL_TRAJ};
+
 static const char *models[] = {"neox_parallel", "neox_sequential"};
 static int model_index[] = {0, 1};
 
@@ -48,54 +52,15 @@ ParameterizedTestParameters(neox, logits_loss_and_gradients) {
 }
 
 ParameterizedTest(int *which, neox, logits_loss_and_gradients) {
-    mt_fixture f;
-    mt_fixture_open(&f, models[*which]);
-    cr_assert_eq(f.cfg.arch, MT_ARCH_GPT_NEOX);
-    cr_assert_eq(f.cfg.parallel_residual, *which == 0);
-    cr_assert_eq(f.cfg.rotary_dim, *which == 0 ? 4 : 16);
+    mt_config c;
     mt_error err;
-    size_t N = (size_t)(f.B * f.T);
-    int32_t *tok = mt_fixture_i32(&f, "input_ids", 0, N);
-    int32_t *tgt = mt_fixture_i32(&f, "targets", 0, N);
-    /* One micro-batch of B rows, and B micro-batches of one row. */
-    for (int split = 0; split < 2; split++) {
-        int M = split ? (int)f.B : 1;
-        int64_t B = split ? 1 : f.B;
-        mt_backend *be = mt_cpu_backend_create(&f.cfg, &f.table, &f.store, M, B, f.T, &err);
-        cr_assert_not_null(be, "%s", err.msg);
-        mt_batch b = {.M = M, .B = B, .T = f.T, .tokens = tok, .targets = tgt};
-        double loss;
-        cr_assert_eq(mt_step_forward_backward(be, f.table.n_layers, &b, &loss, &err), 0, "%s",
-                     err.msg);
-        float *ref_loss = mt_fixture_f32(&f, "loss", NULL);
-        double el = fabs(loss - ref_loss[0]) / fabs(ref_loss[0]);
-        cr_assert_lt(el, TOL_LOSS, "%s (M=%d): loss %.8f vs HF %.8f", models[*which], M, loss,
-                     ref_loss[0]);
-        free(ref_loss);
-        double eg = mt_fixture_compare(&f, f.store.g, "grad.", TOL_GRAD, "gradient", 0);
-        cr_log_info("%s M=%d: loss rel err %.3g, worst gradient rel err %.3g", models[*which], M,
-                    el, eg);
-        if (!split) {
-            double sum;
-            int64_t nv;
-            cr_assert_eq(mt_step_eval(be, f.table.n_layers, &b, &sum, &nv, &err), 0);
-            size_t nl;
-            float *ref = mt_fixture_f32(&f, "logits", &nl);
-            cr_assert_eq(nl, N * (size_t)f.cfg.V);
-            float *ours = malloc(nl * sizeof *ours);
-            for (size_t r = 0; r < N; r++)
-                mt_cpu_backend_logits(be, 0, (int64_t)r, ours + r * f.cfg.V);
-            double e = mt_test_rel_err(ours, ref, nl);
-            cr_log_info("%s: logits rel err %.3g", models[*which], e);
-            cr_assert_lt(e, TOL_LOGITS, "%s: logits rel err %.3g", models[*which], e);
-            free(ours);
-            free(ref);
-        }
-        mt_cpu_backend_free(be);
-    }
-    free(tok);
-    free(tgt);
-    mt_fixture_close(&f);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/models/%s", mt_test_fixtures_dir(), models[*which]);
+    cr_assert_eq(mt_model_load_config(&c, dir, &err), 0, "%s", err.msg);
+    cr_assert_eq(c.arch, MT_ARCH_GPT_NEOX);
+    cr_assert_eq(c.parallel_residual, *which == 0);
+    cr_assert_eq(c.rotary_dim, *which == 0 ? 4 : 16);
+    mt_hf_check_forward_backward(models[*which], &tols);
 }
 
 ParameterizedTestParameters(neox, five_step_adamw_trajectory) {
@@ -103,139 +68,15 @@ ParameterizedTestParameters(neox, five_step_adamw_trajectory) {
 }
 
 ParameterizedTest(int *which, neox, five_step_adamw_trajectory) {
-    mt_fixture f;
-    mt_fixture_open(&f, models[*which]);
-    mt_error err;
-    cJSON *hp = mt_fixture_train_json(&f);
-    cJSON *betas = cJSON_GetObjectItemCaseSensitive(hp, "betas");
-    cr_assert_float_eq(mt_fixture_json_num(hp, "weight_decay_1d"), 0.0, 0,
-                       "1-D tensors (norms, biases) are not decayed");
-    mt_optimizer opt = {
-        .beta1 = cJSON_GetArrayItem(betas, 0)->valuedouble,
-        .beta2 = cJSON_GetArrayItem(betas, 1)->valuedouble,
-        .eps = mt_fixture_json_num(hp, "eps"),
-        .weight_decay = mt_fixture_json_num(hp, "weight_decay"),
-        .max_grad_norm = (float)mt_fixture_json_num(hp, "max_grad_norm"),
-    };
-    mt_lr_kind kind;
-    cJSON *sched = cJSON_GetObjectItemCaseSensitive(hp, "schedule");
-    cr_assert_eq(mt_lr_kind_parse(sched->valuestring, &kind, &err), 0, "%s", err.msg);
-    int64_t S = (int64_t)mt_fixture_json_num(hp, "total_steps");
-    opt.sched = mt_lr_schedule_make(kind, mt_fixture_json_num(hp, "lr"),
-                                    (int64_t)mt_fixture_json_num(hp, "warmup_steps"), S);
-    cr_assert_eq(mt_optim_cpu_init(&opt.cpu, 0, &err), 0, "%s", err.msg);
-    cJSON_Delete(hp);
-
-    size_t N = (size_t)(f.B * f.T);
-    mt_backend *be = mt_cpu_backend_create(&f.cfg, &f.table, &f.store, 1, f.B, f.T, &err);
-    cr_assert_not_null(be, "%s", err.msg);
-    float *losses = mt_fixture_f32(&f, "train.losses", NULL);
-    float *norms = mt_fixture_f32(&f, "train.grad_norms", NULL);
-    double worst_loss = 0;
-    for (int64_t s = 0; s < S; s++) {
-        int32_t *tok = mt_fixture_i32(&f, "train.input_ids", (size_t)s * N, N);
-        int32_t *tgt = mt_fixture_i32(&f, "train.targets", (size_t)s * N, N);
-        mt_batch b = {.M = 1, .B = f.B, .T = f.T, .tokens = tok, .targets = tgt};
-        double loss;
-        cr_assert_eq(mt_step_forward_backward(be, f.table.n_layers, &b, &loss, &err), 0);
-        mt_optim_report rep;
-        mt_optimizer_step(&opt, &f.store, &rep);
-        double el = fabs(loss - losses[s]) / fabs(losses[s]);
-        if (el > worst_loss) worst_loss = el;
-        cr_assert_lt(el, TOL_TRAJ, "%s step %lld: loss %.7f vs HF %.7f", models[*which],
-                     (long long)s, loss, losses[s]);
-        cr_assert_lt(fabs(rep.grad_norm - norms[s]) / norms[s], TOL_GRAD,
-                     "step %lld: grad norm %.6f vs HF %.6f", (long long)s, rep.grad_norm, norms[s]);
-        free(tok);
-        free(tgt);
-    }
-    double ew = mt_fixture_compare(&f, f.store.w, "final.", TOL_TRAJ, "weight after 5 steps", 1);
-    double em = mt_fixture_compare(&f, f.store.m, "final_exp_avg.", TOL_TRAJ,
-                                   "Adam m after 5 steps", 0);
-    double ev = mt_fixture_compare(&f, f.store.v, "final_exp_avg_sq.", TOL_TRAJ,
-                                   "Adam v after 5 steps", 0);
-    cr_log_info("%s: 5 steps: loss %.3g, weights %.3g, m %.3g, v %.3g (worst rel err)",
-                models[*which], worst_loss, ew, em, ev);
-    free(losses);
-    free(norms);
-    mt_cpu_backend_free(be);
-    mt_fixture_close(&f);
+    mt_hf_check_trajectory(models[*which], &tols);
 }
 
-/* Logits of the fixture's first batch with the model in store s. */
-static float *logits_of(mt_fixture *f, mt_host_store *s, const mt_config *cfg,
-                        const mt_param_table *t) {
-    mt_error err;
-    size_t N = (size_t)(f->B * f->T);
-    int32_t *tok = mt_fixture_i32(f, "input_ids", 0, N);
-    int32_t *tgt = mt_fixture_i32(f, "targets", 0, N);
-    mt_backend *be = mt_cpu_backend_create(cfg, t, s, 1, f->B, f->T, &err);
-    cr_assert_not_null(be, "%s", err.msg);
-    mt_batch b = {.M = 1, .B = f->B, .T = f->T, .tokens = tok, .targets = tgt};
-    double sum;
-    int64_t nv;
-    cr_assert_eq(mt_step_eval(be, t->n_layers, &b, &sum, &nv, &err), 0, "%s", err.msg);
-    float *out = malloc(N * (size_t)cfg->V * sizeof *out);
-    for (size_t r = 0; r < N; r++) mt_cpu_backend_logits(be, 0, (int64_t)r, out + r * cfg->V);
-    mt_cpu_backend_free(be);
-    free(tok);
-    free(tgt);
-    return out;
-}
-
-/* What megatrain saves holds exactly the published tensor names and
- * shapes of the checkpoint it read, and reloads to the same logits. */
 ParameterizedTestParameters(neox, save_then_reload_gives_the_same_logits) {
     return cr_make_param_array(int, model_index, 2);
 }
 
 ParameterizedTest(int *which, neox, save_then_reload_gives_the_same_logits) {
-    mt_fixture f;
-    mt_fixture_open(&f, models[*which]);
-    mt_error err;
-    char *dir = mt_test_tmpdir();
-    char out[600];
-    snprintf(out, sizeof out, "%s/saved", dir);
-    cr_assert_eq(mt_model_save(&f.store, &f.cfg, out, MT_DTYPE_F32, (size_t)1 << 30, &err), 0,
-                 "%s", err.msg);
-
-    mt_st_model hf, ours;
-    cr_assert_eq(mt_st_model_open(&hf, f.dir, &err), 0, "%s", err.msg);
-    cr_assert_eq(mt_st_model_open(&ours, out, &err), 0, "%s", err.msg);
-    cr_assert_eq(ours.n_tensors, hf.n_tensors);
-    for (int i = 0; i < hf.n_tensors; i++) {
-        const mt_st_tensor_info *a = hf.tensors[i];
-        const mt_st_tensor_info *b = mt_st_model_find(&ours, a->name);
-        cr_assert_not_null(b, "saved model lacks %s", a->name);
-        cr_assert_eq(b->ndim, a->ndim, "%s", a->name);
-        for (int d = 0; d < a->ndim; d++) cr_assert_eq(b->shape[d], a->shape[d], "%s", a->name);
-    }
-    mt_st_model_close(&hf);
-    mt_st_model_close(&ours);
-
-    mt_config cfg;
-    mt_param_table t;
-    mt_host_store s;
-    cr_assert_eq(mt_model_load_config(&cfg, out, &err), 0, "%s", err.msg);
-    cr_assert_eq(cfg.parallel_residual, f.cfg.parallel_residual);
-    cr_assert_eq(cfg.rotary_dim, f.cfg.rotary_dim);
-    cr_assert_eq(cfg.act, f.cfg.act);
-    cr_assert_float_eq(cfg.rope_theta, f.cfg.rope_theta, 0);
-    cr_assert_float_eq(cfg.rms_eps, f.cfg.rms_eps, 0);
-    cr_assert_eq(mt_params_init(&t, &cfg, &err), 0, "%s", err.msg);
-    cr_assert_eq(mt_host_store_init(&s, &t, &err), 0, "%s", err.msg);
-    cr_assert_eq(mt_model_load_weights(&s, out, &err), 0, "%s", err.msg);
-    size_t n = (size_t)(f.B * f.T * f.cfg.V);
-    float *a = logits_of(&f, &f.store, &f.cfg, &f.table);
-    float *b = logits_of(&f, &s, &cfg, &t);
-    cr_assert_eq(memcmp(a, b, n * sizeof *a), 0, "fp32 save and reload must be exact");
-    free(a);
-    free(b);
-    mt_host_store_free(&s);
-    mt_params_free(&t);
-    mt_fixture_close(&f);
-    mt_test_rmtree(dir);
-    free(dir);
+    mt_hf_check_save_reload(models[*which]);
 }
 
 /* `init --model-type gpt_neox` makes Pythia's layout (untied, NKV = NH,

@@ -1,5 +1,5 @@
 /* CPU backend: runs the layer templates of a Llama-family decoder with the
- * reference operators of ops.h; a GPT-NeoX block is neox.c's.
+ * reference operators of ops.h; a GPT-NeoX or Falcon block is neox.c's.
  *
  * Memory, all allocated at creation:
  *   saved (n_layers, M, N, C)  input of every layer for every micro-batch, saved
@@ -55,7 +55,7 @@ typedef struct cpu_backend {
     block_grads d;
     float *logits;          /* (HEAD_CHUNK, V) */
     float *xf, *rstdf;      /* (N, C), (N) final norm output */
-    float *meanf;           /* (N) the final LayerNorm's mean (gpt_neox) */
+    float *meanf;           /* (N) the final LayerNorm's mean (gpt_neox, falcon) */
     mt_cpu_moe *moe;        /* MoE blocks' scratch (moe.h), NULL for a dense model */
     mt_cpu_neox *neox;      /* GPT-NeoX blocks (neox.h), NULL for another family */
     /* per step */
@@ -258,7 +258,7 @@ static void head_matrix(cpu_backend *cb, int head, float **w, float **g) {
     }
 }
 
-/* The final norm of `rows` rows into cb->xf: RMSNorm, or gpt_neox's
+/* The final norm of `rows` rows into cb->xf: RMSNorm, or gpt_neox's and falcon's
  * LayerNorm with bias. */
 static void final_norm_forward(cpu_backend *cb, int head, const float *x, size_t rows) {
     const mt_config *c = cb->cfg;
@@ -377,7 +377,7 @@ int mt_cpu_backend_bytes(const mt_config *c, const mt_param_table *t, int max_M,
     size_t C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F, N, NC, LM, f = 0;
     /* floats per token row of the activations and their gradients (see
      * create): the head's, and the Llama block's unless neox.c runs them */
-    size_t lb = c->arch == MT_ARCH_GPT_NEOX ? 0 : 1;
+    size_t lb = mt_arch_has_neox_block(c->arch) ? 0 : 1;
     size_t row = 2 * C + 2 +
                  lb * (3 * C + 2 + 6 * Q + 6 * KV + 2 * (size_t)c->NH + (size_t)c->NKV + 6 * F);
     bool ok = mt_mul_size((size_t)B, (size_t)T, &N) && mt_mul_size(N, C, &NC) &&
@@ -437,7 +437,7 @@ mt_backend *mt_cpu_backend_create_hooked(const mt_config *c, const mt_param_tabl
     cb->N = B * T;
     size_t N = cb->N, C = c->C, tot = 0;
     /* the Llama block's buffers: empty when neox.c runs the blocks */
-    size_t lb = c->arch == MT_ARCH_GPT_NEOX ? 0 : 1, Cb = lb * C, Nb = lb * N;
+    size_t lb = mt_arch_has_neox_block(c->arch) ? 0 : 1, Cb = lb * C, Nb = lb * N;
     size_t Q = lb * c->NH * c->HD, KV = lb * c->NKV * c->HD, F = lb * c->F;
     size_t NH = lb * c->NH, NKV = lb * c->NKV;
     cb->cos = alloc_floats(T * c->HD / 2, &tot);

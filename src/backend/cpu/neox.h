@@ -1,13 +1,19 @@
-/* The GPT-NeoX decoder block on the CPU, fp32, forward and backward, as
- * transformers computes GPTNeoXLayer (Pythia, GPT-NeoX-20B):
+/* The GPT-NeoX and Falcon decoder blocks on the CPU, fp32, forward and
+ * backward, as transformers computes GPTNeoXLayer (Pythia, GPT-NeoX-20B)
+ * and FalconDecoderLayer (Falcon-7B; Falcon-40B/180B's new decoder):
  *
  *   xn1 = LayerNorm1(x)                            weight and bias
- *   qkv = xn1 Wqkv^T + bqkv (N, NH, 3, HD)         q, k, v of head h side by side
+ *   qkv = xn1 Wqkv^T + bqkv (N, NKV, NH/NKV + 2, HD)  per kv head: its query
+ *         heads, k, v (gpt_neox: NKV = NH, q k v of a head side by side)
  *   q, k = RoPE on their leading R dims (R = rotary_dim), rotate-half
- *   ao  = attention(q, k, v) Wo^T + bo
+ *   ao  = attention(q, k, v) Wo^T + bo             grouped-query
  *   parallel:    out = mlp(LayerNorm2(x)) + ao + x
  *   sequential:  h = ao + x;  out = mlp(LayerNorm2(h)) + h
  *   mlp(z) = Wdown gelu(Wup z + bup) + bdown
+ *
+ * Which parts a layer has follows its tensors: Falcon has no biases, and
+ * Falcon-7B no LayerNorm2 (its MLP reads LayerNorm1's output). Falcon is
+ * always parallel.
  *
  * One mt_cpu_neox holds the activations of one block for one micro-batch of
  * (B, T) tokens: the forward keeps them, the backward of the same block and

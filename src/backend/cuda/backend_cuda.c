@@ -452,11 +452,11 @@ static const mt_backend_ops cuda_ops = {
 mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
                                    mt_host_store *store, int max_M, int64_t B, int64_t T,
                                    const mt_cuda_backend_opts *o, mt_error *err) {
-    /* LayerNorm with bias, partial rotary, GELU and the fused qkv have CPU
-     * references only (backend/cpu/neox.c) */
-    if (c->arch == MT_ARCH_GPT_NEOX)
+    /* gpt_neox's and falcon's LayerNorm with bias, partial rotary, GELU and
+     * fused qkv have CPU references only (backend/cpu/neox.c) */
+    if (mt_arch_has_neox_block(c->arch))
         return mt_errorf(err, "model_type \"%s\" is not supported on the GPU yet (the CUDA "
-                         "kernels for its LayerNorm, partial rotary, GELU and fused qkv are "
+                         "kernels for its LayerNorm, rotary, GELU and fused qkv are "
                          "not written); train it on the CPU with --device cpu",
                          c->model_type), NULL;
     return mt_cuda_backend_make(c, t, store, max_M, B, T, o, &cuda_ops, err);

@@ -1,0 +1,28 @@
+/* Checks of a family's CPU reference against one transformers fixture of
+ * scripts/make_fixtures.py (docs/fixtures.md), shared by the tests of the
+ * families neox.c runs (test_neox.c, test_falcon.c). Each asserts with
+ * Criterion and logs the worst errors it saw; the tolerances, and where
+ * their numbers come from, are the calling test's. */
+#ifndef MT_TEST_HF_CHECK_H
+#define MT_TEST_HF_CHECK_H
+
+/* Relative L2 errors per tensor (mt_test_rel_err) allowed. */
+typedef struct mt_hf_tols {
+    double logits, loss, grad; /* one forward and backward */
+    double traj;               /* losses, weights, Adam m and v after the 5 AdamW steps */
+} mt_hf_tols;
+
+/* Loss and every parameter's gradient, with one micro-batch of B rows and
+ * B micro-batches of one row; the logits of the first. */
+void mt_hf_check_forward_backward(const char *model, const mt_hf_tols *tol);
+
+/* The fixture's 5-step AdamW trajectory (train.json's hyperparameters):
+ * each step's loss and gradient norm, then the weights, m and v. */
+void mt_hf_check_trajectory(const char *model, const mt_hf_tols *tol);
+
+/* What megatrain saves holds exactly the published tensor names and shapes
+ * of the checkpoint it read, its config.json reads back to the same
+ * config, and it reloads to bit-identical fp32 logits. */
+void mt_hf_check_save_reload(const char *model);
+
+#endif
