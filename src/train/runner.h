@@ -66,6 +66,10 @@ int mt_runner_parse_device(const char *name);
  * -1 with a message when cuda is asked for and absent. */
 int mt_runner_pick_gpu(int device, mt_error *err);
 
+/* Whether the GPU path has the kernels of cfg's blocks; where it has not,
+ * device auto trains, evaluates and generates on the CPU. */
+bool mt_runner_gpu_has_kernels(const mt_config *cfg);
+
 /* Creates the backend for M micro-batches of (B, T): on the GPU with
  * o->plan's placement when given. */
 int mt_runner_init(mt_runner *r, const mt_config *cfg, const mt_param_table *t,

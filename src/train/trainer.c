@@ -577,6 +577,16 @@ static int setup(mt_run *R, mt_error *err) {
         (R->several && mt_ranks_parts(&R->rk, &R->table, &R->sl, &R->parts, err)) ||
         (tc->resume[0] && find_checkpoint(R, err)))
         return -1;
+    if (gpu && device == 0 && !mt_runner_gpu_has_kernels(&R->cfg)) {
+        if (R->several)
+            return mt_errorf(err, "model_type \"%s\" has no GPU kernels yet, and several ranks "
+                             "need the GPU: train it in one process with --device cpu",
+                             R->cfg.model_type);
+        mt_emitf(&R->ev, MT_EVENT_INFO, "device: model_type \"%s\" has no GPU kernels yet; it "
+                 "trains on the CPU (--device cpu says so; --device cuda refuses it)",
+                 R->cfg.model_type);
+        gpu = 0, device = 1;
+    }
     mt_runner_opts ro = {.device = device, .fp32 = tc->precision == MT_TC_PRECISION_FP32,
                          .host_checkpoints = tc->host_checkpoints, .train = 1,
                          .gpu_mem_gb = tc->gpu_mem, .host_mem_gb = mt_run_host_mem_share(R),
