@@ -25,4 +25,12 @@ void mt_hf_check_trajectory(const char *model, const mt_hf_tols *tol);
  * config, and it reloads to bit-identical fp32 logits. */
 void mt_hf_check_save_reload(const char *model);
 
+/* The model made by init in `model` trains 16 CPU steps on repetitive text
+ * (its data and run written under dir): the loss falls by more than 1 nat
+ * from ~ln(V) at random init, and the saved model's config is read into
+ * *saved. `label` names the model in the log. */
+struct mt_config;
+void mt_hf_check_trains_on_cpu(const char *model, const char *dir, const char *label,
+                               struct mt_config *saved);
+
 #endif

@@ -82,11 +82,9 @@ ParameterizedTest(int *which, neox, save_then_reload_gives_the_same_logits) {
 /* `init --model-type gpt_neox` makes Pythia's layout (untied, NKV = NH,
  * rotary_pct 0.25), and the run trains it on the CPU and saves it. */
 Test(neox, a_gpt_neox_made_by_init_trains_on_the_cpu, .timeout = 120) {
-    char *dir = mt_test_tmpdir(), tok[512], model[512], data[512], out[512];
+    char *dir = mt_test_tmpdir(), tok[512], model[512];
     snprintf(tok, sizeof tok, "%s/tokenizer/tiny_bytelevel.json", mt_test_fixtures_dir());
     snprintf(model, sizeof model, "%s/model", dir);
-    snprintf(data, sizeof data, "%s/data.jsonl", dir);
-    snprintf(out, sizeof out, "%s/run", dir);
     mt_model_shape s;
     mt_model_shape_defaults(&s);
     s.model_type = "gpt_neox";
@@ -103,39 +101,7 @@ Test(neox, a_gpt_neox_made_by_init_trains_on_the_cpu, .timeout = 120) {
     cr_assert_not(c.tie_embeddings);
     cr_assert_eq(c.rotary_dim, 4);
     cr_assert_eq(info.n_params, mt_config_num_params(&c));
-    FILE *f = fopen(data, "w");
-    for (int i = 0; i < 200; i++)
-        fprintf(f, "{\"text\": \"the old man saw the river boat near the city by night %d\"}\n",
-                i % 7);
-    fclose(f);
-    mt_options *o = mt_options_new();
-    const char *kv[][2] = {{"model", model},       {"data", data},         {"out", out},
-                           {"device", "cpu"},      {"steps", "16"},        {"seq_len", "32"},
-                           {"batch_size", "4"},    {"micro_batches", "2"}, {"lr", "3e-3"},
-                           {"warmup_steps", "2"},  {"save_every", "0"},    {"sample_tokens", "0"},
-                           {"save_dtype", "fp32"}};
-    for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)
-        cr_assert_eq(mt_options_set(o, kv[i][0], kv[i][1]), 0, "%s", mt_last_error());
-    mt_run *r = mt_run_open(o, NULL, NULL);
-    cr_assert(r, "%s", mt_last_error());
-    mt_step_metrics m[16];
-    int n = 0;
-    while (n < 16 && mt_run_step(r, &m[n]) == 0) {
-        cr_assert(isfinite(m[n].loss), "step %d", n);
-        n++;
-    }
-    cr_assert_eq(n, 16);
-    double first = (m[0].loss + m[1].loss) / 2, last = (m[14].loss + m[15].loss) / 2;
-    /* from ~ln(V) at random init: a drop of 1 nat on this repetitive text
-     * takes a few steps */
-    cr_log_info("gpt_neox made by init: loss %.4f -> %.4f in 16 steps", first, last);
-    cr_assert_lt(last, first - 1.0, "loss %.4f -> %.4f", first, last);
-    cr_assert_eq(mt_run_finish(r), 0, "%s", mt_last_error());
-    mt_run_close(r);
-    mt_options_free(o);
-    char saved[640];
-    snprintf(saved, sizeof saved, "%s/model", out);
-    cr_assert_eq(mt_model_load_config(&c, saved, &err), 0, "%s", err.msg);
+    mt_hf_check_trains_on_cpu(model, dir, "gpt_neox", &c);
     cr_assert_str_eq(c.model_type, "gpt_neox");
     mt_test_rmtree(dir);
     free(dir);
