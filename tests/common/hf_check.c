@@ -238,3 +238,16 @@ void mt_hf_check_trains_on_cpu(const char *model, const char *dir, const char *l
     snprintf(dirname, sizeof dirname, "%s/model", out);
     cr_assert_eq(mt_model_load_config(saved, dirname, &err), 0, "%s", err.msg);
 }
+
+void mt_hf_check_refusals(const char *base, const mt_hf_refusal *cases, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        char json[1024];
+        snprintf(json, sizeof json, "{%s, %s}", base, cases[i].extra);
+        mt_config c;
+        mt_error err;
+        cr_assert_eq(mt_config_parse(&c, json, "config.json", &err), -1, "%s accepted",
+                     cases[i].extra);
+        cr_assert(strstr(err.msg, cases[i].field), "\"%s\" does not name %s", err.msg,
+                  cases[i].field);
+    }
+}

@@ -6,6 +6,8 @@
 #ifndef MT_TEST_HF_CHECK_H
 #define MT_TEST_HF_CHECK_H
 
+#include <stddef.h>
+
 /* Relative L2 errors per tensor (mt_test_rel_err) allowed. */
 typedef struct mt_hf_tols {
     double logits, loss, grad; /* one forward and backward */
@@ -30,6 +32,16 @@ void mt_hf_check_save_reload(const char *model);
  * from ~ln(V) at random init, and the saved model's config is read into
  * *saved. `label` names the model in the log. */
 struct mt_config;
+
+/* A config.json field that must be refused, and the name the error gives. */
+typedef struct mt_hf_refusal {
+    const char *extra, *field;
+} mt_hf_refusal;
+
+/* Each case's extra, added to the fields of base ("\"a\": 1, ..."), makes
+ * mt_config_parse fail naming the case's field. */
+void mt_hf_check_refusals(const char *base, const mt_hf_refusal *cases, size_t n);
+
 void mt_hf_check_trains_on_cpu(const char *model, const char *dir, const char *label,
                                struct mt_config *saved);
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hf_check.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "model/presets.h"
@@ -95,7 +96,7 @@ Test(falcon_config, to_json_round_trips) {
 }
 
 Test(falcon_config, refusals_name_the_field) {
-    struct { const char *extra, *field; } cases[] = {
+    const mt_hf_refusal cases[] = {
         {"\"alibi\": true", "alibi"},
         {"\"bias\": true", "bias"},
         {"\"parallel_attn\": false", "parallel_attn"},
@@ -110,16 +111,7 @@ Test(falcon_config, refusals_name_the_field) {
         {"\"head_dim\": 8", "head_dim"},
         {"\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}", "rope_scaling.rope_type"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        char json[512];
-        snprintf(json, sizeof json, "{" FALCON ", %s}", cases[i].extra);
-        mt_config c;
-        mt_error err;
-        cr_assert_eq(mt_config_parse(&c, json, "config.json", &err), -1, "%s accepted",
-                     cases[i].extra);
-        cr_assert(strstr(err.msg, cases[i].field), "\"%s\" does not name %s", err.msg,
-                  cases[i].field);
-    }
+    mt_hf_check_refusals(FALCON, cases, sizeof cases / sizeof *cases);
 }
 
 /* The presets have the shapes of tiiuae/falcon-7b's and falcon-40b's

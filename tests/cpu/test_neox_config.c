@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hf_check.h"
 #include "model/config.h"
 #include "model/presets.h"
 #include "model/params.h"
@@ -58,7 +59,7 @@ Test(neox_config, to_json_round_trips) {
 }
 
 Test(neox_config, refusals_name_the_field) {
-    struct { const char *extra, *field; } cases[] = {
+    const mt_hf_refusal cases[] = {
         {"\"tie_word_embeddings\": true", "tie_word_embeddings"},
         {"\"hidden_act\": \"relu\"", "hidden_act"},
         {"\"hidden_dropout\": 0.1", "hidden_dropout"},
@@ -67,16 +68,7 @@ Test(neox_config, refusals_name_the_field) {
         {"\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}", "rope_scaling.rope_type"},
         {"\"num_key_value_heads\": 2", "num_key_value_heads"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        char json[512];
-        snprintf(json, sizeof json, "{" NEOX ", %s}", cases[i].extra);
-        mt_config c;
-        mt_error err;
-        cr_assert_eq(mt_config_parse(&c, json, "config.json", &err), -1, "%s accepted",
-                     cases[i].extra);
-        cr_assert(strstr(err.msg, cases[i].field), "\"%s\" does not name %s", err.msg,
-                  cases[i].field);
-    }
+    mt_hf_check_refusals(NEOX, cases, sizeof cases / sizeof *cases);
 }
 
 /* The presets' parameter counts are the published ones (the "total
