@@ -191,22 +191,6 @@ int mt_jx_iter(mt_jexec *x, uint32_t pos, mt_jv v, mt_jv *list) {
 
 /* ---- arguments ---- */
 
-typedef struct args {
-    const mt_jv *pos;
-    size_t npos;
-    const char **knames;
-    const mt_jv *kvals;
-    size_t nk;
-} args;
-
-/* Argument i (positional) or name (keyword), else dflt. */
-static mt_jv arg(const args *a, size_t i, const char *name, mt_jv dflt) {
-    if (i < a->npos) return a->pos[i];
-    for (size_t k = 0; name && k < a->nk; k++)
-        if (!strcmp(a->knames[k], name)) return a->kvals[k];
-    return dflt;
-}
-
 static int need_str(mt_jexec *x, uint32_t pos, mt_jv v, const char *what) {
     if (v.type == MT_JV_STR) return 0;
     return mt_jx_fail(x, pos, "%s must be a str, not %s", what, mt_jv_type_name(v));
@@ -214,8 +198,8 @@ static int need_str(mt_jexec *x, uint32_t pos, mt_jv v, const char *what) {
 
 /* ---- str methods ---- */
 
-static int m_strip(mt_jexec *x, uint32_t pos, const char *name, mt_jv s, const args *a, mt_jv *out) {
-    mt_jv chars = arg(a, 0, "chars", mt_jv_none());
+static int m_strip(mt_jexec *x, uint32_t pos, const char *name, mt_jv s, const mt_jargs *a, mt_jv *out) {
+    mt_jv chars = mt_jarg(a, 0, "chars", mt_jv_none());
     if (chars.type != MT_JV_NONE && need_str(x, pos, chars, "the characters to strip")) return -1;
     size_t off = 0, n = s.s.n;
     bool l = strcmp(name, "rstrip") != 0, r = strcmp(name, "lstrip") != 0;
@@ -251,8 +235,8 @@ static int split_space(mt_jexec *x, const char *p, size_t len, int64_t max, bool
 }
 
 /* str.split / str.rsplit (sep None: runs of whitespace). */
-static int m_split(mt_jexec *x, uint32_t pos, bool from_right, mt_jv s, const args *a, mt_jv *out) {
-    mt_jv sep = arg(a, 0, "sep", mt_jv_none()), mx = arg(a, 1, "maxsplit", mt_jv_int(-1));
+static int m_split(mt_jexec *x, uint32_t pos, bool from_right, mt_jv s, const mt_jargs *a, mt_jv *out) {
+    mt_jv sep = mt_jarg(a, 0, "sep", mt_jv_none()), mx = mt_jarg(a, 1, "maxsplit", mt_jv_int(-1));
     if (sep.type != MT_JV_NONE && need_str(x, pos, sep, "the separator")) return -1;
     if (sep.type == MT_JV_STR && sep.s.n == 0) return mt_jx_fail(x, pos, "empty separator");
     int64_t max = mx.type == MT_JV_INT ? mx.i : -1, cnt = 0;
@@ -293,8 +277,8 @@ static bool affix(mt_jv s, mt_jv p, bool end) {
     return !memcmp(s.s.p + (end ? s.s.n - p.s.n : 0), p.s.p, p.s.n);
 }
 
-static int m_affix(mt_jexec *x, uint32_t pos, bool end, mt_jv s, const args *a, mt_jv *out) {
-    mt_jv p = arg(a, 0, NULL, mt_jv_undef(NULL));
+static int m_affix(mt_jexec *x, uint32_t pos, bool end, mt_jv s, const mt_jargs *a, mt_jv *out) {
+    mt_jv p = mt_jarg(a, 0, NULL, mt_jv_undef(NULL));
     if (a->npos > 1) return mt_jx_fail(x, pos, "unsupported: start/end arguments of startswith/endswith");
     if (p.type == MT_JV_LIST && p.tuple) {
         for (size_t i = 0; i < p.l->n; i++) {
@@ -308,9 +292,9 @@ static int m_affix(mt_jexec *x, uint32_t pos, bool end, mt_jv s, const args *a, 
     return 0;
 }
 
-static int m_replace(mt_jexec *x, uint32_t pos, mt_jv s, const args *a, mt_jv *out) {
-    mt_jv old = arg(a, 0, NULL, mt_jv_undef(NULL)), new = arg(a, 1, NULL, mt_jv_undef(NULL));
-    mt_jv cnt = arg(a, 2, "count", mt_jv_int(-1));
+static int m_replace(mt_jexec *x, uint32_t pos, mt_jv s, const mt_jargs *a, mt_jv *out) {
+    mt_jv old = mt_jarg(a, 0, NULL, mt_jv_undef(NULL)), new = mt_jarg(a, 1, NULL, mt_jv_undef(NULL));
+    mt_jv cnt = mt_jarg(a, 2, "count", mt_jv_int(-1));
     if (need_str(x, pos, old, "replace's old") || need_str(x, pos, new, "replace's new")) return -1;
     mt_jbuf b = {0};
     size_t at = 0, n;
@@ -335,8 +319,8 @@ static int m_replace(mt_jexec *x, uint32_t pos, mt_jv s, const args *a, mt_jv *o
     return 0;
 }
 
-static int m_find(mt_jexec *x, uint32_t pos, const char *name, mt_jv s, const args *a, mt_jv *out) {
-    mt_jv sub = arg(a, 0, NULL, mt_jv_undef(NULL));
+static int m_find(mt_jexec *x, uint32_t pos, const char *name, mt_jv s, const mt_jargs *a, mt_jv *out) {
+    mt_jv sub = mt_jarg(a, 0, NULL, mt_jv_undef(NULL));
     if (need_str(x, pos, sub, "the substring")) return -1;
     long hit = -1, f;
     int64_t count = 0;
@@ -351,9 +335,9 @@ static int m_find(mt_jexec *x, uint32_t pos, const char *name, mt_jv s, const ar
     return 0;
 }
 
-static int m_join(mt_jexec *x, uint32_t pos, mt_jv s, const args *a, mt_jv *out) {
+static int m_join(mt_jexec *x, uint32_t pos, mt_jv s, const mt_jargs *a, mt_jv *out) {
     mt_jv items;
-    if (mt_jx_iter(x, pos, arg(a, 0, NULL, mt_jv_undef(NULL)), &items)) return -1;
+    if (mt_jx_iter(x, pos, mt_jarg(a, 0, NULL, mt_jv_undef(NULL)), &items)) return -1;
     mt_jbuf b = {0};
     for (size_t i = 0; i < items.l->n; i++) {
         if (items.l->v[i].type != MT_JV_STR) {
@@ -378,7 +362,7 @@ static int m_class(mt_jv s, bool digit, mt_jv *out) {
     return 0;
 }
 
-static int str_method(mt_jexec *x, uint32_t pos, const char *name, mt_jv s, const args *a, mt_jv *out) {
+static int str_method(mt_jexec *x, uint32_t pos, const char *name, mt_jv s, const mt_jargs *a, mt_jv *out) {
     mt_jbuf b = {0};
     if (strstr(name, "strip")) return m_strip(x, pos, name, s, a, out);
     if (!strcmp(name, "split") || !strcmp(name, "rsplit")) return m_split(x, pos, name[0] == 'r', s, a, out);
@@ -395,10 +379,10 @@ static int str_method(mt_jexec *x, uint32_t pos, const char *name, mt_jv s, cons
     return 0;
 }
 
-static int dict_method(mt_jexec *x, const char *name, mt_jv d, const args *a, mt_jv *out) {
+static int dict_method(mt_jexec *x, const char *name, mt_jv d, const mt_jargs *a, mt_jv *out) {
     if (!strcmp(name, "get")) {
-        *out = mt_jv_dict_get(d, arg(a, 0, NULL, mt_jv_none()));
-        if (out->type == MT_JV_UNDEF) *out = arg(a, 1, NULL, mt_jv_none());
+        *out = mt_jv_dict_get(d, mt_jarg(a, 0, NULL, mt_jv_none()));
+        if (out->type == MT_JV_UNDEF) *out = mt_jarg(a, 1, NULL, mt_jv_none());
         return 0;
     }
     *out = mt_jv_list_new(x->pool, d.d->n);
@@ -426,7 +410,7 @@ mt_jv mt_jx_global(const char *name) {
     return mt_jv_undef(NULL);
 }
 
-static int g_range(mt_jexec *x, uint32_t pos, const args *a, mt_jv *out) {
+static int g_range(mt_jexec *x, uint32_t pos, const mt_jargs *a, mt_jv *out) {
     int64_t v[3] = {0, 0, 1};
     if (a->npos < 1 || a->npos > 3 || a->nk) return mt_jx_fail(x, pos, "range takes 1 to 3 integers");
     for (size_t i = 0; i < a->npos; i++) {
@@ -442,7 +426,7 @@ static int g_range(mt_jexec *x, uint32_t pos, const args *a, mt_jv *out) {
 }
 
 /* namespace(...) and dict(...): a mapping and/or keyword arguments. */
-static int g_mapping(mt_jexec *x, uint32_t pos, bool ns, const args *a, mt_jv *out) {
+static int g_mapping(mt_jexec *x, uint32_t pos, bool ns, const mt_jargs *a, mt_jv *out) {
     *out = mt_jv_dict_new(x->pool, a->nk);
     if (ns) out->type = MT_JV_NS;
     if (a->npos > 1) return mt_jx_fail(x, pos, "%s takes at most one positional argument", ns ? "namespace" : "dict");
@@ -455,8 +439,8 @@ static int g_mapping(mt_jexec *x, uint32_t pos, bool ns, const args *a, mt_jv *o
     return 0;
 }
 
-static int g_strftime(mt_jexec *x, uint32_t pos, const args *a, mt_jv *out) {
-    mt_jv fmt = arg(a, 0, NULL, mt_jv_undef(NULL));
+static int g_strftime(mt_jexec *x, uint32_t pos, const mt_jargs *a, mt_jv *out) {
+    mt_jv fmt = mt_jarg(a, 0, NULL, mt_jv_undef(NULL));
     if (need_str(x, pos, fmt, "strftime_now's format")) return -1;
     time_t now = x->now ? (time_t)x->now : time(NULL);
     struct tm tm;
@@ -468,13 +452,13 @@ static int g_strftime(mt_jexec *x, uint32_t pos, const args *a, mt_jv *out) {
     return 0;
 }
 
-static int call_global(mt_jexec *x, uint32_t pos, int fn, const args *a, mt_jv *out) {
+static int call_global(mt_jexec *x, uint32_t pos, int fn, const mt_jargs *a, mt_jv *out) {
     switch (fn) {
     case 0: return g_range(x, pos, a, out);
     case 1: case 2: return g_mapping(x, pos, fn == 1, a, out);
     case 3: {
         mt_jbuf b = {0};
-        mt_jv_str(&b, arg(a, 0, "message", mt_jv_undef(NULL)));
+        mt_jv_str(&b, mt_jarg(a, 0, "message", mt_jv_undef(NULL)));
         int rc = mt_jx_fail(x, pos, "the template raised an error: %s", b.p ? b.p : "");
         mt_jbuf_free(&b);
         return rc;
@@ -485,7 +469,7 @@ static int call_global(mt_jexec *x, uint32_t pos, int fn, const args *a, mt_jv *
 
 int mt_jx_call_builtin(mt_jexec *x, uint32_t pos, mt_jv fn, const mt_jv *pargs, size_t nargs,
                        const char **knames, const mt_jv *kvals, size_t nk, mt_jv *out) {
-    args a = {pargs, nargs, knames, kvals, nk};
+    mt_jargs a = {pargs, nargs, knames, kvals, nk};
     if (fn.type == MT_JV_FUNC) return call_global(x, pos, fn.fn, &a, out);
     MT_ASSERT(fn.type == MT_JV_METHOD);
     if (fn.m->self.type == MT_JV_STR) return str_method(x, pos, fn.m->name, fn.m->self, &a, out);

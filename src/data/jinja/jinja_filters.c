@@ -11,22 +11,6 @@
 #include "data/jinja/jinja_str.h"
 #include "util/mem.h"
 
-typedef struct fargs {
-    const mt_jv *pos;
-    size_t npos;
-    const char **knames;
-    const mt_jv *kvals;
-    size_t nk;
-} fargs;
-
-/* Argument i after the value (positional) or name (keyword), else dflt. */
-static mt_jv arg(const fargs *a, size_t i, const char *name, mt_jv dflt) {
-    if (i < a->npos) return a->pos[i];
-    for (size_t k = 0; name && k < a->nk; k++)
-        if (!strcmp(a->knames[k], name)) return a->kvals[k];
-    return dflt;
-}
-
 /* soft_str: str(v), Undefined as "". */
 static mt_jv sstr(mt_jexec *x, mt_jv v) { return mt_jv_to_str(x->pool, v); }
 
@@ -57,8 +41,8 @@ static void title_filter(mt_jbuf *b, const char *s, size_t len) {
     }
 }
 
-static int f_trim(mt_jexec *x, uint32_t pos, mt_jv v, const fargs *a, mt_jv *out) {
-    mt_jv s = sstr(x, v), chars = arg(a, 0, "chars", mt_jv_none());
+static int f_trim(mt_jexec *x, uint32_t pos, mt_jv v, const mt_jargs *a, mt_jv *out) {
+    mt_jv s = sstr(x, v), chars = mt_jarg(a, 0, "chars", mt_jv_none());
     if (chars.type != MT_JV_NONE && chars.type != MT_JV_STR) return mt_jx_fail(x, pos, "trim's chars must be a str");
     size_t off = 0, n = s.s.n;
     mt_jstr_strip(s.s.p, &off, &n, true, true, chars.type == MT_JV_STR ? chars.s.p : NULL,
@@ -67,11 +51,11 @@ static int f_trim(mt_jexec *x, uint32_t pos, mt_jv v, const fargs *a, mt_jv *out
     return 0;
 }
 
-static int f_replace(mt_jexec *x, uint32_t pos, mt_jv v, const fargs *a, mt_jv *out) {
+static int f_replace(mt_jexec *x, uint32_t pos, mt_jv v, const mt_jargs *a, mt_jv *out) {
     mt_jv s = sstr(x, v), m;
     if (mt_jx_getattr(x, pos, s, "replace", &m)) return -1;
-    mt_jv cnt = arg(a, 2, "count", mt_jv_none());
-    mt_jv pargs[3] = {sstr(x, arg(a, 0, "old", mt_jv_undef(NULL))), sstr(x, arg(a, 1, "new", mt_jv_undef(NULL))),
+    mt_jv cnt = mt_jarg(a, 2, "count", mt_jv_none());
+    mt_jv pargs[3] = {sstr(x, mt_jarg(a, 0, "old", mt_jv_undef(NULL))), sstr(x, mt_jarg(a, 1, "new", mt_jv_undef(NULL))),
                       cnt.type == MT_JV_NONE ? mt_jv_int(-1) : cnt};
     return mt_jx_call_builtin(x, pos, m, pargs, 3, NULL, NULL, 0, out);
 }
@@ -88,10 +72,10 @@ static size_t line_break(const char *s, size_t len, size_t i) {
 
 /* jinja2's indent: the lines of s + "\n" (str.splitlines) joined with a
  * newline and the indent, which blank lines get only with blank=True. */
-static int f_indent(mt_jexec *x, uint32_t pos, mt_jv v, const fargs *a, mt_jv *out) {
-    mt_jv s = sstr(x, v), w = arg(a, 0, "width", mt_jv_int(4));
-    bool first = mt_jv_truthy(arg(a, 1, "first", mt_jv_bool(false)));
-    bool blank = mt_jv_truthy(arg(a, 2, "blank", mt_jv_bool(false)));
+static int f_indent(mt_jexec *x, uint32_t pos, mt_jv v, const mt_jargs *a, mt_jv *out) {
+    mt_jv s = sstr(x, v), w = mt_jarg(a, 0, "width", mt_jv_int(4));
+    bool first = mt_jv_truthy(mt_jarg(a, 1, "first", mt_jv_bool(false)));
+    bool blank = mt_jv_truthy(mt_jarg(a, 2, "blank", mt_jv_bool(false)));
     mt_jbuf ind = {0}, b = {0};
     if (w.type == MT_JV_STR) mt_jbuf_put(&ind, w.s.p, w.s.n);
     else if (w.type == MT_JV_INT) for (int64_t i = 0; i < w.i; i++) mt_jbuf_putc(&ind, ' ');
@@ -113,11 +97,11 @@ static int f_indent(mt_jexec *x, uint32_t pos, mt_jv v, const fargs *a, mt_jv *o
     return 0;
 }
 
-static int f_tojson(mt_jexec *x, uint32_t pos, mt_jv v, const fargs *a, mt_jv *out) {
-    mt_jv ind = arg(a, 1, "indent", mt_jv_none()), sep = arg(a, 2, "separators", mt_jv_none());
+static int f_tojson(mt_jexec *x, uint32_t pos, mt_jv v, const mt_jargs *a, mt_jv *out) {
+    mt_jv ind = mt_jarg(a, 1, "indent", mt_jv_none()), sep = mt_jarg(a, 2, "separators", mt_jv_none());
     mt_jbuf unit = {0}, b = {0};
-    mt_jjson_opts o = {.sort_keys = mt_jv_truthy(arg(a, 4, "sort_keys", mt_jv_bool(false)))};
-    if (mt_jv_truthy(arg(a, 0, "ensure_ascii", mt_jv_bool(false))))
+    mt_jjson_opts o = {.sort_keys = mt_jv_truthy(mt_jarg(a, 4, "sort_keys", mt_jv_bool(false)))};
+    if (mt_jv_truthy(mt_jarg(a, 0, "ensure_ascii", mt_jv_bool(false))))
         return mt_jx_fail(x, pos, "unsupported: tojson(ensure_ascii=True)");
     if (ind.type == MT_JV_INT) for (int64_t i = 0; i < ind.i; i++) mt_jbuf_putc(&unit, ' ');
     else if (ind.type == MT_JV_STR) mt_jbuf_put(&unit, ind.s.p, ind.s.n);
@@ -190,8 +174,8 @@ static int attr_path(mt_jexec *x, uint32_t pos, mt_jv item, mt_jv path, mt_jv *o
     return 0;
 }
 
-static int f_join(mt_jexec *x, uint32_t pos, mt_jv v, const fargs *a, mt_jv *out) {
-    mt_jv items, sep = sstr(x, arg(a, 0, "d", mt_jv_cstr(""))), attr = arg(a, 1, "attribute", mt_jv_none());
+static int f_join(mt_jexec *x, uint32_t pos, mt_jv v, const mt_jargs *a, mt_jv *out) {
+    mt_jv items, sep = sstr(x, mt_jarg(a, 0, "d", mt_jv_cstr(""))), attr = mt_jarg(a, 1, "attribute", mt_jv_none());
     if (mt_jx_iter(x, pos, v, &items)) return -1;
     mt_jbuf b = {0};
     for (size_t i = 0; i < items.l->n; i++) {
@@ -204,15 +188,15 @@ static int f_join(mt_jexec *x, uint32_t pos, mt_jv v, const fargs *a, mt_jv *out
     return 0;
 }
 
-static int f_default(mt_jv v, const fargs *a, mt_jv *out) {
-    mt_jv d = arg(a, 0, "default_value", mt_jv_cstr(""));
-    bool boolean = mt_jv_truthy(arg(a, 1, "boolean", mt_jv_bool(false)));
+static int f_default(mt_jv v, const mt_jargs *a, mt_jv *out) {
+    mt_jv d = mt_jarg(a, 0, "default_value", mt_jv_cstr(""));
+    bool boolean = mt_jv_truthy(mt_jarg(a, 1, "boolean", mt_jv_bool(false)));
     *out = v.type == MT_JV_UNDEF || (boolean && !mt_jv_truthy(v)) ? d : v;
     return 0;
 }
 
-static int f_number(mt_jexec *x, mt_jv v, const fargs *a, bool to_int, mt_jv *out) {
-    mt_jv d = arg(a, 0, "default", to_int ? mt_jv_int(0) : mt_jv_float(0));
+static int f_number(mt_jexec *x, mt_jv v, const mt_jargs *a, bool to_int, mt_jv *out) {
+    mt_jv d = mt_jarg(a, 0, "default", to_int ? mt_jv_int(0) : mt_jv_float(0));
     double f = 0;
     bool ok = true;
     if (v.type == MT_JV_INT || v.type == MT_JV_BOOL) f = v.type == MT_JV_INT ? (double)v.i : v.b;
@@ -236,10 +220,10 @@ static int apply_test(mt_jexec *x, uint32_t pos, const char *name, mt_jv v, cons
 }
 
 /* select / reject / selectattr / rejectattr. */
-static int f_select(mt_jexec *x, uint32_t pos, mt_jv v, const fargs *a, bool want, bool by_attr, mt_jv *out) {
-    mt_jv items, attr = by_attr ? arg(a, 0, NULL, mt_jv_undef(NULL)) : mt_jv_none();
+static int f_select(mt_jexec *x, uint32_t pos, mt_jv v, const mt_jargs *a, bool want, bool by_attr, mt_jv *out) {
+    mt_jv items, attr = by_attr ? mt_jarg(a, 0, NULL, mt_jv_undef(NULL)) : mt_jv_none();
     size_t first = by_attr ? 1 : 0;
-    mt_jv test = arg(a, first, NULL, mt_jv_none());
+    mt_jv test = mt_jarg(a, first, NULL, mt_jv_none());
     if (test.type != MT_JV_NONE && test.type != MT_JV_STR) return mt_jx_fail(x, pos, "a test name must be a str");
     char *tname = test.type == MT_JV_STR ? mt_jpool_strdup(x->pool, test.s.p, test.s.n) : NULL;
     const mt_jv *targs = a->npos > first + 1 ? a->pos + first + 1 : NULL;
@@ -256,12 +240,12 @@ static int f_select(mt_jexec *x, uint32_t pos, mt_jv v, const fargs *a, bool wan
     return 0;
 }
 
-static int f_map(mt_jexec *x, uint32_t pos, mt_jv v, const fargs *a, mt_jv *out) {
-    mt_jv items, attr = arg(a, 99, "attribute", mt_jv_none()), dflt = arg(a, 99, "default", mt_jv_undef(NULL));
+static int f_map(mt_jexec *x, uint32_t pos, mt_jv v, const mt_jargs *a, mt_jv *out) {
+    mt_jv items, attr = mt_jarg(a, 99, "attribute", mt_jv_none()), dflt = mt_jarg(a, 99, "default", mt_jv_undef(NULL));
     if (mt_jx_iter(x, pos, v, &items)) return -1;
     int f = -1;
     if (attr.type == MT_JV_NONE) {
-        mt_jv name = arg(a, 0, NULL, mt_jv_none());
+        mt_jv name = mt_jarg(a, 0, NULL, mt_jv_none());
         if (name.type != MT_JV_STR) return mt_jx_fail(x, pos, "map needs a filter name or attribute=");
         f = mt_jinja_filter_find(mt_jpool_strdup(x->pool, name.s.p, name.s.n));
         if (f < 0) return mt_jx_fail(x, pos, "unsupported filter '%.*s' in map", (int)name.s.n, name.s.p);
@@ -293,10 +277,10 @@ static int f_reverse(mt_jexec *x, uint32_t pos, mt_jv v, mt_jv *out) {
 }
 
 /* dictsort: items sorted by key (or value), case-insensitively unless asked. */
-static int f_dictsort(mt_jexec *x, uint32_t pos, mt_jv v, const fargs *a, mt_jv *out) {
-    bool cs = mt_jv_truthy(arg(a, 0, "case_sensitive", mt_jv_bool(false)));
-    mt_jv by = arg(a, 1, "by", mt_jv_cstr("key"));
-    bool rev = mt_jv_truthy(arg(a, 2, "reverse", mt_jv_bool(false)));
+static int f_dictsort(mt_jexec *x, uint32_t pos, mt_jv v, const mt_jargs *a, mt_jv *out) {
+    bool cs = mt_jv_truthy(mt_jarg(a, 0, "case_sensitive", mt_jv_bool(false)));
+    mt_jv by = mt_jarg(a, 1, "by", mt_jv_cstr("key"));
+    bool rev = mt_jv_truthy(mt_jarg(a, 2, "reverse", mt_jv_bool(false)));
     int col = by.type == MT_JV_STR && by.s.n == 5 && !memcmp(by.s.p, "value", 5);
     if (f_items(x, pos, v, out)) return -1;
     mt_jlist *l = out->l;
@@ -334,7 +318,7 @@ int mt_jinja_filter_find(const char *name) {
 
 int mt_jx_filter(mt_jexec *x, uint32_t pos, int fn, mt_jv v, const mt_jv *args, size_t nargs,
                  const char **knames, const mt_jv *kvals, size_t nk, mt_jv *out) {
-    fargs a = {args, nargs, knames, kvals, nk};
+    mt_jargs a = {args, nargs, knames, kvals, nk};
     switch (fn) {
     case F_ABS:
         if (v.type == MT_JV_INT) return *out = mt_jv_int(v.i < 0 ? -v.i : v.i), 0;

@@ -18,6 +18,8 @@
 #ifndef MT_DATA_JINJA_INTERNAL_H
 #define MT_DATA_JINJA_INTERNAL_H
 
+#include <string.h>
+
 #include "data/jinja/jinja.h"
 
 /* ---- tokens (jinja_lex.c) ---- */
@@ -203,5 +205,23 @@ int mt_jx_test(mt_jexec *x, uint32_t pos, int fn, mt_jv v, const mt_jv *args, si
 int mt_jx_eval(mt_jexec *x, const mt_jnode *n, mt_jv *out);
 /* Looks name up from the innermost scope out; an Undefined when absent. */
 mt_jv mt_jx_lookup(mt_jexec *x, const char *name);
+
+/* The arguments of a call (a function's, a filter's after its value, a
+ * test's): positional, then keyword. */
+typedef struct mt_jargs {
+    const mt_jv *pos;
+    size_t npos;
+    const char **knames;
+    const mt_jv *kvals;
+    size_t nk;
+} mt_jargs;
+
+/* Argument i (positional) or name (keyword), else dflt. */
+static inline mt_jv mt_jarg(const mt_jargs *a, size_t i, const char *name, mt_jv dflt) {
+    if (i < a->npos) return a->pos[i];
+    for (size_t k = 0; name && k < a->nk; k++)
+        if (!strcmp(a->knames[k], name)) return a->kvals[k];
+    return dflt;
+}
 
 #endif
