@@ -61,16 +61,10 @@ int mt_runner_pick_gpu(int device, mt_error *err) {
     return have;
 }
 
-bool mt_runner_gpu_has_kernels(const mt_config *cfg) {
-    /* gpt_neox's and falcon's blocks have CPU references only (backend/cpu/neox.c) */
-    return !mt_arch_has_neox_block(cfg->arch);
-}
-
-/* mt_runner_pick_gpu, where auto takes the CPU for a model whose blocks
- * the GPU path has no kernels for, and cuda refuses it, naming it. */
-static int pick_gpu_for(int device, const mt_config *cfg, mt_error *err) {
+int mt_runner_pick_gpu_for(int device, const mt_config *cfg, mt_error *err) {
     int gpu = mt_runner_pick_gpu(device, err);
-    if (gpu <= 0 || mt_runner_gpu_has_kernels(cfg)) return gpu;
+    /* gpt_neox's and falcon's blocks have CPU references only (backend/cpu/neox.c) */
+    if (gpu <= 0 || !mt_arch_has_neox_block(cfg->arch)) return gpu;
     if (device == 0) return 0;
     return mt_errorf(err, "--device cuda: model_type \"%s\" has no GPU kernels yet (its "
                      "LayerNorm, rotary, GELU and fused qkv); use --device cpu",
@@ -149,7 +143,7 @@ int mt_runner_plan_make(mt_runner_plan **out, const mt_config *cfg, const mt_par
                         int M, int64_t B, int64_t T, const mt_runner_opts *o, FILE *log,
                         mt_error *err) {
     *out = NULL;
-    int gpu = pick_gpu_for(o->device, cfg, err);
+    int gpu = mt_runner_pick_gpu_for(o->device, cfg, err);
     if (gpu < 0) return -1;
     if (!gpu || !o->train || o->host_checkpoints) return 0;
     mt_runner_plan *p = mt_calloc_or_die(1, sizeof *p);
@@ -188,7 +182,7 @@ int mt_runner_init(mt_runner *r, const mt_config *cfg, const mt_param_table *t,
     r->M = M;
     r->B = B;
     r->T = T;
-    int gpu = pick_gpu_for(o->device, cfg, err);
+    int gpu = mt_runner_pick_gpu_for(o->device, cfg, err);
     if (gpu < 0) return -1;
     if (!gpu) {
         r->be = mt_cpu_backend_create(cfg, t, store, M, B, T, err);

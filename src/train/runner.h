@@ -66,9 +66,9 @@ int mt_runner_parse_device(const char *name);
  * -1 with a message when cuda is asked for and absent. */
 int mt_runner_pick_gpu(int device, mt_error *err);
 
-/* Whether the GPU path has the kernels of cfg's blocks; where it has not,
- * device auto trains, evaluates and generates on the CPU. */
-bool mt_runner_gpu_has_kernels(const mt_config *cfg);
+/* mt_runner_pick_gpu for a model of cfg: where the GPU path has no kernels
+ * for its blocks, auto takes the CPU (0) and cuda is refused, naming it. */
+int mt_runner_pick_gpu_for(int device, const mt_config *cfg, mt_error *err);
 
 /* Creates the backend for M micro-batches of (B, T): on the GPU with
  * o->plan's placement when given. */

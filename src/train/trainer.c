@@ -577,7 +577,9 @@ static int setup(mt_run *R, mt_error *err) {
         (R->several && mt_ranks_parts(&R->rk, &R->table, &R->sl, &R->parts, err)) ||
         (tc->resume[0] && find_checkpoint(R, err)))
         return -1;
-    if (gpu && device == 0 && !mt_runner_gpu_has_kernels(&R->cfg)) {
+    int gpu_for = mt_runner_pick_gpu_for(device, &R->cfg, err);
+    if (gpu_for < 0) return -1;
+    if (gpu && !gpu_for) { /* auto, for a model the GPU path has no kernels for */
         if (R->several)
             return mt_errorf(err, "model_type \"%s\" has no GPU kernels yet, and several ranks "
                              "need the GPU: train it in one process with --device cpu",
