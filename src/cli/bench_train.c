@@ -15,7 +15,7 @@ typedef struct bench_train_args {
     int64_t steps, slots, keep_layers, gpus, gpu_adam_layers, disk_layers;
     double gpu_mem, host_mem, disk_mem;
     int precision, host_grad_dtype, placement, grads;
-    bool host_checkpoints;
+    bool host_saved_inputs;
     bool given[32];
 } bench_train_args;
 
@@ -59,8 +59,8 @@ static const mt_opt options[] = {
      NULL, "layers whose activations skip the recompute; -1: as many as fit, 0: recompute all"},
     {"grads", MT_OPT_ENUM, OFF(grads), "auto", NULL, MT_OPT_ANY, grad_homes, NULL, NULL,
      "where every gradient waits, without the planner; auto: the planner's"},
-    {"host_checkpoints", MT_OPT_BOOL, OFF(host_checkpoints), "false", NULL, MT_OPT_ANY, NULL,
-     NULL, NULL, "keep layer inputs in host memory, not on the GPU (with --grads)"},
+    {"host_saved_inputs", MT_OPT_BOOL, OFF(host_saved_inputs), "false", NULL, MT_OPT_ANY, NULL,
+     NULL, NULL, "keep the saved layer inputs in host memory, not on the GPU (with --grads)"},
 };
 #undef OFF
 /* The preset's shape with the flags' over it. */
@@ -87,7 +87,7 @@ static int run(void *args, int argc, char **argv) {
                         .T = a->seq_len, .steps = a->steps, .fp32 = a->precision,
                         .slots = (int)a->slots, .keep = (int)a->keep_layers,
                         .gpu_grads = a->grads == 0 ? -1 : a->grads == 1,
-                        .host_ckpt = a->host_checkpoints, .grad_dtype = a->host_grad_dtype - 1,
+                        .host_saved = a->host_saved_inputs, .grad_dtype = a->host_grad_dtype - 1,
                         .all_gpu = a->placement == 1, .gpu_mem = a->gpu_mem,
                         .host_mem = a->host_mem, .calib = a->calibration,
                         .gpu_adam = (int)a->gpu_adam_layers, .trace_path = a->trace,
@@ -103,8 +103,12 @@ static int run(void *args, int argc, char **argv) {
     return 0;
 }
 
+static const mt_opt_alias aliases[] = {
+    {"host_checkpoints", "host_saved_inputs", MT_ALIAS_DEPRECATED},
+};
 static const mt_opt_table table = {
-    .command = "bench train", MT_OPT_ROWS(options), MT_OPT_STRUCT(bench_train_args),
+    .command = "bench train", MT_OPT_ROWS(options), MT_OPT_ALIASES(aliases),
+    MT_OPT_STRUCT(bench_train_args),
     .about = "Training steps of a synthetic model (random weights and tokens) on the GPU: step\n"
              "time, tokens/s, model TFLOPS, memory, beside the plan's prediction."};
 const mt_cli_command mt_cli_bench_train = {

@@ -1,5 +1,5 @@
 /* megatrain plan: the placement the planner chooses for a run (where each
- * layer's gradient and checkpoint live, which layers keep activations),
+ * layer's gradient and saved input live, which layers keep activations),
  * the bytes per tier and the predicted step, against this machine or a
  * described one; refuses, before allocating anything, what fits nowhere. */
 #include <stdio.h>
@@ -236,7 +236,7 @@ static int run(void *args, int argc, char **argv) {
     printf("model: %s, %.2fB parameters, %lld layers, hidden %lld, ffn %lld, vocab %lld\n",
            a->model ? a->model : a->preset ? a->preset : "shape from flags", t.n_params / 1e9,
            (long long)cfg.L, (long long)cfg.C, (long long)cfg.F, (long long)cfg.V);
-    printf("step: %lld x %lld x %lld = %lld tokens; checkpoints %.2f GB per layer\n",
+    printf("step: %lld x %lld x %lld = %lld tokens; saved layer inputs %.2f GB per layer\n",
            (long long)M, (long long)B, (long long)T, (long long)(M * B * T),
            (double)(M * B * T) * cfg.C * 4 / 1e9);
     printf("budgets: GPU %.1f GB (%s), host %.1f GB%s\n", gpu_gb, gpu_src,

@@ -394,9 +394,9 @@ static void refusal(const mt_plan_request *q, mt_plan *p, int bf16) {
     int no_disk = q->disk_budget <= 0 && q->ranks <= 1;
     snprintf(p->why, sizeof p->why,
              "the two budgets together are short: host needs %.1f GB of %.1f GB with %.1f "
-             "GB of %.1f GB on the GPU (store %.1f GB = 12 bytes/param%s, checkpoints %.2f "
+             "GB of %.1f GB on the GPU (store %.1f GB = 12 bytes/param%s, saved inputs %.2f "
              "GB per layer, gradients %d bytes/param on the host); use fewer tokens per "
-             "step (checkpoints scale with them), or a larger --gpu-mem or --host-mem%s%s",
+             "step (saved inputs scale with them), or a larger --gpu-mem or --host-mem%s%s",
              p->host_bytes / 1e9, q->host_budget / 1e9, p->gpu_bytes / 1e9,
              q->gpu_budget / 1e9, p->store_bytes / 1e9, p->n_disk ? " less the disk's" : "",
              (double)q->M * q->B * q->T * q->cfg->C * 4 / 1e9, bf16 ? 2 : 4,
@@ -466,7 +466,7 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
     start_homes(q, p, bf16, lean);
     if (p->gpu_bytes > q->gpu_budget) {
         snprintf(p->why, sizeof p->why,
-                 "GPU budget short by %.1f GB: with every gradient and checkpoint on the host "
+                 "GPU budget short by %.1f GB: with every gradient and saved input on the host "
                  "the GPU still needs %.1f GB of %.1f GB (weight slots, one layer's "
                  "activations for %lld tokens); use fewer rows per micro-batch (--batch-size) "
                  "and more micro-batches, or a shorter --seq-len",
@@ -662,8 +662,8 @@ static void print_disk_bound(const mt_plan *p, const mt_plan_request *q, FILE *f
 /* Runs of consecutive layers with the same homes, as "1-12". */
 void mt_plan_print(const mt_plan *p, const mt_plan_request *q, FILE *f) {
     int nl = p->n_layers, head = nl - 1;
-    fprintf(f, "placement (layer 0 = embedding, %d = head; checkpoint l = layer l's input; "
-            "recompute: rebuilt from checkpoint l-1 in the backward, tokens: from the "
+    fprintf(f, "placement (layer 0 = embedding, %d = head; saved input l = layer l's input, "
+            "kept for its backward; recompute: rebuilt from saved input l-1 in the backward, tokens: from the "
             "embedding):\n", head);
     for (int a = 0; a < nl;) {
         int b = a;
@@ -671,7 +671,7 @@ void mt_plan_print(const mt_plan *p, const mt_plan_request *q, FILE *f) {
         char range[32];
         snprintf(range, sizeof range, a == b ? "%d" : "%d-%d", a, b);
         const mt_layer_home *h = &p->homes[a];
-        fprintf(f, "  layers %-9s gradient %-4s  checkpoint %-9s  %s\n", range,
+        fprintf(f, "  layers %-9s gradient %-4s  saved input %-9s  %s\n", range,
                 h->grad_host ? "host" : "GPU",
                 a == 0                                  ? "-"
                 : h->saved_recompute && a == 1           ? "tokens"

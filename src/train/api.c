@@ -37,7 +37,7 @@ int mt_options_set(mt_options *o, const char *key, const char *value) {
 }
 
 int mt_options_get(const mt_options *o, const char *key, char *buf, size_t size) {
-    const mt_opt *opt = key ? mt_opt_find(&mt_tc_table, key) : NULL;
+    const mt_opt *opt = key ? mt_opt_lookup(&mt_tc_table, key) : NULL;
     if (!opt) {
         mt_error err;
         mt_train_config tmp = o->tc;

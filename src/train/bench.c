@@ -44,7 +44,7 @@ static void config_text(const mt_bench_opts *o, char *buf, size_t cap) {
              "budgets=%g,%g\ngpus=%d\n", (long long)c->L, (long long)c->C, (long long)c->NH,
              (long long)c->NKV, (long long)c->F, (long long)c->V, (long long)c->moe.E, o->M,
              (long long)o->B, (long long)o->T, (long long)o->steps, o->fp32, o->slots, o->keep,
-             o->gpu_grads, o->host_ckpt, o->grad_dtype, o->all_gpu, o->gpu_adam, o->gpu_mem,
+             o->gpu_grads, o->host_saved, o->grad_dtype, o->all_gpu, o->gpu_adam, o->gpu_mem,
              o->host_mem, o->gpus);
 }
 
@@ -55,9 +55,9 @@ static int placement(const mt_bench_opts *o, const mt_param_table *table, const 
                      mt_plan_request *req, mt_plan *plan, mt_cuda_backend_opts *bo, FILE *out,
                      mt_error *err) {
     int several = mt_ranks_several(rk);
-    if (o->gpu_grads >= 0 || o->host_ckpt) { /* the old global switches, for comparisons */
+    if (o->gpu_grads >= 0 || o->host_saved) { /* the old global switches, for comparisons */
         *bo = (mt_cuda_backend_opts){.precision = o->fp32 ? MT_GPU_FP32 : MT_GPU_BF16,
-                                     .slots = o->slots, .host_checkpoints = o->host_ckpt,
+                                     .slots = o->slots, .host_saved_inputs = o->host_saved,
                                      .keep_layers = o->keep, .gpu_grads = o->gpu_grads != 0,
                                      .host_grad_bf16 = o->grad_dtype == 1,
                                      .device_optim_layers = o->gpu_adam > 0 ? o->gpu_adam : 0};
@@ -185,7 +185,7 @@ static int bench(const mt_bench_opts *o, mt_ranks *rk, const mt_param_table *tab
     mt_backend *be = NULL;
     mt_optim_pipeline pipe;
     int pipe_on = 0, rc = -1;
-    int manual = o->gpu_grads >= 0 || o->host_ckpt;
+    int manual = o->gpu_grads >= 0 || o->host_saved;
     if (placement(o, table, rk, &req, &plan, &bo, out, err) ||
         mt_ranks_parts(rk, table, &sl, &parts, err))
         goto out;

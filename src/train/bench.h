@@ -22,7 +22,7 @@ typedef struct mt_bench_opts {
     int64_t B, T, steps;    /* rows per micro-batch, sequence length, timed steps */
     int fp32, slots, keep;  /* precision, weight slots, kept layers (-1: as many as fit) */
     int gpu_grads;          /* -1: the planner; 0/1: every gradient on the host / GPU */
-    int host_ckpt;          /* with gpu_grads >= 0: every checkpoint on the host */
+    int host_saved;          /* with gpu_grads >= 0: every saved input on the host */
     int grad_dtype;         /* host gradients: -1 planner's choice, 0 fp32, 1 bf16 */
     int all_gpu;            /* every gradient and checkpoint on the GPU */
     int gpu_adam;           /* leading layers whose AdamW runs on the GPU: -1 the planner's

@@ -145,7 +145,7 @@ int mt_runner_plan_make(mt_runner_plan **out, const mt_config *cfg, const mt_par
     *out = NULL;
     int gpu = mt_runner_pick_gpu_for(o->device, cfg, err);
     if (gpu < 0) return -1;
-    if (!gpu || !o->train || o->host_checkpoints) return 0;
+    if (!gpu || !o->train || o->host_saved_inputs) return 0;
     mt_runner_plan *p = mt_calloc_or_die(1, sizeof *p);
     mt_gpu_plan_args a = {.fp32 = o->fp32, .gpu_mem_gb = o->gpu_mem_gb,
                           .host_mem_gb = o->host_mem_gb, .grad_dtype = o->host_grad_dtype,
@@ -190,7 +190,7 @@ int mt_runner_init(mt_runner *r, const mt_config *cfg, const mt_param_table *t,
     }
     r->gpu = 1;
     mt_cuda_backend_opts bo = {.precision = o->fp32 ? MT_GPU_FP32 : MT_GPU_BF16,
-                               .host_checkpoints = o->host_checkpoints,
+                               .host_saved_inputs = o->host_saved_inputs,
                                .keep_layers = o->train ? -1 : 0};
     if (o->plan) mt_plan_backend_opts(&o->plan->plan, &o->plan->req, &bo);
     bo.rank = o->rank;

@@ -28,7 +28,7 @@ typedef struct mt_runner_plan mt_runner_plan;
 typedef struct mt_runner_opts {
     int device;        /* 0 auto, 1 cpu, 2 cuda */
     int fp32;          /* GPU precision fp32 instead of bf16 */
-    int host_checkpoints; /* no planner: every checkpoint on the host */
+    int host_saved_inputs; /* no planner: every saved input on the host */
     int train;         /* gradients needed */
     double gpu_mem_gb, host_mem_gb; /* budgets, 0: the machine's */
     int host_grad_dtype;            /* -1 planner's choice, 0 fp32, 1 bf16 */

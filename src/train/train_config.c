@@ -118,9 +118,9 @@ const mt_opt mt_tc_options[] = {
      "(docs/distributed.md)"},
     {"precision", MT_OPT_ENUM, OFF(precision), "bf16", NULL, ANY, mt_tc_dtypes, NULL, NULL,
      "matrix products in bf16 (fp32 accumulation) or all fp32"},
-    {"host_checkpoints", MT_OPT_BOOL, OFF(host_checkpoints), "false", NULL, ANY, NULL, NULL,
-     NULL, "every layer checkpoint in host RAM, no planner (longer sequences, more PCIe "
-     "traffic)"},
+    {"host_saved_inputs", MT_OPT_BOOL, OFF(host_saved_inputs), "false", NULL, ANY, NULL, NULL,
+     NULL, "every layer's saved input (what its backward recomputes it from) in host RAM, no "
+     "planner (longer sequences, more PCIe traffic)"},
     {"gpu_mem", MT_OPT_FLOAT, OFF(gpu_mem), "0", NULL, NONNEG, NULL, "GB", NULL,
      "GPU memory the run may take, CUDA context included; 0: what is free"},
     {"host_mem", MT_OPT_FLOAT, OFF(host_mem), "0", NULL, NONNEG, NULL, "GB", NULL,
@@ -184,6 +184,7 @@ static const mt_opt_alias aliases[] = {
     {"resume_from_checkpoint", "resume", MT_ALIAS_SUGGEST},
     {"gradient_clipping", "max_grad_norm", MT_ALIAS_SUGGEST},
     {"bf16", "precision", MT_ALIAS_SUGGEST}, {"dtype", "precision", MT_ALIAS_SUGGEST},
+    {"host_checkpoints", "host_saved_inputs", MT_ALIAS_DEPRECATED},
 };
 
 const mt_opt_table mt_tc_table = {
@@ -208,7 +209,7 @@ int mt_train_config_set(mt_train_config *cfg, const char *key, const char *value
                         const char *where, mt_error *err) {
     char label[MT_TC_STR + 64];
     snprintf(label, sizeof label, "%s%s%s", where ? where : "", where ? ": " : "", key);
-    const mt_opt *o = mt_opt_find(&mt_tc_table, key);
+    const mt_opt *o = mt_opt_lookup(&mt_tc_table, key);
     if (o) return mt_opt_set(&mt_tc_table, cfg, o, value, label, err);
     const char *s = mt_opt_suggest(&mt_tc_table, key);
     if (s) return mt_errorf(err, "%s: unknown key (did you mean '%s'?)", label, s);

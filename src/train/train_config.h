@@ -82,7 +82,7 @@ typedef struct mt_train_config {
     mt_device_kind device;
     int64_t gpus;                   // ranks this process starts on this machine; 0, 1: none
     mt_tc_precision precision;
-    bool host_checkpoints;
+    bool host_saved_inputs;
     double gpu_mem, host_mem;       // GB; 0 = the machine's
     int host_grad_dtype;            // auto | fp32 | bf16
     char calibration[MT_TC_STR];    // "" = probe

@@ -55,7 +55,7 @@ static int read_pair(yaml_reader *r, mt_train_config *cfg, const yaml_event_t *k
     size_t line = line_of(key);
     char where[MT_TC_STR + 32];
     snprintf(where, sizeof where, "%s:%zu", r->path, line);
-    const mt_opt *o = mt_opt_find(&mt_tc_table, name);
+    const mt_opt *o = mt_opt_lookup(&mt_tc_table, name);
     yaml_event_t val;
     if (next_event(r, &val, err)) return -1;
     int rc = -1;
@@ -252,7 +252,7 @@ int mt_train_config_from_json(mt_train_config *cfg, const char *json, mt_error *
     }
     int rc = 0;
     for (const cJSON *it = root->child; it && !rc; it = it->next) {
-        const mt_opt *o = mt_opt_find(&mt_tc_table, it->string);
+        const mt_opt *o = mt_opt_lookup(&mt_tc_table, it->string);
         char text[MT_TC_STR], label[160];
         snprintf(label, sizeof label, "trainer state config: %s", it->string);
         if (!o) rc = mt_errorf(err, "%s: unknown key (written by another megatrain version?)", label);

@@ -434,7 +434,7 @@ static int find_checkpoint(mt_run *R, mt_error *err) {
 static int place(mt_run *R, int gpu, mt_runner_opts *ro, mt_error *err) {
     const mt_train_config *tc = R->tc;
     /* the CPU backends and the planner-less GPU path read the store's g */
-    int store_grads = !gpu || tc->host_checkpoints;
+    int store_grads = !gpu || tc->host_saved_inputs;
     char *plan_text = NULL;
     size_t plan_len = 0;
     FILE *log = open_memstream(&plan_text, &plan_len);
@@ -590,7 +590,7 @@ static int setup(mt_run *R, mt_error *err) {
         gpu = 0, device = 1;
     }
     mt_runner_opts ro = {.device = device, .fp32 = tc->precision == MT_TC_PRECISION_FP32,
-                         .host_checkpoints = tc->host_checkpoints, .train = 1,
+                         .host_saved_inputs = tc->host_saved_inputs, .train = 1,
                          .gpu_mem_gb = tc->gpu_mem, .host_mem_gb = mt_run_host_mem_share(R),
                          .host_grad_dtype = tc->host_grad_dtype - 1,
                          .calibration = tc->calibration[0] ? tc->calibration : NULL,

@@ -50,6 +50,12 @@ static const mt_opt_alias *find_alias(const mt_opt_table *t, const char *key,
     return NULL;
 }
 
+const mt_opt *mt_opt_lookup(const mt_opt_table *t, const char *key) {
+    const mt_opt *o = mt_opt_find(t, key);
+    const mt_opt_alias *a = o ? NULL : find_alias(t, key, MT_ALIAS_DEPRECATED);
+    return a ? mt_opt_find(t, a->name) : o;
+}
+
 static size_t edit_distance(const char *a, const char *b) {
     size_t la = strlen(a), lb = strlen(b), row[64];
     if (lb >= 64) return (size_t)-1;

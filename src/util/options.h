@@ -114,6 +114,10 @@ void mt_opt_defaults(const mt_opt_table *t, void *obj);
 /* Option by key ('_' or '-', any case), or NULL. */
 const mt_opt *mt_opt_find(const mt_opt_table *t, const char *key);
 
+/* As mt_opt_find, also through an older spelling of an option (a
+ * deprecated alias): what a file or a saved state may still say. */
+const mt_opt *mt_opt_lookup(const mt_opt_table *t, const char *key);
+
 /* Closest option name to an unknown key ("learning_rate" -> "lr",
  * "batchsize" -> "batch_size"), or NULL. */
 const char *mt_opt_suggest(const mt_opt_table *t, const char *key);

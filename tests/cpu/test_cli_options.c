@@ -57,7 +57,7 @@ static const cli_case cases[] = {
       "--precision", "--trace FILE", "--gpus N", "--gpu-mem GB", "--host-mem GB",
       "--host-grad-dtype", "--placement auto|all-gpu", "--calibration FILE",
       "--gpu-adam-layers N", "--slots K", "--keep-layers N", "--grads auto|gpu|host",
-      "--[no-]host-checkpoints"},
+      "--[no-]host-saved-inputs"},
      {"--steps", "0"}, "--steps: must be >= 1, got 0"},
     {{"bench", "adamw"}, {"--params N", "--threads N"}, {"--threads", "-1"}, "--threads"},
     {{"bench", "tokenizer"},

@@ -105,13 +105,31 @@ Test(train_config, flags_override_yaml_wherever_config_appears) {
     free(path);
 }
 
+/* host_checkpoints was the first name of host_saved_inputs: a flag, a
+ * YAML key, a key of the API and a saved run's state still say it. */
+Test(train_config, the_older_name_of_host_saved_inputs_is_still_read) {
+    mt_train_config cfg;
+    mt_error err;
+    const char *args[] = {"--host-checkpoints", NULL};
+    cr_assert_eq(parse(&cfg, &err, args), 0, "%s", err.msg);
+    cr_assert(cfg.host_saved_inputs);
+    mt_train_config_defaults(&cfg);
+    cr_assert_eq(mt_train_config_set(&cfg, "host_checkpoints", "true", "run.yaml:3", &err), 0,
+                 "%s", err.msg);
+    cr_assert(cfg.host_saved_inputs);
+    mt_train_config_defaults(&cfg);
+    cr_assert_eq(mt_train_config_from_json(&cfg, "{\"host_checkpoints\": true}", &err), 0, "%s",
+                 err.msg);
+    cr_assert(cfg.host_saved_inputs);
+}
+
 Test(train_config, flag_forms) {
     mt_train_config cfg;
     mt_error err;
-    const char *args[] = {"--host-checkpoints", "--skip_bad_lines=yes", "--precision", "FP32",
+    const char *args[] = {"--host-saved-inputs", "--skip_bad_lines=yes", "--precision", "FP32",
                           "--device=cpu", "--steps", "1e3", NULL};
     cr_assert_eq(parse(&cfg, &err, args), 0, "%s", err.msg);
-    cr_assert(cfg.host_checkpoints);
+    cr_assert(cfg.host_saved_inputs);
     cr_assert(cfg.skip_bad_lines);
     cr_assert_eq(cfg.precision, MT_TC_PRECISION_FP32);
     cr_assert_eq(cfg.device, MT_DEVICE_CPU);
@@ -259,7 +277,7 @@ static void unusual_config(mt_train_config *cfg) {
     cfg->beta1 = 0.85, cfg->beta2 = 0.999, cfg->eps = 1e-12, cfg->max_grad_norm = 0;
     cfg->schedule = MT_LR_CONSTANT, cfg->save_dtype = MT_SAVE_FP32;
     cfg->device = MT_DEVICE_CUDA, cfg->precision = MT_TC_PRECISION_FP32;
-    cfg->host_checkpoints = true, cfg->save_every = 0, cfg->keep_last = 4;
+    cfg->host_saved_inputs = true, cfg->save_every = 0, cfg->keep_last = 4;
     cfg->log_every = 1, cfg->sample_tokens = 5;
 }
 

@@ -90,13 +90,13 @@ void mt_test_train(const mt_config *cfg, const mt_param_table *t, mt_host_store 
     mt_test_train_steps(cfg, t, st, T, gpu ? &o : NULL, &opt, 0, steps, losses);
 }
 
-double mt_test_gpu_step(mt_fixture *f, mt_gpu_precision prec, int M, int host_ckpt) {
+double mt_test_gpu_step(mt_fixture *f, mt_gpu_precision prec, int M, int host_saved) {
     double loss;
     mt_error err;
     size_t N = (size_t)(f->B * f->T);
     int32_t *tok = mt_fixture_i32(f, "input_ids", 0, N);
     int32_t *tgt = mt_fixture_i32(f, "targets", 0, N);
-    mt_cuda_backend_opts o = {.precision = prec, .host_checkpoints = host_ckpt};
+    mt_cuda_backend_opts o = {.precision = prec, .host_saved_inputs = host_saved};
     int64_t B = f->B / M;
     mt_backend *be = mt_cuda_backend_create(&f->cfg, &f->table, &f->store, M, B, f->T, &o, &err);
     cr_assert_not_null(be, "%s", err.msg);

@@ -49,6 +49,6 @@ void mt_test_train_steps(const mt_config *cfg, const mt_param_table *t, mt_host_
  * the store's g (poisoned first, so each must be written). Checks the
  * per-layer norms against g and, in fp32 with M = 1 and no aux loss, the
  * logits against the fixture's. */
-double mt_test_gpu_step(mt_fixture *f, mt_gpu_precision prec, int M, int host_ckpt);
+double mt_test_gpu_step(mt_fixture *f, mt_gpu_precision prec, int M, int host_saved);
 
 #endif

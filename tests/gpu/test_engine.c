@@ -129,7 +129,7 @@ static size_t used_after_step(int layers) {
     cr_assert_eq(mt_params_init(&t, &cfg, &err), 0);
     cr_assert_eq(mt_host_store_init(&s, &t, &err), 0);
     mt_host_store_init_random(&s, 3, 0.02f);
-    mt_cuda_backend_opts o = {.precision = MT_GPU_BF16, .host_checkpoints = 1};
+    mt_cuda_backend_opts o = {.precision = MT_GPU_BF16, .host_saved_inputs = 1};
     int M = 2;
     int64_t B = 2, T = 256, n = M * B * T;
     mt_backend *be = mt_cuda_backend_create(&cfg, &t, &s, M, B, T, &o, &err);
@@ -374,7 +374,7 @@ Test(engine, gpu_budget_is_never_exceeded) {
     int64_t B = 4, T = 512, n = M * B * T;
     size_t tot;
     /* the smallest placement, plus room for two kept layers, plus the context reserve */
-    mt_cuda_backend_opts probe = {.precision = MT_GPU_BF16, .gpu_grads = 0, .host_checkpoints = 1};
+    mt_cuda_backend_opts probe = {.precision = MT_GPU_BF16, .gpu_grads = 0, .host_saved_inputs = 1};
     size_t need = mt_cuda_backend_bytes(&cfg, &t, M, B, T, &probe);
     size_t budget = need + MT_CUDA_CONTEXT_RESERVE + (size_t)(0.6 * (double)(need));
     mt_cuda_backend_opts o = probe;

@@ -35,13 +35,13 @@
 /* One step on the fixture's packed batch in M micro-batches; fills the
  * store's gradients, returns the loss; with fp32 and M = 1 also checks the
  * logits of every position. */
-static double gpu_packed_step(mt_fixture *f, mt_gpu_precision prec, int M, int host_ckpt) {
+static double gpu_packed_step(mt_fixture *f, mt_gpu_precision prec, int M, int host_saved) {
     mt_error err;
     size_t N = (size_t)(f->B * f->T);
     int32_t *tok = mt_fixture_i32(f, "input_ids", 0, N);
     int32_t *tgt = mt_fixture_i32(f, "targets", 0, N);
     int32_t *pos = mt_fixture_i32(f, "position_ids", 0, N);
-    mt_cuda_backend_opts o = {.precision = prec, .host_checkpoints = host_ckpt};
+    mt_cuda_backend_opts o = {.precision = prec, .host_saved_inputs = host_saved};
     int64_t B = f->B / M;
     mt_backend *be = mt_cuda_backend_create(&f->cfg, &f->table, &f->store, M, B, f->T, &o, &err);
     cr_assert_not_null(be, "%s", err.msg);

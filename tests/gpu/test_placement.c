@@ -27,7 +27,7 @@ static mt_config deep_config(int tied) {
     return c;
 }
 
-Test(placement, recomputed_checkpoints_match_all_gpu_bitwise, .timeout = 180) {
+Test(placement, rebuilt_saved_inputs_match_all_gpu_bitwise, .timeout = 180) {
     mt_test_need_gpu();
     enum { S = 6 };
     mt_error err;

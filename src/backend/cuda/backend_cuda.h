@@ -40,7 +40,7 @@ typedef struct mt_cuda_backend_opts {
     /* Per-layer homes (n_layers entries, read at creation). NULL: every
      * layer as the two flags below say. */
     const mt_layer_home *homes;
-    int host_checkpoints; /* homes == NULL: every checkpoint on the host */
+    int host_saved_inputs; /* homes == NULL: every saved input on the host */
     /* homes == NULL: where gradients wait for the optimizer. 0: the host
      * (GPU memory independent of depth); 1: one fp32 accumulator per
      * parameter on the GPU (GPU memory grows by 4 bytes per parameter). */

@@ -266,7 +266,7 @@ void mt_cuda_resolve_homes(cuda_backend *cb) {
     for (int l = 0; l < nl; l++) {
         mt_layer_home h = cb->o.homes ? cb->o.homes[l]
                                       : (mt_layer_home){.grad_host = !cb->o.gpu_grads,
-                                                        .saved_host = (uint8_t)cb->o.host_checkpoints};
+                                                        .saved_host = (uint8_t)cb->o.host_saved_inputs};
         if (l == 0) h.saved_host = h.saved_recompute = 0; /* no checkpoint */
         /* updated where it is; on a rank of several, every other layer's
          * reduced part leaves for the host */

@@ -23,7 +23,7 @@ static void save_input(cuda_backend *cb, int layer) {
     float *host = cb->h_saved + (size_t)cb->saved_idx[layer] * cb->max_M * cb->N * cb->cfg->C;
     CUDA_CHECK(cudaEventRecord(cb->visit_written[b], cb->s_comp));
     CUDA_CHECK(cudaStreamWaitEvent(cb->s_d2h, cb->visit_written[b], 0));
-    int sp = mt_cuda_span_begin(cb, cb->s_d2h, MT_TRACK_D2H, "save ckpt %d", layer);
+    int sp = mt_cuda_span_begin(cb, cb->s_d2h, MT_TRACK_D2H, "save input %d", layer);
     CUDA_CHECK(cudaMemcpyAsync(host, cb->visit[b], per * sizeof(float), cudaMemcpyDeviceToHost,
                                cb->s_d2h));
     mt_cuda_span_end(cb, cb->s_d2h, sp);
@@ -38,7 +38,7 @@ static void load_input(cuda_backend *cb, int layer) {
     CUDA_CHECK(cudaEventRecord(cb->visit_free[b], cb->s_comp));
     CUDA_CHECK(cudaStreamWaitEvent(cb->s_h2d, cb->visit_free[b], 0));
     CUDA_CHECK(cudaStreamWaitEvent(cb->s_h2d, cb->visit_saved[b], 0));
-    int sp = mt_cuda_span_begin(cb, cb->s_h2d, MT_TRACK_H2D, "load ckpt %d", layer);
+    int sp = mt_cuda_span_begin(cb, cb->s_h2d, MT_TRACK_H2D, "load input %d", layer);
     CUDA_CHECK(cudaMemcpyAsync(cb->visit[b], src, per * sizeof(float), cudaMemcpyHostToDevice,
                                cb->s_h2d));
     mt_cuda_span_end(cb, cb->s_h2d, sp);
