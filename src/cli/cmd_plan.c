@@ -246,6 +246,11 @@ static int run(void *args, int argc, char **argv) {
                "and 1/%d of every layer, %.1f GB of its machine's host budget; collectives at %.0f "
                "GB/s\n", (long long)a->gpus, (long long)a->nodes, req.M, (long long)M, ranks,
                req.host_budget / 1e9, req.rates.link_gbs);
+    /* no GPU kernels run these blocks yet: what follows is not a run megatrain can make */
+    if (mt_arch_cpu_only(cfg.arch))
+        printf("note: model_type \"%s\" trains on the CPU only (no GPU kernels yet); the plan "
+               "below projects a Llama-path model of the same tensors on the GPU, not a run "
+               "megatrain makes today\n", cfg.model_type);
     rc = print_plan(&req, &t);
     mt_params_free(&t);
     return rc;

@@ -127,8 +127,9 @@ void mt_host_store_random_range(const mt_param_table *t, int l, size_t begin, si
         float *p = out + (tb - begin);
         size_t first = tb - td->offset, n = te - tb; /* elements of the tensor */
         if (td->ndim == 1) {
-            int bias = mt_role_is_bias(td->role);
-            for (size_t i = 0; i < n; i++) p[i] = bias ? 0.0f : 1.0f;
+            /* norms start at the identity: w = 1, or 0 where they scale by 1 + w */
+            int zero = mt_role_is_bias(td->role) || t->norm_offset;
+            for (size_t i = 0; i < n; i++) p[i] = zero ? 0.0f : 1.0f;
             continue;
         }
         uint64_t key = mix(seed ^ ((uint64_t)l << 40) ^ ((uint64_t)k << 32));

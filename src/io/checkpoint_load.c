@@ -62,6 +62,11 @@ int mt_ckpt_compare_configs(const mt_config *a, const mt_config *b, const char *
     CMP_INT(act, "hidden_act");
     CMP_INT(rotary_dim, "rotary_pct (rotary dims)");
     CMP_INT(new_decoder, "new_decoder_architecture");
+    CMP_NUM(query_pre_attn_scalar, "query_pre_attn_scalar");
+    CMP_NUM(attn_softcap, "attn_logit_softcapping");
+    CMP_NUM(final_softcap, "final_logit_softcapping");
+    CMP_INT(sliding_pattern, "layer_types (sliding_window_pattern)");
+    CMP_NUM(rope_local_theta, "rope_local_base_freq");
     /* mixture-of-experts: what changes the math without changing the tensors */
     CMP_INT(moe.E, "num_experts");
     CMP_INT(moe.K, "num_experts_per_tok");

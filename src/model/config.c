@@ -1,7 +1,8 @@
 /* config.json parsing for the Llama family (llama, mistral, qwen2, qwen3),
  * its mixture-of-experts relatives (mixtral, qwen2_moe, qwen3_moe),
  * gpt_neox (Pythia, GPT-NeoX-20B) and falcon (Falcon-7B, and the new
- * decoder architecture of Falcon-40B/180B).
+ * decoder architecture of Falcon-40B/180B); gemma2 and gemma3_text are
+ * config_gemma.c's.
  *
  * Accepts both the transformers 4 layout (rope_theta + rope_scaling) and the
  * transformers 5 layout (rope_parameters). Anything that would change the
@@ -17,50 +18,8 @@
 #include <string.h>
 
 #include "io/file.h"
+#include "model/config_internal.h"
 #include "util/mem.h"
-
-/* Reads an integer field. Missing: *out = dflt, or an error if dflt < 0
- * means "required". */
-static int get_int(const cJSON *root, const char *key, int64_t dflt, int64_t *out,
-                   const char *src, mt_error *err) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (!it || cJSON_IsNull(it)) {
-        if (dflt == -1)
-            return mt_errorf(err, "%s: required field \"%s\" is missing; add it to config.json",
-                             src, key);
-        *out = dflt;
-        return 0;
-    }
-    if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
-        fabs(it->valuedouble) > 9.0e15)
-        return mt_errorf(err, "%s: field \"%s\" must be an integer", src, key);
-    *out = (int64_t)it->valuedouble;
-    return 0;
-}
-
-static int get_num(const cJSON *root, const char *key, double dflt, double *out,
-                   const char *src, mt_error *err) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (!it || cJSON_IsNull(it)) {
-        *out = dflt;
-        return 0;
-    }
-    if (!cJSON_IsNumber(it)) return mt_errorf(err, "%s: field \"%s\" must be a number", src, key);
-    *out = it->valuedouble;
-    return 0;
-}
-
-static int get_bool(const cJSON *root, const char *key, bool dflt, bool *out, const char *src,
-                    mt_error *err) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (!it || cJSON_IsNull(it)) {
-        *out = dflt;
-        return 0;
-    }
-    if (!cJSON_IsBool(it)) return mt_errorf(err, "%s: field \"%s\" must be true or false", src, key);
-    *out = cJSON_IsTrue(it);
-    return 0;
-}
 
 /* bos/eos may be an integer or a list of integers (Llama-3.1 lists several
  * end tokens); the first one is the one we emit. */
@@ -71,7 +30,7 @@ static int get_token_id(const cJSON *root, const char *key, int64_t *out, const 
     if (!it || cJSON_IsNull(it)) return 0;
     if (cJSON_IsArray(it)) it = cJSON_GetArrayItem(it, 0);
     if (!it) return 0;
-    /* the same range as get_int: a double beyond int64 is undefined to convert */
+    /* the same range as mt_cfg_int: a double beyond int64 is undefined to convert */
     if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
         fabs(it->valuedouble) > 9.0e15)
         return mt_errorf(err, "%s: field \"%s\" must be an integer", src, key);
@@ -89,11 +48,11 @@ static int parse_rope(mt_config *cfg, const cJSON *root, const char *src, mt_err
         field = "rope_scaling";
     }
     double theta = cfg->arch == MT_ARCH_MIXTRAL ? 1e6 : 10000.0; /* MixtralConfig.default_theta */
-    if (get_num(root, "rope_theta", theta, &cfg->rope_theta, src, err)) return -1;
+    if (mt_cfg_num(root, "rope_theta", theta, &cfg->rope_theta, src, err)) return -1;
     cfg->rope_kind = MT_ROPE_DEFAULT;
     if (!rp || cJSON_IsNull(rp)) return 0;
     if (!cJSON_IsObject(rp)) return mt_errorf(err, "%s: field \"%s\" must be an object", src, field);
-    if (get_num(rp, "rope_theta", cfg->rope_theta, &cfg->rope_theta, src, err)) return -1;
+    if (mt_cfg_num(rp, "rope_theta", cfg->rope_theta, &cfg->rope_theta, src, err)) return -1;
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
     if (!type) type = cJSON_GetObjectItemCaseSensitive(rp, "type");
     const char *t = cJSON_IsString(type) ? type->valuestring : "default";
@@ -105,10 +64,10 @@ static int parse_rope(mt_config *cfg, const cJSON *root, const char *src, mt_err
                          src, field, t);
     cfg->rope_kind = MT_ROPE_LLAMA3;
     int64_t orig = 0;
-    if (get_num(rp, "factor", 8.0, &cfg->rope_factor, src, err) ||
-        get_num(rp, "low_freq_factor", 1.0, &cfg->rope_low_freq_factor, src, err) ||
-        get_num(rp, "high_freq_factor", 4.0, &cfg->rope_high_freq_factor, src, err) ||
-        get_int(rp, "original_max_position_embeddings", 8192, &orig, src, err))
+    if (mt_cfg_num(rp, "factor", 8.0, &cfg->rope_factor, src, err) ||
+        mt_cfg_num(rp, "low_freq_factor", 1.0, &cfg->rope_low_freq_factor, src, err) ||
+        mt_cfg_num(rp, "high_freq_factor", 4.0, &cfg->rope_high_freq_factor, src, err) ||
+        mt_cfg_int(rp, "original_max_position_embeddings", 8192, &orig, src, err))
         return -1;
     cfg->rope_orig_max_pos = orig;
     if (!(cfg->rope_factor > 0) || !(cfg->rope_high_freq_factor > cfg->rope_low_freq_factor) ||
@@ -130,18 +89,18 @@ static int refuse_unsupported(const mt_config *cfg, const cJSON *root, const cha
                          "implement other activations", src);
     bool b = false;
     if (cfg->arch != MT_ARCH_QWEN2 && cfg->arch != MT_ARCH_QWEN2_MOE) {
-        if (get_bool(root, "attention_bias", false, &b, src, err)) return -1;
+        if (mt_cfg_bool(root, "attention_bias", false, &b, src, err)) return -1;
         if (b) return mt_errorf(err, "%s: attention_bias = true is not supported for model_type "
                                 "\"%s\"", src, cfg->model_type);
     }
-    if (get_bool(root, "mlp_bias", false, &b, src, err)) return -1;
+    if (mt_cfg_bool(root, "mlp_bias", false, &b, src, err)) return -1;
     if (b) return mt_errorf(err, "%s: mlp_bias = true is not supported", src);
-    if (get_bool(root, "use_sliding_window", false, &b, src, err)) return -1;
+    if (mt_cfg_bool(root, "use_sliding_window", false, &b, src, err)) return -1;
     if (b && cfg->arch != MT_ARCH_MISTRAL && cfg->arch != MT_ARCH_MIXTRAL)
         return mt_errorf(err, "%s: use_sliding_window = true is not supported; set it to false "
                          "(full attention)", src);
     double prf = 1.0;
-    if (get_num(root, "partial_rotary_factor", 1.0, &prf, src, err)) return -1;
+    if (mt_cfg_num(root, "partial_rotary_factor", 1.0, &prf, src, err)) return -1;
     if (prf != 1.0) return mt_errorf(err, "%s: partial_rotary_factor %g is not supported "
                                      "(only 1.0)", src, prf);
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
@@ -172,8 +131,8 @@ static int refuse_unsupported(const mt_config *cfg, const cJSON *root, const cha
  * GPTNeoXConfig.convert_rope_params_to_dict. */
 static int parse_neox_rope(mt_config *cfg, const cJSON *root, const char *src, mt_error *err) {
     double pct = 0.25;
-    if (get_num(root, "rotary_emb_base", 10000.0, &cfg->rope_theta, src, err) ||
-        get_num(root, "rotary_pct", 0.25, &pct, src, err))
+    if (mt_cfg_num(root, "rotary_emb_base", 10000.0, &cfg->rope_theta, src, err) ||
+        mt_cfg_num(root, "rotary_pct", 0.25, &pct, src, err))
         return -1;
     const char *field = "rope_parameters";
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, field);
@@ -187,8 +146,8 @@ static int parse_neox_rope(mt_config *cfg, const cJSON *root, const char *src, m
             return mt_errorf(err, "%s: %s.rope_type must be \"default\" for model_type "
                              "\"gpt_neox\"; megatrain does not implement scaled rotary "
                              "embeddings for it", src, field);
-        if (get_num(rp, "rope_theta", cfg->rope_theta, &cfg->rope_theta, src, err) ||
-            get_num(rp, "partial_rotary_factor", pct, &pct, src, err))
+        if (mt_cfg_num(rp, "rope_theta", cfg->rope_theta, &cfg->rope_theta, src, err) ||
+            mt_cfg_num(rp, "partial_rotary_factor", pct, &pct, src, err))
             return -1;
     }
     double dims = (double)cfg->HD * pct; /* transformers: int(head_size * rotary_pct) */
@@ -200,29 +159,13 @@ static int parse_neox_rope(mt_config *cfg, const cJSON *root, const char *src, m
     return 0;
 }
 
-/* The GELU of the field `key` (gpt_neox: hidden_act, falcon: activation),
- * "gelu" when absent. */
-static int parse_gelu(mt_config *cfg, const cJSON *root, const char *key, const char *src,
-                      mt_error *err) {
-    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, key);
-    const char *a = act && cJSON_IsString(act) ? act->valuestring : act ? "" : "gelu";
-    if (!strcmp(a, "gelu")) cfg->act = MT_ACT_GELU;
-    else if (!strcmp(a, "gelu_new") || !strcmp(a, "gelu_fast") || !strcmp(a, "gelu_pytorch_tanh"))
-        cfg->act = MT_ACT_GELU_TANH;
-    else
-        return mt_errorf(err, "%s: %s \"%s\" is not supported for model_type \"%s\"; "
-                         "megatrain implements \"gelu\" and the tanh forms \"gelu_new\", "
-                         "\"gelu_fast\", \"gelu_pytorch_tanh\"", src, key, a, cfg->model_type);
-    return 0;
-}
-
 /* hidden_dropout and attention_dropout must be 0 (absent: 0, as in both
  * GPTNeoXConfig and FalconConfig). */
 static int refuse_dropout(const cJSON *root, const char *src, mt_error *err) {
     const char *dropouts[] = {"hidden_dropout", "attention_dropout"};
     for (size_t i = 0; i < 2; i++) {
         double drop = 0;
-        if (get_num(root, dropouts[i], 0.0, &drop, src, err)) return -1;
+        if (mt_cfg_num(root, dropouts[i], 0.0, &drop, src, err)) return -1;
         if (drop != 0)
             return mt_errorf(err, "%s: %s = %g is not supported (megatrain trains without "
                              "dropout); set it to 0.0", src, dropouts[i], drop);
@@ -234,9 +177,9 @@ static int refuse_dropout(const cJSON *root, const char *src, mt_error *err) {
  * what megatrain does not compute is refused by field name. */
 static int parse_gpt_neox(mt_config *cfg, const cJSON *root, const char *src, mt_error *err) {
     double eps = 0;
-    if (get_num(root, "layer_norm_eps", 1e-5, &eps, src, err) ||
-        get_bool(root, "use_parallel_residual", true, &cfg->parallel_residual, src, err) ||
-        get_bool(root, "attention_bias", true, &cfg->attn_bias, src, err))
+    if (mt_cfg_num(root, "layer_norm_eps", 1e-5, &eps, src, err) ||
+        mt_cfg_bool(root, "use_parallel_residual", true, &cfg->parallel_residual, src, err) ||
+        mt_cfg_bool(root, "attention_bias", true, &cfg->attn_bias, src, err))
         return -1;
     cfg->rms_eps = (float)eps;
     cfg->layernorm = true;
@@ -245,11 +188,11 @@ static int parse_gpt_neox(mt_config *cfg, const cJSON *root, const char *src, mt
         return mt_errorf(err, "%s: tie_word_embeddings = true is not supported for model_type "
                          "\"gpt_neox\" (Pythia and GPT-NeoX keep embed_out untied); set it "
                          "to false", src);
-    if (parse_gelu(cfg, root, "hidden_act", src, err) || refuse_dropout(root, src, err))
+    if (mt_cfg_gelu(cfg, root, "hidden_act", src, err) || refuse_dropout(root, src, err))
         return -1;
     int64_t nkv = cfg->NH, hd = cfg->C / cfg->NH;
-    if (get_int(root, "num_key_value_heads", cfg->NH, &nkv, src, err) ||
-        get_int(root, "head_dim", hd, &hd, src, err))
+    if (mt_cfg_int(root, "num_key_value_heads", cfg->NH, &nkv, src, err) ||
+        mt_cfg_int(root, "head_dim", hd, &hd, src, err))
         return -1;
     if (nkv != cfg->NH || hd != cfg->C / cfg->NH || cfg->C % cfg->NH)
         return mt_errorf(err, "%s: gpt_neox has num_attention_heads heads of hidden_size / "
@@ -268,18 +211,18 @@ static int parse_falcon(mt_config *cfg, const cJSON *root, const char *src, mt_e
     double eps = 0;
     bool mq = true, par = true, alibi = false, bias = false;
     int64_t nkv = cfg->NH, nln = 0, hd = 0;
-    if (get_int(root, "ffn_hidden_size", 4 * cfg->C, &cfg->F, src, err) ||
-        get_num(root, "layer_norm_epsilon", 1e-5, &eps, src, err) ||
-        get_bool(root, "tie_word_embeddings", true, &cfg->tie_embeddings, src, err) ||
-        get_bool(root, "new_decoder_architecture", false, &cfg->new_decoder, src, err) ||
-        get_bool(root, "multi_query", true, &mq, src, err) ||
-        get_bool(root, "parallel_attn", true, &par, src, err) ||
-        get_bool(root, "alibi", false, &alibi, src, err) ||
-        get_bool(root, "bias", false, &bias, src, err) ||
-        get_int(root, "num_kv_heads", cfg->NH, &nkv, src, err) ||
-        get_int(root, "num_ln_in_parallel_attn", cfg->new_decoder ? 2 : 1, &nln, src, err) ||
-        get_int(root, "head_dim", cfg->C / cfg->NH, &hd, src, err) ||
-        parse_gelu(cfg, root, "activation", src, err) || refuse_dropout(root, src, err))
+    if (mt_cfg_int(root, "ffn_hidden_size", 4 * cfg->C, &cfg->F, src, err) ||
+        mt_cfg_num(root, "layer_norm_epsilon", 1e-5, &eps, src, err) ||
+        mt_cfg_bool(root, "tie_word_embeddings", true, &cfg->tie_embeddings, src, err) ||
+        mt_cfg_bool(root, "new_decoder_architecture", false, &cfg->new_decoder, src, err) ||
+        mt_cfg_bool(root, "multi_query", true, &mq, src, err) ||
+        mt_cfg_bool(root, "parallel_attn", true, &par, src, err) ||
+        mt_cfg_bool(root, "alibi", false, &alibi, src, err) ||
+        mt_cfg_bool(root, "bias", false, &bias, src, err) ||
+        mt_cfg_int(root, "num_kv_heads", cfg->NH, &nkv, src, err) ||
+        mt_cfg_int(root, "num_ln_in_parallel_attn", cfg->new_decoder ? 2 : 1, &nln, src, err) ||
+        mt_cfg_int(root, "head_dim", cfg->C / cfg->NH, &hd, src, err) ||
+        mt_cfg_gelu(cfg, root, "activation", src, err) || refuse_dropout(root, src, err))
         return -1;
     /* FalconConfig's bos_token_id and eos_token_id are 11 when absent */
     const char *ids[] = {"bos_token_id", "eos_token_id"};
@@ -361,13 +304,13 @@ static int parse_moe(mt_config *cfg, const cJSON *root, const char *src, mt_erro
      * mixtral and qwen3_moe (and writes num_local_experts for qwen3_moe) */
     const char *ekey = !q2 && cJSON_GetObjectItemCaseSensitive(root, "num_local_experts")
                            ? "num_local_experts" : "num_experts";
-    if (get_int(root, ekey, mixtral ? 8 : q2 ? 60 : 128, &m->E, src, err)) return -1;
+    if (mt_cfg_int(root, ekey, mixtral ? 8 : q2 ? 60 : 128, &m->E, src, err)) return -1;
     if (mixtral && m->E < 1)
         return mt_errorf(err, "%s: %s must be at least 1 for model_type \"mixtral\"", src, ekey);
     if (m->E == 0) return 0; /* qwen: every block has the dense MLP */
-    if (get_int(root, "num_experts_per_tok", mixtral ? 2 : q2 ? 4 : 8, &m->K, src, err) ||
-        get_num(root, "router_aux_loss_coef", 0.001, &m->aux_coef, src, err) ||
-        get_bool(root, "output_router_logits", false, &m->output_router_logits, src, err))
+    if (mt_cfg_int(root, "num_experts_per_tok", mixtral ? 2 : q2 ? 4 : 8, &m->K, src, err) ||
+        mt_cfg_num(root, "router_aux_loss_coef", 0.001, &m->aux_coef, src, err) ||
+        mt_cfg_bool(root, "output_router_logits", false, &m->output_router_logits, src, err))
         return -1;
     m->aux_loss = m->output_router_logits;
     m->sparse_step = 1;
@@ -375,18 +318,18 @@ static int parse_moe(mt_config *cfg, const cJSON *root, const char *src, mt_erro
     m->FE = cfg->F;
     if (mixtral) {
         double jitter = 0;
-        if (get_num(root, "router_jitter_noise", 0.0, &jitter, src, err)) return -1;
+        if (mt_cfg_num(root, "router_jitter_noise", 0.0, &jitter, src, err)) return -1;
         if (jitter != 0)
             return mt_errorf(err, "%s: router_jitter_noise %g is not supported (training-time "
                              "noise on the router input); set it to 0", src, jitter);
         return 0;
     }
-    if (get_int(root, "moe_intermediate_size", q2 ? 1408 : 768, &m->FE, src, err) ||
-        get_bool(root, "norm_topk_prob", false, &m->norm_topk, src, err) ||
-        get_int(root, "decoder_sparse_step", 1, &m->sparse_step, src, err) ||
+    if (mt_cfg_int(root, "moe_intermediate_size", q2 ? 1408 : 768, &m->FE, src, err) ||
+        mt_cfg_bool(root, "norm_topk_prob", false, &m->norm_topk, src, err) ||
+        mt_cfg_int(root, "decoder_sparse_step", 1, &m->sparse_step, src, err) ||
         parse_mlp_only(m, root, cfg->L, src, err))
         return -1;
-    if (q2 && get_int(root, "shared_expert_intermediate_size", 5632, &m->FS, src, err))
+    if (q2 && mt_cfg_int(root, "shared_expert_intermediate_size", 5632, &m->FS, src, err))
         return -1;
     if (q2 && m->FS <= 0)
         return mt_errorf(err, "%s: shared_expert_intermediate_size must be positive (every "
@@ -435,17 +378,24 @@ int mt_config_parse(mt_config *cfg, const char *json_text, const char *src, mt_e
         goto out;
     }
     const char *types[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe",
-                           "qwen3_moe", "gpt_neox", "falcon"};
+                           "qwen3_moe", "gpt_neox", "falcon", "gemma2", "gemma3_text"};
     const mt_arch archs[] = {MT_ARCH_LLAMA, MT_ARCH_MISTRAL, MT_ARCH_QWEN2, MT_ARCH_QWEN3,
                              MT_ARCH_MIXTRAL, MT_ARCH_QWEN2_MOE, MT_ARCH_QWEN3_MOE,
-                             MT_ARCH_GPT_NEOX, MT_ARCH_FALCON};
+                             MT_ARCH_GPT_NEOX, MT_ARCH_FALCON, MT_ARCH_GEMMA2,
+                             MT_ARCH_GEMMA3_TEXT};
     int found = -1;
     for (int i = 0; i < (int)(sizeof types / sizeof *types); i++)
         if (!strcmp(mt->valuestring, types[i])) found = i;
+    if (found < 0 && !strcmp(mt->valuestring, "gemma3")) {
+        mt_errorf(err, "%s: model_type \"gemma3\" (Gemma 3 with its vision tower) is not "
+                  "supported; megatrain trains its text model, model_type \"gemma3_text\" "
+                  "(the config.json of gemma-3-1b, or text_config of the larger ones)", src);
+        goto out;
+    }
     if (found < 0) {
         mt_errorf(err, "%s: model_type \"%s\" is not supported; megatrain trains llama, mistral, "
-                  "qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, gpt_neox and falcon", src,
-                  mt->valuestring);
+                  "qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, gpt_neox, falcon, gemma2 and "
+                  "gemma3_text", src, mt->valuestring);
         goto out;
     }
     cfg->arch = archs[found];
@@ -454,15 +404,15 @@ int mt_config_parse(mt_config *cfg, const char *json_text, const char *src, mt_e
     double eps = 0;
     /* falcon names its MLP size ffn_hidden_size (parse_falcon) */
     bool falcon = cfg->arch == MT_ARCH_FALCON;
-    if (get_int(root, "hidden_size", -1, &cfg->C, src, err) ||
-        get_int(root, "num_hidden_layers", -1, &cfg->L, src, err) ||
-        get_int(root, "num_attention_heads", -1, &cfg->NH, src, err) ||
-        (!falcon && get_int(root, "intermediate_size", -1, &cfg->F, src, err)) ||
-        get_int(root, "vocab_size", -1, &cfg->V, src, err) ||
-        get_int(root, "num_key_value_heads", cfg->NH, &cfg->NKV, src, err) ||
-        get_int(root, "max_position_embeddings", 2048, &cfg->max_pos, src, err) ||
-        get_num(root, "rms_norm_eps", 1e-6, &eps, src, err) ||
-        get_bool(root, "tie_word_embeddings", false, &cfg->tie_embeddings, src, err) ||
+    if (mt_cfg_int(root, "hidden_size", -1, &cfg->C, src, err) ||
+        mt_cfg_int(root, "num_hidden_layers", -1, &cfg->L, src, err) ||
+        mt_cfg_int(root, "num_attention_heads", -1, &cfg->NH, src, err) ||
+        (!falcon && mt_cfg_int(root, "intermediate_size", -1, &cfg->F, src, err)) ||
+        mt_cfg_int(root, "vocab_size", -1, &cfg->V, src, err) ||
+        mt_cfg_int(root, "num_key_value_heads", cfg->NH, &cfg->NKV, src, err) ||
+        mt_cfg_int(root, "max_position_embeddings", 2048, &cfg->max_pos, src, err) ||
+        mt_cfg_num(root, "rms_norm_eps", 1e-6, &eps, src, err) ||
+        mt_cfg_bool(root, "tie_word_embeddings", false, &cfg->tie_embeddings, src, err) ||
         get_token_id(root, "bos_token_id", &cfg->bos_id, src, err) ||
         get_token_id(root, "eos_token_id", &cfg->eos_id, src, err))
         goto out;
@@ -471,19 +421,19 @@ int mt_config_parse(mt_config *cfg, const char *json_text, const char *src, mt_e
         mt_errorf(err, "%s: num_attention_heads must be positive", src);
         goto out;
     }
-    if (get_int(root, "head_dim", cfg->C / cfg->NH, &cfg->HD, src, err)) goto out;
+    if (mt_cfg_int(root, "head_dim", cfg->C / cfg->NH, &cfg->HD, src, err)) goto out;
     mt_arch a = cfg->arch;
     if (a == MT_ARCH_MISTRAL || a == MT_ARCH_QWEN2 || a == MT_ARCH_MIXTRAL) {
-        if (get_int(root, "sliding_window", 0, &cfg->sliding_window, src, err)) goto out;
+        if (mt_cfg_int(root, "sliding_window", 0, &cfg->sliding_window, src, err)) goto out;
     }
     if (a == MT_ARCH_QWEN2) {
         bool sw = false;
-        if (get_bool(root, "use_sliding_window", false, &sw, src, err)) goto out;
+        if (mt_cfg_bool(root, "use_sliding_window", false, &sw, src, err)) goto out;
         if (!sw) cfg->sliding_window = 0;
     }
     cfg->qkv_bias = a == MT_ARCH_QWEN2;
     /* Qwen2MoeConfig.qkv_bias, true by default (Qwen1.5-MoE has the biases) */
-    if (a == MT_ARCH_QWEN2_MOE && get_bool(root, "qkv_bias", true, &cfg->qkv_bias, src, err))
+    if (a == MT_ARCH_QWEN2_MOE && mt_cfg_bool(root, "qkv_bias", true, &cfg->qkv_bias, src, err))
         goto out;
     cfg->qk_norm = a == MT_ARCH_QWEN3 || a == MT_ARCH_QWEN3_MOE;
     if (mt_arch_has_experts(a) && parse_moe(cfg, root, src, err)) goto out;
@@ -491,6 +441,8 @@ int mt_config_parse(mt_config *cfg, const char *json_text, const char *src, mt_e
         if (parse_gpt_neox(cfg, root, src, err)) goto out;
     } else if (a == MT_ARCH_FALCON) {
         if (parse_falcon(cfg, root, src, err)) goto out;
+    } else if (mt_arch_is_gemma(a)) {
+        if (mt_config_parse_gemma(cfg, root, src, err)) goto out;
     } else if (parse_rope(cfg, root, src, err) || refuse_unsupported(cfg, root, src, err)) {
         goto out;
     }
@@ -584,7 +536,9 @@ static int64_t block_params(const mt_config *c, int64_t i, bool active) {
     if (c->arch == MT_ARCH_FALCON) /* one or two LayerNorms, fused qkv, dense, GELU MLP */
         return (c->new_decoder ? 4 : 2) * c->C + (q + 2 * kv) * c->C + c->C * q +
                2 * c->F * c->C;
-    int64_t block = 2 * c->C + q * c->C + 2 * kv * c->C + c->C * q;
+    /* gemma: four norms, around attention and MLP */
+    int64_t block = (mt_arch_is_gemma(c->arch) ? 4 : 2) * c->C + q * c->C + 2 * kv * c->C +
+                    c->C * q;
     if (c->qkv_bias) block += q + 2 * kv;
     if (c->qk_norm) block += 2 * c->HD;
     if (!mt_config_block_is_moe(c, i)) return block + 3 * c->F * c->C;
@@ -609,30 +563,6 @@ double mt_config_train_flops_per_token(const mt_config *c, int64_t T) {
 
 char *mt_config_to_json(const mt_config *c) { return mt_config_to_json_dtype(c, "float32"); }
 
-/* A float that reads back as one, as Python's repr writes it: the fewest
- * digits that give v back (as an fp32 when single: rms_norm_eps 1e-05, not
- * 9.99999974737875e-06), positional from 1e-4 to 1e16 (500000.0), else
- * with an exponent. transformers 5 checks the types of config fields, and
- * refuses 0 where it wants 0.0. */
-static void add_number(cJSON *r, const char *key, double v, bool single) {
-    char buf[48];
-    int digits = 1;
-    for (; digits < 17; digits++) {
-        snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
-        double back = strtod(buf, NULL);
-        if (single ? (float)back == (float)v : back == v) break;
-    }
-    snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
-    const char *e = strchr(buf, 'e');
-    int exp10 = e ? atoi(e + 1) : 0;
-    if (exp10 >= -4 && exp10 < 16) {
-        snprintf(buf, sizeof buf, "%.*f", digits - 1 - exp10 > 0 ? digits - 1 - exp10 : 0, v);
-        if (!strpbrk(buf, ".n")) strcat(buf, ".0");
-    }
-    cJSON_AddRawToObject(r, key, buf);
-}
-static void add_float(cJSON *r, const char *key, double v) { add_number(r, key, v, false); }
-
 /* The MoE fields under the names of each type's published config.json
  * (transformers reads num_experts for qwen3_moe through its attribute map). */
 static void moe_to_json(const mt_config *c, cJSON *r) {
@@ -640,7 +570,7 @@ static void moe_to_json(const mt_config *c, cJSON *r) {
     bool mixtral = c->arch == MT_ARCH_MIXTRAL;
     cJSON_AddNumberToObject(r, mixtral ? "num_local_experts" : "num_experts", (double)m->E);
     cJSON_AddNumberToObject(r, "num_experts_per_tok", (double)(m->E ? m->K : 1));
-    add_float(r, "router_aux_loss_coef", m->E ? m->aux_coef : 0.001);
+    mt_cfg_add_float(r, "router_aux_loss_coef", m->E ? m->aux_coef : 0.001);
     cJSON_AddBoolToObject(r, "output_router_logits", m->output_router_logits);
     if (mixtral) return;
     cJSON_AddNumberToObject(r, "moe_intermediate_size", (double)(m->E ? m->FE : c->F));
@@ -667,27 +597,27 @@ static void neox_to_json(const mt_config *c, cJSON *r) {
     cJSON_AddNumberToObject(r, "intermediate_size", (double)c->F);
     cJSON_AddNumberToObject(r, "vocab_size", (double)c->V);
     cJSON_AddNumberToObject(r, "max_position_embeddings", (double)c->max_pos);
-    add_number(r, "layer_norm_eps", c->rms_eps, true);
+    mt_cfg_add_number(r, "layer_norm_eps", c->rms_eps, true);
     cJSON_AddStringToObject(r, "hidden_act", c->act == MT_ACT_GELU ? "gelu" : "gelu_new");
     cJSON_AddBoolToObject(r, "use_parallel_residual", c->parallel_residual);
     cJSON_AddBoolToObject(r, "attention_bias", c->attn_bias);
-    add_float(r, "rotary_pct", (double)c->rotary_dim / (double)c->HD);
-    add_float(r, "rotary_emb_base", c->rope_theta);
-    add_float(r, "hidden_dropout", 0.0);
-    add_float(r, "attention_dropout", 0.0);
+    mt_cfg_add_float(r, "rotary_pct", (double)c->rotary_dim / (double)c->HD);
+    mt_cfg_add_float(r, "rotary_emb_base", c->rope_theta);
+    mt_cfg_add_float(r, "hidden_dropout", 0.0);
+    mt_cfg_add_float(r, "attention_dropout", 0.0);
     cJSON_AddBoolToObject(r, "tie_word_embeddings", false);
 }
 
 /* rope_theta, and rope_scaling for llama3, under transformers 4's names
  * (transformers 5 converts them on load). */
 static void rope_to_json(const mt_config *c, cJSON *r) {
-    add_float(r, "rope_theta", c->rope_theta);
+    mt_cfg_add_float(r, "rope_theta", c->rope_theta);
     if (c->rope_kind != MT_ROPE_LLAMA3) return;
     cJSON *s = cJSON_AddObjectToObject(r, "rope_scaling");
     cJSON_AddStringToObject(s, "rope_type", "llama3");
-    add_float(s, "factor", c->rope_factor);
-    add_float(s, "low_freq_factor", c->rope_low_freq_factor);
-    add_float(s, "high_freq_factor", c->rope_high_freq_factor);
+    mt_cfg_add_float(s, "factor", c->rope_factor);
+    mt_cfg_add_float(s, "low_freq_factor", c->rope_low_freq_factor);
+    mt_cfg_add_float(s, "high_freq_factor", c->rope_high_freq_factor);
     cJSON_AddNumberToObject(s, "original_max_position_embeddings", (double)c->rope_orig_max_pos);
 }
 
@@ -709,10 +639,10 @@ static void falcon_to_json(const mt_config *c, cJSON *r) {
     cJSON_AddNumberToObject(r, "ffn_hidden_size", (double)c->F);
     cJSON_AddNumberToObject(r, "vocab_size", (double)c->V);
     cJSON_AddNumberToObject(r, "max_position_embeddings", (double)c->max_pos);
-    add_number(r, "layer_norm_epsilon", c->rms_eps, true);
+    mt_cfg_add_number(r, "layer_norm_epsilon", c->rms_eps, true);
     cJSON_AddStringToObject(r, "activation", c->act == MT_ACT_GELU ? "gelu" : "gelu_new");
-    add_float(r, "hidden_dropout", 0.0);
-    add_float(r, "attention_dropout", 0.0);
+    mt_cfg_add_float(r, "hidden_dropout", 0.0);
+    mt_cfg_add_float(r, "attention_dropout", 0.0);
     cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tie_embeddings);
     rope_to_json(c, r);
 }
@@ -731,6 +661,10 @@ char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
         falcon_to_json(c, r);
         goto ids;
     }
+    if (mt_arch_is_gemma(c->arch)) {
+        mt_config_gemma_to_json(c, r);
+        goto ids;
+    }
     const char *arch[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
                           "Qwen3ForCausalLM", "MixtralForCausalLM", "Qwen2MoeForCausalLM",
                           "Qwen3MoeForCausalLM"};
@@ -745,7 +679,7 @@ char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
     cJSON_AddNumberToObject(r, "intermediate_size", (double)c->F);
     cJSON_AddNumberToObject(r, "vocab_size", (double)c->V);
     cJSON_AddNumberToObject(r, "max_position_embeddings", (double)c->max_pos);
-    add_number(r, "rms_norm_eps", c->rms_eps, true);
+    mt_cfg_add_number(r, "rms_norm_eps", c->rms_eps, true);
     cJSON_AddStringToObject(r, "hidden_act", "silu");
     cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tie_embeddings);
     rope_to_json(c, r);

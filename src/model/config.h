@@ -1,9 +1,10 @@
 /* Model configuration: the subset of a Hugging Face config.json that
  * describes a decoder-only Llama-family transformer, dense or
  * mixture-of-experts (docs/moe.md), a GPT-NeoX one (LayerNorm, fused
- * qkv, partial rotary, GELU MLP, biases, parallel residual) or a Falcon one
+ * qkv, partial rotary, GELU MLP, biases, parallel residual), a Falcon one
  * (the same block without biases, one or two LayerNorms, multi-query or
- * grouped kv heads).
+ * grouped kv heads) or a Gemma 2 / Gemma 3 one (RMSNorm by 1 + w before and
+ * after attention and MLP, GeGLU, soft-capping, sliding-window layers).
  *
  * Dimension letters used across megatrain:
  *   B batch, T sequence, C hidden, L decoder layers, NH query heads,
@@ -28,6 +29,8 @@ typedef enum {
     MT_ARCH_QWEN3_MOE,
     MT_ARCH_GPT_NEOX,
     MT_ARCH_FALCON,
+    MT_ARCH_GEMMA2,
+    MT_ARCH_GEMMA3_TEXT,
 } mt_arch;
 
 /* Whether arch is one of the mixture-of-experts families. */
@@ -41,6 +44,16 @@ static inline bool mt_arch_has_neox_block(mt_arch a) {
     return a == MT_ARCH_GPT_NEOX || a == MT_ARCH_FALCON;
 }
 
+/* Whether arch's blocks are backend/cpu/gemma.c's: gemma2 and gemma3_text. */
+static inline bool mt_arch_is_gemma(mt_arch a) {
+    return a == MT_ARCH_GEMMA2 || a == MT_ARCH_GEMMA3_TEXT;
+}
+
+/* Whether arch has CPU references only: no GPU kernels run its blocks yet. */
+static inline bool mt_arch_cpu_only(mt_arch a) {
+    return mt_arch_has_neox_block(a) || mt_arch_is_gemma(a);
+}
+
 /* The MLP: SwiGLU, down(silu(gate x) * up x), or a plain two-layer MLP,
  * down(gelu(up x + b) + b), with the erf GELU or its tanh form. */
 typedef enum {
@@ -52,6 +65,7 @@ typedef enum {
 typedef enum {
     MT_ROPE_DEFAULT,
     MT_ROPE_LLAMA3,
+    MT_ROPE_LINEAR,    /* frequencies divided by rope_factor (gemma3's global layers) */
 } mt_rope_kind;
 
 /* Most entries of mlp_only_layers megatrain reads. */
@@ -109,6 +123,15 @@ typedef struct mt_config {
     bool new_decoder;          /* falcon's new_decoder_architecture (Falcon-40B/180B):
                                 * ln_attn and ln_mlp, grouped kv heads; false:
                                 * Falcon-7B's one LayerNorm and one kv head */
+    /* gemma2 and gemma3_text (zero for the others); the MLP is gated,
+     * down(gelu(gate x) * up x), with act's GELU */
+    double query_pre_attn_scalar; /* attention scale query_pre_attn_scalar ** -0.5 */
+    double attn_softcap;       /* attn_logit_softcapping: scores cap * tanh(s / cap); 0: none */
+    double final_softcap;      /* final_logit_softcapping, on the logits; 0: none */
+    int64_t sliding_pattern;   /* block i is a sliding-window one (sliding_window keys)
+                                * iff (i + 1) % sliding_pattern != 0; 1: none */
+    double rope_local_theta;   /* gemma3_text: the sliding layers' base (rope_local_base_freq);
+                                * rope_theta and rope_kind are the global layers' */
     int64_t bos_id;            /* -1 when absent */
     int64_t eos_id;            /* -1 when absent */
     mt_moe_config moe;
@@ -147,6 +170,18 @@ void mt_config_neox_defaults(mt_config *cfg);
  * and MLP, no biases, erf GELU, LayerNorm eps 1e-5, full rotary. Leaves
  * rope_theta and the tying. For `init` and the presets. */
 void mt_config_falcon_defaults(mt_config *cfg, bool new_decoder);
+
+/* Sets what a gemma2 (gemma3 false) or gemma3_text model of shape C, NH,
+ * NKV, HD has, as the published Gemma 2 / Gemma 3 configs: tanh GELU, RMSNorm
+ * eps 1e-6, query_pre_attn_scalar HD; Gemma 2's soft-caps (50, 30) and every
+ * other layer sliding over 4096 keys; Gemma 3's q/k norms, five sliding
+ * layers (512 keys) to one global, and rope base 10000 on the sliding ones.
+ * Leaves rope_theta (Gemma 3: the global layers') and the tying. For
+ * `init` and the presets. */
+void mt_config_gemma_defaults(mt_config *cfg, bool gemma3);
+
+/* Whether decoder block i attends over a sliding window (gemma). */
+bool mt_config_block_slides(const mt_config *cfg, int64_t i);
 
 /* The built-in tiny model used by `make run` (byte-level vocabulary). */
 void mt_config_default_tiny(mt_config *cfg);

@@ -107,6 +107,7 @@ static void build_block(layer_builder *b, const mt_config *c, int i) {
     char n[96];
     int64_t q = c->NH * c->HD, kv = c->NKV * c->HD;
 #define NAME(suffix) (snprintf(n, sizeof n, "model.layers.%d." suffix, i), n)
+    bool gemma = mt_arch_is_gemma(c->arch);
     add(b, MT_T_ATTN_NORM, NAME("input_layernorm.weight"), c->C, 0);
     add(b, MT_T_WQ, NAME("self_attn.q_proj.weight"), q, c->C);
     if (c->qkv_bias) add(b, MT_T_BQ, NAME("self_attn.q_proj.bias"), q, 0);
@@ -119,7 +120,13 @@ static void build_block(layer_builder *b, const mt_config *c, int i) {
         add(b, MT_T_KNORM, NAME("self_attn.k_norm.weight"), c->HD, 0);
     }
     add(b, MT_T_WO, NAME("self_attn.o_proj.weight"), c->C, q);
-    add(b, MT_T_MLP_NORM, NAME("post_attention_layernorm.weight"), c->C, 0);
+    if (gemma) { /* its norms after attention and around the MLP */
+        add(b, MT_T_ATTN_POST_NORM, NAME("post_attention_layernorm.weight"), c->C, 0);
+        add(b, MT_T_MLP_NORM, NAME("pre_feedforward_layernorm.weight"), c->C, 0);
+        add(b, MT_T_MLP_POST_NORM, NAME("post_feedforward_layernorm.weight"), c->C, 0);
+    } else {
+        add(b, MT_T_MLP_NORM, NAME("post_attention_layernorm.weight"), c->C, 0);
+    }
     if (mt_config_block_is_moe(c, i)) {
         build_moe(b, c, i);
         return;
@@ -219,6 +226,7 @@ int mt_params_init(mt_param_table *t, const mt_config *c, mt_error *err) {
         for (int k = 0; k < ld->n_tensors; k++) t->n_params += (int64_t)ld->tensors[k].numel;
     }
     t->total = off;
+    t->norm_offset = mt_arch_is_gemma(c->arch);
     if (b.overflow) {
         mt_params_free(t);
         return mt_errorf(err, "model sizes overflow the address space; check hidden_size, "

@@ -73,6 +73,10 @@ typedef enum {
     MT_T_BUP,         /* (F)     mlp.dense_h_to_4h.bias */
     MT_T_BDOWN,       /* (C)     mlp.dense_4h_to_h.bias */
     MT_T_FINAL_NORM_B, /* (C)    gpt_neox.final_layer_norm.bias */
+    /* gemma: norms after attention and MLP too; ATTN_NORM is input_layernorm,
+     * MLP_NORM pre_feedforward_layernorm */
+    MT_T_ATTN_POST_NORM, /* (C)  post_attention_layernorm.weight */
+    MT_T_MLP_POST_NORM, /* (C)   post_feedforward_layernorm.weight */
     MT_T_COUNT
 } mt_role;
 
@@ -114,6 +118,8 @@ typedef struct mt_param_table {
     size_t total;              /* padded floats in the flat layer-major array */
     int64_t n_params;          /* real parameters, no padding */
     size_t max_layer_numel;    /* largest layer, for GPU slots */
+    bool norm_offset;          /* gemma: every RMSNorm scales by 1 + w, so its weights
+                                * start at 0 where other models' start at 1 */
 } mt_param_table;
 
 /* Whether a tensor of this role is a bias (initialised to 0, where other

@@ -1,6 +1,7 @@
 /* Shapes from the published config.json files of each model. */
 #include "model/presets.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -31,7 +32,53 @@ static const mt_preset presets[] = {
     /* tiiuae/falcon-7b and falcon-40b's config.json; both tie lm_head */
     {"falcon-7b", "Falcon-7B", 4544, 32, 71, 1, 18176, 65024, 1, MT_ARCH_FALCON, 0, 0, 0, 0},
     {"falcon-40b", "Falcon-40B", 8192, 60, 128, 8, 32768, 65024, 1, MT_ARCH_FALCON, 0, 0, 0, 0},
+    /* google/gemma-2-2b, -9b, -27b's config.json: every other layer slides over
+     * 4096 keys; query_pre_attn_scalar is head_dim but for 27B (hidden / heads) */
+    {"gemma2-2b", "Gemma-2-2B", 2304, 26, 8, 4, 9216, 256000, 1, MT_ARCH_GEMMA2, 256, 0, 0, 0},
+    {"gemma2-9b", "Gemma-2-9B", 3584, 42, 16, 8, 14336, 256000, 1, MT_ARCH_GEMMA2, 256, 0, 0, 0},
+    {"gemma2-27b", "Gemma-2-27B", 4608, 46, 32, 16, 36864, 256000, 1, MT_ARCH_GEMMA2, 128, 0, 0,
+     0},
+    /* google/gemma-3-1b-pt's config.json, and text_config of gemma-3-4b-pt, -12b-pt,
+     * -27b-pt (whose global layers scale rope linearly by 8) */
+    {"gemma3-1b", "Gemma-3-1B", 1152, 26, 4, 1, 6912, 262144, 1, MT_ARCH_GEMMA3_TEXT, 256, 0, 0,
+     0},
+    {"gemma3-4b", "Gemma-3-4B (text)", 2560, 34, 8, 4, 10240, 262208, 1, MT_ARCH_GEMMA3_TEXT, 256,
+     0, 0, 0},
+    {"gemma3-12b", "Gemma-3-12B (text)", 3840, 48, 16, 8, 15360, 262208, 1, MT_ARCH_GEMMA3_TEXT,
+     256, 0, 0, 0},
+    {"gemma3-27b", "Gemma-3-27B (text)", 5376, 62, 32, 16, 21504, 262208, 1, MT_ARCH_GEMMA3_TEXT,
+     128, 0, 0, 0},
 };
+
+/* What a Gemma preset adds (same config.json files): sliding_window,
+ * query_pre_attn_scalar, and the linear rope factor of Gemma 3's global
+ * layers (0: none). */
+static const struct {
+    const char *name;
+    int64_t window;
+    double qpas, rope_linear;
+} gemma_fields[] = {
+    {"gemma2-2b", 4096, 256, 0},  {"gemma2-9b", 4096, 256, 0},   {"gemma2-27b", 4096, 144, 0},
+    {"gemma3-1b", 512, 256, 0},   {"gemma3-4b", 1024, 256, 8},   {"gemma3-12b", 1024, 256, 8},
+    {"gemma3-27b", 1024, 168, 8},
+};
+
+/* The Gemma fields of preset p. */
+static void gemma_preset(const mt_preset *p, mt_config *cfg) {
+    bool g3 = p->arch == MT_ARCH_GEMMA3_TEXT;
+    cfg->HD = p->HD;
+    mt_config_gemma_defaults(cfg, g3);
+    cfg->rope_theta = g3 ? 1e6 : 10000.0;
+    for (size_t i = 0; i < sizeof gemma_fields / sizeof *gemma_fields; i++) {
+        if (strcmp(gemma_fields[i].name, p->name)) continue;
+        cfg->sliding_window = gemma_fields[i].window;
+        cfg->query_pre_attn_scalar = gemma_fields[i].qpas;
+        if (gemma_fields[i].rope_linear > 0) {
+            cfg->rope_kind = MT_ROPE_LINEAR;
+            cfg->rope_factor = gemma_fields[i].rope_linear;
+        }
+    }
+}
 
 const mt_preset *mt_preset_find(const char *name) {
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
@@ -63,6 +110,10 @@ void mt_preset_config(const mt_preset *p, int64_t T, mt_config *cfg) {
         /* Falcon-7B is multi-query, Falcon-40B the new decoder with 8 kv heads */
         mt_config_falcon_defaults(cfg, p->NKV > 1);
         cfg->rope_theta = 10000.0;
+        return;
+    }
+    if (mt_arch_is_gemma(p->arch)) {
+        gemma_preset(p, cfg);
         return;
     }
     cfg->arch = p->arch;

@@ -37,7 +37,10 @@ void mt_rope_inv_freq(float *inv_freq, const mt_config *cfg) {
         // base ** (arange(0, R, 2).float() / R)
         float expo = (float)(2 * i) / (float)R;
         float inv = 1.0f / powf(base, expo);
-        inv_freq[i] = cfg->rope_kind == MT_ROPE_LLAMA3 ? llama3_adjust(inv, cfg) : inv;
+        /* linear (gemma3_text's global layers): inv_freq /= factor */
+        inv_freq[i] = cfg->rope_kind == MT_ROPE_LLAMA3   ? llama3_adjust(inv, cfg)
+                      : cfg->rope_kind == MT_ROPE_LINEAR ? inv / (float)cfg->rope_factor
+                                                         : inv;
     }
 }
 

@@ -407,6 +407,8 @@ mt_backend *mt_cpu_backend_create_hooked(const mt_config *c, const mt_param_tabl
         return mt_errorf(err, "sequence length %lld exceeds the model's "
                          "max_position_embeddings %lld; use a shorter --seq-len",
                          (long long)T, (long long)c->max_pos), NULL;
+    if (mt_arch_is_gemma(c->arch))
+        return mt_errorf(err, "model_type \"%s\" has no CPU block yet", c->model_type), NULL;
     if (c->sliding_window > 0 && T > c->sliding_window)
         return mt_errorf(err, "sequence length %lld exceeds the model's sliding_window %lld, "
                          "which megatrain does not implement; use --seq-len <= %lld",

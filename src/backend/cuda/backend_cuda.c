@@ -453,11 +453,14 @@ mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
                                    mt_host_store *store, int max_M, int64_t B, int64_t T,
                                    const mt_cuda_backend_opts *o, mt_error *err) {
     /* gpt_neox's and falcon's LayerNorm with bias, partial rotary, GELU and
-     * fused qkv have CPU references only (backend/cpu/neox.c) */
-    if (mt_arch_has_neox_block(c->arch))
+     * fused qkv, and gemma's soft-capped sliding-window attention, GeGLU and
+     * 1 + w norms, have CPU references only (backend/cpu/neox.c, gemma.c) */
+    if (mt_arch_cpu_only(c->arch))
         return mt_errorf(err, "model_type \"%s\" is not supported on the GPU yet (the CUDA "
-                         "kernels for its LayerNorm, rotary, GELU and fused qkv are "
-                         "not written); train it on the CPU with --device cpu",
-                         c->model_type), NULL;
+                         "kernels for its %s are not written); train it on the CPU with "
+                         "--device cpu", c->model_type,
+                         mt_arch_is_gemma(c->arch)
+                             ? "soft-capped, sliding-window attention, GeGLU and 1 + w norms"
+                             : "LayerNorm, rotary, GELU and fused qkv"), NULL;
     return mt_cuda_backend_make(c, t, store, max_M, B, T, o, &cuda_ops, err);
 }

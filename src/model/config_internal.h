@@ -1,0 +1,36 @@
+/* config.json reading and writing helpers shared by the config parsers
+ * (config.c, config_gemma.c): typed fields with the config class's default,
+ * and floats written as Python writes them. Internal to src/model. */
+#ifndef MT_MODEL_CONFIG_INTERNAL_H
+#define MT_MODEL_CONFIG_INTERNAL_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/config.h"
+#include "util/error.h"
+
+/* An integer field; missing: *out = dflt, or an error naming it when dflt
+ * is -1 (required). */
+int mt_cfg_int(const cJSON *root, const char *key, int64_t dflt, int64_t *out, const char *src,
+               mt_error *err);
+/* A number field; missing or null: *out = dflt. */
+int mt_cfg_num(const cJSON *root, const char *key, double dflt, double *out, const char *src,
+               mt_error *err);
+/* A true/false field; missing or null: *out = dflt. */
+int mt_cfg_bool(const cJSON *root, const char *key, bool dflt, bool *out, const char *src,
+                mt_error *err);
+/* cfg->act from the GELU named by field `key` ("gelu" when absent). */
+int mt_cfg_gelu(mt_config *cfg, const cJSON *root, const char *key, const char *src,
+                mt_error *err);
+/* Adds v under key as Python's repr writes it (as an fp32 when single). */
+void mt_cfg_add_number(cJSON *r, const char *key, double v, bool single);
+void mt_cfg_add_float(cJSON *r, const char *key, double v);
+
+/* gemma2 and gemma3_text (config_gemma.c): their fields besides the common
+ * ones mt_config_parse read (cfg->arch set), and their config.json. */
+int mt_config_parse_gemma(mt_config *cfg, const cJSON *root, const char *src, mt_error *err);
+void mt_config_gemma_to_json(const mt_config *cfg, cJSON *r);
+
+#endif

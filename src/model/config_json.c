@@ -1,0 +1,90 @@
+/* Typed config.json fields and Python-style floats (config_internal.h). */
+#include "model/config_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Reads an integer field. Missing: *out = dflt, or an error if dflt < 0
+ * means "required". */
+int mt_cfg_int(const cJSON *root, const char *key, int64_t dflt, int64_t *out,
+                   const char *src, mt_error *err) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!it || cJSON_IsNull(it)) {
+        if (dflt == -1)
+            return mt_errorf(err, "%s: required field \"%s\" is missing; add it to config.json",
+                             src, key);
+        *out = dflt;
+        return 0;
+    }
+    if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
+        fabs(it->valuedouble) > 9.0e15)
+        return mt_errorf(err, "%s: field \"%s\" must be an integer", src, key);
+    *out = (int64_t)it->valuedouble;
+    return 0;
+}
+
+int mt_cfg_num(const cJSON *root, const char *key, double dflt, double *out,
+                   const char *src, mt_error *err) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!it || cJSON_IsNull(it)) {
+        *out = dflt;
+        return 0;
+    }
+    if (!cJSON_IsNumber(it)) return mt_errorf(err, "%s: field \"%s\" must be a number", src, key);
+    *out = it->valuedouble;
+    return 0;
+}
+
+int mt_cfg_bool(const cJSON *root, const char *key, bool dflt, bool *out, const char *src,
+                    mt_error *err) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!it || cJSON_IsNull(it)) {
+        *out = dflt;
+        return 0;
+    }
+    if (!cJSON_IsBool(it)) return mt_errorf(err, "%s: field \"%s\" must be true or false", src, key);
+    *out = cJSON_IsTrue(it);
+    return 0;
+}
+
+/* The GELU of the field `key` (gpt_neox: hidden_act, falcon: activation),
+ * "gelu" when absent. */
+int mt_cfg_gelu(mt_config *cfg, const cJSON *root, const char *key, const char *src,
+                      mt_error *err) {
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, key);
+    const char *a = act && cJSON_IsString(act) ? act->valuestring : act ? "" : "gelu";
+    if (!strcmp(a, "gelu")) cfg->act = MT_ACT_GELU;
+    else if (!strcmp(a, "gelu_new") || !strcmp(a, "gelu_fast") || !strcmp(a, "gelu_pytorch_tanh"))
+        cfg->act = MT_ACT_GELU_TANH;
+    else
+        return mt_errorf(err, "%s: %s \"%s\" is not supported for model_type \"%s\"; "
+                         "megatrain implements \"gelu\" and the tanh forms \"gelu_new\", "
+                         "\"gelu_fast\", \"gelu_pytorch_tanh\"", src, key, a, cfg->model_type);
+    return 0;
+}
+
+/* A float that reads back as one, as Python's repr writes it: the fewest
+ * digits that give v back (as an fp32 when single: rms_norm_eps 1e-05, not
+ * 9.99999974737875e-06), positional from 1e-4 to 1e16 (500000.0), else
+ * with an exponent. transformers 5 checks the types of config fields, and
+ * refuses 0 where it wants 0.0. */
+void mt_cfg_add_number(cJSON *r, const char *key, double v, bool single) {
+    char buf[48];
+    int digits = 1;
+    for (; digits < 17; digits++) {
+        snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
+        double back = strtod(buf, NULL);
+        if (single ? (float)back == (float)v : back == v) break;
+    }
+    snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
+    const char *e = strchr(buf, 'e');
+    int exp10 = e ? atoi(e + 1) : 0;
+    if (exp10 >= -4 && exp10 < 16) {
+        snprintf(buf, sizeof buf, "%.*f", digits - 1 - exp10 > 0 ? digits - 1 - exp10 : 0, v);
+        if (!strpbrk(buf, ".n")) strcat(buf, ".0");
+    }
+    cJSON_AddRawToObject(r, key, buf);
+}
+void mt_cfg_add_float(cJSON *r, const char *key, double v) { mt_cfg_add_number(r, key, v, false); }
