@@ -1,5 +1,7 @@
 /* CPU backend: runs the layer templates of a Llama-family decoder with the
- * reference operators of ops.h; a GPT-NeoX or Falcon block is neox.c's.
+ * reference operators of ops.h; a GPT-NeoX or Falcon block is neox.c's, a
+ * Gemma one gemma.c's (the embedding's scale, the final norm's 1 + w and the
+ * logits' soft-cap are here).
  *
  * Memory, all allocated at creation:
  *   saved (n_layers, M, N, C)  input of every layer for every micro-batch, saved
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/gemma.h"
 #include "backend/cpu/moe.h"
 #include "backend/cpu/neox.h"
 #include "backend/cpu/ops.h"
@@ -58,6 +61,8 @@ typedef struct cpu_backend {
     float *meanf;           /* (N) the final LayerNorm's mean (gpt_neox, falcon) */
     mt_cpu_moe *moe;        /* MoE blocks' scratch (moe.h), NULL for a dense model */
     mt_cpu_neox *neox;      /* GPT-NeoX blocks (neox.h), NULL for another family */
+    mt_cpu_gemma *gemma;    /* Gemma blocks (gemma.h), NULL for another family */
+    float *tanh_logits;     /* (HEAD_CHUNK, V) tanh(logits / cap) of a final soft-cap */
     /* per step */
     const mt_batch *batch;
     float dscale;
@@ -137,6 +142,11 @@ static void block_forward(cpu_backend *cb, int layer, const int32_t *pos, const 
         mt_cpu_neox_forward(cb->neox, ld, cb->w + ld->offset, pos, x, out);
         return;
     }
+    if (cb->gemma) {
+        const mt_layer_desc *ld = &cb->t->layers[layer];
+        mt_cpu_gemma_forward(cb->gemma, ld->block, ld, cb->w + ld->offset, pos, x, out);
+        return;
+    }
     mt_cpu_rmsnorm_forward(a->xn1, a->rstd1, x, W(cb, layer, MT_T_ATTN_NORM), N, C, c->rms_eps);
     float *q = c->qk_norm ? a->qpre : a->q, *k = c->qk_norm ? a->kpre : a->k;
     mt_cpu_matmul_forward(q, a->xn1, W(cb, layer, MT_T_WQ), W(cb, layer, MT_T_BQ), N, C, Q);
@@ -178,6 +188,11 @@ static void block_backward(cpu_backend *cb, int layer, const int32_t *pos, const
     const mt_layer_desc *ld = &cb->t->layers[layer];
     if (cb->neox) {
         mt_cpu_neox_backward(cb->neox, ld, cb->w + ld->offset, cb->g + ld->offset, pos, x, dx);
+        return;
+    }
+    if (cb->gemma) {
+        mt_cpu_gemma_backward(cb->gemma, ld->block, ld, cb->w + ld->offset, cb->g + ld->offset,
+                              pos, x, dx);
         return;
     }
 
@@ -235,11 +250,25 @@ static const int32_t *pos_at(cpu_backend *cb, int mb) {
     return cb->batch->pos ? cb->batch->pos + (size_t)mb * cb->N : NULL;
 }
 
+/* Gemma scales its embeddings by sqrt(hidden), an fp32 number as
+ * transformers makes it; 1 for the others. */
+static float embed_scale(const mt_config *c) {
+    return mt_arch_is_gemma(c->arch) ? (float)sqrt((double)c->C) : 1.0f;
+}
+
+/* x (n) *= s, unless s is 1. */
+static void scale_floats(float *x, size_t n, float s) {
+    if (s != 1.0f)
+        for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
 static void cpu_forward(mt_backend *be, int layer, int mb) {
     cpu_backend *cb = (cpu_backend *)be;
     const int32_t *tok = cb->batch->tokens + (size_t)mb * cb->N;
     if (layer == 0) {
-        mt_cpu_embedding_forward(saved_at(cb, 1, mb), tok, W(cb, 0, MT_T_EMBED), cb->N, cb->cfg->C);
+        float *x = saved_at(cb, 1, mb);
+        mt_cpu_embedding_forward(x, tok, W(cb, 0, MT_T_EMBED), cb->N, cb->cfg->C);
+        scale_floats(x, (size_t)cb->N * cb->cfg->C, embed_scale(cb->cfg));
         return;
     }
     block_forward(cb, layer, pos_at(cb, mb), saved_at(cb, layer, mb), saved_at(cb, layer + 1, mb));
@@ -258,13 +287,16 @@ static void head_matrix(cpu_backend *cb, int head, float **w, float **g) {
     }
 }
 
-/* The final norm of `rows` rows into cb->xf: RMSNorm, or gpt_neox's and falcon's
- * LayerNorm with bias. */
+/* The final norm of `rows` rows into cb->xf: RMSNorm (gemma's by 1 + w), or
+ * gpt_neox's and falcon's LayerNorm with bias. */
 static void final_norm_forward(cpu_backend *cb, int head, const float *x, size_t rows) {
     const mt_config *c = cb->cfg;
     if (c->layernorm)
         mt_cpu_layernorm_forward(cb->xf, cb->meanf, cb->rstdf, x, W(cb, head, MT_T_FINAL_NORM),
                                  W(cb, head, MT_T_FINAL_NORM_B), rows, c->C, c->rms_eps);
+    else if (cb->t->norm_offset)
+        mt_cpu_rmsnorm1p_forward(cb->xf, cb->rstdf, x, W(cb, head, MT_T_FINAL_NORM), rows, c->C,
+                                 c->rms_eps);
     else
         mt_cpu_rmsnorm_forward(cb->xf, cb->rstdf, x, W(cb, head, MT_T_FINAL_NORM), rows, c->C,
                                c->rms_eps);
@@ -277,9 +309,32 @@ static void final_norm_backward(cpu_backend *cb, int head, float *dx, const floa
         mt_cpu_layernorm_backward(dx, G(cb, head, MT_T_FINAL_NORM), G(cb, head, MT_T_FINAL_NORM_B),
                                   dxf, x, W(cb, head, MT_T_FINAL_NORM), cb->meanf, cb->rstdf, N,
                                   C);
+    else if (cb->t->norm_offset)
+        mt_cpu_rmsnorm1p_backward(dx, G(cb, head, MT_T_FINAL_NORM), dxf, x,
+                                  W(cb, head, MT_T_FINAL_NORM), cb->rstdf, N, C);
     else
         mt_cpu_rmsnorm_backward(dx, G(cb, head, MT_T_FINAL_NORM), dxf, x,
                                 W(cb, head, MT_T_FINAL_NORM), cb->rstdf, N, C);
+}
+
+/* Gemma 2's final soft-cap on R rows of cb->logits, as transformers:
+ * cap * tanh(logits / cap), keeping the tanh for the backward. */
+static void softcap_forward(cpu_backend *cb, size_t R) {
+    float cap = (float)cb->cfg->final_softcap;
+    if (cap == 0.0f) return;
+    size_t n = R * (size_t)cb->cfg->V;
+    for (size_t i = 0; i < n; i++) {
+        cb->tanh_logits[i] = tanhf(cb->logits[i] / cap);
+        cb->logits[i] = cb->tanh_logits[i] * cap;
+    }
+}
+
+/* dL/d logits before the cap from dL/d capped logits, in place. */
+static void softcap_backward(cpu_backend *cb, size_t R) {
+    if (cb->cfg->final_softcap == 0.0) return;
+    size_t n = R * (size_t)cb->cfg->V;
+    for (size_t i = 0; i < n; i++)
+        cb->logits[i] *= 1.0f - cb->tanh_logits[i] * cb->tanh_logits[i];
 }
 
 static void cpu_head(mt_backend *be, int mb) {
@@ -299,10 +354,12 @@ static void cpu_head(mt_backend *be, int mb) {
         size_t R = N - r0 < HEAD_CHUNK ? N - r0 : HEAD_CHUNK;
         const float *xr = cb->xf + r0 * C;
         mt_cpu_matmul_forward(cb->logits, xr, wl, NULL, R, C, V);
+        softcap_forward(cb, R);
         cb->loss_sum += mt_cpu_cross_entropy(cb->train ? cb->logits : NULL, cb->logits,
                                              tgt + r0, R, V, cb->dscale);
-        if (cb->train)
-            mt_cpu_matmul_backward(dxf + r0 * C, gl, NULL, cb->logits, xr, wl, R, C, V);
+        if (!cb->train) continue;
+        softcap_backward(cb, R);
+        mt_cpu_matmul_backward(dxf + r0 * C, gl, NULL, cb->logits, xr, wl, R, C, V);
     }
     if (!cb->train) return;
     float *dx = dx_at(cb, mb);
@@ -314,6 +371,8 @@ static void cpu_backward(mt_backend *be, int layer, int mb) {
     cpu_backend *cb = (cpu_backend *)be;
     if (layer == 0) {
         const int32_t *tok = cb->batch->tokens + (size_t)mb * cb->N;
+        /* the scaled embedding's gradient; dx is spent after this */
+        scale_floats(dx_at(cb, mb), (size_t)cb->N * cb->cfg->C, embed_scale(cb->cfg));
         mt_cpu_embedding_backward(G(cb, 0, MT_T_EMBED), dx_at(cb, mb), tok, cb->N, cb->cfg->C);
         return;
     }
@@ -377,17 +436,21 @@ int mt_cpu_backend_bytes(const mt_config *c, const mt_param_table *t, int max_M,
     size_t C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F, N, NC, LM, f = 0;
     /* floats per token row of the activations and their gradients (see
      * create): the head's, and the Llama block's unless neox.c runs them */
-    size_t lb = mt_arch_has_neox_block(c->arch) ? 0 : 1;
+    size_t lb = mt_arch_cpu_only(c->arch) ? 0 : 1;
     size_t row = 2 * C + 2 +
                  lb * (3 * C + 2 + 6 * Q + 6 * KV + 2 * (size_t)c->NH + (size_t)c->NKV + 6 * F);
     bool ok = mt_mul_size((size_t)B, (size_t)T, &N) && mt_mul_size(N, C, &NC) &&
               muladd(2, (size_t)T * c->HD / 2, 0, &f) &&                    /* cos, sin */
               muladd((size_t)t->n_layers + 1, (size_t)max_M, 0, &LM) &&      /* saved, dx */
               muladd(LM, NC, f, &f) && muladd(N, row, f, &f) &&
-              muladd(HEAD_CHUNK, (size_t)c->V, f, &f) && mt_mul_size(f, sizeof(float), bytes);
+              muladd(HEAD_CHUNK, (size_t)c->V, f, &f) &&                     /* logits */
+              muladd(c->final_softcap > 0 ? HEAD_CHUNK : 0, (size_t)c->V, f, &f) && /* tanh */
+              mt_mul_size(f, sizeof(float), bytes);
     size_t moe = ok ? mt_cpu_moe_bytes(c, N) : 0, neox = ok ? mt_cpu_neox_bytes(c, N) : 0;
-    return ok && moe != SIZE_MAX && neox != SIZE_MAX && mt_add_size(*bytes, moe, bytes) &&
-                   mt_add_size(*bytes, neox, bytes)
+    size_t gemma = ok ? mt_cpu_gemma_bytes(c, B, T) : 0;
+    return ok && moe != SIZE_MAX && neox != SIZE_MAX && gemma != SIZE_MAX &&
+                   mt_add_size(*bytes, moe, bytes) && mt_add_size(*bytes, neox, bytes) &&
+                   mt_add_size(*bytes, gemma, bytes)
                ? 0
                : -1;
 }
@@ -407,9 +470,8 @@ mt_backend *mt_cpu_backend_create_hooked(const mt_config *c, const mt_param_tabl
         return mt_errorf(err, "sequence length %lld exceeds the model's "
                          "max_position_embeddings %lld; use a shorter --seq-len",
                          (long long)T, (long long)c->max_pos), NULL;
-    if (mt_arch_is_gemma(c->arch))
-        return mt_errorf(err, "model_type \"%s\" has no CPU block yet", c->model_type), NULL;
-    if (c->sliding_window > 0 && T > c->sliding_window)
+    /* gemma.c computes its sliding windows; other families have none here */
+    if (c->sliding_window > 0 && T > c->sliding_window && !mt_arch_is_gemma(c->arch))
         return mt_errorf(err, "sequence length %lld exceeds the model's sliding_window %lld, "
                          "which megatrain does not implement; use --seq-len <= %lld",
                          (long long)T, (long long)c->sliding_window,
@@ -438,8 +500,8 @@ mt_backend *mt_cpu_backend_create_hooked(const mt_config *c, const mt_param_tabl
     cb->T = T;
     cb->N = B * T;
     size_t N = cb->N, C = c->C, tot = 0;
-    /* the Llama block's buffers: empty when neox.c runs the blocks */
-    size_t lb = mt_arch_has_neox_block(c->arch) ? 0 : 1, Cb = lb * C, Nb = lb * N;
+    /* the Llama block's buffers: empty when neox.c or gemma.c runs the blocks */
+    size_t lb = mt_arch_cpu_only(c->arch) ? 0 : 1, Cb = lb * C, Nb = lb * N;
     size_t Q = lb * c->NH * c->HD, KV = lb * c->NKV * c->HD, F = lb * c->F;
     size_t NH = lb * c->NH, NKV = lb * c->NKV;
     cb->cos = alloc_floats(T * c->HD / 2, &tot);
@@ -477,6 +539,7 @@ mt_backend *mt_cpu_backend_create_hooked(const mt_config *c, const mt_param_tabl
     d->datt = alloc_floats(N * Q, &tot);
     d->dxn = alloc_floats(N * C, &tot);
     cb->logits = alloc_floats((size_t)HEAD_CHUNK * c->V, &tot);
+    cb->tanh_logits = alloc_floats(c->final_softcap > 0 ? (size_t)HEAD_CHUNK * c->V : 0, &tot);
     cb->xf = alloc_floats(N * C, &tot);
     cb->rstdf = alloc_floats(N, &tot);
     cb->meanf = alloc_floats(N, &tot);
@@ -484,6 +547,8 @@ mt_backend *mt_cpu_backend_create_hooked(const mt_config *c, const mt_param_tabl
     tot += mt_cpu_moe_bytes(c, N);
     cb->neox = mt_cpu_neox_create(c, B, T, cb->cos, cb->sin);
     tot += mt_cpu_neox_bytes(c, N);
+    cb->gemma = mt_cpu_gemma_create(c, B, T);
+    tot += mt_cpu_gemma_bytes(c, B, T);
     MT_ASSERT(tot == need);  /* mt_cpu_backend_bytes must list what create allocates */
     return &cb->base;
 }
@@ -496,10 +561,12 @@ void mt_cpu_backend_free(mt_backend *be) {
     float *bufs[] = {cb->cos, cb->sin, cb->saved, cb->dx, a->xn1, a->rstd1, a->q, a->k, a->v,
                      a->qpre, a->kpre, a->qrstd, a->krstd, a->att, a->lse, a->xmid, a->xn2,
                      a->rstd2, a->gate, a->up, a->mlp, d->dbig1, d->dbig2, d->dbig3, d->dq, d->dk, d->dv,
-                     d->dqn, d->dkn, d->datt, d->dxn, cb->logits, cb->xf, cb->rstdf, cb->meanf};
+                     d->dqn, d->dkn, d->datt, d->dxn, cb->logits, cb->tanh_logits, cb->xf,
+                     cb->rstdf, cb->meanf};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     mt_cpu_moe_free(cb->moe);
     mt_cpu_neox_free(cb->neox);
+    mt_cpu_gemma_free(cb->gemma);
     if (cb->hooks.done) cb->hooks.done(cb->hooks.ctx);
     free(cb);
 }
@@ -514,4 +581,7 @@ void mt_cpu_backend_logits(mt_backend *be, int mb, int64_t row, float *logits) {
     const float *x = saved_at(cb, head, mb) + (size_t)row * c->C;
     final_norm_forward(cb, head, x, 1);
     mt_cpu_matmul_forward(logits, cb->xf, wl, NULL, 1, c->C, c->V);
+    float cap = (float)c->final_softcap;
+    if (cap != 0.0f)
+        for (int64_t i = 0; i < c->V; i++) logits[i] = tanhf(logits[i] / cap) * cap;
 }

@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,20 +68,36 @@ static float rmsnorm_rstd(const float *x, size_t C, float eps) {
     return 1.0f / sqrtf((float)(ss / (double)C) + eps);
 }
 
-void mt_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w,
-                            size_t N, size_t C, float eps) {
+/* The weight of column c: w[c], or Gemma's 1 + w[c] (as transformers, in fp32). */
+static inline float norm_weight(const float *w, size_t c, bool one_plus) {
+    return one_plus ? 1.0f + w[c] : w[c];
+}
+
+static void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, size_t N,
+                            size_t C, float eps, bool one_plus) {
 #pragma omp parallel for schedule(static)
     for (size_t n = 0; n < N; n++) {
         const float *x = inp + n * C;  // (C)
         float *o = out + n * C;        // (C)
         float r = rmsnorm_rstd(x, C, eps);
-        for (size_t c = 0; c < C; c++) o[c] = w[c] * (x[c] * r);
+        for (size_t c = 0; c < C; c++) o[c] = norm_weight(w, c, one_plus) * (x[c] * r);
         if (rstd) rstd[n] = r;
     }
 }
 
-void mt_cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
-                             const float *w, const float *rstd, size_t N, size_t C) {
+void mt_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w,
+                            size_t N, size_t C, float eps) {
+    rmsnorm_forward(out, rstd, inp, w, N, C, eps, false);
+}
+
+void mt_cpu_rmsnorm1p_forward(float *out, float *rstd, const float *inp, const float *w,
+                              size_t N, size_t C, float eps) {
+    rmsnorm_forward(out, rstd, inp, w, N, C, eps, true);
+}
+
+static void rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                             const float *w, const float *rstd, size_t N, size_t C,
+                             bool one_plus) {
     MT_ASSERT(rstd != NULL);
     // dx = rstd * (w*dout - x * rstd^2 * mean(w*dout*x))
 #pragma omp parallel for schedule(static)
@@ -89,9 +106,10 @@ void mt_cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const fl
         float *dx = dinp + n * C;                          // (C)
         float r = rstd[n];
         double dot = 0.0;
-        for (size_t c = 0; c < C; c++) dot += (double)w[c] * dy[c] * x[c];
+        for (size_t c = 0; c < C; c++) dot += (double)norm_weight(w, c, one_plus) * dy[c] * x[c];
         float k = r * r * (float)(dot / (double)C);
-        for (size_t c = 0; c < C; c++) dx[c] += r * (w[c] * dy[c] - x[c] * k);
+        for (size_t c = 0; c < C; c++)
+            dx[c] += r * (norm_weight(w, c, one_plus) * dy[c] - x[c] * k);
     }
     // dw += sum over rows of dout * x * rstd; threads split the columns.
     size_t nblocks = (C + EMB_CB - 1) / EMB_CB;
@@ -104,6 +122,16 @@ void mt_cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const fl
                 acc[c - c0] += (double)dout[n * C + c] * inp[n * C + c] * rstd[n];
         for (size_t c = c0; c < c1; c++) dw[c] += (float)acc[c - c0];
     }
+}
+
+void mt_cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                             const float *w, const float *rstd, size_t N, size_t C) {
+    rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C, false);
+}
+
+void mt_cpu_rmsnorm1p_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                               const float *w, const float *rstd, size_t N, size_t C) {
+    rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C, true);
 }
 
 /* ------------------------------------------------------------------------
@@ -377,7 +405,8 @@ void mt_cpu_rope_partial_backward(float *dx, const float *cos, const float *sin,
 /* ------------------------------------------------------------------------
  * Causal GQA attention. Layouts: q, out (B,T,NH,HD); k, v (B,T,NKV,HD);
  * lse (B,NH,T). Softmax in fp32 with the row max subtracted. Query t sees
- * keys j0 .. t, j0 the start of its document (0 without positions).
+ * keys j0 .. t, j0 the start of its document (0 without positions), or of
+ * its window (mt_cpu_attn_opts) where that starts later.
  *
  * A thread works on one head at a time and first copies that head's keys
  * (and values, in the backward) transposed to (HD, T), so that a row of
@@ -385,11 +414,24 @@ void mt_cpu_rope_partial_backward(float *dx, const float *cos, const float *sin,
  * plain sum over d in order, so the bits do not depend on the vector
  * width. */
 
-static float attention_scale(size_t HD) { return (float)(1.0 / sqrt((double)HD)); }
+/* opts with the defaults filled in: the scale 1/sqrt(HD). */
+static mt_cpu_attn_opts attention_opts(const mt_cpu_attn_opts *o, size_t HD) {
+    mt_cpu_attn_opts r = o ? *o : (mt_cpu_attn_opts){0};
+    if (r.scale == 0.0f) r.scale = (float)(1.0 / sqrt((double)HD));
+    return r;
+}
 
-/* First key query t of row b sees: its document's start. */
-static inline size_t first_key(const int32_t *pos, size_t b, size_t t, size_t T) {
-    return pos ? t - (size_t)pos[b * T + t] : 0;
+/* First key query t of row b sees: its document's start, or its window's
+ * (keys j with t - j < window, as transformers' sliding_window_overlay). */
+static inline size_t first_key(const int32_t *pos, size_t b, size_t t, size_t T,
+                               size_t window) {
+    size_t j0 = pos ? t - (size_t)pos[b * T + t] : 0;
+    return window && t + 1 > window + j0 ? t + 1 - window : j0;
+}
+
+/* A scaled score, soft-capped as transformers does: cap * tanh(s / cap). */
+static inline float capped_score(float s, float cap) {
+    return cap != 0.0f ? tanhf(s / cap) * cap : s;
 }
 
 /* xt (HD, T) = one head of x, whose rows t are at x + t * stride. */
@@ -415,19 +457,19 @@ CPU_CLONES
 static void attention_forward_head(float *out, float *lse, const float *q, const float *k,
                                    const float *v, const int32_t *pos, float *kt, float *att,
                                    size_t b, size_t h, size_t T, size_t NH, size_t NKV,
-                                   size_t HD) {
+                                   size_t HD, const mt_cpu_attn_opts *opt) {
     size_t q_stride = NH * HD, kv_stride = NKV * HD;
     size_t kv_off = b * T * kv_stride + h / (NH / NKV) * HD;
     const float *vh = v + kv_off;
-    float scale = attention_scale(HD);
+    float scale = opt->scale;
     transpose_head(kt, k + kv_off, T, kv_stride, HD);
     for (size_t t = 0; t < T; t++) {
-        size_t off = (b * T + t) * q_stride + h * HD, j0 = first_key(pos, b, t, T);
+        size_t off = (b * T + t) * q_stride + h * HD, j0 = first_key(pos, b, t, T, opt->window);
         float *o = out + off;  // (HD)
         score_row(att, q + off, kt, j0, t, T, HD);
         float m = -INFINITY;
         for (size_t j = j0; j <= t; j++) {
-            att[j] *= scale;
+            att[j] = capped_score(att[j] * scale, opt->softcap);
             m = att[j] > m ? att[j] : m;
         }
         double sum = 0.0;
@@ -448,7 +490,15 @@ static void attention_forward_head(float *out, float *lse, const float *q, const
 void mt_cpu_attention_forward(float *out, float *lse, const float *q, const float *k,
                               const float *v, const int32_t *pos, size_t B, size_t T,
                               size_t NH, size_t NKV, size_t HD) {
+    mt_cpu_attention_forward_opts(out, lse, q, k, v, pos, B, T, NH, NKV, HD, NULL);
+}
+
+void mt_cpu_attention_forward_opts(float *out, float *lse, const float *q, const float *k,
+                                   const float *v, const int32_t *pos, size_t B, size_t T,
+                                   size_t NH, size_t NKV, size_t HD,
+                                   const mt_cpu_attn_opts *opts) {
     MT_ASSERT(NKV > 0 && NH % NKV == 0);
+    mt_cpu_attn_opts o = attention_opts(opts, HD);
 #pragma omp parallel
     {
         float *kt = mt_malloc_or_die(HD * T * sizeof(float));  // (HD, T)
@@ -457,7 +507,8 @@ void mt_cpu_attention_forward(float *out, float *lse, const float *q, const floa
 #pragma omp for collapse(2) schedule(static)
         for (size_t b = 0; b < B; b++)
             for (size_t h = 0; h < NH; h++)
-                attention_forward_head(out, lse, q, k, v, pos, kt, att, b, h, T, NH, NKV, HD);
+                attention_forward_head(out, lse, q, k, v, pos, kt, att, b, h, T, NH, NKV, HD,
+                                       &o);
         free(kt);
         free(att);
     }
@@ -477,9 +528,10 @@ static void attention_backward_group(float *dq, float *dk, float *dv, const floa
                                      const float *q, const float *k, const float *v,
                                      const float *out, const float *lse, const int32_t *pos,
                                      const attn_scratch *sc, size_t b, size_t kvh, size_t T,
-                                     size_t NH, size_t NKV, size_t HD) {
+                                     size_t NH, size_t NKV, size_t HD,
+                                     const mt_cpu_attn_opts *o) {
     size_t group = NH / NKV, kv_stride = NKV * HD, q_stride = NH * HD;
-    float scale = attention_scale(HD);
+    float scale = o->scale, cap = o->softcap;
     size_t kv_off = b * T * kv_stride + kvh * HD;
     const float *kh = k + kv_off;
     float *dkh = dk + kv_off, *dvh = dv + kv_off;
@@ -489,18 +541,21 @@ static void attention_backward_group(float *dq, float *dk, float *dv, const floa
         for (size_t d = 0; d < HD; d++) dkh[j * kv_stride + d] = dvh[j * kv_stride + d] = 0.0f;
     for (size_t h = kvh * group; h < (kvh + 1) * group; h++) {
         for (size_t t = 0; t < T; t++) {
-            size_t off = (b * T + t) * q_stride + h * HD, j0 = first_key(pos, b, t, T);
+            size_t off = (b * T + t) * q_stride + h * HD, j0 = first_key(pos, b, t, T, o->window);
             const float *qt = q + off, *dyt = dout + off, *ot = out + off;  // (HD)
             float *dqt = dq + off;                                          // (HD)
             float l = lse[(b * NH + h) * T + t];
             float D = 0.0f;  // rowsum(dO * O)
             for (size_t d = 0; d < HD; d++) D += dyt[d] * ot[d];
-            // P recomputed from q, k and lse; dP = dO V^T; dS = P * (dP - D).
+            // P recomputed from q, k and lse; dP = dO V^T; dS = P * (dP - D),
+            // times the soft-cap's derivative 1 - tanh^2 where there is one.
             score_row(sc->p, qt, sc->kt, j0, t, T, HD);
             score_row(sc->ds, dyt, sc->vt, j0, t, T, HD);
             for (size_t j = j0; j <= t; j++) {
-                sc->p[j] = expf(sc->p[j] * scale - l);
-                sc->ds[j] = sc->p[j] * (sc->ds[j] - D);
+                float th = cap != 0.0f ? tanhf(sc->p[j] * scale / cap) : 0.0f;
+                float s = cap != 0.0f ? th * cap : sc->p[j] * scale;
+                sc->p[j] = expf(s - l);
+                sc->ds[j] = sc->p[j] * (sc->ds[j] - D) * (1.0f - th * th);
             }
             for (size_t d = 0; d < HD; d++) dqt[d] = 0.0f;
             for (size_t j = j0; j <= t; j++) {
@@ -523,7 +578,17 @@ void mt_cpu_attention_backward(float *dq, float *dk, float *dv, const float *dou
                                const float *q, const float *k, const float *v,
                                const float *out, const float *lse, const int32_t *pos,
                                size_t B, size_t T, size_t NH, size_t NKV, size_t HD) {
+    mt_cpu_attention_backward_opts(dq, dk, dv, dout, q, k, v, out, lse, pos, B, T, NH, NKV, HD,
+                                   NULL);
+}
+
+void mt_cpu_attention_backward_opts(float *dq, float *dk, float *dv, const float *dout,
+                                    const float *q, const float *k, const float *v,
+                                    const float *out, const float *lse, const int32_t *pos,
+                                    size_t B, size_t T, size_t NH, size_t NKV, size_t HD,
+                                    const mt_cpu_attn_opts *opts) {
     MT_ASSERT(NKV > 0 && NH % NKV == 0);
+    mt_cpu_attn_opts o = attention_opts(opts, HD);
 #pragma omp parallel
     {
         attn_scratch sc = {mt_malloc_or_die(HD * T * sizeof(float)),
@@ -535,7 +600,7 @@ void mt_cpu_attention_backward(float *dq, float *dk, float *dv, const float *dou
         for (size_t b = 0; b < B; b++)
             for (size_t kvh = 0; kvh < NKV; kvh++)
                 attention_backward_group(dq, dk, dv, dout, q, k, v, out, lse, pos, &sc, b, kvh,
-                                         T, NH, NKV, HD);
+                                         T, NH, NKV, HD, &o);
         free(sc.kt);
         free(sc.vt);
         free(sc.p);

@@ -28,6 +28,13 @@ void mt_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const flo
 void mt_cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
                              const float *w, const float *rstd, size_t N, size_t C);
 
+/* The same with the weight 1 + w (Gemma's norms, whose w starts at 0):
+ * out = inp / rms(inp) * (1 + w); dw is still dL/dw. */
+void mt_cpu_rmsnorm1p_forward(float *out, float *rstd, const float *inp, const float *w,
+                              size_t N, size_t C, float eps);
+void mt_cpu_rmsnorm1p_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                               const float *w, const float *rstd, size_t N, size_t C);
+
 /* LayerNorm with bias: out (N,C) = (inp - mean) * rstd * w + b; mean,
  * rstd (N) may be NULL. */
 void mt_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
@@ -86,6 +93,25 @@ void mt_cpu_attention_backward(float *dq, float *dk, float *dv, const float *dou
                                const float *q, const float *k, const float *v,
                                const float *out, const float *lse, const int32_t *pos,
                                size_t B, size_t T, size_t NH, size_t NKV, size_t HD);
+
+/* What an attention differs in from the plain one above (Gemma): NULL or
+ * zeros are the plain one. */
+typedef struct mt_cpu_attn_opts {
+    float scale;    /* scores q.k * scale; 0: 1/sqrt(HD) */
+    float softcap;  /* scores become softcap * tanh(s / softcap) before the softmax; 0: none */
+    size_t window;  /* query t sees keys j with t - j < window (and its document's); 0: all */
+} mt_cpu_attn_opts;
+
+/* mt_cpu_attention_forward and _backward with opts (may be NULL). */
+void mt_cpu_attention_forward_opts(float *out, float *lse, const float *q, const float *k,
+                                   const float *v, const int32_t *pos, size_t B, size_t T,
+                                   size_t NH, size_t NKV, size_t HD,
+                                   const mt_cpu_attn_opts *opts);
+void mt_cpu_attention_backward_opts(float *dq, float *dk, float *dv, const float *dout,
+                                    const float *q, const float *k, const float *v,
+                                    const float *out, const float *lse, const int32_t *pos,
+                                    size_t B, size_t T, size_t NH, size_t NKV, size_t HD,
+                                    const mt_cpu_attn_opts *opts);
 
 /* out (N,F) = silu(gate) * up */
 void mt_cpu_swiglu_forward(float *out, const float *gate, const float *up, size_t N, size_t F);
