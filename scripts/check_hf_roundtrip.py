@@ -9,7 +9,10 @@ Nothing is written outside a temporary directory; `make test` does not run this 
 needs torch).
 
 Usage: python scripts/check_hf_roundtrip.py BUILD/megatrain [--model-type gpt_neox] [--kv-heads 2]
-(falcon: --kv-heads 1 makes Falcon-7B's architecture, more the new decoder's)
+                                           [--sliding-window N]
+(falcon: --kv-heads 1 makes Falcon-7B's architecture, more the new decoder's; gemma2,
+gemma3_text: --sliding-window 8 sets the window of init's config.json, shorter than the
+sequences, so that it bites in training and in the compared logits)
 """
 import argparse
 import json
@@ -34,6 +37,7 @@ def main():
     ap.add_argument("binary")
     ap.add_argument("--model-type", default="gpt_neox")
     ap.add_argument("--kv-heads", default="2")
+    ap.add_argument("--sliding-window", type=int, default=0)
     args = ap.parse_args()
     transformers.logging.set_verbosity_error()
     tok = os.path.join(here, "..", "tests", "fixtures", "tokenizer", "tiny_bytelevel.json")
@@ -49,6 +53,12 @@ def main():
         run(args.binary, "init", "--tokenizer", tok, "--out", init, "--model-type", args.model_type,
             "--hidden", "64", "--layers", "2", "--heads", "4", "--kv-heads", args.kv_heads, "--ffn", "128",
             "--max-pos", "64", "--std", "0.1", "--seed", "3")
+        if args.sliding_window:
+            with open(os.path.join(init, "config.json")) as f:
+                cfg = json.load(f)
+            cfg["sliding_window"] = args.sliding_window
+            with open(os.path.join(init, "config.json"), "w") as f:
+                json.dump(cfg, f, indent=2)
         run(args.binary, "train", "--model", init, "--data", data, "--out", out, "--device", "cpu",
             "--seq-len", "32", "--batch-size", "4", "--micro-batches", "2", "--steps", "30",
             "--lr", "3e-3", "--warmup-steps", "2", "--save-dtype", "fp32", "--log-every", "1",

@@ -192,9 +192,53 @@ CONFIGS = {
         hidden_dropout=0.0,
         rope_parameters={"rope_type": "default", "rope_theta": 500.0},
     ),
+    # Gemma 2: norms by 1 + w before and after attention and MLP, GeGLU (tanh GELU),
+    # embeddings times sqrt(hidden), tied; both soft-caps small enough to bend the scores
+    # and logits; query_pre_attn_scalar other than head_dim; layer 0 slides over 5 keys
+    # (of 16), layer 1 attends to all.
+    "gemma2_softcap": dict(
+        seed=9012,
+        model_type="gemma2",
+        num_key_value_heads=2,
+        head_dim=8,
+        intermediate_size=48,
+        hidden_activation="gelu_pytorch_tanh",
+        query_pre_attn_scalar=12,
+        attn_logit_softcapping=2.0,
+        final_logit_softcapping=3.0,
+        sliding_window=5,
+        layer_types=["sliding_attention", "full_attention"],
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=64,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    ),
+    # Gemma 3's text model: q/k norms, one kv head, no soft-caps; layer 0 slides over 6
+    # keys with its own rope base, layer 1 (global) has rope_theta with linear scaling.
+    "gemma3_text_sliding": dict(
+        seed=9123,
+        model_type="gemma3_text",
+        num_key_value_heads=1,
+        head_dim=16,
+        intermediate_size=48,
+        hidden_activation="gelu_pytorch_tanh",
+        query_pre_attn_scalar=10,
+        attn_logit_softcapping=None,
+        final_logit_softcapping=None,
+        sliding_window=6,
+        layer_types=["sliding_attention", "full_attention"],
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=64,
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+            "full_attention": {"rope_type": "linear", "rope_theta": 1000.0, "factor": 2.0},
+        },
+    ),
 }
 
-SIZE_LIMIT = 7 * 1024 * 1024  # all of tests/fixtures/models: dense, gpt_neox, falcon, packed and MoE references
+# All of tests/fixtures/models: dense, gpt_neox, falcon, gemma, packed and MoE references.
+SIZE_LIMIT = 17 * 512 * 1024  # 8.5 MiB
 
 
 # Parameters whose name in the published checkpoint differs from transformers' module
@@ -218,7 +262,9 @@ def make_config(spec):
 
 def init_params(model, gen):
     """Random init in named_parameters order: 2-D weights N(0, WEIGHT_STD^2), norm weights
-    around 1, biases non-zero, so that every gradient path carries signal."""
+    around 1 (Gemma's w around 0: its norms scale by 1 + w), biases non-zero, so that
+    every gradient path carries signal."""
+    one_plus = model.config.model_type in ("gemma2", "gemma3_text")
     with torch.no_grad():
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
@@ -226,6 +272,8 @@ def init_params(model, gen):
                 p.copy_(WEIGHT_STD * noise)
             elif name.endswith(".bias"):
                 p.copy_(BIAS_STD * noise)
+            elif one_plus and name.endswith("norm.weight"):
+                p.copy_(NORM_STD * noise)
             elif name.endswith("norm.weight") or name.split(".")[-2].startswith("ln_"):  # Falcon's ln_attn, ln_mlp, ln_f
                 p.copy_(1.0 + NORM_STD * noise)
             else:

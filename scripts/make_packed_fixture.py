@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Builds the reference for document-masked packing: rows that hold several documents,
 run through Hugging Face transformers with per-document position_ids (the padding-free
-packing of TRL's DataCollatorWithFlattening), for two of the fixture models.
+packing of TRL's DataCollatorWithFlattening), for three of the fixture models
+(gemma3_text_sliding: a sliding window shorter than some documents, within each).
 
 For each model it loads the committed tests/fixtures/models/<name>/ (written by
 make_fixtures.py) and writes packed.safetensors beside it:
@@ -27,7 +28,7 @@ from transformers import AutoModelForCausalLM
 
 import make_fixtures as mf
 
-MODELS = ["llama_gqa", "qwen2_bias_tied"]
+MODELS = ["llama_gqa", "qwen2_bias_tied", "gemma3_text_sliding"]
 # Document lengths of each row (each row sums to T = 16): a document cut in three, a
 # one-token document, and one filling most of a row.
 DOC_LENGTHS = [[5, 7, 4], [1, 11, 4]]

@@ -214,6 +214,9 @@ static void check_packed_hf(const char *model) {
 
 Test(packing, llama_matches_hf_position_ids) { check_packed_hf("llama_gqa"); }
 Test(packing, qwen2_matches_hf_position_ids) { check_packed_hf("qwen2_bias_tied"); }
+/* gemma3_text: documents of 7 and 11 tokens under a sliding layer of 6 keys
+ * (the window inside the document) and two rope tables with the positions */
+Test(packing, gemma3_text_matches_hf_position_ids) { check_packed_hf("gemma3_text_sliding"); }
 
 /* Positions 0..T-1 in every row describe one sequence per row: the same
  * numbers, bit for bit, as no positions. */
