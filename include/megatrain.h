@@ -328,7 +328,9 @@ typedef struct mt_model_shape {
      * type: "mixtral", "qwen2_moe", "qwen3_moe", "gpt_neox" (Pythia's
      * layout: kv_heads and untied do not apply; trains on the CPU only) or
      * "falcon" (kv_heads 1: Falcon-7B's architecture, more: the new decoder
-     * of Falcon-40B/180B; trains on the CPU only) */
+     * of Falcon-40B/180B; trains on the CPU only), "gemma2" or "gemma3_text"
+     * (the published configs' soft-caps, sliding windows and rope bases;
+     * trains on the CPU only) */
     const char *model_type;
     /* MoE types: routed experts per layer, experts per token, an expert's
      * inner size (0: ffn; mixtral always uses ffn), the shared expert's
