@@ -136,7 +136,8 @@ Test(config, floats_are_written_as_transformers_writes_them) {
     static const char *const models[] = {"llama_gqa",        "mistral",         "mixtral_moe",
                                          "qwen2_bias_tied",  "qwen2_moe_shared", "qwen3_moe_qknorm",
                                          "qwen3_qknorm_mqa", "neox_parallel",   "neox_sequential",
-                                         "falcon_mq",        "falcon_new_decoder"};
+                                         "falcon_mq",        "falcon_new_decoder",
+                                         "gemma2_softcap",   "gemma3_text_sliding"};
     static const char *const keys[] = {"rms_norm_eps",    "layer_norm_eps",      "rope_theta",
                                        "layer_norm_epsilon",
                                        "factor",          "low_freq_factor",     "high_freq_factor",

@@ -189,6 +189,27 @@ Test(cpu_ops, rmsnorm_forward_backward) {
     free(ctx.x); free(ctx.w); free(ctx.R);
 }
 
+/* Gemma's norm by 1 + w is the RMSNorm by the weight 1 + w, bit for bit,
+ * with the same gradients (d/dw of 1 + w is 1). */
+Test(cpu_ops, rmsnorm1p_is_rmsnorm_by_one_plus_w) {
+    size_t N = 5, C = 11;
+    float *x = randf(N * C, 15, -2, 2), *w = randf(C, 16, -0.5f, 0.5f), *w1 = copyf(w, C);
+    for (size_t c = 0; c < C; c++) w1[c] = 1.0f + w[c];
+    float *a = nanf_buf(N * C), *b = nanf_buf(N * C), *ra = nanf_buf(N), *rb = nanf_buf(N);
+    mt_cpu_rmsnorm1p_forward(a, ra, x, w, N, C, 1e-6f);
+    mt_cpu_rmsnorm_forward(b, rb, x, w1, N, C, 1e-6f);
+    cr_expect(memcmp(a, b, N * C * sizeof(float)) == 0 && memcmp(ra, rb, N * sizeof(float)) == 0);
+    float *R = randf(N * C, 17, -1, 1);
+    float *dxa = randf(N * C, 18, -1, 1), *dxb = copyf(dxa, N * C);
+    float *dwa = randf(C, 19, -1, 1), *dwb = copyf(dwa, C);
+    mt_cpu_rmsnorm1p_backward(dxa, dwa, R, x, w, ra, N, C);
+    mt_cpu_rmsnorm_backward(dxb, dwb, R, x, w1, rb, N, C);
+    cr_expect(memcmp(dxa, dxb, N * C * sizeof(float)) == 0);
+    cr_expect(memcmp(dwa, dwb, C * sizeof(float)) == 0);
+    free(x); free(w); free(w1); free(a); free(b); free(ra); free(rb); free(R);
+    free(dxa); free(dxb); free(dwa); free(dwb);
+}
+
 /* ------------------------------------------------------------------------
  * Matmul */
 
@@ -395,11 +416,20 @@ typedef struct {
     double *q, *k, *v, *R;
     const int32_t *pos;
     size_t B, T, NH, NKV, HD;
+    const mt_cpu_attn_opts *opts; /* NULL: the plain attention */
 } attn_ctx;
+
+/* A score as opts make it: scaled (1/sqrt(HD) by default), soft-capped. */
+static double score_ref(double dot, const attn_ctx *c) {
+    double scale = c->opts && c->opts->scale ? c->opts->scale : 1.0 / sqrt((double)c->HD);
+    double s = dot * scale, cap = c->opts ? c->opts->softcap : 0;
+    return cap ? cap * tanh(s / cap) : s;
+}
 
 /* Materialises the full (T,T) score matrix of each (b, h) with the causal
  * mask as -inf (and, with positions, every key before the query's
- * document start i - pos[i]), then softmax and P @ V. lse may be NULL. */
+ * document start i - pos[i]; with a window w, every key j with i - j >= w),
+ * then softmax and P @ V. lse may be NULL. */
 static void attention_ref(double *out, double *lse, const attn_ctx *c) {
     size_t T = c->T, HD = c->HD, NH = c->NH, NKV = c->NKV;
     double *S = malloc(T * T * sizeof(double));
@@ -411,8 +441,11 @@ static void attention_ref(double *out, double *lse, const attn_ctx *c) {
                     const double *qi = c->q + ((b * T + i) * NH + h) * HD;
                     const double *kj = c->k + ((b * T + j) * NKV + kvh) * HD;
                     size_t first = c->pos ? i - (size_t)c->pos[b * T + i] : 0;
-                    S[i * T + j] = j > i || j < first ? -INFINITY
-                                                      : dot_d(qi, kj, HD) / sqrt((double)HD);
+                    size_t w = c->opts ? c->opts->window : 0;
+                    bool out_of_window = w && i - j >= w;
+                    S[i * T + j] = j > i || j < first || out_of_window
+                                       ? -INFINITY
+                                       : score_ref(dot_d(qi, kj, HD), c);
                 }
             for (size_t i = 0; i < T; i++) {
                 double m = -INFINITY, sum = 0;
@@ -441,14 +474,16 @@ static double attn_loss(void *p) {
     return l;
 }
 
-static void check_attention(size_t B, size_t T, size_t NH, size_t NKV, size_t HD,
-                            const int32_t *pos) {
+static void check_attention_opts(size_t B, size_t T, size_t NH, size_t NKV, size_t HD,
+                                 const int32_t *pos, const mt_cpu_attn_opts *opts) {
     size_t nq = B * T * NH * HD, nkv = B * T * NKV * HD, nl = B * NH * T;
     float *q = randf(nq, 70, -1.5f, 1.5f), *k = randf(nkv, 71, -1.5f, 1.5f);
     float *v = randf(nkv, 72, -1, 1), *R = randf(nq, 73, -1, 1);
     float *out = nanf_buf(nq), *lse = nanf_buf(nl);
-    mt_cpu_attention_forward(out, lse, q, k, v, pos, B, T, NH, NKV, HD);
-    attn_ctx ctx = {to_d(q, nq), to_d(k, nkv), to_d(v, nkv), to_d(R, nq), pos, B, T, NH, NKV, HD};
+    if (opts) mt_cpu_attention_forward_opts(out, lse, q, k, v, pos, B, T, NH, NKV, HD, opts);
+    else mt_cpu_attention_forward(out, lse, q, k, v, pos, B, T, NH, NKV, HD);
+    attn_ctx ctx = {to_d(q, nq), to_d(k, nkv), to_d(v, nkv), to_d(R, nq), pos, B, T, NH, NKV, HD,
+                    opts};
     double *want = malloc(nq * sizeof(double)), *want_lse = malloc(nl * sizeof(double));
     attention_ref(want, want_lse, &ctx);
     expect_close(out, want, nq, FWD_TOL, "attention out");
@@ -460,13 +495,22 @@ static void check_attention(size_t B, size_t T, size_t NH, size_t NKV, size_t HD
     fd_grad(gk, ctx.k, nkv, attn_loss, &ctx);
     fd_grad(gv, ctx.v, nkv, attn_loss, &ctx);
     float *dq = nanf_buf(nq), *dk = nanf_buf(nkv), *dv = nanf_buf(nkv);  // overwritten
-    mt_cpu_attention_backward(dq, dk, dv, R, q, k, v, out, lse, pos, B, T, NH, NKV, HD);
+    if (opts)
+        mt_cpu_attention_backward_opts(dq, dk, dv, R, q, k, v, out, lse, pos, B, T, NH, NKV, HD,
+                                       opts);
+    else
+        mt_cpu_attention_backward(dq, dk, dv, R, q, k, v, out, lse, pos, B, T, NH, NKV, HD);
     expect_close(dq, gq, nq, GRAD_TOL, "attention dq");
     expect_close(dk, gk, nkv, GRAD_TOL, "attention dk");
     expect_close(dv, gv, nkv, GRAD_TOL, "attention dv");
     free(q); free(k); free(v); free(R); free(out); free(lse); free(want); free(want_lse);
     free(gq); free(gk); free(gv); free(dq); free(dk); free(dv);
     free(ctx.q); free(ctx.k); free(ctx.v); free(ctx.R);
+}
+
+static void check_attention(size_t B, size_t T, size_t NH, size_t NKV, size_t HD,
+                            const int32_t *pos) {
+    check_attention_opts(B, T, NH, NKV, HD, pos, NULL);
 }
 
 Test(cpu_ops, attention_gqa) { check_attention(2, 5, 4, 2, 6, NULL); }
@@ -477,6 +521,18 @@ Test(cpu_ops, attention_mha) { check_attention(2, 6, 2, 2, 8, NULL); }
 Test(cpu_ops, attention_packed_documents) {
     static const int32_t pos[12] = {0, 1, 2, 0, 0, 1, 0, 1, 2, 3, 0, 1};
     check_attention(2, 6, 4, 2, 6, pos);
+}
+
+/* Gemma's attention: a scale of its own, scores soft-capped (a cap of 0.8
+ * bends every score of these inputs), keys j with t - j < 3 only; alone and
+ * within packed documents longer than the window. */
+Test(cpu_ops, attention_scale_softcap_and_window) {
+    const mt_cpu_attn_opts opts = {.scale = 0.3f, .softcap = 0.8f, .window = 3};
+    check_attention_opts(2, 7, 4, 2, 6, NULL, &opts);
+    static const int32_t pos[14] = {0, 1, 2, 3, 4, 0, 1, 0, 0, 1, 2, 3, 4, 5};
+    check_attention_opts(2, 7, 4, 2, 6, pos, &opts);
+    const mt_cpu_attn_opts cap_only = {.softcap = 0.8f};
+    check_attention_opts(1, 6, 3, 1, 4, NULL, &cap_only);
 }
 
 Test(cpu_ops, attention_backward_bitwise_independent_of_thread_count) {

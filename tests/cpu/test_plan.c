@@ -76,6 +76,15 @@ Test(plan, a_70b_model_fits_a_described_machine_with_fewer_tokens) {
     cr_assert(plan_output_has(fewer, 0, "budgets: GPU 80.0 GB (given)", "PLAN model=70.55B"));
 }
 
+/* A family the GPU does not run yet (gemma2 here) is projected as the
+ * Llama path's model of the same tensors, and the plan says so. */
+Test(plan, a_cpu_only_family_is_projected_as_the_llama_path_saying_so) {
+    char *gemma[] = {"plan", "--preset", "gemma2-2b", "--gpu-mem", "80", "--host-mem", "125",
+                     NULL};
+    cr_assert(plan_output_has(gemma, 0, "model_type \"gemma2\" trains on the CPU only",
+                              "PLAN model=2.61B"));
+}
+
 /* A refusal names a step that fits, predicted as its own plan predicts it:
  * the 70B's refusal above names --micro-batches 1 at that plan's step_s;
  * a GPU budget short of one micro-batch's activations names smaller
