@@ -95,9 +95,11 @@ static int parse_rope_gemma2(mt_config *c, const cJSON *root, const char *src, m
     if (mt_cfg_num(root, "rope_theta", 10000.0, &c->rope_theta, src, err)) return -1;
     const char *field = "rope_parameters";
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, field);
-    if (!rp || cJSON_IsNull(rp)) rp = cJSON_GetObjectItemCaseSensitive(root, field = "rope_scaling");
+    if (!rp || cJSON_IsNull(rp))
+        rp = cJSON_GetObjectItemCaseSensitive(root, field = "rope_scaling");
     if (!rp || cJSON_IsNull(rp)) return 0;
-    if (!cJSON_IsObject(rp)) return mt_errorf(err, "%s: field \"%s\" must be an object", src, field);
+    if (!cJSON_IsObject(rp))
+        return mt_errorf(err, "%s: field \"%s\" must be an object", src, field);
     return mt_cfg_num(rp, "rope_theta", c->rope_theta, &c->rope_theta, src, err) ||
            parse_rope_type(c, rp, field, false, src, err);
 }
@@ -129,7 +131,8 @@ static int parse_rope_gemma3(mt_config *c, const cJSON *root, const char *src, m
     }
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
     if (!rs || cJSON_IsNull(rs)) return 0;
-    if (!cJSON_IsObject(rs)) return mt_errorf(err, "%s: field \"rope_scaling\" must be an object", src);
+    if (!cJSON_IsObject(rs))
+        return mt_errorf(err, "%s: field \"rope_scaling\" must be an object", src);
     return parse_rope_type(c, rs, "rope_scaling", true, src, err);
 }
 

@@ -8,8 +8,8 @@
 
 /* Reads an integer field. Missing: *out = dflt, or an error if dflt < 0
  * means "required". */
-int mt_cfg_int(const cJSON *root, const char *key, int64_t dflt, int64_t *out,
-                   const char *src, mt_error *err) {
+int mt_cfg_int(const cJSON *root, const char *key, int64_t dflt, int64_t *out, const char *src,
+               mt_error *err) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
     if (!it || cJSON_IsNull(it)) {
         if (dflt == -1)
@@ -25,8 +25,8 @@ int mt_cfg_int(const cJSON *root, const char *key, int64_t dflt, int64_t *out,
     return 0;
 }
 
-int mt_cfg_num(const cJSON *root, const char *key, double dflt, double *out,
-                   const char *src, mt_error *err) {
+int mt_cfg_num(const cJSON *root, const char *key, double dflt, double *out, const char *src,
+               mt_error *err) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
     if (!it || cJSON_IsNull(it)) {
         *out = dflt;
@@ -38,21 +38,22 @@ int mt_cfg_num(const cJSON *root, const char *key, double dflt, double *out,
 }
 
 int mt_cfg_bool(const cJSON *root, const char *key, bool dflt, bool *out, const char *src,
-                    mt_error *err) {
+                mt_error *err) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
     if (!it || cJSON_IsNull(it)) {
         *out = dflt;
         return 0;
     }
-    if (!cJSON_IsBool(it)) return mt_errorf(err, "%s: field \"%s\" must be true or false", src, key);
+    if (!cJSON_IsBool(it))
+        return mt_errorf(err, "%s: field \"%s\" must be true or false", src, key);
     *out = cJSON_IsTrue(it);
     return 0;
 }
 
-/* The GELU of the field `key` (gpt_neox: hidden_act, falcon: activation),
- * "gelu" when absent. */
+/* The GELU of the field `key` (gpt_neox: hidden_act, falcon: activation,
+ * gemma: hidden_activation), "gelu" when absent. */
 int mt_cfg_gelu(mt_config *cfg, const cJSON *root, const char *key, const char *src,
-                      mt_error *err) {
+                mt_error *err) {
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, key);
     const char *a = act && cJSON_IsString(act) ? act->valuestring : act ? "" : "gelu";
     if (!strcmp(a, "gelu")) cfg->act = MT_ACT_GELU;
@@ -87,4 +88,7 @@ void mt_cfg_add_number(cJSON *r, const char *key, double v, bool single) {
     }
     cJSON_AddRawToObject(r, key, buf);
 }
-void mt_cfg_add_float(cJSON *r, const char *key, double v) { mt_cfg_add_number(r, key, v, false); }
+
+void mt_cfg_add_float(cJSON *r, const char *key, double v) {
+    mt_cfg_add_number(r, key, v, false);
+}

@@ -134,7 +134,8 @@ Test(gemma_config, refusals_name_the_field) {
         {"\"layer_types\": [\"sliding_attention\", \"full_attention\", \"full_attention\", "
          "\"sliding_attention\", \"full_attention\", \"sliding_attention\", \"full_attention\"]",
          "layer_types"},
-        {"\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2.0}", "rope_scaling.rope_type"},
+        {"\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2.0}",
+         "rope_scaling.rope_type"},
     };
     mt_hf_check_refusals(GEMMA2, g2, sizeof g2 / sizeof *g2);
     const mt_hf_refusal g3[] = {
@@ -161,7 +162,13 @@ Test(gemma_config, gemma3_points_to_gemma3_text) {
  * -27b-pt) and validate; the Gemma 2 and Gemma-3-1B counts are the
  * published ones (2.61B, 9.24B, 27.2B, 1.0B). */
 Test(gemma_config, presets_validate) {
-    struct { const char *name; int64_t window; double qpas; bool linear; double billions; } cases[] = {
+    struct {
+        const char *name;
+        int64_t window;
+        double qpas;
+        bool linear;
+        double billions; /* published count, 0: none asserted (the text model of a larger one) */
+    } cases[] = {
         {"gemma2-2b", 4096, 256, false, 2.61},  {"gemma2-9b", 4096, 256, false, 9.24},
         {"gemma2-27b", 4096, 144, false, 27.23}, {"gemma3-1b", 512, 256, false, 1.00},
         {"gemma3-4b", 1024, 256, true, 0},      {"gemma3-12b", 1024, 256, true, 0},
