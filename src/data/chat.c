@@ -149,10 +149,12 @@ static void read_model_files(model_files *m, const char *tokenizer_path) {
 
 /* ---- built-ins ---- */
 
-/* <|start_header_id|> -> llama3, <|im_start|> -> qwen, else llama2. */
+/* <|start_header_id|> -> llama3, <|im_start|> -> qwen, <start_of_turn> ->
+ * gemma, else llama2. */
 static const char *suggested_builtin(const mt_tokenizer *tok) {
     if (mt_tokenizer_token_id(tok, "<|start_header_id|>") >= 0) return "llama3";
     if (mt_tokenizer_token_id(tok, "<|im_start|>") >= 0) return "qwen";
+    if (mt_tokenizer_token_id(tok, "<start_of_turn>") >= 0) return "gemma";
     return "llama2";
 }
 

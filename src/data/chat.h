@@ -15,6 +15,8 @@
  *   mistral  Mistral/Mixtral-Instruct v0.1 ([INST] ... [/INST])
  *   chatml   ChatML (<|im_start|>role\n...<|im_end|>\n; Qwen2/2.5 without
  *            their default system prompt)
+ *   gemma    Gemma 3's template (<start_of_turn>role\n...<end_of_turn>\n, the
+ *            assistant's role "model"; Gemma 2's turns alike)
  *
  * The loss (mt_chat_render): with `{% generation %}` blocks in the
  * template, the bytes they write (transformers' assistant masks). Without
@@ -69,7 +71,7 @@ const mt_jinja *mt_chat_template_jinja(const mt_chat_template *t, bool tools);
 /* The value of mt_chat_special_names[i] for t, or NULL. */
 const char *mt_chat_template_special(const mt_chat_template *t, int i);
 
-/* "llama3, qwen, llama2, mistral, chatml", for messages and help. */
+/* "llama3, qwen, llama2, mistral, chatml, gemma", for messages and help. */
 const char *mt_chat_builtin_list(void);
 /* The Jinja text of a built-in, or NULL when there is no such name. */
 const char *mt_chat_builtin_source(const char *name);

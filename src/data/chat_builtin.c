@@ -161,6 +161,58 @@ static const char chatml[] =
     "'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n"
     "' }}{% endif %}";
 
+/* Gemma 3 (google/gemma-3-4b-it); Gemma 2's turns too, which it renders alike
+ * for user and assistant messages (a system message joins the first user turn) */
+static const char gemma[] =
+    "{{ bos_token }}\n"
+    "{%- if messages[0]['role'] == 'system' -%}\n"
+    "    {%- if messages[0]['content'] is string -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'] + '\n"
+    "\n"
+    "' -%}\n"
+    "    {%- else -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n"
+    "\n"
+    "' -%}\n"
+    "    {%- endif -%}\n"
+    "    {%- set loop_messages = messages[1:] -%}\n"
+    "{%- else -%}\n"
+    "    {%- set first_user_prefix = \"\" -%}\n"
+    "    {%- set loop_messages = messages -%}\n"
+    "{%- endif -%}\n"
+    "{%- for message in loop_messages -%}\n"
+    "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n"
+    "        {{ raise_exception(\"Conversation roles must alternate user/assistant/user/assis"
+    "tant/...\") }}\n"
+    "    {%- endif -%}\n"
+    "    {%- if (message['role'] == 'assistant') -%}\n"
+    "        {%- set role = \"model\" -%}\n"
+    "    {%- else -%}\n"
+    "        {%- set role = message['role'] -%}\n"
+    "    {%- endif -%}\n"
+    "    {{ '<start_of_turn>' + role + '\n"
+    "' + (first_user_prefix if loop.first else \"\") }}\n"
+    "    {%- if message['content'] is string -%}\n"
+    "        {{ message['content'] | trim }}\n"
+    "    {%- elif message['content'] is iterable -%}\n"
+    "        {%- for item in message['content'] -%}\n"
+    "            {%- if item['type'] == 'image' -%}\n"
+    "                {{ '<start_of_image>' }}\n"
+    "            {%- elif item['type'] == 'text' -%}\n"
+    "                {{ item['text'] | trim }}\n"
+    "            {%- endif -%}\n"
+    "        {%- endfor -%}\n"
+    "    {%- else -%}\n"
+    "        {{ raise_exception(\"Invalid content type\") }}\n"
+    "    {%- endif -%}\n"
+    "    {{ '<end_of_turn>\n"
+    "' }}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}\n"
+    "    {{'<start_of_turn>model\n"
+    "'}}\n"
+    "{%- endif -%}\n";
+
 /* Special tokens each emits, and its BOS/EOS when the tokenizer's
  * tokenizer_config.json names none. */
 static const mt_chat_builtin builtins[] = {
@@ -170,6 +222,7 @@ static const mt_chat_builtin builtins[] = {
     {"llama2", llama2, {"<s>", "</s>"}, "<s>", "</s>"},
     {"mistral", mistral, {"<s>", "</s>"}, "<s>", "</s>"},
     {"chatml", chatml, {"<|im_start|>", "<|im_end|>"}, NULL, "<|im_end|>"},
+    {"gemma", gemma, {"<start_of_turn>", "<end_of_turn>"}, "<bos>", "<eos>"},
 };
 
 const mt_chat_builtin *mt_chat_builtin_find(const char *name) {
@@ -178,7 +231,7 @@ const mt_chat_builtin *mt_chat_builtin_find(const char *name) {
     return NULL;
 }
 
-const char *mt_chat_builtin_list(void) { return "llama3, qwen, llama2, mistral, chatml"; }
+const char *mt_chat_builtin_list(void) { return "llama3, qwen, llama2, mistral, chatml, gemma"; }
 
 const char *mt_chat_builtin_source(const char *name) {
     const mt_chat_builtin *b = mt_chat_builtin_find(name);

@@ -275,7 +275,7 @@ Test(chat, builtins_are_their_published_templates) {
         free(src);
         n++;
     }
-    cr_expect_eq(n, 5, "llama3, qwen, llama2, mistral and chatml have fixtures");
+    cr_expect_eq(n, 6, "llama3, qwen, llama2, mistral, chatml and gemma have fixtures");
     cr_expect_null(mt_chat_builtin_source("vicuna"));
     cJSON_Delete(manifest);
 }
@@ -407,6 +407,17 @@ Test(chat, a_tokenizer_folder_gives_its_template) {
     s = render_line(t, line);
     cr_expect_str_eq(s, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
                         "<|start_header_id|>assistant<|end_header_id|>\n\nyo<|eot_id|>");
+    free(s);
+    mt_chat_template_free(t);
+    const char *gm[] = {"<bos>", "<start_of_turn>", "<end_of_turn>", NULL};
+    free(p);
+    p = tokenizer_dir(dir, gm, NULL, NULL);
+    t = open_for(p, "auto", &err);
+    cr_assert(t, "%s", err.msg);
+    cr_expect_str_eq(mt_chat_template_name(t), "gemma");
+    s = render_line(t, line);
+    cr_expect_str_eq(s, "<bos><start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\nyo"
+                        "<end_of_turn>\n");
     free(s);
     mt_chat_template_free(t);
     // What cannot be used is an error naming what it needs.
