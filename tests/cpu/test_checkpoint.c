@@ -398,6 +398,29 @@ Test(checkpoint, falcon_architecture_mismatch_names_the_field) {
     model_free(&md);
 }
 
+/* gemma: what changes the math without changing the tensors (the soft-cap,
+ * the window's layers) is named by a resume. */
+Test(checkpoint, gemma_mismatch_names_the_field) {
+    mt_config cfg;
+    mt_config_default_tiny(&cfg);
+    mt_config_gemma_defaults(&cfg, false);
+    model md, other;
+    model_init(&md, &cfg, 1);
+    char *out = out_dir(), *p = ckpt_path(out, 1);
+    save_ok(out, 1, &md, 0);
+    cfg.attn_softcap = 20.0;
+    model_init(&other, &cfg, 2);
+    expect_load_error(p, &other, "\"attn_logit_softcapping\"", NULL);
+    model_free(&other);
+    cfg.attn_softcap = 50.0;
+    cfg.sliding_pattern = 3;
+    model_init(&other, &cfg, 2);
+    expect_load_error(p, &other, "\"layer_types (sliding_window_pattern)\"", NULL);
+    model_free(&other);
+    free(p), free(out);
+    model_free(&md);
+}
+
 static void truncate_file(const char *dir, const char *name, long keep) {
     char *p = mt_path_join(dir, name);
     cr_assert_eq(truncate(p, keep), 0, "truncate %s", p);
