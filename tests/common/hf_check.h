@@ -1,6 +1,6 @@
 /* Checks of a family's CPU reference against one transformers fixture of
  * scripts/make_fixtures.py (docs/fixtures.md), shared by the tests of the
- * families neox.c runs (test_neox.c, test_falcon.c). Each asserts with
+ * CPU-only families (test_neox.c, test_falcon.c, test_gemma.c). Each asserts with
  * Criterion and logs the worst errors it saw; the tolerances, and where
  * their numbers come from, are the calling test's. */
 #ifndef MT_TEST_HF_CHECK_H
