@@ -323,6 +323,7 @@ static void softcap_forward(cpu_backend *cb, size_t R) {
     float cap = (float)cb->cfg->final_softcap;
     if (cap == 0.0f) return;
     size_t n = R * (size_t)cb->cfg->V;
+#pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
         cb->tanh_logits[i] = tanhf(cb->logits[i] / cap);
         cb->logits[i] = cb->tanh_logits[i] * cap;
@@ -333,6 +334,7 @@ static void softcap_forward(cpu_backend *cb, size_t R) {
 static void softcap_backward(cpu_backend *cb, size_t R) {
     if (cb->cfg->final_softcap == 0.0) return;
     size_t n = R * (size_t)cb->cfg->V;
+#pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++)
         cb->logits[i] *= 1.0f - cb->tanh_logits[i] * cb->tanh_logits[i];
 }
