@@ -30,6 +30,10 @@ typedef struct slot {
  * bf16 in bf16 mode, and the same memory as their fp32 source in fp32 mode. */
 typedef struct acts {
     void *xn1_op; float *rstd1;
+    float *mean1, *mean2;     /* LayerNorms (gpt_neox, falcon) */
+    float *qkv32;             /* (N, Q + 2KV) the fused qkv product (gpt_neox, falcon); its
+                               * gradient in the backward */
+    void *dqkv_op;            /* that gradient as the product's operand */
     float *q32, *k32, *v32, *qpre32, *kpre32, *qrstd, *krstd;
     void *q_op, *k_op, *v_op;
     void *qpre_op, *kpre_op;  /* fast path with q/k norms: bf16 q, k before the norm */
@@ -48,7 +52,7 @@ typedef struct acts {
     float *colsum;
     void *attn_scratch;
     /* head */
-    void *xf_op; float *rstdf; float *dxf32; float *row_loss; void *head_scratch;
+    void *xf_op; float *rstdf, *meanf; float *dxf32; float *row_loss; void *head_scratch;
 } acts;
 
 typedef struct cuda_backend {

@@ -106,9 +106,14 @@ static void plan_grads_and_step(cuda_backend *cb, bump *b) {
 static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
     const mt_config *c = cb->cfg;
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
-    int bf = cb->prec == MT_PREC_BF16;
+    int bf = cb->prec == MT_PREC_BF16, neox = mt_arch_has_neox_block(c->arch);
     a->rstd1 = TAKE_F(b, N);
     a->xn1_op = take(b, N * C * op_size(cb));
+    if (neox) { /* LayerNorms' means; the fused qkv before its split */
+        a->mean1 = TAKE_F(b, N);
+        a->mean2 = TAKE_F(b, N);
+        a->qkv32 = TAKE_F(b, N * (Q + 2 * KV));
+    }
     take_qkv32(b, N * Q, N * KV, &a->q32, &a->k32, &a->v32);
     if (c->qk_norm) {
         take_qkv32(b, N * Q, N * KV, &a->qpre32, &a->kpre32, NULL);
@@ -119,7 +124,8 @@ static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
     a->k_op = take_op(b, cb, N * KV, a->k32);
     a->v_op = take_op(b, cb, N * KV, a->v32);
     cb->attn_bf16 = bf && mt_attn_bf16_supports((size_t)c->HD);
-    cb->fast = cb->attn_bf16 && c->HD % 8 == 0;
+    /* gpt_neox and falcon blocks (neox_cuda.c) have the general path only */
+    cb->fast = cb->attn_bf16 && c->HD % 8 == 0 && !neox;
     if (cb->fast && c->qk_norm) {
         a->qpre_op = take(b, N * Q * 2);
         a->kpre_op = take(b, N * KV * 2);
@@ -133,9 +139,9 @@ static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
     if (cb->fast) {
         a->gate16 = take(b, N * F * 2);
         a->up16 = take(b, N * F * 2);
-    } else {
+    } else { /* gpt_neox, falcon: gate32 holds the GELU's input, no up */
         a->gate32 = TAKE_F(b, N * F);
-        a->up32 = TAKE_F(b, N * F);
+        a->up32 = neox ? NULL : TAKE_F(b, N * F);
     }
     a->mlp_op = take(b, N * F * op_size(cb));
     a->xtmp = mt_config_is_moe(c) ? TAKE_F(b, N * C) : NULL;
@@ -145,15 +151,16 @@ static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
 static void plan_backward_acts(cuda_backend *cb, acts *a, bump *b) {
     const mt_config *c = cb->cfg;
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
-    int bf = cb->prec == MT_PREC_BF16;
+    int bf = cb->prec == MT_PREC_BF16, neox = mt_arch_has_neox_block(c->arch);
     a->dx_op = bf ? take(b, N * C * 2) : NULL; /* fp32: the dx of the micro-batch */
     a->dmlp32 = TAKE_F(b, N * F);
-    if (!cb->fast) {
+    if (!cb->fast) { /* gpt_neox, falcon: dgate32 holds the GELU's input gradient, no up */
         a->dgate32 = TAKE_F(b, N * F);
-        a->dup32 = TAKE_F(b, N * F);
+        a->dup32 = neox ? NULL : TAKE_F(b, N * F);
     }
     a->dgate_op = take_op(b, cb, N * F, a->dgate32);
-    a->dup_op = take_op(b, cb, N * F, a->dup32);
+    a->dup_op = neox ? NULL : take_op(b, cb, N * F, a->dup32);
+    if (neox) a->dqkv_op = take_op(b, cb, N * (Q + 2 * KV), a->qkv32);
     a->dxn32 = TAKE_F(b, N * C);
     a->datt32 = TAKE_F(b, N * Q);
     a->datt_op = take_op(b, cb, N * Q, a->datt32);
@@ -163,8 +170,10 @@ static void plan_backward_acts(cuda_backend *cb, acts *a, bump *b) {
     a->dk_op = bf ? take(b, N * KV * 2) : NULL;
     a->dv_op = take_op(b, cb, N * KV, a->dv32);
     size_t cs = mt_cuda_colsum_scratch_floats(N, C);
-    size_t shapes[][2] = {{N, Q}, {N, KV}, {N * c->NH, c->HD}, {N * c->NKV, c->HD}};
-    for (size_t i = 0; i < 4; i++) {
+    /* the biases of gpt_neox's fused qkv and MLP too */
+    size_t shapes[][2] = {{N, Q}, {N, KV}, {N * c->NH, c->HD}, {N * c->NKV, c->HD},
+                          {N, Q + 2 * KV}, {N, F}};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         size_t s = mt_cuda_colsum_scratch_floats(shapes[i][0], shapes[i][1]);
         if (s > cs) cs = s;
     }
@@ -172,6 +181,7 @@ static void plan_backward_acts(cuda_backend *cb, acts *a, bump *b) {
     a->attn_scratch = take(b, mt_attn_backward_scratch_bytes(cb->B, cb->T, c->NH));
     a->xf_op = take(b, N * C * op_size(cb));
     a->rstdf = TAKE_F(b, N);
+    a->meanf = c->layernorm ? TAKE_F(b, N) : NULL;
     a->dxf32 = TAKE_F(b, N * C);
     a->row_loss = TAKE_F(b, N);
     size_t R = (size_t)cb->o.head_chunk < N ? (size_t)cb->o.head_chunk : N;

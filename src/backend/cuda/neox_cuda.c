@@ -1,0 +1,167 @@
+/* The gpt_neox and falcon decoder blocks on the CUDA backend, forward and
+ * backward for one micro-batch, as backend/cpu/neox.c computes them (the
+ * math is written out in neox.h):
+ *
+ *   xn1 = LayerNorm1(x); qkv = xn1 Wqkv^T + bqkv, split into q, k, v with
+ *   the partial rotary on q and k; att = attention(q, k, v)
+ *   xmid = x + att Wo^T + bo
+ *   parallel:   out = xmid + mlp(LayerNorm2(x))   (Falcon-7B: mlp(xn1))
+ *   sequential: out = xmid + mlp(LayerNorm2(xmid))
+ *   mlp(z) = gelu(z Wup^T + bup) Wdown^T + bdown
+ *
+ * Only the general path of layers_cuda.c: fp32 intermediates in both
+ * precisions (bf16 operands of the products in bf16 mode), activations in
+ * the scratch cb->a, recomputed for the backward. Biases are NULL where a
+ * layer has none (falcon). */
+#include "backend/cuda/backend_cuda_internal.h"
+#include "backend/cuda/layers_cuda.h"
+#include "kernels/attention/attention.h"
+#include "kernels/cuda_common.h"
+
+/* out (N, OC) = add + inp @ w^T + bias (bias may be NULL), add fp32, out
+ * and add the same buffer or disjoint. With a bias the product accumulates
+ * into out (cuBLASLt's bias epilogue), after a copy of add. */
+static void linear_add(cuda_backend *cb, float *out, const void *inp, const void *w,
+                       const float *bias, const float *add, size_t N, size_t IC, size_t OC) {
+    if (!bias) {
+        mt_cuda_matmul_forward_add(cb->ctx, cb->prec, out, inp, w, add, N, IC, OC);
+        return;
+    }
+    if (out != add)
+        CUDA_CHECK(cudaMemcpyAsync(out, add, N * OC * sizeof(float), cudaMemcpyDeviceToDevice,
+                                   cb->s_comp));
+    int dt = op_dt(cb);
+    mt_cuda_gemm_cm(cb->ctx, 1, 0, (int64_t)OC, (int64_t)N, (int64_t)IC, w, dt, (int64_t)IC,
+                    inp, dt, (int64_t)IC, out, MT_DT_F32, (int64_t)OC, bias, 1);
+}
+
+/* dbias (OC) += column sums of dout (N, OC); nothing when the layer has no
+ * such bias. */
+static void bias_grad(cuda_backend *cb, float *dbias, const float *dout, size_t N, size_t OC) {
+    if (dbias) mt_cuda_bias_backward(cb->ctx, dbias, cb->a.colsum, dout, N, OC);
+}
+
+void mt_cuda_neox_forward(cuda_backend *cb, int layer, int mb, const float *x, float *out) {
+    const mt_config *c = cb->cfg;
+    acts *a = &cb->a;
+    slot *s = bound_slot(cb);
+    mt_cuda_ctx *ctx = cb->ctx;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
+    size_t W = Q + 2 * KV, R = (size_t)mt_config_rotary_dim(c);
+    mt_precision p = cb->prec;
+    mt_error err;
+    const int32_t *pos = mt_cuda_block_pos(cb, mb);
+    const float *ln2 = W32(cb, s, layer, MT_T_MLP_NORM); /* NULL: Falcon-7B's one LayerNorm */
+    MT_ASSERT(ln2 || c->parallel_residual);
+    mt_cuda_layernorm_forward(ctx, a->xn1_op, op_dt(cb), a->mean1, a->rstd1, x,
+                              W32(cb, s, layer, MT_T_ATTN_NORM),
+                              W32(cb, s, layer, MT_T_ATTN_NORM_B), N, C, c->rms_eps);
+    mt_cuda_matmul_forward(ctx, p, a->qkv32, MT_DT_F32, a->xn1_op, W_op(cb, s, layer, MT_T_WQKV),
+                           W32(cb, s, layer, MT_T_BQKV), N, C, W);
+    mt_cuda_qkv_split_rope(ctx, a->q32, a->k32, a->v32, a->qkv32, cb->cos, cb->sin, pos,
+                           (size_t)cb->B, (size_t)cb->T, c->NH, c->NKV, c->HD, R);
+    if (cb->attn_bf16) {
+        to_op(cb, a->q_op, a->q32, N * Q);
+        to_op(cb, a->k_op, a->k32, N * KV);
+        to_op(cb, a->v_op, a->v32, N * KV);
+        attn_check(mt_attn_forward_bf16(a->att_op, NULL, a->lse, a->q_op, a->k_op, a->v_op, pos,
+                                        cb->B, cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err),
+                   &err);
+    } else { /* fp32 mode, or head sizes the bf16 kernel lacks */
+        attn_check(mt_attn_forward_f32(a->att32, a->lse, a->q32, a->k32, a->v32, pos, cb->B,
+                                       cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
+        to_op(cb, a->att_op, a->att32, N * Q);
+    }
+    /* A recompute of a parallel block for its backward needs neither xmid
+     * nor the attention's output product: it skips them. */
+    if (out || !c->parallel_residual)
+        linear_add(cb, a->xmid, a->att_op, W_op(cb, s, layer, MT_T_WO),
+                   W32(cb, s, layer, MT_T_BO), x, N, Q, C);
+    const void *mlp_in = a->xn1_op;
+    if (ln2) {
+        mt_cuda_layernorm_forward(ctx, a->xn2_op, op_dt(cb), a->mean2, a->rstd2,
+                                  c->parallel_residual ? x : a->xmid, ln2,
+                                  W32(cb, s, layer, MT_T_MLP_NORM_B), N, C, c->rms_eps);
+        mlp_in = a->xn2_op;
+    }
+    /* gate32 (N, F): the GELU's input; mlp_op: its output */
+    mt_cuda_matmul_forward(ctx, p, a->gate32, MT_DT_F32, mlp_in, W_op(cb, s, layer, MT_T_WUP),
+                           W32(cb, s, layer, MT_T_BUP), N, C, F);
+    mt_cuda_gelu_forward(ctx, a->mlp_op, op_dt(cb), a->gate32, N * F, c->act == MT_ACT_GELU_TANH);
+    if (out) /* out = xmid + mlp; a recompute for the backward stops before it */
+        linear_add(cb, out, a->mlp_op, W_op(cb, s, layer, MT_T_WDOWN),
+                   W32(cb, s, layer, MT_T_BDOWN), a->xmid, N, F, C);
+}
+
+void mt_cuda_neox_backward(cuda_backend *cb, int layer, int mb, const float *x, float *dx) {
+    const mt_config *c = cb->cfg;
+    acts *a = &cb->a;
+    slot *s = bound_slot(cb);
+    mt_cuda_ctx *ctx = cb->ctx;
+    float *g = cb->g_cur;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
+    size_t W = Q + 2 * KV, R = (size_t)mt_config_rotary_dim(c);
+    mt_precision p = cb->prec;
+    int bf = p == MT_PREC_BF16;
+    mt_error err;
+    const int32_t *pos = mt_cuda_block_pos(cb, mb);
+    const float *ln2 = W32(cb, s, layer, MT_T_MLP_NORM);
+    void *dx_op = bf ? a->dx_op : dx;
+    const void *mlp_in = ln2 ? a->xn2_op : a->xn1_op;
+
+    /* MLP: dx is dL/d of its output in both residual forms */
+    to_op(cb, dx_op, dx, N * C);
+    mt_cuda_matmul_backward(ctx, p, a->dmlp32, false, G(cb, g, layer, MT_T_WDOWN), dx_op,
+                            a->mlp_op, W_op(cb, s, layer, MT_T_WDOWN), N, F, C);
+    bias_grad(cb, G(cb, g, layer, MT_T_BDOWN), dx, N, C);
+    /* dgate32: dL/d the GELU's input (dgate_op its operand: the same
+     * memory in fp32 mode) */
+    mt_cuda_gelu_backward(ctx, a->dgate32, bf ? a->dgate_op : NULL, a->dmlp32, a->gate32, N * F,
+                          c->act == MT_ACT_GELU_TANH);
+    bias_grad(cb, G(cb, g, layer, MT_T_BUP), a->dgate32, N, F);
+    mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WUP), a->dgate_op,
+                            mlp_in, W_op(cb, s, layer, MT_T_WUP), N, C, F);
+    /* Sequential: LayerNorm2 read xmid, so dx becomes dL/d xmid before the
+     * attention's backward. */
+    if (!c->parallel_residual) {
+        mt_cuda_layernorm_backward(ctx, dx, G(cb, g, layer, MT_T_MLP_NORM),
+                                   G(cb, g, layer, MT_T_MLP_NORM_B), a->colsum, a->dxn32,
+                                   a->xmid, ln2, a->mean2, a->rstd2, N, C);
+        to_op(cb, dx_op, dx, N * C);
+    }
+
+    /* Attention: xmid = x + att Wo^T + bo */
+    mt_cuda_matmul_backward(ctx, p, a->datt32, false, G(cb, g, layer, MT_T_WO), dx_op,
+                            a->att_op, W_op(cb, s, layer, MT_T_WO), N, Q, C);
+    bias_grad(cb, G(cb, g, layer, MT_T_BO), dx, N, C);
+    /* Parallel: LayerNorm2 read x, its input gradient joins dx (after the
+     * reads of dx above: in fp32 mode dx_op is dx). */
+    if (c->parallel_residual && ln2)
+        mt_cuda_layernorm_backward(ctx, dx, G(cb, g, layer, MT_T_MLP_NORM),
+                                   G(cb, g, layer, MT_T_MLP_NORM_B), a->colsum, a->dxn32, x, ln2,
+                                   a->mean2, a->rstd2, N, C);
+    if (cb->attn_bf16) {
+        to_op(cb, a->datt_op, a->datt32, N * Q);
+        attn_check(mt_attn_backward_bf16(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt_op,
+                                         a->q_op, a->k_op, a->v_op, a->att_op, a->lse, pos,
+                                         cb->B, cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err),
+                   &err);
+    } else {
+        attn_check(mt_attn_backward_f32(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt32,
+                                        a->q32, a->k32, a->v32, a->att32, a->lse, pos, cb->B,
+                                        cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
+    }
+    /* qkv32 holds dL/d qkv now (dqkv_op its operand: the same memory in
+     * fp32 mode) */
+    mt_cuda_qkv_join_rope_backward(ctx, a->qkv32, bf ? a->dqkv_op : NULL, a->dq32, a->dk32,
+                                   a->dv32, cb->cos, cb->sin, pos, (size_t)cb->B, (size_t)cb->T,
+                                   c->NH, c->NKV, c->HD, R);
+    bias_grad(cb, G(cb, g, layer, MT_T_BQKV), a->qkv32, N, W);
+    /* Without a LayerNorm2 the MLP's share of dL/d xn1 is in dxn32
+     * already: the qkv's adds to it. */
+    mt_cuda_matmul_backward(ctx, p, a->dxn32, !ln2, G(cb, g, layer, MT_T_WQKV), a->dqkv_op,
+                            a->xn1_op, W_op(cb, s, layer, MT_T_WQKV), N, C, W);
+    mt_cuda_layernorm_backward(ctx, dx, G(cb, g, layer, MT_T_ATTN_NORM),
+                               G(cb, g, layer, MT_T_ATTN_NORM_B), a->colsum, a->dxn32, x,
+                               W32(cb, s, layer, MT_T_ATTN_NORM), a->mean1, a->rstd1, N, C);
+}
