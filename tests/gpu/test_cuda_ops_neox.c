@@ -115,27 +115,36 @@ Test(cuda_ops_neox, layernorm_backward_accumulates_deterministically) {
 
 /* ---- GELU ---- */
 
-/* Forward (fp32 and bf16 out) and backward (fp32 and its bf16 copy) of
- * both forms against the CPU's; n = 1001 runs the scalar tail. */
-static void check_gelu(int tanh_form) {
+/* Forward (fp32 and bf16 out) and backward (fp32 and its bf16 copy; the
+ * bf16 copy alone) of both forms against the CPU's, from fp32 input and
+ * from bf16 input (the reference fed the same rounded values); n = 1001
+ * runs the scalar tail. */
+static void check_gelu(int tanh_form, int bf16_in) {
     mt_cuda_ctx *ctx = gpu_ctx();
     dev_pool pool = {0};
     const size_t n = 1001;
     float *x = hrand(n, 51 + tanh_form, -6, 6), *dout = hrand(n, 53, -1, 1);
+    if (bf16_in) { /* the reference sees the GPU's input */
+        float *r = rounded(x, n);
+        free(x);
+        x = r;
+    }
+    mt_dt in_dt = bf16_in ? MT_DT_BF16 : MT_DT_F32;
     float *ref = malloc(n * 4), *rdx = malloc(n * 4);
     mt_cpu_gelu_forward(ref, x, n, tanh_form);
     mt_cpu_gelu_backward(rdx, dout, x, n, tanh_form);
     double *dref = dcopy(ref, n), *ddx = dcopy(rdx, n);
-    float *d_x = dupload(&pool, x, n * 4), *d_dout = dupload(&pool, dout, n * 4);
+    void *d_x = dupload_op(&pool, x, n, bf16_in ? MT_PREC_BF16 : MT_PREC_FP32);
+    float *d_dout = dupload(&pool, dout, n * 4);
     float *d_out = dalloc(&pool, n * 4), *d_dx = dalloc(&pool, n * 4);
     uint16_t *d_out16 = dalloc(&pool, n * 2), *d_dx16 = dalloc(&pool, n * 2);
     dpoison(d_out, n * 4);
     dpoison(d_out16, n * 2);
     dpoison(d_dx, n * 4);
     dpoison(d_dx16, n * 2);
-    mt_cuda_gelu_forward(ctx, d_out, MT_DT_F32, d_x, n, tanh_form);
-    mt_cuda_gelu_forward(ctx, d_out16, MT_DT_BF16, d_x, n, tanh_form);
-    mt_cuda_gelu_backward(ctx, d_dx, d_dx16, d_dout, d_x, n, tanh_form);
+    mt_cuda_gelu_forward(ctx, d_out, MT_DT_F32, d_x, in_dt, n, tanh_form);
+    mt_cuda_gelu_forward(ctx, d_out16, MT_DT_BF16, d_x, in_dt, n, tanh_form);
+    mt_cuda_gelu_backward(ctx, d_dx, d_dx16, d_dout, d_x, in_dt, n, tanh_form);
     float *out = malloc(n * 4), *dx = malloc(n * 4);
     uint16_t *o16 = malloc(n * 2), *dx16 = malloc(n * 2);
     download(out, d_out, n * 4);
@@ -148,14 +157,27 @@ static void check_gelu(int tanh_form) {
     expect_close(dx, ddx, n, TOL_F32, tanh_form ? "gelu tanh dinp" : "gelu erf dinp");
     for (size_t i = 0; i < n; i++)
         cr_assert_eq(dx16[i], f2bf(dx[i]), "bf16 gelu dinp[%zu] is not the fp32 one rounded", i);
+    /* the bf16 copy alone (no bias wants the fp32 one): the same bits */
+    dpoison(d_dx16, n * 2);
+    mt_cuda_gelu_backward(ctx, NULL, d_dx16, d_dout, d_x, in_dt, n, tanh_form);
+    uint16_t *alone = malloc(n * 2);
+    download(alone, d_dx16, n * 2);
+    cr_assert(!memcmp(alone, dx16, n * 2), "gelu backward without its fp32 output differs");
+    free(alone);
     free(x), free(dout), free(ref), free(rdx), free(dref), free(ddx), free(out), free(dx);
     free(o16), free(dx16), free(of);
     pool_free(&pool);
     mt_cuda_ctx_free(ctx);
 }
 
-Test(cuda_ops_neox, gelu_erf_forward_backward) { check_gelu(0); }
-Test(cuda_ops_neox, gelu_tanh_forward_backward) { check_gelu(1); }
+Test(cuda_ops_neox, gelu_erf_forward_backward) {
+    check_gelu(0, 0);
+    check_gelu(0, 1);
+}
+Test(cuda_ops_neox, gelu_tanh_forward_backward) {
+    check_gelu(1, 0);
+    check_gelu(1, 1);
+}
 
 /* ---- the fused qkv with partial rotary ---- */
 
@@ -187,7 +209,8 @@ static void cpu_join(float *qkv, const float *q, const float *k, const float *v,
 
 /* Split + rotation and join + inverse rotation against the CPU's split,
  * mt_cpu_rope_partial_forward/backward and join, for B rows of T tokens
- * with or without packed positions. */
+ * with or without packed positions; the split also from bf16 qkv (the
+ * reference fed the same rounded values) into fp32 and into bf16. */
 static void check_qkv_rope(size_t NH, size_t NKV, size_t HD, size_t R, int packed) {
     mt_cuda_ctx *ctx = gpu_ctx();
     dev_pool pool = {0};
@@ -210,7 +233,8 @@ static void check_qkv_rope(size_t NH, size_t NKV, size_t HD, size_t R, int packe
     dpoison(d_q, N * Q * 4);
     dpoison(d_k, N * KV * 4);
     dpoison(d_v, N * KV * 4);
-    mt_cuda_qkv_split_rope(ctx, d_q, d_k, d_v, d_qkv, d_cos, d_sin, d_pos, B, T, NH, NKV, HD, R);
+    mt_cuda_qkv_split_rope(ctx, d_q, d_k, d_v, MT_DT_F32, d_qkv, MT_DT_F32, d_cos, d_sin, d_pos, B,
+                           T, NH, NKV, HD, R);
     float *q = malloc(N * Q * 4), *k = malloc(N * KV * 4), *v = malloc(N * KV * 4);
     download(q, d_q, N * Q * 4);
     download(k, d_k, N * KV * 4);
@@ -219,6 +243,43 @@ static void check_qkv_rope(size_t NH, size_t NKV, size_t HD, size_t R, int packe
     expect_close(q, eq, N * Q, TOL_F32, "split q");
     expect_close(k, ek, N * KV, TOL_F32, "split k");
     expect_close(v, ev, N * KV, TOL_F32, "split v (not rotated)");
+    { /* bf16 qkv into fp32 and into bf16 q, k, v */
+        float *qkv_r = rounded(qkv, N * W);
+        cpu_split(rq, rk, rv, qkv_r, N, NH, NKV, HD);
+        mt_cpu_rope_partial_forward(rq, cs, sn, p, B, T, NH, HD, R);
+        mt_cpu_rope_partial_forward(rk, cs, sn, p, B, T, NKV, HD, R);
+        double *fq = dcopy(rq, N * Q), *fk = dcopy(rk, N * KV), *fv = dcopy(rv, N * KV);
+        void *d_qkv16 = dupload_op(&pool, qkv, N * W, MT_PREC_BF16);
+        dpoison(d_q, N * Q * 4);
+        dpoison(d_k, N * KV * 4);
+        dpoison(d_v, N * KV * 4);
+        mt_cuda_qkv_split_rope(ctx, d_q, d_k, d_v, MT_DT_F32, d_qkv16, MT_DT_BF16, d_cos, d_sin,
+                               d_pos, B, T, NH, NKV, HD, R);
+        download(q, d_q, N * Q * 4);
+        download(k, d_k, N * KV * 4);
+        download(v, d_v, N * KV * 4);
+        expect_close(q, fq, N * Q, TOL_F32, "split of bf16 qkv: q");
+        expect_close(k, fk, N * KV, TOL_F32, "split of bf16 qkv: k");
+        expect_close(v, fv, N * KV, TOL_F32, "split of bf16 qkv: v");
+        uint16_t *d_q16 = dalloc(&pool, N * Q * 2), *d_k16 = dalloc(&pool, N * KV * 2);
+        uint16_t *d_v16 = dalloc(&pool, N * KV * 2);
+        dpoison(d_q16, N * Q * 2);
+        dpoison(d_k16, N * KV * 2);
+        dpoison(d_v16, N * KV * 2);
+        mt_cuda_qkv_split_rope(ctx, d_q16, d_k16, d_v16, MT_DT_BF16, d_qkv16, MT_DT_BF16, d_cos,
+                               d_sin, d_pos, B, T, NH, NKV, HD, R);
+        uint16_t *h16 = malloc(N * Q * 2);
+        struct { uint16_t *d; const double *ref; size_t n; const char *what; } outs[] = {
+            {d_q16, fq, N * Q, "bf16 split q"}, {d_k16, fk, N * KV, "bf16 split k"},
+            {d_v16, fv, N * KV, "bf16 split v"}};
+        for (int i = 0; i < 3; i++) {
+            download(h16, outs[i].d, outs[i].n * 2);
+            float *f = bf16_to_f32_host(h16, outs[i].n);
+            expect_close(f, outs[i].ref, outs[i].n, TOL_BF16_OUT, outs[i].what);
+            free(f);
+        }
+        free(qkv_r), free(fq), free(fk), free(fv), free(h16);
+    }
     /* the backward: gradients of q, k, v into the fused layout */
     float *dq = hrand(N * Q, 64, -1, 1), *dk = hrand(N * KV, 65, -1, 1);
     float *dv = hrand(N * KV, 66, -1, 1), *rdqkv = malloc(N * W * 4);
@@ -243,6 +304,15 @@ static void check_qkv_rope(size_t NH, size_t NKV, size_t HD, size_t R, int packe
     expect_close(dqkv, edqkv, N * W, TOL_F32, "join dqkv");
     for (size_t i = 0; i < N * W; i++)
         cr_assert_eq(dqkv16[i], f2bf(dqkv[i]), "bf16 dqkv[%zu] is not the fp32 one rounded", i);
+    { /* the bf16 copy alone (no bias wants the fp32 one): the same bits */
+        uint16_t *alone = malloc(N * W * 2);
+        dpoison(d_dqkv16, N * W * 2);
+        mt_cuda_qkv_join_rope_backward(ctx, NULL, d_dqkv16, d_dq, d_dk, d_dv, d_cos, d_sin,
+                                       d_pos, B, T, NH, NKV, HD, R);
+        download(alone, d_dqkv16, N * W * 2);
+        cr_assert(!memcmp(alone, dqkv16, N * W * 2), "join without its fp32 output differs");
+        free(alone);
+    }
     free(qkv), free(cs), free(sn), free(rq), free(rk), free(rv), free(q), free(k), free(v);
     free(eq), free(ek), free(ev), free(dq), free(dk), free(dv), free(rdqkv), free(dq_r);
     free(dk_r), free(dqkv), free(dqkv16), free(edqkv);

@@ -31,9 +31,10 @@ typedef struct slot {
 typedef struct acts {
     void *xn1_op; float *rstd1;
     float *mean1, *mean2;     /* LayerNorms (gpt_neox, falcon) */
-    float *qkv32;             /* (N, Q + 2KV) the fused qkv product (gpt_neox, falcon); its
-                               * gradient in the backward */
-    void *dqkv_op;            /* that gradient as the product's operand */
+    float *qkv32;             /* (N, Q + 2KV) the fused qkv product (gpt_neox, falcon) in
+                               * fp32 mode; its gradient in the backward */
+    void *dqkv_op;            /* that gradient as the product's operand; in bf16 mode the
+                               * forward's bf16 qkv product before */
     float *q32, *k32, *v32, *qpre32, *kpre32, *qrstd, *krstd;
     void *q_op, *k_op, *v_op;
     void *qpre_op, *kpre_op;  /* fast path with q/k norms: bf16 q, k before the norm */
@@ -41,7 +42,7 @@ typedef struct acts {
     float *xmid;
     void *xn2_op; float *rstd2;
     float *gate32, *up32; void *mlp_op;
-    uint16_t *gate16, *up16;  /* fast path */
+    uint16_t *gate16, *up16;  /* fast path; gate16: gpt_neox's GELU input in bf16 mode */
     float *xtmp;        /* an MoE block's output in a recompute (unused) */
     /* backward */
     void *dx_op;

@@ -109,7 +109,8 @@ static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
     int bf = cb->prec == MT_PREC_BF16, neox = mt_arch_has_neox_block(c->arch);
     a->rstd1 = TAKE_F(b, N);
     a->xn1_op = take(b, N * C * op_size(cb));
-    if (neox) { /* LayerNorms' means; the fused qkv before its split */
+    if (neox) { /* LayerNorms' means; the fused qkv in fp32 (fp32 mode; the
+                 * gradient of its bias in bf16 mode) */
         a->mean1 = TAKE_F(b, N);
         a->mean2 = TAKE_F(b, N);
         a->qkv32 = TAKE_F(b, N * (Q + 2 * KV));
@@ -139,9 +140,12 @@ static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
     if (cb->fast) {
         a->gate16 = take(b, N * F * 2);
         a->up16 = take(b, N * F * 2);
-    } else { /* gpt_neox, falcon: gate32 holds the GELU's input, no up */
+    } else if (neox) { /* the GELU's input: bf16 in bf16 mode; no up */
+        a->gate32 = bf ? NULL : TAKE_F(b, N * F);
+        a->gate16 = bf ? take(b, N * F * 2) : NULL;
+    } else {
         a->gate32 = TAKE_F(b, N * F);
-        a->up32 = neox ? NULL : TAKE_F(b, N * F);
+        a->up32 = TAKE_F(b, N * F);
     }
     a->mlp_op = take(b, N * F * op_size(cb));
     a->xtmp = mt_config_is_moe(c) ? TAKE_F(b, N * C) : NULL;

@@ -9,10 +9,12 @@
  *   sequential: out = xmid + mlp(LayerNorm2(xmid))
  *   mlp(z) = gelu(z Wup^T + bup) Wdown^T + bdown
  *
- * Only the general path of layers_cuda.c: fp32 intermediates in both
- * precisions (bf16 operands of the products in bf16 mode), activations in
- * the scratch cb->a, recomputed for the backward. Biases are NULL where a
- * layer has none (falcon). */
+ * In bf16 mode the qkv and up products write bf16, which the split (with
+ * the rotary) and the GELU read, as autocast does; the split writes the
+ * bf16 flash kernels' operands directly (fp32 ones for the fp32 attention
+ * of other head sizes). fp32 mode keeps everything fp32. Activations live
+ * in the scratch cb->a and are recomputed for the backward (no kept
+ * layers). Biases are NULL where a layer has none (falcon). */
 #include "backend/cuda/backend_cuda_internal.h"
 #include "backend/cuda/layers_cuda.h"
 #include "kernels/attention/attention.h"
@@ -49,25 +51,30 @@ void mt_cuda_neox_forward(cuda_backend *cb, int layer, int mb, const float *x, f
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
     size_t W = Q + 2 * KV, R = (size_t)mt_config_rotary_dim(c);
     mt_precision p = cb->prec;
+    mt_dt dt = op_dt(cb); /* the products' outputs the split and the GELU read */
     mt_error err;
     const int32_t *pos = mt_cuda_block_pos(cb, mb);
     const float *ln2 = W32(cb, s, layer, MT_T_MLP_NORM); /* NULL: Falcon-7B's one LayerNorm */
     MT_ASSERT(ln2 || c->parallel_residual);
+    /* qkv (N, W) and the GELU's input h (N, F): bf16 in bf16 mode (qkv in
+     * the backward's dqkv_op, free until then) */
+    void *qkv = dt == MT_DT_BF16 ? a->dqkv_op : (void *)a->qkv32;
+    void *h = dt == MT_DT_BF16 ? (void *)a->gate16 : (void *)a->gate32;
     mt_cuda_layernorm_forward(ctx, a->xn1_op, op_dt(cb), a->mean1, a->rstd1, x,
                               W32(cb, s, layer, MT_T_ATTN_NORM),
                               W32(cb, s, layer, MT_T_ATTN_NORM_B), N, C, c->rms_eps);
-    mt_cuda_matmul_forward(ctx, p, a->qkv32, MT_DT_F32, a->xn1_op, W_op(cb, s, layer, MT_T_WQKV),
+    mt_cuda_matmul_forward(ctx, p, qkv, dt, a->xn1_op, W_op(cb, s, layer, MT_T_WQKV),
                            W32(cb, s, layer, MT_T_BQKV), N, C, W);
-    mt_cuda_qkv_split_rope(ctx, a->q32, a->k32, a->v32, a->qkv32, cb->cos, cb->sin, pos,
-                           (size_t)cb->B, (size_t)cb->T, c->NH, c->NKV, c->HD, R);
     if (cb->attn_bf16) {
-        to_op(cb, a->q_op, a->q32, N * Q);
-        to_op(cb, a->k_op, a->k32, N * KV);
-        to_op(cb, a->v_op, a->v32, N * KV);
+        mt_cuda_qkv_split_rope(ctx, a->q_op, a->k_op, a->v_op, MT_DT_BF16, qkv, dt, cb->cos,
+                               cb->sin, pos, (size_t)cb->B, (size_t)cb->T, c->NH, c->NKV, c->HD,
+                               R);
         attn_check(mt_attn_forward_bf16(a->att_op, NULL, a->lse, a->q_op, a->k_op, a->v_op, pos,
                                         cb->B, cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err),
                    &err);
     } else { /* fp32 mode, or head sizes the bf16 kernel lacks */
+        mt_cuda_qkv_split_rope(ctx, a->q32, a->k32, a->v32, MT_DT_F32, qkv, dt, cb->cos, cb->sin,
+                               pos, (size_t)cb->B, (size_t)cb->T, c->NH, c->NKV, c->HD, R);
         attn_check(mt_attn_forward_f32(a->att32, a->lse, a->q32, a->k32, a->v32, pos, cb->B,
                                        cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
         to_op(cb, a->att_op, a->att32, N * Q);
@@ -84,10 +91,10 @@ void mt_cuda_neox_forward(cuda_backend *cb, int layer, int mb, const float *x, f
                                   W32(cb, s, layer, MT_T_MLP_NORM_B), N, C, c->rms_eps);
         mlp_in = a->xn2_op;
     }
-    /* gate32 (N, F): the GELU's input; mlp_op: its output */
-    mt_cuda_matmul_forward(ctx, p, a->gate32, MT_DT_F32, mlp_in, W_op(cb, s, layer, MT_T_WUP),
+    /* h: the GELU's input; mlp_op: its output */
+    mt_cuda_matmul_forward(ctx, p, h, dt, mlp_in, W_op(cb, s, layer, MT_T_WUP),
                            W32(cb, s, layer, MT_T_BUP), N, C, F);
-    mt_cuda_gelu_forward(ctx, a->mlp_op, op_dt(cb), a->gate32, N * F, c->act == MT_ACT_GELU_TANH);
+    mt_cuda_gelu_forward(ctx, a->mlp_op, dt, h, dt, N * F, c->act == MT_ACT_GELU_TANH);
     if (out) /* out = xmid + mlp; a recompute for the backward stops before it */
         linear_add(cb, out, a->mlp_op, W_op(cb, s, layer, MT_T_WDOWN),
                    W32(cb, s, layer, MT_T_BDOWN), a->xmid, N, F, C);
@@ -108,17 +115,20 @@ void mt_cuda_neox_backward(cuda_backend *cb, int layer, int mb, const float *x, 
     const float *ln2 = W32(cb, s, layer, MT_T_MLP_NORM);
     void *dx_op = bf ? a->dx_op : dx;
     const void *mlp_in = ln2 ? a->xn2_op : a->xn1_op;
+    const void *h = bf ? (const void *)a->gate16 : (const void *)a->gate32;
+    float *dbup = G(cb, g, layer, MT_T_BUP), *dbqkv = G(cb, g, layer, MT_T_BQKV);
 
     /* MLP: dx is dL/d of its output in both residual forms */
     to_op(cb, dx_op, dx, N * C);
     mt_cuda_matmul_backward(ctx, p, a->dmlp32, false, G(cb, g, layer, MT_T_WDOWN), dx_op,
                             a->mlp_op, W_op(cb, s, layer, MT_T_WDOWN), N, F, C);
     bias_grad(cb, G(cb, g, layer, MT_T_BDOWN), dx, N, C);
-    /* dgate32: dL/d the GELU's input (dgate_op its operand: the same
-     * memory in fp32 mode) */
-    mt_cuda_gelu_backward(ctx, a->dgate32, bf ? a->dgate_op : NULL, a->dmlp32, a->gate32, N * F,
-                          c->act == MT_ACT_GELU_TANH);
-    bias_grad(cb, G(cb, g, layer, MT_T_BUP), a->dgate32, N, F);
+    /* dL/d the GELU's input: dgate_op, the product's operand (in fp32 mode
+     * the memory of dgate32), and in bf16 mode dgate32 in fp32 too where
+     * the bias's gradient sums it */
+    mt_cuda_gelu_backward(ctx, !bf || dbup ? a->dgate32 : NULL, bf ? a->dgate_op : NULL,
+                          a->dmlp32, h, op_dt(cb), N * F, c->act == MT_ACT_GELU_TANH);
+    bias_grad(cb, dbup, a->dgate32, N, F);
     mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WUP), a->dgate_op,
                             mlp_in, W_op(cb, s, layer, MT_T_WUP), N, C, F);
     /* Sequential: LayerNorm2 read xmid, so dx becomes dL/d xmid before the
@@ -151,12 +161,13 @@ void mt_cuda_neox_backward(cuda_backend *cb, int layer, int mb, const float *x, 
                                         a->q32, a->k32, a->v32, a->att32, a->lse, pos, cb->B,
                                         cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
     }
-    /* qkv32 holds dL/d qkv now (dqkv_op its operand: the same memory in
-     * fp32 mode) */
-    mt_cuda_qkv_join_rope_backward(ctx, a->qkv32, bf ? a->dqkv_op : NULL, a->dq32, a->dk32,
-                                   a->dv32, cb->cos, cb->sin, pos, (size_t)cb->B, (size_t)cb->T,
-                                   c->NH, c->NKV, c->HD, R);
-    bias_grad(cb, G(cb, g, layer, MT_T_BQKV), a->qkv32, N, W);
+    /* dL/d qkv: dqkv_op, the product's operand (in fp32 mode the memory of
+     * qkv32), and in bf16 mode qkv32 in fp32 too where the bias's gradient
+     * sums it */
+    mt_cuda_qkv_join_rope_backward(ctx, !bf || dbqkv ? a->qkv32 : NULL, bf ? a->dqkv_op : NULL,
+                                   a->dq32, a->dk32, a->dv32, cb->cos, cb->sin, pos,
+                                   (size_t)cb->B, (size_t)cb->T, c->NH, c->NKV, c->HD, R);
+    bias_grad(cb, dbqkv, a->qkv32, N, W);
     /* Without a LayerNorm2 the MLP's share of dL/d xn1 is in dxn32
      * already: the qkv's adds to it. */
     mt_cuda_matmul_backward(ctx, p, a->dxn32, !ln2, G(cb, g, layer, MT_T_WQKV), a->dqkv_op,

@@ -45,34 +45,44 @@ __device__ __forceinline__ void put(__nv_bfloat16 *out, size_t i, float v) {
     out[i] = __float2bfloat16_rn(v);
 }
 
-/* 4 consecutive elements a thread; 16-byte loads when the whole group is
- * in range (the callers' buffers are 256-byte aligned). */
-template <typename OUT, bool TANH>
-__global__ void gelu_fwd_kernel(OUT *out, const float *inp, size_t n) {
+__device__ __forceinline__ float4 get4(const float *p) { return *(const float4 *)p; }
+__device__ __forceinline__ float4 get4(const __nv_bfloat16 *p) {
+    const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)p);
+    const float2 b = __bfloat1622float2(*(const __nv_bfloat162 *)(p + 2));
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+__device__ __forceinline__ float get1(const float *p) { return *p; }
+__device__ __forceinline__ float get1(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+
+/* 4 consecutive elements a thread; vector loads when the whole group is in
+ * range (the callers' buffers are 16-byte aligned, checked below). */
+template <typename IN, typename OUT, bool TANH>
+__global__ void gelu_fwd_kernel(OUT *out, const IN *inp, size_t n) {
     size_t stride = (size_t)gridDim.x * blockDim.x * 4;
     for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4; i < n; i += stride) {
         if (i + 4 <= n) {
-            float4 v = *(const float4 *)(inp + i);
+            float4 v = get4(inp + i);
             put(out, i, gelu_f<TANH>(v.x));
             put(out, i + 1, gelu_f<TANH>(v.y));
             put(out, i + 2, gelu_f<TANH>(v.z));
             put(out, i + 3, gelu_f<TANH>(v.w));
         } else {
-            for (size_t j = i; j < n; j++) put(out, j, gelu_f<TANH>(inp[j]));
+            for (size_t j = i; j < n; j++) put(out, j, gelu_f<TANH>(get1(inp + j)));
         }
     }
 }
 
-template <bool TANH>
+/* dinp (fp32, or NULL) and dinp_op (bf16, or NULL) = dout * gelu'(inp). */
+template <typename IN, bool TANH>
 __global__ void gelu_bwd_kernel(float *dinp, __nv_bfloat16 *dinp_op, const float *dout,
-                                const float *inp, size_t n) {
+                                const IN *inp, size_t n) {
     size_t stride = (size_t)gridDim.x * blockDim.x * 4;
     for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4; i < n; i += stride) {
         if (i + 4 <= n) {
-            float4 x = *(const float4 *)(inp + i), g = *(const float4 *)(dout + i);
+            float4 x = get4(inp + i), g = *(const float4 *)(dout + i);
             float4 d = make_float4(g.x * gelu_grad_f<TANH>(x.x), g.y * gelu_grad_f<TANH>(x.y),
                                    g.z * gelu_grad_f<TANH>(x.z), g.w * gelu_grad_f<TANH>(x.w));
-            *(float4 *)(dinp + i) = d;
+            if (dinp) *(float4 *)(dinp + i) = d;
             if (dinp_op) {
                 put(dinp_op, i, d.x);
                 put(dinp_op, i + 1, d.y);
@@ -81,8 +91,8 @@ __global__ void gelu_bwd_kernel(float *dinp, __nv_bfloat16 *dinp_op, const float
             }
         } else {
             for (size_t j = i; j < n; j++) {
-                float d = dout[j] * gelu_grad_f<TANH>(inp[j]);
-                dinp[j] = d;
+                float d = dout[j] * gelu_grad_f<TANH>(get1(inp + j));
+                if (dinp) dinp[j] = d;
                 if (dinp_op) put(dinp_op, j, d);
             }
         }
@@ -91,38 +101,54 @@ __global__ void gelu_bwd_kernel(float *dinp, __nv_bfloat16 *dinp_op, const float
 
 static void check16(const void *p) { MT_ASSERT(((uintptr_t)p & 15) == 0); }
 
-extern "C" void mt_cuda_gelu_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt,
-                                     const float *inp, size_t n, int tanh_form) {
-    if (n == 0) return;
-    check16(inp);
+template <typename IN>
+static void gelu_fwd_launch(cudaStream_t s, void *out, mt_dt out_dt, const IN *inp, size_t n,
+                            int tanh_form) {
     unsigned g = neox_blocks(n, 4);
-    cudaStream_t s = ctx->stream;
     if (out_dt == MT_DT_BF16) {
         __nv_bfloat16 *o = (__nv_bfloat16 *)out;
-        if (tanh_form) gelu_fwd_kernel<__nv_bfloat16, true><<<g, NEOX_THREADS, 0, s>>>(o, inp, n);
-        else gelu_fwd_kernel<__nv_bfloat16, false><<<g, NEOX_THREADS, 0, s>>>(o, inp, n);
+        if (tanh_form) gelu_fwd_kernel<IN, __nv_bfloat16, true><<<g, NEOX_THREADS, 0, s>>>(o, inp, n);
+        else gelu_fwd_kernel<IN, __nv_bfloat16, false><<<g, NEOX_THREADS, 0, s>>>(o, inp, n);
     } else {
         float *o = (float *)out;
-        if (tanh_form) gelu_fwd_kernel<float, true><<<g, NEOX_THREADS, 0, s>>>(o, inp, n);
-        else gelu_fwd_kernel<float, false><<<g, NEOX_THREADS, 0, s>>>(o, inp, n);
+        if (tanh_form) gelu_fwd_kernel<IN, float, true><<<g, NEOX_THREADS, 0, s>>>(o, inp, n);
+        else gelu_fwd_kernel<IN, float, false><<<g, NEOX_THREADS, 0, s>>>(o, inp, n);
     }
     CUDA_LAUNCH_CHECK();
 }
 
+extern "C" void mt_cuda_gelu_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt, const void *inp,
+                                     mt_dt inp_dt, size_t n, int tanh_form) {
+    if (n == 0) return;
+    check16(inp);
+    if (inp_dt == MT_DT_BF16)
+        gelu_fwd_launch(ctx->stream, out, out_dt, (const __nv_bfloat16 *)inp, n, tanh_form);
+    else
+        gelu_fwd_launch(ctx->stream, out, out_dt, (const float *)inp, n, tanh_form);
+}
+
+template <typename IN>
+static void gelu_bwd_launch(cudaStream_t s, float *dinp, __nv_bfloat16 *op, const float *dout,
+                            const IN *inp, size_t n, int tanh_form) {
+    unsigned g = neox_blocks(n, 4);
+    if (tanh_form) gelu_bwd_kernel<IN, true><<<g, NEOX_THREADS, 0, s>>>(dinp, op, dout, inp, n);
+    else gelu_bwd_kernel<IN, false><<<g, NEOX_THREADS, 0, s>>>(dinp, op, dout, inp, n);
+    CUDA_LAUNCH_CHECK();
+}
+
 extern "C" void mt_cuda_gelu_backward(mt_cuda_ctx *ctx, float *dinp, uint16_t *dinp_op,
-                                      const float *dout, const float *inp, size_t n,
+                                      const float *dout, const void *inp, mt_dt inp_dt, size_t n,
                                       int tanh_form) {
     if (n == 0) return;
-    check16(dinp);
+    MT_ASSERT(dinp || dinp_op);
+    if (dinp) check16(dinp);
     check16(dout);
     check16(inp);
-    unsigned g = neox_blocks(n, 4);
     __nv_bfloat16 *op = (__nv_bfloat16 *)dinp_op;
-    if (tanh_form)
-        gelu_bwd_kernel<true><<<g, NEOX_THREADS, 0, ctx->stream>>>(dinp, op, dout, inp, n);
+    if (inp_dt == MT_DT_BF16)
+        gelu_bwd_launch(ctx->stream, dinp, op, dout, (const __nv_bfloat16 *)inp, n, tanh_form);
     else
-        gelu_bwd_kernel<false><<<g, NEOX_THREADS, 0, ctx->stream>>>(dinp, op, dout, inp, n);
-    CUDA_LAUNCH_CHECK();
+        gelu_bwd_launch(ctx->stream, dinp, op, dout, (const float *)inp, n, tanh_form);
 }
 
 /* ---- the fused qkv ----
@@ -138,43 +164,69 @@ struct qkv_shape {
 };
 
 /* The element's home in q (N, NH, HD), k or v (N, NKV, HD). */
-__device__ __forceinline__ float *qkv_home(float *q, float *k, float *v, const qkv_shape &s,
-                                           size_t n, int g, int j, int d) {
+template <typename X>
+__device__ __forceinline__ X *qkv_home(X *q, X *k, X *v, const qkv_shape &s, size_t n, int g,
+                                       int j, int d) {
     int G = s.NH / s.NKV;
     if (j < G) return q + (n * s.NH + (size_t)(g * G + j)) * s.HD + d;
     return (j == G ? k : v) + (n * s.NKV + (size_t)g) * s.HD + d;
 }
 
-/* One thread per element of qkv. INVERSE: the backward, reading q, k, v
- * (their gradients) and writing qkv (its gradient, and a bf16 copy when
- * qkv_op is not NULL). */
+/* The rotation of element d of a rotated head: x its value, partner the
+ * value at d + R/2 (d < R/2) or d - R/2; forward (x1, x2) -> (x1 c - x2 s,
+ * x2 c + x1 s), INVERSE (y1, y2) -> (y1 c + y2 s, y2 c - y1 s). */
 template <bool INVERSE>
-__global__ void qkv_rope_kernel(float *qkv, __nv_bfloat16 *qkv_op, float *q, float *k, float *v,
-                                const float *cos, const float *sin, const int32_t *pos,
-                                qkv_shape s) {
-    const size_t W = (size_t)(s.NH + 2 * s.NKV) * s.HD, total = s.N * W;
-    const int G = s.NH / s.NKV, half = s.R / 2;
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
-        const size_t n = idx / W;
-        const int o = (int)(idx - n * W), slot = o / s.HD, d = o - slot * s.HD;
-        const int g = slot / (G + 2), j = slot - g * (G + 2);
-        const float *src = INVERSE ? qkv_home(q, k, v, s, n, g, j, d) : qkv + idx;
-        float val = src[0];
-        if (j <= G && d < s.R) { /* a query or key head's rotated dims */
-            const size_t p = pos ? (size_t)pos[n] : n % s.T;
-            const int i = d < half ? d : d - half;
-            const float c = cos[p * half + i], sn = sin[p * half + i];
-            /* forward: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s); inverse:
-             * (y1, y2) -> (y1 c + y2 s, y2 c - y1 s) */
-            if (d < half) val = INVERSE ? val * c + src[half] * sn : val * c - src[half] * sn;
-            else val = INVERSE ? val * c - src[-half] * sn : val * c + src[-half] * sn;
+__device__ __forceinline__ float rotate(float x, float partner, int d, int half, float c,
+                                        float sn) {
+    if (d < half) return INVERSE ? x * c + partner * sn : x * c - partner * sn;
+    return INVERSE ? x * c - partner * sn : x * c + partner * sn;
+}
+
+/* A block per token row (grid-stride over the rows), its threads over the
+ * row's W elements: 32-bit index arithmetic within the row. Forward: qkv
+ * (IN) -> q, k, v (OUT). */
+template <typename IN, typename OUT>
+__global__ void qkv_split_kernel(OUT *q, OUT *k, OUT *v, const IN *qkv, const float *cos,
+                                 const float *sin, const int32_t *pos, qkv_shape s) {
+    const int W = (s.NH + 2 * s.NKV) * s.HD, G = s.NH / s.NKV, half = s.R / 2;
+    for (size_t n = blockIdx.x; n < s.N; n += gridDim.x) {
+        const IN *row = qkv + n * (size_t)W;
+        const size_t p = pos ? (size_t)pos[n] : n % s.T;
+        for (int o = threadIdx.x; o < W; o += blockDim.x) {
+            const int slot = o / s.HD, d = o - slot * s.HD;
+            const int g = slot / (G + 2), j = slot - g * (G + 2);
+            float val = get1(row + o);
+            if (j <= G && d < s.R) { /* a query or key head's rotated dims */
+                const int i = d < half ? d : d - half;
+                val = rotate<false>(val, get1(row + (d < half ? o + half : o - half)), d, half,
+                                    cos[p * half + i], sin[p * half + i]);
+            }
+            put(qkv_home(q, k, v, s, n, g, j, d), 0, val);
         }
-        if (INVERSE) {
-            qkv[idx] = val;
-            if (qkv_op) qkv_op[idx] = __float2bfloat16_rn(val);
-        } else {
-            *qkv_home(q, k, v, s, n, g, j, d) = val;
+    }
+}
+
+/* Backward: dq, dk, dv (fp32) -> dqkv (fp32, or NULL) and dqkv_op (bf16,
+ * or NULL). */
+__global__ void qkv_join_kernel(float *dqkv, __nv_bfloat16 *dqkv_op, const float *dq,
+                                const float *dk, const float *dv, const float *cos,
+                                const float *sin, const int32_t *pos, qkv_shape s) {
+    const int W = (s.NH + 2 * s.NKV) * s.HD, G = s.NH / s.NKV, half = s.R / 2;
+    for (size_t n = blockIdx.x; n < s.N; n += gridDim.x) {
+        const size_t p = pos ? (size_t)pos[n] : n % s.T;
+        for (int o = threadIdx.x; o < W; o += blockDim.x) {
+            const int slot = o / s.HD, d = o - slot * s.HD;
+            const int g = slot / (G + 2), j = slot - g * (G + 2);
+            const float *src = qkv_home(dq, dk, dv, s, n, g, j, d);
+            float val = src[0];
+            if (j <= G && d < s.R) {
+                const int i = d < half ? d : d - half;
+                val = rotate<true>(val, src[d < half ? half : -half], d, half, cos[p * half + i],
+                                   sin[p * half + i]);
+            }
+            const size_t at = n * (size_t)W + o;
+            if (dqkv) dqkv[at] = val;
+            if (dqkv_op) dqkv_op[at] = __float2bfloat16_rn(val);
         }
     }
 }
@@ -185,16 +237,31 @@ static qkv_shape make_shape(size_t B, size_t T, size_t NH, size_t NKV, size_t HD
     return qkv_shape{B * T, T, (int)NH, (int)NKV, (int)HD, (int)R};
 }
 
-extern "C" void mt_cuda_qkv_split_rope(mt_cuda_ctx *ctx, float *q, float *k, float *v,
-                                       const float *qkv, const float *cos, const float *sin,
-                                       const int32_t *pos, size_t B, size_t T, size_t NH,
-                                       size_t NKV, size_t HD, size_t R) {
-    qkv_shape s = make_shape(B, T, NH, NKV, HD, R);
-    size_t total = s.N * (NH + 2 * NKV) * HD;
-    if (total == 0) return;
-    qkv_rope_kernel<false><<<neox_blocks(total, 1), NEOX_THREADS, 0, ctx->stream>>>(
-        (float *)qkv, NULL, q, k, v, cos, sin, pos, s);
+/* Blocks of the row kernels: one per row, at most 2^20 (grid-stride). */
+static unsigned row_blocks(size_t N) { return (unsigned)(N < ((size_t)1 << 20) ? N : (size_t)1 << 20); }
+
+template <typename IN>
+static void split_launch(cudaStream_t st, void *q, void *k, void *v, mt_dt out_dt, const IN *qkv,
+                         const float *cos, const float *sin, const int32_t *pos, qkv_shape s) {
+    if (out_dt == MT_DT_BF16)
+        qkv_split_kernel<IN, __nv_bfloat16><<<row_blocks(s.N), NEOX_THREADS, 0, st>>>(
+            (__nv_bfloat16 *)q, (__nv_bfloat16 *)k, (__nv_bfloat16 *)v, qkv, cos, sin, pos, s);
+    else
+        qkv_split_kernel<IN, float><<<row_blocks(s.N), NEOX_THREADS, 0, st>>>(
+            (float *)q, (float *)k, (float *)v, qkv, cos, sin, pos, s);
     CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void mt_cuda_qkv_split_rope(mt_cuda_ctx *ctx, void *q, void *k, void *v, mt_dt out_dt,
+                                       const void *qkv, mt_dt qkv_dt, const float *cos,
+                                       const float *sin, const int32_t *pos, size_t B, size_t T,
+                                       size_t NH, size_t NKV, size_t HD, size_t R) {
+    qkv_shape s = make_shape(B, T, NH, NKV, HD, R);
+    if (s.N == 0) return;
+    if (qkv_dt == MT_DT_BF16)
+        split_launch(ctx->stream, q, k, v, out_dt, (const __nv_bfloat16 *)qkv, cos, sin, pos, s);
+    else
+        split_launch(ctx->stream, q, k, v, out_dt, (const float *)qkv, cos, sin, pos, s);
 }
 
 extern "C" void mt_cuda_qkv_join_rope_backward(mt_cuda_ctx *ctx, float *dqkv, uint16_t *dqkv_op,
@@ -204,9 +271,9 @@ extern "C" void mt_cuda_qkv_join_rope_backward(mt_cuda_ctx *ctx, float *dqkv, ui
                                                size_t T, size_t NH, size_t NKV, size_t HD,
                                                size_t R) {
     qkv_shape s = make_shape(B, T, NH, NKV, HD, R);
-    size_t total = s.N * (NH + 2 * NKV) * HD;
-    if (total == 0) return;
-    qkv_rope_kernel<true><<<neox_blocks(total, 1), NEOX_THREADS, 0, ctx->stream>>>(
-        dqkv, (__nv_bfloat16 *)dqkv_op, (float *)dq, (float *)dk, (float *)dv, cos, sin, pos, s);
+    MT_ASSERT(dqkv || dqkv_op);
+    if (s.N == 0) return;
+    qkv_join_kernel<<<row_blocks(s.N), NEOX_THREADS, 0, ctx->stream>>>(
+        dqkv, (__nv_bfloat16 *)dqkv_op, dq, dk, dv, cos, sin, pos, s);
     CUDA_LAUNCH_CHECK();
 }
