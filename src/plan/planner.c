@@ -406,13 +406,6 @@ static void refusal(const mt_plan_request *q, mt_plan *p, int bf16) {
              no_disk ? ", or the disk tier for the optimizer state (--nvme-dir)" : "");
 }
 
-/* Whether the backend can keep a block's activations (its bf16 fast
- * path): MoE blocks always recompute, and gpt_neox's and falcon's blocks
- * have the general path only (backend/cuda/neox_cuda.c). */
-static bool can_keep(const mt_config *c) {
-    return !mt_config_is_moe(c) && !mt_arch_has_neox_block(c->arch);
-}
-
 /* The rest of the GPU buys speed: saved inputs home (no PCIe traffic),
  * kept layers (no recompute), gradients home, the next leading layer's
  * optimizer on the GPU (its copies leave the step's start), by the model's
@@ -420,7 +413,8 @@ static bool can_keep(const mt_config *c) {
 static void spend_gpu(const mt_plan_request *q, mt_plan *p) {
     const mt_param_table *t = q->t;
     int nl = t->n_layers, L = nl - 2;
-    int keep_ok = q->precision == MT_GPU_BF16 && q->keep_layers != 0 && can_keep(q->cfg);
+    int keep_ok = q->precision == MT_GPU_BF16 && q->keep_layers != 0 &&
+                  !mt_config_is_moe(q->cfg); /* MoE blocks always recompute */
     for (;;) {
         mt_step_prediction base = mt_plan_predict(q, p);
         double best_gain = 0;
@@ -499,7 +493,10 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
  * faster of the two. */
 static int try_units(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild, int disk) {
     if (!try_dtype(q, p, bf16, rebuild, disk, 0)) return 0;
-    if (q->precision != MT_GPU_BF16 || q->keep_layers == 0 || !can_keep(q->cfg)) return 1;
+    if (q->precision != MT_GPU_BF16 || q->keep_layers == 0 || mt_config_is_moe(q->cfg)) return 1;
+    /* gpt_neox's and falcon's units have no lean form: what they keep
+     * follows the residual form (backend/cuda/neox_cuda.c) */
+    if (mt_arch_has_neox_block(q->cfg->arch)) return 1;
     mt_plan lean = *p;
     lean.homes = mt_calloc_or_die((size_t)p->n_layers, sizeof *lean.homes);
     if (try_dtype(q, &lean, bf16, rebuild, disk, 1) && lean.pred.step < p->pred.step) {

@@ -154,15 +154,17 @@ static double worst_grad_err(const mt_param_table *t, const float *g, const floa
     return worst;
 }
 
+/* keep: decoder layers whose activations are kept (the bf16 flash path
+ * keeps them; the test checks it does) or 0. */
 static step_out gpu_step(const mt_config *c, const mt_param_table *t, mt_host_store *s,
-                         mt_gpu_precision prec, const int32_t *tok, const int32_t *tgt,
+                         mt_gpu_precision prec, int keep, const int32_t *tok, const int32_t *tgt,
                          const int32_t *pos) {
     mt_error err;
-    mt_cuda_backend_opts o = {.precision = prec, .keep_layers = -1};
+    mt_cuda_backend_opts o = {.precision = prec, .keep_layers = keep};
     mt_backend *be = mt_cuda_backend_create(c, t, s, M, B, T, &o, &err);
     cr_assert_not_null(be, "%s", err.msg);
-    /* asked to keep every layer: these blocks keep none (no fast path) */
-    cr_assert_eq(mt_cuda_backend_kept_layers(be), 0, "%s keeps layers", c->model_type);
+    cr_assert_eq(mt_cuda_backend_kept_layers(be), keep, "%s keeps %d layers", c->model_type,
+                 mt_cuda_backend_kept_layers(be));
     step_out r = run_step(be, 1, c, t, s, tok, tgt, pos);
     mt_cuda_backend_free(be);
     return r;
@@ -170,7 +172,8 @@ static step_out gpu_step(const mt_config *c, const mt_param_table *t, mt_host_st
 
 /* fp32 and bf16 (the bf16 flash kernels) against the CPU on the same
  * packed step of 2 micro-batches: loss, every gradient, the logits in
- * fp32; bf16 run twice, bitwise equal. */
+ * fp32; bf16 run twice, bitwise equal, and with every layer's activations
+ * kept, bitwise equal to recomputing them. */
 Test(neox_engine, flash_paths_match_the_cpu_on_packed_rows, .timeout = 180) {
     mt_test_need_gpu();
     const char *names[] = {"gpt_neox parallel", "gpt_neox sequential", "falcon-7b block",
@@ -192,7 +195,7 @@ Test(neox_engine, flash_paths_match_the_cpu_on_packed_rows, .timeout = 180) {
         step_out ref = run_step(cpu, 0, &c, &t, &s, tok, tgt, pos);
         mt_cpu_backend_free(cpu);
 
-        step_out g32 = gpu_step(&c, &t, &s, MT_GPU_FP32, tok, tgt, pos);
+        step_out g32 = gpu_step(&c, &t, &s, MT_GPU_FP32, 0, tok, tgt, pos);
         double e32 = worst_grad_err(&t, g32.grads, ref.grads);
         double l32 = mt_test_rel_err(g32.logits, ref.logits, (size_t)N_TOK * c.V);
         cr_log_info("%s fp32: loss %.7f vs cpu %.7f, worst grad err %.3g, logits err %.3g",
@@ -202,18 +205,22 @@ Test(neox_engine, flash_paths_match_the_cpu_on_packed_rows, .timeout = 180) {
         cr_assert_lt(e32, TOL32_GRAD, "%s fp32 worst grad err %.3g", names[form], e32);
         cr_assert_lt(l32, TOL32_LOGITS, "%s fp32 logits rel err %.3g", names[form], l32);
 
-        step_out g16 = gpu_step(&c, &t, &s, MT_GPU_BF16, tok, tgt, pos);
+        step_out g16 = gpu_step(&c, &t, &s, MT_GPU_BF16, 0, tok, tgt, pos);
         double e16 = worst_grad_err(&t, g16.grads, ref.grads);
         cr_log_info("%s bf16: loss %.7f vs cpu %.7f, worst grad err %.3g", names[form],
                     g16.loss, ref.loss, e16);
         cr_assert_lt(fabs(g16.loss - ref.loss) / ref.loss, TOL16_LOSS, "%s bf16 loss",
                      names[form]);
         cr_assert_lt(e16, TOL16_GRAD, "%s bf16 worst grad err %.3g", names[form], e16);
-        step_out again = gpu_step(&c, &t, &s, MT_GPU_BF16, tok, tgt, pos);
+        step_out again = gpu_step(&c, &t, &s, MT_GPU_BF16, 0, tok, tgt, pos);
         cr_assert_eq(again.loss, g16.loss, "%s: two runs differ", names[form]);
         cr_assert(!memcmp(again.grads, g16.grads, t.total * sizeof(float)),
                   "%s: two runs give different gradients", names[form]);
-        step_out *all[] = {&ref, &g32, &g16, &again};
+        step_out kept = gpu_step(&c, &t, &s, MT_GPU_BF16, (int)c.L, tok, tgt, pos);
+        cr_assert_eq(kept.loss, g16.loss, "%s: kept activations change the loss", names[form]);
+        cr_assert(!memcmp(kept.grads, g16.grads, t.total * sizeof(float)),
+                  "%s: kept activations change the gradients", names[form]);
+        step_out *all[] = {&ref, &g32, &g16, &again, &kept};
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) step_out_free(all[i]);
         mt_host_store_free(&s);
         mt_params_free(&t);

@@ -138,7 +138,7 @@ static int place_on_device(cuda_backend *cb, bump *out, mt_error *err) {
         if (ours < avail) avail = ours;
     }
     /* MoE blocks keep no activations: their backward always recomputes. */
-    if (cb->fast && cb->o.keep_layers != 0 && !mt_config_is_moe(c)) {
+    if (cb->keeps && cb->o.keep_layers != 0 && !mt_config_is_moe(c)) {
         /* Keep whole layers (all micro-batches) with what memory is left,
          * less a margin for cuBLAS and the CUDA context when no budget
          * accounts for them. */

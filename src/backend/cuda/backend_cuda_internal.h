@@ -139,6 +139,10 @@ typedef struct cuda_backend {
      * PyTorch's autocast does, instead of fp32 intermediates and separate
      * casts; only this path keeps activations. */
     int fast;
+    /* Whether blocks can keep their activations for the backward: on the
+     * fast path, and gpt_neox's and falcon's blocks on the bf16 flash
+     * kernels (neox_cuda.c). */
+    int keeps;
     float *cos, *sin;
     int32_t *tokens, *targets, *emb_order, *emb_bounds;
     int32_t *pos;       /* (max_M, N) positions of a packed batch (mt_batch.pos) */

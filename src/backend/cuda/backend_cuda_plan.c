@@ -127,6 +127,7 @@ static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
     cb->attn_bf16 = bf && mt_attn_bf16_supports((size_t)c->HD);
     /* gpt_neox and falcon blocks (neox_cuda.c) have the general path only */
     cb->fast = cb->attn_bf16 && c->HD % 8 == 0 && !neox;
+    cb->keeps = cb->fast || (neox && cb->attn_bf16);
     if (cb->fast && c->qk_norm) {
         a->qpre_op = take(b, N * Q * 2);
         a->kpre_op = take(b, N * KV * 2);
@@ -192,30 +193,55 @@ static void plan_backward_acts(cuda_backend *cb, acts *a, bump *b) {
     a->head_scratch = take(b, mt_cuda_lm_head_scratch_bytes(cb->prec, R, c->V));
 }
 
+/* One kept unit of a Llama-family block: xn1, xn2 and the SwiGLU output
+ * are rebuilt (layers_cuda.c). */
+static void plan_kept_unit(const cuda_backend *cb, acts *k, bump *b) {
+    const mt_config *c = cb->cfg;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
+    k->rstd1 = TAKE_F(b, N);
+    k->q_op = take(b, N * Q * 2);
+    k->k_op = take(b, N * KV * 2);
+    k->v_op = take(b, N * KV * 2);
+    k->att_op = take(b, N * Q * 2);
+    k->lse = TAKE_F(b, N * c->NH);
+    k->xmid = cb->o.lean_keep ? NULL : TAKE_F(b, N * C);
+    k->rstd2 = TAKE_F(b, N);
+    k->gate16 = take(b, N * F * 2);
+    k->up16 = take(b, N * F * 2);
+    if (c->qk_norm) {
+        k->qpre_op = take(b, N * Q * 2);
+        k->kpre_op = take(b, N * KV * 2);
+        k->qrstd = TAKE_F(b, N * c->NH);
+        k->krstd = TAKE_F(b, N * c->NKV);
+    }
+}
+
+/* One kept unit of a gpt_neox or falcon block: xn1, xn2 and the GELU's
+ * output are rebuilt (neox_cuda.c); a parallel block's backward reads no
+ * xmid. */
+static void plan_kept_unit_neox(const cuda_backend *cb, acts *k, bump *b) {
+    const mt_config *c = cb->cfg;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
+    k->mean1 = TAKE_F(b, N);
+    k->rstd1 = TAKE_F(b, N);
+    k->q_op = take(b, N * Q * 2);
+    k->k_op = take(b, N * KV * 2);
+    k->v_op = take(b, N * KV * 2);
+    k->att_op = take(b, N * Q * 2);
+    k->lse = TAKE_F(b, N * c->NH);
+    k->xmid = c->parallel_residual ? NULL : TAKE_F(b, N * C);
+    k->mean2 = TAKE_F(b, N);
+    k->rstd2 = TAKE_F(b, N);
+    k->gate16 = take(b, N * F * 2);
+}
+
 /* The forward activations kept on the GPU for the backward: one set per
  * kept (layer, micro-batch) unit. */
 static void plan_kept(cuda_backend *cb, bump *b) {
-    const mt_config *c = cb->cfg;
-    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
     size_t before = b->used;
     for (int u = 0; u < cb->n_keep * cb->max_M; u++) {
-        acts *k = &cb->kept[u]; /* xn1, xn2 and the SwiGLU output are rebuilt (layers_cuda.c) */
-        k->rstd1 = TAKE_F(b, N);
-        k->q_op = take(b, N * Q * 2);
-        k->k_op = take(b, N * KV * 2);
-        k->v_op = take(b, N * KV * 2);
-        k->att_op = take(b, N * Q * 2);
-        k->lse = TAKE_F(b, N * c->NH);
-        k->xmid = cb->o.lean_keep ? NULL : TAKE_F(b, N * C);
-        k->rstd2 = TAKE_F(b, N);
-        k->gate16 = take(b, N * F * 2);
-        k->up16 = take(b, N * F * 2);
-        if (c->qk_norm) {
-            k->qpre_op = take(b, N * Q * 2);
-            k->kpre_op = take(b, N * KV * 2);
-            k->qrstd = TAKE_F(b, N * c->NH);
-            k->krstd = TAKE_F(b, N * c->NKV);
-        }
+        if (mt_arch_has_neox_block(cb->cfg->arch)) plan_kept_unit_neox(cb, &cb->kept[u], b);
+        else plan_kept_unit(cb, &cb->kept[u], b);
     }
     if (cb->n_keep) {
         cb->keep_unit_bytes = (b->used - before) / ((size_t)cb->n_keep * cb->max_M);
@@ -237,6 +263,9 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
 size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb) {
     const mt_config *c = cb->cfg;
     size_t N = cb->N, Q = c->NH * c->HD, KV = c->NKV * c->HD;
+    if (mt_arch_has_neox_block(c->arch)) /* plan_kept_unit_neox's 11 buffers, each rounded up to 256 */
+        return N * (16 + (Q * 2 + KV * 2) * 2 + c->NH * 4 + c->F * 2 +
+                    (c->parallel_residual ? 0 : c->C * 4)) + 11 * 256;
     size_t qk = c->qk_norm ? (Q + KV) * 2 + (c->NH + c->NKV) * 4 : 0; /* pre-norm q, k; rstds */
     size_t xmid = cb->o.lean_keep ? 0 : c->C * 4;
     return N * (xmid + (Q * 2 + KV * 2) * 2 + 2 * c->F * 2 + 8 + c->NH * 4 + qk) +
@@ -343,8 +372,8 @@ size_t mt_cuda_backend_bytes(const mt_config *cfg, const mt_param_table *t, int 
     cuda_backend cb;
     counting_backend(&cb, cfg, t, max_M, B, T, in);
     bump b = {0};
-    mt_cuda_plan(&cb, &b); /* learns whether the fast path (the one that keeps) applies */
-    if (cb.fast && cb.o.keep_layers > 0 && !mt_config_is_moe(cfg)) { /* as many kept layers as asked, not capped here */
+    mt_cuda_plan(&cb, &b); /* learns whether the blocks can keep activations */
+    if (cb.keeps && cb.o.keep_layers > 0 && !mt_config_is_moe(cfg)) { /* as many kept layers as asked, not capped here */
         cb.n_keep = cb.o.keep_layers;
         cb.kept = mt_calloc_or_die((size_t)cb.n_keep * max_M, sizeof *cb.kept);
         b = (bump){0};

@@ -19,10 +19,12 @@ void mt_cuda_block_forward(cuda_backend *cb, acts *a, int layer, int mb, const f
 void mt_cuda_block_backward(cuda_backend *cb, const acts *f, int layer, int mb, const float *x,
                             float *dx);
 
-/* The gpt_neox and falcon blocks (neox_cuda.c), with the same contract,
- * on the scratch cb->a only (they keep no activations). */
-void mt_cuda_neox_forward(cuda_backend *cb, int layer, int mb, const float *x, float *out);
-void mt_cuda_neox_backward(cuda_backend *cb, int layer, int mb, const float *x, float *dx);
+/* The gpt_neox and falcon blocks (neox_cuda.c), with the same contract;
+ * kept units on the bf16 flash kernels only (cb->keeps). */
+void mt_cuda_neox_forward(cuda_backend *cb, acts *a, int layer, int mb, const float *x,
+                          float *out);
+void mt_cuda_neox_backward(cuda_backend *cb, const acts *f, int layer, int mb, const float *x,
+                           float *dx);
 
 /* Positions of micro-batch mb (packed documents), or NULL: one sequence
  * per row. */
