@@ -13,8 +13,9 @@
  * the rotary) and the GELU read, as autocast does; the split writes the
  * bf16 flash kernels' operands directly (fp32 ones for the fp32 attention
  * of other head sizes). fp32 mode keeps everything fp32. Activations live
- * in the scratch cb->a and are recomputed for the backward (no kept
- * layers). Biases are NULL where a layer has none (falcon). */
+ * in the scratch cb->a and are recomputed for the backward, or, on the
+ * bf16 flash kernels, kept (cb->keeps). Biases are NULL where a layer has
+ * none (falcon). */
 #include "backend/cuda/backend_cuda_internal.h"
 #include "backend/cuda/layers_cuda.h"
 #include "kernels/attention/attention.h"

@@ -45,6 +45,14 @@ __device__ __forceinline__ void put(__nv_bfloat16 *out, size_t i, float v) {
     out[i] = __float2bfloat16_rn(v);
 }
 
+/* 4 consecutive values at out + i (i a multiple of 4: 16-byte, or for bf16
+ * 8-byte, aligned) */
+__device__ __forceinline__ void put4(float *out, size_t i, float4 v) { *(float4 *)(out + i) = v; }
+__device__ __forceinline__ void put4(__nv_bfloat16 *out, size_t i, float4 v) {
+    *(__nv_bfloat162 *)(out + i) = __floats2bfloat162_rn(v.x, v.y);
+    *(__nv_bfloat162 *)(out + i + 2) = __floats2bfloat162_rn(v.z, v.w);
+}
+
 __device__ __forceinline__ float4 get4(const float *p) { return *(const float4 *)p; }
 __device__ __forceinline__ float4 get4(const __nv_bfloat16 *p) {
     const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)p);
@@ -54,18 +62,16 @@ __device__ __forceinline__ float4 get4(const __nv_bfloat16 *p) {
 __device__ __forceinline__ float get1(const float *p) { return *p; }
 __device__ __forceinline__ float get1(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
 
-/* 4 consecutive elements a thread; vector loads when the whole group is in
- * range (the callers' buffers are 16-byte aligned, checked below). */
+/* 4 consecutive elements a thread; vector loads and stores when the whole
+ * group is in range (the callers' buffers are aligned, checked below). */
 template <typename IN, typename OUT, bool TANH>
 __global__ void gelu_fwd_kernel(OUT *out, const IN *inp, size_t n) {
     size_t stride = (size_t)gridDim.x * blockDim.x * 4;
     for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4; i < n; i += stride) {
         if (i + 4 <= n) {
             float4 v = get4(inp + i);
-            put(out, i, gelu_f<TANH>(v.x));
-            put(out, i + 1, gelu_f<TANH>(v.y));
-            put(out, i + 2, gelu_f<TANH>(v.z));
-            put(out, i + 3, gelu_f<TANH>(v.w));
+            put4(out, i, make_float4(gelu_f<TANH>(v.x), gelu_f<TANH>(v.y), gelu_f<TANH>(v.z),
+                                     gelu_f<TANH>(v.w)));
         } else {
             for (size_t j = i; j < n; j++) put(out, j, gelu_f<TANH>(get1(inp + j)));
         }
@@ -83,12 +89,7 @@ __global__ void gelu_bwd_kernel(float *dinp, __nv_bfloat16 *dinp_op, const float
             float4 d = make_float4(g.x * gelu_grad_f<TANH>(x.x), g.y * gelu_grad_f<TANH>(x.y),
                                    g.z * gelu_grad_f<TANH>(x.z), g.w * gelu_grad_f<TANH>(x.w));
             if (dinp) *(float4 *)(dinp + i) = d;
-            if (dinp_op) {
-                put(dinp_op, i, d.x);
-                put(dinp_op, i + 1, d.y);
-                put(dinp_op, i + 2, d.z);
-                put(dinp_op, i + 3, d.w);
-            }
+            if (dinp_op) put4(dinp_op, i, d);
         } else {
             for (size_t j = i; j < n; j++) {
                 float d = dout[j] * gelu_grad_f<TANH>(get1(inp + j));
@@ -100,6 +101,7 @@ __global__ void gelu_bwd_kernel(float *dinp, __nv_bfloat16 *dinp_op, const float
 }
 
 static void check16(const void *p) { MT_ASSERT(((uintptr_t)p & 15) == 0); }
+static void check8(const void *p) { MT_ASSERT(((uintptr_t)p & 7) == 0); }
 
 template <typename IN>
 static void gelu_fwd_launch(cudaStream_t s, void *out, mt_dt out_dt, const IN *inp, size_t n,
@@ -121,6 +123,7 @@ extern "C" void mt_cuda_gelu_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt, 
                                      mt_dt inp_dt, size_t n, int tanh_form) {
     if (n == 0) return;
     check16(inp);
+    check16(out); /* put4: 16 bytes (fp32) or 8 (bf16) at every 4th element */
     if (inp_dt == MT_DT_BF16)
         gelu_fwd_launch(ctx->stream, out, out_dt, (const __nv_bfloat16 *)inp, n, tanh_form);
     else
@@ -142,6 +145,7 @@ extern "C" void mt_cuda_gelu_backward(mt_cuda_ctx *ctx, float *dinp, uint16_t *d
     if (n == 0) return;
     MT_ASSERT(dinp || dinp_op);
     if (dinp) check16(dinp);
+    if (dinp_op) check8(dinp_op);
     check16(dout);
     check16(inp);
     __nv_bfloat16 *op = (__nv_bfloat16 *)dinp_op;
