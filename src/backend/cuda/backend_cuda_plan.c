@@ -102,20 +102,28 @@ static void plan_grads_and_step(cuda_backend *cb, bump *b) {
     cb->sumsq_scratch = take(b, MT_SUMSQ_PARTIALS * sizeof(double));
 }
 
+/* Whether the decoder blocks have tensors of role r (those of the first;
+ * every block of a model has the same roles). */
+static int blocks_have(const cuda_backend *cb, mt_role r) {
+    return cb->t->n_layers > 2 && cb->t->layers[1].by_role[r] >= 0;
+}
+
 /* The working buffers of a layer's forward (reused by every layer). */
 static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
     const mt_config *c = cb->cfg;
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
     int bf = cb->prec == MT_PREC_BF16, neox = mt_arch_has_neox_block(c->arch);
+    cb->attn_bf16 = bf && mt_attn_bf16_supports((size_t)c->HD);
     a->rstd1 = TAKE_F(b, N);
     a->xn1_op = take(b, N * C * op_size(cb));
-    if (neox) { /* LayerNorms' means; the fused qkv in fp32 (fp32 mode; the
-                 * gradient of its bias in bf16 mode) */
+    if (neox) { /* LayerNorms' means; the fused qkv in fp32: in fp32 mode, and
+                 * in bf16 mode for its bias's gradient (the backward's) */
         a->mean1 = TAKE_F(b, N);
         a->mean2 = TAKE_F(b, N);
-        a->qkv32 = TAKE_F(b, N * (Q + 2 * KV));
+        a->qkv32 = !bf || blocks_have(cb, MT_T_BQKV) ? TAKE_F(b, N * (Q + 2 * KV)) : NULL;
     }
-    take_qkv32(b, N * Q, N * KV, &a->q32, &a->k32, &a->v32);
+    /* gpt_neox's split writes the bf16 flash kernels' operands directly */
+    if (!(neox && cb->attn_bf16)) take_qkv32(b, N * Q, N * KV, &a->q32, &a->k32, &a->v32);
     if (c->qk_norm) {
         take_qkv32(b, N * Q, N * KV, &a->qpre32, &a->kpre32, NULL);
         a->qrstd = TAKE_F(b, N * c->NH);
@@ -124,8 +132,7 @@ static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
     a->q_op = take_op(b, cb, N * Q, a->q32);
     a->k_op = take_op(b, cb, N * KV, a->k32);
     a->v_op = take_op(b, cb, N * KV, a->v32);
-    cb->attn_bf16 = bf && mt_attn_bf16_supports((size_t)c->HD);
-    /* gpt_neox and falcon blocks (neox_cuda.c) have the general path only */
+    /* gpt_neox's and falcon's blocks take a path of their own (neox_cuda.c) */
     cb->fast = cb->attn_bf16 && c->HD % 8 == 0 && !neox;
     cb->keeps = cb->fast || (neox && cb->attn_bf16);
     if (cb->fast && c->qk_norm) {
@@ -159,8 +166,9 @@ static void plan_backward_acts(cuda_backend *cb, acts *a, bump *b) {
     int bf = cb->prec == MT_PREC_BF16, neox = mt_arch_has_neox_block(c->arch);
     a->dx_op = bf ? take(b, N * C * 2) : NULL; /* fp32: the dx of the micro-batch */
     a->dmlp32 = TAKE_F(b, N * F);
-    if (!cb->fast) { /* gpt_neox, falcon: dgate32 holds the GELU's input gradient, no up */
-        a->dgate32 = TAKE_F(b, N * F);
+    if (!cb->fast) { /* gpt_neox, falcon: dgate32 holds the GELU's input gradient (in
+                      * bf16 mode for its bias's gradient only), no up */
+        a->dgate32 = !neox || !bf || blocks_have(cb, MT_T_BUP) ? TAKE_F(b, N * F) : NULL;
         a->dup32 = neox ? NULL : TAKE_F(b, N * F);
     }
     a->dgate_op = take_op(b, cb, N * F, a->dgate32);

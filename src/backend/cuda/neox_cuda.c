@@ -147,6 +147,7 @@ void mt_cuda_neox_backward(cuda_backend *cb, const acts *f, int layer, int mb, c
     void *dx_op = bf ? a->dx_op : dx;
     const void *h = bf ? (const void *)f->gate16 : (const void *)f->gate32;
     float *dbup = G(cb, g, layer, MT_T_BUP), *dbqkv = G(cb, g, layer, MT_T_BQKV);
+    MT_ASSERT((!dbup || a->dgate32) && (!dbqkv || a->qkv32)); /* the plan's blocks_have */
     const void *xn1 = f->xn1_op, *xn2 = f->xn2_op, *mlp = f->mlp_op;
     if (f != a) { /* a kept unit: rebuild what it does not hold */
         norm1(cb, layer, a->xn1_op, NULL, NULL, x);
