@@ -62,13 +62,8 @@ int mt_runner_pick_gpu(int device, mt_error *err) {
 }
 
 int mt_runner_pick_gpu_for(int device, const mt_config *cfg, mt_error *err) {
-    int gpu = mt_runner_pick_gpu(device, err);
-    /* gpt_neox's and falcon's blocks have CPU references only (backend/cpu/neox.c) */
-    if (gpu <= 0 || !mt_arch_has_neox_block(cfg->arch)) return gpu;
-    if (device == 0) return 0;
-    return mt_errorf(err, "--device cuda: model_type \"%s\" has no GPU kernels yet (its "
-                     "LayerNorm, rotary, GELU and fused qkv); use --device cpu",
-                     cfg->model_type);
+    (void)cfg; /* every family has its GPU blocks (gpt_neox, falcon: neox_cuda.c) */
+    return mt_runner_pick_gpu(device, err);
 }
 
 struct mt_runner_plan {

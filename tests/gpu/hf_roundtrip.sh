@@ -2,7 +2,8 @@
 # A model trained and saved by megatrain on the GPU loads in Hugging Face
 # transformers with from_pretrained and gives the same logits as megatrain.
 # Run by `make test-gpu` on the GPU machine (python3 with torch and
-# transformers there). Prints "N passed, N failed". Dense and qwen3_moe models, bf16 and fp32.
+# transformers there). Prints "N passed, N failed". Dense, qwen3_moe,
+# gpt_neox and falcon models, bf16 and fp32.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bin=${BUILD:-build}/megatrain
@@ -28,7 +29,18 @@ $bin init --tokenizer tests/fixtures/tokenizer/tiny_bytelevel.json --out "$tmp/i
 $bin init --tokenizer tests/fixtures/tokenizer/tiny_bytelevel.json --out "$tmp/init-moe" \
     --model-type qwen3_moe --hidden 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 \
     --experts 8 --experts-per-tok 2 --expert-ffn 128 --max-pos 128 >/dev/null
-for kind in dense moe; do
+# gpt_neox (parallel residual, rotary on 16 of 64 dims) and falcon:
+# Falcon-7B's block (one kv head) and the new decoder's (two)
+$bin init --tokenizer tests/fixtures/tokenizer/tiny_bytelevel.json --out "$tmp/init-neox" \
+    --model-type gpt_neox --hidden 256 --layers 2 --heads 4 --kv-heads 4 --ffn 512 \
+    --max-pos 128 >/dev/null
+$bin init --tokenizer tests/fixtures/tokenizer/tiny_bytelevel.json --out "$tmp/init-falcon" \
+    --model-type falcon --hidden 256 --layers 2 --heads 4 --kv-heads 1 --ffn 512 \
+    --max-pos 128 >/dev/null
+$bin init --tokenizer tests/fixtures/tokenizer/tiny_bytelevel.json --out "$tmp/init-falcon_nd" \
+    --model-type falcon --hidden 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 \
+    --max-pos 128 >/dev/null
+for kind in dense moe neox falcon falcon_nd; do
 for prec in bf16 fp32; do
     dir=$tmp/run-$kind-$prec
     run() {
