@@ -67,7 +67,7 @@ Test(rope, tables_match_transformers) {
         size_t T = (size_t)num(c, "T"), half = (size_t)cfg.HD / 2;
         float *inv = malloc(half * sizeof(float));
         float *cs = malloc(T * half * sizeof(float)), *sn = malloc(T * half * sizeof(float));
-        mt_rope_inv_freq(inv, &cfg);
+        mt_rope_inv_freq(inv, &cfg, T);
         mt_rope_tables(cs, sn, &cfg, T);
 
         // inv_freq follows PyTorch's fp32 operations one by one: exact.
