@@ -12,8 +12,8 @@
 #include "io/model_io.h"
 #include "testlib.h"
 
-const char *mt_fixture_models[4] = {"llama_gqa", "qwen2_bias_tied", "qwen3_qknorm_mqa",
-                                    "mistral"};
+const char *mt_fixture_models[MT_FIXTURE_MODELS] = {
+    "llama_gqa", "qwen2_bias_tied", "qwen3_qknorm_mqa", "mistral", "phi3_gqa", "phi3_longrope"};
 
 void mt_fixture_open(mt_fixture *f, const char *name) {
     mt_error err;
