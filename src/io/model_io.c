@@ -184,20 +184,18 @@ static int fill_fused(void *ctx, const mt_st_write_tensor *t, size_t first, size
     return 0;
 }
 
-int mt_model_save(const mt_host_store *s, const mt_config *cfg, const char *dir, mt_dtype dtype,
-                  size_t max_shard_bytes, mt_error *err) {
-    if (mt_mkdirs(dir, err)) return -1;
-    const mt_param_table *t = s->table;
+int mt_model_write_list(const mt_param_table *t, const float *w, mt_dtype dtype,
+                        mt_st_write_tensor *out, void **ctx) {
     int n = 0;
     for (int l = 0; l < t->n_layers; l++) n += t->layers[l].n_tensors;
-    mt_st_write_tensor *wt = mt_calloc_or_die((size_t)n, sizeof *wt);
-    fused_src *fs = mt_calloc_or_die((size_t)n, sizeof *fs);
+    fused_src *fs = mt_calloc_or_die((size_t)n + 1, sizeof *fs);
+    *ctx = fs;
     n = 0;
     for (int l = 0; l < t->n_layers; l++) {
         const mt_layer_desc *ld = &t->layers[l];
         for (int k = 0; k < ld->n_tensors; k++) {
             const mt_tensor_desc *td = &ld->tensors[k];
-            const float *src = s->w + ld->offset + td->offset;
+            const float *src = w + ld->offset + td->offset;
             char name[96];
             int64_t rows, row0;
             if (mt_params_fused(t, l, td, name, &rows, &row0)) {
@@ -215,16 +213,27 @@ int mt_model_save(const mt_host_store *s, const mt_config *cfg, const char *dir,
                 f->part[0] = src;
                 f->numel[0] = td->numel;
                 f->n = 1;
-                wt[n] = (mt_st_write_tensor){.name = f->name, .dtype = dtype, .ndim = 2,
-                                             .shape = {rows, td->shape[1]}, .fill = fill_fused,
-                                             .fill_ctx = f};
-                n++;
+                out[n++] = (mt_st_write_tensor){.name = f->name, .dtype = dtype, .ndim = 2,
+                                                .shape = {rows, td->shape[1]},
+                                                .fill = fill_fused, .fill_ctx = f};
                 continue;
             }
-            wt[n++] = (mt_st_write_tensor){.name = td->name, .dtype = dtype, .ndim = td->ndim,
-                                           .shape = {td->shape[0], td->shape[1]}, .f32 = src};
+            out[n++] = (mt_st_write_tensor){.name = td->name, .dtype = dtype, .ndim = td->ndim,
+                                            .shape = {td->shape[0], td->shape[1]}, .f32 = src};
         }
     }
+    return n;
+}
+
+int mt_model_save(const mt_host_store *s, const mt_config *cfg, const char *dir, mt_dtype dtype,
+                  size_t max_shard_bytes, mt_error *err) {
+    if (mt_mkdirs(dir, err)) return -1;
+    const mt_param_table *t = s->table;
+    int n = 0;
+    for (int l = 0; l < t->n_layers; l++) n += t->layers[l].n_tensors;
+    mt_st_write_tensor *wt = mt_calloc_or_die((size_t)n, sizeof *wt);
+    void *fs;
+    n = mt_model_write_list(t, s->w, dtype, wt, &fs);
     mt_st_kv meta[] = {{"format", "pt"}};
     int rc = mt_st_write_sharded(dir, wt, n, meta, 1, max_shard_bytes, err);
     free(wt);
