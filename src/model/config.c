@@ -865,9 +865,9 @@ char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
         else cJSON_AddNullToObject(r, "sliding_window");
     }
     if (c->arch == MT_ARCH_PHI3) {
-        /* Phi3Config's pad_token_id is 32000 when absent: null must be said */
         cJSON_AddNumberToObject(r, "original_max_position_embeddings",
                                 (double)c->rope_orig_max_pos);
+        /* Phi3Config's pad_token_id is 32000 when absent: none must be said */
         if (c->pad_id >= 0) cJSON_AddNumberToObject(r, "pad_token_id", (double)c->pad_id);
         else cJSON_AddNullToObject(r, "pad_token_id");
         add_float(r, "resid_pdrop", 0.0);
@@ -877,6 +877,9 @@ char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
 ids:
     if (c->bos_id >= 0) cJSON_AddNumberToObject(r, "bos_token_id", (double)c->bos_id);
     if (c->eos_id >= 0) cJSON_AddNumberToObject(r, "eos_token_id", (double)c->eos_id);
+    /* Phi3Config has ids 1 and 32000 when absent: none must be said */
+    if (c->arch == MT_ARCH_PHI3 && c->bos_id < 0) cJSON_AddNullToObject(r, "bos_token_id");
+    if (c->arch == MT_ARCH_PHI3 && c->eos_id < 0) cJSON_AddNullToObject(r, "eos_token_id");
     cJSON_AddStringToObject(r, "torch_dtype", torch_dtype);
     char *s = cJSON_Print(r);
     cJSON_Delete(r);

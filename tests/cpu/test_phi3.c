@@ -304,6 +304,8 @@ Test(phi3, a_phi3_made_by_init_trains_on_the_cpu, .timeout = 120) {
     cr_assert_eq(mt_model_load_config(&c, model, &err), 0, "%s", err.msg);
     cr_assert_eq(c.arch, MT_ARCH_PHI3);
     cr_assert_eq(c.pad_id, -1, "no pad token: pad_token_id null");
+    cr_assert_eq(c.eos_id, -1, "the byte tokenizer has no EOS: eos_token_id null, not "
+                 "Phi3Config's 32000");
     cr_assert_eq(info.n_params, mt_config_num_params(&c));
     mt_hf_check_trains_on_cpu(model, dir, "phi3", &c);
     cr_assert_str_eq(c.model_type, "phi3");
