@@ -53,6 +53,12 @@ int mt_ckpt_compare_configs(const mt_config *a, const mt_config *b, const char *
     CMP_NUM(rope_low_freq_factor, "rope_scaling.low_freq_factor");
     CMP_NUM(rope_high_freq_factor, "rope_scaling.high_freq_factor");
     CMP_INT(rope_orig_max_pos, "rope_scaling.original_max_position_embeddings");
+    CMP_NUM(rope_attn_factor, "rope_scaling.attention_factor");
+    CMP_INT(n_rope_factors, "rope_scaling.short_factor (its length)");
+    for (int i = 0; i < a->n_rope_factors; i++) {
+        CMP_NUM(rope_short_factor[i], "rope_scaling.short_factor");
+        CMP_NUM(rope_long_factor[i], "rope_scaling.long_factor");
+    }
     CMP_INT(tie_embeddings, "tie_word_embeddings");
     CMP_INT(qkv_bias, "attention_bias");
     CMP_INT(qk_norm, "q/k norm");
