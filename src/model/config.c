@@ -150,12 +150,14 @@ static int parse_rope(mt_config *cfg, const cJSON *root, const char *src, mt_err
     const char *t = cJSON_IsString(type) ? type->valuestring : "default";
     if (!strcmp(t, "default")) return 0;
     bool phi3 = cfg->arch == MT_ARCH_PHI3;
-    if (phi3 && (!strcmp(t, "longrope") || !strcmp(t, "su"))) return parse_longrope(cfg, rp, field, src, err);
+    if (phi3 && (!strcmp(t, "longrope") || !strcmp(t, "su")))
+        return parse_longrope(cfg, rp, field, src, err);
     if (strcmp(t, "llama3") != 0 || phi3)
         return mt_errorf(err,
                          "%s: %s.rope_type \"%s\" is not supported for model_type \"%s\"; "
                          "megatrain supports \"default\" and %s",
-                         src, field, t, cfg->model_type, phi3 ? "\"longrope\" (\"su\")" : "\"llama3\"");
+                         src, field, t, cfg->model_type,
+                         phi3 ? "\"longrope\" (\"su\")" : "\"llama3\"");
     cfg->rope_kind = MT_ROPE_LLAMA3;
     int64_t orig = 0;
     if (get_num(rp, "factor", 8.0, &cfg->rope_factor, src, err) ||

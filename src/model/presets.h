@@ -1,5 +1,5 @@
-/* Named Llama-family, Qwen, Phi-3, mixture-of-experts, GPT-NeoX and Falcon shapes for benchmarks and
- * plan projections (random weights; only the shape matters). */
+/* Named Llama-family, Qwen, Phi-3, mixture-of-experts, GPT-NeoX and Falcon shapes for
+ * benchmarks and plan projections (random weights; only the shape matters). */
 #ifndef MT_MODEL_PRESETS_H
 #define MT_MODEL_PRESETS_H
 

@@ -106,10 +106,10 @@ Test(rope, tables_match_transformers) {
         const cJSON *ec = jc->child, *es = js->child;
         for (size_t i = 0; i < T * half; i++, ec = ec->next, es = es->next) {
             float wc = (float)ec->valuedouble, ws = (float)es->valuedouble;
-            cr_expect(fabsf(cs[i] - wc) <= ulps * ulp_of(cs[i], wc), "%s: cos[%zu][%zu] %.9g vs %.9g",
-                      name, i / half, i % half, cs[i], wc);
-            cr_expect(fabsf(sn[i] - ws) <= ulps * ulp_of(sn[i], ws), "%s: sin[%zu][%zu] %.9g vs %.9g",
-                      name, i / half, i % half, sn[i], ws);
+            cr_expect(fabsf(cs[i] - wc) <= ulps * ulp_of(cs[i], wc),
+                      "%s: cos[%zu][%zu] %.9g vs %.9g", name, i / half, i % half, cs[i], wc);
+            cr_expect(fabsf(sn[i] - ws) <= ulps * ulp_of(sn[i], ws),
+                      "%s: sin[%zu][%zu] %.9g vs %.9g", name, i / half, i % half, sn[i], ws);
         }
         free(inv); free(cs); free(sn);
         ncases++;
