@@ -14,8 +14,9 @@
  * head (gpt_neox's rotary_pct). T is the run's sequence length: phi3's
  * longrope divides by its long factors when T > original_max_position_
  * embeddings, by its short factors otherwise. transformers decides by the
- * length of each forward (max(position_ids) + 1); a megatrain run has one
- * fixed length, so the decision is made once for the run. */
+ * length of each forward (max(position_ids) + 1, less than the row's when
+ * packed documents restart their positions); a megatrain run has one fixed
+ * row length, and the decision is made once for the run, by it. */
 void mt_rope_inv_freq(float *inv_freq, const mt_config *cfg, size_t T);
 
 /* The factor cos and sin are multiplied by: longrope's attention_factor
