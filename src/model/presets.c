@@ -31,6 +31,11 @@ static const mt_preset presets[] = {
     /* tiiuae/falcon-7b and falcon-40b's config.json; both tie lm_head */
     {"falcon-7b", "Falcon-7B", 4544, 32, 71, 1, 18176, 65024, 1, MT_ARCH_FALCON, 0, 0, 0, 0},
     {"falcon-40b", "Falcon-40B", 8192, 60, 128, 8, 32768, 65024, 1, MT_ARCH_FALCON, 0, 0, 0, 0},
+    /* microsoft/Phi-3-mini-4k-instruct's and Phi-3-medium-4k-instruct's
+     * config.json: rope_theta 10000, rms_norm_eps 1e-5, untied */
+    {"phi3-mini", "Phi-3-mini-4k", 3072, 32, 32, 32, 8192, 32064, 0, MT_ARCH_PHI3, 0, 0, 0, 0},
+    {"phi3-medium", "Phi-3-medium-4k", 5120, 40, 40, 10, 17920, 32064, 0, MT_ARCH_PHI3, 0, 0, 0,
+     0},
 };
 
 const mt_preset *mt_preset_find(const char *name) {
@@ -63,6 +68,13 @@ void mt_preset_config(const mt_preset *p, int64_t T, mt_config *cfg) {
         /* Falcon-7B is multi-query, Falcon-40B the new decoder with 8 kv heads */
         mt_config_falcon_defaults(cfg, p->NKV > 1);
         cfg->rope_theta = 10000.0;
+        return;
+    }
+    if (p->arch == MT_ARCH_PHI3) { /* no rope scaling, full attention */
+        mt_config_phi3_defaults(cfg);
+        cfg->rope_theta = 10000.0;
+        cfg->bos_id = 1;
+        cfg->eos_id = 32000;
         return;
     }
     cfg->arch = p->arch;

@@ -1,5 +1,5 @@
-/* Named Llama-family, Qwen, mixture-of-experts, GPT-NeoX and Falcon shapes for benchmarks and
- * plan projections (random weights; only the shape matters). */
+/* Named Llama-family, Qwen, Phi-3, mixture-of-experts, GPT-NeoX and Falcon shapes for
+ * benchmarks and plan projections (random weights; only the shape matters). */
 #ifndef MT_MODEL_PRESETS_H
 #define MT_MODEL_PRESETS_H
 
@@ -22,7 +22,7 @@ typedef struct mt_preset {
 #define MT_PRESET_NAMES                                                                   \
     "1b, 3b, 7b, 8b, 13b, 20b, 34b, 70b, 123b, 405b, qwen2.5-7b, qwen3-8b, mixtral-8x7b, " \
     "qwen3-30b-a3b, qwen3-235b-a22b, pythia-1b, pythia-6.9b, gpt-neox-20b, falcon-7b, "     \
-    "falcon-40b"
+    "falcon-40b, phi3-mini, phi3-medium"
 
 /* NULL when the name is unknown. */
 const mt_preset *mt_preset_find(const char *name);
