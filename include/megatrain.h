@@ -324,7 +324,8 @@ typedef struct mt_model_shape {
     double init_std;           /* standard deviation of the random matrices */
     bool untied;               /* a separate lm_head */
     uint64_t seed;
-    /* "llama" (NULL), "mistral", "qwen2", "qwen3", a mixture-of-experts
+    /* "llama" (NULL), "mistral", "qwen2", "qwen3", "phi3" (q, k, v and
+     * gate, up saved fused as Phi-3 publishes them), a mixture-of-experts
      * type: "mixtral", "qwen2_moe", "qwen3_moe", "gpt_neox" (Pythia's
      * layout: kv_heads and untied do not apply; trains on the CPU only) or
      * "falcon" (kv_heads 1: Falcon-7B's architecture, more: the new decoder

@@ -235,10 +235,50 @@ CONFIGS = {
             "full_attention": {"rope_type": "linear", "rope_theta": 1000.0, "factor": 2.0},
         },
     ),
+    # Phi-3-mini-4k's shape of block: q, k, v in one qkv_proj and gate, up in one
+    # gate_up_proj; grouped kv heads here, and a sliding window longer than the sequence
+    # (Phi-3-mini-4k's is 2047 of 4096 positions), which is full causal attention.
+    "phi3_gqa": dict(
+        seed=9012,
+        model_type="phi3",
+        num_key_value_heads=2,
+        intermediate_size=48,
+        tie_word_embeddings=False,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=64,
+        original_max_position_embeddings=64,
+        sliding_window=32,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    ),
+    # Phi-3.5-mini's longrope: the sequence (16) is longer than the pretraining length
+    # (original_max_position_embeddings 8), so the long factors divide inv_freq, and
+    # max_position_embeddings 64 = 8 x 8 scales cos and sin by sqrt(1 + ln 8 / ln 8).
+    # Four kv heads (Phi-3-mini's MHA) and a tied lm_head (Phi-4-mini's).
+    "phi3_longrope": dict(
+        seed=9123,
+        model_type="phi3",
+        num_key_value_heads=4,
+        intermediate_size=40,
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=64,
+        original_max_position_embeddings=8,
+        sliding_window=None,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        rope_parameters={
+            "rope_type": "longrope",
+            "rope_theta": 10000.0,
+            "short_factor": [1.0, 1.25, 1.5, 2.0],
+            "long_factor": [1.5, 3.0, 6.5, 12.0],
+        },
+    ),
 }
 
-# All of tests/fixtures/models: dense, gpt_neox, falcon, gemma, packed and MoE references.
-SIZE_LIMIT = 17 * 512 * 1024  # 8.5 MiB
+# All of tests/fixtures/models: dense, gpt_neox, falcon, phi3, gemma, packed and MoE references.
+SIZE_LIMIT = 19 * 512 * 1024  # 9.5 MiB
 
 
 # Parameters whose name in the published checkpoint differs from transformers' module

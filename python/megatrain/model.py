@@ -145,7 +145,7 @@ def init(path, tokenizer, **shape):
     tokenizer (a tokenizer.json or "bytes") sets the vocabulary. shape:
     hidden (1024), layers (12), heads (16), kv_heads (4), ffn (2816),
     max_positions (2048), rope_theta, init_std (0.02), untied (False), seed
-    (1), model_type ("llama"; also "mistral", "qwen2", "qwen3", and the
+    (1), model_type ("llama"; also "mistral", "qwen2", "qwen3", "phi3", and the
     mixture-of-experts "mixtral", "qwen2_moe", "qwen3_moe" with experts (8),
     experts_per_tok (2), expert_ffn, shared_expert_ffn, norm_topk). Returns
     what was written (as Model.info)."""

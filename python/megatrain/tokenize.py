@@ -4,7 +4,7 @@ JSONL, byte for byte; docs/data.md describes it).
 
     python -m megatrain.tokenize --tokenizer tokenizer.json --data DATA --out OUT.mtok
         [--split train] [--format auto|text|completion|chat]
-        [--chat-template auto|llama3|qwen|llama2|mistral|chatml] [--skip-bad-lines]
+        [--chat-template auto|llama3|qwen|llama2|mistral|chatml|phi3|gemma] [--skip-bad-lines]
 
 DATA: a Hugging Face Hub-style dataset folder of Parquet files
 (data/train-00000-of-00001.parquet; read with pyarrow), a .parquet file, a
@@ -20,7 +20,7 @@ from . import _lib
 from .data import Dataset
 
 FORMATS = ("auto", "text", "completion", "chat")
-TEMPLATES = ("auto", "llama3", "qwen", "llama2", "mistral", "chatml")
+TEMPLATES = ("auto", "llama3", "qwen", "llama2", "mistral", "chatml", "phi3", "gemma")
 
 
 def tokenize(data, tokenizer, out, *, format=None, chat_template=None, skip_bad_lines=False,

@@ -154,6 +154,8 @@ static void read_model_files(model_files *m, const char *tokenizer_path) {
 static const char *suggested_builtin(const mt_tokenizer *tok) {
     if (mt_tokenizer_token_id(tok, "<|start_header_id|>") >= 0) return "llama3";
     if (mt_tokenizer_token_id(tok, "<|im_start|>") >= 0) return "qwen";
+    if (mt_tokenizer_token_id(tok, "<|user|>") >= 0 && mt_tokenizer_token_id(tok, "<|end|>") >= 0)
+        return "phi3";
     if (mt_tokenizer_token_id(tok, "<start_of_turn>") >= 0) return "gemma";
     return "llama2";
 }

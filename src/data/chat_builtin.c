@@ -161,6 +161,17 @@ static const char chatml[] =
     "'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n"
     "' }}{% endif %}";
 
+/* Phi-3 (microsoft/Phi-3-mini-4k-instruct, as TRL's chat_templates/phi3.jinja has it) */
+static const char phi3[] =
+    "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\n"
+    "' + message['content'] + '<|end|>\n"
+    "'}}{% elif message['role'] == 'user' %}{{'<|user|>\n"
+    "' + message['content'] + '<|end|>\n"
+    "'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n"
+    "' + message['content'] + '<|end|>\n"
+    "'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n"
+    "' }}{% else %}{{ eos_token }}{% endif %}";
+
 /* Gemma 3 (google/gemma-3-4b-it); Gemma 2's turns too, which it renders alike
  * for user and assistant messages (a system message joins the first user turn) */
 static const char gemma[] =
@@ -222,6 +233,7 @@ static const mt_chat_builtin builtins[] = {
     {"llama2", llama2, {"<s>", "</s>"}, "<s>", "</s>"},
     {"mistral", mistral, {"<s>", "</s>"}, "<s>", "</s>"},
     {"chatml", chatml, {"<|im_start|>", "<|im_end|>"}, NULL, "<|im_end|>"},
+    {"phi3", phi3, {"<|user|>", "<|assistant|>", "<|end|>"}, "<s>", "<|endoftext|>"},
     {"gemma", gemma, {"<start_of_turn>", "<end_of_turn>"}, "<bos>", "<eos>"},
 };
 
@@ -231,7 +243,9 @@ const mt_chat_builtin *mt_chat_builtin_find(const char *name) {
     return NULL;
 }
 
-const char *mt_chat_builtin_list(void) { return "llama3, qwen, llama2, mistral, chatml, gemma"; }
+const char *mt_chat_builtin_list(void) {
+    return "llama3, qwen, llama2, mistral, chatml, phi3, gemma";
+}
 
 const char *mt_chat_builtin_source(const char *name) {
     const mt_chat_builtin *b = mt_chat_builtin_find(name);

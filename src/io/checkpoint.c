@@ -16,6 +16,7 @@
 #include "io/checkpoint_internal.h"
 #include "io/checksum.h"
 #include "io/file.h"
+#include "io/model_io.h"
 #include "host/disk_state.h"
 #include "io/safetensors.h"
 #include "util/mem.h"
@@ -150,12 +151,15 @@ static int write_tensors(const char *tmp, const mt_host_store *s, const mt_check
     int n = mt_ckpt_count_tensors(t);
     char (*names)[128] = mt_calloc_or_die(3 * (size_t)n + 1, sizeof *names);
     mt_st_write_tensor *wt = mt_calloc_or_die(3 * (size_t)n + 1, sizeof *wt);
-    tensor_list(t, s->w, "", names, wt);
+    /* the weights under their published names (an HF model directory);
+     * the optimizer's state under the table's */
+    void *fused;
+    int n_w = mt_model_write_list(t, s->w, MT_DTYPE_F32, wt, &fused);
     tensor_list(t, s->m, "exp_avg.", names + n, wt + n);
     tensor_list(t, s->v, "exp_avg_sq.", names + 2 * n, wt + 2 * n);
     disk_cache cache = {0};
     disk_source *src = s->disk ? disk_sources(s, wt + n, n, &cache) : NULL;
-    st_job jobs[2] = {{.tmp = tmp, .file = "model.safetensors", .t = wt, .n = n, .opts = o},
+    st_job jobs[2] = {{.tmp = tmp, .file = "model.safetensors", .t = wt, .n = n_w, .opts = o},
                       {.tmp = tmp, .file = "optimizer.safetensors", .t = wt + n, .n = 2 * n,
                        .opts = o}};
     pthread_t th;
@@ -171,6 +175,7 @@ static int write_tensors(const char *tmp, const mt_host_store *s, const mt_check
         }
     free(names);
     free(wt);
+    free(fused);
     free(src);
     free(cache.m);
     free(cache.v);

@@ -53,6 +53,12 @@ int mt_ckpt_compare_configs(const mt_config *a, const mt_config *b, const char *
     CMP_NUM(rope_low_freq_factor, "rope_scaling.low_freq_factor");
     CMP_NUM(rope_high_freq_factor, "rope_scaling.high_freq_factor");
     CMP_INT(rope_orig_max_pos, "rope_scaling.original_max_position_embeddings");
+    CMP_NUM(rope_attn_factor, "rope_scaling.attention_factor");
+    CMP_INT(n_rope_factors, "rope_scaling.short_factor (its length)");
+    for (int i = 0; i < a->n_rope_factors; i++) {
+        CMP_NUM(rope_short_factor[i], "rope_scaling.short_factor");
+        CMP_NUM(rope_long_factor[i], "rope_scaling.long_factor");
+    }
     CMP_INT(tie_embeddings, "tie_word_embeddings");
     CMP_INT(qkv_bias, "attention_bias");
     CMP_INT(qk_norm, "q/k norm");
@@ -232,6 +238,25 @@ static int shape_matches(const mt_st_tensor_info *ti, const mt_tensor_desc *td) 
            (td->ndim == 1 || ti->shape[1] == td->shape[1]);
 }
 
+/* Reads td of layer l from its rows of the fused tensor prefix + published
+ * name in f (mt_params_fused; model.safetensors holds phi3's weights so).
+ * 1: td is not a part of one there. */
+static int read_fused(const mt_st_file *f, const mt_param_table *t, int l, const char *prefix,
+                      const mt_tensor_desc *td, float *dst, mt_error *err) {
+    char fused[96], name[128];
+    int64_t rows, row0;
+    if (!mt_params_fused(t, l, td, fused, &rows, &row0)) return 1;
+    snprintf(name, sizeof name, "%s%s", prefix, fused);
+    const mt_st_tensor_info *ti = mt_st_find(f, name);
+    if (!ti) return 1;
+    if (ti->dtype != MT_DTYPE_F32 || ti->ndim != 2 || ti->shape[0] != rows ||
+        ti->shape[1] != td->shape[1])
+        return mt_errorf(err, "%s: tensor \"%s\" is %s of %d dims [%lld, ...], expected F32 "
+                         "[%lld, %lld]", f->path, name, mt_dtype_name(ti->dtype), ti->ndim,
+                         (long long)ti->shape[0], (long long)rows, (long long)td->shape[1]);
+    return mt_st_read_f32_range(ti, (size_t)row0 * (size_t)td->shape[1], dst, td->numel, err);
+}
+
 /* Reads layer l's tensors of one array from file f, named prefix + HF
  * name, into base (the layer's range). */
 static int read_layer(const mt_st_file *f, const mt_param_table *t, int l, const char *prefix,
@@ -239,6 +264,9 @@ static int read_layer(const mt_st_file *f, const mt_param_table *t, int l, const
     const mt_layer_desc *ld = &t->layers[l];
     for (int k = 0; k < ld->n_tensors; k++) {
         const mt_tensor_desc *td = &ld->tensors[k];
+        int st = read_fused(f, t, l, prefix, td, base + td->offset, err);
+        if (st < 0) return -1;
+        if (st == 0) continue;
         char name[128];
         snprintf(name, sizeof name, "%s%s", prefix, td->name);
         const mt_st_tensor_info *ti = mt_st_find(f, name);
@@ -303,6 +331,19 @@ int mt_checkpoint_verify(const char *dir, mt_error *err) {
     return check_complete(dir, &step, 0, err);
 }
 
+/* Tensors of model.safetensors: the table's, a fused published tensor
+ * counted once. */
+static int published_count(const mt_param_table *t) {
+    int n = 0;
+    for (int l = 0; l < t->n_layers; l++)
+        for (int k = 0; k < t->layers[l].n_tensors; k++) {
+            char name[96];
+            int64_t rows, row0;
+            n += !mt_params_fused(t, l, &t->layers[l].tensors[k], name, &rows, &row0) || !row0;
+        }
+    return n;
+}
+
 static int load(const char *dir, mt_host_store *s, const mt_config *cfg, char **state_json,
                 int sums_checked, mt_error *err) {
     *state_json = NULL;
@@ -318,7 +359,8 @@ static int load(const char *dir, mt_host_store *s, const mt_config *cfg, char **
     const char *wp[] = {""}, *op[] = {"exp_avg.", "exp_avg_sq."};
     float *wa[] = {s->w}, *oa[] = {s->m, s->v};
     if (rc == 0)
-        rc = load_tensor_file(dir, "model.safetensors", s->table, n, wp, wa, 1, NULL, err);
+        rc = load_tensor_file(dir, "model.safetensors", s->table, published_count(s->table), wp,
+                              wa, 1, NULL, err);
     if (rc == 0)
         rc = load_tensor_file(dir, "optimizer.safetensors", s->table, 2 * n, op, oa, 2, s->disk,
                               err);

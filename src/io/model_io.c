@@ -3,6 +3,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,27 @@ int mt_model_load_weights(mt_host_store *s, const char *dir, mt_error *err) {
     return mt_model_read_layers(s->table, dir, store_layer, NULL, s, err);
 }
 
+/* Reads td (of layer l) from the rows of the fused tensor it is published
+ * in. 0: read; 1: the file holds no such tensor (a megatrain resume
+ * checkpoint names the parts: read td by its own name); -1: an error. */
+static int read_fused(const mt_st_model *m, const mt_param_table *t, int l,
+                      const mt_tensor_desc *td, float *dst, mt_error *err) {
+    char name[96];
+    int64_t rows, row0;
+    if (!mt_params_fused(t, l, td, name, &rows, &row0)) return 1;
+    const mt_st_tensor_info *ti = mt_st_model_find(m, name);
+    if (!ti) return 1;
+    if (ti->ndim != 2 || ti->shape[0] != rows || ti->shape[1] != td->shape[1]) {
+        char has[160], want[80];
+        int64_t shape[2] = {rows, td->shape[1]};
+        format_shape(has, sizeof has, ti->ndim, ti->shape);
+        format_shape(want, sizeof want, 2, shape);
+        return mt_errorf(err, "%s: tensor \"%s\" has shape %s but config.json implies %s",
+                         ti->file, name, has, want);
+    }
+    return mt_st_read_f32_range(ti, (size_t)row0 * (size_t)td->shape[1], dst, td->numel, err);
+}
+
 int mt_model_read_layers(const mt_param_table *t, const char *dir, mt_layer_dst dst_of,
                          mt_layer_done done, void *ctx, mt_error *err) {
     mt_st_model m;
@@ -87,16 +109,22 @@ int mt_model_read_layers(const mt_param_table *t, const char *dir, mt_layer_dst 
         float *base = dst_of(ctx, l);
         for (int k = 0; k < ld->n_tensors; k++) {
             const mt_tensor_desc *td = &ld->tensors[k];
-            const mt_st_tensor_info *ti = mt_st_model_find(&m, td->name);
             float *dst = base + td->offset;
+            int st = read_fused(&m, t, l, td, dst, err);
+            if (st < 0) goto out;
+            if (st == 0) continue;
+            const mt_st_tensor_info *ti = mt_st_model_find(&m, td->name);
             if (!ti && ld->n_experts) { /* an MoE block in another layout */
                 int st = mt_moe_read_other_layout(&m, ld, td, dst, err);
                 if (st < 0) goto out;
                 if (st == 0) continue;
             }
             if (!ti) {
+                char fused[96];
+                int64_t rows, row0;
+                bool f = mt_params_fused(t, l, td, fused, &rows, &row0);
                 mt_errorf(err, "%s: tensor \"%s\" is missing from the safetensors files",
-                          dir, td->name);
+                          dir, f ? fused : td->name);
                 goto out;
             }
             int shape_ok = ti->ndim == td->ndim && ti->shape[0] == td->shape[0] &&
@@ -130,6 +158,73 @@ static int write_json(const char *dir, const char *name, const char *text, mt_er
     return bad ? mt_errorf(err, "%s: write failed (disk full?)", path) : 0;
 }
 
+/* A fused published tensor (mt_params_fused): its parts, in row order. */
+typedef struct fused_src {
+    char name[96];
+    int n;
+    const float *part[3];
+    size_t numel[3];
+} fused_src;
+
+/* Elements [first, first + count) of a fused tensor, gathered from its parts. */
+static int fill_fused(void *ctx, const mt_st_write_tensor *t, size_t first, size_t count,
+                      float *dst, mt_error *err) {
+    (void)t, (void)err;
+    const fused_src *f = ctx;
+    size_t start = 0;
+    for (int j = 0; j < f->n && count > 0; j++) {
+        size_t end = start + f->numel[j];
+        if (first < end) {
+            size_t k = end - first < count ? end - first : count;
+            memcpy(dst, f->part[j] + (first - start), k * sizeof(float));
+            dst += k, first += k, count -= k;
+        }
+        start = end;
+    }
+    return 0;
+}
+
+int mt_model_write_list(const mt_param_table *t, const float *w, mt_dtype dtype,
+                        mt_st_write_tensor *out, void **ctx) {
+    int n = 0;
+    for (int l = 0; l < t->n_layers; l++) n += t->layers[l].n_tensors;
+    fused_src *fs = mt_calloc_or_die((size_t)n + 1, sizeof *fs);
+    *ctx = fs;
+    n = 0;
+    for (int l = 0; l < t->n_layers; l++) {
+        const mt_layer_desc *ld = &t->layers[l];
+        for (int k = 0; k < ld->n_tensors; k++) {
+            const mt_tensor_desc *td = &ld->tensors[k];
+            const float *src = w + ld->offset + td->offset;
+            char name[96];
+            int64_t rows, row0;
+            if (mt_params_fused(t, l, td, name, &rows, &row0)) {
+                /* the parts follow one another in the table: the first part
+                 * opens the published tensor, the others join it */
+                fused_src *f = &fs[n];
+                if (row0 > 0) {
+                    f = &fs[n - 1];
+                    MT_ASSERT(n > 0 && !strcmp(f->name, name) && f->n < 3);
+                    f->part[f->n] = src;
+                    f->numel[f->n++] = td->numel;
+                    continue;
+                }
+                snprintf(f->name, sizeof f->name, "%s", name);
+                f->part[0] = src;
+                f->numel[0] = td->numel;
+                f->n = 1;
+                out[n++] = (mt_st_write_tensor){.name = f->name, .dtype = dtype, .ndim = 2,
+                                                .shape = {rows, td->shape[1]},
+                                                .fill = fill_fused, .fill_ctx = f};
+                continue;
+            }
+            out[n++] = (mt_st_write_tensor){.name = td->name, .dtype = dtype, .ndim = td->ndim,
+                                            .shape = {td->shape[0], td->shape[1]}, .f32 = src};
+        }
+    }
+    return n;
+}
+
 int mt_model_save(const mt_host_store *s, const mt_config *cfg, const char *dir, mt_dtype dtype,
                   size_t max_shard_bytes, mt_error *err) {
     if (mt_mkdirs(dir, err)) return -1;
@@ -137,23 +232,12 @@ int mt_model_save(const mt_host_store *s, const mt_config *cfg, const char *dir,
     int n = 0;
     for (int l = 0; l < t->n_layers; l++) n += t->layers[l].n_tensors;
     mt_st_write_tensor *wt = mt_calloc_or_die((size_t)n, sizeof *wt);
-    n = 0;
-    for (int l = 0; l < t->n_layers; l++) {
-        const mt_layer_desc *ld = &t->layers[l];
-        for (int k = 0; k < ld->n_tensors; k++) {
-            const mt_tensor_desc *td = &ld->tensors[k];
-            mt_st_write_tensor *w = &wt[n++];
-            w->name = td->name;
-            w->dtype = dtype;
-            w->ndim = td->ndim;
-            w->shape[0] = td->shape[0];
-            w->shape[1] = td->shape[1];
-            w->f32 = s->w + ld->offset + td->offset;
-        }
-    }
+    void *fs;
+    n = mt_model_write_list(t, s->w, dtype, wt, &fs);
     mt_st_kv meta[] = {{"format", "pt"}};
     int rc = mt_st_write_sharded(dir, wt, n, meta, 1, max_shard_bytes, err);
     free(wt);
+    free(fs);
     if (rc) return -1;
     char *json = mt_config_to_json_dtype(cfg, dtype == MT_DTYPE_BF16 ? "bfloat16" : "float32");
     rc = write_json(dir, "config.json", json, err);

@@ -7,6 +7,7 @@
 
 #include "host/store.h"
 #include "io/dtype.h"
+#include "io/safetensors.h"
 #include "model/config.h"
 #include "util/error.h"
 
@@ -32,6 +33,16 @@ typedef void (*mt_layer_done)(void *ctx, int layer);
  * checks. */
 int mt_model_read_layers(const mt_param_table *t, const char *dir, mt_layer_dst dst_of,
                          mt_layer_done done, void *ctx, mt_error *err);
+
+/* The safetensors tensors of weights w (laid out as table t says) under
+ * their published names, for a writer of mt_st_write: one per tensor of
+ * the table, but one for all the parts of a fused published tensor
+ * (mt_params_fused: phi3's qkv_proj and gate_up_proj), gathered as it is
+ * written. out has room for every tensor of the table; returns how many
+ * it holds. *ctx holds what the gathering reads: free() it after the
+ * write. */
+int mt_model_write_list(const mt_param_table *t, const float *w, mt_dtype dtype,
+                        mt_st_write_tensor *out, void **ctx);
 
 /* Writes config.json, generation_config.json (BOS and EOS, as
  * transformers derives it from config.json) and the weights as

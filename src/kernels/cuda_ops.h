@@ -139,6 +139,57 @@ void mt_cuda_rmsnorm_backward_op(mt_cuda_ctx *ctx, float *dinp, void *dinp_op, f
                                  float *scratch, const float *dout, const float *inp,
                                  const float *w, const float *rstd, size_t N, size_t C);
 
+/* ---- LayerNorm with bias (gpt_neox, falcon; C % 4 == 0, 16-byte aligned
+ * rows) ---- */
+
+/* out (N,C) = (inp - mean) * rstd * w + b, of type out_dt, as
+ * mt_cpu_layernorm_forward (b may be NULL: none); mean, rstd (N) may be
+ * NULL. */
+void mt_cuda_layernorm_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt, float *mean,
+                               float *rstd, const float *inp, const float *w, const float *b,
+                               size_t N, size_t C, float eps);
+
+/* dinp (N,C) +=, dw (C) +=, db (C) += (db may be NULL); mean, rstd from the
+ * forward; scratch of mt_cuda_colsum_scratch_floats(N, C) floats. */
+void mt_cuda_layernorm_backward(mt_cuda_ctx *ctx, float *dinp, float *dw, float *db,
+                                float *scratch, const float *dout, const float *inp,
+                                const float *w, const float *mean, const float *rstd, size_t N,
+                                size_t C);
+
+/* ---- GELU (gpt_neox, falcon): the erf form, or with tanh_form
+ * transformers' tanh approximation ("gelu_new") ---- */
+
+/* out (n) = gelu(inp), of type out_dt; inp (of type inp_dt) 16-byte
+ * aligned. */
+void mt_cuda_gelu_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt, const void *inp,
+                          mt_dt inp_dt, size_t n, int tanh_form);
+/* dinp (n) = dout * gelu'(inp), OVERWRITTEN, and dinp_op (n) bf16 the same
+ * rounded; either may be NULL (not written), not both. inp of type inp_dt;
+ * 16-byte aligned arrays. */
+void mt_cuda_gelu_backward(mt_cuda_ctx *ctx, float *dinp, uint16_t *dinp_op, const float *dout,
+                           const void *inp, mt_dt inp_dt, size_t n, int tanh_form);
+
+/* ---- the fused query_key_value of gpt_neox and falcon ----
+ * qkv (B*T, NKV, NH/NKV + 2, HD): per kv head its query heads, its k and
+ * its v (backend/cpu/neox.c). RoPE (rotate-half) on the leading R dims of
+ * each q and k head, pairs (i, i + R/2), cos, sin (T, R/2); token (b, t) at
+ * position pos[b*T+t] or t when pos is NULL, as mt_cuda_rope_forward. */
+
+/* q (B,T,NH,HD), k, v (B,T,NKV,HD) of type out_dt = the split of qkv (of
+ * type qkv_dt), q and k rotated (fp32 arithmetic). */
+void mt_cuda_qkv_split_rope(mt_cuda_ctx *ctx, void *q, void *k, void *v, mt_dt out_dt,
+                            const void *qkv, mt_dt qkv_dt, const float *cos, const float *sin,
+                            const int32_t *pos, size_t B, size_t T, size_t NH, size_t NKV,
+                            size_t HD, size_t R);
+/* Its backward: dqkv = the join of dq, dk, dv with dq, dk rotated back
+ * (OVERWRITTEN), and dqkv_op the same in bf16; either may be NULL (not
+ * written), not both. */
+void mt_cuda_qkv_join_rope_backward(mt_cuda_ctx *ctx, float *dqkv, uint16_t *dqkv_op,
+                                    const float *dq, const float *dk, const float *dv,
+                                    const float *cos, const float *sin, const int32_t *pos,
+                                    size_t B, size_t T, size_t NH, size_t NKV, size_t HD,
+                                    size_t R);
+
 /* ---- RoPE, in place on x (B,T,H,HD); cos, sin (T, HD/2); token (b, t)
  * at position pos[b*T+t] (pos (B,T) on the device, each < T: packed
  * documents), or t when pos is NULL ---- */

@@ -1,4 +1,5 @@
-/* config.json parsing for the Llama family (llama, mistral, qwen2, qwen3),
+/* config.json parsing for the Llama family (llama, mistral, qwen2, qwen3,
+ * phi3),
  * its mixture-of-experts relatives (mixtral, qwen2_moe, qwen3_moe),
  * gpt_neox (Pythia, GPT-NeoX-20B) and falcon (Falcon-7B, and the new
  * decoder architecture of Falcon-40B/180B); gemma2 and gemma3_text are
@@ -38,6 +39,50 @@ static int get_token_id(const cJSON *root, const char *key, int64_t *out, const 
     return 0;
 }
 
+/* One of longrope's factor lists: head_dim / 2 numbers > 0. */
+static int get_factors(const cJSON *rp, const char *key, double *out, int64_t n,
+                       const char *field, const char *src, mt_error *err) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(rp, key);
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n)
+        return mt_errorf(err, "%s: %s.%s must be a list of head_dim / 2 = %lld numbers", src,
+                         field, key, (long long)n);
+    int i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a) {
+        if (!cJSON_IsNumber(e) || !(e->valuedouble > 0) || !isfinite(e->valuedouble))
+            return mt_errorf(err, "%s: %s.%s[%d] must be a finite number > 0", src, field, key,
+                             i);
+        out[i++] = e->valuedouble;
+    }
+    return 0;
+}
+
+/* phi3's rope_scaling of type "longrope" ("su" in the first Phi-3
+ * releases), as transformers reads it (_compute_longrope_parameters):
+ * short_factor and long_factor, one per rotated pair; "factor" and
+ * "attention_factor" optional. original_max_position_embeddings is the
+ * top-level field of config.json (parse_phi3), which transformers prefers
+ * to the one in rope_scaling. */
+static int parse_longrope(mt_config *cfg, const cJSON *rp, const char *field, const char *src,
+                          mt_error *err) {
+    cfg->rope_kind = MT_ROPE_LONGROPE;
+    int64_t half = cfg->HD / 2;
+    if (half < 1 || half > MT_MAX_ROPE_FACTORS)
+        return mt_errorf(err, "%s: head_dim %lld: megatrain reads longrope factors for head "
+                         "dims up to %d", src, (long long)cfg->HD, 2 * MT_MAX_ROPE_FACTORS);
+    if (get_factors(rp, "short_factor", cfg->rope_short_factor, half, field, src, err) ||
+        get_factors(rp, "long_factor", cfg->rope_long_factor, half, field, src, err) ||
+        mt_cfg_num(rp, "factor", 0.0, &cfg->rope_factor, src, err) ||
+        mt_cfg_num(rp, "attention_factor", 0.0, &cfg->rope_attn_factor, src, err))
+        return -1;
+    cfg->n_rope_factors = (int)half;
+    if (cfg->rope_factor < 0 || cfg->rope_attn_factor < 0 || !isfinite(cfg->rope_factor) ||
+        !isfinite(cfg->rope_attn_factor))
+        return mt_errorf(err, "%s: %s.factor and %s.attention_factor must be finite numbers "
+                         "> 0 when given", src, field, field);
+    return 0;
+}
+
 static int parse_rope(mt_config *cfg, const cJSON *root, const char *src, mt_error *err) {
     /* transformers 5 keeps everything in rope_parameters; 4 uses rope_theta
      * at the top level and rope_scaling for the scaling kind. */
@@ -52,16 +97,26 @@ static int parse_rope(mt_config *cfg, const cJSON *root, const char *src, mt_err
     cfg->rope_kind = MT_ROPE_DEFAULT;
     if (!rp || cJSON_IsNull(rp)) return 0;
     if (!cJSON_IsObject(rp)) return mt_errorf(err, "%s: field \"%s\" must be an object", src, field);
-    if (mt_cfg_num(rp, "rope_theta", cfg->rope_theta, &cfg->rope_theta, src, err)) return -1;
+    double prf = 1.0;
+    if (mt_cfg_num(rp, "rope_theta", cfg->rope_theta, &cfg->rope_theta, src, err) ||
+        mt_cfg_num(rp, "partial_rotary_factor", 1.0, &prf, src, err))
+        return -1;
+    if (prf != 1.0)
+        return mt_errorf(err, "%s: %s.partial_rotary_factor %g is not supported for model_type "
+                         "\"%s\" (only 1.0)", src, field, prf, cfg->model_type);
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
     if (!type) type = cJSON_GetObjectItemCaseSensitive(rp, "type");
     const char *t = cJSON_IsString(type) ? type->valuestring : "default";
     if (!strcmp(t, "default")) return 0;
-    if (strcmp(t, "llama3") != 0)
+    bool phi3 = cfg->arch == MT_ARCH_PHI3;
+    if (phi3 && (!strcmp(t, "longrope") || !strcmp(t, "su")))
+        return parse_longrope(cfg, rp, field, src, err);
+    if (strcmp(t, "llama3") != 0 || phi3)
         return mt_errorf(err,
-                         "%s: %s.rope_type \"%s\" is not supported; megatrain supports "
-                         "\"default\" and \"llama3\"",
-                         src, field, t);
+                         "%s: %s.rope_type \"%s\" is not supported for model_type \"%s\"; "
+                         "megatrain supports \"default\" and %s",
+                         src, field, t, cfg->model_type,
+                         phi3 ? "\"longrope\" (\"su\")" : "\"llama3\"");
     cfg->rope_kind = MT_ROPE_LLAMA3;
     int64_t orig = 0;
     if (mt_cfg_num(rp, "factor", 8.0, &cfg->rope_factor, src, err) ||
@@ -269,6 +324,32 @@ static int parse_falcon(mt_config *cfg, const cJSON *root, const char *src, mt_e
     return parse_rope(cfg, root, src, err);
 }
 
+/* What phi3 adds to the Llama fields, with Phi3Config's defaults: its
+ * dropouts must be 0, original_max_position_embeddings (4096 when absent)
+ * is longrope's pretraining length; bos, eos and pad_token_id are 1, 32000
+ * and 32000 when absent, and pad_token_id is kept to be written back. */
+static int parse_phi3(mt_config *cfg, const cJSON *root, const char *src, mt_error *err) {
+    const char *dropouts[] = {"resid_pdrop", "embd_pdrop", "attention_dropout"};
+    for (size_t i = 0; i < sizeof dropouts / sizeof *dropouts; i++) {
+        double drop = 0;
+        if (mt_cfg_num(root, dropouts[i], 0.0, &drop, src, err)) return -1;
+        if (drop != 0)
+            return mt_errorf(err, "%s: %s = %g is not supported (megatrain trains without "
+                             "dropout); set it to 0.0", src, dropouts[i], drop);
+    }
+    if (get_token_id(root, "pad_token_id", &cfg->pad_id, src, err)) return -1;
+    const char *ids[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+    int64_t *id_out[] = {&cfg->bos_id, &cfg->eos_id, &cfg->pad_id}, dflt[] = {1, 32000, 32000};
+    for (size_t i = 0; i < 3; i++)
+        if (!cJSON_GetObjectItemCaseSensitive(root, ids[i])) *id_out[i] = dflt[i];
+    if (mt_cfg_int(root, "original_max_position_embeddings", 4096, &cfg->rope_orig_max_pos, src,
+                   err))
+        return -1;
+    if (cfg->rope_orig_max_pos <= 0)
+        return mt_errorf(err, "%s: original_max_position_embeddings must be positive", src);
+    return 0;
+}
+
 /* mlp_only_layers: a list of block indices in [0, L). */
 static int parse_mlp_only(mt_moe_config *m, const cJSON *root, int64_t L, const char *src,
                           mt_error *err) {
@@ -358,6 +439,31 @@ static bool duplicate_key(const cJSON *j, char *buf, size_t cap) {
     return false;
 }
 
+/* cfg->arch and cfg->model_type from config.json's model_type. */
+static int set_model_type(mt_config *cfg, const char *type, const char *src, mt_error *err) {
+    const char *types[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe",
+                           "qwen3_moe", "gpt_neox", "falcon", "phi3", "gemma2", "gemma3_text"};
+    const mt_arch archs[] = {MT_ARCH_LLAMA, MT_ARCH_MISTRAL, MT_ARCH_QWEN2, MT_ARCH_QWEN3,
+                             MT_ARCH_MIXTRAL, MT_ARCH_QWEN2_MOE, MT_ARCH_QWEN3_MOE,
+                             MT_ARCH_GPT_NEOX, MT_ARCH_FALCON, MT_ARCH_PHI3, MT_ARCH_GEMMA2,
+                             MT_ARCH_GEMMA3_TEXT};
+    int found = -1;
+    for (int i = 0; i < (int)(sizeof types / sizeof *types); i++)
+        if (!strcmp(type, types[i])) found = i;
+    if (found < 0 && !strcmp(type, "gemma3"))
+        return mt_errorf(err, "%s: model_type \"gemma3\" (Gemma 3 with its vision tower) is not "
+                         "supported; megatrain trains its text model, model_type "
+                         "\"gemma3_text\" (the config.json of gemma-3-1b, or text_config of the "
+                         "larger ones)", src);
+    if (found < 0)
+        return mt_errorf(err, "%s: model_type \"%s\" is not supported; megatrain trains llama, "
+                         "mistral, qwen2, qwen3, phi3, mixtral, qwen2_moe, qwen3_moe, gpt_neox, "
+                         "falcon, gemma2 and gemma3_text", src, type);
+    cfg->arch = archs[found];
+    snprintf(cfg->model_type, sizeof cfg->model_type, "%s", types[found]);
+    return 0;
+}
+
 int mt_config_parse(mt_config *cfg, const char *json_text, const char *src, mt_error *err) {
     memset(cfg, 0, sizeof *cfg);
     cJSON *root = cJSON_Parse(json_text);
@@ -377,41 +483,21 @@ int mt_config_parse(mt_config *cfg, const char *json_text, const char *src, mt_e
         mt_errorf(err, "%s: required field \"model_type\" is missing or not a string", src);
         goto out;
     }
-    const char *types[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe",
-                           "qwen3_moe", "gpt_neox", "falcon", "gemma2", "gemma3_text"};
-    const mt_arch archs[] = {MT_ARCH_LLAMA, MT_ARCH_MISTRAL, MT_ARCH_QWEN2, MT_ARCH_QWEN3,
-                             MT_ARCH_MIXTRAL, MT_ARCH_QWEN2_MOE, MT_ARCH_QWEN3_MOE,
-                             MT_ARCH_GPT_NEOX, MT_ARCH_FALCON, MT_ARCH_GEMMA2,
-                             MT_ARCH_GEMMA3_TEXT};
-    int found = -1;
-    for (int i = 0; i < (int)(sizeof types / sizeof *types); i++)
-        if (!strcmp(mt->valuestring, types[i])) found = i;
-    if (found < 0 && !strcmp(mt->valuestring, "gemma3")) {
-        mt_errorf(err, "%s: model_type \"gemma3\" (Gemma 3 with its vision tower) is not "
-                  "supported; megatrain trains its text model, model_type \"gemma3_text\" "
-                  "(the config.json of gemma-3-1b, or text_config of the larger ones)", src);
-        goto out;
-    }
-    if (found < 0) {
-        mt_errorf(err, "%s: model_type \"%s\" is not supported; megatrain trains llama, mistral, "
-                  "qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, gpt_neox, falcon, gemma2 and "
-                  "gemma3_text", src, mt->valuestring);
-        goto out;
-    }
-    cfg->arch = archs[found];
-    snprintf(cfg->model_type, sizeof cfg->model_type, "%s", types[found]);
+    if (set_model_type(cfg, mt->valuestring, src, err)) goto out;
 
     double eps = 0;
     /* falcon names its MLP size ffn_hidden_size (parse_falcon) */
-    bool falcon = cfg->arch == MT_ARCH_FALCON;
+    bool falcon = cfg->arch == MT_ARCH_FALCON, phi3 = cfg->arch == MT_ARCH_PHI3;
+    cfg->pad_id = -1;
+    /* Phi3Config's defaults: 4096 positions, eps 1e-5 */
     if (mt_cfg_int(root, "hidden_size", -1, &cfg->C, src, err) ||
         mt_cfg_int(root, "num_hidden_layers", -1, &cfg->L, src, err) ||
         mt_cfg_int(root, "num_attention_heads", -1, &cfg->NH, src, err) ||
         (!falcon && mt_cfg_int(root, "intermediate_size", -1, &cfg->F, src, err)) ||
         mt_cfg_int(root, "vocab_size", -1, &cfg->V, src, err) ||
         mt_cfg_int(root, "num_key_value_heads", cfg->NH, &cfg->NKV, src, err) ||
-        mt_cfg_int(root, "max_position_embeddings", 2048, &cfg->max_pos, src, err) ||
-        mt_cfg_num(root, "rms_norm_eps", 1e-6, &eps, src, err) ||
+        mt_cfg_int(root, "max_position_embeddings", phi3 ? 4096 : 2048, &cfg->max_pos, src, err) ||
+        mt_cfg_num(root, "rms_norm_eps", phi3 ? 1e-5 : 1e-6, &eps, src, err) ||
         mt_cfg_bool(root, "tie_word_embeddings", false, &cfg->tie_embeddings, src, err) ||
         get_token_id(root, "bos_token_id", &cfg->bos_id, src, err) ||
         get_token_id(root, "eos_token_id", &cfg->eos_id, src, err))
@@ -423,7 +509,7 @@ int mt_config_parse(mt_config *cfg, const char *json_text, const char *src, mt_e
     }
     if (mt_cfg_int(root, "head_dim", cfg->C / cfg->NH, &cfg->HD, src, err)) goto out;
     mt_arch a = cfg->arch;
-    if (a == MT_ARCH_MISTRAL || a == MT_ARCH_QWEN2 || a == MT_ARCH_MIXTRAL) {
+    if (a == MT_ARCH_MISTRAL || a == MT_ARCH_QWEN2 || a == MT_ARCH_MIXTRAL || a == MT_ARCH_PHI3) {
         if (mt_cfg_int(root, "sliding_window", 0, &cfg->sliding_window, src, err)) goto out;
     }
     if (a == MT_ARCH_QWEN2) {
@@ -443,7 +529,8 @@ int mt_config_parse(mt_config *cfg, const char *json_text, const char *src, mt_e
         if (parse_falcon(cfg, root, src, err)) goto out;
     } else if (mt_arch_is_gemma(a)) {
         if (mt_config_parse_gemma(cfg, root, src, err)) goto out;
-    } else if (parse_rope(cfg, root, src, err) || refuse_unsupported(cfg, root, src, err)) {
+    } else if ((a == MT_ARCH_PHI3 && parse_phi3(cfg, root, src, err)) ||
+               parse_rope(cfg, root, src, err) || refuse_unsupported(cfg, root, src, err)) {
         goto out;
     }
     rc = mt_config_validate(cfg, src, err);
@@ -608,10 +695,30 @@ static void neox_to_json(const mt_config *c, cJSON *r) {
     cJSON_AddBoolToObject(r, "tie_word_embeddings", false);
 }
 
-/* rope_theta, and rope_scaling for llama3, under transformers 4's names
- * (transformers 5 converts them on load). */
+/* longrope's rope_scaling as Phi-3.5's config.json has it; "factor" and
+ * "attention_factor" only when config.json gave them. */
+static void longrope_to_json(const mt_config *c, cJSON *r) {
+    cJSON *s = cJSON_AddObjectToObject(r, "rope_scaling");
+    cJSON_AddStringToObject(s, "type", "longrope");
+    const char *keys[] = {"short_factor", "long_factor"};
+    const double *lists[] = {c->rope_short_factor, c->rope_long_factor};
+    for (int k = 0; k < 2; k++) {
+        cJSON *a = cJSON_AddArrayToObject(s, keys[k]);
+        for (int i = 0; i < c->n_rope_factors; i++) {
+            char buf[48];
+            mt_cfg_number_text(buf, lists[k][i], false);
+            cJSON_AddItemToArray(a, cJSON_CreateRaw(buf));
+        }
+    }
+    if (c->rope_factor > 0) mt_cfg_add_float(s, "factor", c->rope_factor);
+    if (c->rope_attn_factor > 0) mt_cfg_add_float(s, "attention_factor", c->rope_attn_factor);
+}
+
+/* rope_theta, and rope_scaling for llama3 and longrope, under transformers
+ * 4's names (transformers 5 converts them on load). */
 static void rope_to_json(const mt_config *c, cJSON *r) {
     mt_cfg_add_float(r, "rope_theta", c->rope_theta);
+    if (c->rope_kind == MT_ROPE_LONGROPE) longrope_to_json(c, r);
     if (c->rope_kind != MT_ROPE_LLAMA3) return;
     cJSON *s = cJSON_AddObjectToObject(r, "rope_scaling");
     cJSON_AddStringToObject(s, "rope_type", "llama3");
@@ -665,9 +772,11 @@ char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
         mt_config_gemma_to_json(c, r);
         goto ids;
     }
-    const char *arch[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-                          "Qwen3ForCausalLM", "MixtralForCausalLM", "Qwen2MoeForCausalLM",
-                          "Qwen3MoeForCausalLM"};
+    const char *arch[] = {"LlamaForCausalLM",    "MistralForCausalLM",  "Qwen2ForCausalLM",
+                          "Qwen3ForCausalLM",    "MixtralForCausalLM",  "Qwen2MoeForCausalLM",
+                          "Qwen3MoeForCausalLM", "GPTNeoXForCausalLM",  "FalconForCausalLM",
+                          "Phi3ForCausalLM"};
+    _Static_assert(sizeof arch / sizeof *arch == MT_ARCH_PHI3 + 1, "a class for every arch");
     cJSON *a = cJSON_AddArrayToObject(r, "architectures");
     cJSON_AddItemToArray(a, cJSON_CreateString(arch[c->arch]));
     cJSON_AddStringToObject(r, "model_type", c->model_type);
@@ -687,13 +796,26 @@ char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
         c->arch == MT_ARCH_QWEN3_MOE)
         cJSON_AddBoolToObject(r, "use_sliding_window", false);
     if (mt_arch_has_experts(c->arch)) moe_to_json(c, r);
-    if (c->arch == MT_ARCH_MISTRAL || c->arch == MT_ARCH_MIXTRAL) {
+    if (c->arch == MT_ARCH_MISTRAL || c->arch == MT_ARCH_MIXTRAL || c->arch == MT_ARCH_PHI3) {
         if (c->sliding_window > 0) cJSON_AddNumberToObject(r, "sliding_window", (double)c->sliding_window);
         else cJSON_AddNullToObject(r, "sliding_window");
+    }
+    if (c->arch == MT_ARCH_PHI3) {
+        cJSON_AddNumberToObject(r, "original_max_position_embeddings",
+                                (double)c->rope_orig_max_pos);
+        /* Phi3Config's pad_token_id is 32000 when absent: none must be said */
+        if (c->pad_id >= 0) cJSON_AddNumberToObject(r, "pad_token_id", (double)c->pad_id);
+        else cJSON_AddNullToObject(r, "pad_token_id");
+        mt_cfg_add_float(r, "resid_pdrop", 0.0);
+        mt_cfg_add_float(r, "embd_pdrop", 0.0);
+        mt_cfg_add_float(r, "attention_dropout", 0.0);
     }
 ids:
     if (c->bos_id >= 0) cJSON_AddNumberToObject(r, "bos_token_id", (double)c->bos_id);
     if (c->eos_id >= 0) cJSON_AddNumberToObject(r, "eos_token_id", (double)c->eos_id);
+    /* Phi3Config has ids 1 and 32000 when absent: none must be said */
+    if (c->arch == MT_ARCH_PHI3 && c->bos_id < 0) cJSON_AddNullToObject(r, "bos_token_id");
+    if (c->arch == MT_ARCH_PHI3 && c->eos_id < 0) cJSON_AddNullToObject(r, "eos_token_id");
     cJSON_AddStringToObject(r, "torch_dtype", torch_dtype);
     char *s = cJSON_Print(r);
     cJSON_Delete(r);
@@ -730,6 +852,18 @@ void mt_config_falcon_defaults(mt_config *c, bool new_decoder) {
     c->rotary_dim = 0;
 }
 
+void mt_config_phi3_defaults(mt_config *c) {
+    c->arch = MT_ARCH_PHI3;
+    snprintf(c->model_type, sizeof c->model_type, "phi3");
+    c->rms_eps = 1e-5f;
+    c->rope_kind = MT_ROPE_DEFAULT;
+    c->rope_orig_max_pos = c->max_pos;
+    c->sliding_window = 0;
+    c->pad_id = -1;
+    c->qkv_bias = c->qk_norm = false;
+    c->rotary_dim = 0;
+}
+
 void mt_config_default_tiny(mt_config *c) {
     memset(c, 0, sizeof *c);
     c->arch = MT_ARCH_LLAMA;
@@ -746,6 +880,7 @@ void mt_config_default_tiny(mt_config *c) {
     c->rope_theta = 10000.0;
     c->rope_kind = MT_ROPE_DEFAULT;
     c->tie_embeddings = true;
+    c->pad_id = -1;
     c->bos_id = 256;
     c->eos_id = 257;
 }

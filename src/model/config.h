@@ -1,5 +1,7 @@
 /* Model configuration: the subset of a Hugging Face config.json that
- * describes a decoder-only Llama-family transformer, dense or
+ * describes a decoder-only Llama-family transformer (phi3 among them: its
+ * fused qkv_proj and gate_up_proj are a matter of the files, io/model_io.c),
+ * dense or
  * mixture-of-experts (docs/moe.md), a GPT-NeoX one (LayerNorm, fused
  * qkv, partial rotary, GELU MLP, biases, parallel residual), a Falcon one
  * (the same block without biases, one or two LayerNorms, multi-query or
@@ -29,6 +31,7 @@ typedef enum {
     MT_ARCH_QWEN3_MOE,
     MT_ARCH_GPT_NEOX,
     MT_ARCH_FALCON,
+    MT_ARCH_PHI3,
     MT_ARCH_GEMMA2,
     MT_ARCH_GEMMA3_TEXT,
 } mt_arch;
@@ -49,10 +52,15 @@ static inline bool mt_arch_is_gemma(mt_arch a) {
     return a == MT_ARCH_GEMMA2 || a == MT_ARCH_GEMMA3_TEXT;
 }
 
-/* Whether arch has CPU references only: no GPU kernels run its blocks yet. */
-static inline bool mt_arch_cpu_only(mt_arch a) {
-    return mt_arch_has_neox_block(a) || mt_arch_is_gemma(a);
+/* Whether arch's blocks are the Llama block (backend_cpu.c's on the CPU):
+ * not neox.c's or gemma.c's. */
+static inline bool mt_arch_has_llama_block(mt_arch a) {
+    return !mt_arch_has_neox_block(a) && !mt_arch_is_gemma(a);
 }
+
+/* Whether arch has CPU references only: no GPU kernels run its blocks yet
+ * (gemma2, gemma3_text; gpt_neox and falcon run on the GPU). */
+static inline bool mt_arch_cpu_only(mt_arch a) { return mt_arch_is_gemma(a); }
 
 /* The MLP: SwiGLU, down(silu(gate x) * up x), or a plain two-layer MLP,
  * down(gelu(up x + b) + b), with the erf GELU or its tanh form. */
@@ -65,8 +73,13 @@ typedef enum {
 typedef enum {
     MT_ROPE_DEFAULT,
     MT_ROPE_LLAMA3,
-    MT_ROPE_LINEAR,    /* frequencies divided by rope_factor (gemma3's global layers) */
+    MT_ROPE_LINEAR,   /* frequencies divided by rope_factor (gemma3's global layers) */
+    MT_ROPE_LONGROPE, /* phi3's rope_scaling type "longrope" (or "su") */
 } mt_rope_kind;
+
+/* Most short and long factors of a longrope config megatrain reads: one per
+ * rotated pair, head_dim / 2. */
+#define MT_MAX_ROPE_FACTORS 256
 
 /* Most entries of mlp_only_layers megatrain reads. */
 #define MT_MAX_MLP_ONLY 256
@@ -105,10 +118,19 @@ typedef struct mt_config {
                                 * layer_norm_epsilon */
     double rope_theta;
     mt_rope_kind rope_kind;
-    double rope_factor;        /* llama3 scaling */
+    double rope_factor;        /* llama3 scaling; longrope: "factor" as given, 0 when
+                                * absent (then max_pos / rope_orig_max_pos) */
     double rope_low_freq_factor;
     double rope_high_freq_factor;
     int64_t rope_orig_max_pos; /* original_max_position_embeddings */
+    /* longrope: inv_freq[i] is divided by short_factor[i] in runs of at most
+     * rope_orig_max_pos tokens, by long_factor[i] in longer ones; cos and
+     * sin are scaled by attention_factor (rope_attn_factor as given, 0 when
+     * absent: then derived, mt_rope_attention_factor) */
+    int n_rope_factors;        /* head_dim / 2 */
+    double rope_short_factor[MT_MAX_ROPE_FACTORS];
+    double rope_long_factor[MT_MAX_ROPE_FACTORS];
+    double rope_attn_factor;
     bool tie_embeddings;       /* tie_word_embeddings */
     bool qkv_bias;             /* qwen2: q/k/v projections have a bias */
     bool qk_norm;              /* qwen3: per-head RMSNorm on q and k */
@@ -132,6 +154,8 @@ typedef struct mt_config {
                                 * iff (i + 1) % sliding_pattern != 0; 1: none */
     double rope_local_theta;   /* gemma3_text: the sliding layers' base (rope_local_base_freq);
                                 * rope_theta and rope_kind are the global layers' */
+    int64_t pad_id;            /* phi3's pad_token_id (written back as read), -1 when
+                               * null; other families: -1 */
     int64_t bos_id;            /* -1 when absent */
     int64_t eos_id;            /* -1 when absent */
     mt_moe_config moe;
@@ -182,6 +206,12 @@ void mt_config_gemma_defaults(mt_config *cfg, bool gemma3);
 
 /* Whether decoder block i attends over a sliding window (gemma). */
 bool mt_config_block_slides(const mt_config *cfg, int64_t i);
+
+/* Makes cfg a phi3 model of its shape as Phi3Config has one: RMSNorm eps
+ * 1e-5, no rope scaling (original_max_position_embeddings = max_pos), no
+ * sliding window, no pad token. Leaves rope_theta, the tying and the
+ * shape. For `init` and the presets. */
+void mt_config_phi3_defaults(mt_config *cfg);
 
 /* The built-in tiny model used by `make run` (byte-level vocabulary). */
 void mt_config_default_tiny(mt_config *cfg);

@@ -24,6 +24,8 @@ int mt_cfg_bool(const cJSON *root, const char *key, bool dflt, bool *out, const 
 /* cfg->act from the GELU named by field `key` ("gelu" when absent). */
 int mt_cfg_gelu(mt_config *cfg, const cJSON *root, const char *key, const char *src,
                 mt_error *err);
+/* v as Python's repr writes it (as an fp32 when single), into buf. */
+void mt_cfg_number_text(char buf[48], double v, bool single);
 /* Adds v under key as Python's repr writes it (as an fp32 when single). */
 void mt_cfg_add_number(cJSON *r, const char *key, double v, bool single);
 void mt_cfg_add_float(cJSON *r, const char *key, double v);

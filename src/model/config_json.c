@@ -71,21 +71,25 @@ int mt_cfg_gelu(mt_config *cfg, const cJSON *root, const char *key, const char *
  * 9.99999974737875e-06), positional from 1e-4 to 1e16 (500000.0), else
  * with an exponent. transformers 5 checks the types of config fields, and
  * refuses 0 where it wants 0.0. */
-void mt_cfg_add_number(cJSON *r, const char *key, double v, bool single) {
-    char buf[48];
+void mt_cfg_number_text(char buf[48], double v, bool single) {
     int digits = 1;
     for (; digits < 17; digits++) {
-        snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
+        snprintf(buf, 48, "%.*e", digits - 1, v);
         double back = strtod(buf, NULL);
         if (single ? (float)back == (float)v : back == v) break;
     }
-    snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
+    snprintf(buf, 48, "%.*e", digits - 1, v);
     const char *e = strchr(buf, 'e');
     int exp10 = e ? atoi(e + 1) : 0;
     if (exp10 >= -4 && exp10 < 16) {
-        snprintf(buf, sizeof buf, "%.*f", digits - 1 - exp10 > 0 ? digits - 1 - exp10 : 0, v);
+        snprintf(buf, 48, "%.*f", digits - 1 - exp10 > 0 ? digits - 1 - exp10 : 0, v);
         if (!strpbrk(buf, ".n")) strcat(buf, ".0");
     }
+}
+
+void mt_cfg_add_number(cJSON *r, const char *key, double v, bool single) {
+    char buf[48];
+    mt_cfg_number_text(buf, v, single);
     cJSON_AddRawToObject(r, key, buf);
 }
 

@@ -183,6 +183,7 @@ static void build_falcon_block(layer_builder *b, const mt_config *c, int i) {
 int mt_params_init(mt_param_table *t, const mt_config *c, mt_error *err) {
     memset(t, 0, sizeof *t);
     t->n_layers = (int)c->L + 2;
+    t->fused_published = c->arch == MT_ARCH_PHI3;
     t->layers = mt_calloc_or_die((size_t)t->n_layers, sizeof *t->layers);
     layer_builder b = {0};
 
@@ -247,6 +248,47 @@ const mt_tensor_desc *mt_params_find(const mt_param_table *t, int layer, mt_role
     return i < 0 ? NULL : &t->layers[layer].tensors[i];
 }
 
+/* The fused tensors of a block and their parts, in published row order. */
+static const struct {
+    const char *suffix;
+    mt_role parts[3];
+    int n;
+} fused_tensors[] = {
+    {"self_attn.qkv_proj.weight", {MT_T_WQ, MT_T_WK, MT_T_WV}, 3},
+    {"mlp.gate_up_proj.weight", {MT_T_WGATE, MT_T_WUP}, 2},
+};
+
+bool mt_params_fused(const mt_param_table *t, int layer, const mt_tensor_desc *td, char *name,
+                     int64_t *rows, int64_t *row0) {
+    const mt_layer_desc *ld = &t->layers[layer];
+    if (!t->fused_published || ld->kind != MT_LAYER_BLOCK) return false;
+    for (size_t f = 0; f < sizeof fused_tensors / sizeof *fused_tensors; f++) {
+        int64_t r = 0, first = -1;
+        for (int j = 0; j < fused_tensors[f].n; j++) {
+            int k = ld->by_role[fused_tensors[f].parts[j]];
+            if (k < 0) return false; /* an MoE block: no dense MLP */
+            if (&ld->tensors[k] == td) first = r;
+            r += ld->tensors[k].shape[0];
+        }
+        if (first < 0) continue;
+        snprintf(name, 96, "model.layers.%d.%s", ld->block, fused_tensors[f].suffix);
+        *rows = r;
+        *row0 = first;
+        return true;
+    }
+    return false;
+}
+
+/* A fused published name of block layer l: its first part, else NULL. */
+static const mt_tensor_desc *fused_by_name(const mt_param_table *t, int l, const char *rest) {
+    for (size_t f = 0; f < sizeof fused_tensors / sizeof *fused_tensors; f++)
+        if (!strcmp(rest, fused_tensors[f].suffix)) {
+            int k = t->layers[l].by_role[fused_tensors[f].parts[0]];
+            return k < 0 ? NULL : &t->layers[l].tensors[k];
+        }
+    return NULL;
+}
+
 const mt_tensor_desc *mt_params_by_name(const mt_param_table *t, const char *name, int *layer) {
     /* Decoder tensors name their layer, so jump straight to it. */
     int first = 0, last = t->n_layers - 1;
@@ -256,6 +298,11 @@ const mt_tensor_desc *mt_params_by_name(const mt_param_table *t, const char *nam
         (sscanf(name, "transformer.h.%d.%n", &idx, &pos) == 1 && pos > 0)) {
         if (idx < 0 || idx + 1 >= t->n_layers - 1) return NULL;
         first = last = idx + 1;
+        const mt_tensor_desc *td = t->fused_published ? fused_by_name(t, first, name + pos) : NULL;
+        if (td) {
+            if (layer) *layer = first;
+            return td;
+        }
     }
     for (int l = first; l <= last; l++) {
         const mt_layer_desc *ld = &t->layers[l];

@@ -113,6 +113,10 @@ typedef struct mt_layer_desc {
 } mt_layer_desc;
 
 typedef struct mt_param_table {
+    bool fused_published;      /* phi3: q, k, v are published as rows of one
+                                * self_attn.qkv_proj and gate, up as rows of
+                                * mlp.gate_up_proj (mt_params_fused); the table
+                                * keeps Llama's tensors and names */
     int n_layers;              /* L + 2 */
     mt_layer_desc *layers;     /* (n_layers) */
     size_t total;              /* padded floats in the flat layer-major array */
@@ -137,9 +141,18 @@ void mt_params_free(mt_param_table *t);
 /* Tensor of `role` in layer `layer`, or NULL if that layer has none. */
 const mt_tensor_desc *mt_params_find(const mt_param_table *t, int layer, mt_role role);
 
-/* Looks a tensor up by its Hugging Face name; sets *layer. NULL if unknown. */
+/* Looks a tensor up by its Hugging Face name; sets *layer. NULL if unknown.
+ * A fused published name (mt_params_fused) gives its first part. */
 const mt_tensor_desc *mt_params_by_name(const mt_param_table *t, const char *name,
                                         int *layer);
+
+/* Where tensor td of layer `layer` is published when it is rows of a fused
+ * tensor (t->fused_published: WQ, WK, WV in self_attn.qkv_proj, WGATE, WUP
+ * in mlp.gate_up_proj): the published name into name (96 chars), its rows
+ * into *rows (its columns are td's) and the first row of td in it into
+ * *row0; true. false when td is published under its own name. */
+bool mt_params_fused(const mt_param_table *t, int layer, const mt_tensor_desc *td, char *name,
+                     int64_t *rows, int64_t *row0);
 
 /* Pointer to a tensor inside a layer's range (base = start of that layer).
  * For a routed expert's role, expert 0's tensor. */

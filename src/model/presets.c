@@ -32,6 +32,11 @@ static const mt_preset presets[] = {
     /* tiiuae/falcon-7b and falcon-40b's config.json; both tie lm_head */
     {"falcon-7b", "Falcon-7B", 4544, 32, 71, 1, 18176, 65024, 1, MT_ARCH_FALCON, 0, 0, 0, 0},
     {"falcon-40b", "Falcon-40B", 8192, 60, 128, 8, 32768, 65024, 1, MT_ARCH_FALCON, 0, 0, 0, 0},
+    /* microsoft/Phi-3-mini-4k-instruct's and Phi-3-medium-4k-instruct's
+     * config.json: rope_theta 10000, rms_norm_eps 1e-5, untied */
+    {"phi3-mini", "Phi-3-mini-4k", 3072, 32, 32, 32, 8192, 32064, 0, MT_ARCH_PHI3, 0, 0, 0, 0},
+    {"phi3-medium", "Phi-3-medium-4k", 5120, 40, 40, 10, 17920, 32064, 0, MT_ARCH_PHI3, 0, 0, 0,
+     0},
     /* google/gemma-2-2b, -9b, -27b's config.json: every other layer slides over
      * 4096 keys; query_pre_attn_scalar is head_dim but for 27B (hidden / heads) */
     {"gemma2-2b", "Gemma-2-2B", 2304, 26, 8, 4, 9216, 256000, 1, MT_ARCH_GEMMA2, 256, 0, 0, 0},
@@ -110,6 +115,13 @@ void mt_preset_config(const mt_preset *p, int64_t T, mt_config *cfg) {
         /* Falcon-7B is multi-query, Falcon-40B the new decoder with 8 kv heads */
         mt_config_falcon_defaults(cfg, p->NKV > 1);
         cfg->rope_theta = 10000.0;
+        return;
+    }
+    if (p->arch == MT_ARCH_PHI3) { /* no rope scaling, full attention */
+        mt_config_phi3_defaults(cfg);
+        cfg->rope_theta = 10000.0;
+        cfg->bos_id = 1;
+        cfg->eos_id = 32000;
         return;
     }
     if (mt_arch_is_gemma(p->arch)) {

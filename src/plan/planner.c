@@ -43,9 +43,11 @@ static layer_costs costs(const mt_plan_request *q) {
     k.f = 2 * Pm * tok / G + attn / (r->attn_fwd_tflops * 1e12) + ew / H;
     k.b_kept = 4 * Pm * tok / G + 2.5 * attn / (r->attn_bwd_tflops * 1e12) + 2 * ew / H;
     /* the backward's recompute of a dense block stops before the down
-     * projection (its output is not needed); an MoE block's recomputes it
-     * all (its backward reads the experts' outputs) */
+     * projection (its output is not needed), a parallel gpt_neox or falcon
+     * block's skips the attention's output product too; an MoE block's
+     * recomputes it all (its backward reads the experts' outputs) */
     double down = mt_config_is_moe(c) ? 0 : 2.0 * c->F * c->C * tok / G;
+    if (mt_arch_has_neox_block(c->arch) && c->parallel_residual) down += 2.0 * Q * c->C * tok / G;
     k.b = k.f - down + k.b_kept;
     k.head = 6.0 * c->V * c->C * tok / G + tok * c->V * 8.0 / H;
     k.embed = tok * c->C * 16.0 / H;
@@ -492,6 +494,9 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
 static int try_units(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild, int disk) {
     if (!try_dtype(q, p, bf16, rebuild, disk, 0)) return 0;
     if (q->precision != MT_GPU_BF16 || q->keep_layers == 0 || mt_config_is_moe(q->cfg)) return 1;
+    /* gpt_neox's and falcon's units have no lean form: what they keep
+     * follows the residual form (backend/cuda/neox_cuda.c) */
+    if (mt_arch_has_neox_block(q->cfg->arch)) return 1;
     mt_plan lean = *p;
     lean.homes = mt_calloc_or_die((size_t)p->n_layers, sizeof *lean.homes);
     if (try_dtype(q, &lean, bf16, rebuild, disk, 1) && lean.pred.step < p->pred.step) {

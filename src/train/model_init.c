@@ -28,10 +28,10 @@ void mt_model_info_fill(mt_model_info *info, const mt_config *cfg, const mt_para
 
 const char *const mt_model_init_types[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral",
                                            "qwen2_moe", "qwen3_moe", "gpt_neox", "falcon",
-                                           "gemma2", "gemma3_text", NULL};
+                                           "phi3", "gemma2", "gemma3_text", NULL};
 static const mt_arch archs[] = {MT_ARCH_LLAMA, MT_ARCH_MISTRAL, MT_ARCH_QWEN2, MT_ARCH_QWEN3,
                                 MT_ARCH_MIXTRAL, MT_ARCH_QWEN2_MOE, MT_ARCH_QWEN3_MOE,
-                                MT_ARCH_GPT_NEOX, MT_ARCH_FALCON, MT_ARCH_GEMMA2,
+                                MT_ARCH_GPT_NEOX, MT_ARCH_FALCON, MT_ARCH_PHI3, MT_ARCH_GEMMA2,
                                 MT_ARCH_GEMMA3_TEXT};
 _Static_assert(sizeof archs / sizeof *archs + 1 ==
                    sizeof mt_model_init_types / sizeof *mt_model_init_types,
@@ -73,7 +73,7 @@ int mt_model_create(const char *dir, const char *tokpath, const mt_model_shape *
     const char *type = set_type(&cfg, sh->model_type ? sh->model_type : "llama", sh);
     if (!type)
         return mt_errorf(err, "model type \"%s\" is not one megatrain makes; use llama, mistral, "
-                         "qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, gpt_neox, falcon, "
+                         "qwen2, qwen3, phi3, mixtral, qwen2_moe, qwen3_moe, gpt_neox, falcon, "
                          "gemma2 or gemma3_text",
                          sh->model_type);
     if (cfg.moe.E > 0 && (sh->experts_per_tok < 1 || sh->experts_per_tok > sh->experts))
@@ -98,6 +98,7 @@ int mt_model_create(const char *dir, const char *tokpath, const mt_model_shape *
     if (cfg.arch == MT_ARCH_GPT_NEOX) mt_config_neox_defaults(&cfg); /* --kv-heads, tying: n/a */
     /* falcon: Falcon-7B's layout with one kv head, the new decoder's with more */
     if (cfg.arch == MT_ARCH_FALCON) mt_config_falcon_defaults(&cfg, cfg.NKV > 1);
+    if (cfg.arch == MT_ARCH_PHI3) mt_config_phi3_defaults(&cfg);
     /* gemma: the published configs' soft-caps, windows and rope bases, tied */
     if (mt_arch_is_gemma(cfg.arch)) mt_config_gemma_defaults(&cfg, cfg.arch == MT_ARCH_GEMMA3_TEXT);
     mt_tokenizer_free(tok);

@@ -66,8 +66,8 @@ int mt_runner_parse_device(const char *name);
  * -1 with a message when cuda is asked for and absent. */
 int mt_runner_pick_gpu(int device, mt_error *err);
 
-/* mt_runner_pick_gpu for a model of cfg: where the GPU path has no kernels
- * for its blocks, auto takes the CPU (0) and cuda is refused, naming it. */
+/* mt_runner_pick_gpu for a model of cfg: the one place that would send a
+ * family without GPU kernels to the CPU (every family has them now). */
 int mt_runner_pick_gpu_for(int device, const mt_config *cfg, mt_error *err);
 
 /* Creates the backend for M micro-batches of (B, T): on the GPU with

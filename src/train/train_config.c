@@ -19,8 +19,8 @@
 
 const char *const mt_tc_data_formats[] = {"auto",   "text",     "completion", "chat",
                                           "alpaca", "sharegpt", "tokens",     NULL};
-const char *const mt_tc_chat_templates[] = {"auto",    "llama3",  "qwen",  "llama2",
-                                            "mistral", "chatml",  "gemma", NULL};
+const char *const mt_tc_chat_templates[] = {"auto",    "llama3", "qwen",  "llama2", "mistral",
+                                            "chatml",  "phi3",   "gemma", NULL};
 const char *const mt_tc_packings[] = {"auto", "documents", "rows", NULL};
 const char *const mt_tc_dtypes[] = {"bf16", "fp32", NULL};
 const char *const mt_tc_devices[] = {"auto", "cpu", "cuda", NULL};

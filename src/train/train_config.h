@@ -36,7 +36,7 @@ typedef enum mt_tc_data_format {
 } mt_tc_data_format;
 typedef enum mt_tc_chat_template {
     MT_TC_CHAT_AUTO, MT_TC_CHAT_LLAMA3, MT_TC_CHAT_QWEN, MT_TC_CHAT_LLAMA2, MT_TC_CHAT_MISTRAL,
-    MT_TC_CHAT_CHATML
+    MT_TC_CHAT_CHATML, MT_TC_CHAT_PHI3, MT_TC_CHAT_GEMMA
 } mt_tc_chat_template;
 typedef enum mt_tc_packing {
     MT_TC_PACKING_AUTO, MT_TC_PACKING_DOCUMENTS, MT_TC_PACKING_ROWS

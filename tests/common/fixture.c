@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,8 +12,8 @@
 #include "io/model_io.h"
 #include "testlib.h"
 
-const char *mt_fixture_models[4] = {"llama_gqa", "qwen2_bias_tied", "qwen3_qknorm_mqa",
-                                    "mistral"};
+const char *mt_fixture_models[MT_FIXTURE_MODELS] = {
+    "llama_gqa", "qwen2_bias_tied", "qwen3_qknorm_mqa", "mistral", "phi3_gqa", "phi3_longrope"};
 
 void mt_fixture_open(mt_fixture *f, const char *name) {
     mt_error err;
@@ -75,6 +76,24 @@ int32_t *mt_fixture_i32(mt_fixture *f, const char *name, size_t offset, size_t c
     return y;
 }
 
+/* The reference tensor prefix + the published name of td (of layer l):
+ * its own, or its rows of a fused tensor (phi3's qkv_proj, gate_up_proj). */
+static float *reference_of(mt_fixture *f, const char *prefix, int l, const mt_tensor_desc *td) {
+    char name[96], key[160];
+    int64_t rows, row0;
+    bool fused = mt_params_fused(&f->table, l, td, name, &rows, &row0);
+    snprintf(key, sizeof key, "%s%s", prefix, fused ? name : td->name);
+    size_t n;
+    float *all = mt_fixture_f32(f, key, &n);
+    size_t first = fused ? (size_t)row0 * (size_t)td->shape[1] : 0;
+    cr_assert_eq(n, fused ? (size_t)rows * (size_t)td->shape[1] : td->numel, "%s: size of %s",
+                 f->dir, key);
+    float *x = malloc(td->numel * sizeof *x);
+    memcpy(x, all + first, td->numel * sizeof *x);
+    free(all);
+    return x;
+}
+
 double mt_fixture_compare(mt_fixture *f, const float *array, const char *prefix, double tol,
                           const char *what, int mask_noise) {
     double worst = 0;
@@ -82,16 +101,12 @@ double mt_fixture_compare(mt_fixture *f, const float *array, const char *prefix,
         const mt_layer_desc *ld = &f->table.layers[l];
         for (int k = 0; k < ld->n_tensors; k++) {
             const mt_tensor_desc *td = &ld->tensors[k];
-            char key[160];
-            snprintf(key, sizeof key, "%s%s", prefix, td->name);
-            size_t n;
-            float *ref = mt_fixture_f32(f, key, &n);
-            cr_assert_eq(n, td->numel, "%s: size of %s", f->dir, key);
+            size_t n = td->numel;
+            float *ref = reference_of(f, prefix, l, td);
             float *ours = malloc(n * sizeof *ours);
             memcpy(ours, array + ld->offset + td->offset, n * sizeof *ours);
             if (mask_noise) {
-                snprintf(key, sizeof key, "final_exp_avg_sq.%s", td->name);
-                float *v = mt_fixture_f32(f, key, NULL);
+                float *v = reference_of(f, "final_exp_avg_sq.", l, td);
                 for (size_t i = 0; i < n; i++)
                     if (sqrtf(v[i]) < 1e-5f) ours[i] = ref[i];
                 free(v);

@@ -19,7 +19,11 @@ typedef struct mt_fixture {
     int64_t B, T;
 } mt_fixture;
 
-extern const char *mt_fixture_models[4];
+/* The dense fixture models every backend is checked on: llama (GQA,
+ * llama3 rope), qwen2 (q/k/v bias, tied), qwen3 (q/k norm, MQA), mistral,
+ * phi3 (fused qkv_proj and gate_up_proj; and longrope). */
+#define MT_FIXTURE_MODELS 6
+extern const char *mt_fixture_models[MT_FIXTURE_MODELS];
 
 /* Loads tests/fixtures/models/<name>; asserts on any failure. */
 void mt_fixture_open(mt_fixture *f, const char *name);

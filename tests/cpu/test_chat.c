@@ -275,7 +275,7 @@ Test(chat, builtins_are_their_published_templates) {
         free(src);
         n++;
     }
-    cr_expect_eq(n, 6, "llama3, qwen, llama2, mistral, chatml and gemma have fixtures");
+    cr_expect_eq(n, 7, "llama3, qwen, llama2, mistral, chatml, phi3 and gemma have fixtures");
     cr_expect_null(mt_chat_builtin_source("vicuna"));
     cJSON_Delete(manifest);
 }
@@ -407,6 +407,17 @@ Test(chat, a_tokenizer_folder_gives_its_template) {
     s = render_line(t, line);
     cr_expect_str_eq(s, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
                         "<|start_header_id|>assistant<|end_header_id|>\n\nyo<|eot_id|>");
+    free(s);
+    mt_chat_template_free(t);
+    // Phi-3's turn tokens: phi3, with its BOS and EOS when the tokenizer names none.
+    const char *phi[] = {"<|user|>", "<|assistant|>", "<|end|>", "<|endoftext|>", NULL};
+    free(p);
+    p = tokenizer_dir(dir, phi, NULL, NULL);
+    t = open_for(p, "auto", &err);
+    cr_assert(t, "%s", err.msg);
+    cr_expect_str_eq(mt_chat_template_name(t), "phi3");
+    s = render_line(t, line);
+    cr_expect_str_eq(s, "<|user|>\nhi<|end|>\n<|assistant|>\nyo<|end|>\n<|endoftext|>");
     free(s);
     mt_chat_template_free(t);
     const char *gm[] = {"<bos>", "<start_of_turn>", "<end_of_turn>", NULL};

@@ -189,9 +189,10 @@ Test(checkpoint, round_trip_is_bitwise_and_layout_is_as_documented) {
 }
 
 /* Every fixture architecture (GQA, qkv bias + tied, q/k norm + MQA,
- * mistral) round-trips, and the directory is an HF model our loader takes. */
+ * mistral, phi3's fused tensors) round-trips, and the directory is an HF
+ * model our loader takes. */
 Test(checkpoint, round_trip_every_fixture_architecture_and_loads_as_hf_model) {
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < MT_FIXTURE_MODELS; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/models/%s/config.json", mt_test_fixtures_dir(),
                  mt_fixture_models[i]);
@@ -204,6 +205,16 @@ Test(checkpoint, round_trip_every_fixture_architecture_and_loads_as_hf_model) {
         cr_assert_eq(mt_checkpoint_save(out, i, &md.s, &cfg, STATE, 0, saved, sizeof saved, &err),
                      0, "%s: %s", mt_fixture_models[i], err.msg);
         assert_loads(saved, &md);
+        if (cfg.arch == MT_ARCH_PHI3) { /* the weights under their published names */
+            char *w = mt_path_join(saved, "model.safetensors");
+            mt_st_file f;
+            cr_assert_eq(mt_st_open(&f, w, &err), 0, "%s", err.msg);
+            cr_assert_not_null(mt_st_find(&f, "model.layers.1.self_attn.qkv_proj.weight"));
+            cr_assert_not_null(mt_st_find(&f, "model.layers.1.mlp.gate_up_proj.weight"));
+            cr_assert_null(mt_st_find(&f, "model.layers.1.self_attn.k_proj.weight"));
+            mt_st_close(&f);
+            free(w);
+        }
         model hf;
         model_init(&hf, &cfg, 99);
         cr_assert_eq(mt_model_load_weights(&hf.s, saved, &err), 0, "%s", err.msg);

@@ -39,10 +39,11 @@ static void compare_params(mt_fixture *f, const float *array, const char *prefix
     mt_fixture_compare(f, array, prefix, tol, what, 0);
 }
 
-static int model_index[] = {0, 1, 2, 3};
+static int model_index[] = {0, 1, 2, 3, 4, 5};
+_Static_assert(sizeof model_index / sizeof *model_index == MT_FIXTURE_MODELS, "every model");
 
 ParameterizedTestParameters(hf, logits_loss_and_gradients) {
-    return cr_make_param_array(int, model_index, 4);
+    return cr_make_param_array(int, model_index, MT_FIXTURE_MODELS);
 }
 
 ParameterizedTest(int *which, hf, logits_loss_and_gradients) {
@@ -94,7 +95,7 @@ ParameterizedTest(int *which, hf, logits_loss_and_gradients) {
 }
 
 ParameterizedTestParameters(hf, five_step_adamw_trajectory) {
-    return cr_make_param_array(int, model_index, 4);
+    return cr_make_param_array(int, model_index, MT_FIXTURE_MODELS);
 }
 
 ParameterizedTest(int *which, hf, five_step_adamw_trajectory) {

@@ -96,6 +96,20 @@ static char *plan_stdout(char **argv, int want_rc) {
     return out;
 }
 
+/* gpt_neox and falcon run on the GPU: their plans are their own, without the
+ * CPU-only note of the families the GPU does not run. */
+Test(plan, a_gpu_family_gets_no_cpu_only_note) {
+    const char *presets[] = {"pythia-1b", "falcon-7b"};
+    for (int i = 0; i < 2; i++) {
+        char *argv[] = {"plan", "--preset", (char *)presets[i], "--gpu-mem", "80", "--host-mem",
+                        "125", NULL};
+        char *out = plan_stdout(argv, 0);
+        cr_expect(strstr(out, "PLAN model="), "%s", out);
+        cr_expect_null(strstr(out, "CPU only"), "%s: %s", presets[i], out);
+        free(out);
+    }
+}
+
 Test(plan, a_refusal_names_a_step_that_fits) {
     char *big[] = {"plan", "--preset", "70b", "--gpu-mem", "80", "--host-mem", "1000", NULL};
     char *fewer[] = {"plan", "--preset", "70b", "--gpu-mem", "80", "--host-mem", "1000",

@@ -3,7 +3,8 @@
  * to the GPU, rebuilds every other one in the backward, moves gradients
  * to the GPU and rounds host gradients to bf16 only
  * when fp32 cannot fit, a GPU too small for the smallest placement is
- * refused naming that budget, and the step model rewards kept layers. */
+ * refused naming that budget, the step model rewards kept layers, and
+ * gpt_neox's and falcon's blocks keep theirs. */
 #include <criterion/criterion.h>
 
 #include <stdio.h>
@@ -383,4 +384,43 @@ Test(planner, a_rank_of_four_plans_its_quarter_and_the_collectives) {
               "collectives %.3f s, about %.3f expected", four.p.pred.coll_busy, want);
     done(&one);
     done(&four);
+}
+
+/* Pythia-6.9B and Falcon-7B at 64k tokens on an 80 GB GPU: the blocks keep
+ * activations where they fit (full units: theirs have no lean form), and a
+ * kept layer costs what its units hold: per token the LayerNorms'
+ * statistics, q, k, v and the attention's output in bf16, the lse and the
+ * GELU's input in bf16 (a parallel block keeps no mid-block residual),
+ * each buffer rounded up to 256 bytes. */
+Test(planner, pythia_and_falcon_blocks_keep_their_activations) {
+    const char *names[] = {"pythia-6.9b", "falcon-7b"};
+    for (int i = 0; i < 2; i++) {
+        mt_error err;
+        planned x;
+        mt_preset_config(mt_preset_find(names[i]), 2048, &x.cfg);
+        cr_assert_eq(mt_params_init(&x.t, &x.cfg, &err), 0, "%s", err.msg);
+        x.q = (mt_plan_request){.cfg = &x.cfg, .t = &x.t, .M = 4, .B = 8, .T = 2048,
+                                .precision = MT_GPU_BF16, .gpu_budget = 79e9,
+                                .host_budget = 500e9, .host_grad_dtype = -1,
+                                .keep_layers = -1, .device_optim = -1};
+        mt_rates_default(&x.q.rates);
+        cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), 0, "%s", err.msg);
+        cr_assert(x.p.fits, "%s: %s", names[i], x.p.why);
+        cr_assert_gt(x.p.n_keep, 0, "%s keeps no layer", names[i]);
+        cr_assert_not(x.p.lean_keep, "%s: lean units", names[i]);
+        cr_assert_leq(x.p.gpu_bytes, x.q.gpu_budget);
+        const mt_config *c = &x.cfg;
+        mt_cuda_backend_opts none = {.precision = MT_GPU_BF16},
+                             two = {.precision = MT_GPU_BF16, .keep_layers = 2};
+        size_t b0 = mt_cuda_backend_bytes(c, &x.t, 4, 8, 2048, &none);
+        size_t b2 = mt_cuda_backend_bytes(c, &x.t, 4, 8, 2048, &two);
+        size_t N = 8 * 2048, Q = (size_t)(c->NH * c->HD), KV = (size_t)(c->NKV * c->HD);
+        size_t unit = N * (16 + (2 * Q + 2 * KV) * 2 + (size_t)c->NH * 4 + (size_t)c->F * 2);
+        cr_assert(c->parallel_residual);
+        cr_assert_geq(b2 - b0, 2 * 4 * unit, "%s: %zu bytes for 8 units of %zu", names[i],
+                      b2 - b0, unit);
+        cr_assert_leq(b2 - b0, 2 * 4 * (unit + 11 * 256) + 256, "%s: %zu bytes for 8 units of %zu",
+                      names[i], b2 - b0, unit);
+        done(&x);
+    }
 }

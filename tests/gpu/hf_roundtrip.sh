@@ -2,7 +2,8 @@
 # A model trained and saved by megatrain on the GPU loads in Hugging Face
 # transformers with from_pretrained and gives the same logits as megatrain.
 # Run by `make test-gpu` on the GPU machine (python3 with torch and
-# transformers there). Prints "N passed, N failed". Dense and qwen3_moe models, bf16 and fp32.
+# transformers there). Prints "N passed, N failed". Dense, qwen3_moe, gpt_neox,
+# falcon and phi3 (fused qkv_proj and gate_up_proj; and with longrope) models, bf16 and fp32.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bin=${BUILD:-build}/megatrain
@@ -28,7 +29,35 @@ $bin init --tokenizer tests/fixtures/tokenizer/tiny_bytelevel.json --out "$tmp/i
 $bin init --tokenizer tests/fixtures/tokenizer/tiny_bytelevel.json --out "$tmp/init-moe" \
     --model-type qwen3_moe --hidden 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 \
     --experts 8 --experts-per-tok 2 --expert-ffn 128 --max-pos 128 >/dev/null
-for kind in dense moe; do
+# gpt_neox (parallel residual, rotary on 16 of 64 dims) and falcon:
+# Falcon-7B's block (one kv head) and the new decoder's (two)
+$bin init --tokenizer tests/fixtures/tokenizer/tiny_bytelevel.json --out "$tmp/init-neox" \
+    --model-type gpt_neox --hidden 256 --layers 2 --heads 4 --kv-heads 4 --ffn 512 \
+    --max-pos 128 >/dev/null
+$bin init --tokenizer tests/fixtures/tokenizer/tiny_bytelevel.json --out "$tmp/init-falcon" \
+    --model-type falcon --hidden 256 --layers 2 --heads 4 --kv-heads 1 --ffn 512 \
+    --max-pos 128 >/dev/null
+$bin init --tokenizer tests/fixtures/tokenizer/tiny_bytelevel.json --out "$tmp/init-falcon_nd" \
+    --model-type falcon --hidden 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 \
+    --max-pos 128 >/dev/null
+# phi3: its fused tensors; phi3lr: Phi-3.5's longrope with a pretraining length of 32 of
+# the 128 positions, so that the runs' 64 tokens take the long factors
+for kind in phi3 phi3lr; do
+    $bin init --tokenizer tests/fixtures/tokenizer/tiny_bytelevel.json --out "$tmp/init-$kind" \
+        --model-type phi3 --hidden 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 \
+        --max-pos 128 >/dev/null
+done
+python3 - "$tmp/init-phi3lr/config.json" <<'PY'
+import json, sys
+cfg = json.load(open(sys.argv[1]))
+half = cfg["hidden_size"] // cfg["num_attention_heads"] // 2
+cfg["original_max_position_embeddings"] = 32
+cfg["rope_scaling"] = {"type": "longrope",
+                       "short_factor": [1.0 + 0.05 * i for i in range(half)],
+                       "long_factor": [1.0 + 0.8 * i for i in range(half)]}
+json.dump(cfg, open(sys.argv[1], "w"), indent=2)
+PY
+for kind in dense moe neox falcon falcon_nd phi3 phi3lr; do
 for prec in bf16 fp32; do
     dir=$tmp/run-$kind-$prec
     run() {

@@ -34,9 +34,12 @@
 #define TOL16_LOSS 6e-3
 #define TOL16_GRAD 6e-2
 
-static int model_index[] = {0, 1, 2, 3};
+static int model_index[] = {0, 1, 2, 3, 4, 5};
+_Static_assert(sizeof model_index / sizeof *model_index == MT_FIXTURE_MODELS, "every model");
 
-ParameterizedTestParameters(engine, matches_hf) { return cr_make_param_array(int, model_index, 4); }
+ParameterizedTestParameters(engine, matches_hf) {
+    return cr_make_param_array(int, model_index, MT_FIXTURE_MODELS);
+}
 
 ParameterizedTest(int *which, engine, matches_hf) {
     mt_test_need_gpu();

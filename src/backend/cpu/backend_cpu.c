@@ -438,7 +438,7 @@ int mt_cpu_backend_bytes(const mt_config *c, const mt_param_table *t, int max_M,
     size_t C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F, N, NC, LM, f = 0;
     /* floats per token row of the activations and their gradients (see
      * create): the head's, and the Llama block's unless neox.c runs them */
-    size_t lb = mt_arch_cpu_only(c->arch) ? 0 : 1;
+    size_t lb = mt_arch_has_llama_block(c->arch) ? 1 : 0;
     size_t row = 2 * C + 2 +
                  lb * (3 * C + 2 + 6 * Q + 6 * KV + 2 * (size_t)c->NH + (size_t)c->NKV + 6 * F);
     bool ok = mt_mul_size((size_t)B, (size_t)T, &N) && mt_mul_size(N, C, &NC) &&
@@ -503,7 +503,7 @@ mt_backend *mt_cpu_backend_create_hooked(const mt_config *c, const mt_param_tabl
     cb->N = B * T;
     size_t N = cb->N, C = c->C, tot = 0;
     /* the Llama block's buffers: empty when neox.c or gemma.c runs the blocks */
-    size_t lb = mt_arch_cpu_only(c->arch) ? 0 : 1, Cb = lb * C, Nb = lb * N;
+    size_t lb = mt_arch_has_llama_block(c->arch) ? 1 : 0, Cb = lb * C, Nb = lb * N;
     size_t Q = lb * c->NH * c->HD, KV = lb * c->NKV * c->HD, F = lb * c->F;
     size_t NH = lb * c->NH, NKV = lb * c->NKV;
     cb->cos = alloc_floats(T * c->HD / 2, &tot);

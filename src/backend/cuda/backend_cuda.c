@@ -281,8 +281,13 @@ static void cu_head(mt_backend *be, int mb) {
     void *wl;
     float *gl;
     head_matrix(cb, head, &wl, &gl);
-    mt_cuda_rmsnorm_forward(cb->ctx, a->xf_op, op_dt(cb), a->rstdf, x,
-                            W32(cb, s, head, MT_T_FINAL_NORM), N, C, c->rms_eps);
+    if (c->layernorm) /* gpt_neox, falcon */
+        mt_cuda_layernorm_forward(cb->ctx, a->xf_op, op_dt(cb), a->meanf, a->rstdf, x,
+                                  W32(cb, s, head, MT_T_FINAL_NORM),
+                                  W32(cb, s, head, MT_T_FINAL_NORM_B), N, C, c->rms_eps);
+    else
+        mt_cuda_rmsnorm_forward(cb->ctx, a->xf_op, op_dt(cb), a->rstdf, x,
+                                W32(cb, s, head, MT_T_FINAL_NORM), N, C, c->rms_eps);
     size_t R = (size_t)cb->o.head_chunk < N ? (size_t)cb->o.head_chunk : N;
     mt_cuda_lm_head_loss(cb->ctx, cb->prec, cb->loss_dev, a->row_loss,
                          cb->train ? a->dxf32 : NULL, false, cb->train ? gl : NULL,
@@ -291,8 +296,15 @@ static void cu_head(mt_backend *be, int mb) {
     if (!cb->train) return;
     float *dx = dx_at(cb, mb);
     CUDA_CHECK(cudaMemsetAsync(dx, 0, N * C * sizeof(float), cb->s_comp));
-    mt_cuda_rmsnorm_backward(cb->ctx, dx, G(cb, cb->g_cur, head, MT_T_FINAL_NORM), a->colsum,
-                             a->dxf32, x, W32(cb, s, head, MT_T_FINAL_NORM), a->rstdf, N, C);
+    if (c->layernorm)
+        mt_cuda_layernorm_backward(cb->ctx, dx, G(cb, cb->g_cur, head, MT_T_FINAL_NORM),
+                                   G(cb, cb->g_cur, head, MT_T_FINAL_NORM_B), a->colsum,
+                                   a->dxf32, x, W32(cb, s, head, MT_T_FINAL_NORM), a->meanf,
+                                   a->rstdf, N, C);
+    else
+        mt_cuda_rmsnorm_backward(cb->ctx, dx, G(cb, cb->g_cur, head, MT_T_FINAL_NORM),
+                                 a->colsum, a->dxf32, x, W32(cb, s, head, MT_T_FINAL_NORM),
+                                 a->rstdf, N, C);
 }
 
 static void cu_backward(mt_backend *be, int layer, int mb) {
@@ -452,15 +464,12 @@ static const mt_backend_ops cuda_ops = {
 mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
                                    mt_host_store *store, int max_M, int64_t B, int64_t T,
                                    const mt_cuda_backend_opts *o, mt_error *err) {
-    /* gpt_neox's and falcon's LayerNorm with bias, partial rotary, GELU and
-     * fused qkv, and gemma's soft-capped sliding-window attention, GeGLU and
-     * 1 + w norms, have CPU references only (backend/cpu/neox.c, gemma.c) */
+    /* gemma's soft-capped sliding-window attention, GeGLU and 1 + w norms
+     * have CPU references only (backend/cpu/gemma.c) */
     if (mt_arch_cpu_only(c->arch))
         return mt_errorf(err, "model_type \"%s\" is not supported on the GPU yet (the CUDA "
-                         "kernels for its %s are not written); train it on the CPU with "
-                         "--device cpu", c->model_type,
-                         mt_arch_is_gemma(c->arch)
-                             ? "soft-capped, sliding-window attention, GeGLU and 1 + w norms"
-                             : "LayerNorm, rotary, GELU and fused qkv"), NULL;
+                         "kernels for its soft-capped, sliding-window attention, GeGLU and "
+                         "1 + w norms are not written); train it on the CPU with --device cpu",
+                         c->model_type), NULL;
     return mt_cuda_backend_make(c, t, store, max_M, B, T, o, &cuda_ops, err);
 }

@@ -138,7 +138,7 @@ static int place_on_device(cuda_backend *cb, bump *out, mt_error *err) {
         if (ours < avail) avail = ours;
     }
     /* MoE blocks keep no activations: their backward always recomputes. */
-    if (cb->fast && cb->o.keep_layers != 0 && !mt_config_is_moe(c)) {
+    if (cb->keeps && cb->o.keep_layers != 0 && !mt_config_is_moe(c)) {
         /* Keep whole layers (all micro-batches) with what memory is left,
          * less a margin for cuBLAS and the CUDA context when no budget
          * accounts for them. */
@@ -256,6 +256,12 @@ mt_backend *mt_cuda_backend_make(const mt_config *c, const mt_param_table *t,
         (void)cudaGetLastError(); /* a context made earlier keeps its flags */
     if (max_M <= 0 || B <= 0 || T <= 0)
         return mt_errorf(err, "micro-batch shape must be positive"), NULL;
+    /* the attention kernels are full causal: the same refusal as the CPU's */
+    if (c->sliding_window > 0 && T > c->sliding_window)
+        return mt_errorf(err, "sequence length %lld exceeds the model's sliding_window %lld, "
+                         "which megatrain does not implement; use --seq-len <= %lld",
+                         (long long)T, (long long)c->sliding_window,
+                         (long long)c->sliding_window), NULL;
     if (c->HD % 4 || c->C % 4)
         return mt_errorf(err, "the CUDA backend needs hidden_size and head_dim divisible by 4"),
                NULL;
@@ -502,8 +508,13 @@ void mt_cuda_backend_logits(mt_backend *be, int mb, int64_t row, float *logits) 
                           cudaMemcpyDeviceToHost));
     const mt_layer_desc *hl = &cb->t->layers[head];
     const float *wn = cb->store->w + hl->offset + hl->tensors[hl->by_role[MT_T_FINAL_NORM]].offset;
-    float rstd;
-    mt_cpu_rmsnorm_forward(xn, &rstd, x, wn, 1, C, c->rms_eps);
+    if (c->layernorm) /* gpt_neox, falcon */
+        mt_cpu_layernorm_forward(xn, NULL, NULL, x, wn,
+                                 cb->store->w + hl->offset +
+                                     hl->tensors[hl->by_role[MT_T_FINAL_NORM_B]].offset,
+                                 1, C, c->rms_eps);
+    else
+        mt_cpu_rmsnorm_forward(xn, NULL, x, wn, 1, C, c->rms_eps);
     const float *wl;
     if (c->tie_embeddings) {
         const mt_layer_desc *el = &cb->t->layers[0];

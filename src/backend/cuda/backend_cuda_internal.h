@@ -30,6 +30,11 @@ typedef struct slot {
  * bf16 in bf16 mode, and the same memory as their fp32 source in fp32 mode. */
 typedef struct acts {
     void *xn1_op; float *rstd1;
+    float *mean1, *mean2;     /* LayerNorms (gpt_neox, falcon) */
+    float *qkv32;             /* (N, Q + 2KV) the fused qkv product (gpt_neox, falcon) in
+                               * fp32 mode; its gradient in the backward */
+    void *dqkv_op;            /* that gradient as the product's operand; in bf16 mode the
+                               * forward's bf16 qkv product before */
     float *q32, *k32, *v32, *qpre32, *kpre32, *qrstd, *krstd;
     void *q_op, *k_op, *v_op;
     void *qpre_op, *kpre_op;  /* fast path with q/k norms: bf16 q, k before the norm */
@@ -37,7 +42,7 @@ typedef struct acts {
     float *xmid;
     void *xn2_op; float *rstd2;
     float *gate32, *up32; void *mlp_op;
-    uint16_t *gate16, *up16;  /* fast path */
+    uint16_t *gate16, *up16;  /* fast path; gate16: gpt_neox's GELU input in bf16 mode */
     float *xtmp;        /* an MoE block's output in a recompute (unused) */
     /* backward */
     void *dx_op;
@@ -48,7 +53,7 @@ typedef struct acts {
     float *colsum;
     void *attn_scratch;
     /* head */
-    void *xf_op; float *rstdf; float *dxf32; float *row_loss; void *head_scratch;
+    void *xf_op; float *rstdf, *meanf; float *dxf32; float *row_loss; void *head_scratch;
 } acts;
 
 typedef struct cuda_backend {
@@ -134,6 +139,10 @@ typedef struct cuda_backend {
      * PyTorch's autocast does, instead of fp32 intermediates and separate
      * casts; only this path keeps activations. */
     int fast;
+    /* Whether blocks can keep their activations for the backward: on the
+     * fast path, and gpt_neox's and falcon's blocks on the bf16 flash
+     * kernels (neox_cuda.c). */
+    int keeps;
     float *cos, *sin;
     int32_t *tokens, *targets, *emb_order, *emb_bounds;
     int32_t *pos;       /* (max_M, N) positions of a packed batch (mt_batch.pos) */

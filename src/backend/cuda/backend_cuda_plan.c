@@ -102,14 +102,28 @@ static void plan_grads_and_step(cuda_backend *cb, bump *b) {
     cb->sumsq_scratch = take(b, MT_SUMSQ_PARTIALS * sizeof(double));
 }
 
+/* Whether the decoder blocks have tensors of role r (those of the first;
+ * every block of a model has the same roles). */
+static int blocks_have(const cuda_backend *cb, mt_role r) {
+    return cb->t->n_layers > 2 && cb->t->layers[1].by_role[r] >= 0;
+}
+
 /* The working buffers of a layer's forward (reused by every layer). */
 static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
     const mt_config *c = cb->cfg;
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
-    int bf = cb->prec == MT_PREC_BF16;
+    int bf = cb->prec == MT_PREC_BF16, neox = mt_arch_has_neox_block(c->arch);
+    cb->attn_bf16 = bf && mt_attn_bf16_supports((size_t)c->HD);
     a->rstd1 = TAKE_F(b, N);
     a->xn1_op = take(b, N * C * op_size(cb));
-    take_qkv32(b, N * Q, N * KV, &a->q32, &a->k32, &a->v32);
+    if (neox) { /* LayerNorms' means; the fused qkv in fp32: in fp32 mode, and
+                 * in bf16 mode for its bias's gradient (the backward's) */
+        a->mean1 = TAKE_F(b, N);
+        a->mean2 = TAKE_F(b, N);
+        a->qkv32 = !bf || blocks_have(cb, MT_T_BQKV) ? TAKE_F(b, N * (Q + 2 * KV)) : NULL;
+    }
+    /* gpt_neox's split writes the bf16 flash kernels' operands directly */
+    if (!(neox && cb->attn_bf16)) take_qkv32(b, N * Q, N * KV, &a->q32, &a->k32, &a->v32);
     if (c->qk_norm) {
         take_qkv32(b, N * Q, N * KV, &a->qpre32, &a->kpre32, NULL);
         a->qrstd = TAKE_F(b, N * c->NH);
@@ -118,8 +132,9 @@ static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
     a->q_op = take_op(b, cb, N * Q, a->q32);
     a->k_op = take_op(b, cb, N * KV, a->k32);
     a->v_op = take_op(b, cb, N * KV, a->v32);
-    cb->attn_bf16 = bf && mt_attn_bf16_supports((size_t)c->HD);
-    cb->fast = cb->attn_bf16 && c->HD % 8 == 0;
+    /* gpt_neox's and falcon's blocks take a path of their own (neox_cuda.c) */
+    cb->fast = cb->attn_bf16 && c->HD % 8 == 0 && !neox;
+    cb->keeps = cb->fast || (neox && cb->attn_bf16);
     if (cb->fast && c->qk_norm) {
         a->qpre_op = take(b, N * Q * 2);
         a->kpre_op = take(b, N * KV * 2);
@@ -133,6 +148,9 @@ static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
     if (cb->fast) {
         a->gate16 = take(b, N * F * 2);
         a->up16 = take(b, N * F * 2);
+    } else if (neox) { /* the GELU's input: bf16 in bf16 mode; no up */
+        a->gate32 = bf ? NULL : TAKE_F(b, N * F);
+        a->gate16 = bf ? take(b, N * F * 2) : NULL;
     } else {
         a->gate32 = TAKE_F(b, N * F);
         a->up32 = TAKE_F(b, N * F);
@@ -145,15 +163,17 @@ static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
 static void plan_backward_acts(cuda_backend *cb, acts *a, bump *b) {
     const mt_config *c = cb->cfg;
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
-    int bf = cb->prec == MT_PREC_BF16;
+    int bf = cb->prec == MT_PREC_BF16, neox = mt_arch_has_neox_block(c->arch);
     a->dx_op = bf ? take(b, N * C * 2) : NULL; /* fp32: the dx of the micro-batch */
     a->dmlp32 = TAKE_F(b, N * F);
-    if (!cb->fast) {
-        a->dgate32 = TAKE_F(b, N * F);
-        a->dup32 = TAKE_F(b, N * F);
+    if (!cb->fast) { /* gpt_neox, falcon: dgate32 holds the GELU's input gradient (in
+                      * bf16 mode for its bias's gradient only), no up */
+        a->dgate32 = !neox || !bf || blocks_have(cb, MT_T_BUP) ? TAKE_F(b, N * F) : NULL;
+        a->dup32 = neox ? NULL : TAKE_F(b, N * F);
     }
     a->dgate_op = take_op(b, cb, N * F, a->dgate32);
-    a->dup_op = take_op(b, cb, N * F, a->dup32);
+    a->dup_op = neox ? NULL : take_op(b, cb, N * F, a->dup32);
+    if (neox) a->dqkv_op = take_op(b, cb, N * (Q + 2 * KV), a->qkv32);
     a->dxn32 = TAKE_F(b, N * C);
     a->datt32 = TAKE_F(b, N * Q);
     a->datt_op = take_op(b, cb, N * Q, a->datt32);
@@ -163,8 +183,10 @@ static void plan_backward_acts(cuda_backend *cb, acts *a, bump *b) {
     a->dk_op = bf ? take(b, N * KV * 2) : NULL;
     a->dv_op = take_op(b, cb, N * KV, a->dv32);
     size_t cs = mt_cuda_colsum_scratch_floats(N, C);
-    size_t shapes[][2] = {{N, Q}, {N, KV}, {N * c->NH, c->HD}, {N * c->NKV, c->HD}};
-    for (size_t i = 0; i < 4; i++) {
+    /* the biases of gpt_neox's fused qkv and MLP too */
+    size_t shapes[][2] = {{N, Q}, {N, KV}, {N * c->NH, c->HD}, {N * c->NKV, c->HD},
+                          {N, Q + 2 * KV}, {N, F}};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         size_t s = mt_cuda_colsum_scratch_floats(shapes[i][0], shapes[i][1]);
         if (s > cs) cs = s;
     }
@@ -172,36 +194,62 @@ static void plan_backward_acts(cuda_backend *cb, acts *a, bump *b) {
     a->attn_scratch = take(b, mt_attn_backward_scratch_bytes(cb->B, cb->T, c->NH));
     a->xf_op = take(b, N * C * op_size(cb));
     a->rstdf = TAKE_F(b, N);
+    a->meanf = c->layernorm ? TAKE_F(b, N) : NULL;
     a->dxf32 = TAKE_F(b, N * C);
     a->row_loss = TAKE_F(b, N);
     size_t R = (size_t)cb->o.head_chunk < N ? (size_t)cb->o.head_chunk : N;
     a->head_scratch = take(b, mt_cuda_lm_head_scratch_bytes(cb->prec, R, c->V));
 }
 
+/* One kept unit of a Llama-family block: xn1, xn2 and the SwiGLU output
+ * are rebuilt (layers_cuda.c). */
+static void plan_kept_unit(const cuda_backend *cb, acts *k, bump *b) {
+    const mt_config *c = cb->cfg;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
+    k->rstd1 = TAKE_F(b, N);
+    k->q_op = take(b, N * Q * 2);
+    k->k_op = take(b, N * KV * 2);
+    k->v_op = take(b, N * KV * 2);
+    k->att_op = take(b, N * Q * 2);
+    k->lse = TAKE_F(b, N * c->NH);
+    k->xmid = cb->o.lean_keep ? NULL : TAKE_F(b, N * C);
+    k->rstd2 = TAKE_F(b, N);
+    k->gate16 = take(b, N * F * 2);
+    k->up16 = take(b, N * F * 2);
+    if (c->qk_norm) {
+        k->qpre_op = take(b, N * Q * 2);
+        k->kpre_op = take(b, N * KV * 2);
+        k->qrstd = TAKE_F(b, N * c->NH);
+        k->krstd = TAKE_F(b, N * c->NKV);
+    }
+}
+
+/* One kept unit of a gpt_neox or falcon block: xn1, xn2 and the GELU's
+ * output are rebuilt (neox_cuda.c); a parallel block's backward reads no
+ * xmid. */
+static void plan_kept_unit_neox(const cuda_backend *cb, acts *k, bump *b) {
+    const mt_config *c = cb->cfg;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
+    k->mean1 = TAKE_F(b, N);
+    k->rstd1 = TAKE_F(b, N);
+    k->q_op = take(b, N * Q * 2);
+    k->k_op = take(b, N * KV * 2);
+    k->v_op = take(b, N * KV * 2);
+    k->att_op = take(b, N * Q * 2);
+    k->lse = TAKE_F(b, N * c->NH);
+    k->xmid = c->parallel_residual ? NULL : TAKE_F(b, N * C);
+    k->mean2 = TAKE_F(b, N);
+    k->rstd2 = TAKE_F(b, N);
+    k->gate16 = take(b, N * F * 2);
+}
+
 /* The forward activations kept on the GPU for the backward: one set per
  * kept (layer, micro-batch) unit. */
 static void plan_kept(cuda_backend *cb, bump *b) {
-    const mt_config *c = cb->cfg;
-    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
     size_t before = b->used;
     for (int u = 0; u < cb->n_keep * cb->max_M; u++) {
-        acts *k = &cb->kept[u]; /* xn1, xn2 and the SwiGLU output are rebuilt (layers_cuda.c) */
-        k->rstd1 = TAKE_F(b, N);
-        k->q_op = take(b, N * Q * 2);
-        k->k_op = take(b, N * KV * 2);
-        k->v_op = take(b, N * KV * 2);
-        k->att_op = take(b, N * Q * 2);
-        k->lse = TAKE_F(b, N * c->NH);
-        k->xmid = cb->o.lean_keep ? NULL : TAKE_F(b, N * C);
-        k->rstd2 = TAKE_F(b, N);
-        k->gate16 = take(b, N * F * 2);
-        k->up16 = take(b, N * F * 2);
-        if (c->qk_norm) {
-            k->qpre_op = take(b, N * Q * 2);
-            k->kpre_op = take(b, N * KV * 2);
-            k->qrstd = TAKE_F(b, N * c->NH);
-            k->krstd = TAKE_F(b, N * c->NKV);
-        }
+        if (mt_arch_has_neox_block(cb->cfg->arch)) plan_kept_unit_neox(cb, &cb->kept[u], b);
+        else plan_kept_unit(cb, &cb->kept[u], b);
     }
     if (cb->n_keep) {
         cb->keep_unit_bytes = (b->used - before) / ((size_t)cb->n_keep * cb->max_M);
@@ -223,6 +271,9 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
 size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb) {
     const mt_config *c = cb->cfg;
     size_t N = cb->N, Q = c->NH * c->HD, KV = c->NKV * c->HD;
+    if (mt_arch_has_neox_block(c->arch)) /* plan_kept_unit_neox's 11 buffers, each rounded up to 256 */
+        return N * (16 + (Q * 2 + KV * 2) * 2 + c->NH * 4 + c->F * 2 +
+                    (c->parallel_residual ? 0 : c->C * 4)) + 11 * 256;
     size_t qk = c->qk_norm ? (Q + KV) * 2 + (c->NH + c->NKV) * 4 : 0; /* pre-norm q, k; rstds */
     size_t xmid = cb->o.lean_keep ? 0 : c->C * 4;
     return N * (xmid + (Q * 2 + KV * 2) * 2 + 2 * c->F * 2 + 8 + c->NH * 4 + qk) +
@@ -329,8 +380,8 @@ size_t mt_cuda_backend_bytes(const mt_config *cfg, const mt_param_table *t, int 
     cuda_backend cb;
     counting_backend(&cb, cfg, t, max_M, B, T, in);
     bump b = {0};
-    mt_cuda_plan(&cb, &b); /* learns whether the fast path (the one that keeps) applies */
-    if (cb.fast && cb.o.keep_layers > 0 && !mt_config_is_moe(cfg)) { /* as many kept layers as asked, not capped here */
+    mt_cuda_plan(&cb, &b); /* learns whether the blocks can keep activations */
+    if (cb.keeps && cb.o.keep_layers > 0 && !mt_config_is_moe(cfg)) { /* as many kept layers as asked, not capped here */
         cb.n_keep = cb.o.keep_layers;
         cb.kept = mt_calloc_or_die((size_t)cb.n_keep * max_M, sizeof *cb.kept);
         b = (bump){0};

@@ -1,6 +1,7 @@
 /* The layer templates of the CUDA backend: a Llama-family decoder block's
  * forward and backward on the weights of the bound slot, for one
- * micro-batch. Stateless: binding a layer is pointing at a slot. */
+ * micro-batch (gpt_neox's and falcon's blocks: neox_cuda.c). Stateless:
+ * binding a layer is pointing at a slot. */
 #include "backend/cuda/backend_cuda_internal.h"
 #include "backend/cuda/layers_cuda.h"
 #include "backend/cuda/moe_cuda.h"
@@ -16,11 +17,6 @@ void mt_cuda_upload_pos(cuda_backend *cb, const mt_batch *batch) {
         CUDA_CHECK(cudaMemcpyAsync(cb->pos, batch->pos,
                                    (size_t)batch->M * cb->N * sizeof(int32_t),
                                    cudaMemcpyHostToDevice, cb->s_comp));
-}
-
-/* Positions of micro-batch mb, or NULL: one sequence per row. */
-static const int32_t *block_pos(const cuda_backend *cb, int mb) {
-    return cb->has_pos ? cb->pos + (size_t)mb * cb->N : NULL;
 }
 
 /* ---- the MLP of a mixture-of-experts block (moe_cuda.h) ---- */
@@ -60,7 +56,7 @@ static void qkv_grads_to_op(cuda_backend *cb, int layer, int mb, const float *qp
     mt_cuda_ctx *ctx = cb->ctx;
     float *g = cb->g_cur;
     size_t N = cb->N, Q = c->NH * c->HD, KV = c->NKV * c->HD;
-    const int32_t *pos = block_pos(cb, mb);
+    const int32_t *pos = mt_cuda_block_pos(cb, mb);
     mt_cuda_rope_backward(ctx, a->dq32, cb->cos, cb->sin, pos, cb->B, cb->T, c->NH, c->HD);
     mt_cuda_rope_backward(ctx, a->dk32, cb->cos, cb->sin, pos, cb->B, cb->T, c->NKV, c->HD);
     float *dq = a->dq32, *dk = a->dk32;
@@ -102,7 +98,7 @@ static void block_forward_fast(cuda_backend *cb, acts *a, int layer, int mb, con
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
     mt_precision p = MT_PREC_BF16;
     mt_error err;
-    const int32_t *pos = block_pos(cb, mb);
+    const int32_t *pos = mt_cuda_block_pos(cb, mb);
     mt_cuda_rmsnorm_forward(ctx, xn1, MT_DT_BF16, a->rstd1, x,
                             W32(cb, s, layer, MT_T_ATTN_NORM), N, C, c->rms_eps);
     /* q, k, v with their biases (Qwen2); Qwen3's q/k norms (over each
@@ -157,7 +153,7 @@ static void block_backward_fast(cuda_backend *cb, const acts *f, int layer, int 
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
     mt_precision p = MT_PREC_BF16;
     mt_error err;
-    const int32_t *pos = block_pos(cb, mb);
+    const int32_t *pos = mt_cuda_block_pos(cb, mb);
     const void *xn1 = f->xn1_op, *xn2 = f->xn2_op, *mlp = f->mlp_op;
     const float *xmid = f->xmid;
     if (!xmid) { /* a lean kept unit: x + o_proj(att), as the forward made it */
@@ -243,7 +239,7 @@ static void block_forward_general(cuda_backend *cb, int layer, int mb, const flo
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
     mt_precision p = cb->prec;
     mt_error err;
-    const int32_t *pos = block_pos(cb, mb);
+    const int32_t *pos = mt_cuda_block_pos(cb, mb);
     mt_cuda_rmsnorm_forward(ctx, a->xn1_op, op_dt(cb), a->rstd1, x,
                             W32(cb, s, layer, MT_T_ATTN_NORM), N, C, c->rms_eps);
     float *q = c->qk_norm ? a->qpre32 : a->q32, *k = c->qk_norm ? a->kpre32 : a->k32;
@@ -303,7 +299,7 @@ static void block_backward_general(cuda_backend *cb, int layer, int mb, const fl
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
     mt_precision p = cb->prec;
     mt_error err;
-    const int32_t *pos = block_pos(cb, mb);
+    const int32_t *pos = mt_cuda_block_pos(cb, mb);
     void *dx_op = p == MT_PREC_BF16 ? a->dx_op : dx;
 
     /* MLP: out = xmid + down(silu(gate) * up), or + the MoE MLP */
@@ -353,6 +349,10 @@ static void block_backward_general(cuda_backend *cb, int layer, int mb, const fl
 
 void mt_cuda_block_forward(cuda_backend *cb, acts *a, int layer, int mb, const float *x,
                            float *out) {
+    if (mt_arch_has_neox_block(cb->cfg->arch)) {
+        mt_cuda_neox_forward(cb, a, layer, mb, x, out);
+        return;
+    }
     if (cb->fast) {
         block_forward_fast(cb, a, layer, mb, x, out);
         return;
@@ -363,6 +363,10 @@ void mt_cuda_block_forward(cuda_backend *cb, acts *a, int layer, int mb, const f
 
 void mt_cuda_block_backward(cuda_backend *cb, const acts *f, int layer, int mb, const float *x,
                             float *dx) {
+    if (mt_arch_has_neox_block(cb->cfg->arch)) {
+        mt_cuda_neox_backward(cb, f, layer, mb, x, dx);
+        return;
+    }
     if (cb->fast) {
         block_backward_fast(cb, f, layer, mb, x, dx);
         return;

@@ -19,6 +19,19 @@ void mt_cuda_block_forward(cuda_backend *cb, acts *a, int layer, int mb, const f
 void mt_cuda_block_backward(cuda_backend *cb, const acts *f, int layer, int mb, const float *x,
                             float *dx);
 
+/* The gpt_neox and falcon blocks (neox_cuda.c), with the same contract;
+ * kept units on the bf16 flash kernels only (cb->keeps). */
+void mt_cuda_neox_forward(cuda_backend *cb, acts *a, int layer, int mb, const float *x,
+                          float *out);
+void mt_cuda_neox_backward(cuda_backend *cb, const acts *f, int layer, int mb, const float *x,
+                           float *dx);
+
+/* Positions of micro-batch mb (packed documents), or NULL: one sequence
+ * per row. */
+static inline const int32_t *mt_cuda_block_pos(const cuda_backend *cb, int mb) {
+    return cb->has_pos ? cb->pos + (size_t)mb * cb->N : NULL;
+}
+
 /* Uploads the batch's positions of packed documents (mt_batch.pos), if
  * any, on the compute stream; the blocks then apply them to micro-batch
  * mb's RoPE and attention. */

@@ -1,5 +1,5 @@
-/* RMSNorm on the GPU, and the deterministic column sums that its weight
- * gradient and the bias gradient of a matrix product need.
+/* RMSNorm and LayerNorm on the GPU, and the deterministic column sums that
+ * their weight gradients and the bias gradient of a matrix product need.
  *
  * Norms: one warp per row, 16-byte loads (C % 4 == 0), fp32 throughout,
  * the sum of squares reduced with xor shuffles (same order every run). For
@@ -243,11 +243,12 @@ __global__ void __launch_bounds__(512) rmsnorm_bwd_fused_kernel(float *dinp, __n
 }
 
 /* partial (G, C): partial[chunk][c] = sum over the chunk's rows of
- * a[r][c] (* b[r][c] * s[r] when b is non-NULL). Block (32, COLSUM_TY):
+ * a[r][c] (* (b[r][c] - m[r]) * s[r] when b is non-NULL; m NULL: 0, which
+ * leaves b's value unchanged). Block (32, COLSUM_TY):
  * 32 consecutive columns (coalesced), COLSUM_TY interleaved row lanes
  * combined in a fixed order through shared memory. */
 __global__ void colsum_partial_kernel(float *partial, const float *a, const float *b,
-                                      const float *s, size_t N, size_t C) {
+                                      const float *m, const float *s, size_t N, size_t C) {
     __shared__ float acc[COLSUM_TY][33];
     size_t c = (size_t)blockIdx.x * 32 + threadIdx.x;
     size_t r0 = (size_t)blockIdx.y * COLSUM_ROWS;
@@ -256,7 +257,7 @@ __global__ void colsum_partial_kernel(float *partial, const float *a, const floa
     if (c < C) {
         for (size_t r = r0 + threadIdx.y; r < r1; r += COLSUM_TY) {
             float v = a[r * C + c];
-            if (b) v *= b[r * C + c] * s[r];
+            if (b) v *= (b[r * C + c] - (m ? m[r] : 0.0f)) * s[r];
             sum += v;
         }
     }
@@ -277,14 +278,15 @@ __global__ void colsum_final_kernel(float *out, const float *partial, size_t G, 
     out[c] += t;
 }
 
-/* out (C) += column sums of a (N,C), or of a * b * s[row] when b != NULL. */
+/* out (C) += column sums of a (N,C), or of a * (b - m[row]) * s[row] when
+ * b != NULL (m NULL: a * b * s[row]). */
 static void colsum(mt_cuda_ctx *ctx, float *out, float *scratch, const float *a,
-                   const float *b, const float *s, size_t N, size_t C) {
+                   const float *b, const float *m, const float *s, size_t N, size_t C) {
     if (N == 0 || C == 0) return;
     size_t G = MT_CEIL_DIV(N, (size_t)COLSUM_ROWS);
     MT_ASSERT(G <= 65535);
     dim3 grid((unsigned)MT_CEIL_DIV(C, (size_t)32), (unsigned)G), block(32, COLSUM_TY);
-    colsum_partial_kernel<<<grid, block, 0, ctx->stream>>>(scratch, a, b, s, N, C);
+    colsum_partial_kernel<<<grid, block, 0, ctx->stream>>>(scratch, a, b, m, s, N, C);
     CUDA_LAUNCH_CHECK();
     colsum_final_kernel<<<(unsigned)MT_CEIL_DIV(C, (size_t)256), 256, 0, ctx->stream>>>(
         out, scratch, G, C);
@@ -306,13 +308,13 @@ extern "C" void mt_cuda_rmsnorm_backward_op(mt_cuda_ctx *ctx, float *dinp, void 
         rmsnorm_bwd_fused_kernel<<<(unsigned)G, (unsigned)(C / 16), 0, ctx->stream>>>(
             dinp, (__nv_bfloat16 *)dinp_op, scratch, dout, inp, w, rstd, N, C);
         CUDA_LAUNCH_CHECK();
-        colsum(ctx, dw, scratch + G * C, scratch, NULL, NULL, G, C);
+        colsum(ctx, dw, scratch + G * C, scratch, NULL, NULL, NULL, G, C);
         return;
     }
     unsigned g = (unsigned)MT_CEIL_DIV(N, (size_t)NORM_WARPS);
     rmsnorm_bwd_kernel<<<g, NORM_WARPS * 32, 0, ctx->stream>>>(dinp, dout, inp, w, rstd, N, C);
     CUDA_LAUNCH_CHECK();
-    colsum(ctx, dw, scratch, dout, inp, rstd, N, C);
+    colsum(ctx, dw, scratch, dout, inp, NULL, rstd, N, C);
     if (dinp_op) mt_cuda_cast_f32_to_bf16(ctx, (uint16_t *)dinp_op, dinp, N * C);
 }
 
@@ -325,5 +327,115 @@ extern "C" void mt_cuda_rmsnorm_backward(mt_cuda_ctx *ctx, float *dinp, float *d
 
 extern "C" void mt_cuda_bias_backward(mt_cuda_ctx *ctx, float *dbias, float *scratch,
                                       const float *dout, size_t N, size_t OC) {
-    colsum(ctx, dbias, scratch, dout, NULL, NULL, N, OC);
+    colsum(ctx, dbias, scratch, dout, NULL, NULL, NULL, N, OC);
+}
+
+/* ---- LayerNorm (gpt_neox, falcon) ----
+ * One warp per row, as the plain RMSNorm kernels: the mean, then the
+ * centred sum of squares in a second pass over the row (as the CPU
+ * reference and torch do, never E[x^2] - mean^2), fp32 throughout. */
+
+template <typename OUT>
+__global__ void layernorm_fwd_kernel(OUT *out, float *mean, float *rstd, const float *inp,
+                                     const float *w, const float *b, size_t N, size_t C,
+                                     float eps) {
+    size_t row = (size_t)blockIdx.x * NORM_WARPS + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= N) return; /* the whole warp: a row is one warp's */
+    const float *x = inp + row * C;
+    float s = 0.0f;
+    for (size_t i = (size_t)lane * 4; i < C; i += 128) {
+        float4 v = load4(x + i);
+        s += v.x + v.y + v.z + v.w;
+    }
+    const float m = warp_sum(s) / (float)C;
+    float ss = 0.0f;
+    for (size_t i = (size_t)lane * 4; i < C; i += 128) {
+        float4 v = load4(x + i);
+        float a0 = v.x - m, a1 = v.y - m, a2 = v.z - m, a3 = v.w - m;
+        ss += a0 * a0 + a1 * a1 + a2 * a2 + a3 * a3;
+    }
+    const float r = rsqrtf(warp_sum(ss) / (float)C + eps);
+    for (size_t i = (size_t)lane * 4; i < C; i += 128) {
+        float4 v = load4(x + i), g = *(const float4 *)(w + i);
+        float4 bb = b ? *(const float4 *)(b + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+        store4(out + row * C + i,
+               make_float4((v.x - m) * r * g.x + bb.x, (v.y - m) * r * g.y + bb.y,
+                           (v.z - m) * r * g.z + bb.z, (v.w - m) * r * g.w + bb.w));
+    }
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = r;
+    }
+}
+
+/* xh = (x - mean) * rstd, g = w * dout:
+ * dinp += rstd * (g - mean(g) - xh * mean(g * xh)) */
+__global__ void layernorm_bwd_kernel(float *dinp, const float *dout, const float *inp,
+                                     const float *w, const float *mean, const float *rstd,
+                                     size_t N, size_t C) {
+    size_t row = (size_t)blockIdx.x * NORM_WARPS + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const float *x = inp + row * C, *dy = dout + row * C;
+    const float m = mean[row], r = rstd[row];
+    float sg = 0.0f, sgx = 0.0f;
+    for (size_t i = (size_t)lane * 4; i < C; i += 128) {
+        float4 xv = *(const float4 *)(x + i), gv = *(const float4 *)(dy + i),
+               wv = *(const float4 *)(w + i);
+        float g0 = wv.x * gv.x, g1 = wv.y * gv.y, g2 = wv.z * gv.z, g3 = wv.w * gv.w;
+        sg += g0 + g1 + g2 + g3;
+        sgx += g0 * ((xv.x - m) * r) + g1 * ((xv.y - m) * r) + g2 * ((xv.z - m) * r) +
+               g3 * ((xv.w - m) * r);
+    }
+    const float mg = warp_sum(sg) / (float)C, mgx = warp_sum(sgx) / (float)C;
+    float *d = dinp + row * C;
+    for (size_t i = (size_t)lane * 4; i < C; i += 128) {
+        float4 xv = *(const float4 *)(x + i), gv = *(const float4 *)(dy + i),
+               wv = *(const float4 *)(w + i), dv = *(float4 *)(d + i);
+        dv.x += r * (wv.x * gv.x - mg - ((xv.x - m) * r) * mgx);
+        dv.y += r * (wv.y * gv.y - mg - ((xv.y - m) * r) * mgx);
+        dv.z += r * (wv.z * gv.z - mg - ((xv.z - m) * r) * mgx);
+        dv.w += r * (wv.w * gv.w - mg - ((xv.w - m) * r) * mgx);
+        *(float4 *)(d + i) = dv;
+    }
+}
+
+extern "C" void mt_cuda_layernorm_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt,
+                                          float *mean, float *rstd, const float *inp,
+                                          const float *w, const float *b, size_t N, size_t C,
+                                          float eps) {
+    if (N == 0) return;
+    check_rows(inp, C);
+    check_rows(w, C);
+    if (b) check_rows(b, C);
+    check_rows(out, C);
+    unsigned g = (unsigned)MT_CEIL_DIV(N, (size_t)NORM_WARPS);
+    if (out_dt == MT_DT_BF16)
+        layernorm_fwd_kernel<__nv_bfloat16><<<g, NORM_WARPS * 32, 0, ctx->stream>>>(
+            (__nv_bfloat16 *)out, mean, rstd, inp, w, b, N, C, eps);
+    else
+        layernorm_fwd_kernel<float><<<g, NORM_WARPS * 32, 0, ctx->stream>>>(
+            (float *)out, mean, rstd, inp, w, b, N, C, eps);
+    CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void mt_cuda_layernorm_backward(mt_cuda_ctx *ctx, float *dinp, float *dw, float *db,
+                                           float *scratch, const float *dout, const float *inp,
+                                           const float *w, const float *mean,
+                                           const float *rstd, size_t N, size_t C) {
+    if (N == 0) return;
+    MT_ASSERT(mean != NULL && rstd != NULL);
+    check_rows(dinp, C);
+    check_rows(dout, C);
+    check_rows(inp, C);
+    check_rows(w, C);
+    unsigned g = (unsigned)MT_CEIL_DIV(N, (size_t)NORM_WARPS);
+    layernorm_bwd_kernel<<<g, NORM_WARPS * 32, 0, ctx->stream>>>(dinp, dout, inp, w, mean, rstd,
+                                                                N, C);
+    CUDA_LAUNCH_CHECK();
+    /* dw += sum over rows of dout * xh, db += sum of dout (the scratch is
+     * free again once the first sum's final kernel has run: same stream) */
+    colsum(ctx, dw, scratch, dout, inp, mean, rstd, N, C);
+    if (db) colsum(ctx, db, scratch, dout, NULL, NULL, NULL, N, C);
 }
