@@ -1,8 +1,8 @@
 /* config.json parsing for the Llama family (llama, mistral, qwen2, qwen3,
- * phi3),
- * its mixture-of-experts relatives (mixtral, qwen2_moe, qwen3_moe),
- * gpt_neox (Pythia, GPT-NeoX-20B) and falcon (Falcon-7B, and the new
- * decoder architecture of Falcon-40B/180B); gemma2 and gemma3_text are
+ * phi3: its own fields and longrope are config_phi3.c's), its
+ * mixture-of-experts relatives (mixtral, qwen2_moe, qwen3_moe), gpt_neox
+ * (Pythia, GPT-NeoX-20B) and falcon (Falcon-7B, and the new decoder
+ * architecture of Falcon-40B/180B); gemma2 and gemma3_text are
  * config_gemma.c's.
  *
  * Accepts both the transformers 4 layout (rope_theta + rope_scaling) and the
@@ -21,67 +21,6 @@
 #include "io/file.h"
 #include "model/config_internal.h"
 #include "util/mem.h"
-
-/* bos/eos may be an integer or a list of integers (Llama-3.1 lists several
- * end tokens); the first one is the one we emit. */
-static int get_token_id(const cJSON *root, const char *key, int64_t *out, const char *src,
-                        mt_error *err) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
-    *out = -1;
-    if (!it || cJSON_IsNull(it)) return 0;
-    if (cJSON_IsArray(it)) it = cJSON_GetArrayItem(it, 0);
-    if (!it) return 0;
-    /* the same range as mt_cfg_int: a double beyond int64 is undefined to convert */
-    if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
-        fabs(it->valuedouble) > 9.0e15)
-        return mt_errorf(err, "%s: field \"%s\" must be an integer", src, key);
-    *out = (int64_t)it->valuedouble;
-    return 0;
-}
-
-/* One of longrope's factor lists: head_dim / 2 numbers > 0. */
-static int get_factors(const cJSON *rp, const char *key, double *out, int64_t n,
-                       const char *field, const char *src, mt_error *err) {
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(rp, key);
-    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n)
-        return mt_errorf(err, "%s: %s.%s must be a list of head_dim / 2 = %lld numbers", src,
-                         field, key, (long long)n);
-    int i = 0;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, a) {
-        if (!cJSON_IsNumber(e) || !(e->valuedouble > 0) || !isfinite(e->valuedouble))
-            return mt_errorf(err, "%s: %s.%s[%d] must be a finite number > 0", src, field, key,
-                             i);
-        out[i++] = e->valuedouble;
-    }
-    return 0;
-}
-
-/* phi3's rope_scaling of type "longrope" ("su" in the first Phi-3
- * releases), as transformers reads it (_compute_longrope_parameters):
- * short_factor and long_factor, one per rotated pair; "factor" and
- * "attention_factor" optional. original_max_position_embeddings is the
- * top-level field of config.json (parse_phi3), which transformers prefers
- * to the one in rope_scaling. */
-static int parse_longrope(mt_config *cfg, const cJSON *rp, const char *field, const char *src,
-                          mt_error *err) {
-    cfg->rope_kind = MT_ROPE_LONGROPE;
-    int64_t half = cfg->HD / 2;
-    if (half < 1 || half > MT_MAX_ROPE_FACTORS)
-        return mt_errorf(err, "%s: head_dim %lld: megatrain reads longrope factors for head "
-                         "dims up to %d", src, (long long)cfg->HD, 2 * MT_MAX_ROPE_FACTORS);
-    if (get_factors(rp, "short_factor", cfg->rope_short_factor, half, field, src, err) ||
-        get_factors(rp, "long_factor", cfg->rope_long_factor, half, field, src, err) ||
-        mt_cfg_num(rp, "factor", 0.0, &cfg->rope_factor, src, err) ||
-        mt_cfg_num(rp, "attention_factor", 0.0, &cfg->rope_attn_factor, src, err))
-        return -1;
-    cfg->n_rope_factors = (int)half;
-    if (cfg->rope_factor < 0 || cfg->rope_attn_factor < 0 || !isfinite(cfg->rope_factor) ||
-        !isfinite(cfg->rope_attn_factor))
-        return mt_errorf(err, "%s: %s.factor and %s.attention_factor must be finite numbers "
-                         "> 0 when given", src, field, field);
-    return 0;
-}
 
 static int parse_rope(mt_config *cfg, const cJSON *root, const char *src, mt_error *err) {
     /* transformers 5 keeps everything in rope_parameters; 4 uses rope_theta
@@ -110,7 +49,7 @@ static int parse_rope(mt_config *cfg, const cJSON *root, const char *src, mt_err
     if (!strcmp(t, "default")) return 0;
     bool phi3 = cfg->arch == MT_ARCH_PHI3;
     if (phi3 && (!strcmp(t, "longrope") || !strcmp(t, "su")))
-        return parse_longrope(cfg, rp, field, src, err);
+        return mt_config_parse_longrope(cfg, rp, field, src, err);
     if (strcmp(t, "llama3") != 0 || phi3)
         return mt_errorf(err,
                          "%s: %s.rope_type \"%s\" is not supported for model_type \"%s\"; "
@@ -324,32 +263,6 @@ static int parse_falcon(mt_config *cfg, const cJSON *root, const char *src, mt_e
     return parse_rope(cfg, root, src, err);
 }
 
-/* What phi3 adds to the Llama fields, with Phi3Config's defaults: its
- * dropouts must be 0, original_max_position_embeddings (4096 when absent)
- * is longrope's pretraining length; bos, eos and pad_token_id are 1, 32000
- * and 32000 when absent, and pad_token_id is kept to be written back. */
-static int parse_phi3(mt_config *cfg, const cJSON *root, const char *src, mt_error *err) {
-    const char *dropouts[] = {"resid_pdrop", "embd_pdrop", "attention_dropout"};
-    for (size_t i = 0; i < sizeof dropouts / sizeof *dropouts; i++) {
-        double drop = 0;
-        if (mt_cfg_num(root, dropouts[i], 0.0, &drop, src, err)) return -1;
-        if (drop != 0)
-            return mt_errorf(err, "%s: %s = %g is not supported (megatrain trains without "
-                             "dropout); set it to 0.0", src, dropouts[i], drop);
-    }
-    if (get_token_id(root, "pad_token_id", &cfg->pad_id, src, err)) return -1;
-    const char *ids[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
-    int64_t *id_out[] = {&cfg->bos_id, &cfg->eos_id, &cfg->pad_id}, dflt[] = {1, 32000, 32000};
-    for (size_t i = 0; i < 3; i++)
-        if (!cJSON_GetObjectItemCaseSensitive(root, ids[i])) *id_out[i] = dflt[i];
-    if (mt_cfg_int(root, "original_max_position_embeddings", 4096, &cfg->rope_orig_max_pos, src,
-                   err))
-        return -1;
-    if (cfg->rope_orig_max_pos <= 0)
-        return mt_errorf(err, "%s: original_max_position_embeddings must be positive", src);
-    return 0;
-}
-
 /* mlp_only_layers: a list of block indices in [0, L). */
 static int parse_mlp_only(mt_moe_config *m, const cJSON *root, int64_t L, const char *src,
                           mt_error *err) {
@@ -499,8 +412,8 @@ int mt_config_parse(mt_config *cfg, const char *json_text, const char *src, mt_e
         mt_cfg_int(root, "max_position_embeddings", phi3 ? 4096 : 2048, &cfg->max_pos, src, err) ||
         mt_cfg_num(root, "rms_norm_eps", phi3 ? 1e-5 : 1e-6, &eps, src, err) ||
         mt_cfg_bool(root, "tie_word_embeddings", false, &cfg->tie_embeddings, src, err) ||
-        get_token_id(root, "bos_token_id", &cfg->bos_id, src, err) ||
-        get_token_id(root, "eos_token_id", &cfg->eos_id, src, err))
+        mt_cfg_token_id(root, "bos_token_id", &cfg->bos_id, src, err) ||
+        mt_cfg_token_id(root, "eos_token_id", &cfg->eos_id, src, err))
         goto out;
     cfg->rms_eps = (float)eps;
     if (cfg->NH <= 0) {
@@ -529,7 +442,7 @@ int mt_config_parse(mt_config *cfg, const char *json_text, const char *src, mt_e
         if (parse_falcon(cfg, root, src, err)) goto out;
     } else if (mt_arch_is_gemma(a)) {
         if (mt_config_parse_gemma(cfg, root, src, err)) goto out;
-    } else if ((a == MT_ARCH_PHI3 && parse_phi3(cfg, root, src, err)) ||
+    } else if ((a == MT_ARCH_PHI3 && mt_config_parse_phi3(cfg, root, src, err)) ||
                parse_rope(cfg, root, src, err) || refuse_unsupported(cfg, root, src, err)) {
         goto out;
     }
@@ -695,30 +608,11 @@ static void neox_to_json(const mt_config *c, cJSON *r) {
     cJSON_AddBoolToObject(r, "tie_word_embeddings", false);
 }
 
-/* longrope's rope_scaling as Phi-3.5's config.json has it; "factor" and
- * "attention_factor" only when config.json gave them. */
-static void longrope_to_json(const mt_config *c, cJSON *r) {
-    cJSON *s = cJSON_AddObjectToObject(r, "rope_scaling");
-    cJSON_AddStringToObject(s, "type", "longrope");
-    const char *keys[] = {"short_factor", "long_factor"};
-    const double *lists[] = {c->rope_short_factor, c->rope_long_factor};
-    for (int k = 0; k < 2; k++) {
-        cJSON *a = cJSON_AddArrayToObject(s, keys[k]);
-        for (int i = 0; i < c->n_rope_factors; i++) {
-            char buf[48];
-            mt_cfg_number_text(buf, lists[k][i], false);
-            cJSON_AddItemToArray(a, cJSON_CreateRaw(buf));
-        }
-    }
-    if (c->rope_factor > 0) mt_cfg_add_float(s, "factor", c->rope_factor);
-    if (c->rope_attn_factor > 0) mt_cfg_add_float(s, "attention_factor", c->rope_attn_factor);
-}
-
 /* rope_theta, and rope_scaling for llama3 and longrope, under transformers
  * 4's names (transformers 5 converts them on load). */
 static void rope_to_json(const mt_config *c, cJSON *r) {
     mt_cfg_add_float(r, "rope_theta", c->rope_theta);
-    if (c->rope_kind == MT_ROPE_LONGROPE) longrope_to_json(c, r);
+    if (c->rope_kind == MT_ROPE_LONGROPE) mt_config_longrope_to_json(c, r);
     if (c->rope_kind != MT_ROPE_LLAMA3) return;
     cJSON *s = cJSON_AddObjectToObject(r, "rope_scaling");
     cJSON_AddStringToObject(s, "rope_type", "llama3");
@@ -848,18 +742,6 @@ void mt_config_falcon_defaults(mt_config *c, bool new_decoder) {
     c->parallel_residual = true;
     c->attn_bias = false;
     c->act = MT_ACT_GELU;
-    c->qkv_bias = c->qk_norm = false;
-    c->rotary_dim = 0;
-}
-
-void mt_config_phi3_defaults(mt_config *c) {
-    c->arch = MT_ARCH_PHI3;
-    snprintf(c->model_type, sizeof c->model_type, "phi3");
-    c->rms_eps = 1e-5f;
-    c->rope_kind = MT_ROPE_DEFAULT;
-    c->rope_orig_max_pos = c->max_pos;
-    c->sliding_window = 0;
-    c->pad_id = -1;
     c->qkv_bias = c->qk_norm = false;
     c->rotary_dim = 0;
 }

@@ -1,5 +1,5 @@
 /* config.json reading and writing helpers shared by the config parsers
- * (config.c, config_gemma.c): typed fields with the config class's default,
+ * (config.c, config_gemma.c, config_phi3.c): typed fields with the config class's default,
  * and floats written as Python writes them. Internal to src/model. */
 #ifndef MT_MODEL_CONFIG_INTERNAL_H
 #define MT_MODEL_CONFIG_INTERNAL_H
@@ -18,6 +18,11 @@ int mt_cfg_int(const cJSON *root, const char *key, int64_t dflt, int64_t *out, c
 /* A number field; missing or null: *out = dflt. */
 int mt_cfg_num(const cJSON *root, const char *key, double dflt, double *out, const char *src,
                mt_error *err);
+/* A token id (bos/eos may be an integer or a list of integers, Llama-3.1
+ * lists several end tokens: the first one is the one emitted); missing or
+ * null: -1. */
+int mt_cfg_token_id(const cJSON *root, const char *key, int64_t *out, const char *src,
+                    mt_error *err);
 /* A true/false field; missing or null: *out = dflt. */
 int mt_cfg_bool(const cJSON *root, const char *key, bool dflt, bool *out, const char *src,
                 mt_error *err);
@@ -34,5 +39,12 @@ void mt_cfg_add_float(cJSON *r, const char *key, double v);
  * ones mt_config_parse read (cfg->arch set), and their config.json. */
 int mt_config_parse_gemma(mt_config *cfg, const cJSON *root, const char *src, mt_error *err);
 void mt_config_gemma_to_json(const mt_config *cfg, cJSON *r);
+
+/* phi3 (config_phi3.c): its fields besides the Llama ones; rope_scaling of
+ * type longrope from object rp (named field), and back into r. */
+int mt_config_parse_phi3(mt_config *cfg, const cJSON *root, const char *src, mt_error *err);
+int mt_config_parse_longrope(mt_config *cfg, const cJSON *rp, const char *field, const char *src,
+                             mt_error *err);
+void mt_config_longrope_to_json(const mt_config *cfg, cJSON *r);
 
 #endif

@@ -66,6 +66,21 @@ int mt_cfg_gelu(mt_config *cfg, const cJSON *root, const char *key, const char *
     return 0;
 }
 
+int mt_cfg_token_id(const cJSON *root, const char *key, int64_t *out, const char *src,
+                    mt_error *err) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    *out = -1;
+    if (!it || cJSON_IsNull(it)) return 0;
+    if (cJSON_IsArray(it)) it = cJSON_GetArrayItem(it, 0);
+    if (!it) return 0;
+    /* the same range as mt_cfg_int: a double beyond int64 is undefined to convert */
+    if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
+        fabs(it->valuedouble) > 9.0e15)
+        return mt_errorf(err, "%s: field \"%s\" must be an integer", src, key);
+    *out = (int64_t)it->valuedouble;
+    return 0;
+}
+
 /* A float that reads back as one, as Python's repr writes it: the fewest
  * digits that give v back (as an fp32 when single: rms_norm_eps 1e-05, not
  * 9.99999974737875e-06), positional from 1e-4 to 1e16 (500000.0), else
