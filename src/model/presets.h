@@ -19,10 +19,10 @@ typedef struct mt_preset {
 } mt_preset;
 
 /* The names, comma separated, for messages and --help. */
-#define MT_PRESET_NAMES                                                                   \
+#define MT_PRESET_NAMES                                                                    \
     "1b, 3b, 7b, 8b, 13b, 20b, 34b, 70b, 123b, 405b, qwen2.5-7b, qwen3-8b, mixtral-8x7b, " \
-    "qwen3-30b-a3b, qwen3-235b-a22b, pythia-1b, pythia-6.9b, gpt-neox-20b, falcon-7b, "     \
-    "falcon-40b, phi3-mini, phi3-medium, gemma2-2b, gemma2-9b, gemma2-27b, gemma3-1b, "      \
+    "qwen3-30b-a3b, qwen3-235b-a22b, pythia-1b, pythia-6.9b, gpt-neox-20b, falcon-7b, "    \
+    "falcon-40b, phi3-mini, phi3-medium, gemma2-2b, gemma2-9b, gemma2-27b, gemma3-1b, "    \
     "gemma3-4b, gemma3-12b, gemma3-27b"
 
 /* NULL when the name is unknown. */
