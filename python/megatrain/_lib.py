@@ -172,12 +172,17 @@ class EvalOpts(Structure):
                 ("packing", c_char_p), ("seq_len", c_int64), ("batch_size", c_int64),
                 ("micro_batches", c_int64), ("max_batches", c_int64),
                 ("device", c_char_p), ("precision", c_char_p), ("dump_logits", c_char_p),
-                ("text_field", c_char_p)]
+                ("text_field", c_char_p), ("objective", c_char_p), ("loss_type", c_char_p),
+                ("beta", c_double), ("label_smoothing", c_double), ("gamma", c_double),
+                ("lambda", c_double), ("ref_model", c_char_p), ("skip_bad_pairs", c_int)]
 
 
 class EvalResult(Structure):
     _fields_ = [("loss", c_double), ("perplexity", c_double), ("tokens", c_int64),
-                ("batches", c_int64)]
+                ("batches", c_int64), ("rewards_chosen", c_double),
+                ("rewards_rejected", c_double), ("rewards_accuracies", c_double),
+                ("rewards_margins", c_double), ("logps_chosen", c_double),
+                ("logps_rejected", c_double), ("pairs", c_int64), ("skipped_pairs", c_int64)]
 
 
 class GenerateOpts(Structure):

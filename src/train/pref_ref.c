@@ -134,11 +134,12 @@ static int finish(FILE *f, const char *part, const char *path, const ref_header 
 int mt_pref_ref_compute(mt_pref_data *d, mt_backend *be, int n_layers, int M, const char *path,
                         uint64_t model_sum, int64_t *resumed, mt_error *err) {
     char part[4200];
-    snprintf(part, sizeof part, "%s.partial", path);
+    snprintf(part, sizeof part, "%s.partial", path ? path : "");
     ref_header h = header_of(d, model_sum);
     double *ref = mt_calloc_or_die(2 * (size_t)d->n_pairs, sizeof *ref);
-    FILE *f = open_partial(part, &h, ref, resumed, err);
-    if (!f) return free(ref), -1;
+    FILE *f = NULL;
+    *resumed = 0;
+    if (path && !(f = open_partial(part, &h, ref, resumed, err))) return free(ref), -1;
     /* the pairs in file order, from the first not done */
     mt_pref_data w = *d;
     w.order = mt_malloc_or_die((size_t)d->n_pairs * sizeof *w.order);
@@ -152,14 +153,15 @@ int mt_pref_ref_compute(mt_pref_data *d, mt_backend *be, int n_layers, int M, co
     int rc;
     while ((rc = pass_batch(&w, be, n_layers, M, buf, logp, pairs, ids, ref, &n, err)) == 0) {
         /* file order: the batch's pairs are done..done+n-1 */
-        if (fwrite(ref + 2 * done, sizeof *ref, 2 * (size_t)n, f) != 2 * (size_t)n || fflush(f)) {
+        if (f && (fwrite(ref + 2 * done, sizeof *ref, 2 * (size_t)n, f) != 2 * (size_t)n ||
+                  fflush(f))) {
             rc = mt_errorf(err, "%s: cannot write: %s (disk full?)", part, strerror(errno));
             break;
         }
         done += n;
     }
-    if (rc == 1) rc = finish(f, part, path, &h, ref, err);
-    else fclose(f);
+    if (rc == 1) rc = f ? finish(f, part, path, &h, ref, err) : 0;
+    else if (f) fclose(f);
     free(buf), free(logp), free(pairs), free(ids), free(w.order);
     if (rc) return free(ref), -1;
     free(d->ref);

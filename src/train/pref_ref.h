@@ -26,7 +26,8 @@ int mt_pref_ref_load(mt_pref_data *d, const char *path, uint64_t model_sum, mt_e
 
 /* The pass over all of d with be (M micro-batches of d's B x T), writing
  * path (via path.partial, continued if it is one of the same data and
- * model) and filling d->ref. *resumed: pairs found already done. */
+ * model) and filling d->ref. *resumed: pairs found already done. path
+ * NULL: no file, d->ref only. */
 int mt_pref_ref_compute(mt_pref_data *d, mt_backend *be, int n_layers, int M, const char *path,
                         uint64_t model_sum, int64_t *resumed, mt_error *err);
 

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "megatrain.h"
 #include "data/dataset.h"
 #include "data/pref_data.h"
 #include "data/tokenizer.h"
@@ -256,6 +257,50 @@ Test(pref_train, bad_pairs_are_named_or_skipped_and_counted, .timeout = 60) {
     char *m = slurp(mp, NULL);
     cr_assert(strstr(m, "\"skipped_pairs\":5"), "%s", m);
     free(m), free(p);
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+/* The number after "key": in the last line of text holding it. */
+static double last_value(const char *text, const char *key) {
+    const char *p = NULL, *q = text;
+    while ((q = strstr(q, key))) p = q++;
+    cr_assert(p, "no %s", key);
+    return atof(p + strlen(key) + 1);
+}
+
+/* `megatrain eval --objective simpo` of the saved model gives the run's
+ * last evaluation of the same held-out pairs. */
+Test(pref_train, eval_of_the_saved_model_repeats_the_runs_last_evaluation, .timeout = 60) {
+    char *dir = mt_test_tmpdir(), *p = write_pairs(dir, "pairs.jsonl", 16, NULL), out[600];
+    char *held = write_pairs(dir, "held.jsonl", 9, NULL);
+    snprintf(out, sizeof out, "%s/run", dir);
+    mt_train_config tc;
+    mt_error err;
+    char extra[900];
+    snprintf(extra, sizeof extra, "--objective simpo --beta 2 --steps 6 --save-dtype fp32 "
+             "--epochs 2 --eval-data %s", held);
+    config(&tc, out, p, extra);
+    cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
+    char path[700];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out);
+    char *m = slurp(path, NULL);
+    snprintf(path, sizeof path, "%s/model", out);
+    mt_model *model = mt_model_open(path, NULL);
+    cr_assert(model, "%s", mt_last_error());
+    mt_eval_opts eo;
+    mt_eval_opts_defaults(&eo);
+    eo.data = held, eo.objective = "simpo", eo.beta = 2, eo.device = "cpu";
+    eo.seq_len = 48, eo.batch_size = 2, eo.micro_batches = 2;
+    mt_eval_result res;
+    cr_assert_eq(mt_model_eval(model, &eo, &res), 0, "%s", mt_last_error());
+    cr_assert_eq(res.pairs, 9);
+    cr_assert_float_eq(res.loss, last_value(m, "\"eval_loss\""), 1e-6);
+    cr_assert_float_eq(res.rewards_margins, last_value(m, "\"eval_rewards/margins\""), 1e-6);
+    cr_assert_float_eq(res.rewards_accuracies, last_value(m, "\"eval_rewards/accuracies\""), 1e-9);
+    cr_assert_float_eq(res.logps_chosen, last_value(m, "\"eval_logps/chosen\""), 1e-6);
+    mt_model_close(model);
+    free(m), free(p), free(held);
     mt_test_rmtree(dir);
     free(dir);
 }
