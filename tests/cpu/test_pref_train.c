@@ -304,3 +304,77 @@ Test(pref_train, eval_of_the_saved_model_repeats_the_runs_last_evaluation, .time
     mt_test_rmtree(dir);
     free(dir);
 }
+
+/* A byte-level tokenizer in dir whose chat template prints each turn as
+ * "role: content" (as test_data_formats.c's). */
+static mt_tokenizer *chat_tokenizer(const char *dir) {
+    char *src = mt_path_join(mt_test_fixtures_dir(), "tokenizer/tiny_bytelevel.json"), *buf;
+    char *dst = mt_path_join(dir, "tokenizer.json"), *cfg = mt_path_join(dir, "tokenizer_config.json");
+    size_t len;
+    mt_error err = {{0}};
+    cr_assert_eq(mt_read_file(src, &buf, &len, &err), 0, "%s", err.msg);
+    FILE *f = fopen(dst, "wb");
+    fwrite(buf, 1, len, f);
+    fclose(f);
+    f = fopen(cfg, "wb");
+    fputs("{\"chat_template\": \"{% for m in messages %}{{ m.role }}: {{ m.content }}\\n"
+          "{% endfor %}\"}", f);
+    fclose(f);
+    mt_tokenizer *tok = mt_tokenizer_load(dst, &err);
+    cr_assert(tok, "%s", err.msg);
+    free(buf), free(src), free(dst), free(cfg);
+    return tok;
+}
+
+/* TRL's conversational pairs: each answer's document is the conversational
+ * prompt/completion document of the prompt and that answer, tokens and
+ * loss flags alike; a bad message is named by the pair's line and answer. */
+Test(pref_data, conversational_pairs_render_as_prompt_completion) {
+    char *dir = mt_test_tmpdir();
+    mt_tokenizer *tok = chat_tokenizer(dir);
+    int64_t V = (int64_t)mt_tokenizer_vocab_size(tok);
+    const char *prompt = "[{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", "
+                         "\"content\": \"Sky?\"}]";
+    const char *ans[2] = {"[{\"role\": \"assistant\", \"content\": \"Blue.\"}]",
+                          "[{\"role\": \"assistant\", \"content\": \"Green, I think.\"}]"};
+    char line[1024], *p = mt_path_join(dir, "pairs.jsonl"), *c = mt_path_join(dir, "c.jsonl");
+    snprintf(line, sizeof line, "{\"prompt\": %s, \"chosen\": %s, \"rejected\": %s}\n", prompt,
+             ans[0], ans[1]);
+    FILE *f = fopen(p, "wb");
+    fputs(line, f);
+    fclose(f);
+    mt_pref_data_opts o = {.path = p, .epochs = 1, .B = 1, .T = 200};
+    mt_pref_data d;
+    mt_error err = {{0}};
+    cr_assert_eq(mt_pref_data_open(&d, &o, tok, V, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(d.format, "messages");
+    for (int a = 0; a < 2; a++) {
+        f = fopen(c, "wb");
+        fprintf(f, "{\"prompt\": %s, \"completion\": %s}\n", prompt, ans[a]);
+        fclose(f);
+        mt_data_opts co = {.path = c, .epochs = 1};
+        mt_dataset *ds = mt_dataset_open(&co, tok, V, &err);
+        cr_assert(ds, "%s", err.msg);
+        const mt_mtok *m = mt_dataset_corpus(ds);
+        cr_assert_eq((int64_t)m->n_tokens, d.off[a + 1] - d.off[a], "answer %d", a);
+        for (uint64_t t = 0; t < m->n_tokens; t++) {
+            cr_assert_eq((int32_t)mt_mtok_token(m, t), d.tok[d.off[a] + (int64_t)t]);
+            cr_assert_eq(mt_mtok_trainable(m, t), d.keep[d.off[a] + (int64_t)t] != 0);
+        }
+        mt_dataset_free(ds);
+    }
+    mt_pref_data_free(&d);
+    f = fopen(p, "wb");
+    fputs(line, f);
+    fputs("{\"prompt\": [{\"role\": \"bot\", \"content\": \"x\"}], \"chosen\": [{\"role\": "
+          "\"assistant\", \"content\": \"y\"}], \"rejected\": [{\"role\": \"assistant\", "
+          "\"content\": \"z\"}]}\n", f);
+    fclose(f);
+    cr_assert_eq(mt_pref_data_open(&d, &o, tok, V, &err), -1);
+    cr_assert(strstr(err.msg, "pairs.jsonl:2: field \"chosen\": prompt[0].role is 'bot'"), "%s",
+              err.msg);
+    mt_tokenizer_free(tok);
+    free(p), free(c);
+    mt_test_rmtree(dir);
+    free(dir);
+}
