@@ -79,6 +79,11 @@ typedef struct mt_step_metrics {
     int64_t skipped;       /* a skipped update (non-finite): how many in a row */
     const char *nonfinite; /* then its first non-finite tensor, or NULL (valid
                             * until the next call on the run) */
+    /* a preference objective's step (NAN for sft): TRL's rewards/chosen,
+     * rewards/rejected, rewards/accuracies, rewards/margins, logps/chosen,
+     * logps/rejected, means over the step's pairs */
+    double rewards_chosen, rewards_rejected, rewards_accuracies, rewards_margins;
+    double logps_chosen, logps_rejected;
 } mt_step_metrics;
 
 typedef struct mt_event {

@@ -122,7 +122,10 @@ class StepMetrics(Structure):
                 ("tokens", c_int64), ("tokens_per_s", c_double), ("tflops", c_double),
                 ("step_time_s", c_double), ("eta_s", c_double), ("gpu_mem_gb", c_double),
                 ("host_mem_gb", c_double), ("h2d_gbps", c_double), ("d2h_gbps", c_double),
-                ("skipped", c_int64), ("nonfinite", c_char_p)]
+                ("skipped", c_int64), ("nonfinite", c_char_p),
+                ("rewards_chosen", c_double), ("rewards_rejected", c_double),
+                ("rewards_accuracies", c_double), ("rewards_margins", c_double),
+                ("logps_chosen", c_double), ("logps_rejected", c_double)]
 
 
 class Event(Structure):

@@ -399,7 +399,11 @@ static int report(mt_run *R, double loss, const mt_optim_report *rep, double dt,
         .tokens_per_s = row.tokens_per_s, .tflops = row.tflops, .step_time_s = row.step_time_s,
         .eta_s = row.eta_s, .gpu_mem_gb = row.gpu_mem_gb, .host_mem_gb = row.host_mem_gb,
         .h2d_gbps = row.h2d_gbps, .d2h_gbps = row.d2h_gbps, .skipped = row.skipped,
-        .nonfinite = row.nonfinite};
+        .nonfinite = row.nonfinite, .rewards_chosen = row.pref.rewards_chosen,
+        .rewards_rejected = row.pref.rewards_rejected,
+        .rewards_accuracies = row.pref.rewards_accuracies,
+        .rewards_margins = row.pref.rewards_margins, .logps_chosen = row.pref.logps_chosen,
+        .logps_rejected = row.pref.logps_rejected};
     if (m) *m = sm; /* nonfinite points into R->nf: valid until the next step */
     char line[512];
     mt_event e = {.kind = MT_EVENT_STEP, .step = &sm};
