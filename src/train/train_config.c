@@ -286,9 +286,6 @@ static int validate_values(const mt_train_config *cfg, mt_error *err) {
 static int validate_objective(const mt_train_config *cfg, mt_error *err) {
     const char *obj = mt_tc_objectives[cfg->objective];
     if (cfg->objective == MT_TC_OBJECTIVE_SFT) return 0;
-    if (!cfg->data[0])
-        return mt_errorf(err, "objective %s: needs preference pairs (set data: FILE.jsonl of "
-                         "{prompt, chosen, rejected})", obj);
     if (cfg->data_format != MT_TC_DATA_AUTO)
         return mt_errorf(err, "objective %s: data_format %s: preference data has a layout of "
                          "its own ({prompt, chosen, rejected}); drop data_format", obj,

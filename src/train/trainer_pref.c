@@ -37,6 +37,9 @@ static int open_pairs(mt_run *R, mt_pref_data *d, const char *path, int64_t epoc
 int mt_run_pref_open(mt_run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
     const char *obj = mt_tc_objectives[tc->objective];
+    if (!tc->data[0])
+        return mt_errorf(err, "objective %s: needs preference pairs (set data: FILE.jsonl of "
+                         "{prompt, chosen, rejected})", obj);
     if (R->several)
         return mt_errorf(err, "objective %s does not run on several ranks yet: train it in one "
                          "process (no --gpus, no launcher)", obj);
