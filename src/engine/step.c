@@ -105,8 +105,14 @@ int mt_step_sequence_or_stop(mt_backend *be, int n_layers, const mt_batch *batch
     if (!be->ops->head_logp || !be->ops->head_weighted)
         return mt_errorf(err, "the %s backend has no sequence objectives (DPO and its kin); "
                          "train them with --backend cpu or cuda", be->name);
+    int64_t valid = mt_batch_count_valid(batch);
+    if (valid == 0)
+        return mt_errorf(err, "the batch has no target tokens (every label is -100); check the "
+                         "data's loss mask");
     if (mt_batch_check_pos(batch, err)) return -1;
-    if (be->ops->begin_step(be, batch, 0.0f, 1, err)) return -1;
+    /* dscale as for cross-entropy: head_weighted does not read it, other
+     * terms of a backend's loss may (an MoE router's auxiliary loss) */
+    if (be->ops->begin_step(be, batch, 1.0f / (float)valid, 1, err)) return -1;
     if (!forward_layers(be, n_layers, batch, stop)) return 1;
 
     /* The head twice per micro-batch: its log-probabilities give the
