@@ -79,6 +79,11 @@ typedef struct mt_step_metrics {
     int64_t skipped;       /* a skipped update (non-finite): how many in a row */
     const char *nonfinite; /* then its first non-finite tensor, or NULL (valid
                             * until the next call on the run) */
+    /* a preference objective's step (NAN for sft): TRL's rewards/chosen,
+     * rewards/rejected, rewards/accuracies, rewards/margins, logps/chosen,
+     * logps/rejected, means over the step's pairs */
+    double rewards_chosen, rewards_rejected, rewards_accuracies, rewards_margins;
+    double logps_chosen, logps_rejected;
 } mt_step_metrics;
 
 typedef struct mt_event {
@@ -372,16 +377,31 @@ typedef struct mt_eval_opts {
     const char *dump_logits;   /* a safetensors file for the first row's input
                                 * ids and logits, or NULL */
     const char *text_field;    /* as mt_dataset_opts; NULL: "text" */
+    /* A preference objective's metrics on pairs {prompt, chosen, rejected}
+     * (the options of train's that name them): objective NULL or "sft" is
+     * the loss per token; "dpo" (with ref_model, the reference), "simpo",
+     * "orpo". */
+    const char *objective;
+    const char *loss_type;     /* dpo: NULL ("sigmoid"), "ipo", "hinge" */
+    double beta, label_smoothing, gamma, lambda; /* 0.1, 0, 0.5, 0.1 by default */
+    const char *ref_model;     /* dpo: the reference model's directory */
+    int skip_bad_pairs;        /* leave out (and count) bad pairs instead of failing */
 } mt_eval_opts;
 
 /* seq_len 0 (the model's), batch_size 4, micro_batches 1, the whole file,
- * device auto, bf16. */
+ * device auto, bf16; objective sft (beta 0.1, gamma 0.5, lambda 0.1). */
 void mt_eval_opts_defaults(mt_eval_opts *o);
 
 typedef struct mt_eval_result {
     double loss;               /* mean over the tokens with a loss */
     double perplexity;         /* exp(loss) */
     int64_t tokens, batches;
+    /* a preference objective (loss is then its loss; perplexity 0): TRL's
+     * rewards/chosen, rewards/rejected, rewards/accuracies, rewards/margins,
+     * logps/chosen, logps/rejected, means over the pairs */
+    double rewards_chosen, rewards_rejected, rewards_accuracies, rewards_margins;
+    double logps_chosen, logps_rejected;
+    int64_t pairs, skipped_pairs;
 } mt_eval_result;
 
 /* The model's loss on o->data, read once in order in batches of

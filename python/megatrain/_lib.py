@@ -122,7 +122,10 @@ class StepMetrics(Structure):
                 ("tokens", c_int64), ("tokens_per_s", c_double), ("tflops", c_double),
                 ("step_time_s", c_double), ("eta_s", c_double), ("gpu_mem_gb", c_double),
                 ("host_mem_gb", c_double), ("h2d_gbps", c_double), ("d2h_gbps", c_double),
-                ("skipped", c_int64), ("nonfinite", c_char_p)]
+                ("skipped", c_int64), ("nonfinite", c_char_p),
+                ("rewards_chosen", c_double), ("rewards_rejected", c_double),
+                ("rewards_accuracies", c_double), ("rewards_margins", c_double),
+                ("logps_chosen", c_double), ("logps_rejected", c_double)]
 
 
 class Event(Structure):
@@ -172,12 +175,17 @@ class EvalOpts(Structure):
                 ("packing", c_char_p), ("seq_len", c_int64), ("batch_size", c_int64),
                 ("micro_batches", c_int64), ("max_batches", c_int64),
                 ("device", c_char_p), ("precision", c_char_p), ("dump_logits", c_char_p),
-                ("text_field", c_char_p)]
+                ("text_field", c_char_p), ("objective", c_char_p), ("loss_type", c_char_p),
+                ("beta", c_double), ("label_smoothing", c_double), ("gamma", c_double),
+                ("lambda", c_double), ("ref_model", c_char_p), ("skip_bad_pairs", c_int)]
 
 
 class EvalResult(Structure):
     _fields_ = [("loss", c_double), ("perplexity", c_double), ("tokens", c_int64),
-                ("batches", c_int64)]
+                ("batches", c_int64), ("rewards_chosen", c_double),
+                ("rewards_rejected", c_double), ("rewards_accuracies", c_double),
+                ("rewards_margins", c_double), ("logps_chosen", c_double),
+                ("logps_rejected", c_double), ("pairs", c_int64), ("skipped_pairs", c_int64)]
 
 
 class GenerateOpts(Structure):

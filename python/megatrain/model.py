@@ -90,10 +90,17 @@ class Model(_lib.Handle):
         micro_batches (1),
         seq_len (0: the model's max positions, at most 1024), batch_size (4),
         max_batches (0: all), device, text_field,
-        precision, dump_logits, split. Returns loss, perplexity, tokens,
-        batches."""
+        precision, dump_logits, split; for preference pairs {prompt, chosen,
+        rejected}: objective ("dpo", "simpo", "orpo"), loss_type, beta,
+        label_smoothing, gamma, lambda_ (or "lambda"), ref_model (dpo's
+        reference model directory), skip_bad_pairs. Returns loss, perplexity,
+        tokens, batches and, for pairs, TRL's rewards_chosen,
+        rewards_rejected, rewards_accuracies, rewards_margins, logps_chosen,
+        logps_rejected, pairs, skipped_pairs."""
         L = _lib.lib()
         split = opts.pop("split", None)
+        if "lambda_" in opts:  # `lambda` is a Python keyword
+            opts["lambda"] = opts.pop("lambda_")
         o = _lib.EvalOpts()
         L.mt_eval_opts_defaults(ctypes.byref(o))
         _set(o, opts)

@@ -22,8 +22,10 @@ from collections.abc import Mapping
 from . import _lib
 
 FIELDS = ("text", "prompt", "completion", "messages", "conversations", "instruction", "input",
-          "output", "system", "history", "tools", "documents", "chat_template_kwargs")
+          "output", "system", "history", "tools", "documents", "chat_template_kwargs", "chosen",
+          "rejected")
 SHAPES = ("{'text': ...}, {'prompt': ..., 'completion': ...}, "
+          "{'prompt': ..., 'chosen': ..., 'rejected': ...} (preference pairs), "
           "{'messages': [{'role': ..., 'content': ...}, ...]}, "
           "{'conversations': [{'from': ..., 'value': ...}, ...]} or "
           "{'instruction': ..., 'input': ..., 'output': ...}")

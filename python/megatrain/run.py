@@ -66,7 +66,7 @@ def _budget(o):
     """What the run of options o needs of its records, in tokens (None:
     all of them, for steps = 0), counted with its tokenizer and format."""
     steps, epochs = int(get_option(o, "steps")), int(get_option(o, "epochs"))
-    if steps == 0:
+    if steps == 0 or get_option(o, "objective") != "sft":  # pairs: all of them
         return None
     rows = steps * int(get_option(o, "micro_batches")) * int(get_option(o, "batch_size"))
     tokens = -(-rows // epochs) * (int(get_option(o, "seq_len")) + 1)
@@ -99,6 +99,8 @@ def make_options(config=None, overrides=None):
                     "YAML text")
             _load_yaml(o, config)
         values.update(overrides or {})
+        if "lambda_" in values:  # `lambda` is a Python keyword
+            values["lambda"] = values.pop("lambda_")
         data = values.pop("data", None)
         if data is not None and is_path(data) and not hub.is_hub_name(os.fsdecode(data)):
             values["data"], data = os.fsdecode(data), None

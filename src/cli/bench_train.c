@@ -14,7 +14,7 @@ typedef struct bench_train_args {
     int64_t hidden, layers, heads, kv_heads, ffn, vocab, seq_len, batch_size, micro_batches;
     int64_t steps, slots, keep_layers, gpus, gpu_adam_layers, disk_layers;
     double gpu_mem, host_mem, disk_mem;
-    int precision, host_grad_dtype, placement, grads;
+    int precision, host_grad_dtype, placement, grads, objective;
     bool host_saved_inputs;
     bool given[32];
 } bench_train_args;
@@ -32,6 +32,9 @@ static const mt_opt options[] = {
     {"steps", MT_OPT_INT, OFF(steps), "4", NULL, MT_OPT_AT_LEAST(1), NULL, "N", NULL,
      "timed steps after one warm-up step"},
     MT_CLI_PRECISION(bench_train_args, NULL),
+    {"objective", MT_OPT_ENUM, OFF(objective), "sft", NULL, MT_OPT_ANY, mt_tc_objectives, NULL,
+     NULL, "sft: cross-entropy steps; dpo, simpo, orpo: the preference objective's steps at the "
+     "same tokens (each row one pair, a prompt of seq_len/8 in each half)"},
     {"trace", MT_OPT_TEXT, OFF(trace), "", NULL, MT_OPT_ANY, NULL, "FILE", NULL,
      "write a Chrome trace (chrome://tracing) of the timed steps"},
     {"gpus", MT_OPT_INT, OFF(gpus), "0", NULL, MT_OPT_BETWEEN(0, 4096), NULL, "N", NULL,
@@ -92,7 +95,7 @@ static int run(void *args, int argc, char **argv) {
                         .host_mem = a->host_mem, .calib = a->calibration,
                         .gpu_adam = (int)a->gpu_adam_layers, .trace_path = a->trace,
                         .gpus = gpus, .nvme_dir = a->nvme_dir, .disk_mem = a->disk_mem,
-                        .disk_layers = (int)a->disk_layers};
+                        .disk_layers = (int)a->disk_layers, .objective = a->objective};
     mt_error err;
     if (gpus > 1 && !mt_launch_is_rank()) /* this process starts the ranks */
         return mt_cli_launch(gpus, "bench", argc, argv);

@@ -85,6 +85,28 @@
     MT_CLI_ROW(T, chat_template, MT_OPT_ENUM, "auto", MT_OPT_ANY, mt_tc_chat_templates, NULL, \
                NULL, "chat template of chat data: auto, the model's own (its "                \
                "tokenizer_config.json), else the built-in its tokenizer suggests; or a built-in by name")
+/* A preference objective and its parameters, as train's (docs/preference.md):
+ * fields objective, loss_type (int), beta, label_smoothing, gamma, lambda
+ * (double), ref_model (const char *), skip_bad_pairs (bool). */
+#define MT_CLI_OBJECTIVE(T, sec)                                                                \
+    MT_CLI_ROW(T, objective, MT_OPT_ENUM, "sft", MT_OPT_ANY, mt_tc_objectives, NULL, sec,      \
+               "sft: the loss per token; dpo, simpo, orpo: a preference objective's metrics "  \
+               "on pairs {prompt, chosen, rejected}"),                                          \
+    MT_CLI_ROW(T, loss_type, MT_OPT_ENUM, "sigmoid", MT_OPT_ANY, mt_tc_loss_types, NULL, NULL, \
+               "dpo's loss: sigmoid, ipo, hinge"),                                              \
+    MT_CLI_ROW(T, beta, MT_OPT_FLOAT, "0.1", MT_OPT_ANY, NULL, NULL, NULL,                      \
+               "dpo, simpo: the temperature beta"),                                             \
+    MT_CLI_ROW(T, label_smoothing, MT_OPT_FLOAT, "0", MT_OPT_ANY, NULL, NULL, NULL,            \
+               "dpo sigmoid, simpo: label smoothing"),                                          \
+    MT_CLI_ROW(T, gamma, MT_OPT_FLOAT, "0.5", MT_OPT_ANY, NULL, NULL, NULL,                    \
+               "simpo: the target reward margin"),                                              \
+    MT_CLI_ROW(T, lambda, MT_OPT_FLOAT, "0.1", MT_OPT_ANY, NULL, NULL, NULL,                   \
+               "orpo: the weight of the odds-ratio term"),                                      \
+    MT_CLI_ROW(T, ref_model, MT_OPT_TEXT, "", MT_OPT_ANY, NULL, "DIR", NULL,                   \
+               "dpo: the reference model (the model before preference training)"),             \
+    MT_CLI_ROW(T, skip_bad_pairs, MT_OPT_BOOL, "false", MT_OPT_ANY, NULL, NULL, NULL,          \
+               "leave out (and count) bad pairs instead of failing")
+
 #define MT_CLI_FORMAT_ALIAS {"format", "data_format", MT_ALIAS_DEPRECATED}
 
 #endif

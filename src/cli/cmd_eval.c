@@ -8,7 +8,11 @@ typedef struct eval_args {
     const char *model, *tokenizer, *text_field;
     mt_eval_opts eo; // the strings of the choices below are set after parsing
     int data_format, chat_template, packing, device, precision;
-    bool given[16];
+    int objective, loss_type;
+    double beta, label_smoothing, gamma, lambda;
+    const char *ref_model;
+    bool skip_bad_pairs;
+    bool given[32];
 } eval_args;
 
 #define OFF(field) offsetof(eval_args, field)
@@ -28,6 +32,7 @@ static const mt_opt options[] = {
      "micro_batches, the loss equals the run's eval_loss at the checkpoint's step"},
     {"max_batches", MT_OPT_INT, OFF(eo.max_batches), "0", NULL, MT_OPT_NONNEG, NULL, "N", NULL,
      "stop after N batches; 0: the whole file"},
+    MT_CLI_OBJECTIVE(eval_args, "Objective"),
     MT_CLI_DEVICE(eval_args, "Device"),
     MT_CLI_PRECISION(eval_args, NULL),
     {"dump_logits", MT_OPT_TEXT, OFF(eo.dump_logits), "", NULL, MT_OPT_ANY, NULL, "FILE",
@@ -47,10 +52,22 @@ static int run(void *args, int argc, char **argv) {
     eo->packing = mt_tc_packings[a->packing];
     eo->device = mt_tc_devices[a->device];
     eo->precision = mt_tc_dtypes[a->precision];
+    eo->objective = mt_tc_objectives[a->objective];
+    eo->loss_type = mt_tc_loss_types[a->loss_type];
+    eo->beta = a->beta, eo->label_smoothing = a->label_smoothing, eo->gamma = a->gamma;
+    eo->lambda = a->lambda;
+    eo->ref_model = a->ref_model, eo->skip_bad_pairs = a->skip_bad_pairs;
     mt_eval_result res;
     mt_model *m = mt_model_open(a->model, a->tokenizer);
     int rc = !m || mt_model_eval(m, eo, &res) ? 1 : 0;
     if (rc) mt_cli_fail("eval", 1, "%s", mt_last_error());
+    else if (a->objective != MT_TC_OBJECTIVE_SFT)
+        printf("eval: %s on %s: %lld pairs (%lld left out), loss %.6f, rewards/chosen %.4f, "
+               "rewards/rejected %.4f, rewards/accuracies %.4f, rewards/margins %.4f, "
+               "logps/chosen %.4f, logps/rejected %.4f\n", a->model, eo->data,
+               (long long)res.pairs, (long long)res.skipped_pairs, res.loss, res.rewards_chosen,
+               res.rewards_rejected, res.rewards_accuracies, res.rewards_margins,
+               res.logps_chosen, res.logps_rejected);
     else
         printf("eval: %s on %s: %lld tokens in %lld batches, loss %.6f, perplexity %.4f\n",
                a->model, eo->data, (long long)res.tokens, (long long)res.batches, res.loss,
@@ -62,6 +79,7 @@ static int run(void *args, int argc, char **argv) {
 static const mt_opt_table table = {
     .command = "eval", MT_OPT_ROWS(options), MT_OPT_ALIASES(aliases), MT_OPT_STRUCT(eval_args),
     .about = "The mean loss per token and the perplexity of a model on a data file, read once\n"
-             "in order."};
+             "in order; or, with --objective dpo|simpo|orpo, a preference objective's loss and\n"
+             "rewards on held-out pairs."};
 const mt_cli_command mt_cli_eval = {
     "eval", "loss and perplexity of a model on a data file", &table, run};

@@ -310,6 +310,24 @@ mt_line_reader *mt_line_reader_open(const char *path, size_t max_line, mt_error 
     return r;
 }
 
+mt_line_reader *mt_line_reader_open_memory(const char *name, const char *buf, size_t len,
+                                           size_t max_line, mt_error *err) {
+    mt_line_reader *r = mt_calloc_or_die(1, sizeof *r);
+    r->path = mt_strdup_or_die(name);
+    r->max_line = max_line;
+    r->s.path = r->path;
+    r->s.zr = Z_OK;
+    /* an empty buffer is one without lines: at its end at once */
+    r->s.eof = len == 0;
+    if (len && !(r->s.f = fmemopen((void *)buf, len, "rb"))) {
+        mt_errorf(err, "%s: cannot read from memory: %s", name, strerror(errno));
+        free(r->path);
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
 void mt_line_reader_close(mt_line_reader *r) {
     if (!r) return;
     stream_close(&r->s);

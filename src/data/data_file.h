@@ -52,6 +52,11 @@ typedef struct mt_line_reader mt_line_reader;
  * bytes. NULL with err naming path on failure. */
 mt_line_reader *mt_line_reader_open(const char *path, size_t max_line, mt_error *err);
 
+/* The same over len bytes of memory (not copied: buf must outlive the
+ * reader); name is what messages call it. */
+mt_line_reader *mt_line_reader_open_memory(const char *name, const char *buf, size_t len,
+                                           size_t max_line, mt_error *err);
+
 /* The next whole lines, about `want` bytes of them (more only when one line
  * is longer), in *lines (len bytes, valid until the next call): every line
  * ends with '\n' except the file's last. 0 with lines; 1 at the end of the

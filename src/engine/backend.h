@@ -124,6 +124,17 @@ typedef struct mt_backend_ops {
     /* Records every later step's work into trace (engine/trace.h). NULL:
      * no timeline. */
     void (*set_trace)(mt_backend *be, struct mt_trace *trace);
+    /* Sequence objectives (engine/preference.h), once every block has run
+     * forward for mb: writes logp (B*T), log p(target) of each token of mb,
+     * 0 where the target is MT_IGNORE_INDEX. Forward only: no gradient, the
+     * step's loss unchanged. NULL: the backend has no sequence objectives
+     * (then head_weighted is NULL too). */
+    void (*head_logp)(mt_backend *be, int mb, float *logp);
+    /* The head of a training step for mb with token t's cross-entropy
+     * gradient scaled by w[t] (B*T; host memory, read before it returns)
+     * instead of dscale: writes mb's residual gradient and accumulates the
+     * head's weight gradients as head does; adds nothing to the loss. */
+    void (*head_weighted)(mt_backend *be, int mb, const float *w);
 
     /* ---- every backend ---- */
 

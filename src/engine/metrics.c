@@ -21,7 +21,9 @@ mt_metrics_row mt_metrics_row_make(int64_t step) {
                             .step_time_s = NAN, .gpu_mem_gb = NAN, .host_mem_gb = NAN,
                             .h2d_gbps = NAN, .d2h_gbps = NAN, .eta_s = NAN,
                             .skipped = -1, .empty_batches = -1, .eval_loss = NAN,
-                            .eval_tokens = -1, .eval_time_s = NAN};
+                            .eval_tokens = -1, .eval_time_s = NAN,
+                            .pref = {NAN, NAN, NAN, NAN, NAN, NAN},
+                            .eval_pref = {NAN, NAN, NAN, NAN, NAN, NAN}, .skipped_pairs = -1};
 }
 
 /* A field of mt_metrics_row: a double, absent when not finite, or an
@@ -47,6 +49,14 @@ static double field_value(const mt_metrics_row *row, const row_field *f) {
 
 #define DOUBLE_FIELD(name, field) {name, offsetof(mt_metrics_row, field), false}
 #define INT_FIELD(name, field) {name, offsetof(mt_metrics_row, field), true}
+/* the six preference metrics of pref or eval_pref, named prefix + TRL's name */
+#define PREF_FIELDS(prefix, row)                                              \
+    DOUBLE_FIELD(prefix "rewards/chosen", row.rewards_chosen),                \
+    DOUBLE_FIELD(prefix "rewards/rejected", row.rewards_rejected),            \
+    DOUBLE_FIELD(prefix "rewards/accuracies", row.rewards_accuracies),        \
+    DOUBLE_FIELD(prefix "rewards/margins", row.rewards_margins),              \
+    DOUBLE_FIELD(prefix "logps/chosen", row.logps_chosen),                    \
+    DOUBLE_FIELD(prefix "logps/rejected", row.logps_rejected)
 
 /* JSON ------------------------------------------------------------------- */
 
@@ -62,6 +72,8 @@ static const row_field json_fields[] = {
     DOUBLE_FIELD("eta_s", eta_s),           DOUBLE_FIELD("eval_loss", eval_loss),
     INT_FIELD("eval_tokens", eval_tokens),  DOUBLE_FIELD("eval_time_s", eval_time_s),
     INT_FIELD("empty_batches", empty_batches),
+    PREF_FIELDS("", pref),                  PREF_FIELDS("eval_", eval_pref),
+    INT_FIELD("skipped_pairs", skipped_pairs),
 };
 
 void mt_metrics_format_json(const mt_metrics_row *r, char *buf, size_t n) {
@@ -178,7 +190,7 @@ int mt_metrics_open_tensorboard(mt_metrics_writer *w, const char *dir, int64_t k
 }
 
 int mt_metrics_write(mt_metrics_writer *w, const mt_metrics_row *row, mt_error *err) {
-    char line[768];
+    char line[2048];
     mt_metrics_format_json(row, line, sizeof line - 1);
     size_t n = strlen(line);
     line[n++] = '\n';
@@ -232,6 +244,8 @@ static const row_field scalar_tags[] = {
     DOUBLE_FIELD("memory/host_gb", host_mem_gb),
     DOUBLE_FIELD("eval/loss", eval_loss),
     INT_FIELD("eval/tokens", eval_tokens),
+    PREF_FIELDS("train/", pref),
+    PREF_FIELDS("eval/", eval_pref),
 };
 _Static_assert(sizeof scalar_tags / sizeof *scalar_tags <= MT_METRICS_MAX_SCALARS,
                "raise MT_METRICS_MAX_SCALARS");
@@ -301,6 +315,10 @@ void mt_progress_format(const mt_metrics_row *r, int64_t total_steps, char *buf,
     FIELD(!isnan(r->grad_norm), "grad norm %s", "%.3f", r->grad_norm);
     FIELD(!isnan(r->eval_loss), "eval loss %s", "%.4f", r->eval_loss);
     FIELD(!isnan(r->eval_loss), "eval ppl %s", "%.4g", exp(r->eval_loss));
+    FIELD(!isnan(r->pref.rewards_accuracies), "acc %s", "%.2f", r->pref.rewards_accuracies);
+    FIELD(!isnan(r->pref.rewards_margins), "margin %s", "%.3f", r->pref.rewards_margins);
+    FIELD(!isnan(r->eval_pref.rewards_accuracies), "eval acc %s", "%.2f",
+          r->eval_pref.rewards_accuracies);
 #undef FIELD
     if (!isnan(r->tokens_per_s)) format_rate(r->tokens_per_s, t, sizeof t), add(&l, "%s tok/s", t);
     if (!isnan(r->tflops)) format_3sig(r->tflops, t, sizeof t), add(&l, "%s TFLOPS", t);

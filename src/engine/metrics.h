@@ -30,6 +30,13 @@
 #include "io/tensorboard.h"
 #include "util/error.h"
 
+/* A preference objective's metrics in a row; every field absent (NAN)
+ * for other objectives. */
+typedef struct mt_pref_row {
+    double rewards_chosen, rewards_rejected, rewards_accuracies, rewards_margins;
+    double logps_chosen, logps_rejected;
+} mt_pref_row;
+
 typedef struct mt_metrics_row {
     int64_t step;         // optimizer steps done (1 after the first)
     double epoch;         // passes over the data, fractional
@@ -45,6 +52,10 @@ typedef struct mt_metrics_row {
     double eval_loss;     // mean loss per token on the held-out data
     int64_t eval_tokens;  // tokens it was measured on; -1 = absent
     double eval_time_s;
+    /* Preference objectives (engine/preference.h), TRL's names: means over
+     * the step's pairs, and over the held-out pairs (eval_). */
+    mt_pref_row pref, eval_pref;
+    int64_t skipped_pairs; // bad preference pairs left out of the data; -1 = absent
 } mt_metrics_row;
 
 /* A row with only `step` set: every other field absent. */
@@ -86,7 +97,7 @@ void mt_metrics_format_json(const mt_metrics_row *row, char *buf, size_t n);
 /* The finite fields of a row as TensorBoard scalars: tag "train/loss" for
  * "loss", and so on (metrics.c: `scalar_tags`). Returns how many (at most
  * MT_METRICS_MAX_SCALARS). */
-#define MT_METRICS_MAX_SCALARS 16
+#define MT_METRICS_MAX_SCALARS 32
 size_t mt_metrics_scalars(const mt_metrics_row *row, mt_tb_scalar *out);
 
 /* The progress line, e.g. `step 120/1000 | loss 2.3412 | lr 9.8e-06 |

@@ -6,8 +6,10 @@
 #include "engine/step.h"
 
 #include <stdbool.h>
+#include <stdlib.h>
 
 #include "backend/cpu/ops.h"
+#include "util/mem.h"
 
 int64_t mt_batch_count_valid(const mt_batch *b) {
     int64_t n = 0, total = (int64_t)b->M * b->B * b->T;
@@ -60,6 +62,22 @@ static bool forward_layers(mt_backend *be, int n_layers, const mt_batch *batch,
     return true;
 }
 
+/* Backward through the blocks once the head has written every residual
+ * gradient; false when stopped. */
+static bool backward_layers(mt_backend *be, int n_layers, const mt_batch *batch,
+                            const mt_step_stop *stop) {
+    for (int l = n_layers - 2; l >= 0; l--) {
+        if (stop_now(be, stop)) return false;
+        be->ops->bind_layer(be, l, 1);
+        for (int mb = 0; mb < batch->M; mb++) {
+            if (mb && stop_now(be, stop)) return false;
+            be->ops->backward(be, l, mb);
+        }
+        be->ops->layer_grads_done(be, l);
+    }
+    return true;
+}
+
 int mt_step_forward_backward_or_stop(mt_backend *be, int n_layers, const mt_batch *batch,
                                      const mt_step_stop *stop, double *loss, mt_error *err) {
     int64_t valid = batch->n_valid ? batch->n_valid : mt_batch_count_valid(batch);
@@ -76,16 +94,47 @@ int mt_step_forward_backward_or_stop(mt_backend *be, int n_layers, const mt_batc
     for (int mb = 0; mb < batch->M; mb++) be->ops->head(be, mb);
     be->ops->layer_grads_done(be, head);
 
-    for (int l = head - 1; l >= 0; l--) {
-        if (stop_now(be, stop)) return 1;
-        be->ops->bind_layer(be, l, 1);
-        for (int mb = 0; mb < batch->M; mb++) {
-            if (mb && stop_now(be, stop)) return 1;
-            be->ops->backward(be, l, mb);
-        }
-        be->ops->layer_grads_done(be, l);
-    }
+    if (!backward_layers(be, n_layers, batch, stop)) return 1;
     *loss = be->ops->end_step(be) / (double)valid;
+    return be->ops->step_error ? be->ops->step_error(be, err) : 0;
+}
+
+int mt_step_sequence_or_stop(mt_backend *be, int n_layers, const mt_batch *batch,
+                             const mt_seq_objective *obj, const mt_step_stop *stop,
+                             mt_error *err) {
+    if (!be->ops->head_logp || !be->ops->head_weighted)
+        return mt_errorf(err, "the %s backend has no sequence objectives (DPO and its kin); "
+                         "train them with --backend cpu or cuda", be->name);
+    int64_t valid = mt_batch_count_valid(batch);
+    if (valid == 0)
+        return mt_errorf(err, "the batch has no target tokens (every label is -100); check the "
+                         "data's loss mask");
+    if (mt_batch_check_pos(batch, err)) return -1;
+    /* dscale as for cross-entropy: head_weighted does not read it, other
+     * terms of a backend's loss may (an MoE router's auxiliary loss) */
+    if (be->ops->begin_step(be, batch, 1.0f / (float)valid, 1, err)) return -1;
+    if (!forward_layers(be, n_layers, batch, stop)) return 1;
+
+    /* The head twice per micro-batch: its log-probabilities give the
+     * objective's weights, with which it then runs backward. */
+    size_t N = (size_t)(batch->B * batch->T);
+    float *logp = mt_malloc_or_die(2 * N * sizeof(float)), *w = logp + N;
+    int head = n_layers - 1, rc = 0;
+    if (stop_now(be, stop)) rc = 1;
+    if (!rc) be->ops->bind_layer(be, head, 1);
+    for (int mb = 0; !rc && mb < batch->M; mb++) {
+        be->ops->head_logp(be, mb, logp);
+        if (obj->weigh(obj->ctx, mb, logp, w, err)) rc = -1;
+        else be->ops->head_weighted(be, mb, w);
+    }
+    free(logp);
+    if (rc < 0 && be->ops->abandon_step) be->ops->abandon_step(be);
+    if (rc < 0 && !be->ops->abandon_step) be->ops->end_step(be);
+    if (rc) return rc;
+    be->ops->layer_grads_done(be, head);
+
+    if (!backward_layers(be, n_layers, batch, stop)) return 1;
+    be->ops->end_step(be);
     return be->ops->step_error ? be->ops->step_error(be, err) : 0;
 }
 
@@ -104,5 +153,20 @@ int mt_step_eval(mt_backend *be, int n_layers, const mt_batch *batch, double *lo
     for (int mb = 0; mb < batch->M; mb++) be->ops->head(be, mb);
     *loss_sum = be->ops->end_step(be);
     *n_valid = valid;
+    return be->ops->step_error ? be->ops->step_error(be, err) : 0;
+}
+
+int mt_step_logp(mt_backend *be, int n_layers, const mt_batch *batch, float *logp,
+                 mt_error *err) {
+    if (!be->ops->head_logp)
+        return mt_errorf(err, "the %s backend has no sequence objectives (DPO and its kin); "
+                         "use --backend cpu or cuda", be->name);
+    if (mt_batch_check_pos(batch, err)) return -1;
+    if (be->ops->begin_step(be, batch, 0.0f, 0, err)) return -1;
+    forward_layers(be, n_layers, batch, NULL);
+    be->ops->bind_layer(be, n_layers - 1, 0);
+    size_t N = (size_t)(batch->B * batch->T);
+    for (int mb = 0; mb < batch->M; mb++) be->ops->head_logp(be, mb, logp + (size_t)mb * N);
+    be->ops->end_step(be);
     return be->ops->step_error ? be->ops->step_error(be, err) : 0;
 }

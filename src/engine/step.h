@@ -27,6 +27,32 @@ typedef struct mt_step_stop {
 int mt_step_forward_backward_or_stop(mt_backend *be, int n_layers, const mt_batch *batch,
                                      const mt_step_stop *stop, double *loss, mt_error *err);
 
+/* A sequence objective (engine/preference.h): a loss of the sum of some
+ * tokens' log-probabilities rather than of each token's. weigh is called
+ * once per micro-batch mb, in order, with logp (B*T) the log-probability of
+ * each of mb's targets (0 where there is none); it writes w (B*T), the loss's
+ * derivative with respect to each -logp, which scales that token's
+ * cross-entropy gradient. -1 (with err): the step stops. The objective
+ * keeps its loss itself. */
+typedef struct mt_seq_objective {
+    int (*weigh)(void *ctx, int mb, const float *logp, float *w, mt_error *err);
+    void *ctx;
+} mt_seq_objective;
+
+/* mt_step_forward_backward_or_stop for a sequence objective: forward, then
+ * per micro-batch the head's log-probabilities, obj's weights and the head's
+ * weighted backward, then backward. 0, 1 (stopped, as there) or -1 (the
+ * backend has no head_logp, or weigh failed). */
+int mt_step_sequence_or_stop(mt_backend *be, int n_layers, const mt_batch *batch,
+                             const mt_seq_objective *obj, const mt_step_stop *stop,
+                             mt_error *err);
+
+/* Forward only: the log-probability of every target of the batch into
+ * logp (M, B, T), 0 where there is none (a reference model's pass, or an
+ * evaluation of a sequence objective). */
+int mt_step_logp(mt_backend *be, int n_layers, const mt_batch *batch, float *logp,
+                 mt_error *err);
+
 /* Forward only (evaluation): returns the summed loss and the valid count. */
 int mt_step_eval(mt_backend *be, int n_layers, const mt_batch *batch, double *loss_sum,
                  int64_t *n_valid, mt_error *err);

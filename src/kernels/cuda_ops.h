@@ -224,6 +224,13 @@ void mt_cuda_cross_entropy(mt_cuda_ctx *ctx, float *dlogits, uint16_t *dlogits_b
                            float *row_loss, const float *logits, const int32_t *targets,
                            size_t N, size_t V, float dscale);
 
+/* The same with row n's gradient scaled by row_scale[n] (device, N)
+ * instead of dscale (sequence objectives, engine/preference.h). */
+void mt_cuda_cross_entropy_weighted(mt_cuda_ctx *ctx, float *dlogits, uint16_t *dlogits_bf16,
+                                    float *row_loss, const float *logits,
+                                    const int32_t *targets, const float *row_scale, size_t N,
+                                    size_t V);
+
 /* *sum (one device double) += sum of x (n), in a fixed order. */
 void mt_cuda_sum_to_double(mt_cuda_ctx *ctx, double *sum, const float *x, size_t n);
 
@@ -243,6 +250,17 @@ void mt_cuda_lm_head_loss(mt_cuda_ctx *ctx, mt_precision prec, double *loss_sum,
                           void *scratch, const void *hidden, const void *w,
                           const int32_t *targets, size_t N, size_t C, size_t V, size_t R,
                           float dscale);
+
+/* mt_cuda_lm_head_loss with row n's gradient scaled by row_scale[n]
+ * (device, N) instead of dscale, and no loss sum: row_loss (N) receives
+ * each row's -log p(target) (0 where ignored). With dhidden and dw NULL it
+ * is a forward pass only: the targets' log-probabilities of a sequence
+ * objective. */
+void mt_cuda_lm_head_loss_weighted(mt_cuda_ctx *ctx, mt_precision prec, float *row_loss,
+                                   float *dhidden, bool dhidden_accumulate, float *dw,
+                                   void *scratch, const void *hidden, const void *w,
+                                   const int32_t *targets, const float *row_scale, size_t N,
+                                   size_t C, size_t V, size_t R);
 
 /* ---- benchmark (not a test; bench/kernels/gemm_bench.cu) ---- */
 

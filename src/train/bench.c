@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/ops.h" /* MT_IGNORE_INDEX */
 #include "engine/optim_pipeline.h"
+#include "engine/preference.h"
 #include "engine/step.h"
 #include "engine/trace.h"
 #include "host/disk_state.h"
@@ -84,6 +86,45 @@ static int placement(const mt_bench_opts *o, const mt_param_table *table, const 
     return 0;
 }
 
+/* A preference objective's batch over the random tokens: each row one pair
+ * whose halves are the chosen and the rejected document (positions
+ * restarting), each a prompt of T/8 tokens without targets and an answer;
+ * reference log-probabilities 0. pairs (M*B). */
+static void pref_layout(const mt_bench_opts *o, int32_t *tgt, int32_t *pos,
+                        mt_pref_pair *pairs) {
+    int64_t T = o->T, h = T / 2, prompt = T / 8;
+    for (int64_t r = 0; r < (int64_t)o->M * o->B; r++) {
+        int mb = (int)(r / o->B);
+        int64_t row = (r % o->B) * T;
+        for (int64_t t = 0; t < T; t++) {
+            int64_t in_doc = t < h ? t : t - h, len = t < h ? h : T - h;
+            pos[r * T + t] = (int32_t)in_doc;
+            if (in_doc < prompt || in_doc == len - 1) tgt[r * T + t] = MT_IGNORE_INDEX;
+        }
+        pairs[r] = (mt_pref_pair){{mb, row + prompt, row + h - 1},
+                                  {mb, row + h + prompt, row + T - 1}, 0.0, 0.0};
+    }
+}
+
+/* One step of the benchmark: cross-entropy, or the preference objective
+ * (a DPO sigmoid of beta 0.1, or the run's simpo or orpo) over pairs. */
+static int bench_step(const mt_bench_opts *o, mt_backend *be, int n_layers,
+                      const mt_batch *batch, const mt_pref_pair *pairs, double *loss,
+                      mt_error *err) {
+    if (!o->objective) return mt_step_forward_backward(be, n_layers, batch, loss, err);
+    mt_pref_opts po = {.loss = o->objective == 2 ? MT_PREF_SIMPO
+                               : o->objective == 3 ? MT_PREF_ORPO
+                                                   : MT_PREF_SIGMOID,
+                       .beta = 0.1, .gamma = 0.5, .lambda = 0.1};
+    mt_pref_step s;
+    if (mt_pref_step_init(&s, &po, batch, pairs, (int64_t)o->M * o->B, err)) return -1;
+    mt_seq_objective obj = {mt_pref_weigh, &s};
+    int rc = mt_step_sequence_or_stop(be, n_layers, batch, &obj, NULL, err);
+    *loss = mt_pref_step_metrics(&s).loss;
+    mt_pref_step_free(&s);
+    return rc;
+}
+
 /* The timed loop: one warm-up step and o->steps timed ones. Returns the
  * mean step time, -1 with err. */
 static double run_steps(const mt_bench_opts *o, mt_ranks *rk, mt_backend *be,
@@ -95,6 +136,14 @@ static double run_steps(const mt_bench_opts *o, mt_ranks *rk, mt_backend *be,
     int32_t *tok = mt_malloc_or_die(n * sizeof *tok), *tgt = mt_malloc_or_die(n * sizeof *tgt);
     mt_batch_fill_random(tok, tgt, n, o->cfg.V);
     mt_batch batch = {.M = o->M, .B = o->B, .T = o->T, .tokens = tok, .targets = tgt};
+    int32_t *pos = NULL;
+    mt_pref_pair *pairs = NULL;
+    if (o->objective) {
+        pos = mt_malloc_or_die(n * sizeof *pos);
+        pairs = mt_malloc_or_die((size_t)o->M * (size_t)o->B * sizeof *pairs);
+        pref_layout(o, tgt, pos, pairs);
+        batch.pos = pos;
+    }
     fprintf(out, "%5s %9s %9s %9s %9s %9s %9s %9s %8s %8s %8s\n", "step", "loss", "step_s",
             "TFLOPS", "tok/s", "fwd_s", "bwd_s", "optwait_s", "H2D_GB/s", "D2H_GB/s", "coll_GB");
     double sum_t = 0, prev = mt_now_s();
@@ -105,7 +154,7 @@ static double run_steps(const mt_bench_opts *o, mt_ranks *rk, mt_backend *be,
         gt->waited_s = 0;
         if (o->trace_path && s == 1) be->ops->set_trace(be, &trace);
         double loss;
-        if (mt_step_forward_backward(be, table->n_layers, &batch, &loss, err)) goto fail;
+        if (bench_step(o, be, table->n_layers, &batch, pairs, &loss, err)) goto fail;
         const double *sq = be->ops->layer_sumsq(be);
         double sums[2] = {0, loss / world}; /* the gradient's squares; the mean loss */
         for (int l = 0; l < table->n_layers; l++) sums[0] += sq[l];
@@ -143,13 +192,11 @@ static double run_steps(const mt_bench_opts *o, mt_ranks *rk, mt_backend *be,
         fprintf(out, "trace: %zu spans written to %s\n", trace.n, o->trace_path);
     }
     mt_trace_free(&trace);
-    free(tok);
-    free(tgt);
+    free(tok), free(tgt), free(pos), free(pairs);
     return sum_t / timed;
 fail:
     mt_trace_free(&trace);
-    free(tok);
-    free(tgt);
+    free(tok), free(tgt), free(pos), free(pairs);
     return -1;
 }
 
@@ -165,6 +212,11 @@ static void print_shape(const mt_bench_opts *o, const mt_ranks *rk, const mt_par
     fprintf(out, "step: %d micro-batches x %lld x %lld = %.0f tokens%s, %s, %d slots\n", o->M,
             (long long)o->B, (long long)o->T, tokens, world > 1 ? " per GPU" : "",
             o->fp32 ? "fp32" : "bf16", o->slots);
+    if (o->objective)
+        fprintf(out, "objective: %s, %lld pairs a step (each row one), the head run twice per "
+                "micro-batch\n", o->objective == 2 ? "simpo" : o->objective == 3 ? "orpo"
+                                                                            : "dpo sigmoid",
+                (long long)o->M * o->B);
     if (world > 1)
         fprintf(out, "ranks: %d GPUs, %d on this machine, %d CPU threads each; each holds 1/%d "
                 "of every layer\n", rk->env.world_size, rk->local_world, rk->threads,

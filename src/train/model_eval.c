@@ -12,7 +12,8 @@
 #include "util/mem.h"
 
 void mt_eval_opts_defaults(mt_eval_opts *o) {
-    *o = (mt_eval_opts){.seq_len = 0, .batch_size = 4, .micro_batches = 1};
+    *o = (mt_eval_opts){.seq_len = 0, .batch_size = 4, .micro_batches = 1, .beta = 0.1,
+                        .gamma = 0.5, .lambda = 0.1};
 }
 
 /* The default length of a row: the model's, at most 1024. */
@@ -60,6 +61,7 @@ int mt_eval_model(mt_loaded_model *m, const mt_eval_opts *o, mt_eval_result *res
     if (T > cfg->max_pos)
         return mt_errorf(err, "--seq-len %lld exceeds the model's max_position_embeddings %lld",
                          (long long)T, (long long)cfg->max_pos);
+    if (o->objective && strcmp(o->objective, "sft")) return mt_eval_model_pref(m, o, dev, T, res, err);
     mt_data_opts dopts = {.path = o->data, .format = o->format ? o->format : "auto",
                           .chat_template = o->chat_template ? o->chat_template : "auto",
                           .packing = o->packing ? o->packing : "auto", .text_field = o->text_field,

@@ -25,6 +25,8 @@ const char *const mt_tc_packings[] = {"auto", "documents", "rows", NULL};
 const char *const mt_tc_dtypes[] = {"bf16", "fp32", NULL};
 const char *const mt_tc_devices[] = {"auto", "cpu", "cuda", NULL};
 const char *const mt_tc_grad_dtypes[] = {"auto", "fp32", "bf16", NULL};
+const char *const mt_tc_objectives[] = {"sft", "dpo", "simpo", "orpo", NULL};
+const char *const mt_tc_loss_types[] = {"sigmoid", "ipo", "hinge", NULL};
 static const char *const schedules[] = {"cosine", "linear", "constant", NULL};
 static const char *const nonfinite_actions[] = {"stop", "skip", NULL};
 
@@ -55,6 +57,27 @@ const mt_opt mt_tc_options[] = {
     {"router_aux_loss", MT_OPT_BOOL, OFF(router_aux_loss), "false", NULL, ANY, NULL, NULL, NULL,
      "mixture-of-experts models: add router_aux_loss_coef x the load-balancing loss (also on "
      "when config.json sets output_router_logits)"},
+
+    {"objective", MT_OPT_ENUM, OFF(objective), "sft", NULL, ANY, mt_tc_objectives, NULL,
+     "Objective", "sft: cross-entropy on the data's loss tokens; dpo, simpo, orpo: preference "
+     "optimization on pairs {prompt, chosen, rejected} (docs/preference.md)"},
+    {"loss_type", MT_OPT_ENUM, OFF(loss_type), "sigmoid", NULL, ANY, mt_tc_loss_types, NULL,
+     NULL, "dpo's loss, as TRL's: sigmoid (DPO), ipo, hinge"},
+    {"beta", MT_OPT_FLOAT, OFF(beta), "0.1", NULL, {0, NAN, true, false}, NULL, NULL, NULL,
+     "dpo, simpo: the temperature beta (dpo: of the log-ratios to the reference model)"},
+    {"label_smoothing", MT_OPT_FLOAT, OFF(label_smoothing), "0", NULL, {0, 0.5, false, true},
+     NULL, NULL, NULL, "dpo sigmoid, simpo: the probability that a pair's labels are flipped "
+     "(conservative DPO)"},
+    {"gamma", MT_OPT_FLOAT, OFF(gamma), "0.5", NULL, ANY, NULL, NULL, NULL,
+     "simpo: the target reward margin gamma"},
+    {"lambda", MT_OPT_FLOAT, OFF(lambda), "0.1", NULL, NONNEG, NULL, NULL, NULL,
+     "orpo: the weight lambda of the odds-ratio term beside the chosen answers' NLL"},
+    {"ref_model", MT_OPT_STRING, OFF(ref_model), "", NULL, ANY, NULL, "DIR", NULL,
+     "dpo: the reference model (a Hugging Face directory of the same architecture); empty: "
+     "the starting weights. Its log-probabilities are computed once, before training"},
+    {"skip_bad_pairs", MT_OPT_BOOL, OFF(skip_bad_pairs), "false", NULL, ANY, NULL, NULL, NULL,
+     "leave out (and count) bad preference pairs: a field missing or empty, a pair longer "
+     "than seq_len"},
 
     {"seq_len", MT_OPT_INT, OFF(seq_len), "2048", "64", AT_LEAST(1), NULL, NULL, "Batch",
      "tokens per row (T)"},
@@ -260,6 +283,23 @@ static int validate_values(const mt_train_config *cfg, mt_error *err) {
     return 0;
 }
 
+/* A preference objective reads pairs from a JSONL file, one of its own. */
+static int validate_objective(const mt_train_config *cfg, mt_error *err) {
+    const char *obj = mt_tc_objectives[cfg->objective];
+    if (cfg->objective == MT_TC_OBJECTIVE_SFT) return 0;
+    if (cfg->data_format != MT_TC_DATA_AUTO)
+        return mt_errorf(err, "objective %s: data_format %s: preference data has a layout of "
+                         "its own ({prompt, chosen, rejected}); drop data_format", obj,
+                         mt_tc_data_format_name(cfg->data_format));
+    if (cfg->packing == MT_TC_PACKING_ROWS)
+        return mt_errorf(err, "objective %s: packing rows: each answer of a pair is a sequence "
+                         "of its own; drop packing", obj);
+    if (cfg->ref_model[0] && cfg->objective != MT_TC_OBJECTIVE_DPO)
+        return mt_errorf(err, "ref_model: objective %s has no reference model (only dpo has)",
+                         obj);
+    return 0;
+}
+
 int mt_train_config_validate(const mt_train_config *cfg, mt_error *err) {
     if (validate_values(cfg, err)) return -1;
     if (!cfg->data[0] && cfg->data_format != MT_TC_DATA_AUTO && cfg->data_format != MT_TC_DATA_TEXT)
@@ -280,7 +320,7 @@ int mt_train_config_validate(const mt_train_config *cfg, mt_error *err) {
     if (!cfg->eval_data[0] && (cfg->eval_every || cfg->eval_batches))
         return mt_errorf(err, "%s: set eval_data (held-out data) too, or drop it",
                          cfg->eval_every ? "eval_every" : "eval_batches");
-    return 0;
+    return validate_objective(cfg, err);
 }
 
 /* Enum names ------------------------------------------------------------ */

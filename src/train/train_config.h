@@ -28,7 +28,7 @@
 /* Longest path or string value, terminator included. */
 #define MT_TC_STR MT_OPT_STR
 /* Room for the options of the table (a static assert keeps it large enough). */
-#define MT_TC_MAX_OPTIONS 56
+#define MT_TC_MAX_OPTIONS 64
 
 typedef enum mt_tc_data_format {
     MT_TC_DATA_AUTO, MT_TC_DATA_TEXT, MT_TC_DATA_COMPLETION, MT_TC_DATA_CHAT, MT_TC_DATA_ALPACA,
@@ -41,6 +41,12 @@ typedef enum mt_tc_chat_template {
 typedef enum mt_tc_packing {
     MT_TC_PACKING_AUTO, MT_TC_PACKING_DOCUMENTS, MT_TC_PACKING_ROWS
 } mt_tc_packing;
+typedef enum mt_tc_objective {
+    MT_TC_OBJECTIVE_SFT, MT_TC_OBJECTIVE_DPO, MT_TC_OBJECTIVE_SIMPO, MT_TC_OBJECTIVE_ORPO
+} mt_tc_objective;
+typedef enum mt_tc_loss_type {
+    MT_TC_LOSS_SIGMOID, MT_TC_LOSS_IPO, MT_TC_LOSS_HINGE
+} mt_tc_loss_type;
 typedef enum mt_save_dtype { MT_SAVE_BF16, MT_SAVE_FP32 } mt_save_dtype;
 typedef enum mt_nonfinite_action { MT_NONFINITE_STOP, MT_NONFINITE_SKIP } mt_nonfinite_action;
 typedef enum mt_device_kind { MT_DEVICE_AUTO, MT_DEVICE_CPU, MT_DEVICE_CUDA } mt_device_kind;
@@ -57,6 +63,15 @@ typedef struct mt_train_config {
     mt_tc_packing packing;          // documents in a row: separate sequences, or one
     bool skip_bad_lines;
     bool router_aux_loss;           // MoE: add the load-balancing loss (docs/moe.md)
+    /* objective (docs/preference.md) */
+    mt_tc_objective objective;      // sft: cross-entropy; dpo, simpo, orpo: preference pairs
+    mt_tc_loss_type loss_type;      // dpo's loss
+    double beta;                    // dpo, simpo: the temperature
+    double label_smoothing;         // dpo sigmoid, simpo
+    double gamma;                   // simpo's reward margin
+    double lambda;                  // orpo's odds-ratio weight
+    char ref_model[MT_TC_STR];      // dpo's reference model; "" = the starting weights
+    bool skip_bad_pairs;
     /* batch shape and length */
     int64_t seq_len;                // T
     int64_t batch_size;             // B, rows per micro-batch
@@ -155,6 +170,8 @@ extern const char *const mt_tc_packings[];
 extern const char *const mt_tc_dtypes[];      // precision, save_dtype
 extern const char *const mt_tc_devices[];
 extern const char *const mt_tc_grad_dtypes[]; // host_grad_dtype
+extern const char *const mt_tc_objectives[];
+extern const char *const mt_tc_loss_types[];
 
 /* Names of enum values as written in configs ("cosine", "bf16", ...). */
 const char *mt_tc_data_format_name(mt_tc_data_format v);

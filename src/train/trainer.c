@@ -100,6 +100,7 @@ static void emit_sources(mt_run *R);
 
 static int open_data(mt_run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
+    if (mt_run_is_pref(R)) return mt_run_pref_open(R, err);
     if (!tc->data[0]) {
         if (tc->model[0])
             return mt_errorf(err, "no training data: pass --data FILE.jsonl (or .mtok)");
@@ -199,6 +200,7 @@ static int next_batch(mt_run *R) {
     const mt_train_config *tc = R->tc;
     int64_t rows = tc->micro_batches * tc->batch_size;
     R->empty_batches = 0;
+    if (R->pref) return mt_run_pref_next(R);
     if (!R->data) {
         builtin_batch(R, rows, tc->seq_len);
         return 0;
@@ -243,6 +245,7 @@ static batch_state batch_state_get(const mt_run *R) {
     batch_state s = {NULL, R->rng, R->empty_batches_run, R->empty_batches_said};
     if (R->data && !R->several && R->r.be->ops->abandon_step)
         s.data = mt_dataset_pos_to_json(R->data);
+    if (R->pref && R->r.be->ops->abandon_step) s.data = mt_pref_data_pos_to_json(&R->pref->data);
     return s;
 }
 
@@ -255,6 +258,8 @@ static void batch_state_set(mt_run *R, batch_state *s) {
     mt_error err;
     /* the position this dataset itself wrote: never refused */
     MT_ASSERT(!R->data || (s->data && mt_dataset_pos_from_json(R->data, s->data, &err) == 0));
+    MT_ASSERT(!R->pref || (s->data && mt_pref_data_pos_from_json(&R->pref->data, s->data,
+                                                                 &err) == 0));
     R->rng = s->rng;
     R->empty_batches_run = s->empty_run;
     R->empty_batches_said = s->empty_said;
@@ -309,8 +314,9 @@ static int train_step(mt_run *R, double *loss, mt_optim_report *rep, mt_error *e
     if (mt_disk_state_error(R->store.disk, err)) return -1;
     mt_batch b = rank_batch(R);
     mt_step_stop stop = {signal_caught, NULL};
-    int rc = mt_step_forward_backward_or_stop(R->r.be, R->table.n_layers, &b,
-                                              R->several ? NULL : &stop, loss, err);
+    int rc = R->pref ? mt_run_pref_step(R, &stop, loss, err)
+                     : mt_step_forward_backward_or_stop(R->r.be, R->table.n_layers, &b,
+                                                        R->several ? NULL : &stop, loss, err);
     if (rc) return rc < 0 ? -1 : 2;
     int nl = R->table.n_layers;
     double *sq = mt_malloc_or_die((size_t)(nl + 2) * sizeof *sq), total = 0;
@@ -363,6 +369,11 @@ static int report(mt_run *R, double loss, const mt_optim_report *rep, double dt,
         row.skipped = R->nf.in_a_row;
         row.nonfinite = R->nf.tensor[0] ? R->nf.tensor : NULL;
     }
+    if (R->pref) {
+        mt_run_pref_row(R, &row);
+        row.epoch = (double)R->pref->data.epoch +
+                    (double)R->pref->data.next / (double)R->pref->data.n_pairs;
+    }
     if (R->data) {
         mt_data_pos p = mt_dataset_get_pos(R->data);
         int64_t rpe = mt_dataset_rows_per_epoch(R->data, tc->seq_len);
@@ -388,7 +399,11 @@ static int report(mt_run *R, double loss, const mt_optim_report *rep, double dt,
         .tokens_per_s = row.tokens_per_s, .tflops = row.tflops, .step_time_s = row.step_time_s,
         .eta_s = row.eta_s, .gpu_mem_gb = row.gpu_mem_gb, .host_mem_gb = row.host_mem_gb,
         .h2d_gbps = row.h2d_gbps, .d2h_gbps = row.d2h_gbps, .skipped = row.skipped,
-        .nonfinite = row.nonfinite};
+        .nonfinite = row.nonfinite, .rewards_chosen = row.pref.rewards_chosen,
+        .rewards_rejected = row.pref.rewards_rejected,
+        .rewards_accuracies = row.pref.rewards_accuracies,
+        .rewards_margins = row.pref.rewards_margins, .logps_chosen = row.pref.logps_chosen,
+        .logps_rejected = row.pref.logps_rejected};
     if (m) *m = sm; /* nonfinite points into R->nf: valid until the next step */
     char line[512];
     mt_event e = {.kind = MT_EVENT_STEP, .step = &sm};
@@ -499,6 +514,7 @@ static int load_state(mt_run *R, int lead, mt_error *err) {
 static int plan_steps(mt_run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
     R->total_steps = tc->steps;
+    if (!R->total_steps && R->pref) R->total_steps = mt_pref_data_steps(&R->pref->data, R->M);
     if (!R->total_steps) {
         if (!R->data) return mt_errorf(err, "steps = 0 needs a data file to count epochs over");
         int64_t rows = mt_dataset_rows_per_epoch(R->data, tc->seq_len) * tc->epochs;
@@ -541,7 +557,7 @@ static int start_backend(mt_run *R, const mt_runner_opts *ro, mt_error *err) {
     size_t n = (size_t)(tc->micro_batches * tc->batch_size * tc->seq_len);
     R->tokens = mt_malloc_or_die(n * sizeof *R->tokens);
     R->targets = mt_malloc_or_die(n * sizeof *R->targets);
-    if (R->data && mt_dataset_packs_documents(R->data))
+    if ((R->data && mt_dataset_packs_documents(R->data)) || R->pref)
         R->pos = mt_malloc_or_die(n * sizeof *R->pos);
     return 0;
 }
@@ -603,8 +619,8 @@ static int setup(mt_run *R, mt_error *err) {
              "vocab %lld", tc->model[0] ? tc->model : "built-in", R->cfg.model_type,
              R->table.n_params / 1e6, (long long)R->cfg.L, (long long)R->cfg.C,
              (long long)R->cfg.V);
-    if (load_state(R, lead, err) || (tc->eval_data[0] && open_eval(R, err)) ||
-        plan_steps(R, err) || start_backend(R, &ro, err))
+    if (load_state(R, lead, err) || (tc->eval_data[0] && !R->pref && open_eval(R, err)) ||
+        mt_run_pref_reference(R, gpu, err) || plan_steps(R, err) || start_backend(R, &ro, err))
         return -1;
     return lead ? open_outputs(R, err) : 0; /* rank 0 writes the run's files */
 }
@@ -619,6 +635,7 @@ static void teardown(mt_run *R) {
     R->plan = NULL;
     mt_metrics_close(&R->mw);
     if (R->data) mt_dataset_free(R->data);
+    mt_run_pref_free(R);
     mt_eval_set_free(&R->eval);
     if (R->tok) mt_tokenizer_free(R->tok);
     free(R->text);
@@ -655,7 +672,8 @@ static void sample(mt_run *R) {
     }
     mt_emitf(&R->ev, MT_EVENT_TEXT, "sample: ");
     /* the built-in text is raw bytes without BOS; datasets start with BOS */
-    if (mt_generate(&g, &R->cfg, R->tok, R->data ? "The" : "The old man", R->data != NULL,
+    int bos = R->data || R->pref;
+    if (mt_generate(&g, &R->cfg, R->tok, bos ? "The" : "The old man", bos,
                     (int)tc->sample_tokens, 0.0, 1.0, 1, &R->ev, NULL, &err))
         mt_emitf(&R->ev, MT_EVENT_WARNING, "sample: %s", err.msg);
     mt_runner_free(&g);
@@ -685,6 +703,14 @@ mt_run *mt_trainer_open(const mt_train_config *tc, const mt_events *ev, mt_error
              (long long)tc->batch_size, (long long)tc->seq_len, tc->lr,
              mt_lr_kind_name(tc->schedule), tc->out);
     return R;
+}
+
+/* Whether the held-out data is evaluated after this step. */
+static int eval_due(const mt_run *R) {
+    if (!R->pref) return mt_eval_set_due(&R->eval, R->step, R->total_steps);
+    int64_t every = R->tc->eval_every;
+    return R->pref->has_eval && R->step > 0 &&
+           (R->step == R->total_steps || (every > 0 && R->step % every == 0));
 }
 
 int mt_trainer_step(mt_run *R, mt_step_metrics *m, mt_error *err) {
@@ -734,11 +760,13 @@ int mt_trainer_step(mt_run *R, mt_step_metrics *m, mt_error *err) {
     if (report(R, loss, &rep, t - R->t_prev, t - R->t_start, R->step - R->start_step, m, err))
         return -1;
     R->t_prev = t;
-    if (mt_eval_set_due(&R->eval, R->step, R->total_steps)) { /* on the updated weights */
+    if (eval_due(R)) { /* on the updated weights */
         if (R->pipe_on) mt_optim_pipeline_wait_all(&R->pipe);
         char line[640];
-        if (mt_eval_set_log(&R->eval, R->r.be, R->table.n_layers, R->step, R->total_steps,
-                            R->mw.fd >= 0 ? &R->mw : NULL, line, sizeof line, err))
+        if (R->pref ? mt_run_pref_eval(R, line, sizeof line, err)
+                    : mt_eval_set_log(&R->eval, R->r.be, R->table.n_layers, R->step,
+                                      R->total_steps, R->mw.fd >= 0 ? &R->mw : NULL, line,
+                                      sizeof line, err))
             return -1;
         mt_emit(&R->ev, MT_EVENT_INFO, line);
         R->t_prev = mt_now_s(); /* the next step's time leaves the evaluation out */

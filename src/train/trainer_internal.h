@@ -7,11 +7,13 @@
 #include <stdint.h>
 
 #include "data/dataset.h"
+#include "data/pref_data.h"
 #include "data/tokenizer.h"
 #include "engine/heldout.h"
 #include "engine/metrics.h"
 #include "engine/optim_pipeline.h"
 #include "engine/optimizer.h"
+#include "engine/step.h"
 #include "host/store.h"
 #include "io/run_lock.h"
 #include "model/config.h"
@@ -69,7 +71,41 @@ struct mt_run {
     double t_start, t_prev;  /* of the steps of this process */
     int64_t start_step;
     double first_loss, last_loss; /* of the finite steps of this process */
+    struct mt_run_pref *pref; /* a preference objective (trainer_pref.c); NULL: sft */
 };
+
+/* ---- a preference objective (trainer_pref.c) ---- */
+
+typedef struct mt_run_pref {
+    mt_pref_data data;       /* the training pairs (R->data stays NULL) */
+    mt_pref_opts o;
+    mt_pref_pair *pairs;     /* (M*B*T/2) the step's */
+    int64_t n_pairs;
+    mt_pref_metrics m;       /* the last step's */
+    mt_pref_data eval;       /* held-out pairs (eval_data), if any */
+    int has_eval;
+} mt_run_pref;
+
+/* Whether the run's objective is one of preference pairs. */
+int mt_run_is_pref(const mt_run *R);
+/* Opens the preference data (and eval_data's pairs) in R->pref; refuses
+ * several ranks. */
+int mt_run_pref_open(mt_run *R, mt_error *err);
+/* The reference log-probabilities (dpo): read from the run's file or, on
+ * a fresh start, computed with a forward-only backend (on the GPU when
+ * gpu) over the reference weights (ref_model, else those in the store). */
+int mt_run_pref_reference(mt_run *R, int gpu, mt_error *err);
+/* The next step's pairs into R->tokens/targets/pos; 1: the data ran out. */
+int mt_run_pref_next(mt_run *R);
+/* One training step of the preference loss: as mt_step_sequence_or_stop;
+ * *loss the objective's. */
+int mt_run_pref_step(mt_run *R, const mt_step_stop *stop, double *loss, mt_error *err);
+/* The last step's metrics into row. */
+void mt_run_pref_row(const mt_run *R, mt_metrics_row *row);
+/* The held-out pairs' metrics, as a row of metrics.jsonl and a line for
+ * the log. */
+int mt_run_pref_eval(mt_run *R, char *line, size_t n, mt_error *err);
+void mt_run_pref_free(mt_run *R);
 
 /* The trainer state of a checkpoint (step, data position, sampler RNG,
  * options) as JSON text (caller frees), and restoring it into R, checking

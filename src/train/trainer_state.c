@@ -27,6 +27,7 @@ char *mt_run_state_json(const mt_run *R) {
     snprintf(rng, sizeof rng, "%llu", (unsigned long long)R->rng);
     cJSON_AddStringToObject(o, "rng", rng); /* 64 bits do not fit a JSON double */
     if (R->data) cJSON_AddItemToObject(o, "data", mt_dataset_pos_to_json(R->data));
+    if (R->pref) cJSON_AddItemToObject(o, "pairs", mt_pref_data_pos_to_json(&R->pref->data));
     char *cfg = mt_train_config_to_json(R->tc);
     cJSON_AddItemToObject(o, "config", cJSON_Parse(cfg));
     free(cfg);
@@ -51,6 +52,7 @@ static int check_resumable(const mt_run *R, const cJSON *saved, mt_error *err) {
         {"micro_batches", old.micro_batches, tc->micro_batches},
         {"seed", old.seed, tc->seed},
         {"epochs", old.epochs, tc->epochs},
+        {"objective", old.objective, tc->objective},
     };
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         if (keys[i].was != keys[i].now)
@@ -87,6 +89,11 @@ int mt_run_restore_state(mt_run *R, const char *json, mt_error *err) {
     R->tokens_seen = cJSON_IsNumber(ts) ? (int64_t)ts->valuedouble : 0;
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(tr, "data");
     if (R->data && mt_dataset_pos_from_json(R->data, d, err)) {
+        mt_error_prefix(err, "%s/trainer_state.json: ", R->ckpt_dir);
+        goto out;
+    }
+    const cJSON *pp = cJSON_GetObjectItemCaseSensitive(tr, "pairs");
+    if (R->pref && mt_pref_data_pos_from_json(&R->pref->data, pp, err)) {
         mt_error_prefix(err, "%s/trainer_state.json: ", R->ckpt_dir);
         goto out;
     }

@@ -339,10 +339,12 @@ static void softcap_backward(cpu_backend *cb, size_t R) {
         cb->logits[i] *= 1.0f - cb->tanh_logits[i] * cb->tanh_logits[i];
 }
 
-static void cpu_head(mt_backend *be, int mb) {
-    cpu_backend *cb = (cpu_backend *)be;
+/* The head of mb: the loss (cross-entropy, or with w, per-token weighted
+ * gradients), and with logp, each token's log-probability instead of any
+ * gradient. */
+static void head_pass(cpu_backend *cb, int mb, const float *w, float *logp) {
     const mt_config *c = cb->cfg;
-    int head = cb->t->n_layers - 1;
+    int head = cb->t->n_layers - 1, grad = cb->train && !logp;
     size_t N = cb->N, C = c->C, V = c->V;
     const float *x = saved_at(cb, head, mb);
     const int32_t *tgt = cb->batch->targets + (size_t)mb * N;
@@ -350,23 +352,40 @@ static void cpu_head(mt_backend *be, int mb) {
     head_matrix(cb, head, &wl, &gl);
     final_norm_forward(cb, head, x, N);
     float *dxf = cb->d.dxn;
-    if (cb->train) memset(dxf, 0, N * C * sizeof(float));
+    if (grad) memset(dxf, 0, N * C * sizeof(float));
     /* Chunks of rows keep at most HEAD_CHUNK x V logits alive. */
     for (size_t r0 = 0; r0 < N; r0 += HEAD_CHUNK) {
         size_t R = N - r0 < HEAD_CHUNK ? N - r0 : HEAD_CHUNK;
         const float *xr = cb->xf + r0 * C;
+        float *dl = grad ? cb->logits : NULL;
         mt_cpu_matmul_forward(cb->logits, xr, wl, NULL, R, C, V);
         softcap_forward(cb, R);
-        cb->loss_sum += mt_cpu_cross_entropy(cb->train ? cb->logits : NULL, cb->logits,
-                                             tgt + r0, R, V, cb->dscale);
-        if (!cb->train) continue;
+        if (logp) {
+            mt_cpu_cross_entropy_weighted(NULL, logp + r0, cb->logits, tgt + r0, NULL, R, V);
+            for (size_t r = 0; r < R; r++) logp[r0 + r] = -logp[r0 + r];
+        } else if (w) {
+            mt_cpu_cross_entropy_weighted(dl, NULL, cb->logits, tgt + r0, w + r0, R, V);
+        } else {
+            cb->loss_sum += mt_cpu_cross_entropy(dl, cb->logits, tgt + r0, R, V, cb->dscale);
+        }
+        if (!grad) continue;
         softcap_backward(cb, R);
         mt_cpu_matmul_backward(dxf + r0 * C, gl, NULL, cb->logits, xr, wl, R, C, V);
     }
-    if (!cb->train) return;
+    if (!grad) return;
     float *dx = dx_at(cb, mb);
     memset(dx, 0, N * C * sizeof(float));
     final_norm_backward(cb, head, dx, dxf, x);
+}
+
+static void cpu_head(mt_backend *be, int mb) { head_pass((cpu_backend *)be, mb, NULL, NULL); }
+
+static void cpu_head_logp(mt_backend *be, int mb, float *logp) {
+    head_pass((cpu_backend *)be, mb, NULL, logp);
+}
+
+static void cpu_head_weighted(mt_backend *be, int mb, const float *w) {
+    head_pass((cpu_backend *)be, mb, w, NULL);
 }
 
 static void cpu_backward(mt_backend *be, int layer, int mb) {
@@ -419,6 +438,8 @@ static const mt_backend_ops cpu_ops = {
     .logits = mt_cpu_backend_logits,
     .destroy = mt_cpu_backend_free,
     .abandon_step = cpu_abandon_step,
+    .head_logp = cpu_head_logp,
+    .head_weighted = cpu_head_weighted,
 };
 
 static float *alloc_floats(size_t n, size_t *total) {

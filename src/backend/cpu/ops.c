@@ -688,8 +688,11 @@ static double cross_entropy_row(float *drow, const float *x, int32_t target, siz
     return loss;
 }
 
-double mt_cpu_cross_entropy(float *dlogits, const float *logits, const int32_t *targets,
-                            size_t N, size_t V, float dscale) {
+/* Both cross-entropies: row n's gradient scale is w[n], or dscale when w
+ * is NULL; nll (may be NULL) receives each row's loss. */
+static double cross_entropy_any(float *dlogits, float *nll, const float *logits,
+                                const int32_t *targets, const float *w, size_t N, size_t V,
+                                float dscale) {
     double total = 0.0;
     for (size_t n0 = 0; n0 < N; n0 += CE_CHUNK) {
         size_t cnt = min_size(CE_CHUNK, N - n0);
@@ -705,9 +708,23 @@ double mt_cpu_cross_entropy(float *dlogits, const float *logits, const int32_t *
                 continue;
             }
             MT_ASSERT(tgt >= 0 && (size_t)tgt < V);
-            loss[r] = cross_entropy_row(drow, logits + n * V, tgt, V, dscale);
+            loss[r] = cross_entropy_row(drow, logits + n * V, tgt, V, w ? w[n] : dscale);
         }
-        for (size_t r = 0; r < cnt; r++) total += loss[r];
+        for (size_t r = 0; r < cnt; r++) {
+            total += loss[r];
+            if (nll) nll[n0 + r] = (float)loss[r];
+        }
     }
     return total;
+}
+
+double mt_cpu_cross_entropy(float *dlogits, const float *logits, const int32_t *targets,
+                            size_t N, size_t V, float dscale) {
+    return cross_entropy_any(dlogits, NULL, logits, targets, NULL, N, V, dscale);
+}
+
+double mt_cpu_cross_entropy_weighted(float *dlogits, float *nll, const float *logits,
+                                     const int32_t *targets, const float *w, size_t N,
+                                     size_t V) {
+    return cross_entropy_any(dlogits, nll, logits, targets, w, N, V, 0.0f);
 }

@@ -128,4 +128,12 @@ void mt_cpu_swiglu_backward(float *dgate, float *dup, const float *dout, const f
 double mt_cpu_cross_entropy(float *dlogits, const float *logits, const int32_t *targets,
                             size_t N, size_t V, float dscale);
 
+/* The same with a scale per row (sequence objectives, engine/preference.h):
+ * dlogits (may be NULL) row n is (softmax - onehot) * w[n] (w may be NULL
+ * when dlogits is); nll (may be NULL) receives each row's loss, -log p of
+ * its target, 0 for ignored rows. Returns the sum of nll. */
+double mt_cpu_cross_entropy_weighted(float *dlogits, float *nll, const float *logits,
+                                     const int32_t *targets, const float *w, size_t N,
+                                     size_t V);
+
 #endif

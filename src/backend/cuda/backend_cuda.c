@@ -269,14 +269,17 @@ static void head_matrix(cuda_backend *cb, int head, void **w, float **g) {
     }
 }
 
-static void cu_head(mt_backend *be, int mb) {
-    cuda_backend *cb = (cuda_backend *)be;
+/* The head of mb: cross-entropy scaled by dscale; or with w (host, N),
+ * token t's gradient scaled by w[t]; or with logp (host, N), no gradient
+ * and each token's log-probability into logp. */
+static void head_pass(cuda_backend *cb, int mb, const float *w, float *logp) {
     const mt_config *c = cb->cfg;
     acts *a = &cb->a;
-    int head = cb->t->n_layers - 1;
+    int head = cb->t->n_layers - 1, grad = cb->train && !logp;
     size_t N = cb->N, C = c->C;
     slot *s = bound_slot(cb);
     const float *x = saved_at(cb, head, mb);
+    const int32_t *tgt = cb->targets + (size_t)mb * N;
     if (c->tie_embeddings) CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, embed_weights(cb)->ready, 0));
     void *wl;
     float *gl;
@@ -289,11 +292,24 @@ static void cu_head(mt_backend *be, int mb) {
         mt_cuda_rmsnorm_forward(cb->ctx, a->xf_op, op_dt(cb), a->rstdf, x,
                                 W32(cb, s, head, MT_T_FINAL_NORM), N, C, c->rms_eps);
     size_t R = (size_t)cb->o.head_chunk < N ? (size_t)cb->o.head_chunk : N;
-    mt_cuda_lm_head_loss(cb->ctx, cb->prec, cb->loss_dev, a->row_loss,
-                         cb->train ? a->dxf32 : NULL, false, cb->train ? gl : NULL,
-                         a->head_scratch, a->xf_op, wl, cb->targets + (size_t)mb * N, N, C, c->V,
-                         R, cb->dscale);
-    if (!cb->train) return;
+    if (w) /* pageable: copied out of w before the call returns */
+        CUDA_CHECK(cudaMemcpyAsync(a->row_w, w, N * sizeof(float), cudaMemcpyHostToDevice,
+                                   cb->s_comp));
+    if (w || logp)
+        mt_cuda_lm_head_loss_weighted(cb->ctx, cb->prec, a->row_loss, grad ? a->dxf32 : NULL,
+                                      false, grad ? gl : NULL, a->head_scratch, a->xf_op, wl,
+                                      tgt, w ? a->row_w : NULL, N, C, c->V, R);
+    else
+        mt_cuda_lm_head_loss(cb->ctx, cb->prec, cb->loss_dev, a->row_loss,
+                             grad ? a->dxf32 : NULL, false, grad ? gl : NULL, a->head_scratch,
+                             a->xf_op, wl, tgt, N, C, c->V, R, cb->dscale);
+    if (logp) {
+        CUDA_CHECK(cudaMemcpyAsync(logp, a->row_loss, N * sizeof(float), cudaMemcpyDeviceToHost,
+                                   cb->s_comp));
+        CUDA_CHECK(cudaStreamSynchronize(cb->s_comp));
+        for (size_t i = 0; i < N; i++) logp[i] = -logp[i];
+    }
+    if (!grad) return;
     float *dx = dx_at(cb, mb);
     CUDA_CHECK(cudaMemsetAsync(dx, 0, N * C * sizeof(float), cb->s_comp));
     if (c->layernorm)
@@ -305,6 +321,16 @@ static void cu_head(mt_backend *be, int mb) {
         mt_cuda_rmsnorm_backward(cb->ctx, dx, G(cb, cb->g_cur, head, MT_T_FINAL_NORM),
                                  a->colsum, a->dxf32, x, W32(cb, s, head, MT_T_FINAL_NORM),
                                  a->rstdf, N, C);
+}
+
+static void cu_head(mt_backend *be, int mb) { head_pass((cuda_backend *)be, mb, NULL, NULL); }
+
+static void cu_head_logp(mt_backend *be, int mb, float *logp) {
+    head_pass((cuda_backend *)be, mb, NULL, logp);
+}
+
+static void cu_head_weighted(mt_backend *be, int mb, const float *w) {
+    head_pass((cuda_backend *)be, mb, w, NULL);
 }
 
 static void cu_backward(mt_backend *be, int layer, int mb) {
@@ -457,6 +483,8 @@ static const mt_backend_ops cuda_ops = {
     .set_weight_gate = mt_cuda_backend_set_weight_gate,
     .stats = mt_cuda_backend_stats,
     .set_trace = mt_cuda_backend_set_trace,
+    .head_logp = cu_head_logp,
+    .head_weighted = cu_head_weighted,
     .logits = mt_cuda_backend_logits,
     .destroy = mt_cuda_backend_free,
 };

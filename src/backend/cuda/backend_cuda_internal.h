@@ -54,6 +54,7 @@ typedef struct acts {
     void *attn_scratch;
     /* head */
     void *xf_op; float *rstdf, *meanf; float *dxf32; float *row_loss; void *head_scratch;
+    float *row_w;       /* (N) a sequence objective's token weights (head_weighted) */
 } acts;
 
 typedef struct cuda_backend {

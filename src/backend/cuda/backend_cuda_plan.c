@@ -197,6 +197,7 @@ static void plan_backward_acts(cuda_backend *cb, acts *a, bump *b) {
     a->meanf = c->layernorm ? TAKE_F(b, N) : NULL;
     a->dxf32 = TAKE_F(b, N * C);
     a->row_loss = TAKE_F(b, N);
+    a->row_w = TAKE_F(b, N);
     size_t R = (size_t)cb->o.head_chunk < N ? (size_t)cb->o.head_chunk : N;
     a->head_scratch = take(b, mt_cuda_lm_head_scratch_bytes(cb->prec, R, c->V));
 }

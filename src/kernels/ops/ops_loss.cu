@@ -2,7 +2,8 @@
  *
  * Cross-entropy: one block per row. Pass 1 keeps a running (max, sum of
  * exp) per thread and merges them in a fixed tree; pass 2 writes
- * (softmax - onehot) * dscale, in place over the logits if asked. fp32
+ * (softmax - onehot) * dscale (or a scale per row: sequence objectives,
+ * engine/preference.h), in place over the logits if asked. fp32
  * throughout; the loss of the whole batch is summed in double by one block
  * in a fixed order (mt_cuda_sum_to_double), so it is deterministic.
  *
@@ -33,7 +34,8 @@ __device__ __forceinline__ void lse_merge(float *m, float *s, float m2, float s2
 
 __global__ void cross_entropy_kernel(float *dlogits, __nv_bfloat16 *dlogits_bf16,
                                      float *row_loss, const float *logits,
-                                     const int32_t *targets, size_t V, float dscale) {
+                                     const int32_t *targets, const float *row_scale, size_t V,
+                                     float dscale) {
     __shared__ float sm_m[CE_THREADS / 32], sm_s[CE_THREADS / 32];
     __shared__ float sh_lse;
     size_t row = blockIdx.x;
@@ -78,6 +80,7 @@ __global__ void cross_entropy_kernel(float *dlogits, __nv_bfloat16 *dlogits_bf16
     __syncthreads();
     float lse = sh_lse;
     if (!dlogits && !dlogits_bf16) return;
+    if (row_scale) dscale = row_scale[row];
     for (size_t i = threadIdx.x; i < V; i += blockDim.x) {
         float d = (expf(x[i] - lse) - (i == (size_t)tgt ? 1.0f : 0.0f)) * dscale;
         if (dlogits) dlogits[row * V + i] = d;
@@ -85,15 +88,29 @@ __global__ void cross_entropy_kernel(float *dlogits, __nv_bfloat16 *dlogits_bf16
     }
 }
 
+static void cross_entropy(mt_cuda_ctx *ctx, float *dlogits, uint16_t *dlogits_bf16,
+                          float *row_loss, const float *logits, const int32_t *targets,
+                          const float *row_scale, size_t N, size_t V, float dscale) {
+    if (N == 0) return;
+    MT_ASSERT(N <= INT32_MAX && V > 0);
+    cross_entropy_kernel<<<(unsigned)N, CE_THREADS, 0, ctx->stream>>>(
+        dlogits, (__nv_bfloat16 *)dlogits_bf16, row_loss, logits, targets, row_scale, V,
+        dscale);
+    CUDA_LAUNCH_CHECK();
+}
+
 extern "C" void mt_cuda_cross_entropy(mt_cuda_ctx *ctx, float *dlogits, uint16_t *dlogits_bf16,
                                       float *row_loss, const float *logits,
                                       const int32_t *targets, size_t N, size_t V,
                                       float dscale) {
-    if (N == 0) return;
-    MT_ASSERT(N <= INT32_MAX && V > 0);
-    cross_entropy_kernel<<<(unsigned)N, CE_THREADS, 0, ctx->stream>>>(
-        dlogits, (__nv_bfloat16 *)dlogits_bf16, row_loss, logits, targets, V, dscale);
-    CUDA_LAUNCH_CHECK();
+    cross_entropy(ctx, dlogits, dlogits_bf16, row_loss, logits, targets, NULL, N, V, dscale);
+}
+
+extern "C" void mt_cuda_cross_entropy_weighted(mt_cuda_ctx *ctx, float *dlogits,
+                                               uint16_t *dlogits_bf16, float *row_loss,
+                                               const float *logits, const int32_t *targets,
+                                               const float *row_scale, size_t N, size_t V) {
+    cross_entropy(ctx, dlogits, dlogits_bf16, row_loss, logits, targets, row_scale, N, V, 0.0f);
 }
 
 /* One block: strided double partial sums, then a fixed shared-memory tree. */
@@ -115,11 +132,13 @@ extern "C" void mt_cuda_sum_to_double(mt_cuda_ctx *ctx, double *sum, const float
     CUDA_LAUNCH_CHECK();
 }
 
-extern "C" void mt_cuda_lm_head_loss(mt_cuda_ctx *ctx, mt_precision prec, double *loss_sum,
-                                     float *row_loss, float *dhidden, bool dhidden_accumulate,
-                                     float *dw, void *scratch, const void *hidden,
-                                     const void *w, const int32_t *targets, size_t N, size_t C,
-                                     size_t V, size_t R, float dscale) {
+/* Both lm_head losses: a gradient scale per row (row_scale) or dscale;
+ * loss_sum may be NULL. */
+static void lm_head_loss(mt_cuda_ctx *ctx, mt_precision prec, double *loss_sum, float *row_loss,
+                         float *dhidden, bool dhidden_accumulate, float *dw, void *scratch,
+                         const void *hidden, const void *w, const int32_t *targets,
+                         const float *row_scale, size_t N, size_t C, size_t V, size_t R,
+                         float dscale) {
     MT_ASSERT(R > 0);
     bool bf16 = prec == MT_PREC_BF16, grad = dhidden || dw;
     size_t esize = bf16 ? 2 : 4;
@@ -132,11 +151,30 @@ extern "C" void mt_cuda_lm_head_loss(mt_cuda_ctx *ctx, mt_precision prec, double
         size_t rows = N - r0 < R ? N - r0 : R;
         const void *hid = (const char *)hidden + r0 * C * esize; // (rows, C)
         mt_cuda_matmul_forward(ctx, prec, logits, MT_DT_F32, hid, w, NULL, rows, C, V);
-        mt_cuda_cross_entropy(ctx, grad && !bf16 ? logits : NULL, grad ? dl16 : NULL,
-                              row_loss + r0, logits, targets + r0, rows, V, dscale);
+        cross_entropy(ctx, grad && !bf16 ? logits : NULL, grad ? dl16 : NULL, row_loss + r0,
+                      logits, targets + r0, row_scale ? row_scale + r0 : NULL, rows, V, dscale);
         if (grad)
             mt_cuda_matmul_backward(ctx, prec, dhidden ? dhidden + r0 * C : NULL,
                                     dhidden_accumulate, dw, dlogits, hid, w, rows, C, V);
     }
-    mt_cuda_sum_to_double(ctx, loss_sum, row_loss, N);
+    if (loss_sum) mt_cuda_sum_to_double(ctx, loss_sum, row_loss, N);
+}
+
+extern "C" void mt_cuda_lm_head_loss(mt_cuda_ctx *ctx, mt_precision prec, double *loss_sum,
+                                     float *row_loss, float *dhidden, bool dhidden_accumulate,
+                                     float *dw, void *scratch, const void *hidden,
+                                     const void *w, const int32_t *targets, size_t N, size_t C,
+                                     size_t V, size_t R, float dscale) {
+    lm_head_loss(ctx, prec, loss_sum, row_loss, dhidden, dhidden_accumulate, dw, scratch, hidden,
+                 w, targets, NULL, N, C, V, R, dscale);
+}
+
+extern "C" void mt_cuda_lm_head_loss_weighted(mt_cuda_ctx *ctx, mt_precision prec,
+                                              float *row_loss, float *dhidden,
+                                              bool dhidden_accumulate, float *dw, void *scratch,
+                                              const void *hidden, const void *w,
+                                              const int32_t *targets, const float *row_scale,
+                                              size_t N, size_t C, size_t V, size_t R) {
+    lm_head_loss(ctx, prec, NULL, row_loss, dhidden, dhidden_accumulate, dw, scratch, hidden, w,
+                 targets, row_scale, N, C, V, R, 0.0f);
 }
