@@ -125,11 +125,33 @@ static int bench_step(const mt_bench_opts *o, mt_backend *be, int n_layers,
     return rc;
 }
 
-/* The timed loop: one warm-up step and o->steps timed ones. Returns the
- * mean step time, -1 with err. */
+/* The reference pass of a preference run over the step's tokens: every
+ * layer's forward and the head's log-probabilities, no gradient (what a run
+ * does once over its pairs before training); one warm-up and two timed
+ * passes, their tokens/s printed. */
+static int ref_pass(mt_backend *be, int n_layers, const mt_batch *batch, FILE *out,
+                    mt_error *err) {
+    double tokens = (double)batch->M * batch->B * batch->T, t0 = 0;
+    float *logp = mt_malloc_or_die((size_t)tokens * sizeof *logp);
+    int rc = 0;
+    for (int i = 0; i < 3 && !rc; i++) {
+        if (i == 1) t0 = mt_now_s();
+        rc = mt_step_logp(be, n_layers, batch, logp, err);
+    }
+    double dt = (mt_now_s() - t0) / 2;
+    if (!rc)
+        fprintf(out, "reference pass: %.3f s for %.0f tokens, %.0f tok/s\n", dt, tokens,
+                tokens / dt);
+    free(logp);
+    return rc;
+}
+
+/* The timed loop: one warm-up step and o->steps timed ones, then, for a
+ * preference objective, the reference pass. Returns the mean step time
+ * (*last: the last step's measurements), -1 with err. */
 static double run_steps(const mt_bench_opts *o, mt_ranks *rk, mt_backend *be,
                         const mt_param_table *table, mt_optim_pipeline *pipe, gate_timer *gt,
-                        double *last_loss, FILE *out, mt_error *err) {
+                        double *last_loss, mt_backend_stats *last, FILE *out, mt_error *err) {
     double tokens = (double)o->M * o->B * o->T, world = rk->env.world_size;
     double flops = mt_config_train_flops_per_token(&o->cfg, o->T) * tokens;
     size_t n = (size_t)tokens;
@@ -187,6 +209,8 @@ static double run_steps(const mt_bench_opts *o, mt_ranks *rk, mt_backend *be,
         }
     }
     mt_optim_pipeline_wait_all(pipe);
+    be->ops->stats(be, last);
+    if (o->objective && ref_pass(be, table->n_layers, &batch, out, err)) goto fail;
     if (o->trace_path && mt_ranks_lead(rk)) {
         if (mt_trace_write(&trace, o->trace_path, err)) goto fail;
         fprintf(out, "trace: %zu spans written to %s\n", trace.n, o->trace_path);
@@ -275,15 +299,14 @@ static int bench(const mt_bench_opts *o, mt_ranks *rk, const mt_param_table *tab
     gate_timer gt = {.p = &pipe};
     be->ops->set_weight_gate(be, timed_gate, &gt);
     double last_loss = 0;
-    double avg = run_steps(o, rk, be, table, &pipe, &gt, &last_loss, out, err);
+    mt_backend_stats last; /* the last step's traffic, per GPU */
+    double avg = run_steps(o, rk, be, table, &pipe, &gt, &last_loss, &last, out, err);
     if (avg < 0) goto out;
     fprintf(out, "optimizer: %.3fs per step on the CPU (%.2f Gparam/s%s), overlapped with the "
             "next forward\n", pipe.busy_s, parts.n_params / pipe.busy_s / 1e9,
             world > 1 ? " on this rank's part" : "");
     double fr = 0, tot = 0;
     mt_device_memory(&fr, &tot);
-    mt_backend_stats last; /* the last step's traffic, per GPU */
-    be->ops->stats(be, &last);
     /* host memory of every rank together */
     double staging = store.disk ? mt_disk_state_ram_bytes(store.disk) : 0;
     double host[2] = {(double)store.bytes + bs.host_bytes + staging, mt_host_rss_bytes() / 1e9};
