@@ -104,7 +104,7 @@ int mt_step_sequence_or_stop(mt_backend *be, int n_layers, const mt_batch *batch
                              mt_error *err) {
     if (!be->ops->head_logp || !be->ops->head_weighted)
         return mt_errorf(err, "the %s backend has no sequence objectives (DPO and its kin); "
-                         "train them with --backend cpu or cuda", be->name);
+                         "train them with --device cpu or cuda", be->name);
     int64_t valid = mt_batch_count_valid(batch);
     if (valid == 0)
         return mt_errorf(err, "the batch has no target tokens (every label is -100); check the "
@@ -160,7 +160,7 @@ int mt_step_logp(mt_backend *be, int n_layers, const mt_batch *batch, float *log
                  mt_error *err) {
     if (!be->ops->head_logp)
         return mt_errorf(err, "the %s backend has no sequence objectives (DPO and its kin); "
-                         "use --backend cpu or cuda", be->name);
+                         "use --device cpu or cuda", be->name);
     if (mt_batch_check_pos(batch, err)) return -1;
     if (be->ops->begin_step(be, batch, 0.0f, 0, err)) return -1;
     forward_layers(be, n_layers, batch, NULL);
