@@ -658,13 +658,6 @@ static void falcon_to_json(const mt_config *c, cJSON *r) {
     rope_to_json(c, r);
 }
 
-/* null, not absent, when there is none: Phi3Config's default is 32000 and
- * Gemma's 0. */
-void mt_config_pad_to_json(const mt_config *c, cJSON *r) {
-    if (c->has_pad) cJSON_AddNumberToObject(r, "pad_token_id", (double)c->pad_id);
-    else cJSON_AddNullToObject(r, "pad_token_id");
-}
-
 char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
     cJSON *r = cJSON_CreateObject();
     if (c->arch == MT_ARCH_GPT_NEOX) {
@@ -707,7 +700,7 @@ char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
         c->arch == MT_ARCH_QWEN3_MOE)
         cJSON_AddBoolToObject(r, "use_sliding_window", false);
     if (mt_arch_has_experts(c->arch)) moe_to_json(c, r);
-    mt_config_pad_to_json(c, r);
+    mt_cfg_add_pad_token(c, r);
     if (c->arch == MT_ARCH_MISTRAL || c->arch == MT_ARCH_MIXTRAL || c->arch == MT_ARCH_PHI3) {
         if (c->sliding_window > 0) cJSON_AddNumberToObject(r, "sliding_window", (double)c->sliding_window);
         else cJSON_AddNullToObject(r, "sliding_window");

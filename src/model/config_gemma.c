@@ -251,7 +251,7 @@ void mt_config_gemma_to_json(const mt_config *c, cJSON *r) {
     cJSON_AddBoolToObject(r, "attention_bias", false);
     mt_cfg_add_float(r, "attention_dropout", 0.0);
     cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tie_embeddings);
-    mt_config_pad_to_json(c, r);
+    mt_cfg_add_pad_token(c, r);
     gemma_rope_to_json(c, r);
 }
 

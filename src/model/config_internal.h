@@ -28,6 +28,9 @@ int mt_cfg_token_id(const cJSON *root, const char *key, int64_t *out, const char
  * is mt_config_validate's. */
 int mt_cfg_pad_token(mt_config *cfg, const cJSON *root, int64_t dflt, const char *src,
                      mt_error *err);
+/* Adds pad_token_id as read (null when none), for the families whose
+ * embedding takes it. */
+void mt_cfg_add_pad_token(const mt_config *cfg, cJSON *r);
 /* A true/false field; missing or null: *out = dflt. */
 int mt_cfg_bool(const cJSON *root, const char *key, bool dflt, bool *out, const char *src,
                 mt_error *err);
@@ -39,10 +42,6 @@ void mt_cfg_number_text(char buf[48], double v, bool single);
 /* Adds v under key as Python's repr writes it (as an fp32 when single). */
 void mt_cfg_add_number(cJSON *r, const char *key, double v, bool single);
 void mt_cfg_add_float(cJSON *r, const char *key, double v);
-
-/* pad_token_id as read (null when none), for the families whose embedding
- * takes it (config.c). */
-void mt_config_pad_to_json(const mt_config *cfg, cJSON *r);
 
 /* gemma2 and gemma3_text (config_gemma.c): their fields besides the common
  * ones mt_config_parse read (cfg->arch set), and their config.json. */

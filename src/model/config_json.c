@@ -95,6 +95,13 @@ int mt_cfg_pad_token(mt_config *cfg, const cJSON *root, int64_t dflt, const char
     return 0;
 }
 
+/* null, not absent, when there is none: Phi3Config's default is 32000 and
+ * Gemma's 0. */
+void mt_cfg_add_pad_token(const mt_config *cfg, cJSON *r) {
+    if (cfg->has_pad) cJSON_AddNumberToObject(r, "pad_token_id", (double)cfg->pad_id);
+    else cJSON_AddNullToObject(r, "pad_token_id");
+}
+
 /* A float that reads back as one, as Python's repr writes it: the fewest
  * digits that give v back (as an fp32 when single: rms_norm_eps 1e-05, not
  * 9.99999974737875e-06), positional from 1e-4 to 1e16 (500000.0), else
