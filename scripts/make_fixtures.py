@@ -275,7 +275,28 @@ CONFIGS = {
             "long_factor": [1.5, 3.0, 6.5, 12.0],
         },
     ),
+    # pad_token_id set: transformers builds the embedding with padding_idx 2, whose row gets
+    # no gradient from the lookup. Token 2 is also the EOS, as Phi-3's <|endoftext|> is both,
+    # and stands at three places of every row, as it does between the documents of packed
+    # data. Untied, so that the row's gradient is the lookup's alone; a half-size model.
+    "llama_pad": dict(
+        seed=9234,
+        model_type="llama",
+        hidden_size=16,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        intermediate_size=32,
+        tie_word_embeddings=False,
+        pad_token_id=2,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=64,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    ),
 }
+
+# Pad tokens put into each row of a model with pad_token_id (make_batch).
+PADS_PER_ROW = 3
 
 # All of tests/fixtures/models: dense, gpt_neox, falcon, phi3, gemma, packed and MoE references.
 SIZE_LIMIT = 19 * 512 * 1024  # 9.5 MiB
@@ -320,11 +341,16 @@ def init_params(model, gen):
                 raise ValueError(f"no init rule for parameter {name} {tuple(p.shape)}")
 
 
-def make_batch(gen, V, sft_row):
+def make_batch(gen, V, sft_row, pad=None):
     """input_ids (B,T) uniform in [3, V); labels = input_ids with -100 holes. Row `sft_row`
     masks its first PROMPT_LEN labels (an SFT prompt); each row also loses one or two
-    random positions. Returns input_ids, labels, targets."""
+    random positions. With pad (a pad_token_id), PADS_PER_ROW random positions of each row
+    hold it, as input and label. Returns input_ids, labels, targets."""
     ids = torch.randint(3, V, (B, T), generator=gen, dtype=torch.int64)
+    if pad is not None:
+        where = torch.randint(0, T, (B, PADS_PER_ROW), generator=gen, dtype=torch.int64)
+        for b in range(B):
+            ids[b, where[b]] = pad
     labels = ids.clone()
     if sft_row is not None:
         labels[sft_row, :PROMPT_LEN] = IGNORE
@@ -382,7 +408,7 @@ def train(model, gen, V, hp):
     )
     out = {k: [] for k in ("input_ids", "labels", "targets", "losses", "grad_norms", "lrs")}
     for s in range(STEPS):
-        ids, labels, targets = make_batch(gen, V, sft_row=s % B)
+        ids, labels, targets = make_batch(gen, V, sft_row=s % B, pad=model.config.pad_token_id)
         lr = sched.get_last_lr()[0]
         assert all(g["lr"] == lr for g in opt.param_groups)
         opt.zero_grad(set_to_none=True)
@@ -449,7 +475,7 @@ def build(name, spec, root):
     del reloaded
 
     data_gen = torch.Generator().manual_seed(seed + 1)
-    ids, labels, targets = make_batch(data_gen, V, sft_row=0)
+    ids, labels, targets = make_batch(data_gen, V, sft_row=0, pad=cfg.pad_token_id)
 
     logits, loss, grads = forward_backward(model, ids, labels, autocast=False)
     bf_logits, bf_loss, bf_grads = forward_backward(model, ids, labels, autocast=True)
@@ -458,6 +484,9 @@ def build(name, spec, root):
     # targets reproduce HF's shifted loss.
     assert torch.equal(ce_from_targets(logits, targets).reshape(1), loss), name
     assert torch.equal(ce_from_targets(bf_logits, targets).reshape(1), bf_loss), name
+    if cfg.pad_token_id is not None:  # the padding index: no gradient from the lookup
+        pad_row = grads["model.embed_tokens.weight"][cfg.pad_token_id]
+        assert (ids == cfg.pad_token_id).sum() > 1 and not pad_row.any(), name
 
     tensors = {
         "input_ids": ids,

@@ -103,16 +103,20 @@ void mt_cuda_embedding_forward(mt_cuda_ctx *ctx, float *out, const int32_t *toke
                                const void *wte, mt_dt wte_dt, size_t N, size_t C);
 
 /* HOST function. Groups the rows of tokens (N) by token id for a
- * deterministic backward: order (N) lists row indices sorted by (token,
- * row); bounds (N+1 room) gets the start of each group in order, then N;
- * *n_groups the number of distinct tokens. -1 if a token is outside [0,V).
- * The caller copies order and bounds to the device. */
+ * deterministic backward: order (N room) lists row indices sorted by
+ * (token, row), leaving out the rows whose token is pad (nn.Embedding's
+ * padding_idx; -1: none); bounds (N+1 room) gets the start of each group in
+ * order, then the number of rows listed; *n_groups the number of distinct
+ * tokens listed. -1 if a token is outside [0,V). The caller copies order
+ * and bounds to the device. */
 int mt_embedding_backward_plan(int32_t *order, int32_t *bounds, size_t *n_groups,
-                               const int32_t *tokens, size_t N, size_t V, mt_error *err);
+                               const int32_t *tokens, size_t N, size_t V, int64_t pad,
+                               mt_error *err);
 
-/* dwte (V,C) += scatter of dout (N,C). One thread block per distinct token
- * sums its rows in row order: deterministic, no atomics. order, bounds:
- * device copies of the plan above; tokens (N) on the device. */
+/* dwte (V,C) += scatter of dout (N,C) over the rows the plan lists (not
+ * the padding index's). One thread block per distinct token sums its rows
+ * in row order: deterministic, no atomics. order, bounds: device copies of
+ * the plan above; tokens (N) on the device. */
 void mt_cuda_embedding_backward(mt_cuda_ctx *ctx, float *dwte, const float *dout,
                                 const int32_t *tokens, const int32_t *order,
                                 const int32_t *bounds, size_t n_groups, size_t C);

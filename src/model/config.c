@@ -401,6 +401,7 @@ int mt_config_parse(mt_config *cfg, const char *json_text, const char *src, mt_e
     double eps = 0;
     /* falcon names its MLP size ffn_hidden_size (parse_falcon) */
     bool falcon = cfg->arch == MT_ARCH_FALCON, phi3 = cfg->arch == MT_ARCH_PHI3;
+    cfg->has_pad = false;
     cfg->pad_id = -1;
     /* Phi3Config's defaults: 4096 positions, eps 1e-5 */
     if (mt_cfg_int(root, "hidden_size", -1, &cfg->C, src, err) ||
@@ -442,7 +443,8 @@ int mt_config_parse(mt_config *cfg, const char *json_text, const char *src, mt_e
         if (parse_falcon(cfg, root, src, err)) goto out;
     } else if (mt_arch_is_gemma(a)) {
         if (mt_config_parse_gemma(cfg, root, src, err)) goto out;
-    } else if ((a == MT_ARCH_PHI3 && mt_config_parse_phi3(cfg, root, src, err)) ||
+    } else if ((a == MT_ARCH_PHI3 ? mt_config_parse_phi3(cfg, root, src, err)
+                                  : mt_cfg_pad_token(cfg, root, -1, src, err)) ||
                parse_rope(cfg, root, src, err) || refuse_unsupported(cfg, root, src, err)) {
         goto out;
     }
@@ -496,6 +498,14 @@ int mt_config_validate(const mt_config *c, const char *src, mt_error *err) {
     if (c->HD % 2)
         return mt_errorf(err, "%s: head_dim (%lld) must be even for rotary embeddings", src,
                          (long long)c->HD);
+    if (c->has_pad && (c->pad_id < -c->V || c->pad_id >= c->V))
+        return mt_errorf(err, "%s: pad_token_id = %lld%s is outside the vocabulary (vocab_size "
+                         "%lld), and transformers' embedding takes it as padding_idx, which "
+                         "must lie in [-vocab_size, vocab_size); set pad_token_id to a token "
+                         "id, or null for none", src, (long long)c->pad_id,
+                         c->arch == MT_ARCH_PHI3 && c->pad_id == 32000
+                             ? " (Phi3Config's default when absent)" : "",
+                         (long long)c->V);
     if (!(c->rms_eps > 0)) return mt_errorf(err, "%s: rms_norm_eps must be positive", src);
     if (!(c->rope_theta > 0)) return mt_errorf(err, "%s: rope_theta must be positive", src);
     int64_t rot = mt_config_rotary_dim(c);
@@ -690,6 +700,7 @@ char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
         c->arch == MT_ARCH_QWEN3_MOE)
         cJSON_AddBoolToObject(r, "use_sliding_window", false);
     if (mt_arch_has_experts(c->arch)) moe_to_json(c, r);
+    mt_cfg_add_pad_token(c, r);
     if (c->arch == MT_ARCH_MISTRAL || c->arch == MT_ARCH_MIXTRAL || c->arch == MT_ARCH_PHI3) {
         if (c->sliding_window > 0) cJSON_AddNumberToObject(r, "sliding_window", (double)c->sliding_window);
         else cJSON_AddNullToObject(r, "sliding_window");
@@ -697,9 +708,6 @@ char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
     if (c->arch == MT_ARCH_PHI3) {
         cJSON_AddNumberToObject(r, "original_max_position_embeddings",
                                 (double)c->rope_orig_max_pos);
-        /* Phi3Config's pad_token_id is 32000 when absent: none must be said */
-        if (c->pad_id >= 0) cJSON_AddNumberToObject(r, "pad_token_id", (double)c->pad_id);
-        else cJSON_AddNullToObject(r, "pad_token_id");
         mt_cfg_add_float(r, "resid_pdrop", 0.0);
         mt_cfg_add_float(r, "embd_pdrop", 0.0);
         mt_cfg_add_float(r, "attention_dropout", 0.0);

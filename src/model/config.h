@@ -58,6 +58,11 @@ static inline bool mt_arch_has_llama_block(mt_arch a) {
     return !mt_arch_has_neox_block(a) && !mt_arch_is_gemma(a);
 }
 
+/* Whether transformers builds arch's embedding with padding_idx =
+ * pad_token_id, so that the row of the pad token gets no gradient from the
+ * lookup: every family but gpt_neox and falcon. */
+static inline bool mt_arch_has_padding_idx(mt_arch a) { return !mt_arch_has_neox_block(a); }
+
 /* Whether arch has CPU references only: no GPU kernels run its blocks yet
  * (gemma2, gemma3_text; gpt_neox and falcon run on the GPU). */
 static inline bool mt_arch_cpu_only(mt_arch a) { return mt_arch_is_gemma(a); }
@@ -154,12 +159,24 @@ typedef struct mt_config {
                                 * iff (i + 1) % sliding_pattern != 0; 1: none */
     double rope_local_theta;   /* gemma3_text: the sliding layers' base (rope_local_base_freq);
                                 * rope_theta and rope_kind are the global layers' */
-    int64_t pad_id;            /* phi3's pad_token_id (written back as read), -1 when
-                               * null; other families: -1 */
+    /* pad_token_id, read where transformers' embedding takes it as padding_idx
+     * (mt_arch_has_padding_idx), with the config class's default when absent
+     * (phi3: 32000, gemma: 0, the others: none); written back as read */
+    bool has_pad;              /* an integer; false: null (none), or gpt_neox / falcon */
+    int64_t pad_id;            /* as given, in [-V, V) (negative: from the end, as
+                                * nn.Embedding takes it); -1 when !has_pad */
     int64_t bos_id;            /* -1 when absent */
     int64_t eos_id;            /* -1 when absent */
     mt_moe_config moe;
 } mt_config;
+
+/* The embedding row that receives no gradient from the lookup (nn.Embedding's
+ * padding_idx: pad_token_id, counted from the end when negative), or -1 for
+ * none. With tied embeddings the head's gradient still reaches that row. */
+static inline int64_t mt_config_padding_idx(const mt_config *c) {
+    if (!c->has_pad || !mt_arch_has_padding_idx(c->arch)) return -1;
+    return c->pad_id < 0 ? c->V + c->pad_id : c->pad_id;
+}
 
 /* The dims of a head that RoPE rotates (HD unless partial rotary). */
 static inline int64_t mt_config_rotary_dim(const mt_config *c) {

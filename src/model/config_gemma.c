@@ -180,7 +180,8 @@ int mt_config_parse_gemma(mt_config *c, const cJSON *root, const char *src, mt_e
         (!g3 && get_softcap(root, "attn_logit_softcapping", 50.0, &c->attn_softcap, src, err)) ||
         refuse_gemma(c, root, src, err) || parse_layer_types(c, root, src, err))
         return -1;
-    /* Gemma2Config and Gemma3TextConfig: bos 2, eos 1 when absent */
+    /* Gemma2Config and Gemma3TextConfig: bos 2, eos 1, pad 0 when absent */
+    if (mt_cfg_pad_token(c, root, 0, src, err)) return -1;
     if (!cJSON_GetObjectItemCaseSensitive(root, "bos_token_id")) c->bos_id = 2;
     if (!cJSON_GetObjectItemCaseSensitive(root, "eos_token_id")) c->eos_id = 1;
     if (!(c->query_pre_attn_scalar > 0))
@@ -250,6 +251,7 @@ void mt_config_gemma_to_json(const mt_config *c, cJSON *r) {
     cJSON_AddBoolToObject(r, "attention_bias", false);
     mt_cfg_add_float(r, "attention_dropout", 0.0);
     cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tie_embeddings);
+    mt_cfg_add_pad_token(c, r);
     gemma_rope_to_json(c, r);
 }
 
@@ -268,4 +270,6 @@ void mt_config_gemma_defaults(mt_config *c, bool gemma3) {
     c->sliding_window = gemma3 ? 512 : 4096;
     c->sliding_pattern = gemma3 ? 6 : 2;
     c->rope_local_theta = gemma3 ? 10000.0 : 0.0;
+    c->has_pad = false; /* written as null: the config classes' 0 would be a pad token */
+    c->pad_id = -1;
 }

@@ -23,6 +23,14 @@ int mt_cfg_num(const cJSON *root, const char *key, double dflt, double *out, con
  * null: -1. */
 int mt_cfg_token_id(const cJSON *root, const char *key, int64_t *out, const char *src,
                     mt_error *err);
+/* pad_token_id into cfg->has_pad and cfg->pad_id: an integer, or null
+ * (none); absent: dflt, the config class's default (< 0: none). Its range
+ * is mt_config_validate's. */
+int mt_cfg_pad_token(mt_config *cfg, const cJSON *root, int64_t dflt, const char *src,
+                     mt_error *err);
+/* Adds pad_token_id as read (null when none), for the families whose
+ * embedding takes it. */
+void mt_cfg_add_pad_token(const mt_config *cfg, cJSON *r);
 /* A true/false field; missing or null: *out = dflt. */
 int mt_cfg_bool(const cJSON *root, const char *key, bool dflt, bool *out, const char *src,
                 mt_error *err);

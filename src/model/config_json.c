@@ -81,6 +81,27 @@ int mt_cfg_token_id(const cJSON *root, const char *key, int64_t *out, const char
     return 0;
 }
 
+int mt_cfg_pad_token(mt_config *cfg, const cJSON *root, int64_t dflt, const char *src,
+                     mt_error *err) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "pad_token_id");
+    cfg->has_pad = it ? !cJSON_IsNull(it) : dflt >= 0;
+    cfg->pad_id = it ? -1 : dflt >= 0 ? dflt : -1;
+    if (!it || cJSON_IsNull(it)) return 0;
+    /* the same range as mt_cfg_int: a double beyond int64 is undefined to convert */
+    if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
+        fabs(it->valuedouble) > 9.0e15)
+        return mt_errorf(err, "%s: field \"pad_token_id\" must be an integer or null", src);
+    cfg->pad_id = (int64_t)it->valuedouble;
+    return 0;
+}
+
+/* null, not absent, when there is none: Phi3Config's default is 32000 and
+ * Gemma's 0. */
+void mt_cfg_add_pad_token(const mt_config *cfg, cJSON *r) {
+    if (cfg->has_pad) cJSON_AddNumberToObject(r, "pad_token_id", (double)cfg->pad_id);
+    else cJSON_AddNullToObject(r, "pad_token_id");
+}
+
 /* A float that reads back as one, as Python's repr writes it: the fewest
  * digits that give v back (as an fp32 when single: rms_norm_eps 1e-05, not
  * 9.99999974737875e-06), positional from 1e-4 to 1e16 (500000.0), else

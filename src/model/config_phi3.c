@@ -54,7 +54,7 @@ int mt_config_parse_longrope(mt_config *cfg, const cJSON *rp, const char *field,
 /* What phi3 adds to the Llama fields, with Phi3Config's defaults: its
  * dropouts must be 0, original_max_position_embeddings (4096 when absent)
  * is longrope's pretraining length; bos, eos and pad_token_id are 1, 32000
- * and 32000 when absent, and pad_token_id is kept to be written back. */
+ * and 32000 when absent (pad_token_id: the embedding's padding index). */
 int mt_config_parse_phi3(mt_config *cfg, const cJSON *root, const char *src, mt_error *err) {
     const char *dropouts[] = {"resid_pdrop", "embd_pdrop", "attention_dropout"};
     for (size_t i = 0; i < sizeof dropouts / sizeof *dropouts; i++) {
@@ -64,10 +64,10 @@ int mt_config_parse_phi3(mt_config *cfg, const cJSON *root, const char *src, mt_
             return mt_errorf(err, "%s: %s = %g is not supported (megatrain trains without "
                              "dropout); set it to 0.0", src, dropouts[i], drop);
     }
-    if (mt_cfg_token_id(root, "pad_token_id", &cfg->pad_id, src, err)) return -1;
-    const char *ids[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
-    int64_t *id_out[] = {&cfg->bos_id, &cfg->eos_id, &cfg->pad_id}, dflt[] = {1, 32000, 32000};
-    for (size_t i = 0; i < 3; i++)
+    if (mt_cfg_pad_token(cfg, root, 32000, src, err)) return -1;
+    const char *ids[] = {"bos_token_id", "eos_token_id"};
+    int64_t *id_out[] = {&cfg->bos_id, &cfg->eos_id}, dflt[] = {1, 32000};
+    for (size_t i = 0; i < 2; i++)
         if (!cJSON_GetObjectItemCaseSensitive(root, ids[i])) *id_out[i] = dflt[i];
     if (mt_cfg_int(root, "original_max_position_embeddings", 4096, &cfg->rope_orig_max_pos, src,
                    err))
@@ -103,6 +103,7 @@ void mt_config_phi3_defaults(mt_config *c) {
     c->rope_kind = MT_ROPE_DEFAULT;
     c->rope_orig_max_pos = c->max_pos;
     c->sliding_window = 0;
+    c->has_pad = false;
     c->pad_id = -1;
     c->qkv_bias = c->qk_norm = false;
     c->rotary_dim = 0;

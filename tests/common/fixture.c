@@ -13,7 +13,8 @@
 #include "testlib.h"
 
 const char *mt_fixture_models[MT_FIXTURE_MODELS] = {
-    "llama_gqa", "qwen2_bias_tied", "qwen3_qknorm_mqa", "mistral", "phi3_gqa", "phi3_longrope"};
+    "llama_gqa", "qwen2_bias_tied", "qwen3_qknorm_mqa", "mistral", "phi3_gqa", "phi3_longrope",
+    "llama_pad"};
 
 void mt_fixture_open(mt_fixture *f, const char *name) {
     mt_error err;

@@ -21,8 +21,9 @@ typedef struct mt_fixture {
 
 /* The dense fixture models every backend is checked on: llama (GQA,
  * llama3 rope), qwen2 (q/k/v bias, tied), qwen3 (q/k norm, MQA), mistral,
- * phi3 (fused qkv_proj and gate_up_proj; and longrope). */
-#define MT_FIXTURE_MODELS 6
+ * phi3 (fused qkv_proj and gate_up_proj; and longrope), and llama with
+ * pad_token_id set (its embedding row gets no gradient from the lookup). */
+#define MT_FIXTURE_MODELS 7
 extern const char *mt_fixture_models[MT_FIXTURE_MODELS];
 
 /* Loads tests/fixtures/models/<name>; asserts on any failure. */

@@ -71,6 +71,13 @@ Test(config, refusals_name_the_field) {
         {"{\"model_type\": \"llama\", \"hidden_size\": 32, \"num_hidden_layers\": 2, "
          "\"num_attention_heads\": 4, \"intermediate_size\": 48, \"vocab_size\": 0}",
          "vocab_size"},
+        {"{\"model_type\": \"llama\", " BASE ", \"pad_token_id\": 96}", "pad_token_id"},
+        {"{\"model_type\": \"qwen2\", " BASE ", \"pad_token_id\": -97}", "pad_token_id"},
+        {"{\"model_type\": \"mistral\", " BASE ", \"pad_token_id\": 1.5}", "pad_token_id"},
+        {"{\"model_type\": \"gemma2\", " BASE ", \"pad_token_id\": \"<pad>\"}",
+         "pad_token_id"},
+        /* Phi3Config's 32000 when absent: outside a vocabulary of 96 */
+        {"{\"model_type\": \"phi3\", " BASE "}", "pad_token_id"},
         {"[1, 2]", "JSON object"},
         {"{\"model_type\": \"llama\", " BASE, "JSON object"},
     };
@@ -81,6 +88,44 @@ Test(config, refusals_name_the_field) {
         cr_assert(strstr(err.msg, cases[i].needle), "case %zu: message '%s' lacks '%s'", i,
                   err.msg, cases[i].needle);
         cr_assert(strstr(err.msg, "config.json"), "case %zu: message names no input", i);
+    }
+}
+
+/* pad_token_id where transformers' embedding takes it as padding_idx (not
+ * gpt_neox's or falcon's): an integer, null, or the config class's default
+ * when absent (None; Gemma's 0), counted from the end when negative as
+ * nn.Embedding counts it; written back as read. */
+Test(config, pad_token_id_is_the_padding_index_where_transformers_has_one) {
+    struct { const char *type, *pad; bool has; int64_t id, row; } cases[] = {
+        {"llama", NULL, false, -1, -1},
+        {"llama", "null", false, -1, -1},
+        {"llama", "5", true, 5, 5},
+        {"llama", "-1", true, -1, 95},   /* nn.Embedding: padding_idx 96 - 1 */
+        {"mistral", "0", true, 0, 0},
+        {"qwen2", "95", true, 95, 95},
+        {"qwen3_moe", "7", true, 7, 7},
+        {"gemma2", NULL, true, 0, 0},     /* Gemma2Config's pad_token_id */
+        {"gemma3_text", "null", false, -1, -1},
+        {"gemma3_text", "3", true, 3, 3},
+        {"gpt_neox", "5", false, -1, -1}, /* nn.Embedding without padding_idx */
+        {"falcon", "5", false, -1, -1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char json[512], field[64] = "";
+        if (cases[i].pad) snprintf(field, sizeof field, ", \"pad_token_id\": %s", cases[i].pad);
+        snprintf(json, sizeof json, "{\"model_type\": \"%s\", " BASE "%s}", cases[i].type,
+                 field);
+        mt_config c, d;
+        mt_error err;
+        cr_assert_eq(parse(json, &c, &err), 0, "case %zu: %s", i, err.msg);
+        cr_assert_eq(c.has_pad, cases[i].has, "case %zu", i);
+        cr_assert_eq(c.pad_id, cases[i].id, "case %zu", i);
+        cr_assert_eq(mt_config_padding_idx(&c), cases[i].row, "case %zu", i);
+        char *back = mt_config_to_json(&c);
+        cr_assert_eq(parse(back, &d, &err), 0, "case %zu: %s\n%s", i, err.msg, back);
+        cr_assert_eq(d.has_pad, c.has_pad, "case %zu: %s", i, back);
+        cr_assert_eq(d.pad_id, c.pad_id, "case %zu: %s", i, back);
+        free(back);
     }
 }
 

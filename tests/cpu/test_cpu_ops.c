@@ -129,9 +129,25 @@ Test(cpu_ops, embedding_forward_and_backward) {
     double *want = calloc(V * C, sizeof(double));
     for (size_t n = 0; n < N; n++)
         for (size_t c = 0; c < C; c++) want[tokens[n] * C + c] += dout[n * C + c];
-    mt_cpu_embedding_backward(dwte, dout, tokens, N, C);
+    mt_cpu_embedding_backward(dwte, dout, tokens, N, C, -1);
     expect_increment(dwte, base, want, V * C, 1e-6, "dwte");  // sums of <= 3 terms
     free(wte); free(out); free(dout); free(dwte); free(base); free(want);
+}
+
+/* nn.Embedding's padding_idx: the pad token's rows add nothing to its row,
+ * not even rounding (the row keeps its bits); the other rows as without. */
+Test(cpu_ops, embedding_backward_skips_the_padding_index) {
+    size_t V = 9, C = 37, N = 7;
+    int32_t tokens[] = {3, 0, 8, 3, 5, 3, 0};
+    float *dout = randf(N * C, 2, -1, 1), *dwte = randf(V * C, 3, -1, 1);
+    float *plain = copyf(dwte, V * C), *base = copyf(dwte, V * C);
+    mt_cpu_embedding_backward(plain, dout, tokens, N, C, -1);
+    mt_cpu_embedding_backward(dwte, dout, tokens, N, C, 3);
+    for (size_t v = 0; v < V; v++) {
+        const float *want = (v == 3 ? base : plain) + v * C;
+        cr_assert(memcmp(dwte + v * C, want, C * sizeof(float)) == 0, "row %zu", v);
+    }
+    free(dout); free(dwte); free(plain); free(base);
 }
 
 /* ------------------------------------------------------------------------

@@ -81,7 +81,7 @@ ParameterizedTest(int *which, phi3, save_then_reload_gives_the_same_logits) {
 }
 
 #define PHI3 "\"model_type\": \"phi3\", \"hidden_size\": 64, \"num_hidden_layers\": 2, " \
-             "\"num_attention_heads\": 4, \"intermediate_size\": 96, \"vocab_size\": 96"
+             "\"num_attention_heads\": 4, \"intermediate_size\": 96, \"vocab_size\": 32064"
 
 /* Absent fields take Phi3Config's defaults (transformers 5); the table
  * keeps Llama's tensors, and the published fused names find their first
@@ -212,6 +212,7 @@ Test(phi3_config, refusals_name_the_field) {
          "0], \"long_factor\": [1, 1, 1, 1, 1, 1, 1, 1]}",
          "rope_scaling.short_factor[7]"},
         {"\"original_max_position_embeddings\": 0", "original_max_position_embeddings"},
+        {"\"pad_token_id\": 32064", "pad_token_id"},
     };
     mt_hf_check_refusals(PHI3, cases, sizeof cases / sizeof *cases);
 }

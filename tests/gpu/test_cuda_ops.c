@@ -263,7 +263,7 @@ Test(cuda_ops, embedding_backward_deterministic_scatter) {
         for (size_t c = 0; c < C; c++) ref[(size_t)tokens[n] * C + c] += dout[n * C + c];
     size_t groups;
     mt_error err;
-    cr_assert_eq(mt_embedding_backward_plan(order, bounds, &groups, tokens, N, V, &err), 0);
+    cr_assert_eq(mt_embedding_backward_plan(order, bounds, &groups, tokens, N, V, -1, &err), 0);
     cr_assert(groups < N && groups > 1);
     float *d_dout = dupload(&pool, dout, N * C * 4), *d_dwte = dupload(&pool, dwte0, V * C * 4);
     int32_t *d_tok = dupload(&pool, tokens, sizeof tokens);
@@ -280,9 +280,24 @@ Test(cuda_ops, embedding_backward_deterministic_scatter) {
     mt_cuda_embedding_backward(ctx, d_dwte, d_dout, d_tok, d_order, d_bounds, groups, C);
     download(got2, d_dwte, V * C * 4);
     cr_assert(memcmp(got, got2, V * C * 4) == 0, "embedding backward is not deterministic");
+    /* the padding index's rows add nothing to its row; every other row is
+     * summed by its own block, so it keeps the bits of the plain run */
+    int32_t pad = tokens[5];
+    size_t pad_groups;
+    cr_assert_eq(mt_embedding_backward_plan(order, bounds, &pad_groups, tokens, N, V, pad, &err),
+                 0);
+    cr_assert_eq(pad_groups, groups - 1);
+    CUDA_CHECK(cudaMemcpy(d_order, order, sizeof order, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_bounds, bounds, (pad_groups + 1) * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_dwte, dwte0, V * C * 4, cudaMemcpyHostToDevice));
+    mt_cuda_embedding_backward(ctx, d_dwte, d_dout, d_tok, d_order, d_bounds, pad_groups, C);
+    download(got2, d_dwte, V * C * 4);
+    for (size_t v = 0; v < V; v++)
+        cr_assert(memcmp(got2 + v * C, ((int32_t)v == pad ? dwte0 : got) + v * C, C * 4) == 0,
+                  "row %zu (pad %d)", v, pad);
 
     tokens[3] = (int32_t)V; /* out of range: a clear error, not a stray write */
-    cr_assert_eq(mt_embedding_backward_plan(order, bounds, &groups, tokens, N, V, &err), -1);
+    cr_assert_eq(mt_embedding_backward_plan(order, bounds, &groups, tokens, N, V, -1, &err), -1);
     cr_assert(strstr(err.msg, "outside the vocabulary") != NULL, "%s", err.msg);
     free(dout), free(dwte0), free(ref), free(got), free(got2);
     pool_free(&pool);

@@ -394,7 +394,8 @@ static void cpu_backward(mt_backend *be, int layer, int mb) {
         const int32_t *tok = cb->batch->tokens + (size_t)mb * cb->N;
         /* the scaled embedding's gradient; dx is spent after this */
         scale_floats(dx_at(cb, mb), (size_t)cb->N * cb->cfg->C, embed_scale(cb->cfg));
-        mt_cpu_embedding_backward(G(cb, 0, MT_T_EMBED), dx_at(cb, mb), tok, cb->N, cb->cfg->C);
+        mt_cpu_embedding_backward(G(cb, 0, MT_T_EMBED), dx_at(cb, mb), tok, cb->N, cb->cfg->C,
+                                  mt_config_padding_idx(cb->cfg));
         return;
     }
     /* Recompute: the forward's activations were not kept. */

@@ -45,13 +45,14 @@ void mt_cpu_embedding_forward(float *out, const int32_t *tokens, const float *wt
 #define EMB_CB 16
 
 void mt_cpu_embedding_backward(float *dwte, const float *dout, const int32_t *tokens,
-                               size_t N, size_t C) {
+                               size_t N, size_t C, int64_t pad) {
     size_t nblocks = (C + EMB_CB - 1) / EMB_CB;
 #pragma omp parallel for schedule(static)
     for (size_t blk = 0; blk < nblocks; blk++) {
         size_t c0 = blk * EMB_CB, c1 = min_size(c0 + EMB_CB, C);
         for (size_t n = 0; n < N; n++) {
             MT_ASSERT(tokens[n] >= 0);
+            if (tokens[n] == pad) continue;
             float *row = dwte + (size_t)tokens[n] * C;
             for (size_t c = c0; c < c1; c++) row[c] += dout[n * C + c];
         }

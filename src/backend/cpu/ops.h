@@ -17,9 +17,11 @@
 /* out (N,C) = wte[tokens[n]] */
 void mt_cpu_embedding_forward(float *out, const int32_t *tokens, const float *wte,
                               size_t N, size_t C);
-/* dwte (V,C) += scatter of dout (N,C) */
+/* dwte (V,C) += scatter of dout (N,C), leaving out the rows whose token is
+ * pad (nn.Embedding's padding_idx: its row gets no gradient from the lookup);
+ * pad -1: none. */
 void mt_cpu_embedding_backward(float *dwte, const float *dout, const int32_t *tokens,
-                               size_t N, size_t C);
+                               size_t N, size_t C, int64_t pad);
 
 /* out (N,C) = inp / rms(inp) * w; rstd (N) may be NULL. */
 void mt_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w,

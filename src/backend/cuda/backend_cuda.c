@@ -149,7 +149,8 @@ static int cu_begin_step(mt_backend *be, const mt_batch *batch, float dscale, in
                              "[0, %lld)", batch->targets[i], i, (long long)c->V);
     for (int mb = 0; mb < batch->M; mb++) {
         if (mt_embedding_backward_plan(cb->h_order + mb * N, cb->h_bounds + mb * (N + 1),
-                                       &cb->emb_groups[mb], batch->tokens + mb * N, N, c->V, err))
+                                       &cb->emb_groups[mb], batch->tokens + mb * N, N, c->V,
+                                       mt_config_padding_idx(c), err))
             return -1;
     }
     cb->batch = batch;

@@ -7,7 +7,8 @@
  * (mt_embedding_backward_plan), and one thread block per distinct token
  * sums that token's rows in row order and adds the sum into its row of
  * dwte. Each dwte row is written by exactly one block: no atomics, same
- * bits every run. */
+ * bits every run. The rows of the padding index (nn.Embedding's
+ * padding_idx) are left out of the groups: its row gets nothing. */
 #include <stdlib.h>
 
 #include <cuda_bf16.h>
@@ -63,11 +64,12 @@ static int cmp_u64(const void *a, const void *b) {
 
 extern "C" int mt_embedding_backward_plan(int32_t *order, int32_t *bounds, size_t *n_groups,
                                           const int32_t *tokens, size_t N, size_t V,
-                                          mt_error *err) {
+                                          int64_t pad, mt_error *err) {
     *n_groups = 0;
     if (N > INT32_MAX) return mt_errorf(err, "embedding backward: %zu rows exceed 2^31", N);
     uint64_t *keys = (uint64_t *)malloc((N ? N : 1) * sizeof *keys);
     if (!keys) return mt_errorf(err, "embedding backward plan: out of host memory (%zu rows)", N);
+    size_t kept = 0;
     for (size_t i = 0; i < N; i++) {
         if (tokens[i] < 0 || (size_t)tokens[i] >= V) {
             free(keys);
@@ -75,15 +77,16 @@ extern "C" int mt_embedding_backward_plan(int32_t *order, int32_t *bounds, size_
                                   "check the tokenizer matches the model",
                              tokens[i], i, V);
         }
-        keys[i] = (uint64_t)(uint32_t)tokens[i] << 32 | (uint64_t)i; /* sort by (token, row) */
+        if (tokens[i] == pad) continue;
+        keys[kept++] = (uint64_t)(uint32_t)tokens[i] << 32 | (uint64_t)i; /* by (token, row) */
     }
-    qsort(keys, N, sizeof *keys, cmp_u64);
+    qsort(keys, kept, sizeof *keys, cmp_u64);
     size_t g = 0;
-    for (size_t i = 0; i < N; i++) {
+    for (size_t i = 0; i < kept; i++) {
         order[i] = (int32_t)(keys[i] & 0xffffffffu);
         if (i == 0 || (keys[i] >> 32) != (keys[i - 1] >> 32)) bounds[g++] = (int32_t)i;
     }
-    bounds[g] = (int32_t)N;
+    bounds[g] = (int32_t)kept;
     *n_groups = g;
     free(keys);
     return 0;
