@@ -78,14 +78,22 @@ static bool backward_layers(mt_backend *be, int n_layers, const mt_batch *batch,
     return true;
 }
 
-int mt_step_forward_backward_or_stop(mt_backend *be, int n_layers, const mt_batch *batch,
-                                     const mt_step_stop *stop, double *loss, mt_error *err) {
-    int64_t valid = batch->n_valid ? batch->n_valid : mt_batch_count_valid(batch);
+/* A training step's start, with `valid` targets: positions checked, the
+ * backend's begin_step with dscale = 1 / valid (which the cross-entropy
+ * head reads, and other terms of a backend's loss, e.g. an MoE router's
+ * auxiliary loss). 0, or -1 with err. */
+static int begin_training(mt_backend *be, const mt_batch *batch, int64_t valid, mt_error *err) {
     if (valid == 0)
         return mt_errorf(err, "the batch has no target tokens (every label is -100); check the "
                          "data's loss mask");
     if (mt_batch_check_pos(batch, err)) return -1;
-    if (be->ops->begin_step(be, batch, 1.0f / (float)valid, 1, err)) return -1;
+    return be->ops->begin_step(be, batch, 1.0f / (float)valid, 1, err) ? -1 : 0;
+}
+
+int mt_step_forward_backward_or_stop(mt_backend *be, int n_layers, const mt_batch *batch,
+                                     const mt_step_stop *stop, double *loss, mt_error *err) {
+    int64_t valid = batch->n_valid ? batch->n_valid : mt_batch_count_valid(batch);
+    if (begin_training(be, batch, valid, err)) return -1;
     if (!forward_layers(be, n_layers, batch, stop)) return 1;
 
     int head = n_layers - 1;
@@ -105,14 +113,8 @@ int mt_step_sequence_or_stop(mt_backend *be, int n_layers, const mt_batch *batch
     if (!be->ops->head_logp || !be->ops->head_weighted)
         return mt_errorf(err, "the %s backend has no sequence objectives (DPO and its kin); "
                          "train them with --device cpu or cuda", be->name);
-    int64_t valid = mt_batch_count_valid(batch);
-    if (valid == 0)
-        return mt_errorf(err, "the batch has no target tokens (every label is -100); check the "
-                         "data's loss mask");
-    if (mt_batch_check_pos(batch, err)) return -1;
-    /* dscale as for cross-entropy: head_weighted does not read it, other
-     * terms of a backend's loss may (an MoE router's auxiliary loss) */
-    if (be->ops->begin_step(be, batch, 1.0f / (float)valid, 1, err)) return -1;
+    /* head_weighted reads no dscale; an MoE router's auxiliary loss may */
+    if (begin_training(be, batch, mt_batch_count_valid(batch), err)) return -1;
     if (!forward_layers(be, n_layers, batch, stop)) return 1;
 
     /* The head twice per micro-batch: its log-probabilities give the

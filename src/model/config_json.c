@@ -6,12 +6,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The field `key` when it holds a value; NULL when absent or null. */
+static const cJSON *given(const cJSON *root, const char *key) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    return it && !cJSON_IsNull(it) ? it : NULL;
+}
+
 /* Reads an integer field. Missing: *out = dflt, or an error if dflt < 0
  * means "required". */
 int mt_cfg_int(const cJSON *root, const char *key, int64_t dflt, int64_t *out, const char *src,
                mt_error *err) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (!it || cJSON_IsNull(it)) {
+    const cJSON *it = given(root, key);
+    if (!it) {
         if (dflt == -1)
             return mt_errorf(err, "%s: required field \"%s\" is missing; add it to config.json",
                              src, key);
@@ -27,26 +33,19 @@ int mt_cfg_int(const cJSON *root, const char *key, int64_t dflt, int64_t *out, c
 
 int mt_cfg_num(const cJSON *root, const char *key, double dflt, double *out, const char *src,
                mt_error *err) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (!it || cJSON_IsNull(it)) {
-        *out = dflt;
-        return 0;
-    }
-    if (!cJSON_IsNumber(it)) return mt_errorf(err, "%s: field \"%s\" must be a number", src, key);
-    *out = it->valuedouble;
+    const cJSON *it = given(root, key);
+    if (it && !cJSON_IsNumber(it))
+        return mt_errorf(err, "%s: field \"%s\" must be a number", src, key);
+    *out = it ? it->valuedouble : dflt;
     return 0;
 }
 
 int mt_cfg_bool(const cJSON *root, const char *key, bool dflt, bool *out, const char *src,
                 mt_error *err) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (!it || cJSON_IsNull(it)) {
-        *out = dflt;
-        return 0;
-    }
-    if (!cJSON_IsBool(it))
+    const cJSON *it = given(root, key);
+    if (it && !cJSON_IsBool(it))
         return mt_errorf(err, "%s: field \"%s\" must be true or false", src, key);
-    *out = cJSON_IsTrue(it);
+    *out = it ? cJSON_IsTrue(it) : dflt;
     return 0;
 }
 

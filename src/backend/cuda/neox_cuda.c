@@ -44,25 +44,15 @@ static void bias_grad(cuda_backend *cb, float *dbias, const float *dout, size_t 
     if (dbias) mt_cuda_bias_backward(cb->ctx, dbias, cb->a.colsum, dout, N, OC);
 }
 
-/* xn1 = LayerNorm1(x) and its statistics (mean, rstd NULL: not written,
- * as when rebuilding it). */
-static void norm1(cuda_backend *cb, int layer, void *xn1, float *mean, float *rstd,
-                  const float *x) {
+/* LayerNorm `which` (MT_T_ATTN_NORM or MT_T_MLP_NORM, each with its bias)
+ * of in into xn and its statistics (mean, rstd NULL: not written, as when
+ * rebuilding it). */
+static void layer_norm(cuda_backend *cb, int layer, mt_role which, void *xn, float *mean,
+                       float *rstd, const float *in) {
     const slot *s = bound_slot(cb);
-    mt_cuda_layernorm_forward(cb->ctx, xn1, op_dt(cb), mean, rstd, x,
-                              W32(cb, s, layer, MT_T_ATTN_NORM),
-                              W32(cb, s, layer, MT_T_ATTN_NORM_B), cb->N, cb->cfg->C,
-                              cb->cfg->rms_eps);
-}
-
-/* xn2 = LayerNorm2 of in (x, or xmid in a sequential block). */
-static void norm2(cuda_backend *cb, int layer, void *xn2, float *mean, float *rstd,
-                  const float *in) {
-    const slot *s = bound_slot(cb);
-    mt_cuda_layernorm_forward(cb->ctx, xn2, op_dt(cb), mean, rstd, in,
-                              W32(cb, s, layer, MT_T_MLP_NORM),
-                              W32(cb, s, layer, MT_T_MLP_NORM_B), cb->N, cb->cfg->C,
-                              cb->cfg->rms_eps);
+    mt_role bias = which == MT_T_ATTN_NORM ? MT_T_ATTN_NORM_B : MT_T_MLP_NORM_B;
+    mt_cuda_layernorm_forward(cb->ctx, xn, op_dt(cb), mean, rstd, in, W32(cb, s, layer, which),
+                              W32(cb, s, layer, bias), cb->N, cb->cfg->C, cb->cfg->rms_eps);
 }
 
 /* The forward writes what the backward reads into a: the scratch cb->a,
@@ -90,7 +80,7 @@ void mt_cuda_neox_forward(cuda_backend *cb, acts *a, int layer, int mb, const fl
     void *qkv = dt == MT_DT_BF16 ? sc->dqkv_op : (void *)sc->qkv32;
     void *h = dt == MT_DT_BF16 ? (void *)a->gate16 : (void *)a->gate32;
     float *xmid = a->xmid ? a->xmid : sc->xmid; /* a parallel block's kept unit has none */
-    norm1(cb, layer, sc->xn1_op, a->mean1, a->rstd1, x);
+    layer_norm(cb, layer, MT_T_ATTN_NORM, sc->xn1_op, a->mean1, a->rstd1, x);
     mt_cuda_matmul_forward(ctx, p, qkv, dt, sc->xn1_op, W_op(cb, s, layer, MT_T_WQKV),
                            W32(cb, s, layer, MT_T_BQKV), N, C, W);
     if (cb->attn_bf16) {
@@ -114,7 +104,8 @@ void mt_cuda_neox_forward(cuda_backend *cb, acts *a, int layer, int mb, const fl
                    x, N, Q, C);
     const void *mlp_in = sc->xn1_op;
     if (ln2) {
-        norm2(cb, layer, sc->xn2_op, a->mean2, a->rstd2, c->parallel_residual ? x : xmid);
+        layer_norm(cb, layer, MT_T_MLP_NORM, sc->xn2_op, a->mean2, a->rstd2,
+                   c->parallel_residual ? x : xmid);
         mlp_in = sc->xn2_op;
     }
     /* h: the GELU's input; mlp_op: its output */
@@ -150,10 +141,11 @@ void mt_cuda_neox_backward(cuda_backend *cb, const acts *f, int layer, int mb, c
     MT_ASSERT((!dbup || a->dgate32) && (!dbqkv || a->qkv32)); /* the plan's blocks_have */
     const void *xn1 = f->xn1_op, *xn2 = f->xn2_op, *mlp = f->mlp_op;
     if (f != a) { /* a kept unit: rebuild what it does not hold */
-        norm1(cb, layer, a->xn1_op, NULL, NULL, x);
+        layer_norm(cb, layer, MT_T_ATTN_NORM, a->xn1_op, NULL, NULL, x);
         xn1 = a->xn1_op;
         if (ln2) {
-            norm2(cb, layer, a->xn2_op, NULL, NULL, c->parallel_residual ? x : f->xmid);
+            layer_norm(cb, layer, MT_T_MLP_NORM, a->xn2_op, NULL, NULL,
+                       c->parallel_residual ? x : f->xmid);
             xn2 = a->xn2_op;
         }
         mt_cuda_gelu_forward(ctx, a->mlp_op, op_dt(cb), h, op_dt(cb), N * F, tanh_form);
