@@ -72,8 +72,11 @@ def test_a_failing_generator_leaves_no_file(tmp_path):
     assert files_in(tmp_path / "run") == []
 
 
+# The child takes Python's own Ctrl-C handler even when started with SIGINT
+# ignored (as a shell's background jobs are), like a program in a terminal.
 SLOW = textwrap.dedent("""
-    import itertools, sys, time
+    import itertools, signal, sys, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     import megatrain
     def slow():
         for i in itertools.count():
