@@ -41,9 +41,9 @@ int mt_run_pref_open(mt_run *R, mt_error *err) {
         return mt_errorf(err, "objective %s: needs preference pairs (set data: FILE.jsonl of "
                          "{prompt, chosen, rejected})", obj);
     if (R->several && tc->ref_model[0] && tc->objective == MT_TC_OBJECTIVE_DPO)
-        return mt_errorf(err, "ref_model does not run on several ranks yet: compute %s/"
-                         "reference_logps.bin in a run of one process with it, or drop "
-                         "ref_model (the reference is then the starting weights)", tc->out);
+        return mt_errorf(err, "ref_model does not run on several ranks yet: train with it in "
+                         "one process (no --gpus, no launcher), or drop ref_model (the "
+                         "reference is then the starting weights)");
     mt_run_pref *p = R->pref = mt_calloc_or_die(1, sizeof *R->pref);
     p->o = mt_pref_opts_of(tc);
     if (open_pairs(R, &p->data, tc->data, tc->epochs, err)) return -1;
