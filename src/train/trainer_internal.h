@@ -94,7 +94,9 @@ int mt_run_is_pref(const mt_run *R);
 int mt_run_pref_open(mt_run *R, mt_error *err);
 /* The reference log-probabilities (dpo): read from the run's file or, on
  * a fresh start, computed with a forward-only backend (on the GPU when
- * gpu) over the reference weights (ref_model, else those in the store). */
+ * gpu) over the reference weights (ref_model, else those in the store).
+ * Several ranks on a fresh start: nothing here (the run's backend does it
+ * once started: mt_run_pref_reference_ranks). */
 int mt_run_pref_reference(mt_run *R, int gpu, mt_error *err);
 /* Several ranks, a fresh start: the reference pass on the run's backend
  * (the starting weights), each rank its micro-batches of every batch, all
