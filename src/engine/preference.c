@@ -118,7 +118,7 @@ int mt_pref_step_init(mt_pref_step *s, const mt_pref_opts *o, const mt_batch *b,
                       const mt_pref_pair *pairs, int64_t n, mt_error *err) {
     memset(s, 0, sizeof *s);
     s->o = *o, s->batch = b, s->pairs = pairs, s->n_pairs = n;
-    if (n <= 0) return mt_errorf(err, "the batch holds no preference pair");
+    if (n < 0) return mt_errorf(err, "a negative number of preference pairs (%lld)", (long long)n);
     int64_t N = b->B * b->T;
     for (int64_t i = 0; i < n; i++) {
         if (check_span(b, pairs[i].chosen, i, "chosen", err) ||
@@ -129,15 +129,40 @@ int mt_pref_step_init(mt_pref_step *s, const mt_pref_opts *o, const mt_batch *b,
                              "pair's loss needs both in one", (long long)i, pairs[i].chosen.mb,
                              pairs[i].rejected.mb);
     }
-    s->n_tok = mt_malloc_or_die((size_t)n * 2 * sizeof *s->n_tok);
-    s->logp = mt_calloc_or_die((size_t)n * 2, sizeof *s->logp);
+    s->n_tok = mt_malloc_or_die(((size_t)n * 2 + 1) * sizeof *s->n_tok);
+    s->logp = mt_calloc_or_die((size_t)n * 2 + 1, sizeof *s->logp);
     for (int64_t i = 0; i < n; i++) {
         const int32_t *tgt = b->targets + (size_t)pairs[i].chosen.mb * N;
         s->n_tok[2 * i] = span_tokens(tgt, pairs[i].chosen);
         s->n_tok[2 * i + 1] = span_tokens(tgt, pairs[i].rejected);
         s->chosen_tokens += s->n_tok[2 * i];
     }
+    s->n_all = n, s->chosen_all = s->chosen_tokens;
     return 0;
+}
+
+int64_t mt_pref_share_pairs(const mt_pref_pair *all, int64_t n, int mb_first, int M,
+                            mt_pref_pair *mine, int64_t *ids) {
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (all[i].chosen.mb < mb_first || all[i].chosen.mb >= mb_first + M) continue;
+        mine[k] = all[i];
+        mine[k].chosen.mb -= mb_first, mine[k].rejected.mb -= mb_first;
+        if (ids) ids[k] = i;
+        k++;
+    }
+    return k;
+}
+
+void mt_pref_step_share(mt_pref_step *s, int64_t n_all, int64_t chosen_all) {
+    s->n_all = n_all, s->chosen_all = chosen_all;
+}
+
+int64_t mt_pref_chosen_tokens(const mt_batch *b, const mt_pref_pair *pairs, int64_t n) {
+    int64_t N = b->B * b->T, k = 0;
+    for (int64_t i = 0; i < n; i++)
+        k += span_tokens(b->targets + (size_t)pairs[i].chosen.mb * N, pairs[i].chosen);
+    return k;
 }
 
 void mt_pref_step_free(mt_pref_step *s) {
@@ -157,7 +182,7 @@ static pair_val score(mt_pref_step *s, int64_t i, const float *logp, const int32
     mt_pref_metrics *m = &s->sum;
     m->loss += v.loss;
     if (s->o.loss == MT_PREF_ORPO) /* the chosen answer's NLL: its share of the mean */
-        m->loss += -c / (double)s->chosen_tokens * (double)s->n_pairs;
+        m->loss += -c / (double)s->chosen_all * (double)s->n_all;
     m->rewards_chosen += v.rew_c, m->rewards_rejected += v.rew_r;
     m->accuracies += v.rew_c > v.rew_r, m->margins += v.rew_c - v.rew_r;
     m->logps_chosen += v.logp_c, m->logps_rejected += v.logp_r;
@@ -175,7 +200,7 @@ int mt_pref_weigh(void *ctx, int mb, const float *logp, float *w, mt_error *err)
     mt_pref_step *s = ctx;
     size_t N = (size_t)(s->batch->B * s->batch->T);
     const int32_t *tgt = s->batch->targets + (size_t)mb * N;
-    double np = (double)s->n_pairs;
+    double np = (double)s->n_all;
     memset(w, 0, N * sizeof *w);
     for (int64_t i = 0; i < s->n_pairs; i++) {
         const mt_pref_pair *p = &s->pairs[i];
@@ -188,7 +213,7 @@ int mt_pref_weigh(void *ctx, int mb, const float *logp, float *w, mt_error *err)
         /* w is the derivative with respect to -logp of each token */
         spread(w, tgt, p->chosen, -v.dc / np);
         spread(w, tgt, p->rejected, -v.dr / np);
-        if (s->o.loss == MT_PREF_ORPO) spread(w, tgt, p->chosen, 1.0 / (double)s->chosen_tokens);
+        if (s->o.loss == MT_PREF_ORPO) spread(w, tgt, p->chosen, 1.0 / (double)s->chosen_all);
     }
     return 0;
 }
@@ -201,10 +226,20 @@ void mt_pref_step_score(mt_pref_step *s, const float *logp) {
     }
 }
 
-mt_pref_metrics mt_pref_step_metrics(const mt_pref_step *s) {
-    mt_pref_metrics m = s->sum;
+mt_pref_metrics mt_pref_step_metrics(const mt_pref_step *s) { return mt_pref_metrics_mean(s->sum); }
+
+mt_pref_metrics mt_pref_metrics_mean(mt_pref_metrics m) {
     double n = m.pairs ? (double)m.pairs : 1.0;
     m.loss /= n, m.rewards_chosen /= n, m.rewards_rejected /= n, m.accuracies /= n;
     m.margins /= n, m.logps_chosen /= n, m.logps_rejected /= n;
     return m;
+}
+
+int mt_pref_metrics_sum(const mt_pref_ranks *r, mt_pref_metrics *m, mt_error *err) {
+    if (!r) return 0;
+    double x[8] = {m->loss, m->rewards_chosen, m->rewards_rejected, m->accuracies,
+                   m->margins, m->logps_chosen, m->logps_rejected, (double)m->pairs};
+    if (r->sum(r->ctx, x, 8, err)) return -1;
+    *m = (mt_pref_metrics){x[0], x[1], x[2], x[3], x[4], x[5], x[6], (int64_t)x[7]};
+    return 0;
 }

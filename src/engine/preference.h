@@ -68,15 +68,49 @@ typedef struct mt_pref_step {
     int64_t n_pairs;
     int64_t *n_tok;          /* (n_pairs, 2): tokens with a target of each answer */
     int64_t chosen_tokens;   /* all chosen answers' (ORPO's NLL) */
+    /* the step's pairs and chosen tokens over all ranks, which the loss is a
+     * mean over (init: n_pairs and chosen_tokens; mt_pref_step_share sets them) */
+    int64_t n_all, chosen_all;
     double *logp;            /* (n_pairs, 2): each answer's log-probability, once seen */
     mt_pref_metrics sum;     /* sums over the pairs seen (means: mt_pref_step_metrics) */
 } mt_pref_step;
 
-/* Sets up a step over n pairs of batch b; -1 with a message naming the pair
- * when an answer has no token with a target or lies outside the batch. */
+/* Sets up a step over n pairs of batch b (n may be 0: a rank's share of a
+ * step's last micro-batches); -1 with a message naming the pair when an
+ * answer has no token with a target or lies outside the batch. */
 int mt_pref_step_init(mt_pref_step *s, const mt_pref_opts *o, const mt_batch *b,
                       const mt_pref_pair *pairs, int64_t n, mt_error *err);
 void mt_pref_step_free(mt_pref_step *s);
+
+/* A rank of several as a pass over preference batches sees it: its
+ * micro-batches of each batch, whether it writes the run's files, and
+ * the sum over the ranks (added in rank order: the same bits on every
+ * rank). NULL where a pass takes one: a run of one. */
+typedef struct mt_pref_ranks {
+    int mb_first, M;
+    int lead;
+    int (*sum)(void *ctx, double *x, int n, mt_error *err);
+    void *ctx;
+} mt_pref_ranks;
+
+/* m's sums (s->sum) replaced by their sums over the ranks (r NULL: kept). */
+int mt_pref_metrics_sum(const mt_pref_ranks *r, mt_pref_metrics *m, mt_error *err);
+
+/* A rank's part of a step of several ranks: the pairs of micro-batches
+ * [mb_first, mb_first + M) of all (n of them, over a batch of all
+ * micro-batches) into mine, their micro-batch counted from mb_first, and
+ * their indexes in all into ids (may be NULL); returns how many. */
+int64_t mt_pref_share_pairs(const mt_pref_pair *all, int64_t n, int mb_first, int M,
+                            mt_pref_pair *mine, int64_t *ids);
+
+/* Makes s's loss the mean over n_all pairs (all ranks'), ORPO's NLL that
+ * over chosen_all tokens: each rank's weights are then its part of the
+ * gradient of the whole step's loss, and its sums (s->sum) its part of
+ * the step's. */
+void mt_pref_step_share(mt_pref_step *s, int64_t n_all, int64_t chosen_all);
+
+/* The chosen answers' tokens with a target of n pairs of batch b. */
+int64_t mt_pref_chosen_tokens(const mt_batch *b, const mt_pref_pair *pairs, int64_t n);
 
 /* The mt_seq_objective callback (ctx: the mt_pref_step): the losses of the
  * pairs of micro-batch mb from its log-probabilities, and each token's
@@ -89,6 +123,8 @@ void mt_pref_step_score(mt_pref_step *s, const float *logp);
 
 /* The means over the pairs seen so far. */
 mt_pref_metrics mt_pref_step_metrics(const mt_pref_step *s);
+/* The means of sums over sum.pairs pairs (s->sum, or such sums added up). */
+mt_pref_metrics mt_pref_metrics_mean(mt_pref_metrics sum);
 
 /* One answer's log-probability from logp (B*T) of its micro-batch. */
 double mt_pref_span_logp(const float *logp, const int32_t *targets, mt_pref_span sp);

@@ -113,8 +113,11 @@ int mt_step_sequence_or_stop(mt_backend *be, int n_layers, const mt_batch *batch
     if (!be->ops->head_logp || !be->ops->head_weighted)
         return mt_errorf(err, "the %s backend has no sequence objectives (DPO and its kin); "
                          "train them with --device cpu or cuda", be->name);
-    /* head_weighted reads no dscale; an MoE router's auxiliary loss may */
-    if (begin_training(be, batch, mt_batch_count_valid(batch), err)) return -1;
+    /* head_weighted reads no dscale; an MoE router's auxiliary loss may.
+     * A rank's share may hold no target (the step's last pairs filled
+     * fewer micro-batches than the ranks have): n_valid is the step's. */
+    int64_t valid = batch->n_valid ? batch->n_valid : mt_batch_count_valid(batch);
+    if (begin_training(be, batch, valid, err)) return -1;
     if (!forward_layers(be, n_layers, batch, stop)) return 1;
 
     /* The head twice per micro-batch: its log-probabilities give the

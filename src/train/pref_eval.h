@@ -20,6 +20,13 @@ mt_pref_opts mt_pref_opts_of(const mt_train_config *tc);
 int mt_pref_evaluate(mt_backend *be, int n_layers, int M, mt_pref_data *d,
                      const mt_pref_opts *o, mt_pref_metrics *m, mt_error *err);
 
+/* As mt_pref_evaluate on a rank of several (r; NULL: one): each rank
+ * scores the pairs of its micro-batches of every batch (M: all of them),
+ * and *m is the means over all ranks' pairs, on every rank. */
+int mt_pref_evaluate_ranks(mt_backend *be, int n_layers, int M, mt_pref_data *d,
+                           const mt_pref_opts *o, const mt_pref_ranks *r, mt_pref_metrics *m,
+                           mt_error *err);
+
 /* The metrics row's fields of m. */
 void mt_pref_row_of(const mt_pref_metrics *m, mt_pref_row *row);
 

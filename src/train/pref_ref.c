@@ -96,21 +96,32 @@ static FILE *open_partial(const char *part, const ref_header *want, double *ref,
 }
 
 /* The log-probabilities of pairs [d->next, ...) of one step's batch into
- * ref, in file order (the walk over w takes them in that order). */
-static int pass_batch(mt_pref_data *w, mt_backend *be, int n_layers, int M, int32_t *buf,
-                      float *logp, mt_pref_pair *pairs, int64_t *ids, double *ref,
-                      int64_t *n, mt_error *err) {
-    int64_t N = w->o.B * w->o.T, all = (int64_t)M * N;
+ * ref, in file order (the walk over w takes them in that order): each rank
+ * those of its micro-batches, the others' added over the ranks (r; each
+ * value comes from one rank, so the sum is exact). */
+static int pass_batch(mt_pref_data *w, mt_backend *be, int n_layers, int M,
+                      const mt_pref_ranks *r, int32_t *buf, float *logp, mt_pref_pair *pairs,
+                      int64_t *ids, double *ref, int64_t *n, mt_error *err) {
+    int64_t N = w->o.B * w->o.T, all = (int64_t)M * N, done = w->next;
     int32_t *tok = buf, *tgt = buf + all, *pos = buf + 2 * all;
     if (mt_pref_data_next(w, M, tok, tgt, pos, pairs, n, ids)) return 1;
-    mt_batch b = {.M = M, .B = w->o.B, .T = w->o.T, .tokens = tok, .targets = tgt, .pos = pos};
+    size_t skip = (size_t)r->mb_first * (size_t)N;
+    mt_batch b = {.M = r->M, .B = w->o.B, .T = w->o.T, .tokens = tok + skip,
+                  .targets = tgt + skip, .pos = pos + skip};
     if (mt_step_logp(be, n_layers, &b, logp, err)) return -1;
+    double *batch = ref + 2 * done;
+    memset(batch, 0, 2 * (size_t)*n * sizeof *batch);
     for (int64_t i = 0; i < *n; i++) {
-        size_t off = (size_t)pairs[i].chosen.mb * (size_t)N;
-        ref[2 * ids[i]] = mt_pref_span_logp(logp + off, tgt + off, pairs[i].chosen);
-        ref[2 * ids[i] + 1] = mt_pref_span_logp(logp + off, tgt + off, pairs[i].rejected);
+        int mb = pairs[i].chosen.mb - r->mb_first;
+        if (mb < 0 || mb >= r->M) continue;
+        size_t off = (size_t)mb * (size_t)N;
+        /* file order: the batch's pairs are done..done+n-1 */
+        batch[2 * (ids[i] - done)] = mt_pref_span_logp(logp + off, b.targets + off,
+                                                       pairs[i].chosen);
+        batch[2 * (ids[i] - done) + 1] = mt_pref_span_logp(logp + off, b.targets + off,
+                                                           pairs[i].rejected);
     }
-    return 0;
+    return r->sum ? r->sum(r->ctx, batch, (int)(2 * *n), err) : 0;
 }
 
 /* Closes the partial file with its checksum and end mark, and renames it
@@ -131,15 +142,46 @@ static int finish(FILE *f, const char *part, const char *path, const ref_header 
     return 0;
 }
 
+/* Every rank learns what rank 0's partial file held: done, and ref's
+ * first 2 * done values. */
+static int share_resumed(const mt_pref_ranks *r, double *ref, int64_t pairs, int64_t *done,
+                         mt_error *err) {
+    if (!r->sum) return 0;
+    double *x = mt_calloc_or_die(2 * (size_t)pairs + 1, sizeof *x);
+    if (r->lead) {
+        x[0] = (double)*done;
+        memcpy(x + 1, ref, 2 * (size_t)*done * sizeof *ref);
+    }
+    int rc = r->sum(r->ctx, x, (int)(2 * pairs + 1), err);
+    if (rc == 0) {
+        *done = (int64_t)x[0];
+        memcpy(ref, x + 1, 2 * (size_t)*done * sizeof *ref);
+    }
+    free(x);
+    return rc;
+}
+
 int mt_pref_ref_compute(mt_pref_data *d, mt_backend *be, int n_layers, int M, const char *path,
                         uint64_t model_sum, int64_t *resumed, mt_error *err) {
+    return mt_pref_ref_compute_ranks(d, be, n_layers, M, NULL, path, model_sum, resumed, err);
+}
+
+int mt_pref_ref_compute_ranks(mt_pref_data *d, mt_backend *be, int n_layers, int M,
+                              const mt_pref_ranks *r, const char *path, uint64_t model_sum,
+                              int64_t *resumed, mt_error *err) {
+    mt_pref_ranks one = {.mb_first = 0, .M = M, .lead = 1};
+    if (!r) r = &one;
     char part[4200];
     snprintf(part, sizeof part, "%s.partial", path ? path : "");
     ref_header h = header_of(d, model_sum);
     double *ref = mt_calloc_or_die(2 * (size_t)d->n_pairs, sizeof *ref);
     FILE *f = NULL;
     *resumed = 0;
-    if (path && !(f = open_partial(part, &h, ref, resumed, err))) return free(ref), -1;
+    if (path && r->lead && !(f = open_partial(part, &h, ref, resumed, err))) return free(ref), -1;
+    if (share_resumed(r, ref, d->n_pairs, resumed, err)) {
+        if (f) fclose(f);
+        return free(ref), -1;
+    }
     /* the pairs in file order, from the first not done */
     mt_pref_data w = *d;
     w.order = mt_malloc_or_die((size_t)d->n_pairs * sizeof *w.order);
@@ -147,12 +189,11 @@ int mt_pref_ref_compute(mt_pref_data *d, mt_backend *be, int n_layers, int M, co
     w.epoch = 0, w.o.epochs = 1, w.next = *resumed, w.ref = NULL;
     int64_t N = d->o.B * d->o.T, all = (int64_t)M * N, n, done = *resumed;
     int32_t *buf = mt_malloc_or_die(3 * (size_t)all * sizeof *buf);
-    float *logp = mt_malloc_or_die((size_t)all * sizeof *logp);
+    float *logp = mt_malloc_or_die((size_t)r->M * (size_t)N * sizeof *logp);
     mt_pref_pair *pairs = mt_malloc_or_die((size_t)(all / 2 + 1) * sizeof *pairs);
     int64_t *ids = mt_malloc_or_die((size_t)(all / 2 + 1) * sizeof *ids);
     int rc;
-    while ((rc = pass_batch(&w, be, n_layers, M, buf, logp, pairs, ids, ref, &n, err)) == 0) {
-        /* file order: the batch's pairs are done..done+n-1 */
+    while ((rc = pass_batch(&w, be, n_layers, M, r, buf, logp, pairs, ids, ref, &n, err)) == 0) {
         if (f && (fwrite(ref + 2 * done, sizeof *ref, 2 * (size_t)n, f) != 2 * (size_t)n ||
                   fflush(f))) {
             rc = mt_errorf(err, "%s: cannot write: %s (disk full?)", part, strerror(errno));

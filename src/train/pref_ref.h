@@ -31,6 +31,14 @@ int mt_pref_ref_load(mt_pref_data *d, const char *path, uint64_t model_sum, mt_e
 int mt_pref_ref_compute(mt_pref_data *d, mt_backend *be, int n_layers, int M, const char *path,
                         uint64_t model_sum, int64_t *resumed, mt_error *err);
 
+/* As mt_pref_ref_compute on a rank of several (r; NULL: one): each rank
+ * computes the pairs of its micro-batches of every batch (M: all of them),
+ * the values are added over the ranks so that every rank's d->ref holds
+ * all of them, and only the lead rank reads and writes path. */
+int mt_pref_ref_compute_ranks(mt_pref_data *d, mt_backend *be, int n_layers, int M,
+                              const mt_pref_ranks *r, const char *path, uint64_t model_sum,
+                              int64_t *resumed, mt_error *err);
+
 /* XXH3 of n floats: the model checksum of a store's weights. */
 uint64_t mt_pref_ref_model_sum(const float *w, size_t n);
 

@@ -620,7 +620,8 @@ static int setup(mt_run *R, mt_error *err) {
              R->table.n_params / 1e6, (long long)R->cfg.L, (long long)R->cfg.C,
              (long long)R->cfg.V);
     if (load_state(R, lead, err) || (tc->eval_data[0] && !R->pref && open_eval(R, err)) ||
-        mt_run_pref_reference(R, gpu, err) || plan_steps(R, err) || start_backend(R, &ro, err))
+        mt_run_pref_reference(R, gpu, err) || plan_steps(R, err) || start_backend(R, &ro, err) ||
+        mt_run_pref_reference_ranks(R, err))
         return -1;
     return lead ? open_outputs(R, err) : 0; /* rank 0 writes the run's files */
 }

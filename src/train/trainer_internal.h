@@ -80,6 +80,7 @@ typedef struct mt_run_pref {
     mt_pref_data data;       /* the training pairs (R->data stays NULL) */
     mt_pref_opts o;
     mt_pref_pair *pairs;     /* (M*B*T/2) the step's */
+    mt_pref_pair *mine;      /* (M*B*T/2) those of this rank's micro-batches */
     int64_t n_pairs;
     mt_pref_metrics m;       /* the last step's */
     mt_pref_data eval;       /* held-out pairs (eval_data), if any */
@@ -89,16 +90,24 @@ typedef struct mt_run_pref {
 /* Whether the run's objective is one of preference pairs. */
 int mt_run_is_pref(const mt_run *R);
 /* Opens the preference data (and eval_data's pairs) in R->pref; refuses
- * several ranks. */
+ * ref_model on several ranks. */
 int mt_run_pref_open(mt_run *R, mt_error *err);
 /* The reference log-probabilities (dpo): read from the run's file or, on
  * a fresh start, computed with a forward-only backend (on the GPU when
- * gpu) over the reference weights (ref_model, else those in the store). */
+ * gpu) over the reference weights (ref_model, else those in the store).
+ * Several ranks on a fresh start: nothing here (the run's backend does it
+ * once started: mt_run_pref_reference_ranks). */
 int mt_run_pref_reference(mt_run *R, int gpu, mt_error *err);
+/* Several ranks, a fresh start: the reference pass on the run's backend
+ * (the starting weights), each rank its micro-batches of every batch, all
+ * the values on every rank and in rank 0's file. Nothing otherwise. */
+int mt_run_pref_reference_ranks(mt_run *R, mt_error *err);
 /* The next step's pairs into R->tokens/targets/pos; 1: the data ran out. */
 int mt_run_pref_next(mt_run *R);
-/* One training step of the preference loss: as mt_step_sequence_or_stop;
- * *loss the objective's. */
+/* One training step of the preference loss: as mt_step_sequence_or_stop
+ * over this rank's micro-batches; *loss the objective's (several ranks:
+ * this rank's part of it, which the ranks add up), R->pref->m the step's
+ * metrics over all ranks. */
 int mt_run_pref_step(mt_run *R, const mt_step_stop *stop, double *loss, mt_error *err);
 /* The last step's metrics into row. */
 void mt_run_pref_row(const mt_run *R, mt_metrics_row *row);

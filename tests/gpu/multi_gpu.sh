@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Training on several GPUs of this machine (`megatrain train --gpus N`, one
 # rank a GPU, NCCL between them): the same losses as one GPU with the same
-# global batch, in fp32 and bf16, and checkpoints of N GPUs resumed on
-# fewer. Run by `make test-gpu`; skipped (and said so) with fewer than 2
+# global batch, in fp32 and bf16, DPO on 2 GPUs as on one, and checkpoints
+# of N GPUs resumed on fewer. Run by `make test-gpu`; skipped (and said so) with fewer than 2
 # GPUs. Prints "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -25,6 +25,10 @@ words = "the a river boat old man woman walked saw near by city morning night re
 with open(f"{sys.argv[1]}/train.jsonl", "w") as f:
     for i in range(400):
         f.write(json.dumps({"text": " ".join(random.choice(words) for _ in range(60))}) + "\n")
+with open(f"{sys.argv[1]}/pairs.jsonl", "w") as f:
+    say = lambda n: " ".join(random.choice(words) for _ in range(n))
+    for i in range(200):
+        f.write(json.dumps({"prompt": say(4), "chosen": say(3), "rejected": say(3)}) + "\n")
 PY
 # head dim 64: the bf16 runs take the flash-attention path
 $bin init --tokenizer tests/fixtures/tokenizer/tiny_bytelevel.json --out "$tmp/init" \
@@ -66,6 +70,14 @@ for prec in fp32 bf16; do
     tol=$([ $prec = fp32 ] && echo 1e-6 || echo 1e-3)
     check same_losses "$tmp/$prec-1" "$tmp/$prec-$n" $tol 1
 done
+
+# DPO on 2 GPUs (each its micro-batches of the step's pairs and of the
+# reference pass) as on one, fp32: the same bound as above
+for g in 1 2; do
+    train "$tmp/dpo-$g" fp32 $g --objective dpo --beta 0.5 --epochs 2 \
+        --data "$tmp/pairs.jsonl" || fail=$((fail + 1))
+done
+[ -f "$tmp/dpo-2/metrics.jsonl" ] && check same_losses "$tmp/dpo-1" "$tmp/dpo-2" 1e-6 1
 
 # a checkpoint of n GPUs resumed on one GPU (and on 2 of 4) continues the run
 for g in 1 $([ $n = 4 ] && echo 2); do
