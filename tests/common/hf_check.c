@@ -67,15 +67,20 @@ void mt_hf_check_forward_backward(const char *model, const mt_hf_tols *tol) {
     mt_fixture_close(&f);
 }
 
-void mt_hf_check_trajectory(const char *model, const mt_hf_tols *tol) {
-    mt_fixture f;
-    mt_fixture_open(&f, model);
+void mt_hf_fixture_config(const char *model, struct mt_config *c) {
+    char dir[600];
     mt_error err;
-    cJSON *hp = mt_fixture_train_json(&f);
+    snprintf(dir, sizeof dir, "%s/models/%s", mt_test_fixtures_dir(), model);
+    cr_assert_eq(mt_model_load_config(c, dir, &err), 0, "%s", err.msg);
+}
+
+int64_t mt_hf_fixture_optimizer(mt_fixture *f, mt_optimizer *opt) {
+    mt_error err;
+    cJSON *hp = mt_fixture_train_json(f);
     cJSON *betas = cJSON_GetObjectItemCaseSensitive(hp, "betas");
     cr_assert_float_eq(mt_fixture_json_num(hp, "weight_decay_1d"), 0.0, 0,
                        "1-D tensors (norms, biases) are not decayed");
-    mt_optimizer opt = {
+    *opt = (mt_optimizer){
         .beta1 = cJSON_GetArrayItem(betas, 0)->valuedouble,
         .beta2 = cJSON_GetArrayItem(betas, 1)->valuedouble,
         .eps = mt_fixture_json_num(hp, "eps"),
@@ -86,10 +91,19 @@ void mt_hf_check_trajectory(const char *model, const mt_hf_tols *tol) {
     cJSON *sched = cJSON_GetObjectItemCaseSensitive(hp, "schedule");
     cr_assert_eq(mt_lr_kind_parse(sched->valuestring, &kind, &err), 0, "%s", err.msg);
     int64_t S = (int64_t)mt_fixture_json_num(hp, "total_steps");
-    opt.sched = mt_lr_schedule_make(kind, mt_fixture_json_num(hp, "lr"),
-                                    (int64_t)mt_fixture_json_num(hp, "warmup_steps"), S);
-    cr_assert_eq(mt_optim_cpu_init(&opt.cpu, 0, &err), 0, "%s", err.msg);
+    opt->sched = mt_lr_schedule_make(kind, mt_fixture_json_num(hp, "lr"),
+                                     (int64_t)mt_fixture_json_num(hp, "warmup_steps"), S);
+    cr_assert_eq(mt_optim_cpu_init(&opt->cpu, 0, &err), 0, "%s", err.msg);
     cJSON_Delete(hp);
+    return S;
+}
+
+void mt_hf_check_trajectory(const char *model, const mt_hf_tols *tol) {
+    mt_fixture f;
+    mt_fixture_open(&f, model);
+    mt_error err;
+    mt_optimizer opt;
+    int64_t S = mt_hf_fixture_optimizer(&f, &opt);
 
     size_t N = (size_t)(f.B * f.T);
     mt_backend *be = mt_cpu_backend_create(&f.cfg, &f.table, &f.store, 1, f.B, f.T, &err);

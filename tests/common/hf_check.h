@@ -1,12 +1,26 @@
 /* Checks of a family's CPU reference against one transformers fixture of
- * scripts/make_fixtures.py (docs/fixtures.md), shared by the tests of the
- * CPU-only families (test_neox.c, test_falcon.c, test_gemma.c). Each asserts with
- * Criterion and logs the worst errors it saw; the tolerances, and where
- * their numbers come from, are the calling test's. */
+ * scripts/make_fixtures.py (docs/fixtures.md), shared by the families'
+ * tests (test_model_hf.c, test_neox.c, test_falcon.c, test_phi3.c,
+ * test_gemma.c). Each asserts with Criterion and logs the worst errors it
+ * saw; the tolerances, and where their numbers come from, are the calling
+ * test's. */
 #ifndef MT_TEST_HF_CHECK_H
 #define MT_TEST_HF_CHECK_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include "engine/optimizer.h"
+#include "fixture.h"
+
+struct mt_config;
+
+/* The config.json of fixture model `model`, read into *c. */
+void mt_hf_fixture_config(const char *model, struct mt_config *c);
+
+/* The AdamW of the fixture's train.json (betas, eps, decay, clipping, the
+ * schedule) in *opt, its CPU threads started; returns the steps it ran. */
+int64_t mt_hf_fixture_optimizer(mt_fixture *f, mt_optimizer *opt);
 
 /* Relative L2 errors per tensor (mt_test_rel_err) allowed. */
 typedef struct mt_hf_tols {
@@ -27,12 +41,6 @@ void mt_hf_check_trajectory(const char *model, const mt_hf_tols *tol);
  * config, and it reloads to bit-identical fp32 logits. */
 void mt_hf_check_save_reload(const char *model);
 
-/* The model made by init in `model` trains 16 CPU steps on repetitive text
- * (its data and run written under dir): the loss falls by more than 1 nat
- * from ~ln(V) at random init, and the saved model's config is read into
- * *saved. `label` names the model in the log. */
-struct mt_config;
-
 /* A config.json field that must be refused, and the name the error gives. */
 typedef struct mt_hf_refusal {
     const char *extra, *field;
@@ -42,6 +50,10 @@ typedef struct mt_hf_refusal {
  * mt_config_parse fail naming the case's field. */
 void mt_hf_check_refusals(const char *base, const mt_hf_refusal *cases, size_t n);
 
+/* The model made by init in `model` trains 16 CPU steps on repetitive text
+ * (its data and run written under dir): the loss falls by more than 1 nat
+ * from ~ln(V) at random init, and the saved model's config is read into
+ * *saved. `label` names the model in the log. */
 void mt_hf_check_trains_on_cpu(const char *model, const char *dir, const char *label,
                                struct mt_config *saved);
 

@@ -45,10 +45,7 @@ ParameterizedTestParameters(falcon, logits_loss_and_gradients) {
 
 ParameterizedTest(int *which, falcon, logits_loss_and_gradients) {
     mt_config c;
-    mt_error err;
-    char dir[600];
-    snprintf(dir, sizeof dir, "%s/models/%s", mt_test_fixtures_dir(), models[*which]);
-    cr_assert_eq(mt_model_load_config(&c, dir, &err), 0, "%s", err.msg);
+    mt_hf_fixture_config(models[*which], &c);
     cr_assert_eq(c.arch, MT_ARCH_FALCON);
     cr_assert_eq(c.new_decoder, *which == 1);
     cr_assert_eq(c.NKV, *which == 1 ? 2 : 1, "multi_query: one kv head");

@@ -43,10 +43,7 @@ ParameterizedTestParameters(gemma, logits_loss_and_gradients) {
 
 ParameterizedTest(int *which, gemma, logits_loss_and_gradients) {
     mt_config c;
-    mt_error err;
-    char dir[600];
-    snprintf(dir, sizeof dir, "%s/models/%s", mt_test_fixtures_dir(), models[*which]);
-    cr_assert_eq(mt_model_load_config(&c, dir, &err), 0, "%s", err.msg);
+    mt_hf_fixture_config(models[*which], &c);
     bool g3 = *which == 1;
     cr_assert_eq(c.arch, g3 ? MT_ARCH_GEMMA3_TEXT : MT_ARCH_GEMMA2);
     cr_assert(c.tie_embeddings);

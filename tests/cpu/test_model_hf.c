@@ -2,7 +2,6 @@
  * model made by scripts/make_fixtures.py: logits, loss, every parameter's
  * gradient (one micro-batch and two), and a 5-step AdamW trajectory with
  * warmup, weight decay and clipping that triggers. */
-#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>
@@ -17,6 +16,7 @@
 #include "io/model_io.h"
 #include "io/safetensors.h"
 #include "fixture.h"
+#include "hf_check.h"
 #include "testlib.h"
 
 /* Tolerances. The reference is PyTorch fp32 on the CPU; we are fp32 too,
@@ -102,23 +102,8 @@ ParameterizedTest(int *which, hf, five_step_adamw_trajectory) {
     mt_fixture f;
     mt_fixture_open(&f, mt_fixture_models[*which]);
     mt_error err;
-    cJSON *hp = mt_fixture_train_json(&f);
-    cJSON *betas = cJSON_GetObjectItemCaseSensitive(hp, "betas");
-    cr_assert_float_eq(mt_fixture_json_num(hp, "weight_decay_1d"), 0.0, 0, "1-D tensors are not decayed");
-    mt_optimizer opt = {
-        .beta1 = cJSON_GetArrayItem(betas, 0)->valuedouble,
-        .beta2 = cJSON_GetArrayItem(betas, 1)->valuedouble,
-        .eps = mt_fixture_json_num(hp, "eps"),
-        .weight_decay = mt_fixture_json_num(hp, "weight_decay"),
-        .max_grad_norm = (float)mt_fixture_json_num(hp, "max_grad_norm"),
-    };
-    cJSON *sched = cJSON_GetObjectItemCaseSensitive(hp, "schedule");
-    mt_lr_kind kind;
-    cr_assert_eq(mt_lr_kind_parse(sched->valuestring, &kind, &err), 0, "%s", err.msg);
-    int64_t S = (int64_t)mt_fixture_json_num(hp, "total_steps");
-    opt.sched = mt_lr_schedule_make(kind, mt_fixture_json_num(hp, "lr"), (int64_t)mt_fixture_json_num(hp, "warmup_steps"), S);
-    cr_assert_eq(mt_optim_cpu_init(&opt.cpu, 0, &err), 0, "%s", err.msg);
-    cJSON_Delete(hp);
+    mt_optimizer opt;
+    int64_t S = mt_hf_fixture_optimizer(&f, &opt);
 
     size_t N = (size_t)(f.B * f.T);
     mt_backend *be = mt_cpu_backend_create(&f.cfg, &f.table, &f.store, 1, f.B, f.T, &err);

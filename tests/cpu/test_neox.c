@@ -53,10 +53,7 @@ ParameterizedTestParameters(neox, logits_loss_and_gradients) {
 
 ParameterizedTest(int *which, neox, logits_loss_and_gradients) {
     mt_config c;
-    mt_error err;
-    char dir[600];
-    snprintf(dir, sizeof dir, "%s/models/%s", mt_test_fixtures_dir(), models[*which]);
-    cr_assert_eq(mt_model_load_config(&c, dir, &err), 0, "%s", err.msg);
+    mt_hf_fixture_config(models[*which], &c);
     cr_assert_eq(c.arch, MT_ARCH_GPT_NEOX);
     cr_assert_eq(c.parallel_residual, *which == 0);
     cr_assert_eq(c.rotary_dim, *which == 0 ? 4 : 16);

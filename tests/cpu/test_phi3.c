@@ -51,10 +51,7 @@ ParameterizedTestParameters(phi3, logits_loss_and_gradients) {
 
 ParameterizedTest(int *which, phi3, logits_loss_and_gradients) {
     mt_config c;
-    mt_error err;
-    char dir[600];
-    snprintf(dir, sizeof dir, "%s/models/%s", mt_test_fixtures_dir(), models[*which]);
-    cr_assert_eq(mt_model_load_config(&c, dir, &err), 0, "%s", err.msg);
+    mt_hf_fixture_config(models[*which], &c);
     cr_assert_eq(c.arch, MT_ARCH_PHI3);
     cr_assert_eq(c.rope_kind, *which ? MT_ROPE_LONGROPE : MT_ROPE_DEFAULT);
     cr_assert_eq(c.sliding_window, *which ? 0 : 32);
