@@ -14,7 +14,7 @@ typedef struct bench_train_args {
     int64_t hidden, layers, heads, kv_heads, ffn, vocab, seq_len, batch_size, micro_batches;
     int64_t steps, slots, keep_layers, gpus, gpu_adam_layers, disk_layers;
     double gpu_mem, host_mem, disk_mem;
-    int precision, host_grad_dtype, placement, grads, objective;
+    int precision, host_grad_dtype, saved_input_dtype, placement, grads, objective;
     bool host_saved_inputs;
     bool given[32];
 } bench_train_args;
@@ -91,6 +91,7 @@ static int run(void *args, int argc, char **argv) {
                         .slots = (int)a->slots, .keep = (int)a->keep_layers,
                         .gpu_grads = a->grads == 0 ? -1 : a->grads == 1,
                         .host_saved = a->host_saved_inputs, .grad_dtype = a->host_grad_dtype - 1,
+                        .saved_bf16 = a->saved_input_dtype == 1,
                         .all_gpu = a->placement == 1, .gpu_mem = a->gpu_mem,
                         .host_mem = a->host_mem, .calib = a->calibration,
                         .gpu_adam = (int)a->gpu_adam_layers, .trace_path = a->trace,

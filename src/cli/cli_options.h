@@ -69,7 +69,9 @@
                "host RAM the run may take; 0: MemTotal less max(4 GB, 4%)"),                 \
     MT_CLI_ROW(T, host_grad_dtype, MT_OPT_ENUM, "auto", MT_OPT_ANY, mt_tc_grad_dtypes, NULL, \
                NULL, "gradients waiting in host RAM: fp32, or bf16 (14 bytes/param); auto: " \
-               "fp32 when it fits")
+               "fp32 when it fits"),                                                         \
+    MT_CLI_ROW(T, saved_input_dtype, MT_OPT_ENUM, "fp32", MT_OPT_ANY, mt_tc_saved_dtypes,   \
+               NULL, NULL, MT_SAVED_INPUT_DTYPE_HELP)
 #define MT_CLI_CALIBRATION(T)                                                     \
     MT_CLI_ROW(T, calibration, MT_OPT_TEXT, "", MT_OPT_ANY, NULL, "FILE", NULL, \
                "machine rates for the planner, written by megatrain calibrate")

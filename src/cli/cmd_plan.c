@@ -22,7 +22,7 @@ typedef struct plan_args {
     double gpu_mem, host_mem, pcie_gbs, gemm_tflops, attn_tflops, adam_gparams;
     int64_t gpus, nodes;
     double nvlink_gbps, net_gbps, disk_mem, disk_gbps;
-    int precision, host_grad_dtype;
+    int precision, host_grad_dtype, saved_input_dtype;
     bool given[30];
 } plan_args;
 
@@ -216,7 +216,8 @@ static int run(void *args, int argc, char **argv) {
     }
     mt_plan_request req = {.cfg = &cfg, .t = &t, .M = (int)(M / ranks), .B = B, .T = T,
                            .precision = a->precision ? MT_GPU_FP32 : MT_GPU_BF16,
-                           .host_grad_dtype = a->host_grad_dtype - 1, .keep_layers = -1,
+                           .host_grad_dtype = a->host_grad_dtype - 1,
+                           .saved_bf16 = a->saved_input_dtype == 1, .keep_layers = -1,
                            .device_optim = -1, .rank = 0, .ranks = ranks};
     const char *gpu_src;
     double gpu_gb = gpu_budget_gb(a, gpu, &gpu_src);
@@ -238,7 +239,7 @@ static int run(void *args, int argc, char **argv) {
            (long long)cfg.L, (long long)cfg.C, (long long)cfg.F, (long long)cfg.V);
     printf("step: %lld x %lld x %lld = %lld tokens; saved layer inputs %.2f GB per layer\n",
            (long long)M, (long long)B, (long long)T, (long long)(M * B * T),
-           (double)(M * B * T) * cfg.C * 4 / 1e9);
+           (double)(M * B * T) * cfg.C * (a->saved_input_dtype == 1 ? 2 : 4) / 1e9);
     printf("budgets: GPU %.1f GB (%s), host %.1f GB%s\n", gpu_gb, gpu_src,
            req.host_budget / 1e9 * (double)a->gpus, a->host_mem ? "" : " (MemTotal less max(4 GB, 4%))");
     if (ranks > 1)

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "engine/trace.h"
+#include "host/disk_state.h"
 #include "util/mem.h"
 
 
@@ -43,6 +44,7 @@ static void *worker(void *arg) {
         while (!p->quit && !(p->running && p->done < p->n_layers)) pthread_cond_wait(&p->cv, &p->mu);
         if (p->quit) break;
         double t0 = now_s();
+        mt_disk_state_prefetch(p->store->disk);
         mt_grad_view g = nd < p->n_layers ? grad_begin(p, nd) : (mt_grad_view){0};
         while (p->done < p->n_layers) {
             int l = p->done;

@@ -74,6 +74,7 @@ void mt_optimizer_apply(mt_optimizer *o, mt_host_store *s, double total_sumsq,
                         mt_optim_report *rep) {
     mt_optim_report r;
     mt_optimizer_plan(o, total_sumsq, &r);
+    mt_disk_state_prefetch(s->disk);
     for (int l = 0; l < s->table->n_layers; l++)
         mt_optimizer_update_layer(o, s, l, mt_grad_f32(s->g + s->table->layers[l].offset),
                                   r.clip_coef, r.lr);

@@ -218,6 +218,10 @@ void mt_disk_state_put(mt_disk_state *ds, int layer) {
     start(ds, b, layer, 1);
 }
 
+void mt_disk_state_prefetch(mt_disk_state *ds) {
+    if (ds && ds->n_disk && !ds->failed) read_ahead(ds, ds->t->n_layers - 1);
+}
+
 void mt_disk_state_drain(mt_disk_state *ds) {
     for (int i = 0; i < ds->n_bufs; i++) finish(ds, &ds->bufs[i]);
 }

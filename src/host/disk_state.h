@@ -59,6 +59,10 @@ double mt_disk_state_ram_bytes(const mt_disk_state *ds);
 void mt_disk_state_get(mt_disk_state *ds, int layer, float **m, float **v);
 void mt_disk_state_put(mt_disk_state *ds, int layer);
 
+/* Starts reading the first disk layers into the staging buffers free now
+ * (a step's updates begin: their reads overlap the RAM layers' updates). */
+void mt_disk_state_prefetch(mt_disk_state *ds);
+
 /* Waits for every transfer: the disk holds the latest state. */
 void mt_disk_state_drain(mt_disk_state *ds);
 

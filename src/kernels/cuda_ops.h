@@ -63,6 +63,9 @@ size_t mt_cuda_ctx_heuristic_queries(const mt_cuda_ctx *ctx);
 /* ---- casts (round to nearest even) ---- */
 void mt_cuda_cast_f32_to_bf16(mt_cuda_ctx *ctx, uint16_t *out, const float *inp, size_t n);
 void mt_cuda_cast_bf16_to_f32(mt_cuda_ctx *ctx, float *out, const uint16_t *inp, size_t n);
+/* The same on a stream of the caller's (a copy stream's conversions). */
+void mt_cuda_cast_f32_to_bf16_on(cudaStream_t st, uint16_t *out, const float *inp, size_t n);
+void mt_cuda_cast_bf16_to_f32_on(cudaStream_t st, float *out, const uint16_t *inp, size_t n);
 
 /* ---- matrix products (cuBLASLt) ----
  * Operands inp, w, dout have the operand type of prec (float or uint16_t). */

@@ -91,21 +91,90 @@ static void disk_rates(const mt_rates *r, double *rd, double *wr, double *both) 
     *both = r->disk_both_gbs * 1e9;
 }
 
+/* The disk tier's transfers over a step as host/disk_state.c issues them,
+ * on one channel (the drives: reads and writes share them at the rate
+ * measured with both at once, or each at its own where that is unknown),
+ * each queued behind those issued before it. The first disk layers' reads
+ * are issued as the step's updates begin, into the free staging buffers;
+ * a later layer's when the optimizer asks for it or, ahead, once the
+ * optimizer has the layer before it, into a buffer free by then; its
+ * write when its update ends. */
+typedef struct disk_sim {
+    double rd, wr, both;      /* bytes/s */
+    double free_at, busy;     /* the channel free again; seconds busy */
+    int layer[MT_DISK_STAGING_BUFFERS], writing[MT_DISK_STAGING_BUFFERS];
+    double done[MT_DISK_STAGING_BUFFERS]; /* its read's or write's end */
+} disk_sim;
+
+static double disk_xfer(disk_sim *d, double issue, double bytes, int write) {
+    double dur = bytes / (d->both > 0 ? d->both : write ? d->wr : d->rd);
+    d->free_at = fmax(d->free_at, issue) + dur;
+    d->busy += dur;
+    return d->free_at;
+}
+
+/* A buffer to read into at time t: a free one, or one whose write is done
+ * by then (wait: else the one whose write ends first, t moved to it); -1. */
+static int disk_buffer(disk_sim *d, double *t, int wait) {
+    int best = -1;
+    for (int b = 0; b < MT_DISK_STAGING_BUFFERS; b++) {
+        if (d->layer[b] < 0 || (d->writing[b] && d->done[b] <= *t)) return b;
+        if (d->writing[b] && (best < 0 || d->done[b] < d->done[best])) best = b;
+    }
+    if (!wait || best < 0) return -1;
+    *t = fmax(*t, d->done[best]);
+    return best;
+}
+
+static void disk_read(disk_sim *d, int b, int l, double t, double bytes) {
+    d->layer[b] = l;
+    d->writing[b] = 0;
+    d->done[b] = disk_xfer(d, t, bytes, 0);
+}
+
+/* The optimizer asks for disk layer l at time t: when its m and v are in
+ * RAM (the reads ahead issued then); *buf their buffer. */
+static double disk_get(disk_sim *d, const mt_plan_request *q, int l, double t, int *buf) {
+    int b = -1, nl = q->t->n_layers;
+    for (int k = 0; k < MT_DISK_STAGING_BUFFERS; k++)
+        if (d->layer[k] == l && !d->writing[k]) b = k;
+    if (b < 0) {
+        b = disk_buffer(d, &t, 1);
+        disk_read(d, b, l, t, part_floats(q, l) * 8.0);
+    }
+    double ready = fmax(t, d->done[b]);
+    *buf = b;
+    for (int n = l + 1; n < nl; n++) { /* read ahead into buffers free now */
+        int held = 0;
+        for (int k = 0; k < MT_DISK_STAGING_BUFFERS; k++)
+            held |= d->layer[k] == n && !d->writing[k];
+        if (held) continue;
+        double at = ready;
+        int f = disk_buffer(d, &at, 0);
+        if (f < 0) break;
+        disk_read(d, f, n, ready, part_floats(q, n) * 8.0);
+    }
+    return ready;
+}
+
 /* The optimizer thread over a step: layer l's update starts once the one
  * before it is done and its gradient is on the host (a GPU-waiting one is
  * fetched while the layer before it is updated), and, for a disk layer,
- * once its m and v are read (reads run ahead into MT_DISK_STAGING_BUFFERS
- * buffers, each free again once the layer it held is written back). Fills
- * opt_done (when each layer's weights are ready) and returns when the last
- * update ends; *disk_end when the disk's last write ends. */
+ * once its m and v are read (disk_get), which are written back after it.
+ * Fills opt_done (when each layer's weights are ready) and returns when
+ * the last update ends; *disk_end when the disk's last write ends. */
 static double optimizer_times(const mt_plan_request *q, const mt_plan *plan, double start,
                               double *opt_done, double *disk_end, double *disk_busy) {
     const mt_rates *r = &q->rates;
     int nl = q->t->n_layers, first_disk = nl - plan->n_disk;
-    double d2h = r->d2h_gbs * 1e9, adam = r->adam_gparams * 1e9, rd, wr, both;
-    disk_rates(r, &rd, &wr, &both);
-    double opt = 0, prev_start = 0, comp = start, read_free = 0, write_free = 0, bytes = 0;
-    double written[MT_DISK_STAGING_BUFFERS] = {0}, reading = 0, writing = 0;
+    double d2h = r->d2h_gbs * 1e9, adam = r->adam_gparams * 1e9;
+    disk_sim d = {0};
+    disk_rates(r, &d.rd, &d.wr, &d.both);
+    for (int b = 0; b < MT_DISK_STAGING_BUFFERS; b++)
+        d.layer[b] = -1;
+    for (int b = 0; b < MT_DISK_STAGING_BUFFERS && first_disk + b < nl; b++)
+        disk_read(&d, b, first_disk + b, start, part_floats(q, first_disk + b) * 8.0);
+    double opt = 0, prev_start = 0, comp = start;
     for (int l = 0; l < nl; l++) {
         double numel = part_floats(q, l);
         if (l < plan->n_dev) { /* p, m, v, g and the bf16 copy through HBM */
@@ -115,25 +184,17 @@ static double optimizer_times(const mt_plan_request *q, const mt_plan *plan, dou
         }
         double fetched = prev_start + (plan->homes[l].grad_host ? 0 : numel * 4.0 / d2h);
         prev_start = fmax(opt, fetched);
-        int k = l - first_disk, buf = k >= 0 ? k % MT_DISK_STAGING_BUFFERS : 0;
-        if (k >= 0) { /* m and v read into a free staging buffer */
-            read_free = fmax(read_free, written[buf]) + numel * 8.0 / rd;
-            prev_start = fmax(prev_start, read_free);
-        }
+        int buf = -1;
+        if (l >= first_disk) prev_start = disk_get(&d, q, l, prev_start, &buf);
         opt = prev_start + numel / adam;
         opt_done[l] = opt;
-        if (k >= 0) { /* and written back */
-            write_free = fmax(write_free, opt) + numel * 8.0 / wr;
-            written[buf] = write_free;
-            reading += numel * 8.0 / rd;
-            writing += numel * 8.0 / wr;
-            bytes += numel * 16.0;
+        if (buf >= 0) { /* written back */
+            d.writing[buf] = 1;
+            d.done[buf] = disk_xfer(&d, opt, numel * 8.0, 1);
         }
     }
-    *disk_end = fmax(read_free, write_free);
-    *disk_busy = fmax(reading, writing);
-    if (both > 0) *disk_end = fmax(*disk_end, bytes / both);
-    if (both > 0) *disk_busy = fmax(*disk_busy, bytes / both);
+    *disk_end = d.free_at;
+    *disk_busy = d.busy;
     return opt;
 }
 
@@ -148,7 +209,7 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan
     layer_costs k = costs(q);
     if (plan->lean_keep) /* the kept layers' backward rebuilds x + o_proj(att) */
         k.b_kept += 2.0 * q->cfg->NH * q->cfg->HD * q->cfg->C * tok / (r->gemm_tflops * 1e12);
-    double ck = tok * q->cfg->C * 4.0;
+    double ck = tok * q->cfg->C * (q->saved_bf16 ? 2.0 : 4.0); /* a host-saved input */
     double h2d = r->h2d_gbs * 1e9, d2h = r->d2h_gbs * 1e9;
     int seq[2 * 4096 + 2], bwd[2 * 4096 + 2], n = 0;
     for (int l = 0; l < nl; l++) seq[n] = l, bwd[n++] = l == head;
@@ -242,6 +303,7 @@ void mt_plan_backend_opts(const mt_plan *plan, const mt_plan_request *q,
                           mt_cuda_backend_opts *o) {
     *o = (mt_cuda_backend_opts){.precision = q->precision, .slots = q->slots,
                                 .homes = plan->homes, .host_grad_bf16 = plan->host_grad_bf16,
+                                .host_saved_bf16 = q->saved_bf16,
                                 .keep_layers = plan->n_keep,
                                 .gpu_budget = (size_t)q->gpu_budget,
                                 .device_optim_layers = plan->n_dev,
@@ -398,11 +460,12 @@ static void refusal(const mt_plan_request *q, mt_plan *p, int bf16) {
              "the two budgets together are short: host needs %.1f GB of %.1f GB with %.1f "
              "GB of %.1f GB on the GPU (store %.1f GB = 12 bytes/param%s, saved inputs %.2f "
              "GB per layer, gradients %d bytes/param on the host); use fewer tokens per "
-             "step (saved inputs scale with them), or a larger --gpu-mem or --host-mem%s%s",
+             "step (saved inputs scale with them), or a larger --gpu-mem or --host-mem%s%s%s",
              p->host_bytes / 1e9, q->host_budget / 1e9, p->gpu_bytes / 1e9,
              q->gpu_budget / 1e9, p->store_bytes / 1e9, p->n_disk ? " less the disk's" : "",
-             (double)q->M * q->B * q->T * q->cfg->C * 4 / 1e9, bf16 ? 2 : 4,
-             bf16 ? "" : ", or --host-grad-dtype bf16",
+             (double)q->M * q->B * q->T * q->cfg->C * (q->saved_bf16 ? 2 : 4) / 1e9,
+             bf16 ? 2 : 4, bf16 ? "" : ", or --host-grad-dtype bf16",
+             q->saved_bf16 || q->precision != MT_GPU_BF16 ? "" : ", or --saved-input-dtype bf16",
              no_disk ? ", or the disk tier for the optimizer state (--nvme-dir)" : "");
 }
 
@@ -534,14 +597,22 @@ static void place(const mt_plan_request *q, mt_plan *p) {
     }
     /* the optimizer state of the last layers on disk (a read and a write of
      * 8 bytes a parameter each step) only when nothing fits without it:
-     * fp32 host gradients when they fit, with or without rebuilt saved
-     * inputs (which need fewer disk layers), whichever is faster */
+     * fp32 or bf16 host gradients (bf16 needs fewer disk layers), with or
+     * without rebuilt saved inputs (which need fewer too), whichever is
+     * faster */
     if (q->disk_layers < 0 && q->disk_budget > 0 && q->ranks <= 1)
         for (int bf16 = 0; bf16 < 2; bf16++) {
             if (q->host_grad_dtype >= 0 && bf16 != q->host_grad_dtype) continue;
-            if (try_units(q, p, bf16, 1, 1)) {
-                faster_without_rebuild(q, p, bf16);
-                return;
+            mt_plan trial = *p;
+            trial.homes = mt_calloc_or_die((size_t)p->n_layers, sizeof *trial.homes);
+            trial.fits = 0;
+            if (try_units(q, &trial, bf16, 1, 1)) faster_without_rebuild(q, &trial, bf16);
+            if (trial.fits && (!p->fits || trial.pred.step < p->pred.step)) {
+                free(p->homes);
+                *p = trial;
+            } else {
+                if (!p->fits) memcpy(p->why, trial.why, sizeof p->why);
+                free(trial.homes);
             }
         }
 }
@@ -590,6 +661,9 @@ int mt_plan_make(const mt_plan_request *q, mt_plan *p, mt_error *err) {
     if (q->disk_layers > 0 && q->ranks > 1)
         return mt_errorf(err, "the disk tier is for a run of one process yet: drop the disk "
                          "layers or run on one GPU");
+    if (q->saved_bf16 && q->precision != MT_GPU_BF16)
+        return mt_errorf(err, "bf16 saved inputs (--saved-input-dtype bf16) are for bf16 runs; "
+                         "use --precision bf16, or fp32 saved inputs");
     place(q, p);
     if (!p->fits) suggest(q, p);
     return 0;
@@ -687,8 +761,9 @@ void mt_plan_print(const mt_plan *p, const mt_plan_request *q, FILE *f) {
                 layer_kind(p, a) >= 0 && (layer_kind(p, a) & 4) ? "activations kept" : "");
         a = b + 1;
     }
-    fprintf(f, "host gradients: %s; kept layers: %d of %lld%s; AdamW on the GPU: ",
+    fprintf(f, "host gradients: %s; %skept layers: %d of %lld%s; AdamW on the GPU: ",
             p->host_grad_bf16 ? "bf16 (rounded once from the fp32 GPU sum)" : "fp32",
+            q->saved_bf16 ? "host saved inputs: bf16 (rounded from the fp32 stream); " : "",
             p->n_keep, (long long)q->cfg->L,
             p->n_keep && p->lean_keep ? " (lean: the mid-block residual rebuilt)" : "");
     if (p->n_dev > 1) fprintf(f, "layers 0-%d\n", p->n_dev - 1);

@@ -29,6 +29,7 @@ typedef struct mt_plan_request {
     double gpu_budget;        /* bytes the run may take on the GPU, context included */
     double host_budget;       /* bytes of host RAM the run may take */
     int host_grad_dtype;      /* -1: planner's choice (fp32 when it fits), 0 fp32, 1 bf16 */
+    int saved_bf16;           /* host-saved inputs in bf16 (mt_cuda_backend_opts) */
     int keep_layers;          /* -1: planner's choice */
     int all_gpu;              /* place every gradient and saved input on the GPU */
     int slots;                /* weight slots (0: default) */

@@ -43,11 +43,11 @@ static void config_text(const mt_bench_opts *o, char *buf, size_t cap) {
     const mt_config *c = &o->cfg;
     snprintf(buf, cap, "shape=%lld,%lld,%lld,%lld,%lld,%lld,%lld\nbatch=%d,%lld,%lld\n"
              "steps=%lld\nprecision=%d\nslots=%d\nkeep=%d\ngrads=%d,%d,%d,%d,%d\n"
-             "budgets=%g,%g\ngpus=%d\n", (long long)c->L, (long long)c->C, (long long)c->NH,
+             "budgets=%g,%g\ngpus=%d\nsaved=%d\n", (long long)c->L, (long long)c->C, (long long)c->NH,
              (long long)c->NKV, (long long)c->F, (long long)c->V, (long long)c->moe.E, o->M,
              (long long)o->B, (long long)o->T, (long long)o->steps, o->fp32, o->slots, o->keep,
              o->gpu_grads, o->host_saved, o->grad_dtype, o->all_gpu, o->gpu_adam, o->gpu_mem,
-             o->host_mem, o->gpus);
+             o->host_mem, o->gpus, o->saved_bf16);
 }
 
 /* The backend's options: the planner's placement within the budgets (a
@@ -62,12 +62,14 @@ static int placement(const mt_bench_opts *o, const mt_param_table *table, const 
                                      .slots = o->slots, .host_saved_inputs = o->host_saved,
                                      .keep_layers = o->keep, .gpu_grads = o->gpu_grads != 0,
                                      .host_grad_bf16 = o->grad_dtype == 1,
+                                     .host_saved_bf16 = o->saved_bf16,
                                      .device_optim_layers = o->gpu_adam > 0 ? o->gpu_adam : 0};
     } else {
         double host_mem = o->host_mem > 0 ? o->host_mem : mt_plan_default_host_budget() / 1e9;
         mt_gpu_plan_args a = {.fp32 = o->fp32, .gpu_mem_gb = o->gpu_mem,
                               .host_mem_gb = host_mem / rk->local_world,
-                              .grad_dtype = o->grad_dtype, .keep = o->keep, .all_gpu = o->all_gpu,
+                              .grad_dtype = o->grad_dtype, .saved_bf16 = o->saved_bf16,
+                              .keep = o->keep, .all_gpu = o->all_gpu,
                               .slots = o->slots, .gpu_adam = o->gpu_adam, .rank = rk->env.rank,
                               .ranks = rk->env.world_size, .link_gbs = rk->link_gbs,
                               .calib = o->calib, .nvme_dir = o->nvme_dir,

@@ -24,6 +24,7 @@ typedef struct mt_bench_opts {
     int gpu_grads;          /* -1: the planner; 0/1: every gradient on the host / GPU */
     int host_saved;          /* with gpu_grads >= 0: every saved input on the host */
     int grad_dtype;         /* host gradients: -1 planner's choice, 0 fp32, 1 bf16 */
+    int saved_bf16;         /* host-saved inputs in bf16 */
     int all_gpu;            /* every gradient and checkpoint on the GPU */
     int gpu_adam;           /* leading layers whose AdamW runs on the GPU: -1 the planner's
                              * choice, else that many (0 none) */

@@ -102,7 +102,8 @@ int mt_runner_plan_gpu(mt_plan_request *req, mt_plan *plan, const mt_config *cfg
                        const mt_gpu_plan_args *a, FILE *log, mt_error *err) {
     *req = (mt_plan_request){.cfg = cfg, .t = t, .M = M, .B = B, .T = T,
                              .precision = a->fp32 ? MT_GPU_FP32 : MT_GPU_BF16,
-                             .host_grad_dtype = a->grad_dtype, .keep_layers = a->keep,
+                             .host_grad_dtype = a->grad_dtype, .saved_bf16 = a->saved_bf16,
+                             .keep_layers = a->keep,
                              .all_gpu = a->all_gpu, .slots = a->slots,
                              .device_optim = a->gpu_adam, .rank = a->rank, .ranks = a->ranks};
     double fr = 0;
@@ -150,6 +151,7 @@ int mt_runner_plan_make(mt_runner_plan **out, const mt_config *cfg, const mt_par
     mt_runner_plan *p = mt_calloc_or_die(1, sizeof *p);
     mt_gpu_plan_args a = {.fp32 = o->fp32, .gpu_mem_gb = o->gpu_mem_gb,
                           .host_mem_gb = o->host_mem_gb, .grad_dtype = o->host_grad_dtype,
+                          .saved_bf16 = o->saved_bf16,
                           .keep = -1, .gpu_adam = -1, .rank = o->rank, .ranks = o->ranks,
                           .link_gbs = o->link_gbs, .calib = o->calibration,
                           .nvme_dir = o->nvme_dir, .disk_mem_gb = o->disk_mem_gb,
@@ -192,6 +194,7 @@ int mt_runner_init(mt_runner *r, const mt_config *cfg, const mt_param_table *t,
     r->gpu = 1;
     mt_cuda_backend_opts bo = {.precision = o->fp32 ? MT_GPU_FP32 : MT_GPU_BF16,
                                .host_saved_inputs = o->host_saved_inputs,
+                               .host_saved_bf16 = o->saved_bf16,
                                .keep_layers = o->train ? -1 : 0};
     if (o->plan) mt_plan_backend_opts(&o->plan->plan, &o->plan->req, &bo);
     bo.rank = o->rank;

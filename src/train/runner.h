@@ -32,6 +32,7 @@ typedef struct mt_runner_opts {
     int train;         /* gradients needed */
     double gpu_mem_gb, host_mem_gb; /* budgets, 0: the machine's */
     int host_grad_dtype;            /* -1 planner's choice, 0 fp32, 1 bf16 */
+    int saved_bf16;                 /* host-saved inputs in bf16 (bf16 runs on the GPU) */
     const char *calibration;        /* rates file, or NULL: probe this machine */
     const mt_runner_plan *plan;     /* from mt_runner_plan_make, or NULL */
     /* A rank of a data-parallel run of `ranks` (0 or 1: alone): the store
@@ -98,6 +99,7 @@ typedef struct mt_gpu_plan_args {
     int fp32;                  /* precision fp32 instead of bf16 */
     double gpu_mem_gb, host_mem_gb;
     int grad_dtype;            /* host gradients: -1 planner's choice, 0 fp32, 1 bf16 */
+    int saved_bf16;            /* host-saved inputs in bf16 */
     int keep;                  /* kept layers: -1 planner's choice */
     int all_gpu;               /* every gradient and checkpoint on the GPU */
     int slots;                 /* weight slots, 0: default */

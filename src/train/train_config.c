@@ -25,6 +25,7 @@ const char *const mt_tc_packings[] = {"auto", "documents", "rows", NULL};
 const char *const mt_tc_dtypes[] = {"bf16", "fp32", NULL};
 const char *const mt_tc_devices[] = {"auto", "cpu", "cuda", NULL};
 const char *const mt_tc_grad_dtypes[] = {"auto", "fp32", "bf16", NULL};
+const char *const mt_tc_saved_dtypes[] = {"fp32", "bf16", NULL};
 const char *const mt_tc_objectives[] = {"sft", "dpo", "simpo", "orpo", NULL};
 const char *const mt_tc_loss_types[] = {"sigmoid", "ipo", "hinge", NULL};
 static const char *const schedules[] = {"cosine", "linear", "constant", NULL};
@@ -151,6 +152,8 @@ const mt_opt mt_tc_options[] = {
     {"host_grad_dtype", MT_OPT_ENUM, OFF(host_grad_dtype), "auto", NULL, ANY, mt_tc_grad_dtypes,
      NULL, NULL, "gradients waiting in host RAM: fp32, or bf16 (14 bytes/param); auto: fp32 "
      "when it fits"},
+    {"saved_input_dtype", MT_OPT_ENUM, OFF(saved_input_dtype), "fp32", NULL, ANY,
+     mt_tc_saved_dtypes, NULL, NULL, MT_SAVED_INPUT_DTYPE_HELP},
     {"calibration", MT_OPT_STRING, OFF(calibration), "", NULL, ANY, NULL, "PATH", NULL,
      "machine rates for the planner (megatrain calibrate); empty: a short probe"},
     {"nvme_dir", MT_OPT_STRING, OFF(nvme_dir), "", NULL, ANY, NULL, "DIR[,DIR...]", NULL,

@@ -100,6 +100,7 @@ typedef struct mt_train_config {
     bool host_saved_inputs;
     double gpu_mem, host_mem;       // GB; 0 = the machine's
     int host_grad_dtype;            // auto | fp32 | bf16
+    int saved_input_dtype;          // fp32 | bf16: saved layer inputs waiting in host RAM
     char calibration[MT_TC_STR];    // "" = probe
     char nvme_dir[MT_TC_STR];       // directories of the disk tier, "DIR[,DIR...]"; "" = none
     double disk_mem;                // GB of disk the tier may take; 0 = the free space
@@ -170,6 +171,10 @@ extern const char *const mt_tc_packings[];
 extern const char *const mt_tc_dtypes[];      // precision, save_dtype
 extern const char *const mt_tc_devices[];
 extern const char *const mt_tc_grad_dtypes[]; // host_grad_dtype
+extern const char *const mt_tc_saved_dtypes[]; // saved_input_dtype
+#define MT_SAVED_INPUT_DTYPE_HELP                                                            \
+    "saved layer inputs waiting in host RAM (bf16 runs on the GPU): fp32, or bf16 (half the " \
+    "RAM and PCIe traffic; the backward recomputes each layer from its rounded input)"
 extern const char *const mt_tc_objectives[];
 extern const char *const mt_tc_loss_types[];
 

@@ -605,10 +605,14 @@ static int setup(mt_run *R, mt_error *err) {
                  R->cfg.model_type);
         gpu = 0, device = 1;
     }
+    if (!gpu && tc->saved_input_dtype == 1)
+        return mt_errorf(err, "--saved-input-dtype bf16 is for bf16 runs on the GPU (the CPU keeps "
+                         "fp32 saved inputs in its own RAM); drop it or train with --device cuda");
     mt_runner_opts ro = {.device = device, .fp32 = tc->precision == MT_TC_PRECISION_FP32,
                          .host_saved_inputs = tc->host_saved_inputs, .train = 1,
                          .gpu_mem_gb = tc->gpu_mem, .host_mem_gb = mt_run_host_mem_share(R),
                          .host_grad_dtype = tc->host_grad_dtype - 1,
+                         .saved_bf16 = tc->saved_input_dtype == 1,
                          .calibration = tc->calibration[0] ? tc->calibration : NULL,
                          .rank = R->rk.env.rank, .ranks = R->rk.env.world_size,
                          .comm = R->rk.comm, .link_gbs = R->rk.link_gbs,

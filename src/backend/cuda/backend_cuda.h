@@ -51,6 +51,13 @@ typedef struct mt_cuda_backend_opts {
      * Without it, host gradients go to the store's g array when it has one,
      * else to a pinned fp32 buffer of the backend's. */
     int host_grad_bf16;
+    /* Saved inputs waiting in host RAM are rounded to bf16 (round to
+     * nearest even) from the fp32 residual stream on their way down, and
+     * widened on their way up: 2 host bytes per value instead of 4, and
+     * half the PCIe traffic. The forward goes on with the fp32 values; the
+     * backward recomputes the layer from the rounded input (bf16 precision
+     * only). Saved inputs on the GPU stay fp32. */
+    int host_saved_bf16;
     /* Layers whose forward activations stay on the GPU until their
      * backward, which then skips the recompute (bf16 fast path only).
      * -1: as many as fit in the GPU memory left after everything else

@@ -234,8 +234,9 @@ static int create_streams(cuda_backend *cb, mt_error *err) {
     }
     if (cb->n_host_saved &&
         pinned_alloc((void **)&cb->h_saved,
-                     (size_t)cb->n_host_saved * max_M * cb->N * c->C * sizeof(float),
-                     "host checkpoints", err))
+                     (size_t)cb->n_host_saved * max_M * cb->N * c->C *
+                         (cb->o.host_saved_bf16 ? 2 : 4),
+                     "host saved inputs", err))
         return -1;
     make_event(&cb->ev_start, 1);
     make_event(&cb->ev_fwd_end, 1);
@@ -284,6 +285,11 @@ mt_backend *mt_cuda_backend_make(const mt_config *c, const mt_param_table *t,
     if ((size_t)(2 * t->n_layers) > sizeof cb->seq / sizeof *cb->seq) {
         free(cb);
         return mt_errorf(err, "too many layers (%d) for the CUDA backend", t->n_layers), NULL;
+    }
+    if (cb->o.host_saved_bf16 && cb->prec != MT_PREC_BF16) {
+        free(cb);
+        return mt_errorf(err, "bf16 saved inputs (--saved-input-dtype bf16) are for bf16 runs; "
+                         "use --precision bf16, or fp32 saved inputs"), NULL;
     }
     if (check_ranks(cb, err)) {
         free(cb);

@@ -130,7 +130,9 @@ typedef struct cuda_backend {
     float *saved, *dx;  /* dx: (M, N, C) residual-stream gradient */
     int *saved_idx;     /* (n_layers) */
     int n_gpu_saved, n_host_saved, n_rebuilt_saved; /* rebuilt: saved_recompute layers */
-    float *h_saved, *visit[2];
+    void *h_saved;      /* fp32, or bf16 (o.host_saved_bf16) */
+    float *visit[2];
+    uint16_t *saved16[2]; /* bf16 host-saved inputs: a chunk of the save (0), of the load (1) */
     float *xin;         /* (N, C) a recomputed saved input, one micro-batch */
     int visit_holds[2]; /* saved input in visit[b] now, -1 none (host order of issue) */
     cudaEvent_t visit_saved[2], visit_loaded[2], visit_free[2], visit_written[2];
@@ -220,6 +222,13 @@ void mt_cuda_span_end(cuda_backend *cb, cudaStream_t stream, int i);
 /* Saved-input traffic at the bind of `layer` (backend_cuda_saved.c): saves
  * and loads of host-saved inputs, waits for rebuilt ones' sources. */
 void mt_cuda_saved_traffic(cuda_backend *cb, int layer, int backward);
+/* Values of a bf16 host-saved input converted at once on a copy stream: the
+ * size of the saved16 chunks. */
+#define MT_SAVED_CHUNK ((size_t)4 << 20)
+static inline size_t mt_cuda_saved_chunk(const cuda_backend *cb) {
+    size_t all = (size_t)cb->max_M * cb->N * cb->cfg->C;
+    return all < MT_SAVED_CHUNK ? all : MT_SAVED_CHUNK;
+}
 /* Layer `layer`'s input for micro-batch mb, rebuilt from checkpoint
  * layer-1 into cb->xin (its saved input is saved_recompute). */
 const float *mt_cuda_recompute_input(cuda_backend *cb, int layer, int mb);

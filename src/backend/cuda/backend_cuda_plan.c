@@ -87,6 +87,8 @@ static void plan_grads_and_step(cuda_backend *cb, bump *b) {
         cb->visit[0] = TAKE_F(b, (size_t)cb->max_M * N * C);
         cb->visit[1] = TAKE_F(b, (size_t)cb->max_M * N * C);
     }
+    if (cb->n_host_saved && cb->o.host_saved_bf16)
+        for (int i = 0; i < 2; i++) cb->saved16[i] = take(b, mt_cuda_saved_chunk(cb) * 2);
     cb->xin = cb->n_rebuilt_saved ? TAKE_F(b, N * C) : NULL;
     cb->saved = TAKE_F(b, (size_t)cb->n_gpu_saved * cb->max_M * N * C);
     cb->dx = TAKE_F(b, (size_t)cb->max_M * N * C);
@@ -122,8 +124,13 @@ static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
         a->mean2 = TAKE_F(b, N);
         a->qkv32 = !bf || blocks_have(cb, MT_T_BQKV) ? TAKE_F(b, N * (Q + 2 * KV)) : NULL;
     }
-    /* gpt_neox's split writes the bf16 flash kernels' operands directly */
-    if (!(neox && cb->attn_bf16)) take_qkv32(b, N * Q, N * KV, &a->q32, &a->k32, &a->v32);
+    /* gpt_neox's and falcon's blocks take a path of their own (neox_cuda.c) */
+    cb->fast = cb->attn_bf16 && c->HD % 8 == 0 && !neox;
+    cb->keeps = cb->fast || (neox && cb->attn_bf16);
+    /* fp32 q, k, v: the general path's; the fast path's products write the
+     * bf16 operands, and gpt_neox's split writes the flash kernels' */
+    if (!cb->fast && !(neox && cb->attn_bf16))
+        take_qkv32(b, N * Q, N * KV, &a->q32, &a->k32, &a->v32);
     if (c->qk_norm) {
         take_qkv32(b, N * Q, N * KV, &a->qpre32, &a->kpre32, NULL);
         a->qrstd = TAKE_F(b, N * c->NH);
@@ -132,9 +139,6 @@ static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
     a->q_op = take_op(b, cb, N * Q, a->q32);
     a->k_op = take_op(b, cb, N * KV, a->k32);
     a->v_op = take_op(b, cb, N * KV, a->v32);
-    /* gpt_neox's and falcon's blocks take a path of their own (neox_cuda.c) */
-    cb->fast = cb->attn_bf16 && c->HD % 8 == 0 && !neox;
-    cb->keeps = cb->fast || (neox && cb->attn_bf16);
     if (cb->fast && c->qk_norm) {
         a->qpre_op = take(b, N * Q * 2);
         a->kpre_op = take(b, N * KV * 2);
@@ -400,7 +404,7 @@ size_t mt_cuda_backend_host_bytes(const mt_config *cfg, const mt_param_table *t,
     cuda_backend cb;
     counting_backend(&cb, cfg, t, max_M, B, T, in);
     size_t bytes = cb.host_grad_numel * (cb.o.host_grad_bf16 ? 2 : 4);
-    bytes += (size_t)cb.n_host_saved * max_M * cb.N * cfg->C * sizeof(float);
+    bytes += (size_t)cb.n_host_saved * max_M * cb.N * cfg->C * (cb.o.host_saved_bf16 ? 2 : 4);
     if (cb.max_gpu_grad_numel) bytes += 2 * cb.max_gpu_grad_numel * sizeof(float);
     mt_cuda_homes_free(&cb);
     return bytes;

@@ -49,26 +49,36 @@ __global__ void cast_bf16_f32_kernel(float *out, const __nv_bfloat16 *inp, size_
     }
 }
 
-extern "C" void mt_cuda_cast_f32_to_bf16(mt_cuda_ctx *ctx, uint16_t *out, const float *inp,
-                                         size_t n) {
+extern "C" void mt_cuda_cast_f32_to_bf16_on(cudaStream_t st, uint16_t *out, const float *inp,
+                                            size_t n) {
     if (n == 0) return;
     __nv_bfloat16 *o = (__nv_bfloat16 *)out;
     if (aligned16(inp) && ((uintptr_t)out & 3) == 0)
-        cast_f32_bf16_kernel<true><<<ew_blocks(n), EW_THREADS, 0, ctx->stream>>>(o, inp, n);
+        cast_f32_bf16_kernel<true><<<ew_blocks(n), EW_THREADS, 0, st>>>(o, inp, n);
     else
-        cast_f32_bf16_kernel<false><<<ew_blocks(n), EW_THREADS, 0, ctx->stream>>>(o, inp, n);
+        cast_f32_bf16_kernel<false><<<ew_blocks(n), EW_THREADS, 0, st>>>(o, inp, n);
     CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void mt_cuda_cast_bf16_to_f32_on(cudaStream_t st, float *out, const uint16_t *inp,
+                                            size_t n) {
+    if (n == 0) return;
+    const __nv_bfloat16 *x = (const __nv_bfloat16 *)inp;
+    if (aligned16(out) && ((uintptr_t)inp & 3) == 0)
+        cast_bf16_f32_kernel<true><<<ew_blocks(n), EW_THREADS, 0, st>>>(out, x, n);
+    else
+        cast_bf16_f32_kernel<false><<<ew_blocks(n), EW_THREADS, 0, st>>>(out, x, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void mt_cuda_cast_f32_to_bf16(mt_cuda_ctx *ctx, uint16_t *out, const float *inp,
+                                         size_t n) {
+    mt_cuda_cast_f32_to_bf16_on(ctx->stream, out, inp, n);
 }
 
 extern "C" void mt_cuda_cast_bf16_to_f32(mt_cuda_ctx *ctx, float *out, const uint16_t *inp,
                                          size_t n) {
-    if (n == 0) return;
-    const __nv_bfloat16 *x = (const __nv_bfloat16 *)inp;
-    if (aligned16(out) && ((uintptr_t)inp & 3) == 0)
-        cast_bf16_f32_kernel<true><<<ew_blocks(n), EW_THREADS, 0, ctx->stream>>>(out, x, n);
-    else
-        cast_bf16_f32_kernel<false><<<ew_blocks(n), EW_THREADS, 0, ctx->stream>>>(out, x, n);
-    CUDA_LAUNCH_CHECK();
+    mt_cuda_cast_bf16_to_f32_on(ctx->stream, out, inp, n);
 }
 
 /* ---- residual ---- */
