@@ -62,9 +62,11 @@ int mt_disk_wait(mt_disk *d, int ticket, mt_error *err);
  * one file system count its space once each: give distinct drives). */
 int mt_disk_free_bytes(const char *dirs, double *bytes, mt_error *err);
 
-/* Measures the tier on dirs with `bytes` of blocks of 64 MiB: writing them
- * all, reading them all, and reading and writing at once (each GB/s of the
- * bytes moved). What the planner's disk rates mean. */
+/* Measures the tier on dirs with `bytes` of blocks of 64 MiB, written once
+ * first (as the tier's blocks are after its first step): rewriting them
+ * all, reading them all, and reading and writing at once, a few blocks of
+ * each in flight (each GB/s of the bytes moved). What the planner's disk
+ * rates mean. */
 int mt_disk_measure(const char *dirs, size_t bytes, double *write_gbs, double *read_gbs,
                     double *both_gbs, mt_error *err);
 

@@ -78,7 +78,8 @@ struct mt_runner_plan {
 };
 
 /* The disk tier's part of the request: its budget, its layers, and its
- * rates (measured now, 1 GB each way, where the rates file has none). */
+ * rates (measured now, 4 GiB each way: a virtual disk's first GB can run
+ * faster or slower than its sustained rate; where the rates file has none). */
 static int plan_disk(mt_plan_request *req, const mt_gpu_plan_args *a, FILE *log, mt_error *err) {
     if (!a->nvme_dir || !a->nvme_dir[0] || a->disk_layers == 0) return 0;
     req->disk_layers = a->disk_layers;
@@ -87,7 +88,7 @@ static int plan_disk(mt_plan_request *req, const mt_gpu_plan_args *a, FILE *log,
     mt_rates *r = &req->rates;
     if (r->disk_read_gbs > 0) return 0;
     double t0 = mt_now_s();
-    if (mt_disk_measure(a->nvme_dir, (size_t)1 << 30, &r->disk_write_gbs, &r->disk_read_gbs,
+    if (mt_disk_measure(a->nvme_dir, (size_t)4 << 30, &r->disk_write_gbs, &r->disk_read_gbs,
                         &r->disk_both_gbs, err))
         return mt_error_prefix(err, "measuring the disk tier (--nvme-dir): ");
     if (log)
