@@ -120,15 +120,23 @@ static int load_whole_into_parts(mt_run *R, char **js, mt_error *err) {
 }
 
 /* A checkpoint of several ranks on a run of one: as the one rank of a
- * layout of one, then into the store's own layout. */
+ * layout of one, then into the store's own layout; the Adam state of the
+ * layers that keep it on disk into the disk tier (their ranges of the store
+ * hold no memory). */
 static int load_shards_whole(mt_run *R, char **js, mt_error *err) {
     mt_shard_store one;
     if (mt_shard_store_init(&one, &R->table, 0, 1, 0, err)) return -1;
     int rc = mt_shard_ckpt_load(R->ckpt_dir, &one, &R->cfg, js, err);
-    if (rc == 0) {
-        mt_shard_put(&one.layout, one.w, R->store.w);
-        mt_shard_put(&one.layout, one.m, R->store.m);
-        mt_shard_put(&one.layout, one.v, R->store.v);
+    if (rc == 0) mt_shard_put(&one.layout, one.w, R->store.w);
+    for (int l = 0; l < R->table.n_layers && rc == 0; l++) {
+        const float *m = one.m + one.layout.local[l], *v = one.v + one.layout.local[l];
+        size_t at = R->table.layers[l].offset, n = R->table.layers[l].numel;
+        if (mt_disk_state_on_disk(R->store.disk, l)) {
+            rc = mt_disk_state_write(R->store.disk, l, m, v, err);
+            continue;
+        }
+        memcpy(R->store.m + at, m, n * sizeof(float));
+        memcpy(R->store.v + at, v, n * sizeof(float));
     }
     mt_shard_store_free(&one);
     return rc;

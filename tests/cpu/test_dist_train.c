@@ -127,6 +127,32 @@ Test(dist_train, checkpoints_resume_on_any_number_of_ranks, .timeout = 300) {
     free(dir);
 }
 
+/* A checkpoint of 2 ranks resumed by one process whose last layers keep
+ * their Adam state on disk: the state of those layers goes to the disk, and
+ * the run continues as the uninterrupted one. */
+Test(dist_train, a_ranks_checkpoint_resumes_with_a_disk_tier, .timeout = 300) {
+    char *dir = mt_test_tmpdir(), full[512], out[512], disk[512], cmd[4096];
+    snprintf(full, sizeof full, "%s/two", dir);
+    snprintf(out, sizeof out, "%s/resumed", dir);
+    snprintf(disk, sizeof disk, "%s/nvme", dir);
+    cr_assert_eq(train(full, 2, NULL, NULL), 0);
+    double want[STEPS], got[STEPS];
+    cr_assert_eq(read_losses(full, want, STEPS), STEPS);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s %s/checkpoints && cp -r %s/checkpoints/step-00000008 "
+             "%s/checkpoints/", disk, out, full, out);
+    cr_assert_eq(system(cmd), 0);
+    char *argv[32] = {"train", "--device", "cpu", "--precision", "fp32", "--micro-batches",
+                      "4", "--batch-size", "2", "--seq-len", "32", "--steps", "16",
+                      "--save-every", "8", "--out", out, "--resume", "auto", "--nvme-dir", disk,
+                      "--disk-layers", "3", NULL};
+    cr_assert_eq(mt_test_cli(argv), 0);
+    for (int s = 0; s < STEPS; s++) got[s] = want[s];
+    cr_assert_eq(read_losses(out, got, STEPS), STEPS - 8, "steps 9..16 logged once each");
+    assert_close(want, got, 8, STEPS, "2 ranks' checkpoint on one process with 3 disk layers");
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
 Test(dist_train, a_batch_the_ranks_cannot_share_is_refused, .timeout = 60) {
     char *dir = mt_test_tmpdir(), out[512];
     snprintf(out, sizeof out, "%s/run", dir);
