@@ -5,16 +5,15 @@
  * line per step), checkpoints/step-N/ (resume checkpoints, the last K kept)
  * and model/ (the final Hugging Face model, with the tokenizer files: the
  * byte tokenizer's too).
- * What a checkpoint records of the run, and the saves: trainer_state.c. */
+ * What a checkpoint records of the run, and the saves: trainer_state.c;
+ * the data and the batches: trainer_data.c. */
 #include "train/trainer.h"
 
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/builtin_text.h"
 #include "engine/step.h"
 #include "host/disk_state.h"
 #include "io/checkpoint.h"
@@ -78,207 +77,7 @@ static int check_sample(const mt_run *R, mt_error *err) {
                      (long long)R->cfg.max_pos);
 }
 
-static int load_tokenizer(mt_run *R, mt_error *err) {
-    const mt_train_config *tc = R->tc;
-    if (R->tok) return 0; /* the built-in model's own, loaded with its config */
-    if (!tc->tokenizer[0] || !strcmp(tc->tokenizer, "bytes")) {
-        if (tc->model[0] && !tc->tokenizer[0])
-            return mt_errorf(err, "no tokenizer: pass --tokenizer PATH/tokenizer.json");
-        R->tok = mt_tokenizer_bytes();
-    } else {
-        R->tok = mt_tokenizer_load(tc->tokenizer, err);
-        if (!R->tok) return -1;
-    }
-    if ((int64_t)mt_tokenizer_vocab_size(R->tok) > R->cfg.V)
-        mt_emitf(&R->ev, MT_EVENT_WARNING, "note: the tokenizer has %zu ids, the model %lld; "
-                 "data with ids >= %lld will be refused", mt_tokenizer_vocab_size(R->tok),
-                 (long long)R->cfg.V, (long long)R->cfg.V);
-    return 0;
-}
-
-static void emit_sources(mt_run *R);
-
-static int open_data(mt_run *R, mt_error *err) {
-    const mt_train_config *tc = R->tc;
-    if (mt_run_is_pref(R)) return mt_run_pref_open(R, err);
-    if (!tc->data[0]) {
-        if (tc->model[0])
-            return mt_errorf(err, "no training data: pass --data FILE.jsonl (or .mtok)");
-        if (tc->tokenizer[0] && strcmp(tc->tokenizer, "bytes"))
-            return mt_errorf(err, "tokenizer %s: the built-in text is bytes, which only the "
-                             "built-in tokenizer reads; pass --data FILE to train with this "
-                             "tokenizer", tc->tokenizer);
-        R->text = mt_builtin_text(MT_BUILTIN_TEXT_BYTES, 7, &R->text_len);
-        R->rng = (uint64_t)tc->seed * 0x9E3779B97F4A7C15ull + 1;
-        return 0;
-    }
-    mt_data_opts o = {.path = tc->data, .format = mt_tc_data_format_name(tc->data_format),
-                      .text_field = tc->text_field,
-                      .chat_template = mt_tc_chat_template_name(tc->chat_template),
-                      .packing = mt_tc_packing_name(tc->packing),
-                      .skip_bad_lines = tc->skip_bad_lines, .seed = (uint64_t)tc->seed,
-                      .epochs = tc->epochs};
-    R->data = mt_dataset_open(&o, R->tok, R->cfg.V, err);
-    if (!R->data) return -1;
-    mt_data_stats st = mt_dataset_stats(R->data);
-    char skipped[64] = "", chat[96] = "";
-    if (st.skipped_lines)
-        snprintf(skipped, sizeof skipped, ", %lld malformed lines skipped",
-                 (long long)st.skipped_lines);
-    if (st.chat_template && !strcmp(st.chat_template, "model"))
-        snprintf(chat, sizeof chat, " with the model's chat template");
-    else if (st.chat_template)
-        snprintf(chat, sizeof chat, " with the built-in chat template %s", st.chat_template);
-    mt_emitf(&R->ev, MT_EVENT_INFO, "data: %s, %lld documents, %lld tokens (%lld with loss), "
-             "format %s%s, packing %s%s", tc->data, (long long)st.documents, (long long)st.tokens,
-             (long long)st.trainable, st.format, chat, st.packing, skipped);
-    emit_sources(R);
-    return mt_dataset_check_rows(R->data, tc->seq_len, err);
-}
-
-/* The sources of a mixture or the files of a directory, a line each. */
-static void emit_sources(mt_run *R) {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f) return;
-    mt_dataset_print_sources(R->data, f);
-    fclose(f);
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
-        mt_emit(&R->ev, MT_EVENT_INFO, line);
-    free(text);
-}
-
-static int sum_over_ranks(void *ctx, double *x, int n, mt_error *err) {
-    return mt_ranks_sum(&((mt_run *)ctx)->rk, x, n, err);
-}
-
-static int open_eval(mt_run *R, mt_error *err) {
-    const mt_train_config *tc = R->tc;
-    mt_data_opts o = {.path = tc->eval_data, .format = mt_tc_data_format_name(tc->data_format),
-                      .text_field = tc->text_field,
-                      .chat_template = mt_tc_chat_template_name(tc->chat_template),
-                      .packing = mt_tc_packing_name(tc->packing),
-                      .skip_bad_lines = tc->skip_bad_lines};
-    if (mt_eval_set_open(&R->eval, &o, R->tok, R->cfg.V, (int)tc->micro_batches,
-                         tc->batch_size, tc->seq_len, tc->eval_batches, tc->eval_every, err))
-        return -1;
-    R->eval.mb_first = R->mb_first; /* the micro-batches of every batch this rank evaluates */
-    R->eval.mb_count = R->M;
-    if (R->several) R->eval.sum = sum_over_ranks, R->eval.sum_ctx = R;
-    return 0;
-}
-
-/* Rows of T+1 bytes of the built-in text at random offsets. */
-static void builtin_batch(mt_run *R, int64_t rows, int64_t T) {
-    for (int64_t r = 0; r < rows; r++) {
-        uint64_t *s = &R->rng;
-        *s ^= *s << 13;
-        *s ^= *s >> 7;
-        *s ^= *s << 17;
-        size_t off = *s % (R->text_len - (size_t)T - 1);
-        for (int64_t t = 0; t < T; t++) {
-            R->tokens[r * T + t] = (unsigned char)R->text[off + t];
-            R->targets[r * T + t] = (unsigned char)R->text[off + t + 1];
-        }
-    }
-}
-
-/* The step's batch, in R->tokens/targets/pos. */
-static mt_batch step_batch(const mt_run *R) {
-    const mt_train_config *tc = R->tc;
-    return (mt_batch){.M = (int)tc->micro_batches, .B = tc->batch_size, .T = tc->seq_len,
-                      .tokens = R->tokens, .targets = R->targets, .pos = R->pos};
-}
-
-/* 0: a batch with a loss token is in R->tokens/targets; 1: the data is
- * exhausted. A batch without one (chat or completion data whose prompts
- * fill whole rows) would give no gradient, and the engine refuses it: it
- * is skipped and counted in R->empty_batches. The data position moves past
- * it like past any batch, so a resume continues after it. */
-static int next_batch(mt_run *R) {
-    const mt_train_config *tc = R->tc;
-    int64_t rows = tc->micro_batches * tc->batch_size;
-    R->empty_batches = 0;
-    if (R->pref) return mt_run_pref_next(R);
-    if (!R->data) {
-        builtin_batch(R, rows, tc->seq_len);
-        return 0;
-    }
-    for (;;) {
-        if (mt_dataset_next_batch(R->data, rows, tc->seq_len, R->tokens, R->targets, R->pos))
-            return 1;
-        mt_batch b = step_batch(R);
-        if (mt_batch_count_valid(&b) > 0) return 0;
-        R->empty_batches++;
-        R->empty_batches_run++;
-    }
-}
-
-/* Skipped batches said once in full, then in a count with the progress
- * lines (every log_every steps): a warning, not a flood. */
-static void warn_empty_batches(mt_run *R) {
-    int64_t fresh = R->empty_batches_run - R->empty_batches_said, step = R->step + 1;
-    if (fresh == 0 || (R->empty_batches_said && step % R->tc->log_every != 0)) return;
-    if (!R->empty_batches_said)
-        mt_emitf(&R->ev, MT_EVENT_WARNING, "warning: step %lld: skipped %lld batch%s with no loss "
-                 "token (every target -100: prompts that fill whole rows? a longer seq_len "
-                 "keeps more of each answer); counted in metrics.jsonl's empty_batches",
-                 (long long)step, (long long)fresh, fresh > 1 ? "es" : "");
-    else
-        mt_emitf(&R->ev, MT_EVENT_WARNING, "warning: step %lld: %lld more batch%s with no loss "
-                 "token skipped, %lld in all", (long long)step, (long long)fresh,
-                 fresh > 1 ? "es" : "", (long long)R->empty_batches_run);
-    R->empty_batches_said = R->empty_batches_run;
-}
-
-/* What taking a batch moves: the data position (JSON, as a checkpoint
- * holds it), the built-in text's sampler, the skipped-batch counts. */
-typedef struct batch_state {
-    cJSON *data;
-    uint64_t rng;
-    int64_t empty_run, empty_said;
-} batch_state;
-
-/* Only a run that can abandon a step needs it. */
-static batch_state batch_state_get(const mt_run *R) {
-    batch_state s = {NULL, R->rng, R->empty_batches_run, R->empty_batches_said};
-    if (R->data && !R->several && R->r.be->ops->abandon_step)
-        s.data = mt_dataset_pos_to_json(R->data);
-    if (R->pref && R->r.be->ops->abandon_step) s.data = mt_pref_data_pos_to_json(&R->pref->data);
-    return s;
-}
-
-static void batch_state_free(batch_state *s) {
-    cJSON_Delete(s->data);
-    s->data = NULL;
-}
-
-static void batch_state_set(mt_run *R, batch_state *s) {
-    mt_error err;
-    /* the position this dataset itself wrote: never refused */
-    MT_ASSERT(!R->data || (s->data && mt_dataset_pos_from_json(R->data, s->data, &err) == 0));
-    MT_ASSERT(!R->pref || (s->data && mt_pref_data_pos_from_json(&R->pref->data, s->data,
-                                                                 &err) == 0));
-    R->rng = s->rng;
-    R->empty_batches_run = s->empty_run;
-    R->empty_batches_said = s->empty_said;
-    batch_state_free(s);
-}
-
 /* ---- the loop ---- */
-
-/* This rank's micro-batches of the step, whose loss is a mean over the
- * whole step's targets. */
-static mt_batch rank_batch(const mt_run *R) {
-    const mt_train_config *tc = R->tc;
-    size_t skip = (size_t)R->mb_first * (size_t)tc->batch_size * (size_t)tc->seq_len;
-    mt_batch all = step_batch(R);
-    return (mt_batch){.M = R->M, .B = tc->batch_size, .T = tc->seq_len,
-                      .tokens = R->tokens + skip, .targets = R->targets + skip,
-                      .pos = R->pos ? R->pos + skip : NULL,
-                      .n_valid = R->several ? mt_batch_count_valid(&all) : 0};
-}
 
 /* Each layer's sum of squares of the gradient (all ranks' parts) into
  * sq, the loss summed over the ranks, and whether any rank caught a
@@ -312,7 +111,7 @@ static int signal_caught(void *ctx) {
 static int train_step(mt_run *R, double *loss, mt_optim_report *rep, mt_error *err) {
     /* the last update's disk failure, if any: the run stops, its last checkpoint intact */
     if (mt_disk_state_error(R->store.disk, err)) return -1;
-    mt_batch b = rank_batch(R);
+    mt_batch b = mt_run_rank_batch(R);
     mt_step_stop stop = {signal_caught, NULL};
     int rc = R->pref ? mt_run_pref_step(R, &stop, loss, err)
                      : mt_step_forward_backward_or_stop(R->r.be, R->table.n_layers, &b,
@@ -488,12 +287,12 @@ static int load_state(mt_run *R, int lead, mt_error *err) {
     if (R->ckpt_dir[0]) {
         char *js = NULL;
         if (mt_run_load_checkpoint(R, &js, err)) return -1;
-        int rc = load_tokenizer(R, err) || open_data(R, err) || mt_run_restore_state(R, js, err);
+        int rc = mt_run_load_tokenizer(R, err) || mt_run_open_data(R, err) || mt_run_restore_state(R, js, err);
         free(js);
         if (rc) return -1;
         mt_emitf(&R->ev, MT_EVENT_INFO, "resume: %s at step %lld", R->ckpt_dir,
                  (long long)R->step);
-    } else if (mt_run_init_weights(R, err) || load_tokenizer(R, err) || open_data(R, err)) {
+    } else if (mt_run_init_weights(R, err) || mt_run_load_tokenizer(R, err) || mt_run_open_data(R, err)) {
         return -1;
     }
     if (!lead) return 0;
@@ -623,7 +422,7 @@ static int setup(mt_run *R, mt_error *err) {
              "vocab %lld", tc->model[0] ? tc->model : "built-in", R->cfg.model_type,
              R->table.n_params / 1e6, (long long)R->cfg.L, (long long)R->cfg.C,
              (long long)R->cfg.V);
-    if (load_state(R, lead, err) || (tc->eval_data[0] && !R->pref && open_eval(R, err)) ||
+    if (load_state(R, lead, err) || (tc->eval_data[0] && !R->pref && mt_run_open_eval(R, err)) ||
         mt_run_pref_reference(R, gpu, err) || plan_steps(R, err) || start_backend(R, &ro, err) ||
         mt_run_pref_reference_ranks(R, err))
         return -1;
@@ -729,11 +528,11 @@ int mt_trainer_step(mt_run *R, mt_step_metrics *m, mt_error *err) {
         mt_ranks_watch_start(&R->rk);
     }
     /* where the data was, for a step that a signal abandons */
-    batch_state before = batch_state_get(R);
-    int done = next_batch(R);
-    warn_empty_batches(R);
+    mt_run_batch_state before = mt_run_batch_state_get(R);
+    int done = mt_run_next_batch(R);
+    mt_run_warn_empty_batches(R);
     if (done) {
-        batch_state_free(&before);
+        mt_run_batch_state_free(&before);
         R->data_done = 1;
         mt_emitf(&R->ev, MT_EVENT_INFO, "train: the data ran out after %lld steps (epochs = %lld)",
                  (long long)R->step, (long long)tc->epochs);
@@ -743,10 +542,10 @@ int mt_trainer_step(mt_run *R, mt_step_metrics *m, mt_error *err) {
     mt_optim_report rep;
     int st = train_step(R, &loss, &rep, err);
     if (st == 2) { /* as if the step had not begun: a checkpoint now is the state after step */
-        batch_state_set(R, &before);
+        mt_run_batch_state_set(R, &before);
         return 2;
     }
-    batch_state_free(&before);
+    mt_run_batch_state_free(&before);
     if (st < 0) return -1;
     /* the GPU's optimizer pipeline cannot skip an update: it stops */
     if (st == 1 && mt_nonfinite_decide(&R->nf, tc, R->step + 1, loss, rep.grad_norm, !R->r.gpu,

@@ -122,6 +122,38 @@ void mt_run_pref_free(mt_run *R);
 char *mt_run_state_json(const mt_run *R);
 int mt_run_restore_state(mt_run *R, const char *json, mt_error *err);
 
+/* ---- tokenizer, data and batches (trainer_data.c) ---- */
+
+/* The run's tokenizer (--tokenizer, the model's, or the byte one), and
+ * the training data (or the preference pairs, or the built-in text). */
+int mt_run_load_tokenizer(mt_run *R, mt_error *err);
+int mt_run_open_data(mt_run *R, mt_error *err);
+/* The held-out data (eval_data), this rank's micro-batches of each batch. */
+int mt_run_open_eval(mt_run *R, mt_error *err);
+/* 0: the next batch with a loss token is in R->tokens/targets (batches
+ * without one skipped and counted in R->empty_batches); 1: the data is
+ * exhausted. */
+int mt_run_next_batch(mt_run *R);
+/* Warns of skipped batches: once in full, then with the progress lines. */
+void mt_run_warn_empty_batches(mt_run *R);
+/* This rank's micro-batches of the step, whose loss is a mean over the
+ * whole step's targets. */
+mt_batch mt_run_rank_batch(const mt_run *R);
+
+/* What taking a batch moves: the data position (JSON, as a checkpoint
+ * holds it), the built-in text's sampler, the skipped-batch counts. */
+typedef struct mt_run_batch_state {
+    struct cJSON *data;
+    uint64_t rng;
+    int64_t empty_run, empty_said;
+} mt_run_batch_state;
+/* What taking a batch moved, before it (get), put back for a step that is
+ * abandoned (set, which frees it), or dropped (free). Only a run that can
+ * abandon a step records the data position. */
+mt_run_batch_state mt_run_batch_state_get(const mt_run *R);
+void mt_run_batch_state_set(mt_run *R, mt_run_batch_state *s);
+void mt_run_batch_state_free(mt_run_batch_state *s);
+
 /* ---- the ranks of a run (trainer_ranks.c) ---- */
 
 /* Becomes this process's rank (train/ranks.h) and, with several, checks
