@@ -140,6 +140,7 @@ static double disk_get(disk_sim *d, const mt_plan_request *q, int l, double t, i
         if (d->layer[k] == l && !d->writing[k]) b = k;
     if (b < 0) {
         b = disk_buffer(d, &t, 1);
+        if (b < 0) b = 0; /* every buffer holds a later layer: as the tier, the first */
         disk_read(d, b, l, t, part_floats(q, l) * 8.0);
     }
     double ready = fmax(t, d->done[b]);
