@@ -43,8 +43,8 @@ static void config_text(const mt_bench_opts *o, char *buf, size_t cap) {
     const mt_config *c = &o->cfg;
     snprintf(buf, cap, "shape=%lld,%lld,%lld,%lld,%lld,%lld,%lld\nbatch=%d,%lld,%lld\n"
              "steps=%lld\nprecision=%d\nslots=%d\nkeep=%d\ngrads=%d,%d,%d,%d,%d\n"
-             "budgets=%g,%g\ngpus=%d\nsaved=%d\n", (long long)c->L, (long long)c->C, (long long)c->NH,
-             (long long)c->NKV, (long long)c->F, (long long)c->V, (long long)c->moe.E, o->M,
+             "budgets=%g,%g\ngpus=%d\nsaved=%d\n", (long long)c->L, (long long)c->C,
+             (long long)c->NH, (long long)c->NKV, (long long)c->F, (long long)c->V, (long long)c->moe.E, o->M,
              (long long)o->B, (long long)o->T, (long long)o->steps, o->fp32, o->slots, o->keep,
              o->gpu_grads, o->host_saved, o->grad_dtype, o->all_gpu, o->gpu_adam, o->gpu_mem,
              o->host_mem, o->gpus, o->saved_bf16);

@@ -287,12 +287,14 @@ static int load_state(mt_run *R, int lead, mt_error *err) {
     if (R->ckpt_dir[0]) {
         char *js = NULL;
         if (mt_run_load_checkpoint(R, &js, err)) return -1;
-        int rc = mt_run_load_tokenizer(R, err) || mt_run_open_data(R, err) || mt_run_restore_state(R, js, err);
+        int rc = mt_run_load_tokenizer(R, err) || mt_run_open_data(R, err) ||
+                 mt_run_restore_state(R, js, err);
         free(js);
         if (rc) return -1;
         mt_emitf(&R->ev, MT_EVENT_INFO, "resume: %s at step %lld", R->ckpt_dir,
                  (long long)R->step);
-    } else if (mt_run_init_weights(R, err) || mt_run_load_tokenizer(R, err) || mt_run_open_data(R, err)) {
+    } else if (mt_run_init_weights(R, err) || mt_run_load_tokenizer(R, err) ||
+               mt_run_open_data(R, err)) {
         return -1;
     }
     if (!lead) return 0;
