@@ -224,18 +224,66 @@ static int check_file(const char *dir, const char *name, const marker *mk, mt_er
     return rc;
 }
 
-/* Copies, from old rank k's shard file f, the elements of each layer that
- * both k and this rank own; counts them into *copied. */
-static int copy_overlap(const mt_st_file *f, const mt_shard_layout *old, mt_shard_store *s,
-                        size_t *copied, mt_error *err) {
-    const mt_shard_layout *sl = &s->layout;
-    float *arrays[3] = {s->w, s->m, s->v};
+/* The shard files of the old ranks whose parts meet this layout's, open
+ * (mapped) and checked against COMPLETE; files[k] NULL-pathed where none
+ * meets. */
+typedef struct old_shards {
+    int ranks;
+    mt_shard_layout *layout; /* (ranks) */
+    mt_st_file *files;       /* (ranks) */
+    uint8_t *open;           /* (ranks) */
+} old_shards;
+
+static void close_shards(old_shards *o) {
+    for (int k = 0; k < o->ranks; k++) {
+        if (o->open[k]) mt_st_close(&o->files[k]);
+        mt_shard_layout_free(&o->layout[k]);
+    }
+    free(o->layout);
+    free(o->files);
+    free(o->open);
+}
+
+static int open_shards(const char *dir, const marker *mk, const mt_shard_layout *sl,
+                       old_shards *o, mt_error *err) {
+    *o = (old_shards){.ranks = mk->ranks};
+    o->layout = mt_calloc_or_die((size_t)mk->ranks, sizeof *o->layout);
+    o->files = mt_calloc_or_die((size_t)mk->ranks, sizeof *o->files);
+    o->open = mt_calloc_or_die((size_t)mk->ranks, 1);
+    int rc = 0;
+    for (int k = 0; k < mk->ranks && rc == 0; k++) {
+        rc = mt_shard_layout_init(&o->layout[k], sl->table, k, mk->ranks, err);
+        int overlaps = 0;
+        for (int l = 0; l < sl->table->n_layers && rc == 0; l++)
+            overlaps |= o->layout[k].part[l].begin < sl->part[l].end &&
+                        sl->part[l].begin < o->layout[k].part[l].end;
+        char name[64];
+        shard_name(name, sizeof name, k, mk->ranks);
+        if (rc == 0 && overlaps) rc = check_file(dir, name, mk, err);
+        if (rc == 0 && overlaps) {
+            char *path = mt_path_join(dir, name);
+            rc = mt_st_open(&o->files[k], path, err);
+            o->open[k] = rc == 0;
+            free(path);
+        }
+    }
+    if (rc) close_shards(o);
+    return rc;
+}
+
+/* Copies this layout's part of layer l of w, m and v (dst[0..2], where the
+ * part starts) from the old ranks' files that hold pieces of it; counts
+ * the elements into *copied. */
+static int copy_layer(const old_shards *o, const mt_shard_layout *sl, int l, float *dst[3],
+                      size_t *copied, mt_error *err) {
     const char *prefix[3] = {"w", "m", "v"};
-    for (int l = 0; l < sl->table->n_layers; l++) {
-        mt_shard_range mine = sl->part[l], theirs = old->part[l];
+    mt_shard_range mine = sl->part[l];
+    for (int k = 0; k < o->ranks; k++) {
+        mt_shard_range theirs = o->layout[k].part[l];
         size_t b = mine.begin > theirs.begin ? mine.begin : theirs.begin;
         size_t e = mine.end < theirs.end ? mine.end : theirs.end;
         if (b >= e) continue;
+        const mt_st_file *f = &o->files[k];
         for (int a = 0; a < 3; a++) {
             char name[32];
             snprintf(name, sizeof name, "%s.%d", prefix[a], l);
@@ -247,7 +295,7 @@ static int copy_overlap(const mt_st_file *f, const mt_shard_layout *old, mt_shar
                                  "F32 [%zu]: the shard does not belong to this model", f->path,
                                  name, mt_dtype_name(ti->dtype), ti->ndim,
                                  (long long)ti->shape[0], want);
-            memcpy(arrays[a] + sl->local[l] + (b - mine.begin),
+            memcpy(dst[a] + (b - mine.begin),
                    (const char *)ti->data + (b - theirs.begin) * sizeof(float),
                    (e - b) * sizeof(float));
         }
@@ -256,41 +304,10 @@ static int copy_overlap(const mt_st_file *f, const mt_shard_layout *old, mt_shar
     return 0;
 }
 
-static int load_shards(const char *dir, const marker *mk, mt_shard_store *s, mt_error *err) {
-    const mt_shard_layout *sl = &s->layout;
-    size_t copied = 0, owned = 0;
-    for (int l = 0; l < sl->table->n_layers; l++) owned += mt_shard_len(sl, l);
-    int rc = 0;
-    for (int k = 0; k < mk->ranks && rc == 0; k++) {
-        mt_shard_layout old;
-        rc = mt_shard_layout_init(&old, sl->table, k, mk->ranks, err);
-        int overlaps = 0;
-        for (int l = 0; l < sl->table->n_layers && rc == 0; l++)
-            overlaps |= old.part[l].begin < sl->part[l].end &&
-                        sl->part[l].begin < old.part[l].end;
-        char name[64];
-        shard_name(name, sizeof name, k, mk->ranks);
-        if (rc == 0 && overlaps) rc = check_file(dir, name, mk, err);
-        if (rc == 0 && overlaps) {
-            char *path = mt_path_join(dir, name);
-            mt_st_file f;
-            rc = mt_st_open(&f, path, err);
-            if (rc == 0) rc = copy_overlap(&f, &old, s, &copied, err);
-            mt_st_close(&f);
-            free(path);
-        }
-        mt_shard_layout_free(&old);
-    }
-    MT_ASSERT(rc != 0 || copied == owned);  /* the parts of all old ranks cover every layer */
-    return rc;
-}
-
-int mt_shard_ckpt_load(const char *dir, mt_shard_store *s, const mt_config *cfg,
-                       char **state_json, mt_error *err) {
-    if (state_json) *state_json = NULL;
-    marker mk;
-    int rc = read_marker(dir, &mk, err);
-    if (rc == 0) rc = check_file(dir, "config.json", &mk, err);
+/* The marker, and config.json checked against cfg. */
+static int begin_load(const char *dir, const mt_config *cfg, marker *mk, mt_error *err) {
+    int rc = read_marker(dir, mk, err);
+    if (rc == 0) rc = check_file(dir, "config.json", mk, err);
     if (rc == 0) {
         char *cpath = mt_path_join(dir, "config.json");
         mt_config saved;
@@ -298,15 +315,68 @@ int mt_shard_ckpt_load(const char *dir, mt_shard_store *s, const mt_config *cfg,
         if (rc == 0) rc = mt_ckpt_compare_configs(&saved, cfg, cpath, err);
         free(cpath);
     }
-    if (rc == 0) rc = load_shards(dir, &mk, s, err);
+    return rc;
+}
+
+/* The trainer's state (state_json may be NULL), and the marker freed. */
+static int end_load(const char *dir, marker *mk, int rc, char **state_json, mt_error *err) {
     if (rc == 0 && state_json) {
-        rc = check_file(dir, "trainer_state.json", &mk, err);
-        if (rc == 0) rc = mt_ckpt_load_state(dir, mk.step, state_json, err);
+        rc = check_file(dir, "trainer_state.json", mk, err);
+        if (rc == 0) rc = mt_ckpt_load_state(dir, mk->step, state_json, err);
     }
-    cJSON_Delete(mk.root);
+    cJSON_Delete(mk->root);
+    return rc;
+}
+
+int mt_shard_ckpt_load(const char *dir, mt_shard_store *s, const mt_config *cfg,
+                       char **state_json, mt_error *err) {
+    if (state_json) *state_json = NULL;
+    const mt_shard_layout *sl = &s->layout;
+    marker mk;
+    old_shards o;
+    int rc = begin_load(dir, cfg, &mk, err);
+    if (rc == 0 && (rc = open_shards(dir, &mk, sl, &o, err)) == 0) {
+        size_t copied = 0, owned = 0;
+        for (int l = 0; l < sl->table->n_layers && rc == 0; l++) {
+            float *dst[3] = {s->w + sl->local[l], s->m + sl->local[l], s->v + sl->local[l]};
+            owned += mt_shard_len(sl, l);
+            rc = copy_layer(&o, sl, l, dst, &copied, err);
+        }
+        MT_ASSERT(rc != 0 || copied == owned); /* the old ranks' parts cover every layer */
+        close_shards(&o);
+    }
+    rc = end_load(dir, &mk, rc, state_json, err);
     if (rc)
-        mt_error_prefix(err, "loading sharded checkpoint as rank %d of %d: ", s->layout.rank,
-                        s->layout.ranks);
+        mt_error_prefix(err, "loading sharded checkpoint as rank %d of %d: ", sl->rank,
+                        sl->ranks);
+    return rc;
+}
+
+int mt_shard_ckpt_load_layers(const char *dir, const mt_param_table *t, const mt_config *cfg,
+                              char **state_json, mt_shard_layer_sink sink, void *ctx,
+                              mt_error *err) {
+    if (state_json) *state_json = NULL;
+    mt_shard_layout one;
+    if (mt_shard_layout_init(&one, t, 0, 1, err)) return -1;
+    marker mk;
+    old_shards o;
+    int rc = begin_load(dir, cfg, &mk, err);
+    if (rc == 0 && (rc = open_shards(dir, &mk, &one, &o, err)) == 0) {
+        size_t most = t->max_layer_numel ? t->max_layer_numel : 1, copied = 0;
+        float *buf = mt_malloc_or_die(3 * most * sizeof(float));
+        for (int l = 0; l < t->n_layers && rc == 0; l++) {
+            float *dst[3] = {buf, buf + most, buf + 2 * most};
+            size_t before = copied;
+            rc = copy_layer(&o, &one, l, dst, &copied, err);
+            MT_ASSERT(rc != 0 || copied - before == t->layers[l].numel);
+            if (rc == 0) rc = sink(ctx, l, dst[0], dst[1], dst[2], err);
+        }
+        free(buf);
+        close_shards(&o);
+    }
+    mt_shard_layout_free(&one);
+    rc = end_load(dir, &mk, rc, state_json, err);
+    if (rc) mt_error_prefix(err, "loading sharded checkpoint in one process: ");
     return rc;
 }
 

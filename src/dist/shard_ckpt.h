@@ -48,6 +48,16 @@ int mt_shard_ckpt_save(mt_rdv *g, const char *out_dir, int64_t step, const mt_sh
 int mt_shard_ckpt_load(const char *ckpt_dir, mt_shard_store *s, const mt_config *cfg,
                        char **state_json, mt_error *err);
 
+/* The same checkpoint read whole, a layer at a time, for a run of one
+ * process (its store over t): sink receives layer l's w, m and v (numel
+ * floats each, valid during the call), and a -1 from it stops the load.
+ * Holds one layer of each in RAM beside the mapped files. */
+typedef int (*mt_shard_layer_sink)(void *ctx, int layer, const float *w, const float *m,
+                                   const float *v, mt_error *err);
+int mt_shard_ckpt_load_layers(const char *ckpt_dir, const mt_param_table *t,
+                              const mt_config *cfg, char **state_json, mt_shard_layer_sink sink,
+                              void *ctx, mt_error *err);
+
 /* How many ranks wrote the checkpoint ckpt_dir (its COMPLETE's "ranks"):
  * 0 for a checkpoint of one process, -1 with a message when the marker
  * cannot be read. */

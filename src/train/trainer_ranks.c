@@ -119,27 +119,19 @@ static int load_whole_into_parts(mt_run *R, char **js, mt_error *err) {
     return rc;
 }
 
-/* A checkpoint of several ranks on a run of one: as the one rank of a
- * layout of one, then into the store's own layout; the Adam state of the
- * layers that keep it on disk into the disk tier (their ranges of the store
- * hold no memory). */
-static int load_shards_whole(mt_run *R, char **js, mt_error *err) {
-    mt_shard_store one;
-    if (mt_shard_store_init(&one, &R->table, 0, 1, 0, err)) return -1;
-    int rc = mt_shard_ckpt_load(R->ckpt_dir, &one, &R->cfg, js, err);
-    if (rc == 0) mt_shard_put(&one.layout, one.w, R->store.w);
-    for (int l = 0; l < R->table.n_layers && rc == 0; l++) {
-        const float *m = one.m + one.layout.local[l], *v = one.v + one.layout.local[l];
-        size_t at = R->table.layers[l].offset, n = R->table.layers[l].numel;
-        if (mt_disk_state_on_disk(R->store.disk, l)) {
-            rc = mt_disk_state_write(R->store.disk, l, m, v, err);
-            continue;
-        }
-        memcpy(R->store.m + at, m, n * sizeof(float));
-        memcpy(R->store.v + at, v, n * sizeof(float));
-    }
-    mt_shard_store_free(&one);
-    return rc;
+/* A layer of a checkpoint of several ranks into the store of a run of one:
+ * the Adam state of a layer that keeps it on disk into the disk tier (its
+ * range of the store holds no memory). */
+static int put_layer(void *ctx, int l, const float *w, const float *m, const float *v,
+                     mt_error *err) {
+    mt_run *R = ctx;
+    size_t at = R->table.layers[l].offset, bytes = R->table.layers[l].numel * sizeof(float);
+    memcpy(R->store.w + at, w, bytes);
+    if (mt_disk_state_on_disk(R->store.disk, l))
+        return mt_disk_state_write(R->store.disk, l, m, v, err);
+    memcpy(R->store.m + at, m, bytes);
+    memcpy(R->store.v + at, v, bytes);
+    return 0;
 }
 
 int mt_run_load_checkpoint(mt_run *R, char **js, mt_error *err) {
@@ -148,7 +140,8 @@ int mt_run_load_checkpoint(mt_run *R, char **js, mt_error *err) {
     if (ranks == 0)
         return R->several ? load_whole_into_parts(R, js, err)
                           : mt_checkpoint_load_verified(R->ckpt_dir, &R->store, &R->cfg, js, err);
-    if (!R->several) return load_shards_whole(R, js, err);
+    if (!R->several)
+        return mt_shard_ckpt_load_layers(R->ckpt_dir, &R->table, &R->cfg, js, put_layer, R, err);
     mt_shard_store view = {.layout = R->sl, .w = R->store.w, .m = R->store.m, .v = R->store.v};
     return mt_shard_ckpt_load(R->ckpt_dir, &view, &R->cfg, js, err);
 }
