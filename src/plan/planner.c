@@ -622,7 +622,27 @@ static void place(const mt_plan_request *q, mt_plan *p) {
  * give it: the same tokens in smaller micro-batches (less GPU memory for
  * activations), then fewer micro-batches, then smaller ones (fewer
  * checkpoints on the host). */
+/* The same step with bf16 saved inputs, appended to p->why when it fits
+ * (a bf16 run whose saved inputs are fp32); 1 if it was. */
+static int suggest_saved_bf16(const mt_plan_request *q, mt_plan *p) {
+    if (q->saved_bf16 || q->precision != MT_GPU_BF16) return 0;
+    mt_plan_request r = *q;
+    r.saved_bf16 = 1;
+    mt_plan t;
+    place(&r, &t);
+    int fits = t.fits;
+    if (fits) {
+        size_t len = strlen(p->why);
+        snprintf(p->why + len, sizeof p->why - len, "; --saved-input-dtype bf16 fits (the same "
+                 "%lld tokens a step, predicted at %.2f s a step)",
+                 (long long)q->M * q->B * q->T, t.pred.step);
+    }
+    mt_plan_free(&t);
+    return fits;
+}
+
 static void suggest(const mt_plan_request *q, mt_plan *p) {
+    if (suggest_saved_bf16(q, p)) return;
     int64_t cand[40][2]; /* {B, M} */
     int n = 0;
     for (int64_t b = q->B / 2, m = (int64_t)q->M * 2; b >= 1 && m <= 4096 && n < 40; b /= 2, m *= 2)

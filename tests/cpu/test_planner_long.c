@@ -82,6 +82,19 @@ Test(planner_long, a_refusal_names_bf16_saved_inputs) {
     done(&x);
 }
 
+/* When the same step fits with bf16 saved inputs, the refusal says so with
+ * its prediction, before any smaller step. */
+Test(planner_long, a_refusal_says_when_bf16_saved_inputs_fit) {
+    planned x;
+    mt_error err;
+    request_8b(&x, 131072, 118, 30, 0);
+    cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), 0, "%s", err.msg);
+    cr_assert(!x.p.fits);
+    cr_assert(strstr(x.p.why, "--saved-input-dtype bf16 fits (the same 131072 tokens a step"),
+              "%s", x.p.why);
+    done(&x);
+}
+
 Test(planner_long, fp32_runs_refuse_bf16_saved_inputs) {
     planned x;
     mt_error err;
