@@ -12,38 +12,22 @@
 #include <string.h>
 
 #include "plan/planner.h"
+#include "plan_check.h"
 #include "testlib.h"
 #include "model/presets.h"
 
-typedef struct planned {
-    mt_config cfg;
-    mt_param_table t;
-    mt_plan_request q;
-    mt_plan p;
-} planned;
-
-static void plan_8b_mb(planned *x, double gpu_gb, double host_gb, int grad_dtype, int M,
+static void plan_8b_mb(mt_test_planned *x, double gpu_gb, double host_gb, int grad_dtype, int M,
                        int64_t B) {
-    mt_error err;
-    mt_preset_config(mt_preset_find("8b"), 2048, &x->cfg);
-    cr_assert_eq(mt_params_init(&x->t, &x->cfg, &err), 0, "%s", err.msg);
-    x->q = (mt_plan_request){.cfg = &x->cfg, .t = &x->t, .M = M, .B = B, .T = 2048,
-                             .precision = MT_GPU_BF16, .gpu_budget = gpu_gb * 1e9,
-                             .host_budget = host_gb * 1e9, .host_grad_dtype = grad_dtype,
-                             .keep_layers = -1,
-                             .device_optim = -1};
-    mt_rates_default(&x->q.rates);
-    cr_assert_eq(mt_plan_make(&x->q, &x->p, &err), 0, "%s", err.msg);
+    mt_test_request_8b(x, 2048, M, B);
+    x->q.gpu_budget = gpu_gb * 1e9;
+    x->q.host_budget = host_gb * 1e9;
+    x->q.host_grad_dtype = grad_dtype;
+    mt_test_replan(x);
 }
 
 /* 64k tokens per step as 4 micro-batches of 8 rows. */
-static void plan_8b(planned *x, double gpu_gb, double host_gb, int grad_dtype) {
+static void plan_8b(mt_test_planned *x, double gpu_gb, double host_gb, int grad_dtype) {
     plan_8b_mb(x, gpu_gb, host_gb, grad_dtype, 4, 8);
-}
-
-static void done(planned *x) {
-    mt_plan_free(&x->p);
-    mt_params_free(&x->t);
 }
 
 static int count_gpu_grads(const mt_plan *p) {
@@ -54,31 +38,31 @@ static int count_gpu_grads(const mt_plan *p) {
 
 /* The H100 case of the issue: 80 GB GPU, 125 GiB host. */
 Test(planner, eight_b_fits_an_80_gb_gpu_within_both_budgets) {
-    planned x;
+    mt_test_planned x;
     plan_8b(&x, 79, 129.7, -1);
     cr_assert(x.p.fits, "%s", x.p.why);
     cr_assert_leq(x.p.gpu_bytes, x.q.gpu_budget);
     cr_assert_leq(x.p.host_bytes, x.q.host_budget);
     cr_assert_gt(x.p.pred.step, 0);
-    done(&x);
+    mt_test_planned_free(&x);
 }
 
 /* A host that cannot hold fp32 gradients for every layer: the planner
  * keeps some on the GPU (exact) when the GPU has room ... */
 Test(planner, short_host_moves_gradients_to_a_roomy_gpu_before_rounding) {
-    planned x;
+    mt_test_planned x;
     plan_8b(&x, 139, 112, -1);
     cr_assert(x.p.fits, "%s", x.p.why);
     cr_assert_eq(x.p.host_grad_bf16, 0, "fp32 fits with GPU gradients: no rounding");
     cr_assert_gt(count_gpu_grads(&x.p), 0);
     cr_assert_leq(x.p.host_bytes, x.q.host_budget);
-    done(&x);
+    mt_test_planned_free(&x);
 }
 
 /* ... and rounds them to bf16 when no fp32 placement fits: at most 14 host
  * bytes per parameter for the model state and gradients. */
 Test(planner, no_fp32_placement_fits_so_host_gradients_are_bf16) {
-    planned x;
+    mt_test_planned x;
     plan_8b(&x, 60, 118, -1);
     cr_assert(x.p.fits, "%s", x.p.why);
     cr_assert_eq(x.p.host_grad_bf16, 1);
@@ -86,15 +70,15 @@ Test(planner, no_fp32_placement_fits_so_host_gradients_are_bf16) {
     for (int l = 0; l < x.p.n_layers; l++)
         if (x.p.homes[l].grad_host) grads_host += 2.0 * x.t.layers[l].numel;
     cr_assert_leq((x.p.store_bytes + grads_host) / x.t.n_params, 14.0 + 1e-9);
-    done(&x);
+    mt_test_planned_free(&x);
 }
 
 Test(planner, a_gpu_below_the_smallest_placement_is_refused_naming_it) {
-    planned x;
+    mt_test_planned x;
     plan_8b(&x, 24, 129.7, -1);
     cr_assert_not(x.p.fits);
     cr_assert(strstr(x.p.why, "GPU budget short by"), "%s", x.p.why);
-    done(&x);
+    mt_test_planned_free(&x);
 }
 
 /* The --gpu-mem 24 case on the H200's host (125 GiB less the margin):
@@ -102,7 +86,7 @@ Test(planner, a_gpu_below_the_smallest_placement_is_refused_naming_it) {
  * the bf16 gradients, so every other host checkpoint is rebuilt in the
  * backward from the one before it, at the cost of a layer forward each. */
 Test(planner, short_budgets_rebuild_checkpoints_instead_of_refusing) {
-    planned x;
+    mt_test_planned x;
     plan_8b_mb(&x, 24, 128.8, -1, 32, 1);
     cr_assert(x.p.fits, "%s", x.p.why);
     cr_assert_leq(x.p.gpu_bytes, x.q.gpu_budget);
@@ -127,7 +111,7 @@ Test(planner, short_budgets_rebuild_checkpoints_instead_of_refusing) {
     mt_step_prediction b = mt_plan_predict(&x.q, &with_kept);
     cr_assert_gt(a.compute, b.compute);
     free(kept);
-    done(&x);
+    mt_test_planned_free(&x);
 }
 
 /* The 20B-class shape on one H200 of a 256 GiB host (less the margin):
@@ -160,15 +144,15 @@ Test(planner, a_20b_model_fits_one_h200_and_256_gib_by_rebuilding_gpu_checkpoint
 }
 
 Test(planner, a_host_below_the_store_is_refused_naming_both_budgets) {
-    planned x;
+    mt_test_planned x;
     plan_8b(&x, 139, 90, -1);
     cr_assert_not(x.p.fits);
     cr_assert(strstr(x.p.why, "host needs"), "%s", x.p.why);
-    done(&x);
+    mt_test_planned_free(&x);
 }
 
 Test(planner, kept_layers_and_gpu_checkpoints_never_slow_the_model_down) {
-    planned x;
+    mt_test_planned x;
     plan_8b(&x, 139, 129.7, -1);
     mt_plan v = x.p; /* its homes; fp32 host gradients, no device layers, full units */
     v.host_grad_bf16 = v.n_dev = v.lean_keep = 0;
@@ -182,7 +166,7 @@ Test(planner, kept_layers_and_gpu_checkpoints_never_slow_the_model_down) {
     x.q.rates.h2d_gbs = x.q.rates.d2h_gbs = 5;
     mt_step_prediction slow = mt_plan_predict(&x.q, &v);
     cr_assert_gt(slow.step, some.step);
-    done(&x);
+    mt_test_planned_free(&x);
 }
 
 /* With room on the GPU, the layers the next forward needs first keep their
@@ -190,7 +174,7 @@ Test(planner, kept_layers_and_gpu_checkpoints_never_slow_the_model_down) {
  * the step's start no longer waits for their CPU update and copies. None
  * when the request says none. */
 Test(planner, a_roomy_gpu_updates_the_first_layers_there) {
-    planned x;
+    mt_test_planned x;
     plan_8b(&x, 139, 129.7, -1);
     cr_assert(x.p.fits, "%s", x.p.why);
     cr_assert_geq(x.p.n_dev, 1, "the embedding's update stays on the CPU");
@@ -207,7 +191,7 @@ Test(planner, a_roomy_gpu_updates_the_first_layers_there) {
     /* the GPU holds a third of the layers' activations: lean units (the
      * mid-block residual rebuilt) let more of them skip the recompute */
     cr_assert(x.p.lean_keep, "kept units are full with %d of 32 kept", x.p.n_keep);
-    done(&x);
+    mt_test_planned_free(&x);
     mt_error err;
     mt_preset_config(mt_preset_find("8b"), 2048, &x.cfg);
     cr_assert_eq(mt_params_init(&x.t, &x.cfg, &err), 0, "%s", err.msg);
@@ -217,7 +201,7 @@ Test(planner, a_roomy_gpu_updates_the_first_layers_there) {
     mt_rates_default(&x.q.rates);
     cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), 0, "%s", err.msg);
     cr_assert_eq(x.p.n_dev, 0);
-    done(&x);
+    mt_test_planned_free(&x);
 }
 
 /* megatrain calibrate's file: what is saved is what is loaded; a broken
@@ -225,7 +209,7 @@ Test(planner, a_roomy_gpu_updates_the_first_layers_there) {
 /* Where every layer fits whole, lean units would only add the rebuild. */
 Test(planner, lean_kept_units_only_when_memory_binds) {
     mt_error err;
-    planned x;
+    mt_test_planned x;
     mt_preset_config(mt_preset_find("1b"), 2048, &x.cfg);
     cr_assert_eq(mt_params_init(&x.t, &x.cfg, &err), 0, "%s", err.msg);
     x.q = (mt_plan_request){.cfg = &x.cfg, .t = &x.t, .M = 4, .B = 8, .T = 2048,
@@ -237,7 +221,7 @@ Test(planner, lean_kept_units_only_when_memory_binds) {
     cr_assert(x.p.fits, "%s", x.p.why);
     cr_assert_eq(x.p.n_keep, (int)x.cfg.L);
     cr_assert_not(x.p.lean_keep);
-    done(&x);
+    mt_test_planned_free(&x);
 }
 
 Test(planner, calibration_files_round_trip_and_bad_ones_are_refused) {
@@ -357,7 +341,7 @@ Test(planner, the_gpu_table_describes_every_named_gpu) {
  * collectives, and the same request for one GPU predicts no collectives. */
 Test(planner, a_rank_of_four_plans_its_quarter_and_the_collectives) {
     mt_error err;
-    planned one, four;
+    mt_test_planned one, four;
     plan_8b(&one, 79, 129.7, -1);
     four.cfg = one.cfg;
     cr_assert_eq(mt_params_init(&four.t, &four.cfg, &err), 0, "%s", err.msg);
@@ -382,8 +366,8 @@ Test(planner, a_rank_of_four_plans_its_quarter_and_the_collectives) {
     double want = 3 * 8.03e9 * 4 * 0.75 / 300e9;
     cr_assert(four.p.pred.coll_busy > 0.8 * want && four.p.pred.coll_busy < 1.05 * want,
               "collectives %.3f s, about %.3f expected", four.p.pred.coll_busy, want);
-    done(&one);
-    done(&four);
+    mt_test_planned_free(&one);
+    mt_test_planned_free(&four);
 }
 
 /* Pythia-6.9B and Falcon-7B at 64k tokens on an 80 GB GPU: the blocks keep
@@ -396,7 +380,7 @@ Test(planner, pythia_and_falcon_blocks_keep_their_activations) {
     const char *names[] = {"pythia-6.9b", "falcon-7b"};
     for (int i = 0; i < 2; i++) {
         mt_error err;
-        planned x;
+        mt_test_planned x;
         mt_preset_config(mt_preset_find(names[i]), 2048, &x.cfg);
         cr_assert_eq(mt_params_init(&x.t, &x.cfg, &err), 0, "%s", err.msg);
         x.q = (mt_plan_request){.cfg = &x.cfg, .t = &x.t, .M = 4, .B = 8, .T = 2048,
@@ -421,6 +405,6 @@ Test(planner, pythia_and_falcon_blocks_keep_their_activations) {
                       b2 - b0, unit);
         cr_assert_leq(b2 - b0, 2 * 4 * (unit + 11 * 256) + 256, "%s: %zu bytes for 8 units of %zu",
                       names[i], b2 - b0, unit);
-        done(&x);
+        mt_test_planned_free(&x);
     }
 }

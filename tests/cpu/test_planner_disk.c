@@ -11,40 +11,18 @@
 #include "host/disk_state.h"
 #include "model/presets.h"
 #include "plan/planner.h"
+#include "plan_check.h"
 #include "testlib.h"
-
-typedef struct planned {
-    mt_config cfg;
-    mt_param_table t;
-    mt_plan_request q;
-    mt_plan p;
-} planned;
 
 /* The 8B preset at 64k tokens a step on an 80 GB GPU; host and disk
  * budgets in GB (disk 0: no disk tier), disk layers -1 (the planner's) or
  * fixed. */
-static void plan_8b(planned *x, double host_gb, double disk_gb, int disk_layers) {
-    mt_error err;
-    mt_preset_config(mt_preset_find("8b"), 2048, &x->cfg);
-    cr_assert_eq(mt_params_init(&x->t, &x->cfg, &err), 0, "%s", err.msg);
-    x->q = (mt_plan_request){.cfg = &x->cfg, .t = &x->t, .M = 4, .B = 8, .T = 2048,
-                             .precision = MT_GPU_BF16, .gpu_budget = 79e9,
-                             .host_budget = host_gb * 1e9, .host_grad_dtype = -1,
-                             .keep_layers = -1, .device_optim = -1,
-                             .disk_budget = disk_gb * 1e9, .disk_layers = disk_layers};
-    mt_rates_default(&x->q.rates);
-    cr_assert_eq(mt_plan_make(&x->q, &x->p, &err), 0, "%s", err.msg);
-}
-
-static void replan(planned *x) {
-    mt_error err;
-    mt_plan_free(&x->p);
-    cr_assert_eq(mt_plan_make(&x->q, &x->p, &err), 0, "%s", err.msg);
-}
-
-static void done(planned *x) {
-    mt_plan_free(&x->p);
-    mt_params_free(&x->t);
+static void plan_8b(mt_test_planned *x, double host_gb, double disk_gb, int disk_layers) {
+    mt_test_request_8b(x, 2048, 4, 8);
+    x->q.host_budget = host_gb * 1e9;
+    x->q.disk_budget = disk_gb * 1e9;
+    x->q.disk_layers = disk_layers;
+    mt_test_replan(x);
 }
 
 /* Bytes of the m and v of the last n layers. */
@@ -58,10 +36,10 @@ static double mv_bytes(const mt_param_table *t, int n) {
  * it, with every gradient and saved input moved to the GPU. fp32 host
  * gradients, so that every plan compared rounds the same. */
 Test(planner_disk, a_host_short_of_the_store_puts_the_last_layers_on_disk_as_few_as_pay) {
-    planned x;
+    mt_test_planned x;
     plan_8b(&x, 70, 1000, -1);
     x.q.host_grad_dtype = 0;
-    replan(&x);
+    mt_test_replan(&x);
     cr_assert(x.p.fits, "%s", x.p.why);
     cr_assert(x.p.n_disk > 0 && x.p.n_disk < x.p.n_layers, "%d layers on disk", x.p.n_disk);
     cr_assert(x.p.host_bytes <= x.q.host_budget, "host %.1f GB", x.p.host_bytes / 1e9);
@@ -71,47 +49,47 @@ Test(planner_disk, a_host_short_of_the_store_puts_the_last_layers_on_disk_as_few
     double step = x.p.pred.step;
     for (int k = 0; k < n; k++) {
         x.q.disk_layers = k;
-        replan(&x);
+        mt_test_replan(&x);
         cr_assert(!x.p.fits || x.p.pred.step >= step - 1e-9,
                   "%d disk layers fit in %.3f s, the planner's %d in %.3f s", k, x.p.pred.step, n,
                   step);
     }
     x.q.disk_layers = n;
-    replan(&x);
+    mt_test_replan(&x);
     cr_assert(x.p.fits && x.p.n_disk == n, "%s", x.p.why);
-    done(&x);
+    mt_test_planned_free(&x);
 }
 
 Test(planner_disk, without_a_disk_the_same_run_is_refused_naming_the_disk_tier) {
-    planned x;
+    mt_test_planned x;
     plan_8b(&x, 70, 0, -1);
     cr_assert(!x.p.fits);
     cr_assert(strstr(x.p.why, "--nvme-dir"), "%s", x.p.why);
-    done(&x);
+    mt_test_planned_free(&x);
 }
 
 Test(planner_disk, a_host_that_holds_the_run_keeps_every_layer_in_ram) {
-    planned x;
+    mt_test_planned x;
     plan_8b(&x, 129.7, 1000, -1);
     cr_assert(x.p.fits, "%s", x.p.why);
     cr_assert_eq(x.p.n_disk, 0);
     cr_assert_eq(x.p.pred.disk_busy, 0);
-    done(&x);
+    mt_test_planned_free(&x);
 }
 
 Test(planner_disk, a_disk_budget_short_of_the_state_is_refused_naming_it) {
-    planned x;
+    mt_test_planned x;
     plan_8b(&x, 70, 1, -1);
     cr_assert(!x.p.fits);
     cr_assert(strstr(x.p.why, "disk budget"), "%s", x.p.why);
-    done(&x);
+    mt_test_planned_free(&x);
 }
 
 /* The reads and writes of the disk layers' state (16 bytes a parameter a
  * step) cannot take less than their bytes at the rate of both at once,
  * and a slower disk never makes the step faster. */
 Test(planner_disk, the_step_counts_the_disk_traffic) {
-    planned x;
+    mt_test_planned x;
     plan_8b(&x, 70, 1000, -1);
     cr_assert(x.p.fits, "%s", x.p.why);
     double bytes = 2 * mv_bytes(&x.t, x.p.n_disk);
@@ -123,35 +101,35 @@ Test(planner_disk, the_step_counts_the_disk_traffic) {
     x.q.rates.disk_read_gbs = 2.0;
     x.q.rates.disk_write_gbs = 2.3;
     x.q.rates.disk_both_gbs = 1.0;
-    replan(&x);
+    mt_test_replan(&x);
     cr_assert(x.p.fits, "%s", x.p.why);
     cr_assert(x.p.pred.step >= 2 * mv_bytes(&x.t, x.p.n_disk) / 1e9 * (1 - 1e-9), "step %.2f s",
               x.p.pred.step);
     double slow = x.p.pred.step;
     x.q.rates.disk_both_gbs = 4.0;
-    replan(&x);
+    mt_test_replan(&x);
     cr_assert(x.p.pred.step <= slow, "%.3f s with a faster disk, %.3f s before", x.p.pred.step,
               slow);
-    done(&x);
+    mt_test_planned_free(&x);
 }
 
 Test(planner_disk, more_layers_on_disk_are_never_faster) {
-    planned x;
+    mt_test_planned x;
     plan_8b(&x, 129.7, 1000, 0);
     double prev = x.p.pred.step;
     for (int n = 2; n <= 32; n += 10) {
         x.q.disk_layers = n;
-        replan(&x);
+        mt_test_replan(&x);
         cr_assert(x.p.fits, "%s", x.p.why);
         cr_assert(x.p.pred.step >= prev - 1e-9, "%d layers: %.3f s, fewer: %.3f s", n,
                   x.p.pred.step, prev);
         prev = x.p.pred.step;
     }
-    done(&x);
+    mt_test_planned_free(&x);
 }
 
 Test(planner_disk, the_plan_says_where_the_state_lives_and_what_bounds_the_step) {
-    planned x;
+    mt_test_planned x;
     plan_8b(&x, 70, 1000, -1);
     char *text = NULL;
     size_t len = 0;
@@ -164,18 +142,18 @@ Test(planner_disk, the_plan_says_where_the_state_lives_and_what_bounds_the_step)
     /* a few of the 8B's layers on a 2 GB/s disk take longer than its step */
     cr_assert(strstr(text, "the disk bounds the step"), "%s", text);
     free(text);
-    done(&x);
+    mt_test_planned_free(&x);
 }
 
 /* Seconds the disk adds to x's step. */
-static double disk_adds(const planned *x) {
+static double disk_adds(const mt_test_planned *x) {
     mt_plan ram = x->p;
     ram.n_disk = 0;
     return x->p.pred.step - mt_plan_predict(&x->q, &ram).step;
 }
 
 /* The plan text for x into *text (freed by the caller). */
-static void plan_text(planned *x, char **text) {
+static void plan_text(mt_test_planned *x, char **text) {
     size_t len = 0;
     FILE *f = open_memstream(text, &len);
     mt_plan_print(&x->p, &x->q, f);
@@ -196,10 +174,10 @@ Test(planner_disk, the_tokens_said_to_hide_the_disk_hide_it) {
     const double gbps[] = {2, 32};
     int hinted = 0;
     for (int i = 0; i < 2; i++) {
-        planned x;
+        mt_test_planned x;
         plan_8b(&x, 75, 1000, -1);
         x.q.rates.disk_read_gbs = x.q.rates.disk_write_gbs = gbps[i];
-        replan(&x);
+        mt_test_replan(&x);
         cr_assert(x.p.fits, "%s", x.p.why);
         char *text = NULL;
         plan_text(&x, &text);
@@ -211,16 +189,16 @@ Test(planner_disk, the_tokens_said_to_hide_the_disk_hide_it) {
         } else {
             cr_assert_gt(M, 4);
             x.q.M = M;
-            replan(&x);
+            mt_test_replan(&x);
             cr_assert(x.p.fits, "%d micro-batches: %s", M, x.p.why);
             cr_assert_leq(disk_adds(&x), 0.02 * x.p.pred.step, "%d micro-batches", M);
             x.q.M = M - 1;
-            replan(&x);
+            mt_test_replan(&x);
             cr_assert(!x.p.fits || disk_adds(&x) > 0.02 * x.p.pred.step, "%d", M - 1);
             hinted++;
         }
         free(text);
-        done(&x);
+        mt_test_planned_free(&x);
     }
     cr_assert_gt(hinted, 0, "no rate gave a number of tokens: the test checks nothing");
 }
@@ -228,25 +206,25 @@ Test(planner_disk, the_tokens_said_to_hide_the_disk_hide_it) {
 /* A layer's AdamW runs either on the GPU (the first layers, their moments
  * copied there) or on the CPU beside the disk (the last ones), never both. */
 Test(planner_disk, device_layers_stop_where_disk_layers_start) {
-    planned x;
+    mt_test_planned x;
     plan_8b(&x, 129.7, 1000, 10);
     x.q.device_optim = 30;
     x.q.gpu_budget = 1000e9; /* a GPU that would hold 30 layers' state */
-    replan(&x);
+    mt_test_replan(&x);
     cr_assert(x.p.fits, "%s", x.p.why);
     cr_assert_eq(x.p.n_disk, 10);
     cr_assert_eq(x.p.n_dev, x.p.n_layers - 10);
     for (int l = 0; l < x.p.n_dev; l++) cr_assert(!x.p.homes[l].grad_host, "layer %d", l);
     x.q.device_optim = -1; /* the planner's choice, with room for every layer */
-    replan(&x);
+    mt_test_replan(&x);
     cr_assert(x.p.fits, "%s", x.p.why);
     cr_assert(x.p.n_dev + x.p.n_disk <= x.p.n_layers, "%d device and %d disk layers of %d",
               x.p.n_dev, x.p.n_disk, x.p.n_layers);
-    done(&x);
+    mt_test_planned_free(&x);
 }
 
 Test(planner_disk, several_ranks_have_no_disk_tier_yet) {
-    planned x;
+    mt_test_planned x;
     mt_error err;
     plan_8b(&x, 129.7, 1000, 0);
     x.q.ranks = 2;
@@ -254,5 +232,5 @@ Test(planner_disk, several_ranks_have_no_disk_tier_yet) {
     mt_plan_free(&x.p);
     cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), -1);
     cr_assert(strstr(err.msg, "one process"), "%s", err.msg);
-    done(&x);
+    mt_test_planned_free(&x);
 }

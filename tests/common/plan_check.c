@@ -1,0 +1,29 @@
+/* The planner tests' request (plan_check.h). */
+#include "plan_check.h"
+
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "model/presets.h"
+
+void mt_test_request_8b(mt_test_planned *x, int64_t T, int M, int64_t B) {
+    mt_error err;
+    memset(x, 0, sizeof *x);
+    mt_preset_config(mt_preset_find("8b"), T, &x->cfg);
+    cr_assert_eq(mt_params_init(&x->t, &x->cfg, &err), 0, "%s", err.msg);
+    x->q = (mt_plan_request){.cfg = &x->cfg, .t = &x->t, .M = M, .B = B, .T = T,
+                             .precision = MT_GPU_BF16, .gpu_budget = 79e9,
+                             .host_grad_dtype = -1, .keep_layers = -1, .device_optim = -1};
+    mt_rates_default(&x->q.rates);
+}
+
+void mt_test_replan(mt_test_planned *x) {
+    mt_error err;
+    mt_plan_free(&x->p);
+    cr_assert_eq(mt_plan_make(&x->q, &x->p, &err), 0, "%s", err.msg);
+}
+
+void mt_test_planned_free(mt_test_planned *x) {
+    mt_plan_free(&x->p);
+    mt_params_free(&x->t);
+}

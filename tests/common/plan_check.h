@@ -1,0 +1,28 @@
+/* The planner tests' request: a preset's shape and its parameter table,
+ * the request, and the plan made from it. */
+#ifndef MT_TEST_PLAN_CHECK_H
+#define MT_TEST_PLAN_CHECK_H
+
+#include <stdint.h>
+
+#include "plan/planner.h"
+
+typedef struct mt_test_planned {
+    mt_config cfg;
+    mt_param_table t;
+    mt_plan_request q;
+    mt_plan p;
+} mt_test_planned;
+
+/* The 8B preset at T tokens a row, M micro-batches of B rows, bf16, on an
+ * 80 GB GPU (79 GB budget) with the H200's assumed rates; every choice the
+ * planner's (host budget, disk and the rest for the caller to set). No plan
+ * yet: x->p is empty until mt_test_replan. */
+void mt_test_request_8b(mt_test_planned *x, int64_t T, int M, int64_t B);
+
+/* (Re)makes x->p from x->q (a plan that does not fit is made too). */
+void mt_test_replan(mt_test_planned *x);
+
+void mt_test_planned_free(mt_test_planned *x);
+
+#endif
