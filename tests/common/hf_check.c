@@ -265,3 +265,21 @@ void mt_hf_check_refusals(const char *base, const mt_hf_refusal *cases, size_t n
                   cases[i].field);
     }
 }
+
+void mt_hf_tiny_shape(mt_model_shape *s, const char *model_type) {
+    mt_model_shape_defaults(s);
+    s->model_type = model_type;
+    s->hidden = 64, s->layers = 2, s->heads = 4, s->kv_heads = 2, s->ffn = 128;
+    s->max_positions = 64, s->init_std = 0.1;
+}
+
+void mt_hf_init_model(const char *model, const mt_model_shape *s, mt_model_info *info,
+                      mt_config *c) {
+    char tok[512];
+    mt_error err;
+    snprintf(tok, sizeof tok, "%s/tokenizer/tiny_bytelevel.json", mt_test_fixtures_dir());
+    cr_assert_eq(mt_model_init(model, tok, s, info), 0, "%s", mt_last_error());
+    cr_assert_str_eq(info->model_type, s->model_type);
+    cr_assert_eq(mt_model_load_config(c, model, &err), 0, "%s", err.msg);
+    cr_assert_eq(info->n_params, mt_config_num_params(c));
+}

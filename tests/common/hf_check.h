@@ -50,6 +50,18 @@ typedef struct mt_hf_refusal {
  * mt_config_parse fail naming the case's field. */
 void mt_hf_check_refusals(const char *base, const mt_hf_refusal *cases, size_t n);
 
+/* The shape the families' `init` tests make (hidden 64, 2 layers, 4 heads,
+ * 2 kv heads, ffn 128, 64 positions, init std 0.1) as model_type. */
+struct mt_model_shape;
+struct mt_model_info;
+void mt_hf_tiny_shape(struct mt_model_shape *s, const char *model_type);
+
+/* `init` of shape s into the directory model, with the fixtures' byte-level
+ * tokenizer: its model_type and parameter count checked, its config read
+ * into *c. */
+void mt_hf_init_model(const char *model, const struct mt_model_shape *s,
+                      struct mt_model_info *info, struct mt_config *c);
+
 /* The model made by init in `model` trains 16 CPU steps on repetitive text
  * (its data and run written under dir): the loss falls by more than 1 nat
  * from ~ln(V) at random init, and the saved model's config is read into

@@ -72,27 +72,19 @@ ParameterizedTest(int *which, falcon, save_then_reload_gives_the_same_logits) {
 /* `init --model-type falcon` makes Falcon-7B's layout with one kv head and
  * the new decoder's with more; the run trains the latter on the CPU. */
 Test(falcon, a_falcon_made_by_init_trains_on_the_cpu, .timeout = 120) {
-    char *dir = mt_test_tmpdir(), tok[512], model[512];
-    snprintf(tok, sizeof tok, "%s/tokenizer/tiny_bytelevel.json", mt_test_fixtures_dir());
+    char *dir = mt_test_tmpdir(), model[512];
     mt_model_shape s;
-    mt_model_shape_defaults(&s);
-    s.model_type = "falcon";
-    s.hidden = 64, s.layers = 2, s.heads = 4, s.ffn = 128;
-    s.max_positions = 64, s.init_std = 0.1;
+    mt_hf_tiny_shape(&s, "falcon");
     mt_model_info info;
     mt_config c;
-    mt_error err;
     for (int kv = 1; kv <= 2; kv++) {
         snprintf(model, sizeof model, "%s/model%d", dir, kv);
         s.kv_heads = kv;
-        cr_assert_eq(mt_model_init(model, tok, &s, &info), 0, "%s", mt_last_error());
-        cr_assert_str_eq(info.model_type, "falcon");
-        cr_assert_eq(mt_model_load_config(&c, model, &err), 0, "%s", err.msg);
+        mt_hf_init_model(model, &s, &info, &c);
         cr_assert_eq(c.arch, MT_ARCH_FALCON);
         cr_assert_eq(c.NKV, kv);
         cr_assert_eq(c.new_decoder, kv > 1, "one kv head: Falcon-7B's layout");
         cr_assert(c.tie_embeddings, "tied unless --untied, as FalconConfig");
-        cr_assert_eq(info.n_params, mt_config_num_params(&c));
     }
     mt_hf_check_trains_on_cpu(model, dir, "falcon", &c);
     cr_assert_str_eq(c.model_type, "falcon");

@@ -79,25 +79,17 @@ ParameterizedTest(int *which, neox, save_then_reload_gives_the_same_logits) {
 /* `init --model-type gpt_neox` makes Pythia's layout (untied, NKV = NH,
  * rotary_pct 0.25), and the run trains it on the CPU and saves it. */
 Test(neox, a_gpt_neox_made_by_init_trains_on_the_cpu, .timeout = 120) {
-    char *dir = mt_test_tmpdir(), tok[512], model[512];
-    snprintf(tok, sizeof tok, "%s/tokenizer/tiny_bytelevel.json", mt_test_fixtures_dir());
+    char *dir = mt_test_tmpdir(), model[512];
     snprintf(model, sizeof model, "%s/model", dir);
     mt_model_shape s;
-    mt_model_shape_defaults(&s);
-    s.model_type = "gpt_neox";
-    s.hidden = 64, s.layers = 2, s.heads = 4, s.kv_heads = 2, s.ffn = 128;
-    s.max_positions = 64, s.init_std = 0.1;
+    mt_hf_tiny_shape(&s, "gpt_neox");
     mt_model_info info;
-    cr_assert_eq(mt_model_init(model, tok, &s, &info), 0, "%s", mt_last_error());
-    cr_assert_str_eq(info.model_type, "gpt_neox");
     mt_config c;
-    mt_error err;
-    cr_assert_eq(mt_model_load_config(&c, model, &err), 0, "%s", err.msg);
+    mt_hf_init_model(model, &s, &info, &c);
     cr_assert_eq(c.arch, MT_ARCH_GPT_NEOX);
     cr_assert_eq(c.NKV, 4, "gpt_neox has no grouped kv heads: --kv-heads does not apply");
     cr_assert_not(c.tie_embeddings);
     cr_assert_eq(c.rotary_dim, 4);
-    cr_assert_eq(info.n_params, mt_config_num_params(&c));
     mt_hf_check_trains_on_cpu(model, dir, "gpt_neox", &c);
     cr_assert_str_eq(c.model_type, "gpt_neox");
     mt_test_rmtree(dir);
