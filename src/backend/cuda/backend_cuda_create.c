@@ -100,9 +100,16 @@ static void load_device_layers(cuda_backend *cb) {
     }
 }
 
-/* A rank of several needs its communicator, and a store of its parts. */
-static int check_ranks(const cuda_backend *cb, mt_error *err) {
+/* Options the backend cannot take: too many layers, bf16 saved inputs of
+ * an fp32 run; a rank of several needs its communicator, and a store of
+ * its parts. */
+static int check_options(const cuda_backend *cb, mt_error *err) {
     const mt_param_table *st = cb->store->table;
+    if ((size_t)(2 * cb->t->n_layers) > sizeof cb->seq / sizeof *cb->seq)
+        return mt_errorf(err, "too many layers (%d) for the CUDA backend", cb->t->n_layers);
+    if (cb->o.host_saved_bf16 && cb->prec != MT_PREC_BF16)
+        return mt_errorf(err, "bf16 saved inputs (--saved-input-dtype bf16) are for bf16 runs; "
+                         "use --precision bf16, or fp32 saved inputs");
     if (cb->ranks <= 1) {
         if (st->total != cb->t->total)
             return mt_errorf(err, "the host store holds %zu floats, the model %zu: a store of one "
@@ -282,16 +289,7 @@ mt_backend *mt_cuda_backend_make(const mt_config *c, const mt_param_table *t,
     cb->ranks = cb->o.ranks;
     cb->comm = cb->o.comm;
     CUDA_CHECK(cudaGetDevice(&cb->device));
-    if ((size_t)(2 * t->n_layers) > sizeof cb->seq / sizeof *cb->seq) {
-        free(cb);
-        return mt_errorf(err, "too many layers (%d) for the CUDA backend", t->n_layers), NULL;
-    }
-    if (cb->o.host_saved_bf16 && cb->prec != MT_PREC_BF16) {
-        free(cb);
-        return mt_errorf(err, "bf16 saved inputs (--saved-input-dtype bf16) are for bf16 runs; "
-                         "use --precision bf16, or fp32 saved inputs"), NULL;
-    }
-    if (check_ranks(cb, err)) {
+    if (check_options(cb, err)) {
         free(cb);
         return NULL;
     }

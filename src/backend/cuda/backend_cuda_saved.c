@@ -16,28 +16,38 @@ static char *host_saved_at(const cuda_backend *cb, int layer) {
     return (char *)cb->h_saved + (size_t)cb->saved_idx[layer] * values * host_saved_es(cb);
 }
 
-/* Copies n values between the GPU's fp32 dev and host (fp32, or bf16
- * through the saved16 chunk of this direction, converted on the copy's own
- * stream: each chunk's conversion and copy in stream order). */
-static void copy_saved(cuda_backend *cb, float *dev, char *host, size_t n, int down) {
+/* Moves saved input `layer` (this step's micro-batches) between visit[layer
+ * % 2] and the host on the copy stream of its direction, as a trace span:
+ * fp32, or bf16 through the saved16 chunk of that direction, each chunk's
+ * conversion and copy in stream order on that stream. */
+static void move_saved(cuda_backend *cb, int layer, int down) {
     cudaStream_t st = down ? cb->s_d2h : cb->s_h2d;
+    size_t n = (size_t)cb->batch->M * cb->N * cb->cfg->C;
+    float *dev = cb->visit[layer % 2];
+    char *host = host_saved_at(cb, layer);
+    int sp = mt_cuda_span_begin(cb, st, down ? MT_TRACK_D2H : MT_TRACK_H2D,
+                                down ? "save input %d" : "load input %d", layer);
     if (!cb->o.host_saved_bf16) {
         CUDA_CHECK(cudaMemcpyAsync(down ? (void *)host : (void *)dev, down ? (void *)dev : host,
                                    n * sizeof(float),
                                    down ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, st));
-        return;
-    }
-    uint16_t *chunk = cb->saved16[down ? 0 : 1];
-    for (size_t at = 0, k = mt_cuda_saved_chunk(cb); at < n; at += k) {
-        size_t m = n - at < k ? n - at : k;
-        if (down) {
-            mt_cuda_cast_f32_to_bf16_on(st, chunk, dev + at, m);
-            CUDA_CHECK(cudaMemcpyAsync(host + at * 2, chunk, m * 2, cudaMemcpyDeviceToHost, st));
-        } else {
-            CUDA_CHECK(cudaMemcpyAsync(chunk, host + at * 2, m * 2, cudaMemcpyHostToDevice, st));
-            mt_cuda_cast_bf16_to_f32_on(st, dev + at, chunk, m);
+    } else {
+        uint16_t *chunk = cb->saved16[down ? 0 : 1];
+        for (size_t at = 0, k = mt_cuda_saved_chunk(cb); at < n; at += k) {
+            size_t m = n - at < k ? n - at : k;
+            if (down) {
+                mt_cuda_cast_f32_to_bf16_on(st, chunk, dev + at, m);
+                CUDA_CHECK(cudaMemcpyAsync(host + at * 2, chunk, m * 2, cudaMemcpyDeviceToHost,
+                                           st));
+            } else {
+                CUDA_CHECK(cudaMemcpyAsync(chunk, host + at * 2, m * 2, cudaMemcpyHostToDevice,
+                                           st));
+                mt_cuda_cast_bf16_to_f32_on(st, dev + at, chunk, m);
+            }
         }
     }
+    mt_cuda_span_end(cb, st, sp);
+    *(down ? &cb->d2h_bytes : &cb->h2d_bytes) += (double)n * host_saved_es(cb);
 }
 
 /* Host-saved inputs: saved input l lives in visit[l % 2] on the GPU while
@@ -50,27 +60,19 @@ static void copy_saved(cuda_backend *cb, float *dev, char *host, size_t n, int d
  * visit still holds them. */
 static void save_input(cuda_backend *cb, int layer) {
     int b = layer % 2;
-    size_t per = (size_t)cb->batch->M * cb->N * cb->cfg->C;
     CUDA_CHECK(cudaEventRecord(cb->visit_written[b], cb->s_comp));
     CUDA_CHECK(cudaStreamWaitEvent(cb->s_d2h, cb->visit_written[b], 0));
-    int sp = mt_cuda_span_begin(cb, cb->s_d2h, MT_TRACK_D2H, "save input %d", layer);
-    copy_saved(cb, cb->visit[b], host_saved_at(cb, layer), per, 1);
-    mt_cuda_span_end(cb, cb->s_d2h, sp);
+    move_saved(cb, layer, 1);
     CUDA_CHECK(cudaEventRecord(cb->visit_saved[b], cb->s_d2h));
-    cb->d2h_bytes += (double)per * host_saved_es(cb);
 }
 
 static void load_input(cuda_backend *cb, int layer) {
     int b = layer % 2;
-    size_t per = (size_t)cb->batch->M * cb->N * cb->cfg->C;
     CUDA_CHECK(cudaEventRecord(cb->visit_free[b], cb->s_comp));
     CUDA_CHECK(cudaStreamWaitEvent(cb->s_h2d, cb->visit_free[b], 0));
     CUDA_CHECK(cudaStreamWaitEvent(cb->s_h2d, cb->visit_saved[b], 0));
-    int sp = mt_cuda_span_begin(cb, cb->s_h2d, MT_TRACK_H2D, "load input %d", layer);
-    copy_saved(cb, cb->visit[b], host_saved_at(cb, layer), per, 0);
-    mt_cuda_span_end(cb, cb->s_h2d, sp);
+    move_saved(cb, layer, 0);
     CUDA_CHECK(cudaEventRecord(cb->visit_loaded[b], cb->s_h2d));
-    cb->h2d_bytes += (double)per * host_saved_es(cb);
     cb->visit_holds[b] = layer;
 }
 
