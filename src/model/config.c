@@ -1,9 +1,9 @@
-/* config.json parsing for the Llama family (llama, mistral, qwen2, qwen3,
- * phi3: its own fields and longrope are config_phi3.c's), its
- * mixture-of-experts relatives (mixtral, qwen2_moe, qwen3_moe), gpt_neox
- * (Pythia, GPT-NeoX-20B) and falcon (Falcon-7B, and the new decoder
- * architecture of Falcon-40B/180B); gemma2 and gemma3_text are
- * config_gemma.c's.
+/* config.json parsing and writing: the fields every model_type shares, and
+ * the Llama family's (llama, mistral, qwen2, qwen3, phi3). What each other
+ * family adds lives beside it: phi3's own fields and longrope in
+ * config_phi3.c, the experts of mixtral, qwen2_moe and qwen3_moe in
+ * config_moe.c, gpt_neox and falcon in config_neox_falcon.c, gemma2 and
+ * gemma3_text in config_gemma.c.
  *
  * Accepts both the transformers 4 layout (rope_theta + rope_scaling) and the
  * transformers 5 layout (rope_parameters). Anything that would change the
@@ -22,7 +22,7 @@
 #include "model/config_internal.h"
 #include "util/mem.h"
 
-static int parse_rope(mt_config *cfg, const cJSON *root, const char *src, mt_error *err) {
+int mt_config_parse_rope(mt_config *cfg, const cJSON *root, const char *src, mt_error *err) {
     /* transformers 5 keeps everything in rope_parameters; 4 uses rope_theta
      * at the top level and rope_scaling for the scaling kind. */
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
@@ -116,218 +116,6 @@ static int refuse_unsupported(const mt_config *cfg, const cJSON *root, const cha
                              "\"mixtral\", \"qwen2_moe\" or \"qwen3_moe\"", src, moe[i],
                              cfg->model_type);
     }
-    return 0;
-}
-
-/* The rotary fields of gpt_neox: transformers 4 writes rotary_emb_base and
- * rotary_pct at the top level, transformers 5 rope_parameters {rope_theta,
- * partial_rotary_factor}, which win over the legacy fields as in
- * GPTNeoXConfig.convert_rope_params_to_dict. */
-static int parse_neox_rope(mt_config *cfg, const cJSON *root, const char *src, mt_error *err) {
-    double pct = 0.25;
-    if (mt_cfg_num(root, "rotary_emb_base", 10000.0, &cfg->rope_theta, src, err) ||
-        mt_cfg_num(root, "rotary_pct", 0.25, &pct, src, err))
-        return -1;
-    const char *field = "rope_parameters";
-    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, field);
-    if (!rp || cJSON_IsNull(rp)) rp = cJSON_GetObjectItemCaseSensitive(root, field = "rope_scaling");
-    if (rp && !cJSON_IsNull(rp)) {
-        if (!cJSON_IsObject(rp))
-            return mt_errorf(err, "%s: field \"%s\" must be an object", src, field);
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
-        if (!type) type = cJSON_GetObjectItemCaseSensitive(rp, "type");
-        if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "default")))
-            return mt_errorf(err, "%s: %s.rope_type must be \"default\" for model_type "
-                             "\"gpt_neox\"; megatrain does not implement scaled rotary "
-                             "embeddings for it", src, field);
-        if (mt_cfg_num(rp, "rope_theta", cfg->rope_theta, &cfg->rope_theta, src, err) ||
-            mt_cfg_num(rp, "partial_rotary_factor", pct, &pct, src, err))
-            return -1;
-    }
-    double dims = (double)cfg->HD * pct; /* transformers: int(head_size * rotary_pct) */
-    cfg->rotary_dim = dims >= 0 && dims <= (double)cfg->HD ? (int64_t)dims : -1;
-    if (cfg->rotary_dim < 2 || cfg->rotary_dim % 2)
-        return mt_errorf(err, "%s: rotary_pct %g of head size %lld gives %lld rotary dims; "
-                         "megatrain needs an even number in 2..head size", src, pct,
-                         (long long)cfg->HD, (long long)cfg->rotary_dim);
-    return 0;
-}
-
-/* hidden_dropout and attention_dropout must be 0 (absent: 0, as in both
- * GPTNeoXConfig and FalconConfig). */
-static int refuse_dropout(const cJSON *root, const char *src, mt_error *err) {
-    const char *dropouts[] = {"hidden_dropout", "attention_dropout"};
-    for (size_t i = 0; i < 2; i++) {
-        double drop = 0;
-        if (mt_cfg_num(root, dropouts[i], 0.0, &drop, src, err)) return -1;
-        if (drop != 0)
-            return mt_errorf(err, "%s: %s = %g is not supported (megatrain trains without "
-                             "dropout); set it to 0.0", src, dropouts[i], drop);
-    }
-    return 0;
-}
-
-/* What gpt_neox adds to the common fields, with GPTNeoXConfig's defaults;
- * what megatrain does not compute is refused by field name. */
-static int parse_gpt_neox(mt_config *cfg, const cJSON *root, const char *src, mt_error *err) {
-    double eps = 0;
-    if (mt_cfg_num(root, "layer_norm_eps", 1e-5, &eps, src, err) ||
-        mt_cfg_bool(root, "use_parallel_residual", true, &cfg->parallel_residual, src, err) ||
-        mt_cfg_bool(root, "attention_bias", true, &cfg->attn_bias, src, err))
-        return -1;
-    cfg->rms_eps = (float)eps;
-    cfg->layernorm = true;
-    cfg->qkv_bias = false; /* the fused qkv's bias is attn_bias */
-    if (cfg->tie_embeddings)
-        return mt_errorf(err, "%s: tie_word_embeddings = true is not supported for model_type "
-                         "\"gpt_neox\" (Pythia and GPT-NeoX keep embed_out untied); set it "
-                         "to false", src);
-    if (mt_cfg_gelu(cfg, root, "hidden_act", src, err) || refuse_dropout(root, src, err))
-        return -1;
-    int64_t nkv = cfg->NH, hd = cfg->C / cfg->NH;
-    if (mt_cfg_int(root, "num_key_value_heads", cfg->NH, &nkv, src, err) ||
-        mt_cfg_int(root, "head_dim", hd, &hd, src, err))
-        return -1;
-    if (nkv != cfg->NH || hd != cfg->C / cfg->NH || cfg->C % cfg->NH)
-        return mt_errorf(err, "%s: gpt_neox has num_attention_heads heads of hidden_size / "
-                         "num_attention_heads dims each; remove num_key_value_heads and "
-                         "head_dim, and make hidden_size a multiple of the heads", src);
-    cfg->HD = hd;
-    return parse_neox_rope(cfg, root, src, err);
-}
-
-/* What falcon adds to the common fields, with FalconConfig's defaults
- * (transformers 5); what megatrain does not compute is refused by field
- * name. Two architectures: Falcon-7B's (one LayerNorm, multi_query: one
- * kv head) and new_decoder_architecture (ln_attn and ln_mlp, num_kv_heads
- * grouped kv heads); both run attention and MLP in parallel. */
-static int parse_falcon(mt_config *cfg, const cJSON *root, const char *src, mt_error *err) {
-    double eps = 0;
-    bool mq = true, par = true, alibi = false, bias = false;
-    int64_t nkv = cfg->NH, nln = 0, hd = 0;
-    if (mt_cfg_int(root, "ffn_hidden_size", 4 * cfg->C, &cfg->F, src, err) ||
-        mt_cfg_num(root, "layer_norm_epsilon", 1e-5, &eps, src, err) ||
-        mt_cfg_bool(root, "tie_word_embeddings", true, &cfg->tie_embeddings, src, err) ||
-        mt_cfg_bool(root, "new_decoder_architecture", false, &cfg->new_decoder, src, err) ||
-        mt_cfg_bool(root, "multi_query", true, &mq, src, err) ||
-        mt_cfg_bool(root, "parallel_attn", true, &par, src, err) ||
-        mt_cfg_bool(root, "alibi", false, &alibi, src, err) ||
-        mt_cfg_bool(root, "bias", false, &bias, src, err) ||
-        mt_cfg_int(root, "num_kv_heads", cfg->NH, &nkv, src, err) ||
-        mt_cfg_int(root, "num_ln_in_parallel_attn", cfg->new_decoder ? 2 : 1, &nln, src, err) ||
-        mt_cfg_int(root, "head_dim", cfg->C / cfg->NH, &hd, src, err) ||
-        mt_cfg_gelu(cfg, root, "activation", src, err) || refuse_dropout(root, src, err))
-        return -1;
-    /* FalconConfig's bos_token_id and eos_token_id are 11 when absent */
-    const char *ids[] = {"bos_token_id", "eos_token_id"};
-    int64_t *id_out[] = {&cfg->bos_id, &cfg->eos_id};
-    for (size_t i = 0; i < 2; i++)
-        if (!cJSON_GetObjectItemCaseSensitive(root, ids[i])) *id_out[i] = 11;
-    if (alibi)
-        return mt_errorf(err, "%s: alibi = true is not supported for model_type \"falcon\" "
-                         "(megatrain computes rotary position embeddings, not ALiBi's "
-                         "attention biases); set it to false", src);
-    if (bias)
-        return mt_errorf(err, "%s: bias = true is not supported for model_type \"falcon\" "
-                         "(biases on query_key_value, dense and the MLP are not implemented); "
-                         "set it to false", src);
-    if (!par)
-        return mt_errorf(err, "%s: parallel_attn = false is not supported for model_type "
-                         "\"falcon\" (megatrain runs attention and MLP in parallel, as "
-                         "Falcon-7B/40B/180B do); set it to true", src);
-    if (!cfg->new_decoder && !mq)
-        return mt_errorf(err, "%s: multi_query = false without new_decoder_architecture is not "
-                         "supported for model_type \"falcon\" (megatrain reads Falcon-7B's one "
-                         "kv head, or new_decoder_architecture's num_kv_heads); set one of them "
-                         "to true", src);
-    if (nln != (cfg->new_decoder ? 2 : 1))
-        return mt_errorf(err, "%s: num_ln_in_parallel_attn = %lld is not supported for "
-                         "new_decoder_architecture = %s; megatrain reads %s", src,
-                         (long long)nln, cfg->new_decoder ? "true" : "false",
-                         cfg->new_decoder ? "2 (ln_attn and ln_mlp)" : "1 (input_layernorm)");
-    cfg->NKV = cfg->new_decoder ? nkv : 1;
-    if (cfg->C % cfg->NH || hd != cfg->C / cfg->NH)
-        return mt_errorf(err, "%s: falcon has num_attention_heads heads of hidden_size / "
-                         "num_attention_heads dims each; remove head_dim and make hidden_size a "
-                         "multiple of the heads", src);
-    if (cfg->NKV < 1 || cfg->NH % cfg->NKV)
-        return mt_errorf(err, "%s: num_kv_heads = %lld must divide num_attention_heads = %lld",
-                         src, (long long)cfg->NKV, (long long)cfg->NH);
-    cfg->HD = hd;
-    cfg->rms_eps = (float)eps;
-    cfg->layernorm = true;
-    cfg->parallel_residual = true;
-    cfg->attn_bias = false;
-    cfg->qkv_bias = cfg->qk_norm = false;
-    cfg->rotary_dim = 0; /* the whole head */
-    return parse_rope(cfg, root, src, err);
-}
-
-/* mlp_only_layers: a list of block indices in [0, L). */
-static int parse_mlp_only(mt_moe_config *m, const cJSON *root, int64_t L, const char *src,
-                          mt_error *err) {
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers");
-    if (!a || cJSON_IsNull(a)) return 0;
-    if (!cJSON_IsArray(a))
-        return mt_errorf(err, "%s: field \"mlp_only_layers\" must be a list of layer indices",
-                         src);
-    const cJSON *e;
-    cJSON_ArrayForEach(e, a) {
-        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) ||
-            e->valuedouble < 0 || e->valuedouble >= (double)L)
-            return mt_errorf(err, "%s: mlp_only_layers holds %s; every entry must be a layer "
-                             "index in [0, num_hidden_layers = %lld)", src,
-                             cJSON_IsNumber(e) ? "an out-of-range index" : "a non-integer",
-                             (long long)L);
-        if (m->n_mlp_only == MT_MAX_MLP_ONLY)
-            return mt_errorf(err, "%s: mlp_only_layers lists more than %d layers, more than "
-                             "megatrain reads; use decoder_sparse_step for regular patterns",
-                             src, MT_MAX_MLP_ONLY);
-        m->mlp_only[m->n_mlp_only++] = (int32_t)e->valuedouble;
-    }
-    return 0;
-}
-
-/* The MoE fields of mixtral, qwen2_moe and qwen3_moe, with the defaults of
- * transformers' MixtralConfig, Qwen2MoeConfig and Qwen3MoeConfig; ranges
- * are checked by mt_config_validate. */
-static int parse_moe(mt_config *cfg, const cJSON *root, const char *src, mt_error *err) {
-    mt_moe_config *m = &cfg->moe;
-    bool mixtral = cfg->arch == MT_ARCH_MIXTRAL, q2 = cfg->arch == MT_ARCH_QWEN2_MOE;
-    /* transformers maps num_experts and num_local_experts onto each other for
-     * mixtral and qwen3_moe (and writes num_local_experts for qwen3_moe) */
-    const char *ekey = !q2 && cJSON_GetObjectItemCaseSensitive(root, "num_local_experts")
-                           ? "num_local_experts" : "num_experts";
-    if (mt_cfg_int(root, ekey, mixtral ? 8 : q2 ? 60 : 128, &m->E, src, err)) return -1;
-    if (mixtral && m->E < 1)
-        return mt_errorf(err, "%s: %s must be at least 1 for model_type \"mixtral\"", src, ekey);
-    if (m->E == 0) return 0; /* qwen: every block has the dense MLP */
-    if (mt_cfg_int(root, "num_experts_per_tok", mixtral ? 2 : q2 ? 4 : 8, &m->K, src, err) ||
-        mt_cfg_num(root, "router_aux_loss_coef", 0.001, &m->aux_coef, src, err) ||
-        mt_cfg_bool(root, "output_router_logits", false, &m->output_router_logits, src, err))
-        return -1;
-    m->aux_loss = m->output_router_logits;
-    m->sparse_step = 1;
-    m->norm_topk = true;
-    m->FE = cfg->F;
-    if (mixtral) {
-        double jitter = 0;
-        if (mt_cfg_num(root, "router_jitter_noise", 0.0, &jitter, src, err)) return -1;
-        if (jitter != 0)
-            return mt_errorf(err, "%s: router_jitter_noise %g is not supported (training-time "
-                             "noise on the router input); set it to 0", src, jitter);
-        return 0;
-    }
-    if (mt_cfg_int(root, "moe_intermediate_size", q2 ? 1408 : 768, &m->FE, src, err) ||
-        mt_cfg_bool(root, "norm_topk_prob", false, &m->norm_topk, src, err) ||
-        mt_cfg_int(root, "decoder_sparse_step", 1, &m->sparse_step, src, err) ||
-        parse_mlp_only(m, root, cfg->L, src, err))
-        return -1;
-    if (q2 && mt_cfg_int(root, "shared_expert_intermediate_size", 5632, &m->FS, src, err))
-        return -1;
-    if (q2 && m->FS <= 0)
-        return mt_errorf(err, "%s: shared_expert_intermediate_size must be positive (every "
-                         "qwen2_moe block has a shared expert)", src);
     return 0;
 }
 
@@ -436,49 +224,22 @@ int mt_config_parse(mt_config *cfg, const char *json_text, const char *src, mt_e
     if (a == MT_ARCH_QWEN2_MOE && mt_cfg_bool(root, "qkv_bias", true, &cfg->qkv_bias, src, err))
         goto out;
     cfg->qk_norm = a == MT_ARCH_QWEN3 || a == MT_ARCH_QWEN3_MOE;
-    if (mt_arch_has_experts(a) && parse_moe(cfg, root, src, err)) goto out;
+    if (mt_arch_has_experts(a) && mt_config_parse_moe(cfg, root, src, err)) goto out;
     if (a == MT_ARCH_GPT_NEOX) {
-        if (parse_gpt_neox(cfg, root, src, err)) goto out;
+        if (mt_config_parse_gpt_neox(cfg, root, src, err)) goto out;
     } else if (a == MT_ARCH_FALCON) {
-        if (parse_falcon(cfg, root, src, err)) goto out;
+        if (mt_config_parse_falcon(cfg, root, src, err)) goto out;
     } else if (mt_arch_is_gemma(a)) {
         if (mt_config_parse_gemma(cfg, root, src, err)) goto out;
     } else if ((a == MT_ARCH_PHI3 ? mt_config_parse_phi3(cfg, root, src, err)
                                   : mt_cfg_pad_token(cfg, root, -1, src, err)) ||
-               parse_rope(cfg, root, src, err) || refuse_unsupported(cfg, root, src, err)) {
+               mt_config_parse_rope(cfg, root, src, err) || refuse_unsupported(cfg, root, src, err)) {
         goto out;
     }
     rc = mt_config_validate(cfg, src, err);
 out:
     cJSON_Delete(root);
     return rc;
-}
-
-static int validate_moe(const mt_config *c, const char *src, mt_error *err) {
-    const mt_moe_config *m = &c->moe;
-    if (m->E == 0) return 0;
-    const char *ekey = c->arch == MT_ARCH_MIXTRAL ? "num_local_experts" : "num_experts";
-    if (!mt_arch_has_experts(c->arch))
-        return mt_errorf(err, "%s: model_type \"%s\" has no experts", src, c->model_type);
-    if (m->E < 0 || m->E > 65536)
-        return mt_errorf(err, "%s: %s = %lld is out of range (0..65536)", src, ekey,
-                         (long long)m->E);
-    if (m->K < 1 || m->K > m->E)
-        return mt_errorf(err, "%s: num_experts_per_tok = %lld must be in 1..%s (%lld)", src,
-                         (long long)m->K, ekey, (long long)m->E);
-    const char *fe = c->arch == MT_ARCH_MIXTRAL ? "intermediate_size" : "moe_intermediate_size";
-    if (m->FE <= 0 || m->FE > (1 << 22))
-        return mt_errorf(err, "%s: %s = %lld is out of range (1..%d)", src, fe,
-                         (long long)m->FE, 1 << 22);
-    if (m->FS < 0 || m->FS > (1 << 22))
-        return mt_errorf(err, "%s: shared_expert_intermediate_size = %lld is out of range "
-                         "(1..%d)", src, (long long)m->FS, 1 << 22);
-    if (m->sparse_step < 1)
-        return mt_errorf(err, "%s: decoder_sparse_step must be at least 1 (1: every layer is "
-                         "a mixture-of-experts layer)", src);
-    if (!(m->aux_coef >= 0) || !isfinite(m->aux_coef))
-        return mt_errorf(err, "%s: router_aux_loss_coef must be a finite number >= 0", src);
-    return 0;
 }
 
 int mt_config_validate(const mt_config *c, const char *src, mt_error *err) {
@@ -513,7 +274,7 @@ int mt_config_validate(const mt_config *c, const char *src, mt_error *err) {
         return mt_errorf(err, "%s: %lld rotary dims of a %lld-dim head; megatrain needs an even "
                          "number in 2..head_dim (check rotary_pct)", src, (long long)rot,
                          (long long)c->HD);
-    return validate_moe(c, src, err);
+    return mt_config_validate_moe(c, src, err);
 }
 
 int mt_config_load(mt_config *cfg, const char *path, mt_error *err) {
@@ -573,54 +334,9 @@ double mt_config_train_flops_per_token(const mt_config *c, int64_t T) {
 
 char *mt_config_to_json(const mt_config *c) { return mt_config_to_json_dtype(c, "float32"); }
 
-/* The MoE fields under the names of each type's published config.json
- * (transformers reads num_experts for qwen3_moe through its attribute map). */
-static void moe_to_json(const mt_config *c, cJSON *r) {
-    const mt_moe_config *m = &c->moe;
-    bool mixtral = c->arch == MT_ARCH_MIXTRAL;
-    cJSON_AddNumberToObject(r, mixtral ? "num_local_experts" : "num_experts", (double)m->E);
-    cJSON_AddNumberToObject(r, "num_experts_per_tok", (double)(m->E ? m->K : 1));
-    mt_cfg_add_float(r, "router_aux_loss_coef", m->E ? m->aux_coef : 0.001);
-    cJSON_AddBoolToObject(r, "output_router_logits", m->output_router_logits);
-    if (mixtral) return;
-    cJSON_AddNumberToObject(r, "moe_intermediate_size", (double)(m->E ? m->FE : c->F));
-    cJSON_AddBoolToObject(r, "norm_topk_prob", m->norm_topk);
-    cJSON_AddNumberToObject(r, "decoder_sparse_step", (double)(m->E ? m->sparse_step : 1));
-    cJSON *a = cJSON_AddArrayToObject(r, "mlp_only_layers");
-    for (int k = 0; k < m->n_mlp_only; k++)
-        cJSON_AddItemToArray(a, cJSON_CreateNumber(m->mlp_only[k]));
-    if (c->arch == MT_ARCH_QWEN2_MOE) {
-        cJSON_AddNumberToObject(r, "shared_expert_intermediate_size", (double)m->FS);
-        cJSON_AddBoolToObject(r, "qkv_bias", c->qkv_bias);
-    } else {
-        cJSON_AddBoolToObject(r, "attention_bias", false);
-    }
-}
-
-/* gpt_neox under the names of a transformers 4 config.json (Pythia's);
- * transformers 5 converts rotary_pct and rotary_emb_base on load. */
-static void neox_to_json(const mt_config *c, cJSON *r) {
-    cJSON_AddStringToObject(r, "model_type", c->model_type);
-    cJSON_AddNumberToObject(r, "hidden_size", (double)c->C);
-    cJSON_AddNumberToObject(r, "num_hidden_layers", (double)c->L);
-    cJSON_AddNumberToObject(r, "num_attention_heads", (double)c->NH);
-    cJSON_AddNumberToObject(r, "intermediate_size", (double)c->F);
-    cJSON_AddNumberToObject(r, "vocab_size", (double)c->V);
-    cJSON_AddNumberToObject(r, "max_position_embeddings", (double)c->max_pos);
-    mt_cfg_add_number(r, "layer_norm_eps", c->rms_eps, true);
-    cJSON_AddStringToObject(r, "hidden_act", c->act == MT_ACT_GELU ? "gelu" : "gelu_new");
-    cJSON_AddBoolToObject(r, "use_parallel_residual", c->parallel_residual);
-    cJSON_AddBoolToObject(r, "attention_bias", c->attn_bias);
-    mt_cfg_add_float(r, "rotary_pct", (double)c->rotary_dim / (double)c->HD);
-    mt_cfg_add_float(r, "rotary_emb_base", c->rope_theta);
-    mt_cfg_add_float(r, "hidden_dropout", 0.0);
-    mt_cfg_add_float(r, "attention_dropout", 0.0);
-    cJSON_AddBoolToObject(r, "tie_word_embeddings", false);
-}
-
 /* rope_theta, and rope_scaling for llama3 and longrope, under transformers
  * 4's names (transformers 5 converts them on load). */
-static void rope_to_json(const mt_config *c, cJSON *r) {
+void mt_config_rope_to_json(const mt_config *c, cJSON *r) {
     mt_cfg_add_float(r, "rope_theta", c->rope_theta);
     if (c->rope_kind == MT_ROPE_LONGROPE) mt_config_longrope_to_json(c, r);
     if (c->rope_kind != MT_ROPE_LLAMA3) return;
@@ -632,44 +348,18 @@ static void rope_to_json(const mt_config *c, cJSON *r) {
     cJSON_AddNumberToObject(s, "original_max_position_embeddings", (double)c->rope_orig_max_pos);
 }
 
-/* falcon under FalconConfig's names. */
-static void falcon_to_json(const mt_config *c, cJSON *r) {
-    cJSON_AddStringToObject(r, "model_type", c->model_type);
-    cJSON_AddNumberToObject(r, "hidden_size", (double)c->C);
-    cJSON_AddNumberToObject(r, "num_hidden_layers", (double)c->L);
-    cJSON_AddNumberToObject(r, "num_attention_heads", (double)c->NH);
-    cJSON_AddBoolToObject(r, "new_decoder_architecture", c->new_decoder);
-    cJSON_AddBoolToObject(r, "multi_query", true);
-    if (c->new_decoder) {
-        cJSON_AddNumberToObject(r, "num_kv_heads", (double)c->NKV);
-        cJSON_AddNumberToObject(r, "num_ln_in_parallel_attn", 2);
-    }
-    cJSON_AddBoolToObject(r, "parallel_attn", true);
-    cJSON_AddBoolToObject(r, "bias", false);
-    cJSON_AddBoolToObject(r, "alibi", false);
-    cJSON_AddNumberToObject(r, "ffn_hidden_size", (double)c->F);
-    cJSON_AddNumberToObject(r, "vocab_size", (double)c->V);
-    cJSON_AddNumberToObject(r, "max_position_embeddings", (double)c->max_pos);
-    mt_cfg_add_number(r, "layer_norm_epsilon", c->rms_eps, true);
-    cJSON_AddStringToObject(r, "activation", c->act == MT_ACT_GELU ? "gelu" : "gelu_new");
-    mt_cfg_add_float(r, "hidden_dropout", 0.0);
-    mt_cfg_add_float(r, "attention_dropout", 0.0);
-    cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tie_embeddings);
-    rope_to_json(c, r);
-}
-
 char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
     cJSON *r = cJSON_CreateObject();
     if (c->arch == MT_ARCH_GPT_NEOX) {
         cJSON *a = cJSON_AddArrayToObject(r, "architectures");
         cJSON_AddItemToArray(a, cJSON_CreateString("GPTNeoXForCausalLM"));
-        neox_to_json(c, r);
+        mt_config_neox_to_json(c, r);
         goto ids;
     }
     if (c->arch == MT_ARCH_FALCON) {
         cJSON *a = cJSON_AddArrayToObject(r, "architectures");
         cJSON_AddItemToArray(a, cJSON_CreateString("FalconForCausalLM"));
-        falcon_to_json(c, r);
+        mt_config_falcon_to_json(c, r);
         goto ids;
     }
     if (mt_arch_is_gemma(c->arch)) {
@@ -695,11 +385,11 @@ char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
     mt_cfg_add_number(r, "rms_norm_eps", c->rms_eps, true);
     cJSON_AddStringToObject(r, "hidden_act", "silu");
     cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tie_embeddings);
-    rope_to_json(c, r);
+    mt_config_rope_to_json(c, r);
     if (c->arch == MT_ARCH_QWEN2 || c->arch == MT_ARCH_QWEN3 || c->arch == MT_ARCH_QWEN2_MOE ||
         c->arch == MT_ARCH_QWEN3_MOE)
         cJSON_AddBoolToObject(r, "use_sliding_window", false);
-    if (mt_arch_has_experts(c->arch)) moe_to_json(c, r);
+    if (mt_arch_has_experts(c->arch)) mt_config_moe_to_json(c, r);
     mt_cfg_add_pad_token(c, r);
     if (c->arch == MT_ARCH_MISTRAL || c->arch == MT_ARCH_MIXTRAL || c->arch == MT_ARCH_PHI3) {
         if (c->sliding_window > 0) cJSON_AddNumberToObject(r, "sliding_window", (double)c->sliding_window);
@@ -723,35 +413,6 @@ ids:
     cJSON_Delete(r);
     MT_ASSERT(s);
     return s;
-}
-
-void mt_config_neox_defaults(mt_config *c) {
-    c->arch = MT_ARCH_GPT_NEOX;
-    snprintf(c->model_type, sizeof c->model_type, "gpt_neox");
-    c->NKV = c->NH;
-    c->rms_eps = 1e-5f;
-    c->layernorm = true;
-    c->parallel_residual = true;
-    c->attn_bias = true;
-    c->act = MT_ACT_GELU;
-    c->tie_embeddings = false;
-    c->qkv_bias = c->qk_norm = false;
-    int64_t r = c->HD / 4;
-    c->rotary_dim = r < 2 ? 2 : r - r % 2;
-}
-
-void mt_config_falcon_defaults(mt_config *c, bool new_decoder) {
-    c->arch = MT_ARCH_FALCON;
-    snprintf(c->model_type, sizeof c->model_type, "falcon");
-    c->new_decoder = new_decoder;
-    if (!new_decoder) c->NKV = 1;
-    c->rms_eps = 1e-5f;
-    c->layernorm = true;
-    c->parallel_residual = true;
-    c->attn_bias = false;
-    c->act = MT_ACT_GELU;
-    c->qkv_bias = c->qk_norm = false;
-    c->rotary_dim = 0;
 }
 
 void mt_config_default_tiny(mt_config *c) {

@@ -1,5 +1,5 @@
 /* config.json reading and writing helpers shared by the config parsers
- * (config.c, config_gemma.c, config_phi3.c): typed fields with the config class's default,
+ * (config.c, config_moe.c, config_neox_falcon.c, config_gemma.c, config_phi3.c): typed fields with the config class's default,
  * and floats written as Python writes them. Internal to src/model. */
 #ifndef MT_MODEL_CONFIG_INTERNAL_H
 #define MT_MODEL_CONFIG_INTERNAL_H
@@ -42,6 +42,27 @@ void mt_cfg_number_text(char buf[48], double v, bool single);
 /* Adds v under key as Python's repr writes it (as an fp32 when single). */
 void mt_cfg_add_number(cJSON *r, const char *key, double v, bool single);
 void mt_cfg_add_float(cJSON *r, const char *key, double v);
+
+/* rope_theta and rope_scaling/rope_parameters of the Llama family (and
+ * falcon): the transformers 4 and 5 layouts, unsupported types refused by
+ * name (config.c); written back under transformers 4's names. */
+int mt_config_parse_rope(mt_config *cfg, const cJSON *root, const char *src, mt_error *err);
+void mt_config_rope_to_json(const mt_config *c, cJSON *r);
+
+/* mixtral, qwen2_moe and qwen3_moe (config_moe.c): their expert fields
+ * (cfg->arch set), their ranges (for mt_config_validate), and their
+ * config.json fields. */
+int mt_config_parse_moe(mt_config *cfg, const cJSON *root, const char *src, mt_error *err);
+int mt_config_validate_moe(const mt_config *c, const char *src, mt_error *err);
+void mt_config_moe_to_json(const mt_config *c, cJSON *r);
+
+/* gpt_neox and falcon (config_neox_falcon.c): their fields besides the
+ * common ones (cfg->arch set), and their whole config.json but the token
+ * ids and torch_dtype. */
+int mt_config_parse_gpt_neox(mt_config *cfg, const cJSON *root, const char *src, mt_error *err);
+int mt_config_parse_falcon(mt_config *cfg, const cJSON *root, const char *src, mt_error *err);
+void mt_config_neox_to_json(const mt_config *c, cJSON *r);
+void mt_config_falcon_to_json(const mt_config *c, cJSON *r);
 
 /* gemma2 and gemma3_text (config_gemma.c): their fields besides the common
  * ones mt_config_parse read (cfg->arch set), and their config.json. */
