@@ -88,10 +88,15 @@ void mt_shard_put(const mt_shard_layout *sl, const float *local, float *full);
 /* A rank's share of the host store: w, m, v (and g when asked) in the
  * local layout, zero-filled, 64-byte aligned, and the parts' table
  * (mt_shard_table_init) that describes them. */
+struct mt_disk_state;
 typedef struct mt_shard_store {
     mt_shard_layout layout;
     mt_param_table table;
     float *w, *m, *v, *g;
+    /* the layers whose parts of m and v live on disk (host/disk_state.h,
+     * a tier over the parts' table), NULL: none; their ranges of m and v
+     * hold no memory */
+    struct mt_disk_state *disk;
 } mt_shard_store;
 
 /* Fills parts (a store over sl's parts' table) with this rank's parts of

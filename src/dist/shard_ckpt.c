@@ -11,9 +11,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "host/disk_state.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_internal.h"
 #include "io/checksum.h"
+#include "io/ckpt_disk.h"
 #include "io/file.h"
 #include "io/safetensors.h"
 #include "util/mem.h"
@@ -39,6 +41,8 @@ static int write_shard(const char *tmp, const mt_shard_store *s, mt_error *err) 
     mt_st_write_tensor *t = mt_calloc_or_die(3 * (size_t)L + 1, sizeof *t);
     const float *arrays[3] = {s->w, s->m, s->v};
     const char *prefix[3] = {"w", "m", "v"};
+    /* the m and v of the disk layers are read from the disk as they are written */
+    mt_ckpt_disk *disk = s->disk ? mt_ckpt_disk_new(s->disk, 2 * L) : NULL;
     int n = 0;
     for (int a = 0; a < 3; a++)
         for (int l = 0; l < L; l++) {
@@ -47,6 +51,8 @@ static int write_shard(const char *tmp, const mt_shard_store *s, mt_error *err) 
             t[n] = (mt_st_write_tensor){.name = names[n], .dtype = MT_DTYPE_F32, .ndim = 1,
                                         .f32 = arrays[a] + sl->local[l]};
             t[n].shape[0] = (int64_t)mt_shard_len(sl, l);
+            if (a > 0 && mt_disk_state_on_disk(s->disk, l))
+                mt_ckpt_disk_source(disk, &t[n], l, a - 1, 0);
             n++;
         }
     char file[64], rank[16], ranks[16];
@@ -59,6 +65,7 @@ static int write_shard(const char *tmp, const mt_shard_store *s, mt_error *err) 
     free(path);
     free(names);
     free(t);
+    mt_ckpt_disk_free(disk);
     return rc;
 }
 
@@ -336,12 +343,22 @@ int mt_shard_ckpt_load(const char *dir, mt_shard_store *s, const mt_config *cfg,
     old_shards o;
     int rc = begin_load(dir, cfg, &mk, err);
     if (rc == 0 && (rc = open_shards(dir, &mk, sl, &o, err)) == 0) {
-        size_t copied = 0, owned = 0;
+        size_t copied = 0, owned = 0, most = 1;
+        for (int l = 0; l < sl->table->n_layers; l++)
+            if (mt_disk_state_on_disk(s->disk, l) && mt_shard_len(sl, l) > most)
+                most = mt_shard_len(sl, l);
+        /* a disk layer's parts of m and v pass through RAM on their way to the disk */
+        float *mv = s->disk ? mt_malloc_or_die(2 * most * sizeof(float)) : NULL;
         for (int l = 0; l < sl->table->n_layers && rc == 0; l++) {
             float *dst[3] = {s->w + sl->local[l], s->m + sl->local[l], s->v + sl->local[l]};
+            int away = mt_disk_state_on_disk(s->disk, l);
+            if (away) dst[1] = mv, dst[2] = mv + most;
             owned += mt_shard_len(sl, l);
             rc = copy_layer(&o, sl, l, dst, &copied, err);
+            if (rc == 0 && away && mt_shard_len(sl, l))
+                rc = mt_disk_state_write(s->disk, l, dst[1], dst[2], err);
         }
+        free(mv);
         MT_ASSERT(rc != 0 || copied == owned); /* the old ranks' parts cover every layer */
         close_shards(&o);
     }

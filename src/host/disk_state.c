@@ -122,6 +122,13 @@ double mt_disk_state_ram_bytes(const mt_disk_state *ds) {
     return ds ? (double)ds->buf_bytes * ds->n_bufs : 0;
 }
 
+size_t mt_disk_state_max_numel(const mt_disk_state *ds) {
+    size_t most = 0;
+    for (int l = 0; ds && l < ds->t->n_layers; l++)
+        if (ds->on_disk[l] && ds->t->layers[l].numel > most) most = ds->t->layers[l].numel;
+    return most;
+}
+
 /* Records the first failure. */
 static void fail(mt_disk_state *ds, const mt_error *e) {
     if (!ds->failed) ds->err = *e;

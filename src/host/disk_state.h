@@ -16,6 +16,7 @@
 #ifndef MT_HOST_DISK_STATE_H
 #define MT_HOST_DISK_STATE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "model/params.h"
@@ -53,6 +54,8 @@ int mt_disk_state_on_disk(const mt_disk_state *ds, int layer);
 int mt_disk_state_layers(const mt_disk_state *ds);
 double mt_disk_state_disk_bytes(const mt_disk_state *ds);
 double mt_disk_state_ram_bytes(const mt_disk_state *ds);
+/* Floats of m (and of v) in the largest disk layer; 0 for none. */
+size_t mt_disk_state_max_numel(const mt_disk_state *ds);
 
 /* The optimizer's use (one thread at a time): layer l's m and v in RAM
  * until put. On failure *m and *v are NULL and the error is recorded. */

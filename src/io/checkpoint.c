@@ -15,6 +15,7 @@
 
 #include "io/checkpoint_internal.h"
 #include "io/checksum.h"
+#include "io/ckpt_disk.h"
 #include "io/file.h"
 #include "io/model_io.h"
 #include "host/disk_state.h"
@@ -85,61 +86,21 @@ static void *st_job_run(void *arg) {
     return NULL;
 }
 
-/* The m and v of the layers on disk reach the writer through a one-layer
- * cache: the optimizer file lists a layer's tensors together (m's, then
- * v's), so each layer's block is read twice. */
-typedef struct disk_cache {
-    mt_disk_state *ds;
-    int layer;
-    float *m, *v;  /* the largest layer's numel each */
-} disk_cache;
-
-typedef struct disk_source {
-    disk_cache *cache;
-    int layer, v;   /* which array */
-    size_t offset;  /* the tensor's, in the layer */
-} disk_source;
-
-static int fill_from_disk(void *ctx, const mt_st_write_tensor *t, size_t first, size_t count,
-                          float *dst, mt_error *err) {
-    (void)t;
-    disk_source *src = ctx;
-    disk_cache *c = src->cache;
-    if (c->layer != src->layer) {
-        if (mt_disk_state_read(c->ds, src->layer, c->m, c->v, err)) return -1;
-        c->layer = src->layer;
-    }
-    memcpy(dst, (src->v ? c->v : c->m) + src->offset + first, count * sizeof(float));
-    return 0;
-}
-
 /* m's and v's tensors of the layers on disk (entries 0..n-1 are m's, n..2n-1
- * v's, as tensor_list made them): read through the cache. */
-static disk_source *disk_sources(const mt_host_store *s, mt_st_write_tensor *mv, int n,
-                                 disk_cache *cache) {
+ * v's, as tensor_list made them) fill themselves from the disk: the
+ * optimizer file lists a layer's tensors together (m's, then v's), so each
+ * layer's block is read twice. */
+static mt_ckpt_disk *disk_sources(const mt_host_store *s, mt_st_write_tensor *mv, int n) {
     const mt_param_table *t = s->table;
-    disk_source *src = mt_calloc_or_die(2 * (size_t)n + 1, sizeof *src);
-    *cache = (disk_cache){.ds = s->disk, .layer = -1};
-    size_t most = 0;
-    for (int l = 0; l < t->n_layers; l++)
-        if (mt_disk_state_on_disk(s->disk, l) && t->layers[l].numel > most)
-            most = t->layers[l].numel;
-    cache->m = mt_malloc_or_die((most ? most : 1) * sizeof(float));
-    cache->v = mt_malloc_or_die((most ? most : 1) * sizeof(float));
+    mt_ckpt_disk *c = mt_ckpt_disk_new(s->disk, 2 * n);
     int i = 0;
     for (int l = 0; l < t->n_layers; l++)
         for (int k = 0; k < t->layers[l].n_tensors; k++, i++) {
             if (!mt_disk_state_on_disk(s->disk, l)) continue;
-            for (int a = 0; a < 2; a++) {
-                disk_source *d = &src[a * n + i];
-                *d = (disk_source){.cache = cache, .layer = l, .v = a,
-                                   .offset = t->layers[l].tensors[k].offset};
-                mv[a * n + i].f32 = NULL;
-                mv[a * n + i].fill = fill_from_disk;
-                mv[a * n + i].fill_ctx = d;
-            }
+            for (int a = 0; a < 2; a++)
+                mt_ckpt_disk_source(c, &mv[a * n + i], l, a, t->layers[l].tensors[k].offset);
         }
-    return src;
+    return c;
 }
 
 /* Writes model.safetensors (w) and optimizer.safetensors (m, v), on two
@@ -157,8 +118,7 @@ static int write_tensors(const char *tmp, const mt_host_store *s, const mt_check
     int n_w = mt_model_write_list(t, s->w, MT_DTYPE_F32, wt, &fused);
     tensor_list(t, s->m, "exp_avg.", names + n, wt + n);
     tensor_list(t, s->v, "exp_avg_sq.", names + 2 * n, wt + 2 * n);
-    disk_cache cache = {0};
-    disk_source *src = s->disk ? disk_sources(s, wt + n, n, &cache) : NULL;
+    mt_ckpt_disk *src = s->disk ? disk_sources(s, wt + n, n) : NULL;
     st_job jobs[2] = {{.tmp = tmp, .file = "model.safetensors", .t = wt, .n = n_w, .opts = o},
                       {.tmp = tmp, .file = "optimizer.safetensors", .t = wt + n, .n = 2 * n,
                        .opts = o}};
@@ -176,9 +136,7 @@ static int write_tensors(const char *tmp, const mt_host_store *s, const mt_check
     free(names);
     free(wt);
     free(fused);
-    free(src);
-    free(cache.m);
-    free(cache.v);
+    mt_ckpt_disk_free(src);
     return rc;
 }
 

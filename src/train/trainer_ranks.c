@@ -55,9 +55,6 @@ int mt_run_store_open(mt_run *R, int store_grads, mt_error *err) {
         return mt_errorf(err, "disk_layers %lld: the model has %d layers (the embedding, %lld "
                          "blocks, the head); give at most %d", (long long)tc->disk_layers,
                          t->n_layers, (long long)R->cfg.L, t->n_layers);
-    if (tc->disk_layers > 0 && R->several)
-        return mt_errorf(err, "disk_layers: the disk tier is for a run of one process yet; drop "
-                         "it or --gpus");
     int n = R->disk_layers;
     if (mt_disk_store_create(&R->store, t, store_grads, n, tc->nvme_dir, err)) return -1;
     if (n)
@@ -104,17 +101,27 @@ int mt_run_init_weights(mt_run *R, mt_error *err) {
     return rc;
 }
 
+/* This rank's part of layer l of a whole store's arrays into its own: the
+ * m and v of a layer that keeps them on disk into the disk tier. */
+static int take_part(mt_run *R, int l, const mt_host_store *whole, mt_error *err) {
+    size_t from = R->table.layers[l].offset + R->sl.part[l].begin;
+    size_t to = R->parts.layers[l].offset, n = mt_shard_len(&R->sl, l);
+    memcpy(R->store.w + to, whole->w + from, n * sizeof(float));
+    if (mt_disk_state_on_disk(R->store.disk, l))
+        return n ? mt_disk_state_write(R->store.disk, l, whole->m + from, whole->v + from, err)
+                 : 0;
+    memcpy(R->store.m + to, whole->m + from, n * sizeof(float));
+    memcpy(R->store.v + to, whole->v + from, n * sizeof(float));
+    return 0;
+}
+
 /* A checkpoint of one process on a rank of several: the whole store once,
  * then this rank's parts of it. */
 static int load_whole_into_parts(mt_run *R, char **js, mt_error *err) {
     mt_host_store whole;
     if (mt_host_store_create(&whole, &R->table, 0, err)) return -1;
     int rc = mt_checkpoint_load_verified(R->ckpt_dir, &whole, &R->cfg, js, err);
-    if (rc == 0) {
-        mt_shard_take(&R->sl, whole.w, R->store.w);
-        mt_shard_take(&R->sl, whole.m, R->store.m);
-        mt_shard_take(&R->sl, whole.v, R->store.v);
-    }
+    for (int l = 0; rc == 0 && l < R->table.n_layers; l++) rc = take_part(R, l, &whole, err);
     mt_host_store_free(&whole);
     return rc;
 }
@@ -142,7 +149,8 @@ int mt_run_load_checkpoint(mt_run *R, char **js, mt_error *err) {
                           : mt_checkpoint_load_verified(R->ckpt_dir, &R->store, &R->cfg, js, err);
     if (!R->several)
         return mt_shard_ckpt_load_layers(R->ckpt_dir, &R->table, &R->cfg, js, put_layer, R, err);
-    mt_shard_store view = {.layout = R->sl, .w = R->store.w, .m = R->store.m, .v = R->store.v};
+    mt_shard_store view = {.layout = R->sl, .w = R->store.w, .m = R->store.m, .v = R->store.v,
+                           .disk = R->store.disk};
     return mt_shard_ckpt_load(R->ckpt_dir, &view, &R->cfg, js, err);
 }
 

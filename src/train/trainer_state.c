@@ -117,7 +117,7 @@ int mt_run_save_checkpoint(mt_run *R, mt_error *err) {
     int rc;
     if (R->several) { /* each rank its shard, rank 0 the rest */
         mt_shard_store view = {.layout = R->sl, .w = R->store.w, .m = R->store.m,
-                               .v = R->store.v};
+                               .v = R->store.v, .disk = R->store.disk};
         rc = mt_shard_ckpt_save(&R->rk.rdv, R->tc->out, R->step, &view, &R->cfg, js,
                                 (int)R->tc->keep_last, path, sizeof path, err);
     } else {

@@ -153,6 +153,73 @@ Test(dist_train, a_ranks_checkpoint_resumes_with_a_disk_tier, .timeout = 300) {
     free(dir);
 }
 
+/* `train` on `ranks` processes whose last 3 layers keep their parts of the
+ * Adam state on disk (a directory of each run's own), with extra arguments;
+ * its output must say so. */
+static int train_disk(const char *out, int ranks, const char *extra1, const char *extra2) {
+    char steps[16], gpus[16], disk[600];
+    snprintf(steps, sizeof steps, "%d", STEPS);
+    snprintf(gpus, sizeof gpus, "%d", ranks);
+    snprintf(disk, sizeof disk, "%s.nvme", out);
+    mt_error me;
+    if (mt_mkdirs(disk, &me)) return -1;
+    char *argv[32] = {"train", "--device", "cpu", "--precision", "fp32", "--micro-batches",
+                      "4", "--batch-size", "2", "--seq-len", "32", "--steps", steps,
+                      "--save-every", "8", "--out", (char *)out, "--gpus", gpus,
+                      "--nvme-dir", disk, "--disk-layers", "3"};
+    int n = 23;
+    if (extra1) argv[n++] = (char *)extra1;
+    if (extra2) argv[n++] = (char *)extra2;
+    argv[n] = NULL;
+    char *o = NULL, *e = NULL;
+    int rc = mt_test_cli_output(argv, &o, &e);
+    if (rc == 0 && !strstr(o, "disk tier: the optimizer state of the last 3 layers")) rc = -1;
+    free(o), free(e);
+    return rc;
+}
+
+/* Two ranks whose last 3 layers keep their parts of m and v on disk: the
+ * losses of the ranks in RAM, bit for bit (the disk holds the same floats);
+ * their checkpoint resumed on 2 ranks with the disk tier and on one process,
+ * and one process's checkpoint resumed on 2 ranks with it, continue as the
+ * uninterrupted run. */
+Test(dist_train, ranks_keep_their_adam_state_on_disk, .timeout = 300) {
+    char *dir = mt_test_tmpdir(), ram[512], disk[512], path[2000];
+    snprintf(ram, sizeof ram, "%s/ram", dir);
+    snprintf(disk, sizeof disk, "%s/disk", dir);
+    cr_assert_eq(train(ram, 2, NULL, NULL), 0);
+    cr_assert_eq(train_disk(disk, 2, NULL, NULL), 0, "2 ranks with 3 disk layers");
+    double want[STEPS], got[STEPS];
+    cr_assert_eq(read_losses(ram, want, STEPS), STEPS);
+    cr_assert_eq(read_losses(disk, got, STEPS), STEPS);
+    for (int s = 0; s < STEPS; s++)
+        cr_assert(got[s] == want[s], "step %d: %.9g with the disk tier, %.9g in RAM", s + 1,
+                  got[s], want[s]);
+    const char *how[3] = {"2 ranks with the disk tier", "one process",
+                          "a one-process checkpoint on 2 ranks with the disk tier"};
+    for (int i = 0; i < 3; i++) {
+        char out[512], one[512];
+        snprintf(out, sizeof out, "%s/resumed%d", dir, i);
+        snprintf(one, sizeof one, "%s/one", dir);
+        if (i == 2) cr_assert_eq(train(one, 1, NULL, NULL), 0);
+        snprintf(path, sizeof path, "mkdir -p %s/checkpoints && cp -r %s/checkpoints/"
+                 "step-00000008 %s/checkpoints/", out, i == 2 ? one : disk, out);
+        cr_assert_eq(system(path), 0);
+        int rc = i == 1 ? train(out, 1, "--resume", "auto")
+                        : train_disk(out, 2, "--resume", "auto");
+        cr_assert_eq(rc, 0, "resume: %s", how[i]);
+        for (int s = 0; s < STEPS; s++) got[s] = want[s];
+        cr_assert_eq(read_losses(out, got, STEPS), STEPS - 8, "steps 9..16 logged once each");
+        if (i == 0) /* the same ranks, the same arithmetic */
+            for (int s = 8; s < STEPS; s++)
+                cr_assert(got[s] == want[s], "%s: step %d %.9g, uninterrupted %.9g", how[i],
+                          s + 1, got[s], want[s]);
+        assert_close(want, got, 8, STEPS, how[i]);
+    }
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
 Test(dist_train, a_batch_the_ranks_cannot_share_is_refused, .timeout = 60) {
     char *dir = mt_test_tmpdir(), out[512];
     snprintf(out, sizeof out, "%s/run", dir);
