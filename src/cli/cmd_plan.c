@@ -57,7 +57,7 @@ static const mt_opt options[] = {
     {"net_gbps", MT_OPT_FLOAT, OFF(net_gbps), "25", NULL, MT_OPT_NONNEG, NULL, "X", NULL,
      "collectives across machines, GB/s a GPU (25: 200 Gb/s a GPU, an assumption)"},
     {"disk_mem", MT_OPT_FLOAT, OFF(disk_mem), "0", NULL, MT_OPT_NONNEG, NULL, "GB",
-     "The disk tier (one GPU)",
+     "The disk tier (each machine's, shared by its GPUs)",
      "disk for the Adam state of the layers the host budget cannot hold; 0: no disk tier"},
     RATE(disk_gbps, "the disk tier's reads and writes, GB/s each (2 when not measured)"),
 };
@@ -228,8 +228,10 @@ static int run(void *args, int argc, char **argv) {
         mt_params_free(&t);
         return mt_cli_fail("plan", 1, "%s", err.msg);
     }
-    req.disk_budget = a->disk_mem * 1e9;
+    /* each machine's disk budget and rates shared by its GPUs' ranks */
+    req.disk_budget = a->disk_mem * 1e9 / (double)a->gpus;
     req.disk_layers = a->disk_mem > 0 ? -1 : 0;
+    req.disk_sharers = (int)a->gpus;
     if (a->disk_gbps) req.rates.disk_read_gbs = req.rates.disk_write_gbs = a->disk_gbps;
     /* a ring across machines runs at the network's pace */
     if (a->nvlink_gbps) req.rates.link_gbs = a->nvlink_gbps;

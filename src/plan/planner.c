@@ -91,6 +91,32 @@ static void disk_rates(const mt_rates *r, double *rd, double *wr, double *both) 
     *both = r->disk_both_gbs * 1e9;
 }
 
+/* This rank's share of them: the ranks of a machine move their disk
+ * layers at the same moments of their steps, over the same drives. */
+static void rank_disk_rates(const mt_plan_request *q, double *rd, double *wr, double *both) {
+    disk_rates(&q->rates, rd, wr, both);
+    double n = q->disk_sharers > 1 ? q->disk_sharers : 1;
+    *rd /= n, *wr /= n, *both /= n;
+}
+
+/* The disk bytes of this rank's parts of the last n layers' m and v, and
+ * the RAM they free less the staging buffers (host/disk_state.h's sizes,
+ * over the parts). */
+static void disk_sizes(const mt_plan_request *q, int n, double *disk, double *freed) {
+    if (q->ranks <= 1) {
+        mt_disk_tier_sizes(q->t, n, disk, freed);
+        return;
+    }
+    double most = 0;
+    *disk = 0;
+    for (int l = q->t->n_layers - n; l < q->t->n_layers; l++) {
+        double b = part_floats(q, l) * 8.0;
+        *disk += b;
+        most = fmax(most, b);
+    }
+    *freed = *disk - MT_DISK_STAGING_BUFFERS * most;
+}
+
 /* The disk tier's transfers over a step as host/disk_state.c issues them,
  * on one channel (the drives: reads and writes share them at the rate
  * measured with both at once, or each at its own where that is unknown),
@@ -170,7 +196,7 @@ static double optimizer_times(const mt_plan_request *q, const mt_plan *plan, dou
     int nl = q->t->n_layers, first_disk = nl - plan->n_disk;
     double d2h = r->d2h_gbs * 1e9, adam = r->adam_gparams * 1e9;
     disk_sim d = {0};
-    disk_rates(r, &d.rd, &d.wr, &d.both);
+    rank_disk_rates(q, &d.rd, &d.wr, &d.both);
     for (int b = 0; b < MT_DISK_STAGING_BUFFERS; b++)
         d.layer[b] = -1;
     for (int b = 0; b < MT_DISK_STAGING_BUFFERS && first_disk + b < nl; b++)
@@ -333,7 +359,7 @@ static void measure(const mt_plan_request *q, mt_plan *p) {
     p->store_bytes = store_floats(q) * 12.0;
     double freed = 0;
     p->disk_bytes = 0;
-    if (p->n_disk) mt_disk_tier_sizes(q->t, p->n_disk, &p->disk_bytes, &freed);
+    if (p->n_disk) disk_sizes(q, p->n_disk, &p->disk_bytes, &freed);
     p->store_bytes -= freed;
     /* tokens, targets and the embedding plan of a step, in the trainer and the backend */
     p->host_bytes = p->store_bytes + p->pinned_bytes + tok * 20.0;
@@ -456,7 +482,7 @@ static void refusal(const mt_plan_request *q, mt_plan *p, int bf16) {
                  q->disk_budget / 1e9);
         return;
     }
-    int no_disk = q->disk_budget <= 0 && q->ranks <= 1;
+    int no_disk = q->disk_budget <= 0 && q->ranks <= 1; /* GPU ranks: not yet */
     snprintf(p->why, sizeof p->why,
              "the two budgets together are short: host needs %.1f GB of %.1f GB with %.1f "
              "GB of %.1f GB on the GPU (store %.1f GB = 12 bytes/param%s, saved inputs %.2f "
@@ -601,7 +627,7 @@ static void place(const mt_plan_request *q, mt_plan *p) {
      * fp32 or bf16 host gradients (bf16 needs fewer disk layers), with or
      * without rebuilt saved inputs (which need fewer too), whichever is
      * faster */
-    if (q->disk_layers < 0 && q->disk_budget > 0 && q->ranks <= 1)
+    if (q->disk_layers < 0 && q->disk_budget > 0)
         for (int bf16 = 0; bf16 < 2; bf16++) {
             if (q->host_grad_dtype >= 0 && bf16 != q->host_grad_dtype) continue;
             mt_plan trial = *p;
@@ -679,9 +705,6 @@ int mt_plan_make(const mt_plan_request *q, mt_plan *p, mt_error *err) {
     if (q->t->n_layers > 4096)
         return mt_errorf(err, "the planner handles at most 4096 layers (%d)", q->t->n_layers);
     memset(p, 0, sizeof *p); /* mt_plan_free is safe on every return */
-    if (q->disk_layers > 0 && q->ranks > 1)
-        return mt_errorf(err, "the disk tier is for a run of one process yet: drop the disk "
-                         "layers or run on one GPU");
     if (q->saved_bf16 && q->precision != MT_GPU_BF16)
         return mt_errorf(err, "bf16 saved inputs (--saved-input-dtype bf16) are for bf16 runs; "
                          "use --precision bf16, or fp32 saved inputs");
@@ -712,11 +735,14 @@ static void print_disk(const mt_plan *p, const mt_plan_request *q, FILE *f) {
     snprintf(range, sizeof range, p->n_disk > 1 ? "%d-%d" : "%d", nl - p->n_disk, nl - 1);
     double rd, wr, both;
     disk_rates(r, &rd, &wr, &both);
-    char at_once[48] = "";
+    char at_once[48] = "", shared[96] = "";
     if (both > 0) snprintf(at_once, sizeof at_once, ", both at once %.2f GB/s", both / 1e9);
-    fprintf(f, "disk: the Adam m and v of layers %s, %.2f GB of %.2f GB budget, read and "
-            "written each step (read %.2f GB/s, write %.2f GB/s%s%s)\n", range,
-            p->disk_bytes / 1e9, q->disk_budget / 1e9, rd / 1e9, wr / 1e9, at_once,
+    if (q->disk_sharers > 1)
+        snprintf(shared, sizeof shared, "; shared by the %d ranks of a machine", q->disk_sharers);
+    fprintf(f, "disk: %sthe Adam m and v of layers %s, %.2f GB of %.2f GB budget, read and "
+            "written each step (read %.2f GB/s, write %.2f GB/s%s%s%s)\n",
+            q->ranks > 1 ? "this rank's parts of " : "", range, p->disk_bytes / 1e9,
+            q->disk_budget / 1e9, rd / 1e9, wr / 1e9, at_once, shared,
             r->disk_read_gbs > 0 ? "" : ", assumed: measure them with megatrain calibrate "
             "--nvme-dir");
 }

@@ -41,12 +41,16 @@ typedef struct mt_plan_request {
      * largest), its gradients wait on the host, no layer's AdamW runs on
      * the GPU. */
     int rank, ranks;
-    /* The disk tier (a run of one process): bytes of disk the Adam state
-     * may take (0: no disk tier), and how many of the last layers keep
-     * their m and v there: -1 the planner's choice (none when the host
-     * budget holds them, else the fewest it needs), else that many. */
+    /* The disk tier: bytes of disk this rank's Adam state may take (0: no
+     * disk tier), and how many of the last layers keep their m and v (this
+     * rank's parts of them) there: -1 the planner's choice (none when the
+     * host budget holds them, else the fewest it needs), else that many.
+     * disk_sharers: the ranks whose disk tiers share the drives (a
+     * machine's; 0 or 1: this one alone), each moving at that share of the
+     * disk's rates. */
     double disk_budget;
     int disk_layers;
+    int disk_sharers;
     mt_rates rates;
 } mt_plan_request;
 

@@ -223,14 +223,36 @@ Test(planner_disk, device_layers_stop_where_disk_layers_start) {
     mt_test_planned_free(&x);
 }
 
-Test(planner_disk, several_ranks_have_no_disk_tier_yet) {
-    mt_test_planned x;
-    mt_error err;
-    plan_8b(&x, 129.7, 1000, 0);
-    x.q.ranks = 2;
-    x.q.disk_layers = 3;
-    mt_plan_free(&x.p);
-    cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), -1);
-    cr_assert(strstr(err.msg, "one process"), "%s", err.msg);
-    mt_test_planned_free(&x);
+/* The ranks of one machine each keep their parts of the disk layers' m and
+ * v on its drives, and move them in the same moments of their steps: a
+ * rank's disk bytes are its part (rank 0's, the largest, about a quarter
+ * of 4), and its disk is busy as long as one GPU's with the whole state,
+ * its share of the rates being a quarter too; ranks on machines of their
+ * own (one sharer each) are done in about a quarter of it. */
+Test(planner_disk, the_ranks_of_a_machine_share_its_disk) {
+    mt_test_planned one, four;
+    plan_8b(&one, 140, 1000, 12);
+    one.q.host_grad_dtype = 0;
+    mt_test_replan(&one);
+    cr_assert(one.p.fits && one.p.n_disk == 12, "%s", one.p.why);
+    plan_8b(&four, 140.0 / 4, 1000.0 / 4, 12);
+    four.q.host_grad_dtype = 0;
+    four.q.M = 1; /* the step's 4 micro-batches, one a rank */
+    four.q.ranks = 4;
+    four.q.disk_sharers = 4;
+    mt_test_replan(&four);
+    cr_assert(four.p.fits && four.p.n_disk == 12, "%s", four.p.why);
+    double part = four.p.disk_bytes / one.p.disk_bytes;
+    cr_assert(part >= 0.25 && part < 0.2501, "rank 0's disk bytes: %.5f of one GPU's", part);
+    double busy = four.p.pred.disk_busy / one.p.pred.disk_busy;
+    /* the same bytes through the machine at the same rates, the first
+     * rank's part a hair over a quarter */
+    cr_assert(busy >= 0.999 && busy < 1.001, "a rank's disk busy %.3f s, one GPU's %.3f s",
+              four.p.pred.disk_busy, one.p.pred.disk_busy);
+    four.q.disk_sharers = 1;
+    mt_test_replan(&four);
+    busy = four.p.pred.disk_busy / one.p.pred.disk_busy;
+    cr_assert(busy >= 0.25 && busy < 0.2501, "a drive of its own: busy %.4f of one GPU's", busy);
+    mt_test_planned_free(&one);
+    mt_test_planned_free(&four);
 }
