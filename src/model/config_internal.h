@@ -1,5 +1,6 @@
 /* config.json reading and writing helpers shared by the config parsers
- * (config.c, config_moe.c, config_neox_falcon.c, config_gemma.c, config_phi3.c): typed fields with the config class's default,
+ * (config.c, config_rope.c, config_moe.c, config_neox_falcon.c, config_gemma.c,
+ * config_phi3.c): typed fields with the config class's default,
  * and floats written as Python writes them. Internal to src/model. */
 #ifndef MT_MODEL_CONFIG_INTERNAL_H
 #define MT_MODEL_CONFIG_INTERNAL_H
@@ -45,7 +46,7 @@ void mt_cfg_add_float(cJSON *r, const char *key, double v);
 
 /* rope_theta and rope_scaling/rope_parameters of the Llama family (and
  * falcon): the transformers 4 and 5 layouts, unsupported types refused by
- * name (config.c); written back under transformers 4's names. */
+ * name (config_rope.c); written back under transformers 4's names. */
 int mt_config_parse_rope(mt_config *cfg, const cJSON *root, const char *src, mt_error *err);
 void mt_config_rope_to_json(const mt_config *c, cJSON *r);
 
