@@ -247,6 +247,9 @@ static int find_checkpoint(mt_run *R, mt_error *err) {
  * host memory check with the disk layers it chose, and the host store. */
 static int place(mt_run *R, int gpu, mt_runner_opts *ro, mt_error *err) {
     const mt_train_config *tc = R->tc;
+    if (gpu && R->several && tc->nvme_dir[0])
+        return mt_errorf(err, "nvme_dir: the disk tier of several ranks runs on the CPU only "
+                         "yet; on GPUs drop --nvme-dir, or train on one GPU");
     /* the CPU backends and the planner-less GPU path read the store's g */
     int store_grads = !gpu || tc->host_saved_inputs;
     char *plan_text = NULL;
@@ -268,9 +271,6 @@ static int place(mt_run *R, int gpu, mt_runner_opts *ro, mt_error *err) {
     double hm = gpu || tc->host_mem <= 0 ? 0 : mt_run_host_mem_share(R) * 1e9;
     size_t host_mem = hm >= 1.8e19 ? SIZE_MAX : (size_t)hm;
     size_t binding = host_mem && (!avail || host_mem < avail) ? host_mem : avail;
-    if (gpu && R->several && tc->nvme_dir[0])
-        return mt_errorf(err, "nvme_dir: the disk tier of several ranks runs on the CPU only "
-                         "yet; on GPUs drop --nvme-dir, or train on one GPU");
     resolved.disk_layers = gpu && R->several ? 0
                            : R->plan ? mt_runner_plan_disk_layers(R->plan)
                            : mt_train_disk_layers_needed(tc, &R->cfg, mt_run_store_table(R),
