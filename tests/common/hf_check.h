@@ -41,6 +41,25 @@ void mt_hf_check_trajectory(const char *model, const mt_hf_tols *tol);
  * config, and it reloads to bit-identical fp32 logits. */
 void mt_hf_check_save_reload(const char *model);
 
+/* The checks every family runs on each of its fixtures after the first
+ * forward and backward, as Criterion tests of `suite` over the models of
+ * `models` (index array `idx`, one entry a model): the 5-step AdamW
+ * trajectory and the save then reload (mt_hf_check_trajectory,
+ * mt_hf_check_save_reload). */
+#define MT_HF_FAMILY_TESTS(suite, models, idx, tols)                                        \
+    ParameterizedTestParameters(suite, five_step_adamw_trajectory) {                        \
+        return cr_make_param_array(int, idx, sizeof idx / sizeof *idx);                     \
+    }                                                                                       \
+    ParameterizedTest(int *which, suite, five_step_adamw_trajectory) {                      \
+        mt_hf_check_trajectory(models[*which], &tols);                                      \
+    }                                                                                       \
+    ParameterizedTestParameters(suite, save_then_reload_gives_the_same_logits) {            \
+        return cr_make_param_array(int, idx, sizeof idx / sizeof *idx);                     \
+    }                                                                                       \
+    ParameterizedTest(int *which, suite, save_then_reload_gives_the_same_logits) {          \
+        mt_hf_check_save_reload(models[*which]);                                            \
+    }
+
 /* A config.json field that must be refused, and the name the error gives. */
 typedef struct mt_hf_refusal {
     const char *extra, *field;

@@ -53,21 +53,7 @@ ParameterizedTest(int *which, falcon, logits_loss_and_gradients) {
     mt_hf_check_forward_backward(models[*which], &tols);
 }
 
-ParameterizedTestParameters(falcon, five_step_adamw_trajectory) {
-    return cr_make_param_array(int, model_index, 2);
-}
-
-ParameterizedTest(int *which, falcon, five_step_adamw_trajectory) {
-    mt_hf_check_trajectory(models[*which], &tols);
-}
-
-ParameterizedTestParameters(falcon, save_then_reload_gives_the_same_logits) {
-    return cr_make_param_array(int, model_index, 2);
-}
-
-ParameterizedTest(int *which, falcon, save_then_reload_gives_the_same_logits) {
-    mt_hf_check_save_reload(models[*which]);
-}
+MT_HF_FAMILY_TESTS(falcon, models, model_index, tols)
 
 /* `init --model-type falcon` makes Falcon-7B's layout with one kv head and
  * the new decoder's with more; the run trains the latter on the CPU. */

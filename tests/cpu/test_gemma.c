@@ -57,21 +57,7 @@ ParameterizedTest(int *which, gemma, logits_loss_and_gradients) {
     mt_hf_check_forward_backward(models[*which], &tols);
 }
 
-ParameterizedTestParameters(gemma, five_step_adamw_trajectory) {
-    return cr_make_param_array(int, model_index, 2);
-}
-
-ParameterizedTest(int *which, gemma, five_step_adamw_trajectory) {
-    mt_hf_check_trajectory(models[*which], &tols);
-}
-
-ParameterizedTestParameters(gemma, save_then_reload_gives_the_same_logits) {
-    return cr_make_param_array(int, model_index, 2);
-}
-
-ParameterizedTest(int *which, gemma, save_then_reload_gives_the_same_logits) {
-    mt_hf_check_save_reload(models[*which]);
-}
+MT_HF_FAMILY_TESTS(gemma, models, model_index, tols)
 
 /* `init --model-type gemma2|gemma3_text` makes the published configs'
  * layout with its norms at 0 (1 + w = 1); the run trains the Gemma 3 one

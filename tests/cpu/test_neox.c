@@ -60,21 +60,7 @@ ParameterizedTest(int *which, neox, logits_loss_and_gradients) {
     mt_hf_check_forward_backward(models[*which], &tols);
 }
 
-ParameterizedTestParameters(neox, five_step_adamw_trajectory) {
-    return cr_make_param_array(int, model_index, 2);
-}
-
-ParameterizedTest(int *which, neox, five_step_adamw_trajectory) {
-    mt_hf_check_trajectory(models[*which], &tols);
-}
-
-ParameterizedTestParameters(neox, save_then_reload_gives_the_same_logits) {
-    return cr_make_param_array(int, model_index, 2);
-}
-
-ParameterizedTest(int *which, neox, save_then_reload_gives_the_same_logits) {
-    mt_hf_check_save_reload(models[*which]);
-}
+MT_HF_FAMILY_TESTS(neox, models, model_index, tols)
 
 /* `init --model-type gpt_neox` makes Pythia's layout (untied, NKV = NH,
  * rotary_pct 0.25), and the run trains it on the CPU and saves it. */

@@ -59,23 +59,9 @@ ParameterizedTest(int *which, phi3, logits_loss_and_gradients) {
     mt_hf_check_forward_backward(models[*which], &tols);
 }
 
-ParameterizedTestParameters(phi3, five_step_adamw_trajectory) {
-    return cr_make_param_array(int, model_index, 2);
-}
-
-ParameterizedTest(int *which, phi3, five_step_adamw_trajectory) {
-    mt_hf_check_trajectory(models[*which], &tols);
-}
-
-ParameterizedTestParameters(phi3, save_then_reload_gives_the_same_logits) {
-    return cr_make_param_array(int, model_index, 2);
-}
-
 /* The save holds qkv_proj and gate_up_proj, not their parts (the check
  * compares the saved names with the fixture's). */
-ParameterizedTest(int *which, phi3, save_then_reload_gives_the_same_logits) {
-    mt_hf_check_save_reload(models[*which]);
-}
+MT_HF_FAMILY_TESTS(phi3, models, model_index, tols)
 
 #define PHI3 "\"model_type\": \"phi3\", \"hidden_size\": 64, \"num_hidden_layers\": 2, " \
              "\"num_attention_heads\": 4, \"intermediate_size\": 96, \"vocab_size\": 32064"
