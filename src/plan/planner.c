@@ -1,5 +1,6 @@
 /* The placement planner: a step-time model over the three streams and the
- * optimizer thread, and a greedy choice of homes within two budgets. */
+ * optimizer thread (whose disk tier is planner_disk.c's), and a greedy
+ * choice of homes within the budgets; planner_print.c prints the plan. */
 #include "plan/planner.h"
 
 #include <math.h>
@@ -7,7 +8,7 @@
 #include <string.h>
 
 #include "dist/shard.h"
-#include "host/disk_state.h"
+#include "plan/planner_internal.h"
 #include "util/mem.h"
 #include "util/sys.h"
 
@@ -63,17 +64,11 @@ static layer_costs costs(const mt_plan_request *q) {
  * drain. The optimizer starts with the step (the last step's drains end
  * it): the device layers' updates first on the compute stream, the CPU's
  * in layer order, each once its gradient is on the host (a GPU-waiting one
- * is fetched while the layer before it is updated). */
-/* Floats of layer l this rank holds and moves over PCIe (the whole layer
- * on one GPU), and the seconds of one all-gather or reduce-scatter of it
- * between the ranks (0 on one GPU): (n-1)/n of its chunks arrive at each
- * GPU at the collectives' bus bandwidth. */
-static double part_floats(const mt_plan_request *q, int l) {
-    size_t n = q->t->layers[l].numel;
-    if (q->ranks <= 1) return (double)n;
-    mt_shard_range r = mt_shard_split(n, q->ranks, q->rank);
-    return (double)(r.end - r.begin);
-}
+ * is fetched while the layer before it is updated; planner_disk.c). */
+
+/* The seconds of one all-gather or reduce-scatter of layer l between the
+ * ranks (0 on one GPU): (n-1)/n of its chunks arrive at each GPU at the
+ * collectives' bus bandwidth. */
 
 static double collective_s(const mt_plan_request *q, int l) {
     if (q->ranks <= 1) return 0;
@@ -81,149 +76,6 @@ static double collective_s(const mt_plan_request *q, int l) {
     return extent * 4.0 * (q->ranks - 1) / q->ranks / (q->rates.link_gbs * 1e9);
 }
 
-/* The disk tier's rates, bytes a second: reads and writes as measured (an
- * assumed 2 GB/s each way where they were not: one NVMe drive of a cloud
- * GPU machine), and both at once, which bounds their sum (0: no bound). */
-#define DISK_ASSUMED_GBS 2.0
-static void disk_rates(const mt_rates *r, double *rd, double *wr, double *both) {
-    *rd = (r->disk_read_gbs > 0 ? r->disk_read_gbs : DISK_ASSUMED_GBS) * 1e9;
-    *wr = (r->disk_write_gbs > 0 ? r->disk_write_gbs : DISK_ASSUMED_GBS) * 1e9;
-    *both = r->disk_both_gbs * 1e9;
-}
-
-/* This rank's share of them: the ranks of a machine move their disk
- * layers at the same moments of their steps, over the same drives. */
-static void rank_disk_rates(const mt_plan_request *q, double *rd, double *wr, double *both) {
-    disk_rates(&q->rates, rd, wr, both);
-    double n = q->disk_sharers > 1 ? q->disk_sharers : 1;
-    *rd /= n, *wr /= n, *both /= n;
-}
-
-/* The disk bytes of this rank's parts of the last n layers' m and v, and
- * the RAM they free less the staging buffers (host/disk_state.h's sizes,
- * over the parts). */
-static void disk_sizes(const mt_plan_request *q, int n, double *disk, double *freed) {
-    if (q->ranks <= 1) {
-        mt_disk_tier_sizes(q->t, n, disk, freed);
-        return;
-    }
-    double most = 0;
-    *disk = 0;
-    for (int l = q->t->n_layers - n; l < q->t->n_layers; l++) {
-        double b = part_floats(q, l) * 8.0;
-        *disk += b;
-        most = fmax(most, b);
-    }
-    *freed = *disk - MT_DISK_STAGING_BUFFERS * most;
-}
-
-/* The disk tier's transfers over a step as host/disk_state.c issues them,
- * on one channel (the drives: reads and writes share them at the rate
- * measured with both at once, or each at its own where that is unknown),
- * each queued behind those issued before it. The first disk layers' reads
- * are issued as the step's updates begin, into the free staging buffers;
- * a later layer's when the optimizer asks for it or, ahead, once the
- * optimizer has the layer before it, into a buffer free by then; its
- * write when its update ends. */
-typedef struct disk_sim {
-    double rd, wr, both;      /* bytes/s */
-    double free_at, busy;     /* the channel free again; seconds busy */
-    int layer[MT_DISK_STAGING_BUFFERS], writing[MT_DISK_STAGING_BUFFERS];
-    double done[MT_DISK_STAGING_BUFFERS]; /* its read's or write's end */
-} disk_sim;
-
-static double disk_xfer(disk_sim *d, double issue, double bytes, int write) {
-    double dur = bytes / (d->both > 0 ? d->both : write ? d->wr : d->rd);
-    d->free_at = fmax(d->free_at, issue) + dur;
-    d->busy += dur;
-    return d->free_at;
-}
-
-/* A buffer to read into at time t: a free one, or one whose write is done
- * by then (wait: else the one whose write ends first, t moved to it); -1. */
-static int disk_buffer(disk_sim *d, double *t, int wait) {
-    int best = -1;
-    for (int b = 0; b < MT_DISK_STAGING_BUFFERS; b++) {
-        if (d->layer[b] < 0 || (d->writing[b] && d->done[b] <= *t)) return b;
-        if (d->writing[b] && (best < 0 || d->done[b] < d->done[best])) best = b;
-    }
-    if (!wait || best < 0) return -1;
-    *t = fmax(*t, d->done[best]);
-    return best;
-}
-
-static void disk_read(disk_sim *d, int b, int l, double t, double bytes) {
-    d->layer[b] = l;
-    d->writing[b] = 0;
-    d->done[b] = disk_xfer(d, t, bytes, 0);
-}
-
-/* The optimizer asks for disk layer l at time t: when its m and v are in
- * RAM (the reads ahead issued then); *buf their buffer. */
-static double disk_get(disk_sim *d, const mt_plan_request *q, int l, double t, int *buf) {
-    int b = -1, nl = q->t->n_layers;
-    for (int k = 0; k < MT_DISK_STAGING_BUFFERS; k++)
-        if (d->layer[k] == l && !d->writing[k]) b = k;
-    if (b < 0) {
-        b = disk_buffer(d, &t, 1);
-        if (b < 0) b = 0; /* every buffer holds a later layer: as the tier, the first */
-        disk_read(d, b, l, t, part_floats(q, l) * 8.0);
-    }
-    double ready = fmax(t, d->done[b]);
-    *buf = b;
-    for (int n = l + 1; n < nl; n++) { /* read ahead into buffers free now */
-        int held = 0;
-        for (int k = 0; k < MT_DISK_STAGING_BUFFERS; k++)
-            held |= d->layer[k] == n && !d->writing[k];
-        if (held) continue;
-        double at = ready;
-        int f = disk_buffer(d, &at, 0);
-        if (f < 0) break;
-        disk_read(d, f, n, ready, part_floats(q, n) * 8.0);
-    }
-    return ready;
-}
-
-/* The optimizer thread over a step: layer l's update starts once the one
- * before it is done and its gradient is on the host (a GPU-waiting one is
- * fetched while the layer before it is updated), and, for a disk layer,
- * once its m and v are read (disk_get), which are written back after it.
- * Fills opt_done (when each layer's weights are ready) and returns when
- * the last update ends; *disk_end when the disk's last write ends. */
-static double optimizer_times(const mt_plan_request *q, const mt_plan *plan, double start,
-                              double *opt_done, double *disk_end, double *disk_busy) {
-    const mt_rates *r = &q->rates;
-    int nl = q->t->n_layers, first_disk = nl - plan->n_disk;
-    double d2h = r->d2h_gbs * 1e9, adam = r->adam_gparams * 1e9;
-    disk_sim d = {0};
-    rank_disk_rates(q, &d.rd, &d.wr, &d.both);
-    for (int b = 0; b < MT_DISK_STAGING_BUFFERS; b++)
-        d.layer[b] = -1;
-    for (int b = 0; b < MT_DISK_STAGING_BUFFERS && first_disk + b < nl; b++)
-        disk_read(&d, b, first_disk + b, start, part_floats(q, first_disk + b) * 8.0);
-    double opt = 0, prev_start = 0, comp = start;
-    for (int l = 0; l < nl; l++) {
-        double numel = part_floats(q, l);
-        if (l < plan->n_dev) { /* p, m, v, g and the bf16 copy through HBM */
-            comp += numel * 30.0 / (r->hbm_gbs * 1e9);
-            opt_done[l] = comp;
-            continue;
-        }
-        double fetched = prev_start + (plan->homes[l].grad_host ? 0 : numel * 4.0 / d2h);
-        prev_start = fmax(opt, fetched);
-        int buf = -1;
-        if (l >= first_disk) prev_start = disk_get(&d, q, l, prev_start, &buf);
-        opt = prev_start + numel / adam;
-        opt_done[l] = opt;
-        if (buf >= 0) { /* written back */
-            d.writing[buf] = 1;
-            d.done[buf] = disk_xfer(&d, opt, numel * 8.0, 1);
-        }
-    }
-    *disk_end = d.free_at;
-    *disk_busy = d.busy;
-    return opt;
-}
 
 mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan) {
     const mt_layer_home *h = plan->homes;
@@ -248,8 +100,8 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan
     int gturn = 0;
     double *opt_done = mt_calloc_or_die((size_t)nl, sizeof *opt_done);
     double disk_end = 0, disk_busy = 0;
-    opt = optimizer_times(q, plan, 0, opt_done, &disk_end, &disk_busy);
-    for (int l = 0; l < n_dev; l++) comp += part_floats(q, l) * 30.0 / (r->hbm_gbs * 1e9);
+    opt = mt_plan_optimizer_times(q, plan, 0, opt_done, &disk_end, &disk_busy);
+    for (int l = 0; l < n_dev; l++) comp += mt_plan_part_floats(q, l) * 30.0 / (r->hbm_gbs * 1e9);
     compute = comp;
     for (int j = 0; j < n; j++) {
         int l = seq[j], b = bwd[j], back = b && l != head;
@@ -259,7 +111,7 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan
          * device layers are bound in place on one GPU, all-gathered from
          * the GPU on several */
         int resident = (j > 0 && seq[j - 1] == l) || (back && l == head - 1);
-        double wbytes = resident || l < n_dev ? 0 : part_floats(q, l) * 4;
+        double wbytes = resident || l < n_dev ? 0 : mt_plan_part_floats(q, l) * 4;
         double ready = j >= K - 1 ? cstart[j - (K - 1)] : 0;
         if (!b) ready = fmax(ready, opt_done[l]);
         double s = fmax(h2d_free, ready), e = s + wbytes / rh2d;
@@ -306,7 +158,7 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan
             done = coll_free;
         }
         if (b && !gpu_home) {
-            double bytes = part_floats(q, l) * (bf16 ? 2 : 4);
+            double bytes = mt_plan_part_floats(q, l) * (bf16 ? 2 : 4);
             double ds = fmax(d2h_free, done);
             d2h_free = ds + bytes / rd2h;
             d2h_busy += bytes / rd2h;
@@ -359,7 +211,7 @@ static void measure(const mt_plan_request *q, mt_plan *p) {
     p->store_bytes = store_floats(q) * 12.0;
     double freed = 0;
     p->disk_bytes = 0;
-    if (p->n_disk) disk_sizes(q, p->n_disk, &p->disk_bytes, &freed);
+    if (p->n_disk) mt_plan_disk_sizes(q, p->n_disk, &p->disk_bytes, &freed);
     p->store_bytes -= freed;
     /* tokens, targets and the embedding plan of a step, in the trainer and the backend */
     p->host_bytes = p->store_bytes + p->pinned_bytes + tok * 20.0;
@@ -612,7 +464,7 @@ static void faster_without_rebuild(const mt_plan_request *q, mt_plan *p, int bf1
     free(other.homes);
 }
 
-static void place(const mt_plan_request *q, mt_plan *p) {
+void mt_plan_place(const mt_plan_request *q, mt_plan *p) {
     memset(p, 0, sizeof *p);
     p->n_layers = q->t->n_layers;
     p->homes = mt_calloc_or_die((size_t)p->n_layers, sizeof *p->homes);
@@ -655,7 +507,7 @@ static int suggest_saved_bf16(const mt_plan_request *q, mt_plan *p) {
     mt_plan_request r = *q;
     r.saved_bf16 = 1;
     mt_plan t;
-    place(&r, &t);
+    mt_plan_place(&r, &t);
     int fits = t.fits;
     if (fits) {
         size_t len = strlen(p->why);
@@ -680,7 +532,7 @@ static void suggest(const mt_plan_request *q, mt_plan *p) {
         mt_plan_request r = *q;
         r.B = cand[i][0], r.M = (int)cand[i][1];
         mt_plan t;
-        place(&r, &t);
+        mt_plan_place(&r, &t);
         if (t.fits) {
             size_t len = strlen(p->why);
             char opts[96] = "";
@@ -708,7 +560,7 @@ int mt_plan_make(const mt_plan_request *q, mt_plan *p, mt_error *err) {
     if (q->saved_bf16 && q->precision != MT_GPU_BF16)
         return mt_errorf(err, "bf16 saved inputs (--saved-input-dtype bf16) are for bf16 runs; "
                          "use --precision bf16, or fp32 saved inputs");
-    place(q, p);
+    mt_plan_place(q, p);
     if (!p->fits) suggest(q, p);
     return 0;
 }
@@ -716,127 +568,4 @@ int mt_plan_make(const mt_plan_request *q, mt_plan *p, mt_error *err) {
 void mt_plan_free(mt_plan *p) {
     free(p->homes);
     p->homes = NULL;
-}
-
-/* What the print groups layers by: homes and whether activations are kept. */
-static int layer_kind(const mt_plan *p, int l) {
-    int head = p->n_layers - 1;
-    if (l == 0) return -1;
-    int kept = l < head && l >= head - p->n_keep;
-    return p->homes[l].grad_host | p->homes[l].saved_host << 1 | kept << 2 | (l == head) << 3 |
-           p->homes[l].saved_recompute << 4;
-}
-
-/* The disk tier's layers, bytes and rates. */
-static void print_disk(const mt_plan *p, const mt_plan_request *q, FILE *f) {
-    const mt_rates *r = &q->rates;
-    int nl = p->n_layers;
-    char range[32];
-    snprintf(range, sizeof range, p->n_disk > 1 ? "%d-%d" : "%d", nl - p->n_disk, nl - 1);
-    double rd, wr, both;
-    disk_rates(r, &rd, &wr, &both);
-    char at_once[48] = "", shared[96] = "";
-    if (both > 0) snprintf(at_once, sizeof at_once, ", both at once %.2f GB/s", both / 1e9);
-    if (q->disk_sharers > 1)
-        snprintf(shared, sizeof shared, "; shared by the %d ranks of a machine", q->disk_sharers);
-    fprintf(f, "disk: %sthe Adam m and v of layers %s, %.2f GB of %.2f GB budget, read and "
-            "written each step (read %.2f GB/s, write %.2f GB/s%s%s%s)\n",
-            q->ranks > 1 ? "this rank's parts of " : "", range, p->disk_bytes / 1e9,
-            q->disk_budget / 1e9, rd / 1e9, wr / 1e9, at_once, shared,
-            r->disk_read_gbs > 0 ? "" : ", assumed: measure them with megatrain calibrate "
-            "--nvme-dir");
-}
-
-/* Seconds the disk's waits add to the step of p (against the same homes
- * with every m and v in RAM). */
-static double disk_extra(const mt_plan_request *q, const mt_plan *p) {
-    mt_plan ram = *p;
-    ram.n_disk = 0;
-    return p->pred.step - mt_plan_predict(q, &ram).step;
-}
-
-/* Whether the disk bounds the step, and how many tokens would hide it: the
- * fewest micro-batches whose plan fits and whose disk adds at most 2% (the
- * forward, which the disk layers' updates must keep ahead of, grows with
- * the tokens; the disk's traffic does not). */
-static void print_disk_bound(const mt_plan *p, const mt_plan_request *q, FILE *f) {
-    double extra = disk_extra(q, p);
-    if (extra <= 0.02 * p->pred.step) {
-        fprintf(f, "the disk's traffic hides under the step (%.3f s of it busy)\n",
-                p->pred.disk_busy);
-        return;
-    }
-    fprintf(f, "the disk bounds the step: it adds %.3f s (%.1f GB read and written); ", extra,
-            p->disk_bytes * 2 / 1e9);
-    mt_plan_request more = *q;
-    for (more.M = q->M + 1; more.M <= 64 * q->M; more.M++) {
-        mt_plan test;
-        place(&more, &test); /* q was checked; no refusal's suggestion wanted */
-        int fits = test.fits;
-        int hidden = fits && disk_extra(&more, &test) <= 0.02 * test.pred.step;
-        mt_plan_free(&test);
-        if (!fits) break;
-        if (!hidden) continue;
-        fprintf(f, "about %.0f tokens per step (--micro-batches %d) would hide it\n",
-                (double)more.M * q->B * q->T, more.M * (q->ranks > 1 ? q->ranks : 1));
-        return;
-    }
-    fprintf(f, "no number of tokens that fits the budgets hides it (their saved layer inputs "
-            "grow with them): a faster disk (more drives, --nvme-dir DIR,DIR...) shortens it\n");
-}
-
-/* Runs of consecutive layers with the same homes, as "1-12". */
-void mt_plan_print(const mt_plan *p, const mt_plan_request *q, FILE *f) {
-    int nl = p->n_layers, head = nl - 1;
-    fprintf(f, "placement (layer 0 = embedding, %d = head; saved input l = layer l's input, "
-            "kept for its backward; recompute: rebuilt from saved input l-1 in the backward, tokens: from the "
-            "embedding):\n", head);
-    for (int a = 0; a < nl;) {
-        int b = a;
-        while (b + 1 < nl && layer_kind(p, b + 1) == layer_kind(p, a)) b++;
-        char range[32];
-        snprintf(range, sizeof range, a == b ? "%d" : "%d-%d", a, b);
-        const mt_layer_home *h = &p->homes[a];
-        fprintf(f, "  layers %-9s gradient %-4s  saved input %-9s  %s\n", range,
-                h->grad_host ? "host" : "GPU",
-                a == 0                                  ? "-"
-                : h->saved_recompute && a == 1           ? "tokens"
-                : h->saved_recompute && a >= nl - 2      ? "GPU"
-                : h->saved_recompute                     ? "recompute"
-                : h->saved_host                          ? "host"
-                                                        : "GPU",
-                layer_kind(p, a) >= 0 && (layer_kind(p, a) & 4) ? "activations kept" : "");
-        a = b + 1;
-    }
-    fprintf(f, "host gradients: %s; %skept layers: %d of %lld%s; AdamW on the GPU: ",
-            p->host_grad_bf16 ? "bf16 (rounded once from the fp32 GPU sum)" : "fp32",
-            q->saved_bf16 ? "host saved inputs: bf16 (rounded from the fp32 stream); " : "",
-            p->n_keep, (long long)q->cfg->L,
-            p->n_keep && p->lean_keep ? " (lean: the mid-block residual rebuilt)" : "");
-    if (p->n_dev > 1) fprintf(f, "layers 0-%d\n", p->n_dev - 1);
-    else fprintf(f, p->n_dev ? "layer 0\n" : "none\n");
-    fprintf(f, "GPU:  %7.2f GB of %.2f GB budget (context reserve %.1f GB included)\n",
-            p->gpu_bytes / 1e9, q->gpu_budget / 1e9, MT_CUDA_CONTEXT_RESERVE / 1e9);
-    if (q->ranks > 1)
-        fprintf(f, "rank %d of %d: its part of every layer (1/%d of the store)\n", q->rank,
-                q->ranks, q->ranks);
-    fprintf(f, "host: %7.2f GB of %.2f GB budget: store %.2f GB (%s), pinned %.2f GB; "
-            "%.2f bytes/param\n", p->host_bytes / 1e9, q->host_budget / 1e9, p->store_bytes / 1e9,
-            p->n_disk ? "12 B/param less the disk's m and v, with their staging" : "12 B/param",
-            p->pinned_bytes / 1e9, (p->store_bytes + p->pinned_bytes) / (double)q->t->n_params);
-    if (p->n_disk) print_disk(p, q, f);
-    const mt_step_prediction *s = &p->pred;
-    double tok = (double)q->M * q->B * q->T;
-    double flops = mt_config_train_flops_per_token(q->cfg, q->T) * tok;
-    char coll[96] = "";
-    if (q->ranks > 1)
-        snprintf(coll, sizeof coll, ", collectives %.3f at %.0f GB/s", s->coll_busy,
-                 q->rates.link_gbs);
-    if (p->n_disk)
-        snprintf(coll + strlen(coll), sizeof coll - strlen(coll), ", disk %.3f", s->disk_busy);
-    fprintf(f, "predicted step %.3f s (forward %.3f, head+backward %.3f; compute %.3f, H2D busy "
-            "%.3f, D2H busy %.3f%s, CPU AdamW %.3f overlapped) = %.0f model TFLOPS%s [rates: "
-            "%s]\n", s->step, s->fwd, s->bwd, s->compute, s->h2d_busy, s->d2h_busy, coll, s->opt,
-            flops / s->step / 1e12, q->ranks > 1 ? " per GPU" : "", q->rates.source);
-    if (p->n_disk) print_disk_bound(p, q, f);
 }

@@ -1,0 +1,152 @@
+/* The planner's model of the optimizer thread and of the disk tier it
+ * reads and writes (the m and v of the last layers, host/disk_state.h):
+ * the disk's rates, a rank's share of them and of its bytes, and the
+ * transfers of a step as the tier issues them. */
+#include <math.h>
+
+#include "host/disk_state.h"
+#include "plan/planner_internal.h"
+
+/* The disk tier's rates, bytes a second: reads and writes as measured (an
+ * assumed 2 GB/s each way where they were not: one NVMe drive of a cloud
+ * GPU machine), and both at once, which bounds their sum (0: no bound). */
+#define DISK_ASSUMED_GBS 2.0
+void mt_plan_disk_rates(const mt_rates *r, double *rd, double *wr, double *both) {
+    *rd = (r->disk_read_gbs > 0 ? r->disk_read_gbs : DISK_ASSUMED_GBS) * 1e9;
+    *wr = (r->disk_write_gbs > 0 ? r->disk_write_gbs : DISK_ASSUMED_GBS) * 1e9;
+    *both = r->disk_both_gbs * 1e9;
+}
+
+/* This rank's share of them: the ranks of a machine move their disk
+ * layers at the same moments of their steps, over the same drives. */
+static void rank_disk_rates(const mt_plan_request *q, double *rd, double *wr, double *both) {
+    mt_plan_disk_rates(&q->rates, rd, wr, both);
+    double n = q->disk_sharers > 1 ? q->disk_sharers : 1;
+    *rd /= n, *wr /= n, *both /= n;
+}
+
+/* The disk bytes of this rank's parts of the last n layers' m and v, and
+ * the RAM they free less the staging buffers (host/disk_state.h's sizes,
+ * over the parts). */
+void mt_plan_disk_sizes(const mt_plan_request *q, int n, double *disk, double *freed) {
+    if (q->ranks <= 1) {
+        mt_disk_tier_sizes(q->t, n, disk, freed);
+        return;
+    }
+    double most = 0;
+    *disk = 0;
+    for (int l = q->t->n_layers - n; l < q->t->n_layers; l++) {
+        double b = mt_plan_part_floats(q, l) * 8.0;
+        *disk += b;
+        most = fmax(most, b);
+    }
+    *freed = *disk - MT_DISK_STAGING_BUFFERS * most;
+}
+
+/* The disk tier's transfers over a step as host/disk_state.c issues them,
+ * on one channel (the drives: reads and writes share them at the rate
+ * measured with both at once, or each at its own where that is unknown),
+ * each queued behind those issued before it. The first disk layers' reads
+ * are issued as the step's updates begin, into the free staging buffers;
+ * a later layer's when the optimizer asks for it or, ahead, once the
+ * optimizer has the layer before it, into a buffer free by then; its
+ * write when its update ends. */
+typedef struct disk_sim {
+    double rd, wr, both;      /* bytes/s */
+    double free_at, busy;     /* the channel free again; seconds busy */
+    int layer[MT_DISK_STAGING_BUFFERS], writing[MT_DISK_STAGING_BUFFERS];
+    double done[MT_DISK_STAGING_BUFFERS]; /* its read's or write's end */
+} disk_sim;
+
+static double disk_xfer(disk_sim *d, double issue, double bytes, int write) {
+    double dur = bytes / (d->both > 0 ? d->both : write ? d->wr : d->rd);
+    d->free_at = fmax(d->free_at, issue) + dur;
+    d->busy += dur;
+    return d->free_at;
+}
+
+/* A buffer to read into at time t: a free one, or one whose write is done
+ * by then (wait: else the one whose write ends first, t moved to it); -1. */
+static int disk_buffer(disk_sim *d, double *t, int wait) {
+    int best = -1;
+    for (int b = 0; b < MT_DISK_STAGING_BUFFERS; b++) {
+        if (d->layer[b] < 0 || (d->writing[b] && d->done[b] <= *t)) return b;
+        if (d->writing[b] && (best < 0 || d->done[b] < d->done[best])) best = b;
+    }
+    if (!wait || best < 0) return -1;
+    *t = fmax(*t, d->done[best]);
+    return best;
+}
+
+static void disk_read(disk_sim *d, int b, int l, double t, double bytes) {
+    d->layer[b] = l;
+    d->writing[b] = 0;
+    d->done[b] = disk_xfer(d, t, bytes, 0);
+}
+
+/* The optimizer asks for disk layer l at time t: when its m and v are in
+ * RAM (the reads ahead issued then); *buf their buffer. */
+static double disk_get(disk_sim *d, const mt_plan_request *q, int l, double t, int *buf) {
+    int b = -1, nl = q->t->n_layers;
+    for (int k = 0; k < MT_DISK_STAGING_BUFFERS; k++)
+        if (d->layer[k] == l && !d->writing[k]) b = k;
+    if (b < 0) {
+        b = disk_buffer(d, &t, 1);
+        if (b < 0) b = 0; /* every buffer holds a later layer: as the tier, the first */
+        disk_read(d, b, l, t, mt_plan_part_floats(q, l) * 8.0);
+    }
+    double ready = fmax(t, d->done[b]);
+    *buf = b;
+    for (int n = l + 1; n < nl; n++) { /* read ahead into buffers free now */
+        int held = 0;
+        for (int k = 0; k < MT_DISK_STAGING_BUFFERS; k++)
+            held |= d->layer[k] == n && !d->writing[k];
+        if (held) continue;
+        double at = ready;
+        int f = disk_buffer(d, &at, 0);
+        if (f < 0) break;
+        disk_read(d, f, n, ready, mt_plan_part_floats(q, n) * 8.0);
+    }
+    return ready;
+}
+
+/* The optimizer thread over a step: layer l's update starts once the one
+ * before it is done and its gradient is on the host (a GPU-waiting one is
+ * fetched while the layer before it is updated), and, for a disk layer,
+ * once its m and v are read (disk_get), which are written back after it.
+ * Fills opt_done (when each layer's weights are ready) and returns when
+ * the last update ends; *disk_end when the disk's last write ends. */
+double mt_plan_optimizer_times(const mt_plan_request *q, const mt_plan *plan, double start,
+                               double *opt_done, double *disk_end, double *disk_busy) {
+    const mt_rates *r = &q->rates;
+    int nl = q->t->n_layers, first_disk = nl - plan->n_disk;
+    double d2h = r->d2h_gbs * 1e9, adam = r->adam_gparams * 1e9;
+    disk_sim d = {0};
+    rank_disk_rates(q, &d.rd, &d.wr, &d.both);
+    for (int b = 0; b < MT_DISK_STAGING_BUFFERS; b++)
+        d.layer[b] = -1;
+    for (int b = 0; b < MT_DISK_STAGING_BUFFERS && first_disk + b < nl; b++)
+        disk_read(&d, b, first_disk + b, start, mt_plan_part_floats(q, first_disk + b) * 8.0);
+    double opt = 0, prev_start = 0, comp = start;
+    for (int l = 0; l < nl; l++) {
+        double numel = mt_plan_part_floats(q, l);
+        if (l < plan->n_dev) { /* p, m, v, g and the bf16 copy through HBM */
+            comp += numel * 30.0 / (r->hbm_gbs * 1e9);
+            opt_done[l] = comp;
+            continue;
+        }
+        double fetched = prev_start + (plan->homes[l].grad_host ? 0 : numel * 4.0 / d2h);
+        prev_start = fmax(opt, fetched);
+        int buf = -1;
+        if (l >= first_disk) prev_start = disk_get(&d, q, l, prev_start, &buf);
+        opt = prev_start + numel / adam;
+        opt_done[l] = opt;
+        if (buf >= 0) { /* written back */
+            d.writing[buf] = 1;
+            d.done[buf] = disk_xfer(&d, opt, numel * 8.0, 1);
+        }
+    }
+    *disk_end = d.free_at;
+    *disk_busy = d.busy;
+    return opt;
+}

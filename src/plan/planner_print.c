@@ -1,0 +1,131 @@
+/* The plan as `megatrain plan` and the runs print it: each layer's homes,
+ * the budgets' use, the disk tier, the predicted step and what bounds it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/planner_internal.h"
+#include "util/mem.h"
+
+/* What the print groups layers by: homes and whether activations are kept. */
+static int layer_kind(const mt_plan *p, int l) {
+    int head = p->n_layers - 1;
+    if (l == 0) return -1;
+    int kept = l < head && l >= head - p->n_keep;
+    return p->homes[l].grad_host | p->homes[l].saved_host << 1 | kept << 2 | (l == head) << 3 |
+           p->homes[l].saved_recompute << 4;
+}
+
+/* The disk tier's layers, bytes and rates. */
+static void print_disk(const mt_plan *p, const mt_plan_request *q, FILE *f) {
+    const mt_rates *r = &q->rates;
+    int nl = p->n_layers;
+    char range[32];
+    snprintf(range, sizeof range, p->n_disk > 1 ? "%d-%d" : "%d", nl - p->n_disk, nl - 1);
+    double rd, wr, both;
+    mt_plan_disk_rates(r, &rd, &wr, &both);
+    char at_once[48] = "", shared[96] = "";
+    if (both > 0) snprintf(at_once, sizeof at_once, ", both at once %.2f GB/s", both / 1e9);
+    if (q->disk_sharers > 1)
+        snprintf(shared, sizeof shared, "; shared by the %d ranks of a machine", q->disk_sharers);
+    fprintf(f, "disk: %sthe Adam m and v of layers %s, %.2f GB of %.2f GB budget, read and "
+            "written each step (read %.2f GB/s, write %.2f GB/s%s%s%s)\n",
+            q->ranks > 1 ? "this rank's parts of " : "", range, p->disk_bytes / 1e9,
+            q->disk_budget / 1e9, rd / 1e9, wr / 1e9, at_once, shared,
+            r->disk_read_gbs > 0 ? "" : ", assumed: measure them with megatrain calibrate "
+            "--nvme-dir");
+}
+
+/* Seconds the disk's waits add to the step of p (against the same homes
+ * with every m and v in RAM). */
+static double disk_extra(const mt_plan_request *q, const mt_plan *p) {
+    mt_plan ram = *p;
+    ram.n_disk = 0;
+    return p->pred.step - mt_plan_predict(q, &ram).step;
+}
+
+/* Whether the disk bounds the step, and how many tokens would hide it: the
+ * fewest micro-batches whose plan fits and whose disk adds at most 2% (the
+ * forward, which the disk layers' updates must keep ahead of, grows with
+ * the tokens; the disk's traffic does not). */
+static void print_disk_bound(const mt_plan *p, const mt_plan_request *q, FILE *f) {
+    double extra = disk_extra(q, p);
+    if (extra <= 0.02 * p->pred.step) {
+        fprintf(f, "the disk's traffic hides under the step (%.3f s of it busy)\n",
+                p->pred.disk_busy);
+        return;
+    }
+    fprintf(f, "the disk bounds the step: it adds %.3f s (%.1f GB read and written); ", extra,
+            p->disk_bytes * 2 / 1e9);
+    mt_plan_request more = *q;
+    for (more.M = q->M + 1; more.M <= 64 * q->M; more.M++) {
+        mt_plan test;
+        mt_plan_place(&more, &test); /* q was checked; no refusal's suggestion wanted */
+        int fits = test.fits;
+        int hidden = fits && disk_extra(&more, &test) <= 0.02 * test.pred.step;
+        mt_plan_free(&test);
+        if (!fits) break;
+        if (!hidden) continue;
+        fprintf(f, "about %.0f tokens per step (--micro-batches %d) would hide it\n",
+                (double)more.M * q->B * q->T, more.M * (q->ranks > 1 ? q->ranks : 1));
+        return;
+    }
+    fprintf(f, "no number of tokens that fits the budgets hides it (their saved layer inputs "
+            "grow with them): a faster disk (more drives, --nvme-dir DIR,DIR...) shortens it\n");
+}
+
+/* Runs of consecutive layers with the same homes, as "1-12". */
+void mt_plan_print(const mt_plan *p, const mt_plan_request *q, FILE *f) {
+    int nl = p->n_layers, head = nl - 1;
+    fprintf(f, "placement (layer 0 = embedding, %d = head; saved input l = layer l's input, "
+            "kept for its backward; recompute: rebuilt from saved input l-1 in the backward, tokens: from the "
+            "embedding):\n", head);
+    for (int a = 0; a < nl;) {
+        int b = a;
+        while (b + 1 < nl && layer_kind(p, b + 1) == layer_kind(p, a)) b++;
+        char range[32];
+        snprintf(range, sizeof range, a == b ? "%d" : "%d-%d", a, b);
+        const mt_layer_home *h = &p->homes[a];
+        fprintf(f, "  layers %-9s gradient %-4s  saved input %-9s  %s\n", range,
+                h->grad_host ? "host" : "GPU",
+                a == 0                                  ? "-"
+                : h->saved_recompute && a == 1           ? "tokens"
+                : h->saved_recompute && a >= nl - 2      ? "GPU"
+                : h->saved_recompute                     ? "recompute"
+                : h->saved_host                          ? "host"
+                                                        : "GPU",
+                layer_kind(p, a) >= 0 && (layer_kind(p, a) & 4) ? "activations kept" : "");
+        a = b + 1;
+    }
+    fprintf(f, "host gradients: %s; %skept layers: %d of %lld%s; AdamW on the GPU: ",
+            p->host_grad_bf16 ? "bf16 (rounded once from the fp32 GPU sum)" : "fp32",
+            q->saved_bf16 ? "host saved inputs: bf16 (rounded from the fp32 stream); " : "",
+            p->n_keep, (long long)q->cfg->L,
+            p->n_keep && p->lean_keep ? " (lean: the mid-block residual rebuilt)" : "");
+    if (p->n_dev > 1) fprintf(f, "layers 0-%d\n", p->n_dev - 1);
+    else fprintf(f, p->n_dev ? "layer 0\n" : "none\n");
+    fprintf(f, "GPU:  %7.2f GB of %.2f GB budget (context reserve %.1f GB included)\n",
+            p->gpu_bytes / 1e9, q->gpu_budget / 1e9, MT_CUDA_CONTEXT_RESERVE / 1e9);
+    if (q->ranks > 1)
+        fprintf(f, "rank %d of %d: its part of every layer (1/%d of the store)\n", q->rank,
+                q->ranks, q->ranks);
+    fprintf(f, "host: %7.2f GB of %.2f GB budget: store %.2f GB (%s), pinned %.2f GB; "
+            "%.2f bytes/param\n", p->host_bytes / 1e9, q->host_budget / 1e9, p->store_bytes / 1e9,
+            p->n_disk ? "12 B/param less the disk's m and v, with their staging" : "12 B/param",
+            p->pinned_bytes / 1e9, (p->store_bytes + p->pinned_bytes) / (double)q->t->n_params);
+    if (p->n_disk) print_disk(p, q, f);
+    const mt_step_prediction *s = &p->pred;
+    double tok = (double)q->M * q->B * q->T;
+    double flops = mt_config_train_flops_per_token(q->cfg, q->T) * tok;
+    char coll[96] = "";
+    if (q->ranks > 1)
+        snprintf(coll, sizeof coll, ", collectives %.3f at %.0f GB/s", s->coll_busy,
+                 q->rates.link_gbs);
+    if (p->n_disk)
+        snprintf(coll + strlen(coll), sizeof coll - strlen(coll), ", disk %.3f", s->disk_busy);
+    fprintf(f, "predicted step %.3f s (forward %.3f, head+backward %.3f; compute %.3f, H2D busy "
+            "%.3f, D2H busy %.3f%s, CPU AdamW %.3f overlapped) = %.0f model TFLOPS%s [rates: "
+            "%s]\n", s->step, s->fwd, s->bwd, s->compute, s->h2d_busy, s->d2h_busy, coll, s->opt,
+            flops / s->step / 1e12, q->ranks > 1 ? " per GPU" : "", q->rates.source);
+    if (p->n_disk) print_disk_bound(p, q, f);
+}
