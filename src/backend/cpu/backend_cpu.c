@@ -485,33 +485,42 @@ mt_backend *mt_cpu_backend_create(const mt_config *c, const mt_param_table *t,
     return mt_cpu_backend_create_hooked(c, t, store, max_M, B, T, NULL, err);
 }
 
-mt_backend *mt_cpu_backend_create_hooked(const mt_config *c, const mt_param_table *t,
-                                         mt_host_store *store, int max_M, int64_t B, int64_t T,
-                                         const mt_cpu_step_hooks *hooks, mt_error *err) {
+/* Whether the CPU backend takes max_M micro-batches of B x T tokens of c
+ * (within max_position_embeddings, a sliding window it computes, and the
+ * RAM available for their activations, *need bytes): 0, or -1 with the
+ * fix. */
+static int check_shape(const mt_config *c, const mt_param_table *t, int max_M, int64_t B,
+                       int64_t T, size_t *need, mt_error *err) {
     if (max_M <= 0 || B <= 0 || T <= 0)
-        return mt_errorf(err, "micro-batch shape must be positive"), NULL;
+        return mt_errorf(err, "micro-batch shape must be positive");
     if (c->max_pos > 0 && T > c->max_pos)
         return mt_errorf(err, "sequence length %lld exceeds the model's "
                          "max_position_embeddings %lld; use a shorter --seq-len",
-                         (long long)T, (long long)c->max_pos), NULL;
+                         (long long)T, (long long)c->max_pos);
     /* gemma.c computes its sliding windows; other families have none here */
     if (c->sliding_window > 0 && T > c->sliding_window && !mt_arch_is_gemma(c->arch))
         return mt_errorf(err, "sequence length %lld exceeds the model's sliding_window %lld, "
                          "which megatrain does not implement; use --seq-len <= %lld",
                          (long long)T, (long long)c->sliding_window,
-                         (long long)c->sliding_window), NULL;
-    size_t need;
-    if (mt_cpu_backend_bytes(c, t, max_M, B, T, &need))
+                         (long long)c->sliding_window);
+    if (mt_cpu_backend_bytes(c, t, max_M, B, T, need))
         return mt_errorf(err, "CPU backend: %d micro-batches of %lld x %lld tokens need more "
                          "bytes than this machine can address; lower --batch-size, "
-                         "--micro-batches or --seq-len", max_M, (long long)B, (long long)T),
-               NULL;
+                         "--micro-batches or --seq-len", max_M, (long long)B, (long long)T);
     size_t avail = mt_host_ram_available_bytes();
-    if (avail && need > avail)
+    if (avail && *need > avail)
         return mt_errorf(err, "CPU backend: %d micro-batches of %lld x %lld tokens need %.2f GB "
                          "of activations, %.2f GB of RAM are available; lower --batch-size, "
                          "--micro-batches or --seq-len", max_M, (long long)B, (long long)T,
-                         need / 1e9, avail / 1e9), NULL;
+                         *need / 1e9, avail / 1e9);
+    return 0;
+}
+
+mt_backend *mt_cpu_backend_create_hooked(const mt_config *c, const mt_param_table *t,
+                                         mt_host_store *store, int max_M, int64_t B, int64_t T,
+                                         const mt_cpu_step_hooks *hooks, mt_error *err) {
+    size_t need;
+    if (check_shape(c, t, max_M, B, T, &need, err)) return NULL;
     cpu_backend *cb = mt_calloc_or_die(1, sizeof *cb);
     cb->base.ops = &cpu_ops;
     cb->base.name = "cpu";
