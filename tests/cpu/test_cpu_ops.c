@@ -13,7 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/backend_cpu.h"
 #include "backend/cpu/ops.h"
+#include "host/store.h"
+#include "model/config.h"
+#include "model/params.h"
 #include "testlib.h"
 
 /* Tolerances (norm-wise relative error, mt_test_rel_err):
@@ -842,4 +846,31 @@ Test(cpu_ops, cross_entropy_all_ignored_is_zero) {
     for (int i = 0; i < 6; i++) dl[i] = NAN;
     cr_expect_eq(mt_cpu_cross_entropy(dl, x, tg, 2, 3, 1.0f), 0.0);
     for (int i = 0; i < 6; i++) cr_expect_eq(dl[i], 0.0f);
+}
+
+/* The CPU backend refuses the shapes it cannot run, naming the limit and
+ * the option: a sequence past max_position_embeddings, one past a Llama
+ * family's sliding_window (which only gemma.c computes), an empty batch. */
+Test(cpu_ops, the_backend_refuses_what_it_cannot_run) {
+    mt_config c;
+    mt_config_default_tiny(&c); /* max_pos 256 */
+    mt_param_table t;
+    mt_host_store s;
+    mt_error err;
+    cr_assert_eq(mt_params_init(&t, &c, &err), 0, "%s", err.msg);
+    cr_assert_eq(mt_host_store_init(&s, &t, &err), 0, "%s", err.msg);
+    cr_assert_null(mt_cpu_backend_create(&c, &t, &s, 1, 1, 512, &err));
+    cr_assert(strstr(err.msg, "max_position_embeddings 256") && strstr(err.msg, "--seq-len"),
+              "%s", err.msg);
+    c.sliding_window = 32;
+    cr_assert_null(mt_cpu_backend_create(&c, &t, &s, 1, 1, 64, &err));
+    cr_assert(strstr(err.msg, "sliding_window 32") && strstr(err.msg, "--seq-len <= 32"), "%s",
+              err.msg);
+    cr_assert_null(mt_cpu_backend_create(&c, &t, &s, 0, 1, 16, &err));
+    cr_assert(strstr(err.msg, "must be positive"), "%s", err.msg);
+    mt_backend *be = mt_cpu_backend_create(&c, &t, &s, 1, 1, 32, &err);
+    cr_assert_not_null(be, "a sequence as long as the window runs: %s", err.msg);
+    mt_cpu_backend_free(be);
+    mt_host_store_free(&s);
+    mt_params_free(&t);
 }
