@@ -110,7 +110,9 @@ void mt_hf_check_trajectory(const char *model, const mt_hf_tols *tol) {
     cr_assert_not_null(be, "%s", err.msg);
     float *losses = mt_fixture_f32(&f, "train.losses", NULL);
     float *norms = mt_fixture_f32(&f, "train.grad_norms", NULL);
+    float *lrs = mt_fixture_f32(&f, "train.lrs", NULL);
     double worst_loss = 0;
+    int clipped = 0;
     for (int64_t s = 0; s < S; s++) {
         int32_t *tok = mt_fixture_i32(&f, "train.input_ids", (size_t)s * N, N);
         int32_t *tgt = mt_fixture_i32(&f, "train.targets", (size_t)s * N, N);
@@ -125,9 +127,14 @@ void mt_hf_check_trajectory(const char *model, const mt_hf_tols *tol) {
                      (long long)s, loss, losses[s]);
         cr_assert_lt(fabs(rep.grad_norm - norms[s]) / norms[s], tol->grad,
                      "step %lld: grad norm %.6f vs HF %.6f", (long long)s, rep.grad_norm, norms[s]);
+        /* lr: both sides compute the same double formula, rounded to fp32 in
+         * the fixture */
+        cr_assert_lt(fabs(rep.lr - lrs[s]), 1e-9 + 1e-6 * lrs[s], "step %lld lr", (long long)s);
+        clipped += rep.clip_coef < 1.0f;
         free(tok);
         free(tgt);
     }
+    cr_assert_gt(clipped, 0, "%s: the fixture must exercise clipping", model);
     double ew = mt_fixture_compare(&f, f.store.w, "final.", tol->traj, "weight after 5 steps", 1);
     double em = mt_fixture_compare(&f, f.store.m, "final_exp_avg.", tol->traj,
                                    "Adam m after 5 steps", 0);
@@ -137,6 +144,7 @@ void mt_hf_check_trajectory(const char *model, const mt_hf_tols *tol) {
                 model, worst_loss, ew, em, ev);
     free(losses);
     free(norms);
+    free(lrs);
     mt_cpu_backend_free(be);
     mt_fixture_close(&f);
 }

@@ -33,7 +33,8 @@ typedef struct mt_hf_tols {
 void mt_hf_check_forward_backward(const char *model, const mt_hf_tols *tol);
 
 /* The fixture's 5-step AdamW trajectory (train.json's hyperparameters):
- * each step's loss and gradient norm, then the weights, m and v. */
+ * each step's loss, gradient norm and learning rate (some step clipped),
+ * then the weights, m and v. */
 void mt_hf_check_trajectory(const char *model, const mt_hf_tols *tol);
 
 /* What megatrain saves holds exactly the published tensor names and shapes

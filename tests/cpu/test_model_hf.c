@@ -99,48 +99,8 @@ ParameterizedTestParameters(hf, five_step_adamw_trajectory) {
 }
 
 ParameterizedTest(int *which, hf, five_step_adamw_trajectory) {
-    mt_fixture f;
-    mt_fixture_open(&f, mt_fixture_models[*which]);
-    mt_error err;
-    mt_optimizer opt;
-    int64_t S = mt_hf_fixture_optimizer(&f, &opt);
-
-    size_t N = (size_t)(f.B * f.T);
-    mt_backend *be = mt_cpu_backend_create(&f.cfg, &f.table, &f.store, 1, f.B, f.T, &err);
-    cr_assert_not_null(be, "%s", err.msg);
-    float *losses = mt_fixture_f32(&f, "train.losses", NULL);
-    float *norms = mt_fixture_f32(&f, "train.grad_norms", NULL);
-    float *lrs = mt_fixture_f32(&f, "train.lrs", NULL);
-    int clipped = 0;
-    for (int64_t s = 0; s < S; s++) {
-        int32_t *tok = mt_fixture_i32(&f, "train.input_ids", (size_t)s * N, N);
-        int32_t *tgt = mt_fixture_i32(&f, "train.targets", (size_t)s * N, N);
-        mt_batch b = {.M = 1, .B = f.B, .T = f.T, .tokens = tok, .targets = tgt};
-        double loss;
-        cr_assert_eq(mt_step_forward_backward(be, f.table.n_layers, &b, &loss, &err), 0);
-        mt_optim_report rep;
-        mt_optimizer_step(&opt, &f.store, &rep);
-        cr_assert_lt(fabs(loss - losses[s]) / fabs(losses[s]), TOL_TRAJ,
-                     "%s step %lld: loss %.7f vs HF %.7f", mt_fixture_models[*which], (long long)s, loss,
-                     losses[s]);
-        cr_assert_lt(fabs(rep.grad_norm - norms[s]) / norms[s], TOL_GRAD,
-                     "step %lld: grad norm %.6f vs HF %.6f", (long long)s, rep.grad_norm, norms[s]);
-        /* lr: both sides compute the same double formula, rounded to fp32 in
-         * the fixture. */
-        cr_assert_lt(fabs(rep.lr - lrs[s]), 1e-9 + 1e-6 * lrs[s], "step %lld lr", (long long)s);
-        clipped += rep.clip_coef < 1.0f;
-        free(tok);
-        free(tgt);
-    }
-    cr_assert_gt(clipped, 0, "the fixture must exercise clipping");
-    mt_fixture_compare(&f, f.store.w, "final.", TOL_TRAJ, "weight after 5 steps", 1);
-    compare_params(&f, f.store.m, "final_exp_avg.", TOL_TRAJ, "Adam m after 5 steps");
-    compare_params(&f, f.store.v, "final_exp_avg_sq.", TOL_TRAJ, "Adam v after 5 steps");
-    free(losses);
-    free(norms);
-    free(lrs);
-    mt_cpu_backend_free(be);
-    mt_fixture_close(&f);
+    const mt_hf_tols tols = {.grad = TOL_GRAD, .traj = TOL_TRAJ};
+    mt_hf_check_trajectory(mt_fixture_models[*which], &tols);
 }
 
 /* ---- pad_token_id: nn.Embedding's padding_idx ---- */
