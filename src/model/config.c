@@ -283,35 +283,14 @@ double mt_config_train_flops_per_token(const mt_config *c, int64_t T) {
 
 char *mt_config_to_json(const mt_config *c) { return mt_config_to_json_dtype(c, "float32"); }
 
-char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
-    cJSON *r = cJSON_CreateObject();
-    if (c->arch == MT_ARCH_GPT_NEOX) {
-        cJSON *a = cJSON_AddArrayToObject(r, "architectures");
-        cJSON_AddItemToArray(a, cJSON_CreateString("GPTNeoXForCausalLM"));
-        mt_config_neox_to_json(c, r);
-        goto ids;
-    }
-    if (c->arch == MT_ARCH_FALCON) {
-        cJSON *a = cJSON_AddArrayToObject(r, "architectures");
-        cJSON_AddItemToArray(a, cJSON_CreateString("FalconForCausalLM"));
-        mt_config_falcon_to_json(c, r);
-        goto ids;
-    }
-    if (mt_arch_is_gemma(c->arch)) {
-        mt_config_gemma_to_json(c, r);
-        goto ids;
-    }
+/* The Llama family's config.json (and its MoE relatives' and phi3's). */
+static void llama_to_json(const mt_config *c, cJSON *r) {
     const char *arch[] = {"LlamaForCausalLM",    "MistralForCausalLM",  "Qwen2ForCausalLM",
                           "Qwen3ForCausalLM",    "MixtralForCausalLM",  "Qwen2MoeForCausalLM",
                           "Qwen3MoeForCausalLM", "GPTNeoXForCausalLM",  "FalconForCausalLM",
                           "Phi3ForCausalLM"};
     _Static_assert(sizeof arch / sizeof *arch == MT_ARCH_PHI3 + 1, "a class for every arch");
-    cJSON *a = cJSON_AddArrayToObject(r, "architectures");
-    cJSON_AddItemToArray(a, cJSON_CreateString(arch[c->arch]));
-    cJSON_AddStringToObject(r, "model_type", c->model_type);
-    cJSON_AddNumberToObject(r, "hidden_size", (double)c->C);
-    cJSON_AddNumberToObject(r, "num_hidden_layers", (double)c->L);
-    cJSON_AddNumberToObject(r, "num_attention_heads", (double)c->NH);
+    mt_cfg_add_head(c, r, arch[c->arch]);
     cJSON_AddNumberToObject(r, "num_key_value_heads", (double)c->NKV);
     cJSON_AddNumberToObject(r, "head_dim", (double)c->HD);
     cJSON_AddNumberToObject(r, "intermediate_size", (double)c->F);
@@ -337,7 +316,14 @@ char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
         mt_cfg_add_float(r, "embd_pdrop", 0.0);
         mt_cfg_add_float(r, "attention_dropout", 0.0);
     }
-ids:
+}
+
+char *mt_config_to_json_dtype(const mt_config *c, const char *torch_dtype) {
+    cJSON *r = cJSON_CreateObject();
+    if (c->arch == MT_ARCH_GPT_NEOX) mt_config_neox_to_json(c, r);
+    else if (c->arch == MT_ARCH_FALCON) mt_config_falcon_to_json(c, r);
+    else if (mt_arch_is_gemma(c->arch)) mt_config_gemma_to_json(c, r);
+    else llama_to_json(c, r);
     if (c->bos_id >= 0) cJSON_AddNumberToObject(r, "bos_token_id", (double)c->bos_id);
     if (c->eos_id >= 0) cJSON_AddNumberToObject(r, "eos_token_id", (double)c->eos_id);
     /* Phi3Config has ids 1 and 32000 when absent: none must be said */

@@ -226,14 +226,10 @@ static void gemma_rope_to_json(const mt_config *c, cJSON *r) {
 
 void mt_config_gemma_to_json(const mt_config *c, cJSON *r) {
     bool g3 = c->arch == MT_ARCH_GEMMA3_TEXT;
-    cJSON *a = cJSON_AddArrayToObject(r, "architectures");
-    cJSON_AddItemToArray(a, cJSON_CreateString(g3 ? "Gemma3ForCausalLM" : "Gemma2ForCausalLM"));
-    cJSON_AddStringToObject(r, "model_type", c->model_type);
-    const char *ints[] = {"hidden_size", "num_hidden_layers", "num_attention_heads",
-                          "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size",
+    mt_cfg_add_head(c, r, g3 ? "Gemma3ForCausalLM" : "Gemma2ForCausalLM");
+    const char *ints[] = {"num_key_value_heads", "head_dim", "intermediate_size", "vocab_size",
                           "max_position_embeddings", "sliding_window"};
-    const int64_t vals[] = {c->C, c->L, c->NH, c->NKV, c->HD, c->F, c->V, c->max_pos,
-                            c->sliding_window};
+    const int64_t vals[] = {c->NKV, c->HD, c->F, c->V, c->max_pos, c->sliding_window};
     for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
         cJSON_AddNumberToObject(r, ints[i], (double)vals[i]);
     mt_cfg_add_number(r, "rms_norm_eps", c->rms_eps, true);

@@ -43,6 +43,10 @@ void mt_cfg_number_text(char buf[48], double v, bool single);
 /* Adds v under key as Python's repr writes it (as an fp32 when single). */
 void mt_cfg_add_number(cJSON *r, const char *key, double v, bool single);
 void mt_cfg_add_float(cJSON *r, const char *key, double v);
+/* What every config.json megatrain writes starts with: architectures (the
+ * one class cls), model_type, hidden_size, num_hidden_layers and
+ * num_attention_heads. */
+void mt_cfg_add_head(const mt_config *c, cJSON *r, const char *cls);
 
 /* rope_theta and rope_scaling/rope_parameters of the Llama family (and
  * falcon): the transformers 4 and 5 layouts, unsupported types refused by

@@ -131,3 +131,12 @@ void mt_cfg_add_number(cJSON *r, const char *key, double v, bool single) {
 void mt_cfg_add_float(cJSON *r, const char *key, double v) {
     mt_cfg_add_number(r, key, v, false);
 }
+
+void mt_cfg_add_head(const mt_config *c, cJSON *r, const char *cls) {
+    cJSON *a = cJSON_AddArrayToObject(r, "architectures");
+    cJSON_AddItemToArray(a, cJSON_CreateString(cls));
+    cJSON_AddStringToObject(r, "model_type", c->model_type);
+    cJSON_AddNumberToObject(r, "hidden_size", (double)c->C);
+    cJSON_AddNumberToObject(r, "num_hidden_layers", (double)c->L);
+    cJSON_AddNumberToObject(r, "num_attention_heads", (double)c->NH);
+}

@@ -158,10 +158,7 @@ int mt_config_parse_falcon(mt_config *cfg, const cJSON *root, const char *src, m
 /* gpt_neox under the names of a transformers 4 config.json (Pythia's);
  * transformers 5 converts rotary_pct and rotary_emb_base on load. */
 void mt_config_neox_to_json(const mt_config *c, cJSON *r) {
-    cJSON_AddStringToObject(r, "model_type", c->model_type);
-    cJSON_AddNumberToObject(r, "hidden_size", (double)c->C);
-    cJSON_AddNumberToObject(r, "num_hidden_layers", (double)c->L);
-    cJSON_AddNumberToObject(r, "num_attention_heads", (double)c->NH);
+    mt_cfg_add_head(c, r, "GPTNeoXForCausalLM");
     cJSON_AddNumberToObject(r, "intermediate_size", (double)c->F);
     cJSON_AddNumberToObject(r, "vocab_size", (double)c->V);
     cJSON_AddNumberToObject(r, "max_position_embeddings", (double)c->max_pos);
@@ -178,10 +175,7 @@ void mt_config_neox_to_json(const mt_config *c, cJSON *r) {
 
 /* falcon under FalconConfig's names. */
 void mt_config_falcon_to_json(const mt_config *c, cJSON *r) {
-    cJSON_AddStringToObject(r, "model_type", c->model_type);
-    cJSON_AddNumberToObject(r, "hidden_size", (double)c->C);
-    cJSON_AddNumberToObject(r, "num_hidden_layers", (double)c->L);
-    cJSON_AddNumberToObject(r, "num_attention_heads", (double)c->NH);
+    mt_cfg_add_head(c, r, "FalconForCausalLM");
     cJSON_AddBoolToObject(r, "new_decoder_architecture", c->new_decoder);
     cJSON_AddBoolToObject(r, "multi_query", true);
     if (c->new_decoder) {
