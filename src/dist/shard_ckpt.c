@@ -343,10 +343,7 @@ int mt_shard_ckpt_load(const char *dir, mt_shard_store *s, const mt_config *cfg,
     old_shards o;
     int rc = begin_load(dir, cfg, &mk, err);
     if (rc == 0 && (rc = open_shards(dir, &mk, sl, &o, err)) == 0) {
-        size_t copied = 0, owned = 0, most = 1;
-        for (int l = 0; l < sl->table->n_layers; l++)
-            if (mt_disk_state_on_disk(s->disk, l) && mt_shard_len(sl, l) > most)
-                most = mt_shard_len(sl, l);
+        size_t copied = 0, owned = 0, most = mt_disk_state_max_numel(s->disk);
         /* a disk layer's parts of m and v pass through RAM on their way to the disk */
         float *mv = s->disk ? mt_malloc_or_die(2 * most * sizeof(float)) : NULL;
         for (int l = 0; l < sl->table->n_layers && rc == 0; l++) {
@@ -355,8 +352,7 @@ int mt_shard_ckpt_load(const char *dir, mt_shard_store *s, const mt_config *cfg,
             if (away) dst[1] = mv, dst[2] = mv + most;
             owned += mt_shard_len(sl, l);
             rc = copy_layer(&o, sl, l, dst, &copied, err);
-            if (rc == 0 && away && mt_shard_len(sl, l))
-                rc = mt_disk_state_write(s->disk, l, dst[1], dst[2], err);
+            if (rc == 0 && away) rc = mt_disk_state_write(s->disk, l, dst[1], dst[2], err);
         }
         free(mv);
         MT_ASSERT(rc != 0 || copied == owned); /* the old ranks' parts cover every layer */

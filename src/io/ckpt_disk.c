@@ -23,7 +23,6 @@ struct mt_ckpt_disk {
 mt_ckpt_disk *mt_ckpt_disk_new(mt_disk_state *ds, int n) {
     mt_ckpt_disk *c = mt_calloc_or_die(1, sizeof *c);
     size_t most = mt_disk_state_max_numel(ds);
-    most = most ? most : 1;
     *c = (mt_ckpt_disk){.ds = ds, .layer = -1, .m = mt_malloc_or_die(most * sizeof(float)),
                         .v = mt_malloc_or_die(most * sizeof(float)),
                         .src = mt_calloc_or_die((size_t)(n > 0 ? n : 1), sizeof(source)),

@@ -101,17 +101,20 @@ int mt_run_init_weights(mt_run *R, mt_error *err) {
     return rc;
 }
 
-/* This rank's part of layer l of a whole store's arrays into its own: the
- * m and v of a layer that keeps them on disk into the disk tier. */
-static int take_part(mt_run *R, int l, const mt_host_store *whole, mt_error *err) {
-    size_t from = R->table.layers[l].offset + R->sl.part[l].begin;
-    size_t to = R->parts.layers[l].offset, n = mt_shard_len(&R->sl, l);
-    memcpy(R->store.w + to, whole->w + from, n * sizeof(float));
+/* Layer l of the run's store (this rank's part of it, on several) from w,
+ * m and v (its numel floats each): the Adam state of a layer that keeps it
+ * on disk into the disk tier (its range of the store holds no memory). A
+ * sink of mt_shard_ckpt_load_layers for a run of one. */
+static int put_layer(void *ctx, int l, const float *w, const float *m, const float *v,
+                     mt_error *err) {
+    mt_run *R = ctx;
+    const mt_layer_desc *ld = &mt_run_store_table(R)->layers[l];
+    size_t at = ld->offset, bytes = ld->numel * sizeof(float);
+    memcpy(R->store.w + at, w, bytes);
     if (mt_disk_state_on_disk(R->store.disk, l))
-        return n ? mt_disk_state_write(R->store.disk, l, whole->m + from, whole->v + from, err)
-                 : 0;
-    memcpy(R->store.m + to, whole->m + from, n * sizeof(float));
-    memcpy(R->store.v + to, whole->v + from, n * sizeof(float));
+        return mt_disk_state_write(R->store.disk, l, m, v, err);
+    memcpy(R->store.m + at, m, bytes);
+    memcpy(R->store.v + at, v, bytes);
     return 0;
 }
 
@@ -121,24 +124,12 @@ static int load_whole_into_parts(mt_run *R, char **js, mt_error *err) {
     mt_host_store whole;
     if (mt_host_store_create(&whole, &R->table, 0, err)) return -1;
     int rc = mt_checkpoint_load_verified(R->ckpt_dir, &whole, &R->cfg, js, err);
-    for (int l = 0; rc == 0 && l < R->table.n_layers; l++) rc = take_part(R, l, &whole, err);
+    for (int l = 0; rc == 0 && l < R->table.n_layers; l++) {
+        size_t from = R->table.layers[l].offset + R->sl.part[l].begin;
+        rc = put_layer(R, l, whole.w + from, whole.m + from, whole.v + from, err);
+    }
     mt_host_store_free(&whole);
     return rc;
-}
-
-/* A layer of a checkpoint of several ranks into the store of a run of one:
- * the Adam state of a layer that keeps it on disk into the disk tier (its
- * range of the store holds no memory). */
-static int put_layer(void *ctx, int l, const float *w, const float *m, const float *v,
-                     mt_error *err) {
-    mt_run *R = ctx;
-    size_t at = R->table.layers[l].offset, bytes = R->table.layers[l].numel * sizeof(float);
-    memcpy(R->store.w + at, w, bytes);
-    if (mt_disk_state_on_disk(R->store.disk, l))
-        return mt_disk_state_write(R->store.disk, l, m, v, err);
-    memcpy(R->store.m + at, m, bytes);
-    memcpy(R->store.v + at, v, bytes);
-    return 0;
 }
 
 int mt_run_load_checkpoint(mt_run *R, char **js, mt_error *err) {
