@@ -53,7 +53,7 @@ static void config_text(const mt_bench_opts *o, char *buf, size_t cap) {
 /* The backend's options: the planner's placement within the budgets (a
  * rank of several: its share of this machine's RAM), or the old global
  * switches. */
-static int placement(const mt_bench_opts *o, const mt_param_table *table, const mt_ranks *rk,
+static int placement(const mt_bench_opts *o, const mt_param_table *table, mt_ranks *rk,
                      mt_plan_request *req, mt_plan *plan, mt_cuda_backend_opts *bo, FILE *out,
                      mt_error *err) {
     int several = mt_ranks_several(rk);
@@ -73,7 +73,12 @@ static int placement(const mt_bench_opts *o, const mt_param_table *table, const 
                               .slots = o->slots, .gpu_adam = o->gpu_adam, .rank = rk->env.rank,
                               .ranks = rk->env.world_size, .link_gbs = rk->link_gbs,
                               .calib = o->calib, .nvme_dir = o->nvme_dir,
-                              .disk_mem_gb = o->disk_mem, .disk_layers = o->disk_layers};
+                              .disk_mem_gb = o->disk_mem, .disk_layers = o->disk_layers,
+                              .disk_sharers = rk->local_world};
+        /* each machine's drives measured once, by its first rank */
+        if (several && o->nvme_dir && o->nvme_dir[0] && o->disk_layers && !o->calib &&
+            mt_ranks_disk_rates(rk, o->nvme_dir, (size_t)4 << 30, a.disk_gbs, err))
+            return mt_error_prefix(err, "measuring the disk tier (--nvme-dir): ");
         if (mt_runner_plan_gpu(req, plan, &o->cfg, table, o->M, o->B, o->T, &a, out, err))
             return -1;
         if (!plan->fits) return mt_errorf(err, "the run does not fit: %s", plan->why);
@@ -269,10 +274,6 @@ static int bench(const mt_bench_opts *o, mt_ranks *rk, const mt_param_table *tab
         goto out;
     double t0 = mt_now_s();
     int n_disk = !o->nvme_dir || !o->nvme_dir[0] ? 0 : manual ? o->disk_layers : plan.n_disk;
-    if (n_disk > 0 && world > 1) {
-        mt_errorf(err, "the disk tier is for a run of one process yet; drop --nvme-dir or --gpus");
-        goto out;
-    }
     if (mt_disk_store_create(&store, &parts, 0, n_disk > 0 ? n_disk : 0, o->nvme_dir, err))
         goto out;
     mt_shard_init_random(&store, &sl, 1, 0.02f);

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "host/disk.h"
 #include "util/mem.h"
 
 /* err's message prefixed with "rank r: " on a rank of several. */
@@ -89,6 +90,19 @@ int mt_ranks_open(mt_ranks *r, int gpu, const char *config, mt_error *err) {
     if (gpu && !(r->comm = mt_device_comm_open(r->rdv.blob, r->env.rank, r->env.world_size, err)))
         return named(r, err);
     if (gpu && mt_device_comm_probe(r->comm, &r->link_gbs, err)) return named(r, err);
+    return 0;
+}
+
+int mt_ranks_disk_rates(mt_ranks *r, const char *dirs, size_t bytes, double gbs[3],
+                        mt_error *err) {
+    double x[4] = {0, 0, 0, 0}; /* read, write, both, machines */
+    int rc = 0;
+    if (r->env.local_rank == 0) {
+        rc = mt_disk_measure(dirs, bytes, &x[1], &x[0], &x[2], err);
+        x[3] = 1;
+    }
+    if (mt_ranks_agree(r, rc, err) || mt_ranks_sum(r, x, 4, err)) return -1;
+    for (int i = 0; i < 3; i++) gbs[i] = x[i] / x[3];
     return 0;
 }
 

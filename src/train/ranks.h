@@ -51,6 +51,14 @@ int mt_ranks_agree(mt_ranks *r, int rc, mt_error *err);
  * bits everywhere); n doubles. */
 int mt_ranks_sum(mt_ranks *r, double *x, int n, mt_error *err);
 
+/* The disk tier's rates on dirs (host/disk.h's measurement of `bytes`),
+ * GB/s read, write and both at once, the same on every rank: each
+ * machine's first rank measures while the others wait (their ranks share
+ * the drives), and the machines' rates are averaged. A run of one
+ * measures. */
+int mt_ranks_disk_rates(mt_ranks *r, const char *dirs, size_t bytes, double gbs[3],
+                        mt_error *err);
+
 /* A rank of several stuck in a collective waits for the others forever: a
  * watchdog thread ends this process (status 3, naming the rank, the step
  * and how long) when no step has ended for the rendezvous' timeout

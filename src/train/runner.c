@@ -85,8 +85,15 @@ static int plan_disk(mt_plan_request *req, const mt_gpu_plan_args *a, FILE *log,
     req->disk_layers = a->disk_layers;
     if (a->disk_mem_gb > 0) req->disk_budget = a->disk_mem_gb * 1e9;
     else if (mt_disk_free_bytes(a->nvme_dir, &req->disk_budget, err)) return -1;
+    req->disk_sharers = a->disk_sharers;
+    if (a->disk_sharers > 1) req->disk_budget /= a->disk_sharers;
     mt_rates *r = &req->rates;
     if (r->disk_read_gbs > 0) return 0;
+    if (a->disk_gbs[0] > 0) {
+        r->disk_read_gbs = a->disk_gbs[0], r->disk_write_gbs = a->disk_gbs[1];
+        r->disk_both_gbs = a->disk_gbs[2];
+        return 0;
+    }
     double t0 = mt_now_s();
     if (mt_disk_measure(a->nvme_dir, (size_t)4 << 30, &r->disk_write_gbs, &r->disk_read_gbs,
                         &r->disk_both_gbs, err))
@@ -156,7 +163,8 @@ int mt_runner_plan_make(mt_runner_plan **out, const mt_config *cfg, const mt_par
                           .keep = -1, .gpu_adam = -1, .rank = o->rank, .ranks = o->ranks,
                           .link_gbs = o->link_gbs, .calib = o->calibration,
                           .nvme_dir = o->nvme_dir, .disk_mem_gb = o->disk_mem_gb,
-                          .disk_layers = o->disk_layers};
+                          .disk_layers = o->disk_layers, .disk_sharers = o->disk_sharers,
+                          .disk_gbs = {o->disk_gbs[0], o->disk_gbs[1], o->disk_gbs[2]}};
     if (mt_runner_plan_gpu(&p->req, &p->plan, cfg, t, M, B, T, &a, log, err)) {
         free(p);
         return -1;

@@ -44,6 +44,8 @@ typedef struct mt_runner_opts {
     const char *nvme_dir;    /* the disk tier (mt_gpu_plan_args) */
     double disk_mem_gb;
     int disk_layers;
+    int disk_sharers;
+    double disk_gbs[3];
 } mt_runner_opts;
 
 /* A model loaded for inference: config, parameter table, weights (no
@@ -109,10 +111,15 @@ typedef struct mt_gpu_plan_args {
     const char *calib;         /* rates file, or NULL: probe this machine */
     /* The disk tier: directories (NULL or "": none), the bytes it may take
      * (0: their free space), and the layers it holds (-1 the planner's
-     * choice); its rates come from calib, else are measured here. */
+     * choice); the ranks sharing those drives and bytes (a machine's; 0 or
+     * 1: this one alone); its rates (GB/s read, write, both at once) from
+     * calib, else disk_gbs where measured by the ranks (0: not), else
+     * measured here. */
     const char *nvme_dir;
     double disk_mem_gb;
     int disk_layers;
+    int disk_sharers;
+    double disk_gbs[3];
 } mt_gpu_plan_args;
 
 /* The planning step itself, for the commands that drive the GPU backend

@@ -247,9 +247,6 @@ static int find_checkpoint(mt_run *R, mt_error *err) {
  * host memory check with the disk layers it chose, and the host store. */
 static int place(mt_run *R, int gpu, mt_runner_opts *ro, mt_error *err) {
     const mt_train_config *tc = R->tc;
-    if (gpu && R->several && tc->nvme_dir[0])
-        return mt_errorf(err, "nvme_dir: the disk tier of several ranks runs on the CPU only "
-                         "yet; on GPUs drop --nvme-dir, or train on one GPU");
     /* the CPU backends and the planner-less GPU path read the store's g */
     int store_grads = !gpu || tc->host_saved_inputs;
     char *plan_text = NULL;
@@ -271,8 +268,7 @@ static int place(mt_run *R, int gpu, mt_runner_opts *ro, mt_error *err) {
     double hm = gpu || tc->host_mem <= 0 ? 0 : mt_run_host_mem_share(R) * 1e9;
     size_t host_mem = hm >= 1.8e19 ? SIZE_MAX : (size_t)hm;
     size_t binding = host_mem && (!avail || host_mem < avail) ? host_mem : avail;
-    resolved.disk_layers = gpu && R->several ? 0
-                           : R->plan ? mt_runner_plan_disk_layers(R->plan)
+    resolved.disk_layers = R->plan ? mt_runner_plan_disk_layers(R->plan)
                            : mt_train_disk_layers_needed(tc, &R->cfg, mt_run_store_table(R),
                                                          store_grads, !gpu, binding);
     R->disk_layers = (int)resolved.disk_layers;
@@ -421,7 +417,17 @@ static int setup(mt_run *R, mt_error *err) {
                          .rank = R->rk.env.rank, .ranks = R->rk.env.world_size,
                          .comm = R->rk.comm, .link_gbs = R->rk.link_gbs,
                          .nvme_dir = tc->nvme_dir, .disk_mem_gb = tc->disk_mem,
-                         .disk_layers = R->several ? 0 : (int)tc->disk_layers};
+                         .disk_layers = (int)tc->disk_layers, .disk_sharers = R->rk.local_world};
+    if (gpu && R->several && tc->nvme_dir[0] && tc->disk_layers && !tc->calibration[0]) {
+        /* each machine's drives measured once, by its first rank */
+        double t0 = mt_now_s();
+        if (mt_ranks_disk_rates(&R->rk, tc->nvme_dir, (size_t)4 << 30, ro.disk_gbs, err))
+            return mt_error_prefix(err, "measuring the disk tier (--nvme-dir): ");
+        mt_emitf(&R->ev, MT_EVENT_INFO, "disk %s: write %.2f GB/s, read %.2f GB/s, both at once "
+                 "%.2f GB/s, shared by this machine's %d ranks (%.1fs)", tc->nvme_dir,
+                 ro.disk_gbs[1], ro.disk_gbs[0], ro.disk_gbs[2], R->rk.local_world,
+                 mt_now_s() - t0);
+    }
     if (place(R, gpu, &ro, err)) return -1;
     mt_emitf(&R->ev, MT_EVENT_INFO, "model: %s %s, %.2fM parameters, %lld layers, hidden %lld, "
              "vocab %lld", tc->model[0] ? tc->model : "built-in", R->cfg.model_type,

@@ -91,6 +91,22 @@ for g in 1 $([ $n = 4 ] && echo 2); do
     fi
 done
 
+# the disk tier on the ranks of several GPUs: each rank keeps its parts of
+# the last 2 layers' m and v on disk (the same floats: the losses of the
+# same ranks in RAM, bit for bit), and their checkpoint resumes on one GPU
+# with the disk tier as the uninterrupted run (the reduction order: 1e-6)
+disk_ranks() {
+    mkdir -p "$tmp/nvme-a" "$tmp/nvme-b" "$tmp/disk-resume/checkpoints"
+    train "$tmp/disk-$n" fp32 $n --nvme-dir "$tmp/nvme-a" --disk-layers 2 || return 1
+    grep -q "disk tier: the optimizer state of the last 2 layers" "$tmp/disk-$n.log" ||
+        { echo "no disk tier in $tmp/disk-$n.log"; return 1; }
+    same_losses "$tmp/fp32-$n" "$tmp/disk-$n" 0 1 || return 1
+    cp -r "$tmp/disk-$n/checkpoints/step-00000006" "$tmp/disk-resume/checkpoints/"
+    train "$tmp/disk-resume" fp32 1 --resume auto --nvme-dir "$tmp/nvme-b" --disk-layers 2 &&
+        same_losses "$tmp/fp32-$n" "$tmp/disk-resume" 1e-6 7
+}
+check disk_ranks
+
 # a rank's first layers updated on its GPU (their parts all-gathered from
 # there) give the bits of the CPU's update: the same losses, 0 or 3 device
 # layers, on a tied model (the head reads the embedding's slot)
