@@ -67,6 +67,14 @@ void mt_cuda_cast_bf16_to_f32(mt_cuda_ctx *ctx, float *out, const uint16_t *inp,
 void mt_cuda_cast_f32_to_bf16_on(cudaStream_t st, uint16_t *out, const float *inp, size_t n);
 void mt_cuda_cast_bf16_to_f32_on(cudaStream_t st, float *out, const uint16_t *inp, size_t n);
 
+/* ---- the attention's positions under a sliding window ----
+ * out[i] = min(pos[i], window - 1) over n = M*B*T tokens (pos NULL: the
+ * position in its row, i % T): query t then sees keys from max(its
+ * document's start, t - window + 1), a first key non-decreasing in t as
+ * the attention kernels' packed documents need (kernels/attention). */
+void mt_cuda_window_positions(cudaStream_t st, int32_t *out, const int32_t *pos, size_t n,
+                              int64_t T, int64_t window);
+
 /* ---- matrix products (cuBLASLt) ----
  * Operands inp, w, dout have the operand type of prec (float or uint16_t). */
 

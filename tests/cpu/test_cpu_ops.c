@@ -874,3 +874,45 @@ Test(cpu_ops, the_backend_refuses_what_it_cannot_run) {
     mt_host_store_free(&s);
     mt_params_free(&t);
 }
+
+/* A sliding window as positions: with pos' = min(pos, window - 1) (the
+ * CUDA backend's mt_cuda_window_positions) the plain attention, which lets
+ * query t see keys t - pos'[t] .. t, is the windowed one (keys t - j <
+ * window, within the document; the CPU's, checked against transformers
+ * through Gemma's fixtures): forward and backward, one sequence a row and
+ * packed documents. Both sum the same terms in the same order: bitwise. */
+Test(cpu_ops, a_window_is_positions_clamped_below_it) {
+    const size_t B = 2, T = 40, NH = 4, NKV = 2, HD = 8, W = 7;
+    const size_t nq = B * T * NH * HD, nk = B * T * NKV * HD;
+    float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *dout = malloc(nq * 4);
+    for (size_t i = 0; i < nq; i++) q[i] = sinf(0.37f * i), dout[i] = cosf(0.11f * i);
+    for (size_t i = 0; i < nk; i++) k[i] = cosf(0.23f * i), v[i] = sinf(0.53f * i + 1);
+    int32_t pos[2 * 40], clamped[2 * 40];
+    float *o[2], *lse[2], *dq[2], *dk[2], *dv[2];
+    for (int r = 0; r < 2; r++) {
+        o[r] = malloc(nq * 4), lse[r] = malloc(B * NH * T * 4), dq[r] = malloc(nq * 4);
+        dk[r] = malloc(nk * 4), dv[r] = malloc(nk * 4);
+    }
+    for (int packed = 0; packed < 2; packed++) {
+        for (size_t i = 0; i < B * T; i++) { /* documents of 13 tokens, or whole rows */
+            pos[i] = packed ? (int32_t)((i % T) % 13) : (int32_t)(i % T);
+            clamped[i] = pos[i] < (int32_t)W - 1 ? pos[i] : (int32_t)W - 1;
+        }
+        mt_cpu_attn_opts win = {.window = W};
+        mt_cpu_attention_forward_opts(o[0], lse[0], q, k, v, pos, B, T, NH, NKV, HD, &win);
+        mt_cpu_attention_backward_opts(dq[0], dk[0], dv[0], dout, q, k, v, o[0], lse[0], pos, B,
+                                       T, NH, NKV, HD, &win);
+        mt_cpu_attention_forward(o[1], lse[1], q, k, v, clamped, B, T, NH, NKV, HD);
+        mt_cpu_attention_backward(dq[1], dk[1], dv[1], dout, q, k, v, o[1], lse[1], clamped, B,
+                                  T, NH, NKV, HD);
+        cr_assert(!memcmp(o[0], o[1], nq * 4) && !memcmp(lse[0], lse[1], B * NH * T * 4),
+                  "forward (packed %d)", packed);
+        cr_assert(!memcmp(dq[0], dq[1], nq * 4) && !memcmp(dk[0], dk[1], nk * 4) &&
+                  !memcmp(dv[0], dv[1], nk * 4), "backward (packed %d)", packed);
+        /* and the window matters here: without it the outputs differ */
+        mt_cpu_attention_forward(o[1], lse[1], q, k, v, pos, B, T, NH, NKV, HD);
+        cr_assert(memcmp(o[0], o[1], nq * 4), "a window shorter than the documents");
+    }
+    for (int r = 0; r < 2; r++) free(o[r]), free(lse[r]), free(dq[r]), free(dk[r]), free(dv[r]);
+    free(q), free(k), free(v), free(dout);
+}

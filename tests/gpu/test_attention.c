@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/attention/attention.h"
+#include "kernels/cuda_ops.h"
 #include "megatrain.h"
 #include "testlib.h"
 
@@ -335,6 +336,44 @@ static void check_bf16(shape s, int bf16) { check_shape(s, bf16, BF16_TOL_FWD, B
 Test(attention_bf16_mma, gqa_hd64_ragged) { with_mma(check_bf16, (shape){2, 67, 4, 2, 64}); }
 Test(attention_bf16_mma, gqa8_hd128_multi_tile) { with_mma(check_bf16, (shape){1, 300, 8, 1, 128}); }
 Test(attention_bf16_mma, packed_mqa_hd128) { with_mma(check_docs, (shape){2, 300, 4, 1, 128}); }
+
+/* Sliding windows: the CUDA backend clamps the attention's positions to
+ * window - 1 on the GPU (mt_cuda_window_positions), so that query t sees
+ * keys from max(its document's start, t - window + 1): a first key that
+ * never decreases, as the kernels' tile skipping and masking need. The
+ * positions it makes, then every kernel against the reference with them,
+ * one sequence a row and packed documents; windows of 37 and 130 keys
+ * cross the 64- and 128-row tiles. */
+static int32_t *window_pos(const int32_t *pos, size_t B, size_t T, int64_t window) {
+    const size_t n = B * T;
+    int32_t *d_out = dev_poison(n * 4), *d_pos = pos ? dev_copy(pos, n * 4) : NULL;
+    mt_cuda_window_positions(0, d_out, d_pos, n, (int64_t)T, window);
+    CK(cudaDeviceSynchronize());
+    int32_t *out = (int32_t *)host_copy(d_out, n * 4);
+    for (size_t i = 0; i < n; i++) {
+        int32_t p = pos ? pos[i] : (int32_t)(i % T), want = p < window - 1 ? p : window - 1;
+        cr_assert_eq(out[i], want, "position %zu: %d, want %d", i, out[i], want);
+    }
+    CK(cudaFree(d_out));
+    if (d_pos) CK(cudaFree(d_pos));
+    return out;
+}
+static void check_window(shape s, int bf16) {
+    skip_without_gpu();
+    const int64_t windows[] = {37, 130};
+    for (int w = 0; w < 2; w++)
+        for (int packed = 0; packed < 2; packed++) {
+            int32_t *pos = packed ? packed_pos(s.B, s.T) : NULL;
+            int32_t *wp = window_pos(pos, s.B, s.T, windows[w]);
+            if (bf16) check_packed(s, wp, 1, BF16_TOL_FWD, BF16_TOL_BWD);
+            else check_packed(s, wp, 0, F32_TOL, F32_TOL);
+            free(wp);
+            free(pos);
+        }
+}
+Test(attention_bf16, sliding_window) { check_window((shape){2, 300, 4, 2, 128}, 1); }
+Test(attention_bf16_mma, sliding_window) { with_mma(check_window, (shape){2, 300, 4, 1, 64}); }
+Test(attention_f32, sliding_window) { check_window((shape){2, 300, 4, 2, 64}, 0); }
 
 /* A Hopper GPU (compute capability 9.0) takes the wgmma kernels when the
  * build has sm_90a code, so that the bf16 tests above cover them; every

@@ -160,8 +160,9 @@ static void block_forward(cpu_backend *cb, int layer, const int32_t *pos, const 
     }
     mt_cpu_rope_forward(a->q, cb->cos, cb->sin, pos, cb->B, cb->T, c->NH, c->HD);
     mt_cpu_rope_forward(a->k, cb->cos, cb->sin, pos, cb->B, cb->T, c->NKV, c->HD);
-    mt_cpu_attention_forward(a->att, a->lse, a->q, a->k, a->v, pos, cb->B, cb->T, c->NH, c->NKV,
-                             c->HD);
+    mt_cpu_attn_opts win = {.window = (size_t)c->sliding_window}; /* Mistral's, Phi-3's */
+    mt_cpu_attention_forward_opts(a->att, a->lse, a->q, a->k, a->v, pos, cb->B, cb->T, c->NH,
+                                  c->NKV, c->HD, &win);
     mt_cpu_matmul_forward(a->xmid, a->att, W(cb, layer, MT_T_WO), NULL, N, Q, C);
     for (size_t i = 0; i < N * C; i++) a->xmid[i] += x[i];
     mt_cpu_rmsnorm_forward(a->xn2, a->rstd2, a->xmid, W(cb, layer, MT_T_MLP_NORM), N, C, c->rms_eps);
@@ -219,8 +220,9 @@ static void block_backward(cpu_backend *cb, int layer, const int32_t *pos, const
     memset(d->datt, 0, N * Q * sizeof(float));
     mt_cpu_matmul_backward(d->datt, G(cb, layer, MT_T_WO), NULL, dx, a->att, W(cb, layer, MT_T_WO),
                            N, Q, C);
-    mt_cpu_attention_backward(d->dq, d->dk, d->dv, d->datt, a->q, a->k, a->v, a->att, a->lse,
-                              pos, cb->B, cb->T, c->NH, c->NKV, c->HD);
+    mt_cpu_attn_opts win = {.window = (size_t)c->sliding_window};
+    mt_cpu_attention_backward_opts(d->dq, d->dk, d->dv, d->datt, a->q, a->k, a->v, a->att,
+                                   a->lse, pos, cb->B, cb->T, c->NH, c->NKV, c->HD, &win);
     mt_cpu_rope_backward(d->dq, cb->cos, cb->sin, pos, cb->B, cb->T, c->NH, c->HD);
     mt_cpu_rope_backward(d->dk, cb->cos, cb->sin, pos, cb->B, cb->T, c->NKV, c->HD);
     float *dq = d->dq, *dk = d->dk;
@@ -486,9 +488,8 @@ mt_backend *mt_cpu_backend_create(const mt_config *c, const mt_param_table *t,
 }
 
 /* Whether the CPU backend takes max_M micro-batches of B x T tokens of c
- * (within max_position_embeddings, a sliding window it computes, and the
- * RAM available for their activations, *need bytes): 0, or -1 with the
- * fix. */
+ * (within max_position_embeddings and the RAM available for their
+ * activations, *need bytes): 0, or -1 with the fix. */
 static int check_shape(const mt_config *c, const mt_param_table *t, int max_M, int64_t B,
                        int64_t T, size_t *need, mt_error *err) {
     if (max_M <= 0 || B <= 0 || T <= 0)
@@ -497,12 +498,6 @@ static int check_shape(const mt_config *c, const mt_param_table *t, int max_M, i
         return mt_errorf(err, "sequence length %lld exceeds the model's "
                          "max_position_embeddings %lld; use a shorter --seq-len",
                          (long long)T, (long long)c->max_pos);
-    /* gemma.c computes its sliding windows; other families have none here */
-    if (c->sliding_window > 0 && T > c->sliding_window && !mt_arch_is_gemma(c->arch))
-        return mt_errorf(err, "sequence length %lld exceeds the model's sliding_window %lld, "
-                         "which megatrain does not implement; use --seq-len <= %lld",
-                         (long long)T, (long long)c->sliding_window,
-                         (long long)c->sliding_window);
     if (mt_cpu_backend_bytes(c, t, max_M, B, T, need))
         return mt_errorf(err, "CPU backend: %d micro-batches of %lld x %lld tokens need more "
                          "bytes than this machine can address; lower --batch-size, "

@@ -264,12 +264,6 @@ mt_backend *mt_cuda_backend_make(const mt_config *c, const mt_param_table *t,
         (void)cudaGetLastError(); /* a context made earlier keeps its flags */
     if (max_M <= 0 || B <= 0 || T <= 0)
         return mt_errorf(err, "micro-batch shape must be positive"), NULL;
-    /* the attention kernels are full causal: the same refusal as the CPU's */
-    if (c->sliding_window > 0 && T > c->sliding_window)
-        return mt_errorf(err, "sequence length %lld exceeds the model's sliding_window %lld, "
-                         "which megatrain does not implement; use --seq-len <= %lld",
-                         (long long)T, (long long)c->sliding_window,
-                         (long long)c->sliding_window), NULL;
     if (c->HD % 4 || c->C % 4)
         return mt_errorf(err, "the CUDA backend needs hidden_size and head_dim divisible by 4"),
                NULL;

@@ -150,6 +150,9 @@ typedef struct cuda_backend {
     int32_t *tokens, *targets, *emb_order, *emb_bounds;
     int32_t *pos;       /* (max_M, N) positions of a packed batch (mt_batch.pos) */
     int has_pos;        /* this step's batch has positions */
+    /* (max_M, N) the attention's positions when the model's sliding window
+     * is shorter than T (mt_cuda_window_positions), else NULL */
+    int32_t *win_pos;
     size_t *emb_groups; /* host (M) */
     int32_t *h_order, *h_bounds;
     double *loss_dev, *sumsq_dev, *sumsq_scratch;

@@ -97,6 +97,8 @@ static void plan_grads_and_step(cuda_backend *cb, bump *b) {
     cb->tokens = take(b, (size_t)cb->max_M * N * 4);
     cb->targets = take(b, (size_t)cb->max_M * N * 4);
     cb->pos = take(b, (size_t)cb->max_M * N * 4);
+    cb->win_pos = c->sliding_window > 0 && cb->T > c->sliding_window
+                      ? take(b, (size_t)cb->max_M * N * 4) : NULL;
     cb->emb_order = take(b, (size_t)cb->max_M * N * 4);
     cb->emb_bounds = take(b, (size_t)cb->max_M * (N + 1) * 4);
     cb->loss_dev = take(b, sizeof(double));

@@ -17,6 +17,9 @@ void mt_cuda_upload_pos(cuda_backend *cb, const mt_batch *batch) {
         CUDA_CHECK(cudaMemcpyAsync(cb->pos, batch->pos,
                                    (size_t)batch->M * cb->N * sizeof(int32_t),
                                    cudaMemcpyHostToDevice, cb->s_comp));
+    if (cb->win_pos)
+        mt_cuda_window_positions(cb->s_comp, cb->win_pos, cb->has_pos ? cb->pos : NULL,
+                                 (size_t)batch->M * cb->N, cb->T, cb->cfg->sliding_window);
 }
 
 /* ---- the MLP of a mixture-of-experts block (moe_cuda.h) ---- */
@@ -98,7 +101,7 @@ static void block_forward_fast(cuda_backend *cb, acts *a, int layer, int mb, con
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
     mt_precision p = MT_PREC_BF16;
     mt_error err;
-    const int32_t *pos = mt_cuda_block_pos(cb, mb);
+    const int32_t *pos = mt_cuda_block_pos(cb, mb), *apos = mt_cuda_attn_pos(cb, mb);
     mt_cuda_rmsnorm_forward(ctx, xn1, MT_DT_BF16, a->rstd1, x,
                             W32(cb, s, layer, MT_T_ATTN_NORM), N, C, c->rms_eps);
     /* q, k, v with their biases (Qwen2); Qwen3's q/k norms (over each
@@ -118,7 +121,7 @@ static void block_forward_fast(cuda_backend *cb, acts *a, int layer, int mb, con
     }
     mt_cuda_rope_forward_bf16(st, a->q_op, cb->cos, cb->sin, pos, cb->B, cb->T, c->NH, c->HD);
     mt_cuda_rope_forward_bf16(st, a->k_op, cb->cos, cb->sin, pos, cb->B, cb->T, c->NKV, c->HD);
-    attn_check(mt_attn_forward_bf16(a->att_op, NULL, a->lse, a->q_op, a->k_op, a->v_op, pos,
+    attn_check(mt_attn_forward_bf16(a->att_op, NULL, a->lse, a->q_op, a->k_op, a->v_op, apos,
                                     cb->B, cb->T, c->NH, c->NKV, c->HD, st, &err), &err);
     mt_cuda_matmul_forward_add(ctx, p, xmid, a->att_op, W_op(cb, s, layer, MT_T_WO), x, N, Q,
                                C);
@@ -153,7 +156,7 @@ static void block_backward_fast(cuda_backend *cb, const acts *f, int layer, int 
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
     mt_precision p = MT_PREC_BF16;
     mt_error err;
-    const int32_t *pos = mt_cuda_block_pos(cb, mb);
+    const int32_t *pos = mt_cuda_block_pos(cb, mb), *apos = mt_cuda_attn_pos(cb, mb);
     const void *xn1 = f->xn1_op, *xn2 = f->xn2_op, *mlp = f->mlp_op;
     const float *xmid = f->xmid;
     if (!xmid) { /* a lean kept unit: x + o_proj(att), as the forward made it */
@@ -190,7 +193,7 @@ static void block_backward_fast(cuda_backend *cb, const acts *f, int layer, int 
                             f->att_op, W_op(cb, s, layer, MT_T_WO), N, Q, C);
     to_op(cb, a->datt_op, a->datt32, N * Q);
     attn_check(mt_attn_backward_bf16(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt_op,
-                                     f->q_op, f->k_op, f->v_op, f->att_op, f->lse, pos, cb->B,
+                                     f->q_op, f->k_op, f->v_op, f->att_op, f->lse, apos, cb->B,
                                      cb->T, c->NH, c->NKV, c->HD, st, &err), &err);
     if (c->qk_norm || c->qkv_bias) {
         if (c->qk_norm) { /* the norms' backward reads the pre-norm q, k in fp32 */
@@ -239,7 +242,7 @@ static void block_forward_general(cuda_backend *cb, int layer, int mb, const flo
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
     mt_precision p = cb->prec;
     mt_error err;
-    const int32_t *pos = mt_cuda_block_pos(cb, mb);
+    const int32_t *pos = mt_cuda_block_pos(cb, mb), *apos = mt_cuda_attn_pos(cb, mb);
     mt_cuda_rmsnorm_forward(ctx, a->xn1_op, op_dt(cb), a->rstd1, x,
                             W32(cb, s, layer, MT_T_ATTN_NORM), N, C, c->rms_eps);
     float *q = c->qk_norm ? a->qpre32 : a->q32, *k = c->qk_norm ? a->kpre32 : a->k32;
@@ -261,13 +264,13 @@ static void block_forward_general(cuda_backend *cb, int layer, int mb, const flo
         to_op(cb, a->q_op, a->q32, N * Q);
         to_op(cb, a->k_op, a->k32, N * KV);
         to_op(cb, a->v_op, a->v32, N * KV);
-        attn_check(mt_attn_forward_bf16(a->att_op, NULL, a->lse, a->q_op, a->k_op, a->v_op, pos,
+        attn_check(mt_attn_forward_bf16(a->att_op, NULL, a->lse, a->q_op, a->k_op, a->v_op, apos,
                                         cb->B, cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err),
                    &err);
     } else {
         /* fp32 mode, or head sizes the bf16 kernel lacks: fp32 attention,
          * its output rounded for the bf16 o_proj product. */
-        attn_check(mt_attn_forward_f32(a->att32, a->lse, a->q32, a->k32, a->v32, pos, cb->B,
+        attn_check(mt_attn_forward_f32(a->att32, a->lse, a->q32, a->k32, a->v32, apos, cb->B,
                                        cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
         to_op(cb, a->att_op, a->att32, N * Q);
     }
@@ -299,7 +302,7 @@ static void block_backward_general(cuda_backend *cb, int layer, int mb, const fl
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
     mt_precision p = cb->prec;
     mt_error err;
-    const int32_t *pos = mt_cuda_block_pos(cb, mb);
+    const int32_t *apos = mt_cuda_attn_pos(cb, mb);
     void *dx_op = p == MT_PREC_BF16 ? a->dx_op : dx;
 
     /* MLP: out = xmid + down(silu(gate) * up), or + the MoE MLP */
@@ -327,12 +330,12 @@ static void block_backward_general(cuda_backend *cb, int layer, int mb, const fl
     if (cb->attn_bf16) {
         to_op(cb, a->datt_op, a->datt32, N * Q);
         attn_check(mt_attn_backward_bf16(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt_op,
-                                         a->q_op, a->k_op, a->v_op, a->att_op, a->lse, pos,
+                                         a->q_op, a->k_op, a->v_op, a->att_op, a->lse, apos,
                                          cb->B, cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err),
                    &err);
     } else {
         attn_check(mt_attn_backward_f32(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt32,
-                                        a->q32, a->k32, a->v32, a->att32, a->lse, pos, cb->B,
+                                        a->q32, a->k32, a->v32, a->att32, a->lse, apos, cb->B,
                                         cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
     }
     void *dq_op, *dk_op;

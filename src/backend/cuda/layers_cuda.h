@@ -32,9 +32,16 @@ static inline const int32_t *mt_cuda_block_pos(const cuda_backend *cb, int mb) {
     return cb->has_pos ? cb->pos + (size_t)mb * cb->N : NULL;
 }
 
+/* The positions micro-batch mb's attention masks by: the documents'
+ * (as RoPE's), or under a sliding window shorter than T those clamped to
+ * window - 1 (keys t - window + 1 .. t at most). */
+static inline const int32_t *mt_cuda_attn_pos(const cuda_backend *cb, int mb) {
+    return cb->win_pos ? cb->win_pos + (size_t)mb * cb->N : mt_cuda_block_pos(cb, mb);
+}
+
 /* Uploads the batch's positions of packed documents (mt_batch.pos), if
- * any, on the compute stream; the blocks then apply them to micro-batch
- * mb's RoPE and attention. */
+ * any, on the compute stream (and makes the windowed ones); the blocks then
+ * apply them to micro-batch mb's RoPE and attention. */
 void mt_cuda_upload_pos(cuda_backend *cb, const mt_batch *batch);
 
 #endif

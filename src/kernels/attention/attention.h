@@ -10,9 +10,12 @@
  * within its document (the contract of mt_batch.pos, which engine/step.c
  * checks: every row starts at 0, each next is 0 or the previous + 1).
  * Query t of row b then sees keys t - pos[b*T+t] .. t only; tiles wholly
- * outside every row's document are skipped, partial ones masked. pos NULL:
- * one causal sequence per row, by kernels compiled without any document
- * test (the code of the unpacked path does not change).
+ * outside every row's document are skipped, partial ones masked. What the
+ * kernels need is only that this first key t - pos[b*T+t] never decreases
+ * in t: positions clamped to window - 1 (mt_cuda_window_positions) keep
+ * that, and give a sliding window of `window` keys. pos NULL: one causal
+ * sequence per row, by kernels compiled without any document test (the
+ * code of the unpacked path does not change).
  *
  * Two precisions:
  *  - bf16: q, k, v, dout, out are bf16 (passed as their 16-bit patterns);

@@ -1,5 +1,5 @@
-/* Elementwise CUDA operators: fp32<->bf16 casts, residual add, SwiGLU and
- * RoPE. All memory bound: each thread handles 4 consecutive elements,
+/* Elementwise CUDA operators: fp32<->bf16 casts, residual add, SwiGLU,
+ * RoPE, and the attention's positions under a sliding window. All memory bound: each thread handles 4 consecutive elements,
  * with 16-byte loads when the pointers allow it, in a grid-stride loop. */
 #include <cuda_bf16.h>
 
@@ -15,6 +15,25 @@ static unsigned ew_blocks(size_t n) {
     size_t b = MT_CEIL_DIV(MT_CEIL_DIV(n, (size_t)4), (size_t)EW_THREADS);
     if (b > 65536) b = 65536;
     return (unsigned)(b ? b : 1);
+}
+
+/* ---- the attention's positions under a sliding window ---- */
+
+__global__ void window_pos_kernel(int32_t *out, const int32_t *pos, size_t n, int64_t T,
+                                  int32_t last) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        int32_t p = pos ? pos[i] : (int32_t)(i % (size_t)T);
+        out[i] = p < last ? p : last;
+    }
+}
+
+extern "C" void mt_cuda_window_positions(cudaStream_t st, int32_t *out, const int32_t *pos,
+                                         size_t n, int64_t T, int64_t window) {
+    if (n == 0) return;
+    window_pos_kernel<<<ew_blocks(4 * n), EW_THREADS, 0, st>>>(out, pos, n, T,
+                                                                (int32_t)(window - 1));
+    CUDA_LAUNCH_CHECK();
 }
 
 /* ---- casts ---- */
