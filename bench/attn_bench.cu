@@ -98,20 +98,20 @@ static void bench_one(const bench_shape &s) {
     mt_error err;
     auto fwd = [&]() {
         int rc = s.bf16 ? mt_attn_forward_bf16((uint16_t *)out, NULL, lse, (uint16_t *)q,
-                                               (uint16_t *)k, (uint16_t *)v, pos, s.B, s.T,
+                                               (uint16_t *)k, (uint16_t *)v, pos, NULL, s.B, s.T,
                                                s.NH, s.NKV, s.HD, 0, &err)
                         : mt_attn_forward_f32((float *)out, lse, (float *)q, (float *)k,
-                                              (float *)v, pos, s.B, s.T, s.NH, s.NKV, s.HD, 0,
+                                              (float *)v, pos, NULL, s.B, s.T, s.NH, s.NKV, s.HD, 0,
                                               &err);
         if (rc) die(err);
     };
     auto bwd = [&]() {
         int rc = s.bf16 ? mt_attn_backward_bf16(dq, dk, dv, scratch, (uint16_t *)dout,
                                                 (uint16_t *)q, (uint16_t *)k, (uint16_t *)v,
-                                                (uint16_t *)out, lse, pos, s.B, s.T, s.NH,
+                                                (uint16_t *)out, lse, pos, NULL, s.B, s.T, s.NH,
                                                 s.NKV, s.HD, 0, &err)
                         : mt_attn_backward_f32(dq, dk, dv, scratch, (float *)dout, (float *)q,
-                                               (float *)k, (float *)v, (float *)out, lse, pos,
+                                               (float *)k, (float *)v, (float *)out, lse, pos, NULL,
                                                s.B, s.T, s.NH, s.NKV, s.HD, 0, &err);
         if (rc) die(err);
     };

@@ -188,11 +188,11 @@ static run_result run_gpu(const shape *s, const int32_t *pos, int bf16, float *q
         ido = dev_copy(hdo, nq * 2);
         free(hq); free(hk); free(hv); free(hdo);
         out = dev_poison(nq * 2);
-        int rc = mt_attn_forward_bf16(out, out32, lse, iq, ik, iv, dpos, s->B, s->T, s->NH,
+        int rc = mt_attn_forward_bf16(out, out32, lse, iq, ik, iv, dpos, NULL, s->B, s->T, s->NH,
                                       s->NKV, s->HD, 0, &err);
         cr_assert_eq(rc, 0, "%s", err.msg);
-        rc = mt_attn_backward_bf16(dq_, dk_, dv_, scratch, ido, iq, ik, iv, out, lse, dpos, s->B,
-                                   s->T, s->NH, s->NKV, s->HD, 0, &err);
+        rc = mt_attn_backward_bf16(dq_, dk_, dv_, scratch, ido, iq, ik, iv, out, lse, dpos, NULL,
+                                   s->B, s->T, s->NH, s->NKV, s->HD, 0, &err);
         cr_assert_eq(rc, 0, "%s", err.msg);
         // The bf16 output must be the fp32 one rounded, every element written.
         uint16_t *ob = malloc(nq * 2);
@@ -205,11 +205,11 @@ static run_result run_gpu(const shape *s, const int32_t *pos, int bf16, float *q
         iq = dev_copy(q, nq * 4); ik = dev_copy(k, nk * 4); iv = dev_copy(v, nk * 4);
         ido = dev_copy(dout, nq * 4);
         out = out32;
-        int rc = mt_attn_forward_f32(out32, lse, iq, ik, iv, dpos, s->B, s->T, s->NH, s->NKV,
+        int rc = mt_attn_forward_f32(out32, lse, iq, ik, iv, dpos, NULL, s->B, s->T, s->NH, s->NKV,
                                      s->HD, 0, &err);
         cr_assert_eq(rc, 0, "%s", err.msg);
-        rc = mt_attn_backward_f32(dq_, dk_, dv_, scratch, ido, iq, ik, iv, out32, lse, dpos, s->B,
-                                  s->T, s->NH, s->NKV, s->HD, 0, &err);
+        rc = mt_attn_backward_f32(dq_, dk_, dv_, scratch, ido, iq, ik, iv, out32, lse, dpos, NULL,
+                                  s->B, s->T, s->NH, s->NKV, s->HD, 0, &err);
         cr_assert_eq(rc, 0, "%s", err.msg);
     }
     CK(cudaDeviceSynchronize());
@@ -413,8 +413,8 @@ Test(attention_bf16_mma, padded_head_dims_are_refused) {
     mt_attn_use(MT_ATTN_KERNEL_MMA);
     check_padded_head_dims();
     mt_error err = {{0}};
-    cr_assert_eq(mt_attn_forward_bf16(NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 4, 4, 96, 0,
-                                      &err), -1);
+    cr_assert_eq(mt_attn_forward_bf16(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 4, 4,
+                                      96, 0, &err), -1);
     cr_assert(strstr(err.msg, "head_dim 64 or 128, got 96"), "message: %s", err.msg);
     mt_attn_use(MT_ATTN_KERNEL_AUTO);
 }
@@ -538,13 +538,13 @@ Test(attention_bf16, capped_grids_give_the_same_bits) {
 Test(attention, rejects_bad_shapes) {
     mt_error err = {{0}};
     // Shape checks come before any device work, so NULL pointers are fine.
-    cr_assert_eq(mt_attn_forward_bf16(NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 6, 4, 64, 0,
-                                      &err), -1);
+    cr_assert_eq(mt_attn_forward_bf16(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 6, 4,
+                                      64, 0, &err), -1);
     cr_assert(strstr(err.msg, "NKV=4"), "message: %s", err.msg);
-    cr_assert_eq(mt_attn_forward_bf16(NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 4, 4, 72, 0,
-                                      &err), -1);
+    cr_assert_eq(mt_attn_forward_bf16(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 4, 4,
+                                      72, 0, &err), -1);
     cr_assert(strstr(err.msg, "head_dim") && strstr(err.msg, "got 72"), "message: %s", err.msg);
-    cr_assert_eq(mt_attn_forward_f32(NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 4, 4, 512, 0, &err),
-                 -1);
+    cr_assert_eq(mt_attn_forward_f32(NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 4, 4, 512, 0,
+                                     &err), -1);
     cr_assert(strstr(err.msg, "512"), "message: %s", err.msg);
 }

@@ -121,7 +121,7 @@ static void block_forward_fast(cuda_backend *cb, acts *a, int layer, int mb, con
     }
     mt_cuda_rope_forward_bf16(st, a->q_op, cb->cos, cb->sin, pos, cb->B, cb->T, c->NH, c->HD);
     mt_cuda_rope_forward_bf16(st, a->k_op, cb->cos, cb->sin, pos, cb->B, cb->T, c->NKV, c->HD);
-    attn_check(mt_attn_forward_bf16(a->att_op, NULL, a->lse, a->q_op, a->k_op, a->v_op, apos,
+    attn_check(mt_attn_forward_bf16(a->att_op, NULL, a->lse, a->q_op, a->k_op, a->v_op, apos, NULL,
                                     cb->B, cb->T, c->NH, c->NKV, c->HD, st, &err), &err);
     mt_cuda_matmul_forward_add(ctx, p, xmid, a->att_op, W_op(cb, s, layer, MT_T_WO), x, N, Q,
                                C);
@@ -193,8 +193,8 @@ static void block_backward_fast(cuda_backend *cb, const acts *f, int layer, int 
                             f->att_op, W_op(cb, s, layer, MT_T_WO), N, Q, C);
     to_op(cb, a->datt_op, a->datt32, N * Q);
     attn_check(mt_attn_backward_bf16(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt_op,
-                                     f->q_op, f->k_op, f->v_op, f->att_op, f->lse, apos, cb->B,
-                                     cb->T, c->NH, c->NKV, c->HD, st, &err), &err);
+                                     f->q_op, f->k_op, f->v_op, f->att_op, f->lse, apos, NULL,
+                                     cb->B, cb->T, c->NH, c->NKV, c->HD, st, &err), &err);
     if (c->qk_norm || c->qkv_bias) {
         if (c->qk_norm) { /* the norms' backward reads the pre-norm q, k in fp32 */
             mt_cuda_cast_bf16_to_f32(ctx, a->qpre32, f->qpre_op, N * Q);
@@ -265,12 +265,12 @@ static void block_forward_general(cuda_backend *cb, int layer, int mb, const flo
         to_op(cb, a->k_op, a->k32, N * KV);
         to_op(cb, a->v_op, a->v32, N * KV);
         attn_check(mt_attn_forward_bf16(a->att_op, NULL, a->lse, a->q_op, a->k_op, a->v_op, apos,
-                                        cb->B, cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err),
-                   &err);
+                                        NULL, cb->B, cb->T, c->NH, c->NKV, c->HD, cb->s_comp,
+                                        &err), &err);
     } else {
         /* fp32 mode, or head sizes the bf16 kernel lacks: fp32 attention,
          * its output rounded for the bf16 o_proj product. */
-        attn_check(mt_attn_forward_f32(a->att32, a->lse, a->q32, a->k32, a->v32, apos, cb->B,
+        attn_check(mt_attn_forward_f32(a->att32, a->lse, a->q32, a->k32, a->v32, apos, NULL, cb->B,
                                        cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
         to_op(cb, a->att_op, a->att32, N * Q);
     }
@@ -330,12 +330,12 @@ static void block_backward_general(cuda_backend *cb, int layer, int mb, const fl
     if (cb->attn_bf16) {
         to_op(cb, a->datt_op, a->datt32, N * Q);
         attn_check(mt_attn_backward_bf16(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt_op,
-                                         a->q_op, a->k_op, a->v_op, a->att_op, a->lse, apos,
+                                         a->q_op, a->k_op, a->v_op, a->att_op, a->lse, apos, NULL,
                                          cb->B, cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err),
                    &err);
     } else {
         attn_check(mt_attn_backward_f32(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt32,
-                                        a->q32, a->k32, a->v32, a->att32, a->lse, apos, cb->B,
+                                        a->q32, a->k32, a->v32, a->att32, a->lse, apos, NULL, cb->B,
                                         cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
     }
     void *dq_op, *dk_op;

@@ -88,12 +88,12 @@ void mt_cuda_neox_forward(cuda_backend *cb, acts *a, int layer, int mb, const fl
                                cb->sin, pos, (size_t)cb->B, (size_t)cb->T, c->NH, c->NKV, c->HD,
                                R);
         attn_check(mt_attn_forward_bf16(a->att_op, NULL, a->lse, a->q_op, a->k_op, a->v_op, pos,
-                                        cb->B, cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err),
-                   &err);
+                                        NULL, cb->B, cb->T, c->NH, c->NKV, c->HD, cb->s_comp,
+                                        &err), &err);
     } else { /* fp32 mode, or head sizes the bf16 kernel lacks */
         mt_cuda_qkv_split_rope(ctx, a->q32, a->k32, a->v32, MT_DT_F32, qkv, dt, cb->cos, cb->sin,
                                pos, (size_t)cb->B, (size_t)cb->T, c->NH, c->NKV, c->HD, R);
-        attn_check(mt_attn_forward_f32(a->att32, a->lse, a->q32, a->k32, a->v32, pos, cb->B,
+        attn_check(mt_attn_forward_f32(a->att32, a->lse, a->q32, a->k32, a->v32, pos, NULL, cb->B,
                                        cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
         to_op(cb, a->att_op, a->att32, N * Q);
     }
@@ -188,13 +188,13 @@ void mt_cuda_neox_backward(cuda_backend *cb, const acts *f, int layer, int mb, c
     if (cb->attn_bf16) {
         to_op(cb, a->datt_op, a->datt32, N * Q);
         attn_check(mt_attn_backward_bf16(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt_op,
-                                         f->q_op, f->k_op, f->v_op, f->att_op, f->lse, pos,
+                                         f->q_op, f->k_op, f->v_op, f->att_op, f->lse, pos, NULL,
                                          cb->B, cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err),
                    &err);
     } else {
         MT_ASSERT(f == a);
         attn_check(mt_attn_backward_f32(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt32,
-                                        a->q32, a->k32, a->v32, a->att32, a->lse, pos, cb->B,
+                                        a->q32, a->k32, a->v32, a->att32, a->lse, pos, NULL, cb->B,
                                         cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err), &err);
     }
     /* dL/d qkv: dqkv_op, the product's operand (in fp32 mode the memory of

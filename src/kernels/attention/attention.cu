@@ -38,27 +38,37 @@ static int mt_attn_check_shape(size_t B, size_t T, size_t NH, size_t NKV, size_t
     return 0;
 }
 
+/* Soft-capped scores are not in the kernels yet. */
+static int mt_attn_check_scores(const mt_attn_scores *sc, mt_error *err) {
+    if (sc && sc->softcap != 0)
+        return mt_errorf(err, "attention: logit soft-capping (%g) is not in the GPU kernels yet; "
+                         "train this model with --device cpu", sc->softcap);
+    return 0;
+}
+
 extern "C" bool mt_attn_bf16_supports(size_t HD) {
     return HD == 64 || HD == 128 || (mt_attn_takes_wgmma() && (HD == 80 || HD == 96));
 }
 
-static mt_attn_args mt_attn_make_args(size_t T, size_t NH, size_t NKV, size_t HD) {
+static mt_attn_args mt_attn_make_args(const mt_attn_scores *sc, size_t T, size_t NH, size_t NKV,
+                                      size_t HD) {
     mt_attn_args a = {};
     a.T = (int)T;
     a.NH = (int)NH;
     a.NKV = (int)NKV;
     a.HD = (int)HD;
-    a.scale = (float)(1.0 / sqrt((double)HD));
+    a.scale = sc && sc->scale > 0 ? sc->scale : (float)(1.0 / sqrt((double)HD));
+    a.softcap = sc ? sc->softcap : 0.f;
     return a;
 }
 
 extern "C" int mt_attn_forward_bf16(uint16_t *out, float *out_f32, float *lse, const uint16_t *q,
                                     const uint16_t *k, const uint16_t *v, const int32_t *pos,
-                                    size_t B, size_t T, size_t NH, size_t NKV, size_t HD,
-                                    cudaStream_t stream, mt_error *err) {
-    if (mt_attn_check_shape(B, T, NH, NKV, HD, 1, err)) return -1;
+                                    const mt_attn_scores *sc, size_t B, size_t T, size_t NH,
+                                    size_t NKV, size_t HD, cudaStream_t stream, mt_error *err) {
+    if (mt_attn_check_shape(B, T, NH, NKV, HD, 1, err) || mt_attn_check_scores(sc, err)) return -1;
     if (B == 0 || T == 0) return 0;
-    mt_attn_args a = mt_attn_make_args(T, NH, NKV, HD);
+    mt_attn_args a = mt_attn_make_args(sc, T, NH, NKV, HD);
     a.q = q; a.k = k; a.v = v; a.o = out; a.o_f32 = out_f32; a.lse = lse; a.pos = pos;
     return mt_attn_fwd_bf16(a, (int)B, stream, err);
 }
@@ -66,24 +76,24 @@ extern "C" int mt_attn_forward_bf16(uint16_t *out, float *out_f32, float *lse, c
 extern "C" int mt_attn_backward_bf16(float *dq, float *dk, float *dv, void *scratch,
                                      const uint16_t *dout, const uint16_t *q, const uint16_t *k,
                                      const uint16_t *v, const uint16_t *out, const float *lse,
-                                     const int32_t *pos, size_t B, size_t T, size_t NH,
-                                     size_t NKV, size_t HD, cudaStream_t stream,
-                                     mt_error *err) {
-    if (mt_attn_check_shape(B, T, NH, NKV, HD, 1, err)) return -1;
+                                     const int32_t *pos, const mt_attn_scores *sc, size_t B,
+                                     size_t T, size_t NH, size_t NKV, size_t HD,
+                                     cudaStream_t stream, mt_error *err) {
+    if (mt_attn_check_shape(B, T, NH, NKV, HD, 1, err) || mt_attn_check_scores(sc, err)) return -1;
     if (B == 0 || T == 0) return 0;
-    mt_attn_args a = mt_attn_make_args(T, NH, NKV, HD);
+    mt_attn_args a = mt_attn_make_args(sc, T, NH, NKV, HD);
     a.q = q; a.k = k; a.v = v; a.dout = dout; a.out = out; a.lse = (float *)lse;
     a.dsum = (float *)scratch; a.dq = dq; a.dk = dk; a.dv = dv; a.pos = pos;
     return mt_attn_bwd_bf16(a, (int)B, stream, err);
 }
 
 extern "C" int mt_attn_forward_f32(float *out, float *lse, const float *q, const float *k,
-                                   const float *v, const int32_t *pos, size_t B, size_t T,
-                                   size_t NH, size_t NKV, size_t HD, cudaStream_t stream,
-                                   mt_error *err) {
-    if (mt_attn_check_shape(B, T, NH, NKV, HD, 0, err)) return -1;
+                                   const float *v, const int32_t *pos, const mt_attn_scores *sc,
+                                   size_t B, size_t T, size_t NH, size_t NKV, size_t HD,
+                                   cudaStream_t stream, mt_error *err) {
+    if (mt_attn_check_shape(B, T, NH, NKV, HD, 0, err) || mt_attn_check_scores(sc, err)) return -1;
     if (B == 0 || T == 0) return 0;
-    mt_attn_args a = mt_attn_make_args(T, NH, NKV, HD);
+    mt_attn_args a = mt_attn_make_args(sc, T, NH, NKV, HD);
     a.q = q; a.k = k; a.v = v; a.o = out; a.lse = lse; a.pos = pos;
     return mt_attn_f32(a, (int)B, 0, stream, err);
 }
@@ -91,11 +101,12 @@ extern "C" int mt_attn_forward_f32(float *out, float *lse, const float *q, const
 extern "C" int mt_attn_backward_f32(float *dq, float *dk, float *dv, void *scratch,
                                     const float *dout, const float *q, const float *k,
                                     const float *v, const float *out, const float *lse,
-                                    const int32_t *pos, size_t B, size_t T, size_t NH,
-                                    size_t NKV, size_t HD, cudaStream_t stream, mt_error *err) {
-    if (mt_attn_check_shape(B, T, NH, NKV, HD, 0, err)) return -1;
+                                    const int32_t *pos, const mt_attn_scores *sc, size_t B,
+                                    size_t T, size_t NH, size_t NKV, size_t HD,
+                                    cudaStream_t stream, mt_error *err) {
+    if (mt_attn_check_shape(B, T, NH, NKV, HD, 0, err) || mt_attn_check_scores(sc, err)) return -1;
     if (B == 0 || T == 0) return 0;
-    mt_attn_args a = mt_attn_make_args(T, NH, NKV, HD);
+    mt_attn_args a = mt_attn_make_args(sc, T, NH, NKV, HD);
     a.q = q; a.k = k; a.v = v; a.dout = dout; a.out = out; a.lse = (float *)lse;
     a.dsum = (float *)scratch; a.dq = dq; a.dk = dk; a.dv = dv; a.pos = pos;
     return mt_attn_f32(a, (int)B, 1, stream, err);

@@ -72,32 +72,41 @@ bool mt_attn_bf16_supports(size_t HD);
  * Process-wide; returns the previous cap. */
 int mt_attn_set_grid_cap(int n);
 
+/* How the scores are formed before the softmax: s = q.k * scale (0: the
+ * default 1/sqrt(HD)), then, softcap > 0, softcap * tanh(s / softcap)
+ * (Gemma 2's attention logit soft-capping; 0: none). NULL everywhere below
+ * means both defaults. */
+typedef struct mt_attn_scores {
+    float scale, softcap;
+} mt_attn_scores;
+
 /* Bytes of device scratch the backward needs: one fp32 per (b, h, t). */
 size_t mt_attn_backward_scratch_bytes(size_t B, size_t T, size_t NH);
 
 /* out (B,T,NH,HD) bf16; out_f32 (B,T,NH,HD) fp32 copy of the same values
  * before rounding, or NULL; lse (B,NH,T). */
 int mt_attn_forward_bf16(uint16_t *out, float *out_f32, float *lse, const uint16_t *q,
-                         const uint16_t *k, const uint16_t *v, const int32_t *pos, size_t B,
-                         size_t T, size_t NH, size_t NKV, size_t HD, cudaStream_t stream,
-                         mt_error *err);
+                         const uint16_t *k, const uint16_t *v, const int32_t *pos,
+                         const mt_attn_scores *sc, size_t B, size_t T, size_t NH, size_t NKV,
+                         size_t HD, cudaStream_t stream, mt_error *err);
 
 /* dq (B,T,NH,HD), dk dv (B,T,NKV,HD) fp32, overwritten. out is the bf16
  * output of the forward, lse its lse. scratch: see above. */
 int mt_attn_backward_bf16(float *dq, float *dk, float *dv, void *scratch, const uint16_t *dout,
                           const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                          const uint16_t *out, const float *lse, const int32_t *pos, size_t B,
-                          size_t T, size_t NH, size_t NKV, size_t HD, cudaStream_t stream,
-                          mt_error *err);
+                          const uint16_t *out, const float *lse, const int32_t *pos,
+                          const mt_attn_scores *sc, size_t B, size_t T, size_t NH, size_t NKV,
+                          size_t HD, cudaStream_t stream, mt_error *err);
 
 int mt_attn_forward_f32(float *out, float *lse, const float *q, const float *k, const float *v,
-                        const int32_t *pos, size_t B, size_t T, size_t NH, size_t NKV,
-                        size_t HD, cudaStream_t stream, mt_error *err);
+                        const int32_t *pos, const mt_attn_scores *sc, size_t B, size_t T,
+                        size_t NH, size_t NKV, size_t HD, cudaStream_t stream, mt_error *err);
 
 int mt_attn_backward_f32(float *dq, float *dk, float *dv, void *scratch, const float *dout,
                          const float *q, const float *k, const float *v, const float *out,
-                         const float *lse, const int32_t *pos, size_t B, size_t T, size_t NH,
-                         size_t NKV, size_t HD, cudaStream_t stream, mt_error *err);
+                         const float *lse, const int32_t *pos, const mt_attn_scores *sc,
+                         size_t B, size_t T, size_t NH, size_t NKV, size_t HD,
+                         cudaStream_t stream, mt_error *err);
 
 #ifdef __cplusplus
 }

@@ -33,7 +33,8 @@ struct mt_attn_args {
     float *dsum;                        // (B,NH,T) rowsum(dout*out)
     float *dq, *dk, *dv;
     int T, NH, NKV, HD;
-    float scale;
+    float scale;                        // scores q.k * scale
+    float softcap;                      // then softcap * tanh(s / softcap); 0: none
     const int32_t *pos;                 // (B,T) positions of packed documents, or NULL
 };
 
