@@ -182,13 +182,27 @@ static buf *holding(mt_disk_state *ds, int layer) {
     return NULL;
 }
 
+/* Whether layer's write back is still on its way (a read now could
+ * overtake it); one that has landed is finished here. */
+static int writing(mt_disk_state *ds, int layer) {
+    for (int i = 0; i < ds->n_bufs; i++) {
+        buf *b = &ds->bufs[i];
+        if (b->layer != layer || b->phase != WRITING) continue;
+        if (!mt_disk_done(ds->disk, b->ticket)) return 1;
+        finish(ds, b);
+    }
+    return 0;
+}
+
 /* Starts reading the disk layers after `layer` (in the optimizer's order,
- * round to the next step's first) into buffers free now. */
+ * round to the next step's first) into buffers free now, up to the first
+ * whose write back is still on its way (its get waits for the write). */
 static void read_ahead(mt_disk_state *ds, int layer) {
     int nl = ds->t->n_layers;
     for (int k = 1; k < nl; k++) {
         int l = (layer + k) % nl;
         if (!ds->on_disk[l] || holding(ds, l)) continue;
+        if (writing(ds, l)) return;
         buf *b = free_buffer(ds, 0);
         if (!b) return;
         start(ds, b, l, 0);
