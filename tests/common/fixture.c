@@ -14,7 +14,7 @@
 
 const char *mt_fixture_models[MT_FIXTURE_MODELS] = {
     "llama_gqa", "qwen2_bias_tied", "qwen3_qknorm_mqa", "mistral", "phi3_gqa", "phi3_longrope",
-    "llama_pad"};
+    "llama_pad", "mistral_window", "phi3_window"};
 
 void mt_fixture_open(mt_fixture *f, const char *name) {
     mt_error err;

@@ -21,9 +21,11 @@ typedef struct mt_fixture {
 
 /* The dense fixture models every backend is checked on: llama (GQA,
  * llama3 rope), qwen2 (q/k/v bias, tied), qwen3 (q/k norm, MQA), mistral,
- * phi3 (fused qkv_proj and gate_up_proj; and longrope), and llama with
- * pad_token_id set (its embedding row gets no gradient from the lookup). */
-#define MT_FIXTURE_MODELS 7
+ * phi3 (fused qkv_proj and gate_up_proj; and longrope), llama with
+ * pad_token_id set (its embedding row gets no gradient from the lookup),
+ * and mistral and phi3 with sliding windows (5, 7) shorter than their
+ * sequences (16). */
+#define MT_FIXTURE_MODELS 9
 extern const char *mt_fixture_models[MT_FIXTURE_MODELS];
 
 /* Loads tests/fixtures/models/<name>; asserts on any failure. */

@@ -39,7 +39,7 @@ static void compare_params(mt_fixture *f, const float *array, const char *prefix
     mt_fixture_compare(f, array, prefix, tol, what, 0);
 }
 
-static int model_index[] = {0, 1, 2, 3, 4, 5, 6};
+static int model_index[] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
 _Static_assert(sizeof model_index / sizeof *model_index == MT_FIXTURE_MODELS, "every model");
 
 ParameterizedTestParameters(hf, logits_loss_and_gradients) {

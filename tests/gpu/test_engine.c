@@ -34,7 +34,7 @@
 #define TOL16_LOSS 6e-3
 #define TOL16_GRAD 6e-2
 
-static int model_index[] = {0, 1, 2, 3, 4, 5, 6};
+static int model_index[] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
 _Static_assert(sizeof model_index / sizeof *model_index == MT_FIXTURE_MODELS, "every model");
 
 ParameterizedTestParameters(engine, matches_hf) {
