@@ -1,6 +1,7 @@
 /* Elementwise CUDA operators: fp32<->bf16 casts, residual add, SwiGLU,
- * RoPE, and the attention's positions under a sliding window. All memory bound: each thread handles 4 consecutive elements,
- * with 16-byte loads when the pointers allow it, in a grid-stride loop. */
+ * RoPE, and the attention's positions under a sliding window. All memory
+ * bound: each thread handles 4 consecutive elements, with 16-byte loads
+ * when the pointers allow it, in a grid-stride loop. */
 #include <cuda_bf16.h>
 
 #include "kernels/cuda_common.h"
