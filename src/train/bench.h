@@ -41,12 +41,12 @@ typedef struct mt_bench_opts {
                              * pair, its halves the chosen and the rejected answer */
 } mt_bench_opts;
 
-/* Runs one warm-up and o->steps timed steps and writes the plan, a line per
- * step and the RESULT line to out. -1 with err (a run that does not fit,
- * no GPU, a build without CUDA). Run as one rank of several (train/ranks.h:
- * a launcher's variables), every rank holds its part of the model and
- * steps on its GPU; rank 0 writes the report, with tokens/s of all the
- * GPUs and model TFLOPS per GPU. */
+/* Runs warm-up steps (one, two with a disk tier) and o->steps timed ones
+ * and writes the plan, a line per step and the RESULT line to out. -1 with
+ * err (a run that does not fit, no GPU, a build without CUDA). Run as one
+ * rank of several (train/ranks.h: a launcher's variables), every rank
+ * holds its part of the model and steps on its GPU; rank 0 writes the
+ * report, with tokens/s of all the GPUs and model TFLOPS per GPU. */
 int mt_bench_train_run(const mt_bench_opts *o, FILE *out, mt_error *err);
 
 #endif
