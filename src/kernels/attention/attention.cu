@@ -1,8 +1,8 @@
 /* Fused causal GQA attention, forward and backward (see attention.h for
  * the contract): the API and shape checks. The kernels live in
- * attention_mma_fwd.cu, attention_mma_bwd.cu, attention_f32.cu and, the
- * backward's first pass and launch helpers, attention_common.cu
- * (attention_internal.cuh lists them).
+ * attention_mma_fwd.cu, attention_mma_bwd.cu, attention_wgmma_*.cu (Hopper),
+ * attention_f32.cu and, the backward's first pass and launch helpers,
+ * attention_common.cu (attention_internal.cuh lists them).
  *
  * bf16 path (FlashAttention-2 style): a thread block owns a tile of rows and
  * streams the other side's tiles through double-buffered shared memory with
@@ -18,7 +18,16 @@
  *             fp32 atomics on dq: 7 instead of 5 tile products, but the
  *             result is bitwise reproducible and dq needs no zeroing pass.
  * f32 path: plain fp32 FMA, one warp per row, a lane per key of a 32-key
- * tile for scores, a lane per output column for the weighted sums. */
+ * tile for scores, a lane per output column for the weighted sums.
+ *
+ * Soft-capped scores (a.softcap > 0) take kernels compiled with SOFTCAP
+ * (the plain ones' code unchanged): the bf16 kernels turn each raw q.k into
+ * t = tanh(q.k scale / c) right after its product and run the same softmax
+ * with c log2e as its log2 factor (mt_attn_sl2); the backward takes P and
+ * dS = P (dP - D) (1 - t^2) from t. Head dim 256 (bf16) runs the mma.sync
+ * kernels on every GPU, Hopper included: forward 8 warps of 16 rows, dK and
+ * dV in two launches of 4 warps (their fp32 accumulators would not fit one
+ * thread's registers together), dQ 4 warps. */
 #include "kernels/attention/attention_internal.cuh"
 
 static int mt_attn_check_shape(size_t B, size_t T, size_t NH, size_t NKV, size_t HD, int is_bf16,
@@ -27,9 +36,11 @@ static int mt_attn_check_shape(size_t B, size_t T, size_t NH, size_t NKV, size_t
         return mt_errorf(err, "attention: NH=%zu is not a multiple of NKV=%zu; use a model "
                          "whose query heads split evenly over its kv heads", NH, NKV);
     if (is_bf16 && !mt_attn_bf16_supports(HD))
-        return mt_errorf(err, "attention: the bf16 kernels (%s) take head_dim 64 or 128%s, "
-                         "got %zu; use --precision fp32", mt_attn_kernel_name(),
-                         mt_attn_takes_wgmma() ? ", 80 or 96" : "", HD);
+        return mt_errorf(err, "attention: the bf16 kernels (%s) take head_dim 64, 128%s or "
+                         "256, got %zu%s; use --precision fp32", mt_attn_kernel_name(),
+                         mt_attn_takes_wgmma() ? ", 80, 96" : "", HD,
+                         mt_attn_mma_fits_256() ? "" : " (256 not on this GPU, whose blocks "
+                         "lack the 199 KB of shared memory it takes)");
     if (!is_bf16 && (HD == 0 || HD > 256))
         return mt_errorf(err, "attention: fp32 kernels support head_dim 1..256, got %zu", HD);
     if (B > 65535 || NH > 65535 || T > (size_t)INT32_MAX / 2 || T * NH * HD > (size_t)INT32_MAX)
@@ -38,16 +49,21 @@ static int mt_attn_check_shape(size_t B, size_t T, size_t NH, size_t NKV, size_t
     return 0;
 }
 
-/* Soft-capped scores are not in the kernels yet. */
+/* A soft-cap is 0 (none) or a positive finite number; the scale too. */
 static int mt_attn_check_scores(const mt_attn_scores *sc, mt_error *err) {
-    if (sc && sc->softcap != 0)
-        return mt_errorf(err, "attention: logit soft-capping (%g) is not in the GPU kernels yet; "
-                         "train this model with --device cpu", sc->softcap);
+    if (sc && (!(sc->softcap >= 0) || isinf(sc->softcap)))
+        return mt_errorf(err, "attention: logit soft-cap %g is not a finite number >= 0 "
+                         "(0: none); fix attn_logit_softcapping", sc->softcap);
+    if (sc && (!(sc->scale >= 0) || isinf(sc->scale)))
+        return mt_errorf(err, "attention: score scale %g is not a finite number >= 0 "
+                         "(0: 1/sqrt(head_dim))", sc->scale);
     return 0;
 }
 
+/* HD 256 runs on the mma.sync kernels everywhere, Hopper included. */
 extern "C" bool mt_attn_bf16_supports(size_t HD) {
-    return HD == 64 || HD == 128 || (mt_attn_takes_wgmma() && (HD == 80 || HD == 96));
+    return HD == 64 || HD == 128 || (mt_attn_takes_wgmma() && (HD == 80 || HD == 96)) ||
+           (HD == 256 && mt_attn_mma_fits_256());
 }
 
 static mt_attn_args mt_attn_make_args(const mt_attn_scores *sc, size_t T, size_t NH, size_t NKV,

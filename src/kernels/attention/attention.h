@@ -2,8 +2,9 @@
  *
  * Same function as mt_cpu_attention_forward/backward (backend/cpu/ops.h):
  * q (B,T,NH,HD), k and v (B,T,NKV,HD), out (B,T,NH,HD), lse (B,NH,T) the
- * natural-log sum-exp of each scaled score row, scale 1/sqrt(HD), causal,
- * query head h reads kv head h / (NH/NKV). No function here ever holds more
+ * natural-log sum-exp of each row of scores (mt_attn_scores: q.k * scale,
+ * scale 1/sqrt(HD) by default, optionally soft-capped), causal, query head
+ * h reads kv head h / (NH/NKV). No function here ever holds more
  * than one tile of scores per thread block: memory is O(B*T*NH*HD).
  *
  * Packed documents: pos (B,T), a device array, holds each token's position
@@ -23,8 +24,12 @@
  *    accumulation), online softmax in fp32. lse and the gradients dq, dk,
  *    dv are fp32. HD = 64 or 128 everywhere; 80 and 96 on the wgmma
  *    kernels, which run them as 128 with the columns past HD read as zeros
- *    (TMA fills them) and never written (mt_attn_bf16_supports).
- *  - f32: everything fp32, plain FMA (no tensor cores, no TF32); HD <= 256.
+ *    (TMA fills them) and never written; 256 on the mma.sync kernels, on
+ *    Hopper too, where a block may have their ~200 KB of shared memory
+ *    (not an A100's 163 KB) (mt_attn_bf16_supports). Soft-capped scores
+ *    use a fast tanh (ex2 and rcp, absolute error < 4e-7, times the cap).
+ *  - f32: everything fp32, plain FMA (no tensor cores, no TF32); HD <= 256;
+ *    soft-capping with tanhf.
  *
  * Backward (both precisions) is deterministic: dk, dv come from a kernel
  * parallel over key blocks (one block owns its keys for every query head of
@@ -74,8 +79,10 @@ int mt_attn_set_grid_cap(int n);
 
 /* How the scores are formed before the softmax: s = q.k * scale (0: the
  * default 1/sqrt(HD)), then, softcap > 0, softcap * tanh(s / softcap)
- * (Gemma 2's attention logit soft-capping; 0: none). NULL everywhere below
- * means both defaults. */
+ * (Gemma 2's attention logit soft-capping; 0: none); every kernel, both
+ * precisions, packed or not, takes both. The backward's gradients go
+ * through the cap (its derivative 1 - tanh^2). A negative, NaN or infinite
+ * value of either is an error. NULL everywhere below means both defaults. */
 typedef struct mt_attn_scores {
     float scale, softcap;
 } mt_attn_scores;

@@ -1,6 +1,16 @@
 /* fp32 attention, forward and backward (contract: attention.h): plain
- * FMA, no tensor cores, any head_dim up to 256. */
+ * FMA, no tensor cores, any head_dim up to 256, soft-capped scores too. */
 #include "kernels/attention/attention_internal.cuh"
+
+/* The score of a dot product q.k: q.k * scale, or (SOFTCAP) soft-capped,
+ * c tanh(q.k * scale / c) with tanhf; *t: the tanh (the backward's factor
+ * 1 - t^2), untouched without SOFTCAP. */
+template <bool SOFTCAP>
+__device__ __forceinline__ float mt_attn_f32_score(float dot, const mt_attn_args &a, float *t) {
+    if (!SOFTCAP) return dot * a.scale;
+    *t = tanhf(dot * a.scale / a.softcap);
+    return a.softcap * *t;
+}
 
 #define MT_ATTN_F32_WARPS 8
 #define MT_ATTN_F32_TILE 32
@@ -8,8 +18,9 @@
 /* Forward: block = 8 consecutive query rows of one head, a warp per row;
  * 32-key tiles of K (padded rows: lane i reads row i without bank conflicts)
  * and V in shared memory. DMAX = HD rounded up to a multiple of 32. DOCS:
- * packed documents (a.pos); false compiles the plain causal kernel. */
-template <int DMAX, bool DOCS>
+ * packed documents (a.pos); false compiles the plain causal kernel.
+ * SOFTCAP: soft-capped scores (a.softcap > 0). */
+template <int DMAX, bool DOCS, bool SOFTCAP>
 __global__ void __launch_bounds__(MT_ATTN_F32_WARPS * 32) mt_attn_fwd_f32_kernel(mt_attn_args a) {
     extern __shared__ float mt_attn_fsmem[];
     const int HD = a.HD, T = a.T, KS = HD + 1, TL = MT_ATTN_F32_TILE;
@@ -52,7 +63,8 @@ __global__ void __launch_bounds__(MT_ATTN_F32_WARPS * 32) mt_attn_fwd_f32_kernel
         if (key <= t && (!DOCS || key >= dstart)) {
             float dot = 0.f;
             for (int d = 0; d < HD; d++) dot += sQ[w * HD + d] * sK[lane * KS + d];
-            s = dot * a.scale;
+            float t;
+            s = mt_attn_f32_score<SOFTCAP>(dot, a, &t);
         }
         float mx = s;
         for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -86,7 +98,7 @@ __global__ void __launch_bounds__(MT_ATTN_F32_WARPS * 32) mt_attn_fwd_f32_kernel
 }
 
 /* dQ: a warp per query row, like the forward, with K and V tiles. */
-template <int DMAX, bool DOCS>
+template <int DMAX, bool DOCS, bool SOFTCAP>
 __global__ void __launch_bounds__(MT_ATTN_F32_WARPS * 32) mt_attn_dq_f32_kernel(mt_attn_args a) {
     extern __shared__ float mt_attn_fsmem[];
     const int HD = a.HD, T = a.T, KS = HD + 1, TL = MT_ATTN_F32_TILE;
@@ -135,7 +147,9 @@ __global__ void __launch_bounds__(MT_ATTN_F32_WARPS * 32) mt_attn_dq_f32_kernel(
                 s += sQ[w * HD + d] * sK[lane * KS + d];
                 dp += sO[w * HD + d] * sV[lane * KS + d];
             }
-            ds = expf(s * a.scale - lse) * (dp - D);
+            float t = 0.f;
+            ds = expf(mt_attn_f32_score<SOFTCAP>(s, a, &t) - lse) * (dp - D);
+            if (SOFTCAP) ds *= 1.f - t * t; // d score / d(q.k scale)
         }
         for (int kk = 0; kk < TL; kk++) {
             const float x = __shfl_sync(0xffffffffu, ds, kk);
@@ -157,7 +171,7 @@ __global__ void __launch_bounds__(MT_ATTN_F32_WARPS * 32) mt_attn_dq_f32_kernel(
 
 /* dK, dV: a warp per key row of one kv head; the block's 8 keys share
  * 32-query tiles of Q and dout for every query head of the group. */
-template <int DMAX, bool DOCS>
+template <int DMAX, bool DOCS, bool SOFTCAP>
 __global__ void __launch_bounds__(MT_ATTN_F32_WARPS * 32) mt_attn_dkv_f32_kernel(mt_attn_args a) {
     extern __shared__ float mt_attn_fsmem[];
     const int HD = a.HD, T = a.T, KS = HD + 1, TL = MT_ATTN_F32_TILE;
@@ -203,8 +217,10 @@ __global__ void __launch_bounds__(MT_ATTN_F32_WARPS * 32) mt_attn_dkv_f32_kernel
                     s += sK[w * HD + d] * sQ[lane * KS + d];
                     dp += sV[w * HD + d] * sO[lane * KS + d];
                 }
-                p = expf(s * a.scale - a.lse[lrow + qi]);
+                float t = 0.f;
+                p = expf(mt_attn_f32_score<SOFTCAP>(s, a, &t) - a.lse[lrow + qi]);
                 ds = p * (dp - a.dsum[lrow + qi]);
+                if (SOFTCAP) ds *= 1.f - t * t;
             }
             for (int kk = 0; kk < TL; kk++) {
                 const float pk = __shfl_sync(0xffffffffu, p, kk);
@@ -231,7 +247,7 @@ __global__ void __launch_bounds__(MT_ATTN_F32_WARPS * 32) mt_attn_dkv_f32_kernel
     }
 }
 
-template <int DMAX, bool DOCS>
+template <int DMAX, bool DOCS, bool SOFTCAP>
 static int mt_attn_f32_launch(const mt_attn_args &a, int B, int backward, cudaStream_t st,
                               mt_error *err) {
     const int HD = a.HD, TL = MT_ATTN_F32_TILE, W = MT_ATTN_F32_WARPS;
@@ -239,13 +255,13 @@ static int mt_attn_f32_launch(const mt_attn_args &a, int B, int backward, cudaSt
     const size_t bsm = sizeof(float) * (2 * (size_t)W * HD + 2 * (size_t)TL * (HD + 1));
     const dim3 gq((a.T + W - 1) / W, a.NH, B), gk((a.T + W - 1) / W, a.NKV, B);
     if (!backward) {
-        auto k = mt_attn_fwd_f32_kernel<DMAX, DOCS>;
+        auto k = mt_attn_fwd_f32_kernel<DMAX, DOCS, SOFTCAP>;
         if (mt_attn_set_smem((const void *)k, fsm, err)) return -1;
         k<<<gq, W * 32, fsm, st>>>(a);
         return mt_attn_check_launch(err, "attention forward (fp32)");
     }
-    auto kdkv = mt_attn_dkv_f32_kernel<DMAX, DOCS>;
-    auto kdq = mt_attn_dq_f32_kernel<DMAX, DOCS>;
+    auto kdkv = mt_attn_dkv_f32_kernel<DMAX, DOCS, SOFTCAP>;
+    auto kdq = mt_attn_dq_f32_kernel<DMAX, DOCS, SOFTCAP>;
     if (mt_attn_set_smem((const void *)kdkv, bsm, err)) return -1;
     if (mt_attn_set_smem((const void *)kdq, bsm, err)) return -1;
     if (mt_attn_launch_dsum(a, B, 0, st, err)) return -1;
@@ -255,15 +271,18 @@ static int mt_attn_f32_launch(const mt_attn_args &a, int B, int backward, cudaSt
     return mt_attn_check_launch(err, "attention backward dQ (fp32)");
 }
 
-template <bool DOCS>
+template <bool DOCS, bool SOFTCAP>
 static int mt_attn_f32_dispatch(const mt_attn_args &a, int B, int backward, cudaStream_t st,
                                 mt_error *err) {
-    if (a.HD <= 64) return mt_attn_f32_launch<64, DOCS>(a, B, backward, st, err);
-    if (a.HD <= 128) return mt_attn_f32_launch<128, DOCS>(a, B, backward, st, err);
-    return mt_attn_f32_launch<256, DOCS>(a, B, backward, st, err);
+    if (a.HD <= 64) return mt_attn_f32_launch<64, DOCS, SOFTCAP>(a, B, backward, st, err);
+    if (a.HD <= 128) return mt_attn_f32_launch<128, DOCS, SOFTCAP>(a, B, backward, st, err);
+    return mt_attn_f32_launch<256, DOCS, SOFTCAP>(a, B, backward, st, err);
 }
 
 int mt_attn_f32(const mt_attn_args &a, int B, int backward, cudaStream_t st, mt_error *err) {
-    return a.pos ? mt_attn_f32_dispatch<true>(a, B, backward, st, err)
-                 : mt_attn_f32_dispatch<false>(a, B, backward, st, err);
+    if (a.softcap > 0)
+        return a.pos ? mt_attn_f32_dispatch<true, true>(a, B, backward, st, err)
+                     : mt_attn_f32_dispatch<false, true>(a, B, backward, st, err);
+    return a.pos ? mt_attn_f32_dispatch<true, false>(a, B, backward, st, err)
+                 : mt_attn_f32_dispatch<false, false>(a, B, backward, st, err);
 }

@@ -109,6 +109,13 @@ int mt_attn_launch_dsum(const mt_attn_args &a, int B, int is_bf16, cudaStream_t 
 int mt_attn_fwd_bf16(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
 int mt_attn_bwd_bf16(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
 int mt_attn_f32(const mt_attn_args &a, int B, int backward, cudaStream_t st, mt_error *err);
+/* The shared memory of the mma.sync kernels at HD 256 (the largest of their
+ * launches, forward and backward), and whether the current device lets a
+ * block have both (Hopper's 227 KB does; an A100's 163 KB does not); true
+ * when no device can be asked. */
+size_t mt_attn_fwd_mma_smem_256(void);
+size_t mt_attn_bwd_mma_smem_256(void);
+bool mt_attn_mma_fits_256(void);
 /* The Hopper kernels (attention_wgmma_*.cu): whether this build and the
  * current device have them, whether the bf16 launchers take them (that and
  * the choice of mt_attn_use), and their launchers. */
@@ -154,6 +161,40 @@ __device__ __forceinline__ float mt_attn_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
+}
+
+/* Soft-capping (attention.h: score c tanh(x / c) of x = q.k * scale). The
+ * bf16 kernels of SOFTCAP = true hold t = tanh(q.k * scale / c) in place of
+ * the raw q.k and run the same log2-domain softmax with c * log2e in place
+ * of scale * log2e (mt_attn_sl2): one FFMA still gives the score, and t is
+ * monotone in q.k, so the running max taken on t is still the max. The
+ * backward's dScore -> d(q.k) factor is (1 - t^2) * scale. */
+template <bool SOFTCAP> __device__ __forceinline__ float mt_attn_sl2(const mt_attn_args &a) {
+    return (SOFTCAP ? a.softcap : a.scale) * MT_ATTN_LOG2E;
+}
+
+/* tanh(y) = sign(y) (1 - 2 / (2^(2|y| log2e) + 1)) on the special-function
+ * unit. Absolute error below 4e-7 = 3 * 2^-23: with e = 2^(2|y| log2e) >= 1,
+ * ex2's relative error 2^-22 moves 2/(e+1) by at most 2^-22 * 2e/(e+1)^2
+ * <= 2^-23; rounding e + 1 by <= 2^-24; rcp.approx's 1 ulp (2^-23
+ * relative) by <= 2^-23; the argument's and the last FMA's roundings by
+ * <= 2^-25 each. So c * t is within c * 4e-7 of the capped score (2e-5 at
+ * Gemma 2's c = 50), far below the bf16 rounding of P (2^-9 relative, i.e.
+ * 2e-3 on the score). tanh.approx.f32 (relative error 2^-11: 0.02 on the
+ * score at c = 50) would not do. Saturates to +-1 (ex2 gives inf). */
+__device__ __forceinline__ float mt_attn_tanh(float y) {
+    const float e = mt_attn_exp2(fabsf(y) * (2.f * MT_ATTN_LOG2E));
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(e + 1.f));
+    return copysignf(fmaf(-2.f, r, 1.f), y);
+}
+
+/* The backward's soft-capped probability and dS factor from t (above):
+ * *p = 2^(t sl2 - lse2) and returns max(1 - t^2, 0); a masked score's
+ * t = -inf gives p = 0 and 0 (not a NaN). */
+__device__ __forceinline__ float mt_attn_cap_grad(float t, float sl2, float lse2, float *p) {
+    *p = mt_attn_exp2(fmaf(t, sl2, -lse2));
+    return fmaxf(fmaf(-t, t, 1.f), 0.f);
 }
 
 __device__ __forceinline__ unsigned mt_attn_pack(float lo, float hi) {

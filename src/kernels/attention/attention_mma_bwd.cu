@@ -29,9 +29,19 @@ template <int HD, int NW> struct mt_attn_dkv_cfg {
     static constexpr size_t SMEM_DOCS = SMEM + 2 * BR * sizeof(int32_t); // + query positions
 };
 
-/* DOCS: packed documents (a.pos); false compiles the plain causal kernel. */
-template <int HD, int NW, bool DOCS>
+/* What a dK/dV launch computes: both, or (HD 256, where a warp's 16 x 256
+ * fp32 dK and dV would take 256 registers a thread) one of them, the
+ * launcher running the kernel once for each. */
+enum { MT_ATTN_DV = 1, MT_ATTN_DK = 2, MT_ATTN_DKV = 3 };
+
+/* DOCS: packed documents (a.pos); false compiles the plain causal kernel.
+ * SOFTCAP: soft-capped scores (a.softcap > 0): the scores become t =
+ * tanh(q.k scale / c) first (masked: -inf), and P and dS come from t once
+ * dP^T is there (mt_attn_cap_grad), no more registers held. PART: what it
+ * computes (MT_ATTN_DV, _DK, _DKV). */
+template <int HD, int NW, bool DOCS, bool SOFTCAP, int PART>
 __global__ void __launch_bounds__(NW * 32) mt_attn_dkv_mma_kernel(mt_attn_args a) {
+    constexpr bool DO_DV = PART & MT_ATTN_DV, DO_DK = PART & MT_ATTN_DK;
     using C = mt_attn_dkv_cfg<HD, NW>;
     extern __shared__ __align__(16) unsigned char mt_attn_smem[];
     bf16 *sK = (bf16 *)mt_attn_smem;       // (BC, SR)
@@ -67,7 +77,8 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dkv_mma_kernel(mt_attn_args a
     load_q(0, 0);
     mt_tc_cp_commit();
 
-    const float sl2 = a.scale * MT_ATTN_LOG2E;
+    const float sl2 = mt_attn_sl2<SOFTCAP>(a);
+    [[maybe_unused]] const float kcap = SOFTCAP ? a.scale / a.softcap : 0.f;
     const int g = lane >> 2, t4 = lane & 3;
     const int key_lo = k0 + w * 16 + g, key_hi = key_lo + 8;
     float dk[HD / 8][4], dv[HD / 8][4];
@@ -102,25 +113,37 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dkv_mma_kernel(mt_attn_args a
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int qc = n * 8 + 2 * t4 + (e & 1), key = e < 2 ? key_lo : key_hi;
-                float x = mt_attn_exp2(fmaf(p[n][e], sl2, -l_s[qc] * MT_ATTN_LOG2E));
+                float x = SOFTCAP ? mt_attn_tanh(p[n][e] * kcap)
+                                  : mt_attn_exp2(fmaf(p[n][e], sl2, -l_s[qc] * MT_ATTN_LOG2E));
                 if (need_mask && (q0 + qc < key || q0 + qc >= T ||
                                   (DOCS && q0 + qc - p_s[qc] > key)))
-                    x = 0.f;
+                    x = SOFTCAP ? -INFINITY : 0.f;
                 p[n][e] = x;
             }
-        // dP^T = V dO^T, then dS^T = P^T * (dP^T - D).
+        // dP^T = V dO^T, then dS^T = P^T * (dP^T - D) (soft-capped: and P^T
+        // from t, and dS^T times 1 - t^2).
         float ds[C::BR / 8][4];
-        mt_attn_zero<C::BR / 8, 4>(ds);
-        mt_attn_mm_smem_bt<HD, C::BR>(ds, sV, C::SR, w * 16, do_s, C::SR, lane);
+        if (DO_DK) {
+            mt_attn_zero<C::BR / 8, 4>(ds);
+            mt_attn_mm_smem_bt<HD, C::BR>(ds, sV, C::SR, w * 16, do_s, C::SR, lane);
+        }
 #pragma unroll
         for (int n = 0; n < C::BR / 8; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int qc = n * 8 + 2 * t4 + (e & 1);
-                ds[n][e] = p[n][e] * (ds[n][e] - d_s[qc]);
+                if constexpr (SOFTCAP) {
+                    float x;
+                    const float f =
+                        mt_attn_cap_grad(p[n][e], sl2, l_s[qc] * MT_ATTN_LOG2E, &x);
+                    if (DO_DK) ds[n][e] = x * (ds[n][e] - d_s[qc]) * f;
+                    p[n][e] = x;
+                } else if (DO_DK) {
+                    ds[n][e] = p[n][e] * (ds[n][e] - d_s[qc]);
+                }
             }
-        mt_attn_mm_regs_b<C::BR, HD>(dv, p, do_s, C::SR, lane);
-        mt_attn_mm_regs_b<C::BR, HD>(dk, ds, q_s, C::SR, lane);
+        if (DO_DV) mt_attn_mm_regs_b<C::BR, HD>(dv, p, do_s, C::SR, lane);
+        if (DO_DK) mt_attn_mm_regs_b<C::BR, HD>(dk, ds, q_s, C::SR, lane);
         __syncthreads();
     }
 
@@ -133,9 +156,12 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dkv_mma_kernel(mt_attn_args a
 #pragma unroll
         for (int n = 0; n < HD / 8; n++) {
             const int d = n * 8 + 2 * t4;
-            *(float2 *)(gdk + key * ldk + d) =
-                make_float2(dk[n][2 * half] * a.scale, dk[n][2 * half + 1] * a.scale);
-            *(float2 *)(gdv + key * ldk + d) = make_float2(dv[n][2 * half], dv[n][2 * half + 1]);
+            if (DO_DK)
+                *(float2 *)(gdk + key * ldk + d) =
+                    make_float2(dk[n][2 * half] * a.scale, dk[n][2 * half + 1] * a.scale);
+            if (DO_DV)
+                *(float2 *)(gdv + key * ldk + d) =
+                    make_float2(dv[n][2 * half], dv[n][2 * half + 1]);
         }
     }
 }
@@ -148,7 +174,9 @@ template <int HD, int NW> struct mt_attn_dq_cfg {
     static constexpr size_t SMEM = (size_t)(2 * BR + 4 * BC) * SR * sizeof(bf16);
 };
 
-template <int HD, int NW, bool DOCS>
+/* SOFTCAP: P becomes P (1 - t^2) in place (t = tanh(q.k scale / c)), the
+ * only use of P here being dS. */
+template <int HD, int NW, bool DOCS, bool SOFTCAP>
 __global__ void __launch_bounds__(NW * 32) mt_attn_dq_mma_kernel(mt_attn_args a) {
     using C = mt_attn_dq_cfg<HD, NW>;
     extern __shared__ __align__(16) unsigned char mt_attn_smem[];
@@ -174,7 +202,8 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dq_mma_kernel(mt_attn_args a)
     mt_attn_load_tile<C::BC, HD, C::NT>(sV, gv, ldk, j0 * C::BC, T);
     mt_tc_cp_commit();
 
-    const float sl2 = a.scale * MT_ATTN_LOG2E;
+    const float sl2 = mt_attn_sl2<SOFTCAP>(a);
+    [[maybe_unused]] const float kcap = SOFTCAP ? a.scale / a.softcap : 0.f;
     const int g = lane >> 2, t4 = lane & 3;
     const int row_lo = q0 + w * 16 + g, row_hi = row_lo + 8;
     const int64_t lrow = ((int64_t)b * a.NH + h) * T;
@@ -215,7 +244,15 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dq_mma_kernel(mt_attn_args a)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int key = k0 + n * 8 + 2 * t4 + (e & 1), row = e < 2 ? row_lo : row_hi;
-                float x = mt_attn_exp2(fmaf(p[n][e], sl2, -(e < 2 ? lse_lo : lse_hi)));
+                float x;
+                if constexpr (SOFTCAP) {
+                    float pr;
+                    x = mt_attn_cap_grad(mt_attn_tanh(p[n][e] * kcap), sl2,
+                                         e < 2 ? lse_lo : lse_hi, &pr);
+                    x *= pr;
+                } else {
+                    x = mt_attn_exp2(fmaf(p[n][e], sl2, -(e < 2 ? lse_lo : lse_hi)));
+                }
                 if (need_mask &&
                     (key > row || key >= T || (DOCS && key < (e < 2 ? dstart_lo : dstart_hi))))
                     x = 0.f;
@@ -255,28 +292,66 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_dq_mma_kernel(mt_attn_args a)
 #ifndef MT_ATTN_DQ_NW
 #define MT_ATTN_DQ_NW 8
 #endif
+/* HD 256: dK and dV in two launches (MT_ATTN_DV, then _DK: 128 registers
+ * of accumulators a thread each), 4 warps of 16 keys, 64-row query tiles:
+ * (2 * 64 + 4 * 64) rows of 528 bytes = 199 KB; dQ 4 warps (64 rows):
+ * (2 * 64 + 4 * 64) rows, 198 KB. Hopper's 227 KB, not an A100's 163 KB
+ * (mt_attn_mma_fits_256). */
+template <int HD> struct mt_attn_bwd_pick {
+    static constexpr int DKV_NW = HD == 256 ? 4 : MT_ATTN_DKV_NW;
+    static constexpr int DQ_NW = HD == 256 ? 4 : MT_ATTN_DQ_NW;
+    static constexpr int PARTS = HD == 256 ? 2 : 1;
+    using CK = mt_attn_dkv_cfg<HD, DKV_NW>;
+    using CQ = mt_attn_dq_cfg<HD, DQ_NW>;
+};
 
-template <int HD, bool DOCS>
-static int mt_attn_bwd_mma_launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
-    using CK = mt_attn_dkv_cfg<HD, MT_ATTN_DKV_NW>;
-    using CQ = mt_attn_dq_cfg<HD, MT_ATTN_DQ_NW>;
-    auto kdkv = mt_attn_dkv_mma_kernel<HD, MT_ATTN_DKV_NW, DOCS>;
-    auto kdq = mt_attn_dq_mma_kernel<HD, MT_ATTN_DQ_NW, DOCS>;
+size_t mt_attn_bwd_mma_smem_256(void) {
+    using P = mt_attn_bwd_pick<256>;
+    return P::CK::SMEM_DOCS > P::CQ::SMEM ? P::CK::SMEM_DOCS : P::CQ::SMEM;
+}
+
+/* The dK/dV pass as one launch of PART. */
+template <int HD, bool DOCS, bool SOFTCAP, int PART>
+static int mt_attn_dkv_mma_launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
+    using CK = typename mt_attn_bwd_pick<HD>::CK;
+    auto kdkv = mt_attn_dkv_mma_kernel<HD, mt_attn_bwd_pick<HD>::DKV_NW, DOCS, SOFTCAP, PART>;
     const size_t smem_dkv = DOCS ? CK::SMEM_DOCS : CK::SMEM;
     if (mt_attn_set_smem((const void *)kdkv, smem_dkv, err)) return -1;
+    kdkv<<<dim3((a.T + CK::BC - 1) / CK::BC, a.NKV, B), CK::NT, smem_dkv, st>>>(a);
+    return mt_attn_check_launch(err, "attention backward dK/dV (bf16)");
+}
+
+template <int HD, bool DOCS, bool SOFTCAP>
+static int mt_attn_bwd_mma_launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
+    using P = mt_attn_bwd_pick<HD>;
+    using CQ = typename P::CQ;
+    auto kdq = mt_attn_dq_mma_kernel<HD, P::DQ_NW, DOCS, SOFTCAP>;
     if (mt_attn_set_smem((const void *)kdq, CQ::SMEM, err)) return -1;
     if (mt_attn_launch_dsum(a, B, 1, st, err)) return -1;
-    kdkv<<<dim3((a.T + CK::BC - 1) / CK::BC, a.NKV, B), CK::NT, smem_dkv, st>>>(a);
-    if (mt_attn_check_launch(err, "attention backward dK/dV (bf16)")) return -1;
+    if constexpr (P::PARTS == 1) {
+        if (mt_attn_dkv_mma_launch<HD, DOCS, SOFTCAP, MT_ATTN_DKV>(a, B, st, err)) return -1;
+    } else if (mt_attn_dkv_mma_launch<HD, DOCS, SOFTCAP, MT_ATTN_DV>(a, B, st, err) ||
+               mt_attn_dkv_mma_launch<HD, DOCS, SOFTCAP, MT_ATTN_DK>(a, B, st, err)) {
+        return -1;
+    }
     kdq<<<dim3((a.T + CQ::BR - 1) / CQ::BR, a.NH, B), CQ::NT, CQ::SMEM, st>>>(a);
     return mt_attn_check_launch(err, "attention backward dQ (bf16)");
 }
 
+template <int HD>
+static int mt_attn_bwd_mma_hd(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
+    if (a.softcap > 0)
+        return a.pos ? mt_attn_bwd_mma_launch<HD, true, true>(a, B, st, err)
+                     : mt_attn_bwd_mma_launch<HD, false, true>(a, B, st, err);
+    return a.pos ? mt_attn_bwd_mma_launch<HD, true, false>(a, B, st, err)
+                 : mt_attn_bwd_mma_launch<HD, false, false>(a, B, st, err);
+}
+
+/* HD 256 takes the mma.sync kernels on Hopper too (the wgmma kernels stop
+ * at 128). */
 int mt_attn_bwd_bf16(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
+    if (a.HD == 256) return mt_attn_bwd_mma_hd<256>(a, B, st, err);
     if (mt_attn_takes_wgmma()) return mt_attn_bwd_wgmma(a, B, st, err);
-    if (a.pos)
-        return a.HD == 64 ? mt_attn_bwd_mma_launch<64, true>(a, B, st, err)
-                          : mt_attn_bwd_mma_launch<128, true>(a, B, st, err);
-    return a.HD == 64 ? mt_attn_bwd_mma_launch<64, false>(a, B, st, err)
-                      : mt_attn_bwd_mma_launch<128, false>(a, B, st, err);
+    return a.HD == 64 ? mt_attn_bwd_mma_hd<64>(a, B, st, err)
+                      : mt_attn_bwd_mma_hd<128>(a, B, st, err);
 }

@@ -10,8 +10,9 @@ template <int HD, int NW, int MT> struct mt_attn_fwd_cfg {
     static constexpr size_t SMEM = (size_t)(BR + 4 * BC) * SR * sizeof(bf16);
 };
 
-/* DOCS: packed documents (a.pos); false compiles the plain causal kernel. */
-template <int HD, int NW, int MT, bool DOCS>
+/* DOCS: packed documents (a.pos); false compiles the plain causal kernel.
+ * SOFTCAP: soft-capped scores (a.softcap > 0; mt_attn_tanh's comment). */
+template <int HD, int NW, int MT, bool DOCS, bool SOFTCAP>
 __global__ void __launch_bounds__(NW * 32) mt_attn_fwd_mma_kernel(mt_attn_args a) {
     using C = mt_attn_fwd_cfg<HD, NW, MT>;
     extern __shared__ __align__(16) unsigned char mt_attn_smem[];
@@ -35,7 +36,8 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_fwd_mma_kernel(mt_attn_args a
     mt_attn_load_tile<C::BC, HD, C::NT>(sV, gv, ldk, j0 * C::BC, T);
     mt_tc_cp_commit();
 
-    const float sl2 = a.scale * MT_ATTN_LOG2E;
+    const float sl2 = mt_attn_sl2<SOFTCAP>(a);
+    [[maybe_unused]] const float kcap = SOFTCAP ? a.scale / a.softcap : 0.f;
     const int g = lane >> 2, t4 = lane & 3;
     // Documents: the first key of this thread's rows (rows g and g+8 of each
     // row tile; rows past T take row T-1's) and of the warp's last row.
@@ -90,6 +92,14 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_fwd_mma_kernel(mt_attn_args a
                 }
             }
         }
+        if constexpr (SOFTCAP) { // t = tanh(q.k scale / c), before the masks' -inf
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int n = 0; n < C::BC / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) s[mt][n][e] = mt_attn_tanh(s[mt][n][e] * kcap);
+        }
         const int k0 = j * C::BC;
         const bool need_mask =
             k0 + C::BC - 1 > q0 + wr0 || k0 + C::BC > T || (DOCS && k0 < dstart_warp);
@@ -97,8 +107,8 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_fwd_mma_kernel(mt_attn_args a
         for (int mt = 0; mt < MT; mt++) {
             const int row_lo = q0 + wr0 + mt * 16 + g;
             // Mask keys after the query (causal), past T, or before its document;
-            // max on raw scores (scale > 0), then p = 2^(s*scale*log2e - m) in
-            // one FFMA + EX2.
+            // max on raw scores (or t: sl2 > 0 either way), then p = 2^(s*sl2 - m)
+            // in one FFMA + EX2.
             float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
             for (int n = 0; n < C::BC / 8; n++)
@@ -190,11 +200,22 @@ __global__ void __launch_bounds__(NW * 32) mt_attn_fwd_mma_kernel(mt_attn_args a
 #ifndef MT_ATTN_FWD_MT
 #define MT_ATTN_FWD_MT 2
 #endif
+/* HD 256: a warp's 16 x 256 fp32 output alone is 128 registers a thread,
+ * so one row tile a warp (MT 1) and 8 warps: 128 rows, (128 + 4 * 64) rows
+ * of 528 bytes = 198 KB of shared memory (Hopper's 227 KB; not an A100's
+ * 163 KB, mt_attn_mma_fits_256). */
+template <int HD> struct mt_attn_fwd_pick {
+    static constexpr int NW = HD == 256 ? 8 : MT_ATTN_FWD_NW, MT = HD == 256 ? 1 : MT_ATTN_FWD_MT;
+    using C = mt_attn_fwd_cfg<HD, NW, MT>;
+};
 
-template <int HD, bool DOCS>
+size_t mt_attn_fwd_mma_smem_256(void) { return mt_attn_fwd_pick<256>::C::SMEM; }
+
+template <int HD, bool DOCS, bool SOFTCAP>
 static int mt_attn_fwd_mma_launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
-    using C = mt_attn_fwd_cfg<HD, MT_ATTN_FWD_NW, MT_ATTN_FWD_MT>;
-    auto kern = mt_attn_fwd_mma_kernel<HD, MT_ATTN_FWD_NW, MT_ATTN_FWD_MT, DOCS>;
+    using P = mt_attn_fwd_pick<HD>;
+    using C = typename P::C;
+    auto kern = mt_attn_fwd_mma_kernel<HD, P::NW, P::MT, DOCS, SOFTCAP>;
     if (mt_attn_set_smem((const void *)kern, C::SMEM, err)) return -1;
     dim3 grid((a.T + C::BR - 1) / C::BR, a.NH, B);
     kern<<<grid, C::NT, C::SMEM, st>>>(a);
@@ -217,11 +238,20 @@ extern "C" const char *mt_attn_kernel_name(void) {
     return mt_attn_takes_wgmma() ? "wgmma" : "mma.sync";
 }
 
+template <int HD>
+static int mt_attn_fwd_mma_hd(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
+    if (a.softcap > 0)
+        return a.pos ? mt_attn_fwd_mma_launch<HD, true, true>(a, B, st, err)
+                     : mt_attn_fwd_mma_launch<HD, false, true>(a, B, st, err);
+    return a.pos ? mt_attn_fwd_mma_launch<HD, true, false>(a, B, st, err)
+                 : mt_attn_fwd_mma_launch<HD, false, false>(a, B, st, err);
+}
+
+/* HD 256 takes the mma.sync kernel on Hopper too (the wgmma kernels stop
+ * at 128). */
 int mt_attn_fwd_bf16(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
+    if (a.HD == 256) return mt_attn_fwd_mma_hd<256>(a, B, st, err);
     if (mt_attn_takes_wgmma()) return mt_attn_fwd_wgmma(a, B, st, err);
-    if (a.pos)
-        return a.HD == 64 ? mt_attn_fwd_mma_launch<64, true>(a, B, st, err)
-                          : mt_attn_fwd_mma_launch<128, true>(a, B, st, err);
-    return a.HD == 64 ? mt_attn_fwd_mma_launch<64, false>(a, B, st, err)
-                      : mt_attn_fwd_mma_launch<128, false>(a, B, st, err);
+    return a.HD == 64 ? mt_attn_fwd_mma_hd<64>(a, B, st, err)
+                      : mt_attn_fwd_mma_hd<128>(a, B, st, err);
 }

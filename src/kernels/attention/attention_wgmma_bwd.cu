@@ -269,10 +269,10 @@ __device__ __forceinline__ void dkv_load(const dkv_smem<HD> &sm, const CUtensorM
 
 /* What dkv_probs needs of a dK/dV consumer thread: its first key key_lo
  * (its keys: key_lo, key_lo + 8), T, and sl2, the softmax scale in the
- * log2 domain. */
+ * log2 domain; soft-capped, kcap = scale / c (mt_attn_sl2). */
 struct dkv_keys {
     int key_lo, T;
-    float sl2;
+    float sl2, kcap;
 };
 
 /* P^T of the query tile of rows q0 .. (their lse and positions) from the
@@ -282,18 +282,36 @@ struct dkv_keys {
  * document than the key giving 0 when masked (std::true_type); the tiles
  * that need no mask (most of them) take code with none. (q0 and T by
  * reference: passed by value, the compiler orders the masked tiles'
- * compares otherwise than in the code that was measured.) */
-template <bool DOCS, class MASKED>
+ * compares otherwise than in the code that was measured.) SOFTCAP: not
+ * P^T but t = tanh(S^T scale / c), masked -inf, while dP^T lands; P^T comes
+ * from t with dS^T (dkv_cap_ds), no more registers held. */
+template <bool DOCS, bool SOFTCAP, class MASKED>
 __device__ __forceinline__ void dkv_probs(float st[32], const float *lse, const int32_t *pos,
                                           const int &q0, const dkv_keys &ky, int t4, MASKED) {
     const int T = ky.T;
 #pragma unroll
     for (int i = 0; i < 32; i++) {
         const int qc = (i >> 2) * 8 + 2 * t4 + (i & 1), key = ky.key_lo + ((i >> 1) & 1) * 8;
-        float x = mt_attn_exp2(fmaf(st[i], ky.sl2, -lse[qc] * MT_ATTN_LOG2E));
+        float x = SOFTCAP ? mt_attn_tanh(st[i] * ky.kcap)
+                          : mt_attn_exp2(fmaf(st[i], ky.sl2, -lse[qc] * MT_ATTN_LOG2E));
         if constexpr (MASKED::value)
-            if (q0 + qc < key || q0 + qc >= T || (DOCS && q0 + qc - pos[qc] > key)) x = 0.f;
+            if (q0 + qc < key || q0 + qc >= T || (DOCS && q0 + qc - pos[qc] > key))
+                x = SOFTCAP ? -INFINITY : 0.f;
         st[i] = x;
+    }
+}
+
+/* Soft-capped: P^T from t (dkv_probs) in place, and dS^T = P^T (dP^T - D)
+ * (1 - t^2) in dpt. */
+__device__ __forceinline__ void dkv_cap_ds(float st[32], float dpt[32], const float *lse,
+                                           const float *dsum, const dkv_keys &ky, int t4) {
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+        const int qc = (i >> 2) * 8 + 2 * t4 + (i & 1);
+        float p;
+        const float f = mt_attn_cap_grad(st[i], ky.sl2, lse[qc] * MT_ATTN_LOG2E, &p);
+        dpt[i] = p * (dpt[i] - dsum[qc]) * f;
+        st[i] = p;
     }
 }
 
@@ -352,13 +370,14 @@ __device__ __forceinline__ void dkv_store(const mt_attn_args &a, const dkv_item 
  * stays in this function, and the register arrays are declared here, in
  * this order: so the compiler keeps the accumulators' registers as in the
  * code that was measured. */
-template <int HD, bool DOCS>
+template <int HD, bool DOCS, bool SOFTCAP>
 __device__ __forceinline__ void dkv_consume(const dkv_smem<HD> &sm, const mt_attn_args &a,
                                             int ngroups, int nkb, int chunk, int G, int cw,
                                             int warp, int lane) {
     using C = DkvCfg<HD>;
     constexpr int S = DKV_STAGES;
-    const float sl2 = a.scale * MT_ATTN_LOG2E;
+    const float sl2 = mt_attn_sl2<SOFTCAP>(a);
+    const float kcap = SOFTCAP ? a.scale / a.softcap : 0.f;
     const int g = lane >> 2, t4 = lane & 3;
     const unsigned sk_wg = sm.k_s + cw * 64 * 128, sv_wg = sm.v_s + cw * 64 * 128; // the 64 keys
     const int T = a.T;
@@ -370,7 +389,7 @@ __device__ __forceinline__ void dkv_consume(const dkv_smem<HD> &sm, const mt_att
         int next = -1; // the next item, known by the item's last turn
         const int kw = k0 + cw * 64 + warp * 16;
         const int key_lo = kw + g;
-        const dkv_keys ky = {key_lo, T, sl2}; // keys key_lo, key_lo + 8
+        const dkv_keys ky = {key_lo, T, sl2, kcap}; // keys key_lo, key_lo + 8
         float dk[HD / 2], dv[HD / 2];
 #pragma unroll
         for (int i = 0; i < HD / 2; i++) dk[i] = dv[i] = 0.f;
@@ -392,14 +411,18 @@ __device__ __forceinline__ void dkv_consume(const dkv_smem<HD> &sm, const mt_att
             mt_attn_wg_abt2<64, HD, C::BC, C::BR>(st_, sk_wg, qt, dpt, sv_wg, dot, cw,
                                                   it + 1 == nit && next < 0);
             if (q0 < kw + 15 || q0 + C::BR > T || (DOCS && dstart_last > kw))
-                dkv_probs<DOCS>(st_, lse, pos, q0, ky, t4, std::true_type());
-            else dkv_probs<DOCS>(st_, lse, pos, q0, ky, t4, std::false_type());
+                dkv_probs<DOCS, SOFTCAP>(st_, lse, pos, q0, ky, t4, std::true_type());
+            else dkv_probs<DOCS, SOFTCAP>(st_, lse, pos, q0, ky, t4, std::false_type());
             mt_wg_wait<0>();
             mt_attn_wg_fence<32>(dpt);
             if (it + 1 == nit) mt_mb_arrive(sm.kv_empty()); // the item's last read of K and V
+            if constexpr (SOFTCAP) {
+                dkv_cap_ds(st_, dpt, lse, dsum, ky, t4);
+            } else {
 #pragma unroll
-            for (int i = 0; i < 32; i++)
-                dpt[i] = st_[i] * (dpt[i] - dsum[(i >> 2) * 8 + 2 * t4 + (i & 1)]);
+                for (int i = 0; i < 32; i++)
+                    dpt[i] = st_[i] * (dpt[i] - dsum[(i >> 2) * 8 + 2 * t4 + (i & 1)]);
+            }
 
             unsigned pt[16], dst[16];
             dkv_update<HD>(dk, dv, st_, dpt, pt, dst, qt, dot);
@@ -499,11 +522,12 @@ __device__ __forceinline__ void dq_row_stats(const mt_attn_args &a, int b, int h
  * before its document (dstart: the rows' first keys); the tiles that need
  * no mask (most of them) take code with none. (k0 by reference: passed by
  * value, the compiler orders the caller's compares otherwise than in the
- * code that was measured.) */
-template <bool DOCS, class MASKED>
+ * code that was measured.) SOFTCAP: P (1 - t^2) (t = tanh(S scale / c),
+ * kcap = scale / c), P's only use here being dS. */
+template <bool DOCS, bool SOFTCAP, class MASKED>
 __device__ __forceinline__ void dq_probs(float s[64], const int &k0, int row_lo, int T, int t4,
-                                         float sl2, const float lse2[2], const int dstart[2],
-                                         MASKED) {
+                                         float sl2, float kcap, const float lse2[2],
+                                         const int dstart[2], MASKED) {
     [[maybe_unused]] int hi[2], lo[2];
     if constexpr (MASKED::value) {
 #pragma unroll
@@ -515,7 +539,13 @@ __device__ __forceinline__ void dq_probs(float s[64], const int &k0, int row_lo,
 #pragma unroll
     for (int i = 0; i < 64; i++) {
         const int r = (i >> 1) & 1, y = (i >> 2) * 8 + (i & 1);
-        float x = mt_attn_exp2(fmaf(s[i], sl2, -lse2[r]));
+        float x;
+        if constexpr (SOFTCAP) {
+            float p;
+            x = mt_attn_cap_grad(mt_attn_tanh(s[i] * kcap), sl2, lse2[r], &p) * p;
+        } else {
+            x = mt_attn_exp2(fmaf(s[i], sl2, -lse2[r]));
+        }
         if constexpr (MASKED::value)
             if (y > hi[r] || (DOCS && y < lo[r])) x = 0.f;
         s[i] = x;
@@ -567,14 +597,15 @@ __device__ __forceinline__ void dq_store(const mt_attn_args &a, const dq_item &i
  * rows of dQ out (dq_store). The mainloop stays in this function, and the
  * register arrays are declared here, in this order: so the compiler keeps
  * the accumulators' registers as in the code that was measured. */
-template <int HD, bool DOCS>
+template <int HD, bool DOCS, bool SOFTCAP>
 __device__ __forceinline__ void dq_consume(const dq_smem<HD> &sm, const mt_attn_args &a,
                                            const mt_attn_qtiles &tl, int cw, int warp, int lane) {
     using C = DqCfg<HD>;
     constexpr int S = DQ_STAGES;
     const int T = a.T;
     const auto &kv = sm.kv;
-    const float sl2 = a.scale * MT_ATTN_LOG2E;
+    const float sl2 = mt_attn_sl2<SOFTCAP>(a);
+    const float kcap = SOFTCAP ? a.scale / a.softcap : 0.f;
     const int g = lane >> 2, t4 = lane & 3;
     const unsigned sq_wg = sm.q_s + cw * 64 * 128, sdo_wg = sm.do_s + cw * 64 * 128; // 64 rows
     if (blockIdx.x < tl.n) mt_attn_turns_begin(cw);
@@ -605,8 +636,10 @@ __device__ __forceinline__ void dq_consume(const dq_smem<HD> &sm, const mt_attn_
                                                    last_item && j + 1 == nkb);
             const int k0 = j * C::BC;
             if (k0 + C::BC - 1 > rw || k0 + C::BC > T || (DOCS && k0 < dstart_warp))
-                dq_probs<DOCS>(s, k0, row_lo, T, t4, sl2, lse2, dstart, std::true_type());
-            else dq_probs<DOCS>(s, k0, row_lo, T, t4, sl2, lse2, dstart, std::false_type());
+                dq_probs<DOCS, SOFTCAP>(s, k0, row_lo, T, t4, sl2, kcap, lse2, dstart,
+                                        std::true_type());
+            else dq_probs<DOCS, SOFTCAP>(s, k0, row_lo, T, t4, sl2, kcap, lse2, dstart,
+                                         std::false_type());
             mt_wg_wait<0>();
             mt_attn_wg_fence<64>(dp);
             mt_mb_arrive(kv.empty_v(st));
@@ -636,8 +669,8 @@ __device__ __forceinline__ void dq_consume(const dq_smem<HD> &sm, const mt_attn_
  * would be uneven. K and V have a full and an empty barrier, and the ring of
  * query tiles runs on across items, so that the producer loads the next
  * item's keys and first queries while the consumers end an item and store
- * its rows. */
-template <int HD, bool DOCS>
+ * its rows. SOFTCAP: soft-capped scores (a.softcap > 0). */
+template <int HD, bool DOCS, bool SOFTCAP>
 __global__ void __launch_bounds__(DkvCfg<HD>::NT, 1)
     mt_attn_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap tq,
                              const __grid_constant__ CUtensorMap tdo,
@@ -657,7 +690,7 @@ __global__ void __launch_bounds__(DkvCfg<HD>::NT, 1)
         return;
     }
     mt_wg_regs_inc<232>();
-    dkv_consume<HD, DOCS>(sm, a, ngroups, nkb, chunk, G, wg - 1, warp, lane);
+    dkv_consume<HD, DOCS, SOFTCAP>(sm, a, ngroups, nkb, chunk, G, wg - 1, warp, lane);
 #endif
 }
 
@@ -666,8 +699,9 @@ __global__ void __launch_bounds__(DkvCfg<HD>::NT, 1)
  * x, x + grid, ... of tl (those of the forward, in its order), with
  * one ring of key tiles running on across them, and Q and dO behind a full
  * and an empty barrier, so that the producer loads the next tile's Q, dO
- * and first keys while the consumers end a tile and store its rows. */
-template <int HD, bool DOCS>
+ * and first keys while the consumers end a tile and store its rows.
+ * SOFTCAP: soft-capped scores (a.softcap > 0). */
+template <int HD, bool DOCS, bool SOFTCAP>
 __global__ void __launch_bounds__(DqCfg<HD>::NT, 1)
     mt_attn_dq_wgmma_kernel(const __grid_constant__ CUtensorMap tq,
                             const __grid_constant__ CUtensorMap tdo,
@@ -687,16 +721,16 @@ __global__ void __launch_bounds__(DqCfg<HD>::NT, 1)
         return;
     }
     mt_wg_regs_inc<240>();
-    dq_consume<HD, DOCS>(sm, a, tl, wg - 1, warp, lane);
+    dq_consume<HD, DOCS, SOFTCAP>(sm, a, tl, wg - 1, warp, lane);
 #endif
 }
 
-template <int HD, bool DOCS>
+template <int HD, bool DOCS, bool SOFTCAP>
 int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
     using CK = DkvCfg<HD>;
     using CQ = DqCfg<HD>;
-    auto kdkv = mt_attn_dkv_wgmma_kernel<HD, DOCS>;
-    auto kdq = mt_attn_dq_wgmma_kernel<HD, DOCS>;
+    auto kdkv = mt_attn_dkv_wgmma_kernel<HD, DOCS, SOFTCAP>;
+    auto kdq = mt_attn_dq_wgmma_kernel<HD, DOCS, SOFTCAP>;
     // Boxes of 128 rows for the dQ pass and the keys, of 64 for dK/dV's query tiles.
     CUtensorMap tq, tdo, tk, tv, tq64, tdo64;
     if (mt_attn_tma_map(&tq, a.q, B, a.T, a.NH, a.HD, CQ::BR, err) ||
@@ -732,9 +766,15 @@ size_t mt_attn_bwd_wgmma_smem(void) {
     return DqCfg<128>::SMEM > DkvCfg<128>::SMEM ? DqCfg<128>::SMEM : DkvCfg<128>::SMEM;
 }
 
-int mt_attn_bwd_wgmma(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
+template <bool DOCS, bool SOFTCAP>
+static int launch_hd(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
     // HD 80 and 96 run as 128 (the kernels' comment)
-    if (a.pos)
-        return a.HD == 64 ? launch<64, true>(a, B, st, err) : launch<128, true>(a, B, st, err);
-    return a.HD == 64 ? launch<64, false>(a, B, st, err) : launch<128, false>(a, B, st, err);
+    return a.HD == 64 ? launch<64, DOCS, SOFTCAP>(a, B, st, err)
+                      : launch<128, DOCS, SOFTCAP>(a, B, st, err);
+}
+
+int mt_attn_bwd_wgmma(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
+    if (a.softcap > 0)
+        return a.pos ? launch_hd<true, true>(a, B, st, err) : launch_hd<false, true>(a, B, st, err);
+    return a.pos ? launch_hd<true, false>(a, B, st, err) : launch_hd<false, false>(a, B, st, err);
 }

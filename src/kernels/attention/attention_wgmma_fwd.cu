@@ -197,13 +197,20 @@ template <bool DOCS> struct fwd_rows {
  * document when masked (std::true_type); the other tiles, most of them,
  * take code with no mask at all: its compares and selects were two fifths
  * of the loop's instructions, which the products could not hide. alpha:
- * the rescale of the rows' earlier sums (and outputs). */
-template <bool DOCS> struct fwd_softmax {
+ * the rescale of the rows' earlier sums (and outputs). SOFTCAP: the scores
+ * become t = tanh(q.k scale / c) first (kcap = scale / c; rw.sl2 is then
+ * c log2e, mt_attn_sl2), before the masks' -inf. */
+template <bool DOCS, bool SOFTCAP> struct fwd_softmax {
     float l[2] = {0.f, 0.f}, m[2] = {-INFINITY, -INFINITY};
+    float kcap;
     template <class MASKED>
     __device__ __forceinline__ void step(float s[BC / 2], int j, float alpha[2],
                                          const fwd_rows<DOCS> &rw, int t4, MASKED) {
         const float sl2 = rw.sl2;
+        if constexpr (SOFTCAP) {
+#pragma unroll
+            for (int i = 0; i < BC / 2; i++) s[i] = mt_attn_tanh(s[i] * kcap);
+        }
         // Score 4c + e is key j BC + 2 t4 + x, x = 8c + (e & 1) (a constant),
         // of row row_lo + 8 (e >> 1): masked where x > hi or x < lo of its row.
         [[maybe_unused]] int hi[2], lo[2];
@@ -257,9 +264,9 @@ template <bool DOCS> struct fwd_softmax {
  * scratch: the products read s, as operands they overwrite) and computes
  * dstart_wg (need_mask's): declared there, these keep the instructions
  * where the code that was measured has them. */
-template <int HD, bool DOCS>
+template <int HD, bool DOCS, bool SOFTCAP>
 __device__ __forceinline__ int fwd_mma(const fwd_smem<HD> &sm, const fwd_tile &t, int n, int i0,
-                                       const fwd_rows<DOCS> &rw, fwd_softmax<DOCS> &sf,
+                                       const fwd_rows<DOCS> &rw, fwd_softmax<DOCS, SOFTCAP> &sf,
                                        float o[HD / 2], unsigned p[BC / 4], float s[BC / 2],
                                        float alpha[2], int t4, int dstart_wg) {
     const auto &kv = sm.kv;
@@ -382,11 +389,11 @@ __device__ __forceinline__ void fwd_store(const fwd_smem<HD> &sm, const CUtensor
  * its warpgroup): the block's query tiles as the producer posts them, each
  * one's mainloop (fwd_mma), then its rows out (fwd_store); before the
  * block's shared memory goes, its last stores. */
-template <int HD, bool DOCS>
+template <int HD, bool DOCS, bool SOFTCAP>
 __device__ __forceinline__ void fwd_consume(const fwd_smem<HD> &sm, const CUtensorMap *to,
                                             const mt_attn_args &a, const mt_attn_qtiles &tl,
                                             int cw, int warp, int lane) {
-    const float sl2 = a.scale * MT_ATTN_LOG2E;
+    const float sl2 = mt_attn_sl2<SOFTCAP>(a);
     const int g = lane >> 2, t4 = lane & 3;
     const int first = sm.claims.get(0);
     if (first >= 0) mt_attn_turns_begin(cw);
@@ -399,10 +406,12 @@ __device__ __forceinline__ void fwd_consume(const fwd_smem<HD> &sm, const CUtens
         float o[HD / 2];
 #pragma unroll
         for (int i = 0; i < HD / 2; i++) o[i] = 0.f;
-        fwd_softmax<DOCS> sf;
+        fwd_softmax<DOCS, SOFTCAP> sf;
+        if (SOFTCAP) sf.kcap = a.scale / a.softcap;
         unsigned p[BC / 4]; // the previous tile's probabilities, bf16 A fragments
         float s[BC / 2], alpha[2]; // a key tile's scores; the rescale of the rows
-        const int next = fwd_mma<HD, DOCS>(sm, t, n, i0, rw, sf, o, p, s, alpha, t4, dstart_wg);
+        const int next =
+            fwd_mma<HD, DOCS, SOFTCAP>(sm, t, n, i0, rw, sf, o, p, s, alpha, t4, dstart_wg);
         fwd_store<HD>(sm, to, a, t.h, t.b, t.q0, cw, warp, g, t4, rw.row_lo, sf.m, sf.l, o);
         i0 += t.nkb - t.j0;
         L = next;
@@ -429,8 +438,8 @@ __device__ __forceinline__ void fwd_consume(const fwd_smem<HD> &sm, const CUtens
  * producer loads the next tile's Q (as soon as it has issued this one's last
  * keys) and first keys while the consumers finish this one.
  * ctr: the device's tile counter (mt_attn_tile_counter), zero at launch and
- * left zero. */
-template <int HD, bool DOCS>
+ * left zero. SOFTCAP: soft-capped scores (a.softcap > 0, fwd_softmax). */
+template <int HD, bool DOCS, bool SOFTCAP>
 __global__ void __launch_bounds__(NT, 1)
     mt_attn_fwd_wgmma_kernel(const __grid_constant__ CUtensorMap tq,
                              const __grid_constant__ CUtensorMap tk,
@@ -450,13 +459,13 @@ __global__ void __launch_bounds__(NT, 1)
         return;
     }
     mt_wg_regs_inc<240>();
-    fwd_consume<HD, DOCS>(sm, &to, a, tl, wg - 1, warp, lane);
+    fwd_consume<HD, DOCS, SOFTCAP>(sm, &to, a, tl, wg - 1, warp, lane);
 #endif
 }
 
-template <int HD, bool DOCS>
+template <int HD, bool DOCS, bool SOFTCAP>
 int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
-    auto kern = mt_attn_fwd_wgmma_kernel<HD, DOCS>;
+    auto kern = mt_attn_fwd_wgmma_kernel<HD, DOCS, SOFTCAP>;
     CUtensorMap tq, tk, tv, to;
     if (mt_attn_tma_map(&tq, a.q, B, a.T, a.NH, a.HD, BR, err) ||
         mt_attn_tma_map(&tk, a.k, B, a.T, a.NKV, a.HD, BC, err) ||
@@ -482,9 +491,15 @@ bool mt_attn_wgmma_available(void) {
            mt_attn_tma_available();
 }
 
-int mt_attn_fwd_wgmma(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
+template <bool DOCS, bool SOFTCAP>
+static int launch_hd(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
     // HD 80 and 96 run as 128 (the kernels' comment)
-    if (a.pos)
-        return a.HD == 64 ? launch<64, true>(a, B, st, err) : launch<128, true>(a, B, st, err);
-    return a.HD == 64 ? launch<64, false>(a, B, st, err) : launch<128, false>(a, B, st, err);
+    return a.HD == 64 ? launch<64, DOCS, SOFTCAP>(a, B, st, err)
+                      : launch<128, DOCS, SOFTCAP>(a, B, st, err);
+}
+
+int mt_attn_fwd_wgmma(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
+    if (a.softcap > 0)
+        return a.pos ? launch_hd<true, true>(a, B, st, err) : launch_hd<false, true>(a, B, st, err);
+    return a.pos ? launch_hd<true, false>(a, B, st, err) : launch_hd<false, false>(a, B, st, err);
 }
