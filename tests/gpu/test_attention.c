@@ -1,10 +1,14 @@
 /* Tests of the fused causal GQA attention kernels (kernels/attention/attention.h)
  * against a double-precision reference that materialises the whole masked
  * score matrix of each (batch, head). Ragged T (not a multiple of any tile),
- * GQA, MHA (NH == NKV) and MQA (NKV == 1), packed documents, both
- * precisions, poisoned outputs, bitwise determinism and shape errors. On a
+ * GQA, MHA (NH == NKV) and MQA (NKV == 1), packed documents, sliding
+ * windows, both precisions, poisoned outputs, bitwise determinism and shape
+ * errors; the scores' custom scale and Gemma 2's logit soft-capping (each
+ * test asserting that the reference with them differs clearly from the one
+ * without, so that a kernel ignoring them fails); head dim 256 in bf16. On a
  * Hopper GPU the bf16 tests run the wgmma kernels, and again the mma.sync
- * ones of other GPUs (attention_bf16_mma.*). */
+ * ones of other GPUs (attention_bf16_mma.*); head dim 256 runs on the
+ * mma.sync kernels everywhere. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -60,14 +64,37 @@ static float from_bf16(uint16_t h) {
 
 typedef struct shape { size_t B, T, NH, NKV, HD; } shape;
 
+/* How a test forms its scores: the kernels' mt_attn_scores, and a factor on
+ * q (N(0,1) entries give scores of about N(0,1); a factor makes a large
+ * cap bite). NULL everywhere: the defaults, factor 1. */
+typedef struct scores_case {
+    mt_attn_scores sc;
+    float qmul;
+} scores_case;
+
+/* The score of a dot product d: d * scale, soft-capped to cap tanh(d scale
+ * / cap) when cap > 0; *g: d score / d(d scale), 1 - tanh^2 or 1. */
+static double ref_score(double d, double scale, double cap, double *g) {
+    if (cap <= 0) {
+        *g = 1;
+        return d * scale;
+    }
+    const double t = tanh(d * scale / cap);
+    *g = 1 - t * t;
+    return cap * t;
+}
+
 /* Double-precision reference: out, lse, dq, dk, dv (all overwritten).
- * pos (B,T) or NULL: with positions, query t sees keys t - pos[t] .. t. */
-static void ref_attention(const shape *s, const int32_t *pos, const float *q, const float *k,
-                          const float *v, const float *dout, double *out, double *lse,
-                          double *dq, double *dk, double *dv) {
+ * pos (B,T) or NULL: with positions, query t sees keys t - pos[t] .. t.
+ * cs: the scores' scale and soft-cap, or NULL (1/sqrt(HD), none). */
+static void ref_attention(const shape *s, const int32_t *pos, const scores_case *cs,
+                          const float *q, const float *k, const float *v, const float *dout,
+                          double *out, double *lse, double *dq, double *dk, double *dv) {
     const size_t B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, HD = s->HD;
-    const double scale = 1.0 / sqrt((double)HD);
+    const double scale = cs && cs->sc.scale > 0 ? cs->sc.scale : 1.0 / sqrt((double)HD);
+    const double cap = cs ? cs->sc.softcap : 0;
     double *P = malloc(T * T * sizeof *P), *dP = malloc(T * T * sizeof *dP);
+    double *G = malloc(T * T * sizeof *G); // d score / d(q.k scale)
     memset(dk, 0, B * T * NKV * HD * sizeof *dk);
     memset(dv, 0, B * T * NKV * HD * sizeof *dv);
     for (size_t b = 0; b < B; b++)
@@ -82,8 +109,8 @@ static void ref_attention(const shape *s, const int32_t *pos, const float *q, co
                 for (size_t u = u0; u <= t; u++) {
                     double d = 0;
                     for (size_t i = 0; i < HD; i++) d += (double)Q(t)[i] * KV(k, u)[i];
-                    P[t * T + u] = d * scale;
-                    if (d * scale > m) m = d * scale;
+                    P[t * T + u] = ref_score(d, scale, cap, &G[t * T + u]);
+                    if (P[t * T + u] > m) m = P[t * T + u];
                 }
                 for (size_t u = u0; u <= t; u++) l += exp(P[t * T + u] - m);
                 lse[(b * NH + h) * T + t] = m + log(l);
@@ -100,7 +127,7 @@ static void ref_attention(const shape *s, const int32_t *pos, const float *q, co
                 for (size_t u = u0; u <= t; u++) {
                     double dp = 0;
                     for (size_t i = 0; i < HD; i++) dp += (double)DO(t)[i] * KV(v, u)[i];
-                    double ds = P[t * T + u] * (dp - D);
+                    double ds = P[t * T + u] * (dp - D) * G[t * T + u];
                     dP[t * T + u] = ds;
                     double *gk = dk + ((b * T + u) * NKV + kh) * HD;
                     double *gv = dv + ((b * T + u) * NKV + kh) * HD;
@@ -117,6 +144,17 @@ static void ref_attention(const shape *s, const int32_t *pos, const float *q, co
         }
     free(P);
     free(dP);
+    free(G);
+}
+
+/* ||a - b|| / ||b|| of two references. */
+static double rel_diff(const double *a, const double *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += (a[i] - b[i]) * (a[i] - b[i]);
+        den += b[i] * b[i];
+    }
+    return sqrt(num / den);
 }
 
 /* ||got - ref|| / ||ref||, infinite when got holds a NaN (an unwritten,
@@ -159,11 +197,13 @@ static float *host_copy(const void *d, size_t bytes) {
 }
 
 /* Runs forward + backward on the GPU, with positions pos (B,T) on the host
- * or NULL. bf16 mode rounds q, k, v, dout to bf16 in place first (so the
- * reference sees exactly the kernel's inputs) and returns out as read back
- * through the fp32 copy. */
-static run_result run_gpu(const shape *s, const int32_t *pos, int bf16, float *q, float *k,
-                          float *v, float *dout) {
+ * or NULL, and the scores of cs (NULL: the defaults; its qmul is the
+ * caller's to apply). bf16 mode rounds q, k, v, dout to bf16 in place first
+ * (so the reference sees exactly the kernel's inputs) and returns out as
+ * read back through the fp32 copy. */
+static run_result run_gpu(const shape *s, const int32_t *pos, const scores_case *cs, int bf16,
+                          float *q, float *k, float *v, float *dout) {
+    const mt_attn_scores *sc = cs ? &cs->sc : NULL;
     const size_t nq = s->B * s->T * s->NH * s->HD, nk = s->B * s->T * s->NKV * s->HD;
     const size_t nl = s->B * s->NH * s->T;
     mt_error err = {{0}};
@@ -188,10 +228,10 @@ static run_result run_gpu(const shape *s, const int32_t *pos, int bf16, float *q
         ido = dev_copy(hdo, nq * 2);
         free(hq); free(hk); free(hv); free(hdo);
         out = dev_poison(nq * 2);
-        int rc = mt_attn_forward_bf16(out, out32, lse, iq, ik, iv, dpos, NULL, s->B, s->T, s->NH,
+        int rc = mt_attn_forward_bf16(out, out32, lse, iq, ik, iv, dpos, sc, s->B, s->T, s->NH,
                                       s->NKV, s->HD, 0, &err);
         cr_assert_eq(rc, 0, "%s", err.msg);
-        rc = mt_attn_backward_bf16(dq_, dk_, dv_, scratch, ido, iq, ik, iv, out, lse, dpos, NULL,
+        rc = mt_attn_backward_bf16(dq_, dk_, dv_, scratch, ido, iq, ik, iv, out, lse, dpos, sc,
                                    s->B, s->T, s->NH, s->NKV, s->HD, 0, &err);
         cr_assert_eq(rc, 0, "%s", err.msg);
         // The bf16 output must be the fp32 one rounded, every element written.
@@ -205,10 +245,10 @@ static run_result run_gpu(const shape *s, const int32_t *pos, int bf16, float *q
         iq = dev_copy(q, nq * 4); ik = dev_copy(k, nk * 4); iv = dev_copy(v, nk * 4);
         ido = dev_copy(dout, nq * 4);
         out = out32;
-        int rc = mt_attn_forward_f32(out32, lse, iq, ik, iv, dpos, NULL, s->B, s->T, s->NH, s->NKV,
+        int rc = mt_attn_forward_f32(out32, lse, iq, ik, iv, dpos, sc, s->B, s->T, s->NH, s->NKV,
                                      s->HD, 0, &err);
         cr_assert_eq(rc, 0, "%s", err.msg);
-        rc = mt_attn_backward_f32(dq_, dk_, dv_, scratch, ido, iq, ik, iv, out32, lse, dpos, NULL,
+        rc = mt_attn_backward_f32(dq_, dk_, dv_, scratch, ido, iq, ik, iv, out32, lse, dpos, sc,
                                   s->B, s->T, s->NH, s->NKV, s->HD, 0, &err);
         cr_assert_eq(rc, 0, "%s", err.msg);
     }
@@ -225,9 +265,37 @@ static run_result run_gpu(const shape *s, const int32_t *pos, int bf16, float *q
     return r;
 }
 
-/* Checks one shape in one precision, with positions pos (B,T) or NULL;
- * tol_fwd bounds out and lse, tol_bwd the gradients (relative L2 errors). */
-static void check_packed(shape s, const int32_t *pos, int bf16, double tol_fwd, double tol_bwd) {
+/* With scores cs, the reference must differ from the plain one (default
+ * scale, no cap) by SCORES_MARGIN times the kernels' tolerance in out, dq
+ * and dk, so that a kernel that ignored cs would fail its checks by that
+ * much. (The tests' caps and scales give 0.05 to 0.5, numpy on like
+ * inputs; lse moves less and is left out.) */
+#define SCORES_MARGIN 3.0
+static void check_scores_bite(const shape *s, const int32_t *pos, const scores_case *cs,
+                              const float *q, const float *k, const float *v, const float *dout,
+                              const double *out, const double *dq, const double *dk,
+                              double tol_fwd, double tol_bwd) {
+    const size_t nq = s->B * s->T * s->NH * s->HD, nk = s->B * s->T * s->NKV * s->HD;
+    double *o0 = malloc(nq * 8), *l0 = malloc(s->B * s->NH * s->T * 8), *dq0 = malloc(nq * 8),
+           *dk0 = malloc(nk * 8), *dv0 = malloc(nk * 8);
+    ref_attention(s, pos, NULL, q, k, v, dout, o0, l0, dq0, dk0, dv0);
+    const double d_out = rel_diff(out, o0, nq), d_dq = rel_diff(dq, dq0, nq),
+                 d_dk = rel_diff(dk, dk0, nk);
+    cr_log_info("scale %g cap %g: the reference moves out %.3g, dq %.3g, dk %.3g",
+                cs->sc.scale, cs->sc.softcap, d_out, d_dq, d_dk);
+    cr_assert(d_out >= SCORES_MARGIN * tol_fwd && d_dq >= SCORES_MARGIN * tol_bwd &&
+                  d_dk >= SCORES_MARGIN * tol_bwd,
+              "scale %g cap %g barely move the reference (out %.3g, dq %.3g, dk %.3g): the "
+              "test could pass with them ignored", cs->sc.scale, cs->sc.softcap, d_out, d_dq,
+              d_dk);
+    free(o0); free(l0); free(dq0); free(dk0); free(dv0);
+}
+
+/* Checks one shape in one precision, with positions pos (B,T) or NULL and
+ * scores cs (or NULL); tol_fwd bounds out and lse, tol_bwd the gradients
+ * (relative L2 errors). */
+static void check_case(shape s, const int32_t *pos, const scores_case *cs, int bf16,
+                       double tol_fwd, double tol_bwd) {
     skip_without_gpu();
     const size_t nq = s.B * s.T * s.NH * s.HD, nk = s.B * s.T * s.NKV * s.HD;
     const size_t nl = s.B * s.NH * s.T;
@@ -236,11 +304,19 @@ static void check_packed(shape s, const int32_t *pos, int bf16, double tol_fwd, 
     fill_normal(k, nk, 2 + s.NKV);
     fill_normal(v, nk, 3 + s.T);
     fill_normal(dout, nq, 4 + s.NH);
-    run_result r = run_gpu(&s, pos, bf16, q, k, v, dout);
+    if (cs && cs->qmul != 0)
+        for (size_t i = 0; i < nq; i++) q[i] *= cs->qmul;
+    run_result r = run_gpu(&s, pos, cs, bf16, q, k, v, dout);
     double *out = malloc(nq * 8), *lse = malloc(nl * 8), *dq = malloc(nq * 8),
            *dk = malloc(nk * 8), *dv = malloc(nk * 8);
-    ref_attention(&s, pos, q, k, v, dout, out, lse, dq, dk, dv);
-    const char *mode = bf16 ? (pos ? "bf16 packed" : "bf16") : (pos ? "fp32 packed" : "fp32");
+    ref_attention(&s, pos, cs, q, k, v, dout, out, lse, dq, dk, dv);
+    if (cs) check_scores_bite(&s, pos, cs, q, k, v, dout, out, dq, dk, tol_fwd, tol_bwd);
+    char mode[96];
+    snprintf(mode, sizeof mode, "%s%s%s (scale %g cap %g)", bf16 ? "bf16" : "fp32",
+             bf16 ? (strcmp(mt_attn_kernel_name(), "wgmma") || s.HD == 256 ? " mma.sync"
+                                                                           : " wgmma")
+                  : "",
+             pos ? " packed" : "", cs ? cs->sc.scale : 0.0, cs ? cs->sc.softcap : 0.0);
     double e;
 #define CHECK(name, got, ref, n, tol)                                                     \
     e = rel_err_d(got, ref, n);                                                           \
@@ -257,6 +333,11 @@ static void check_packed(shape s, const int32_t *pos, int bf16, double tol_fwd, 
     free_result(&r);
     free(q); free(k); free(v); free(dout);
     free(out); free(lse); free(dq); free(dk); free(dv);
+}
+
+static void check_packed(shape s, const int32_t *pos, int bf16, double tol_fwd,
+                         double tol_bwd) {
+    check_case(s, pos, NULL, bf16, tol_fwd, tol_bwd);
 }
 
 static void check_shape(shape s, int bf16, double tol_fwd, double tol_bwd) {
@@ -318,12 +399,13 @@ Test(attention_f32, gqa8_multi_tile) { check_shape((shape){1, 300, 8, 1, 64}, 0,
  * no gradient; tiles wholly before a row's document are skipped and the
  * rest masked. Same tolerances: each row's arithmetic is that of a shorter
  * causal sequence. */
-static void check_docs(shape s, int bf16) {
+static void check_docs_case(shape s, const scores_case *cs, int bf16) {
     int32_t *pos = packed_pos(s.B, s.T);
-    if (bf16) check_packed(s, pos, 1, BF16_TOL_FWD, BF16_TOL_BWD);
-    else check_packed(s, pos, 0, F32_TOL, F32_TOL);
+    if (bf16) check_case(s, pos, cs, 1, BF16_TOL_FWD, BF16_TOL_BWD);
+    else check_case(s, pos, cs, 0, F32_TOL, F32_TOL);
     free(pos);
 }
+static void check_docs(shape s, int bf16) { check_docs_case(s, NULL, bf16); }
 /* The same through the mma.sync kernels, which a Hopper GPU does not
  * otherwise take (elsewhere these repeat the tests above). */
 static void with_mma(void (*check)(shape, int), shape s) {
@@ -358,22 +440,89 @@ static int32_t *window_pos(const int32_t *pos, size_t B, size_t T, int64_t windo
     if (d_pos) CK(cudaFree(d_pos));
     return out;
 }
-static void check_window(shape s, int bf16) {
+static void check_window_case(shape s, const scores_case *cs, int bf16) {
     skip_without_gpu();
     const int64_t windows[] = {37, 130};
     for (int w = 0; w < 2; w++)
         for (int packed = 0; packed < 2; packed++) {
             int32_t *pos = packed ? packed_pos(s.B, s.T) : NULL;
             int32_t *wp = window_pos(pos, s.B, s.T, windows[w]);
-            if (bf16) check_packed(s, wp, 1, BF16_TOL_FWD, BF16_TOL_BWD);
-            else check_packed(s, wp, 0, F32_TOL, F32_TOL);
+            if (bf16) check_case(s, wp, cs, 1, BF16_TOL_FWD, BF16_TOL_BWD);
+            else check_case(s, wp, cs, 0, F32_TOL, F32_TOL);
             free(wp);
             free(pos);
         }
 }
+static void check_window(shape s, int bf16) { check_window_case(s, NULL, bf16); }
 Test(attention_bf16, sliding_window) { check_window((shape){2, 300, 4, 2, 128}, 1); }
 Test(attention_bf16_mma, sliding_window) { with_mma(check_window, (shape){2, 300, 4, 1, 64}); }
 Test(attention_f32, sliding_window) { check_window((shape){2, 300, 4, 2, 64}, 0); }
+
+/* Scores of other forms (attention.h's mt_attn_scores), each case checked
+ * to move the reference (check_scores_bite):
+ *  CAP2: Gemma 2's soft-capping with a cap of 2, which bites on N(0,1)
+ *        scores (x = 2 becomes 1.52);
+ *  GEMMA2: its real cap, 50, and scale (query_pre_attn_scalar 144: 144^-0.5
+ *        at head dim 128), on q scaled by 16 so that the scores (std ~15)
+ *        reach the cap's curve; the kernels' exp and tanh then work on
+ *        arguments of tens, and the mma.sync/wgmma log2 factor is 72;
+ *  SCALE144: the scale alone. */
+static const scores_case CAP2 = {{0.f, 2.f}, 1.f};
+static const scores_case GEMMA2 = {{0.083333333f, 50.f}, 16.f};
+static const scores_case SCALE144 = {{0.083333333f, 0.f}, 1.f};
+/* fp32 tolerance of GEMMA2: q scaled by 16 gives scores of up to ~40, whose
+ * fp32 dot products (128 products of ~16: ~1e-5 before the scale) and
+ * tanhf (2 ulp, times c = 50: ~6e-6 |t|) move P by a few 1e-6 relative;
+ * the peaked rows leave out and the gradients to few keys, without the
+ * averaging of F32_TOL's cases: 5e-5. (bf16 keeps its tolerances: the
+ * rounding of P to bf16, 2e-3, still dominates.) */
+#define F32_TOL_Q16 5e-5
+
+/* Soft-capping on every path of a kernel family: one sequence a row
+ * (ragged T, GQA, several tiles), packed documents, sliding windows
+ * (plain and packed), and Gemma 2's own cap and scale. */
+static void check_softcap(shape s, int bf16) {
+    const double tf = bf16 ? BF16_TOL_FWD : F32_TOL, tb = bf16 ? BF16_TOL_BWD : F32_TOL;
+    check_case((shape){2, 67, 4, 2, s.HD}, NULL, &CAP2, bf16, tf, tb);
+    check_case(s, NULL, &CAP2, bf16, tf, tb);
+    check_docs_case(s, &CAP2, bf16);
+    check_window_case(s, &CAP2, bf16);
+    if (s.HD == 128)
+        check_case(s, NULL, &GEMMA2, bf16, bf16 ? tf : F32_TOL_Q16, bf16 ? tb : F32_TOL_Q16);
+}
+Test(attention_bf16, softcap_hd64) { check_softcap((shape){2, 300, 8, 2, 64}, 1); }
+Test(attention_bf16, softcap_hd128) { check_softcap((shape){2, 300, 4, 1, 128}, 1); }
+Test(attention_bf16_mma, softcap_hd64) { with_mma(check_softcap, (shape){2, 300, 8, 2, 64}); }
+Test(attention_bf16_mma, softcap_hd128) { with_mma(check_softcap, (shape){2, 300, 4, 1, 128}); }
+Test(attention_f32, softcap_hd64) { check_softcap((shape){2, 300, 8, 2, 64}, 0); }
+Test(attention_f32, softcap_hd128) { check_softcap((shape){1, 300, 4, 1, 128}, 0); }
+
+static void check_scale(shape s, int bf16) {
+    if (bf16) check_case(s, NULL, &SCALE144, 1, BF16_TOL_FWD, BF16_TOL_BWD);
+    else check_case(s, NULL, &SCALE144, 0, F32_TOL, F32_TOL);
+}
+Test(attention_bf16, custom_scale_hd128) { check_scale((shape){2, 300, 8, 2, 128}, 1); }
+Test(attention_bf16_mma, custom_scale_hd128) { with_mma(check_scale, (shape){2, 300, 8, 2, 128}); }
+Test(attention_f32, custom_scale_hd128) { check_scale((shape){1, 300, 4, 2, 128}, 0); }
+
+/* Head dim 256 (every Gemma 2/3 size but 27B): the mma.sync kernels on
+ * every GPU whose blocks have the shared memory (Hopper's; the forward
+ * 198 KB, dK/dV 199 KB, dQ 198 KB), so the attention_bf16 and
+ * attention_bf16_mma tests run the same kernels on Hopper. Ragged T, GQA
+ * and MQA, several tiles of every pass (forward 128 rows, dK/dV 64 keys in
+ * two launches, dQ 64 rows), packed documents, soft-capping with windows. */
+static void check_hd256(shape s, int bf16) {
+    skip_without_gpu();
+    cr_assert(mt_attn_bf16_supports(256), "the bf16 kernels (%s) refuse head dim 256",
+              mt_attn_kernel_name());
+    check_case((shape){2, 67, 4, 2, 256}, NULL, NULL, bf16, BF16_TOL_FWD, BF16_TOL_BWD);
+    check_case(s, NULL, NULL, bf16, BF16_TOL_FWD, BF16_TOL_BWD);
+    check_docs(s, bf16);
+    check_case(s, NULL, &CAP2, bf16, BF16_TOL_FWD, BF16_TOL_BWD);
+    check_window_case(s, &CAP2, bf16);
+}
+Test(attention_bf16, hd256) { check_hd256((shape){2, 300, 4, 1, 256}, 1); }
+Test(attention_bf16_mma, hd256) { with_mma(check_hd256, (shape){1, 333, 8, 2, 256}); }
 
 /* A Hopper GPU (compute capability 9.0) takes the wgmma kernels when the
  * build has sm_90a code, so that the bf16 tests above cover them; every
@@ -415,7 +564,7 @@ Test(attention_bf16_mma, padded_head_dims_are_refused) {
     mt_error err = {{0}};
     cr_assert_eq(mt_attn_forward_bf16(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 4, 4,
                                       96, 0, &err), -1);
-    cr_assert(strstr(err.msg, "head_dim 64 or 128, got 96"), "message: %s", err.msg);
+    cr_assert(strstr(err.msg, "head_dim 64, 128 or 256, got 96"), "message: %s", err.msg);
     mt_attn_use(MT_ATTN_KERNEL_AUTO);
 }
 
@@ -469,8 +618,8 @@ static void check_one_document_per_row(int bf16) {
     random_inputs(&s, 21, &q, &k, &v, &dout);
     int32_t *pos = malloc(s.B * s.T * sizeof *pos);
     for (size_t i = 0; i < s.B * s.T; i++) pos[i] = (int32_t)(i % s.T);
-    run_result a = run_gpu(&s, NULL, bf16, q, k, v, dout);
-    run_result b = run_gpu(&s, pos, bf16, q, k, v, dout);
+    run_result a = run_gpu(&s, NULL, NULL, bf16, q, k, v, dout);
+    run_result b = run_gpu(&s, pos, NULL, bf16, q, k, v, dout);
     assert_same_bits(&a, &b, &s, "with one document per row");
     free_result(&a);
     free_result(&b);
@@ -480,25 +629,45 @@ Test(attention_bf16, one_document_per_row_equals_no_positions) { check_one_docum
 Test(attention_f32, one_document_per_row_equals_no_positions) { check_one_document_per_row(0); }
 
 /* Both precisions claim bitwise reproducible forward and backward (no
- * atomics), packed or not: two runs on the same inputs must agree to the
- * bit. */
-static void check_deterministic(int bf16, int packed) {
+ * atomics), packed or not, soft-capped or not (cs), head dim 256 too: two
+ * runs on the same inputs must agree to the bit. HD 0: 128 in bf16, 64 in
+ * fp32. */
+static void check_deterministic_case(int bf16, int packed, const scores_case *cs, size_t HD) {
     skip_without_gpu();
-    shape s = {2, 333, 8, 2, bf16 ? 128 : 64};
+    shape s = {2, 333, 8, 2, HD ? HD : bf16 ? 128 : 64};
     float *q, *k, *v, *dout;
     random_inputs(&s, 11, &q, &k, &v, &dout);
     int32_t *pos = packed ? packed_pos(s.B, s.T) : NULL;
-    run_result a = run_gpu(&s, pos, bf16, q, k, v, dout);
-    run_result b = run_gpu(&s, pos, bf16, q, k, v, dout);
+    run_result a = run_gpu(&s, pos, cs, bf16, q, k, v, dout);
+    run_result b = run_gpu(&s, pos, cs, bf16, q, k, v, dout);
     assert_same_bits(&a, &b, &s, "between runs");
     free_result(&a);
     free_result(&b);
     free(q); free(k); free(v); free(dout); free(pos);
 }
+static void check_deterministic(int bf16, int packed) {
+    check_deterministic_case(bf16, packed, NULL, 0);
+}
 Test(attention_bf16, deterministic) { check_deterministic(1, 0); }
 Test(attention_f32, deterministic) { check_deterministic(0, 0); }
 Test(attention_bf16, packed_deterministic) { check_deterministic(1, 1); }
 Test(attention_f32, packed_deterministic) { check_deterministic(0, 1); }
+Test(attention_bf16, softcap_deterministic) {
+    check_deterministic_case(1, 0, &CAP2, 0);
+    check_deterministic_case(1, 1, &CAP2, 64);
+}
+static void check_mma_deterministic(shape s, int bf16) {
+    (void)s;
+    check_deterministic_case(bf16, 1, &CAP2, 128);
+}
+Test(attention_bf16_mma, softcap_deterministic) {
+    with_mma(check_mma_deterministic, (shape){0});
+}
+Test(attention_f32, softcap_deterministic) { check_deterministic_case(0, 1, &CAP2, 0); }
+Test(attention_bf16, hd256_deterministic) {
+    check_deterministic_case(1, 0, NULL, 256);
+    check_deterministic_case(1, 1, &CAP2, 256);
+}
 
 /* The persistent forward's blocks claim query tiles from a device counter;
  * with its grid capped each block claims many (a ring of key tiles running
@@ -510,11 +679,11 @@ static void check_grid_caps(shape s, int packed) {
     float *q, *k, *v, *dout;
     random_inputs(&s, 31, &q, &k, &v, &dout);
     int32_t *pos = packed ? packed_pos(s.B, s.T) : NULL;
-    run_result a = run_gpu(&s, pos, 1, q, k, v, dout);
+    run_result a = run_gpu(&s, pos, NULL, 1, q, k, v, dout);
     const int caps[] = {1, 2, 5, 13};
     for (size_t c = 0; c < sizeof caps / sizeof *caps; c++) {
         cr_assert_eq(mt_attn_set_grid_cap(caps[c]), 0);
-        run_result b = run_gpu(&s, pos, 1, q, k, v, dout);
+        run_result b = run_gpu(&s, pos, NULL, 1, q, k, v, dout);
         mt_attn_set_grid_cap(0);
         char what[32];
         snprintf(what, sizeof what, "with %d blocks", caps[c]);
@@ -544,7 +713,20 @@ Test(attention, rejects_bad_shapes) {
     cr_assert_eq(mt_attn_forward_bf16(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 4, 4,
                                       72, 0, &err), -1);
     cr_assert(strstr(err.msg, "head_dim") && strstr(err.msg, "got 72"), "message: %s", err.msg);
+    cr_assert(strstr(err.msg, "256"), "message: %s", err.msg);
+    cr_assert_eq(mt_attn_forward_bf16(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 4, 4,
+                                      512, 0, &err), -1);
+    cr_assert(strstr(err.msg, "got 512"), "message: %s", err.msg);
     cr_assert_eq(mt_attn_forward_f32(NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 4, 4, 512, 0,
                                      &err), -1);
     cr_assert(strstr(err.msg, "512"), "message: %s", err.msg);
+    // A soft-cap must be 0 (none) or a finite positive number, before any device work too.
+    const mt_attn_scores bad[] = {{0.f, -1.f}, {0.f, NAN}, {0.f, INFINITY}, {NAN, 0.f}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cr_assert_eq(mt_attn_forward_bf16(NULL, NULL, NULL, NULL, NULL, NULL, NULL, &bad[i], 1,
+                                          8, 4, 4, 64, 0, &err), -1, "scores %zu", i);
+        cr_assert(strstr(err.msg, "not a finite number"), "message: %s", err.msg);
+        cr_assert_eq(mt_attn_backward_f32(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                          NULL, NULL, &bad[i], 1, 8, 4, 4, 64, 0, &err), -1);
+    }
 }
