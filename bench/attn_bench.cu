@@ -12,7 +12,11 @@
  * backward also through the mma.sync kernels (columns "mma"). TFLOPS count causal FLOPs: forward
  * 4*B*NH*T*T*HD/2 (QK^T and PV over the lower triangle), backward 2.5x.
  * Shapes with doc > 0 pack every row with documents of doc tokens (the
- * last one cut at T) and count each document's own triangle. */
+ * last one cut at T) and count each document's own triangle.
+ * --softcap C runs every shape with Gemma 2's logit soft-capping at C (the
+ * kernels compiled with SOFTCAP; the FLOPs counted are the same). Head dim
+ * 256 (Gemma 2/3) runs the mma.sync kernels on Hopper too, so its two
+ * columns time the same kernels. */
 #include <algorithm>
 #include <stdint.h>
 #include <stdio.h>
@@ -60,7 +64,7 @@ static void die(const mt_error &err) {
     exit(1);
 }
 
-static void bench_one(const bench_shape &s) {
+static void bench_one(const bench_shape &s, const mt_attn_scores *sc) {
     const size_t nq = s.B * s.T * s.NH * s.HD, nk = s.B * s.T * s.NKV * s.HD;
     const size_t es = s.bf16 ? 2 : 4;
     void *q, *k, *v, *dout, *out, *scratch;
@@ -98,20 +102,20 @@ static void bench_one(const bench_shape &s) {
     mt_error err;
     auto fwd = [&]() {
         int rc = s.bf16 ? mt_attn_forward_bf16((uint16_t *)out, NULL, lse, (uint16_t *)q,
-                                               (uint16_t *)k, (uint16_t *)v, pos, NULL, s.B, s.T,
+                                               (uint16_t *)k, (uint16_t *)v, pos, sc, s.B, s.T,
                                                s.NH, s.NKV, s.HD, 0, &err)
                         : mt_attn_forward_f32((float *)out, lse, (float *)q, (float *)k,
-                                              (float *)v, pos, NULL, s.B, s.T, s.NH, s.NKV, s.HD, 0,
+                                              (float *)v, pos, sc, s.B, s.T, s.NH, s.NKV, s.HD, 0,
                                               &err);
         if (rc) die(err);
     };
     auto bwd = [&]() {
         int rc = s.bf16 ? mt_attn_backward_bf16(dq, dk, dv, scratch, (uint16_t *)dout,
                                                 (uint16_t *)q, (uint16_t *)k, (uint16_t *)v,
-                                                (uint16_t *)out, lse, pos, NULL, s.B, s.T, s.NH,
+                                                (uint16_t *)out, lse, pos, sc, s.B, s.T, s.NH,
                                                 s.NKV, s.HD, 0, &err)
                         : mt_attn_backward_f32(dq, dk, dv, scratch, (float *)dout, (float *)q,
-                                               (float *)k, (float *)v, (float *)out, lse, pos, NULL,
+                                               (float *)k, (float *)v, (float *)out, lse, pos, sc,
                                                s.B, s.T, s.NH, s.NKV, s.HD, 0, &err);
         if (rc) die(err);
     };
@@ -159,11 +163,20 @@ static void bench_one(const bench_shape &s) {
     BENCH_CK(cudaEventDestroy(e1));
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    mt_attn_scores sc = {0.f, 0.f};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--softcap") && i + 1 < argc) {
+            sc.softcap = (float)atof(argv[++i]);
+        } else {
+            fprintf(stderr, "usage: attn_bench [--softcap C]\n");
+            return 2;
+        }
+    }
     cudaDeviceProp prop;
     BENCH_CK(cudaGetDeviceProperties(&prop, 0));
-    printf("device: %s, %d SMs; bf16 kernels: %s\n", prop.name,
-           prop.multiProcessorCount, mt_attn_kernel_name());
+    printf("device: %s, %d SMs; bf16 kernels: %s; soft-cap %g\n", prop.name,
+           prop.multiProcessorCount, mt_attn_kernel_name(), sc.softcap);
     printf("mode      T  B  B*T  NH/NKV   HD   doc |   fwd ms  TFLOPS     mma |   bwd ms  "
            "TFLOPS     mma\n");
     const bench_shape shapes[] = {
@@ -173,7 +186,9 @@ int main(void) {
         // packed documents: one per row (the packed kernels on the causal problem), then shorter
         {8, 2048, 32, 8, 128, 1, 2048}, {8, 2048, 32, 8, 128, 1, 512}, {8, 2048, 32, 8, 128, 1, 128},
         {1, 2048, 32, 8, 128, 0, 512},
+        // head dim 256: Gemma 2 9B's heads (16/8), Gemma 3 4B's (8/4), packed
+        {8, 2048, 16, 8, 256, 1, 0},   {4, 4096, 8, 4, 256, 1, 0},   {8, 2048, 16, 8, 256, 1, 512},
     };
-    for (const bench_shape &s : shapes) bench_one(s);
+    for (const bench_shape &s : shapes) bench_one(s, &sc);
     return 0;
 }
