@@ -222,6 +222,22 @@ void mt_cuda_swiglu_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt, const flo
 void mt_cuda_swiglu_backward(mt_cuda_ctx *ctx, float *dgate, float *dup, const float *dout,
                              const float *gate, const float *up, size_t N, size_t F);
 
+/* ---- Gemma (ops_gemma.cu) ---- */
+
+/* out (n) = inp * mul + add; out may alias inp. (The 1 + w of Gemma's
+ * RMSNorms, the sqrt(hidden) scale of its embedding.) */
+void mt_cuda_affine(mt_cuda_ctx *ctx, float *out, const float *inp, size_t n, float mul,
+                    float add);
+
+/* out (N,F) = gelu(gate) * up, of type out_dt; gelu the tanh form with
+ * tanh_form, else erf's. */
+void mt_cuda_geglu_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt, const float *gate,
+                           const float *up, size_t N, size_t F, int tanh_form);
+/* dgate, dup (N,F) OVERWRITTEN. */
+void mt_cuda_geglu_backward(mt_cuda_ctx *ctx, float *dgate, float *dup, const float *dout,
+                            const float *gate, const float *up, size_t N, size_t F,
+                            int tanh_form);
+
 /* ---- residual ---- */
 
 /* out (n) = a + b; out may alias a or b. */
@@ -259,23 +275,25 @@ size_t mt_cuda_lm_head_scratch_bytes(mt_precision prec, size_t R, size_t V);
  *   dhidden (N,C) = or += dlogits @ w   (dhidden_accumulate; may be NULL)
  *   dw (V,C)      += dlogits^T @ hidden (may be NULL)
  * row_loss (N) receives the per-row losses and *loss_sum (device double)
- * += their sum. dscale as in mt_cpu_cross_entropy. */
+ * += their sum. dscale as in mt_cpu_cross_entropy. softcap > 0: the loss
+ * reads the logits as softcap * tanh(logits / softcap) (Gemma 2's
+ * final_logit_softcapping) and dlogits is taken through it; 0: none. */
 void mt_cuda_lm_head_loss(mt_cuda_ctx *ctx, mt_precision prec, double *loss_sum,
                           float *row_loss, float *dhidden, bool dhidden_accumulate, float *dw,
                           void *scratch, const void *hidden, const void *w,
                           const int32_t *targets, size_t N, size_t C, size_t V, size_t R,
-                          float dscale);
+                          float dscale, float softcap);
 
 /* mt_cuda_lm_head_loss with row n's gradient scaled by row_scale[n]
  * (device, N) instead of dscale, and no loss sum: row_loss (N) receives
  * each row's -log p(target) (0 where ignored). With dhidden and dw NULL it
  * is a forward pass only: the targets' log-probabilities of a sequence
- * objective. */
+ * objective. softcap as in mt_cuda_lm_head_loss. */
 void mt_cuda_lm_head_loss_weighted(mt_cuda_ctx *ctx, mt_precision prec, float *row_loss,
                                    float *dhidden, bool dhidden_accumulate, float *dw,
                                    void *scratch, const void *hidden, const void *w,
                                    const int32_t *targets, const float *row_scale, size_t N,
-                                   size_t C, size_t V, size_t R);
+                                   size_t C, size_t V, size_t R, float softcap);
 
 /* ---- benchmark (not a test; bench/kernels/gemm_bench.cu) ---- */
 

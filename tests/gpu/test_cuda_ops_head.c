@@ -213,7 +213,7 @@ static void check_lm_head(mt_precision prec) {
     double *d_sum = dalloc(&pool, 8), start = 1.5, sum;
     CUDA_CHECK(cudaMemcpy(d_sum, &start, 8, cudaMemcpyHostToDevice));
     mt_cuda_lm_head_loss(ctx, prec, d_sum, d_loss, d_dh, true, d_dw, scratch, d_hid, d_w,
-                         d_t, N, C, V, R, dscale);
+                         d_t, N, C, V, R, dscale, 0.0f);
     float *gdh = malloc(N * C * 4), *gdw = malloc(V * C * 4), loss[37];
     download(gdh, d_dh, N * C * 4);
     download(gdw, d_dw, V * C * 4);
@@ -234,7 +234,7 @@ static void check_lm_head(mt_precision prec) {
     CUDA_CHECK(cudaMemcpy(d_dh, dh0, N * C * 4, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d_dw, dw0, V * C * 4, cudaMemcpyHostToDevice));
     mt_cuda_lm_head_loss(ctx, prec, d_sum, d_loss, d_dh, true, d_dw, scratch, d_hid, d_w, d_t,
-                         N, C, V, R, dscale);
+                         N, C, V, R, dscale, 0.0f);
     download(gdh2, d_dh, N * C * 4);
     download(gdw2, d_dw, V * C * 4);
     cr_assert(memcmp(gdh, gdh2, N * C * 4) == 0, "lm_head dhidden not deterministic");
@@ -245,7 +245,7 @@ static void check_lm_head(mt_precision prec) {
     ref_matmul_bwd(rdh2, NULL, dlf, hid_r, w_r, N, C, V);
     dpoison(d_dh, N * C * 4);
     mt_cuda_lm_head_loss(ctx, prec, d_sum, d_loss, d_dh, false, NULL, scratch, d_hid, d_w, d_t,
-                         N, C, V, R, dscale);
+                         N, C, V, R, dscale, 0.0f);
     download(gdh, d_dh, N * C * 4);
     expect_close(gdh, rdh2, N * C, gtol, "lm_head dhidden =");
     if (bf) free(hid_r), free(w_r);

@@ -5,7 +5,9 @@
  * (softmax - onehot) * dscale (or a scale per row: sequence objectives,
  * engine/preference.h), in place over the logits if asked. fp32
  * throughout; the loss of the whole batch is summed in double by one block
- * in a fixed order (mt_cuda_sum_to_double), so it is deterministic.
+ * in a fixed order (mt_cuda_sum_to_double), so it is deterministic. Under
+ * Gemma 2's final soft-cap the kernel reads each logit as
+ * cap * tanh(x / cap) and multiplies its gradient by 1 - tanh^2.
  *
  * lm_head + loss: the logits of a micro-batch (N x V fp32: 8 GiB for 16k
  * tokens of a 128k vocabulary) never exist at once. R rows at a time: the
@@ -32,10 +34,16 @@ __device__ __forceinline__ void lse_merge(float *m, float *s, float m2, float s2
     *m = mm;
 }
 
+/* A logit as the loss reads it: softcap * tanh(x / softcap) under a
+ * soft-cap (as backend_cpu.c computes it), else x itself. */
+__device__ __forceinline__ float capped(float x, float softcap) {
+    return softcap > 0.0f ? tanhf(x / softcap) * softcap : x;
+}
+
 __global__ void cross_entropy_kernel(float *dlogits, __nv_bfloat16 *dlogits_bf16,
                                      float *row_loss, const float *logits,
                                      const int32_t *targets, const float *row_scale, size_t V,
-                                     float dscale) {
+                                     float dscale, float softcap) {
     __shared__ float sm_m[CE_THREADS / 32], sm_s[CE_THREADS / 32];
     __shared__ float sh_lse;
     size_t row = blockIdx.x;
@@ -51,10 +59,10 @@ __global__ void cross_entropy_kernel(float *dlogits, __nv_bfloat16 *dlogits_bf16
         }
         return;
     }
-    float x_tgt = x[tgt]; /* read before any in-place write below */
+    float x_tgt = capped(x[tgt], softcap); /* read before any in-place write below */
     float m = -INFINITY, s = 0.0f;
     for (size_t i = threadIdx.x; i < V; i += blockDim.x) {
-        float v = x[i];
+        float v = capped(x[i], softcap);
         if (v > m) {
             s = s * expf(m - v) + 1.0f;
             m = v;
@@ -82,7 +90,10 @@ __global__ void cross_entropy_kernel(float *dlogits, __nv_bfloat16 *dlogits_bf16
     if (!dlogits && !dlogits_bf16) return;
     if (row_scale) dscale = row_scale[row];
     for (size_t i = threadIdx.x; i < V; i += blockDim.x) {
-        float d = (expf(x[i] - lse) - (i == (size_t)tgt ? 1.0f : 0.0f)) * dscale;
+        /* through the cap: d capped / d x = 1 - tanh^2 */
+        float t = softcap > 0.0f ? tanhf(x[i] / softcap) : 0.0f;
+        float d = (expf(capped(x[i], softcap) - lse) - (i == (size_t)tgt ? 1.0f : 0.0f)) * dscale;
+        if (softcap > 0.0f) d *= 1.0f - t * t;
         if (dlogits) dlogits[row * V + i] = d;
         if (dlogits_bf16) dlogits_bf16[row * V + i] = __float2bfloat16_rn(d);
     }
@@ -90,12 +101,13 @@ __global__ void cross_entropy_kernel(float *dlogits, __nv_bfloat16 *dlogits_bf16
 
 static void cross_entropy(mt_cuda_ctx *ctx, float *dlogits, uint16_t *dlogits_bf16,
                           float *row_loss, const float *logits, const int32_t *targets,
-                          const float *row_scale, size_t N, size_t V, float dscale) {
+                          const float *row_scale, size_t N, size_t V, float dscale,
+                          float softcap) {
     if (N == 0) return;
     MT_ASSERT(N <= INT32_MAX && V > 0);
     cross_entropy_kernel<<<(unsigned)N, CE_THREADS, 0, ctx->stream>>>(
         dlogits, (__nv_bfloat16 *)dlogits_bf16, row_loss, logits, targets, row_scale, V,
-        dscale);
+        dscale, softcap);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -103,14 +115,16 @@ extern "C" void mt_cuda_cross_entropy(mt_cuda_ctx *ctx, float *dlogits, uint16_t
                                       float *row_loss, const float *logits,
                                       const int32_t *targets, size_t N, size_t V,
                                       float dscale) {
-    cross_entropy(ctx, dlogits, dlogits_bf16, row_loss, logits, targets, NULL, N, V, dscale);
+    cross_entropy(ctx, dlogits, dlogits_bf16, row_loss, logits, targets, NULL, N, V, dscale,
+                  0.0f);
 }
 
 extern "C" void mt_cuda_cross_entropy_weighted(mt_cuda_ctx *ctx, float *dlogits,
                                                uint16_t *dlogits_bf16, float *row_loss,
                                                const float *logits, const int32_t *targets,
                                                const float *row_scale, size_t N, size_t V) {
-    cross_entropy(ctx, dlogits, dlogits_bf16, row_loss, logits, targets, row_scale, N, V, 0.0f);
+    cross_entropy(ctx, dlogits, dlogits_bf16, row_loss, logits, targets, row_scale, N, V, 0.0f,
+                  0.0f);
 }
 
 /* One block: strided double partial sums, then a fixed shared-memory tree. */
@@ -133,12 +147,12 @@ extern "C" void mt_cuda_sum_to_double(mt_cuda_ctx *ctx, double *sum, const float
 }
 
 /* Both lm_head losses: a gradient scale per row (row_scale) or dscale;
- * loss_sum may be NULL. */
+ * loss_sum may be NULL; softcap 0: none. */
 static void lm_head_loss(mt_cuda_ctx *ctx, mt_precision prec, double *loss_sum, float *row_loss,
                          float *dhidden, bool dhidden_accumulate, float *dw, void *scratch,
                          const void *hidden, const void *w, const int32_t *targets,
                          const float *row_scale, size_t N, size_t C, size_t V, size_t R,
-                         float dscale) {
+                         float dscale, float softcap) {
     MT_ASSERT(R > 0);
     bool bf16 = prec == MT_PREC_BF16, grad = dhidden || dw;
     size_t esize = bf16 ? 2 : 4;
@@ -152,7 +166,8 @@ static void lm_head_loss(mt_cuda_ctx *ctx, mt_precision prec, double *loss_sum, 
         const void *hid = (const char *)hidden + r0 * C * esize; // (rows, C)
         mt_cuda_matmul_forward(ctx, prec, logits, MT_DT_F32, hid, w, NULL, rows, C, V);
         cross_entropy(ctx, grad && !bf16 ? logits : NULL, grad ? dl16 : NULL, row_loss + r0,
-                      logits, targets + r0, row_scale ? row_scale + r0 : NULL, rows, V, dscale);
+                      logits, targets + r0, row_scale ? row_scale + r0 : NULL, rows, V, dscale,
+                      softcap);
         if (grad)
             mt_cuda_matmul_backward(ctx, prec, dhidden ? dhidden + r0 * C : NULL,
                                     dhidden_accumulate, dw, dlogits, hid, w, rows, C, V);
@@ -164,9 +179,9 @@ extern "C" void mt_cuda_lm_head_loss(mt_cuda_ctx *ctx, mt_precision prec, double
                                      float *row_loss, float *dhidden, bool dhidden_accumulate,
                                      float *dw, void *scratch, const void *hidden,
                                      const void *w, const int32_t *targets, size_t N, size_t C,
-                                     size_t V, size_t R, float dscale) {
+                                     size_t V, size_t R, float dscale, float softcap) {
     lm_head_loss(ctx, prec, loss_sum, row_loss, dhidden, dhidden_accumulate, dw, scratch, hidden,
-                 w, targets, NULL, N, C, V, R, dscale);
+                 w, targets, NULL, N, C, V, R, dscale, softcap);
 }
 
 extern "C" void mt_cuda_lm_head_loss_weighted(mt_cuda_ctx *ctx, mt_precision prec,
@@ -174,7 +189,8 @@ extern "C" void mt_cuda_lm_head_loss_weighted(mt_cuda_ctx *ctx, mt_precision pre
                                               bool dhidden_accumulate, float *dw, void *scratch,
                                               const void *hidden, const void *w,
                                               const int32_t *targets, const float *row_scale,
-                                              size_t N, size_t C, size_t V, size_t R) {
+                                              size_t N, size_t C, size_t V, size_t R,
+                                              float softcap) {
     lm_head_loss(ctx, prec, NULL, row_loss, dhidden, dhidden_accumulate, dw, scratch, hidden, w,
-                 targets, row_scale, N, C, V, R, 0.0f);
+                 targets, row_scale, N, C, V, R, 0.0f, softcap);
 }

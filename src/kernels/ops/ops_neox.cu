@@ -9,10 +9,9 @@
 
 #include "kernels/cuda_common.h"
 #include "kernels/cuda_ops.h"
+#include "kernels/ops/gelu.cuh"
 
 #define NEOX_THREADS 256
-#define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
-#define GELU_A 0.044715f
 
 /* Blocks for n items of `per` elements each; a grid-stride loop covers the rest. */
 static unsigned neox_blocks(size_t n, size_t per) {
@@ -22,23 +21,6 @@ static unsigned neox_blocks(size_t n, size_t per) {
 }
 
 /* ---- GELU ---- */
-
-template <bool TANH>
-__device__ __forceinline__ float gelu_f(float x) {
-    if (TANH) return 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_A * x * x * x)));
-    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-}
-
-template <bool TANH>
-__device__ __forceinline__ float gelu_grad_f(float x) {
-    if (TANH) {
-        float t = tanhf(GELU_K * (x + GELU_A * x * x * x));
-        return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_A * x * x);
-    }
-    /* Phi(x) + x phi(x), phi the standard normal density */
-    return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) +
-           x * expf(-0.5f * x * x) * 0.39894228040143268f;
-}
 
 __device__ __forceinline__ void put(float *out, size_t i, float v) { out[i] = v; }
 __device__ __forceinline__ void put(__nv_bfloat16 *out, size_t i, float v) {

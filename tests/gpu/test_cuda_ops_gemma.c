@@ -1,0 +1,160 @@
+/* Tests of the CUDA operators Gemma adds (see test_cuda_ops.c for the method
+ * and the tolerances): the GeGLU (tanh and erf GELU), the affine map of the
+ * 1 + w norms and the embedding's scale, and the LM head's loss under
+ * Gemma 2's final logit soft-cap. */
+#include "cuda_ops_util.h"
+
+/* ---- GeGLU ---- */
+
+static double gelu_ref(double x, int tanh_form) {
+    if (tanh_form)
+        return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+}
+
+/* The derivative by central differences in double: an independent check
+ * of the closed forms the kernels use (step 1e-5: error ~1e-10). */
+static double gelu_grad_ref(double x, int tanh_form) {
+    const double h = 1e-5;
+    return (gelu_ref(x + h, tanh_form) - gelu_ref(x - h, tanh_form)) / (2 * h);
+}
+
+static void check_geglu(int tanh_form) {
+    mt_cuda_ctx *ctx = gpu_ctx();
+    dev_pool pool = {0};
+    const size_t N = 37, F = 101, n = N * F;
+    float *g = hrand(n, 41, -5, 5), *u = hrand(n, 42, -2, 2), *d = hrand(n, 43, -1, 1);
+    double *ro = malloc(n * 8), *rdg = malloc(n * 8), *rdu = malloc(n * 8);
+    for (size_t i = 0; i < n; i++) {
+        ro[i] = gelu_ref(g[i], tanh_form) * u[i];
+        rdu[i] = (double)d[i] * gelu_ref(g[i], tanh_form);
+        rdg[i] = (double)d[i] * u[i] * gelu_grad_ref(g[i], tanh_form);
+    }
+    float *d_g = dupload(&pool, g, n * 4), *d_u = dupload(&pool, u, n * 4);
+    float *d_d = dupload(&pool, d, n * 4), *d_out = dalloc(&pool, n * 4);
+    float *d_dg = dalloc(&pool, n * 4), *d_du = dalloc(&pool, n * 4);
+    float *out = malloc(n * 4), *dg = malloc(n * 4), *du = malloc(n * 4);
+    mt_cuda_geglu_forward(ctx, d_out, MT_DT_F32, d_g, d_u, N, F, tanh_form);
+    download(out, d_out, n * 4);
+    expect_close(out, ro, n, TOL_F32, "geglu out");
+    dpoison(d_out, n * 4);
+    mt_cuda_geglu_forward(ctx, d_out, MT_DT_BF16, d_g, d_u, N, F, tanh_form);
+    uint16_t *o16 = malloc(n * 2);
+    download(o16, d_out, n * 2);
+    float *of = bf16_to_f32_host(o16, n);
+    expect_close(of, ro, n, TOL_BF16_OUT, "geglu bf16 out");
+    dpoison(d_dg, n * 4);
+    dpoison(d_du, n * 4);
+    mt_cuda_geglu_backward(ctx, d_dg, d_du, d_d, d_g, d_u, N, F, tanh_form);
+    download(dg, d_dg, n * 4);
+    download(du, d_du, n * 4);
+    expect_close(dg, rdg, n, TOL_F32, "geglu dgate");
+    expect_close(du, rdu, n, TOL_F32, "geglu dup");
+    free(g), free(u), free(d), free(ro), free(rdg), free(rdu), free(out), free(dg), free(du);
+    free(o16), free(of);
+    pool_free(&pool);
+    mt_cuda_ctx_free(ctx);
+}
+
+Test(cuda_ops_gemma, geglu_tanh) { check_geglu(1); }
+Test(cuda_ops_gemma, geglu_erf) { check_geglu(0); }
+
+/* 1 + w and x * sqrt(C) are exact in one rounding, as on the CPU: the same
+ * bits (in place for the scale). */
+Test(cuda_ops_gemma, affine_is_the_cpus_one_plus_w_and_scale) {
+    mt_cuda_ctx *ctx = gpu_ctx();
+    dev_pool pool = {0};
+    const size_t n = 1003;
+    const float s = (float)sqrt(2304.0);
+    float *w = hrand(n, 44, -1, 1), *got = malloc(n * 4);
+    float *d_w = dupload(&pool, w, n * 4), *d_out = dalloc(&pool, n * 4);
+    mt_cuda_affine(ctx, d_out, d_w, n, 1.0f, 1.0f);
+    download(got, d_out, n * 4);
+    for (size_t i = 0; i < n; i++) cr_assert_eq(got[i], 1.0f + w[i], "1 + w at %zu", i);
+    mt_cuda_affine(ctx, d_w, d_w, n, s, 0.0f);
+    download(got, d_w, n * 4);
+    for (size_t i = 0; i < n; i++) cr_assert_eq(got[i], w[i] * s, "w * s at %zu", i);
+    free(w), free(got);
+    pool_free(&pool);
+    mt_cuda_ctx_free(ctx);
+}
+
+/* ---- the soft-capped LM head ---- */
+
+/* The reference in double: logits = cap * tanh(hid w^T / cap), the
+ * cross-entropy's gradient taken back through the cap, then into dhidden
+ * and dw. Returns the loss sum. */
+static double ref_capped_head(double *loss, double *dh, double *dw, const float *hid,
+                              const float *w, const int32_t *tgt, size_t N, size_t C, size_t V,
+                              double dscale, double cap) {
+    double *l = malloc(V * 8), *dl = malloc(V * 8), total = 0;
+    for (size_t n = 0; n < N; n++) {
+        if (tgt[n] == IGNORE) {
+            loss[n] = 0;
+            continue;
+        }
+        double m = -INFINITY, s = 0;
+        for (size_t v = 0; v < V; v++) {
+            double x = 0;
+            for (size_t c = 0; c < C; c++) x += (double)hid[n * C + c] * w[v * C + c];
+            l[v] = cap * tanh(x / cap);
+            dl[v] = 1.0 - tanh(x / cap) * tanh(x / cap); /* the cap's derivative, for now */
+            m = fmax(m, l[v]);
+        }
+        for (size_t v = 0; v < V; v++) s += exp(l[v] - m);
+        double lse = m + log(s);
+        loss[n] = lse - l[tgt[n]];
+        total += loss[n];
+        for (size_t v = 0; v < V; v++) {
+            double d = (exp(l[v] - lse) - (v == (size_t)tgt[n])) * dscale * dl[v];
+            for (size_t c = 0; c < C; c++) {
+                dh[n * C + c] += d * w[v * C + c];
+                dw[v * C + c] += d * hid[n * C + c];
+            }
+        }
+    }
+    free(l), free(dl);
+    return total;
+}
+
+/* fp32, chunks of 16 rows, a cap the logits (|x| up to ~6) bend under. */
+Test(cuda_ops_gemma, lm_head_loss_under_the_final_softcap) {
+    mt_cuda_ctx *ctx = gpu_ctx();
+    dev_pool pool = {0};
+    const size_t N = 37, C = 96, V = 500, R = 16;
+    const float dscale = 0.5f, cap = 3.0f;
+    float *hid = hrand(N * C, 45, -0.5f, 0.5f), *w = hrand(V * C, 46, -0.5f, 0.5f);
+    int32_t tgt[37];
+    for (size_t i = 0; i < N; i++) tgt[i] = (int32_t)((i * 577 + 11) % V);
+    tgt[2] = IGNORE;
+    double rloss[37], *rdh = calloc(N * C, 8), *rdw = calloc(V * C, 8);
+    double rsum = ref_capped_head(rloss, rdh, rdw, hid, w, tgt, N, C, V, dscale, cap);
+    float *d_hid = dupload(&pool, hid, N * C * 4), *d_w = dupload(&pool, w, V * C * 4);
+    float *d_dh = dalloc(&pool, N * C * 4), *d_dw = dalloc(&pool, V * C * 4);
+    float *d_loss = dalloc(&pool, N * 4);
+    int32_t *d_t = dupload(&pool, tgt, sizeof tgt);
+    void *scratch = dalloc(&pool, mt_cuda_lm_head_scratch_bytes(MT_PREC_FP32, R, V));
+    double *d_sum = dalloc(&pool, 8), zero = 0, sum;
+    CUDA_CHECK(cudaMemcpy(d_sum, &zero, 8, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(d_dw, 0, V * C * 4));
+    mt_cuda_lm_head_loss(ctx, MT_PREC_FP32, d_sum, d_loss, d_dh, false, d_dw, scratch, d_hid,
+                         d_w, d_t, N, C, V, R, dscale, cap);
+    float *gdh = malloc(N * C * 4), *gdw = malloc(V * C * 4), loss[37];
+    download(gdh, d_dh, N * C * 4);
+    download(gdw, d_dw, V * C * 4);
+    download(loss, d_loss, N * 4);
+    download(&sum, d_sum, 8);
+    expect_close(loss, rloss, N, TOL_F32, "capped head row losses");
+    cr_expect(fabs(sum - rsum) <= TOL_F32 * rsum, "loss sum %.9g vs %.9g", sum, rsum);
+    expect_close(gdh, rdh, N * C, TOL_F32, "capped head dhidden");
+    expect_close(gdw, rdw, V * C, TOL_F32, "capped head dw");
+    /* the weighted form's forward: each row's -log p of its target */
+    dpoison(d_loss, N * 4);
+    mt_cuda_lm_head_loss_weighted(ctx, MT_PREC_FP32, d_loss, NULL, false, NULL, scratch, d_hid,
+                                  d_w, d_t, NULL, N, C, V, R, cap);
+    download(loss, d_loss, N * 4);
+    expect_close(loss, rloss, N, TOL_F32, "capped head -log p");
+    free(hid), free(w), free(rdh), free(rdw), free(gdh), free(gdw);
+    pool_free(&pool);
+    mt_cuda_ctx_free(ctx);
+}
