@@ -81,3 +81,12 @@ void mt_rope_tables(float *cos, float *sin, const mt_config *cfg, size_t T) {
         }
     free(inv_freq);
 }
+
+void mt_rope_tables_local(float *cos, float *sin, const mt_config *c, size_t T) {
+    mt_config local = *c;
+    if (c->arch == MT_ARCH_GEMMA3_TEXT) {
+        local.rope_theta = c->rope_local_theta;
+        local.rope_kind = MT_ROPE_DEFAULT;
+    }
+    mt_rope_tables(cos, sin, &local, T);
+}

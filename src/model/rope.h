@@ -31,4 +31,9 @@ double mt_rope_attention_factor(const mt_config *cfg);
  * along the last dim; the rotate-half ops use the half. */
 void mt_rope_tables(float *cos, float *sin, const mt_config *cfg, size_t T);
 
+/* The tables of a model's sliding-window layers: gemma3_text's rotate by
+ * rope_local_theta without scaling (transformers' rotary_emb_local); every
+ * other model's are mt_rope_tables'. */
+void mt_rope_tables_local(float *cos, float *sin, const mt_config *cfg, size_t T);
+
 #endif

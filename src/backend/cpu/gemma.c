@@ -51,12 +51,7 @@ size_t mt_cpu_gemma_bytes(const mt_config *c, int64_t B, int64_t T) {
  * no scaling; Gemma 2: the one rope_theta) and of the global ones. */
 static void rope_tables(mt_cpu_gemma *m, const mt_config *c, size_t T) {
     mt_rope_tables(m->cos_g, m->sin_g, c, T);
-    mt_config local = *c;
-    if (c->arch == MT_ARCH_GEMMA3_TEXT) {
-        local.rope_theta = c->rope_local_theta;
-        local.rope_kind = MT_ROPE_DEFAULT;
-    }
-    mt_rope_tables(m->cos_l, m->sin_l, &local, T);
+    mt_rope_tables_local(m->cos_l, m->sin_l, c, T);
 }
 
 mt_cpu_gemma *mt_cpu_gemma_create(const mt_config *c, int64_t B, int64_t T) {
