@@ -63,9 +63,15 @@ static inline bool mt_arch_has_llama_block(mt_arch a) {
  * lookup: every family but gpt_neox and falcon. */
 static inline bool mt_arch_has_padding_idx(mt_arch a) { return !mt_arch_has_neox_block(a); }
 
-/* Whether arch has CPU references only: no GPU kernels run its blocks yet
- * (gemma2, gemma3_text; gpt_neox and falcon run on the GPU). */
-static inline bool mt_arch_cpu_only(mt_arch a) { return mt_arch_is_gemma(a); }
+/* Whether arch has CPU references only: no GPU kernels run its blocks yet.
+ * None today (gpt_neox and falcon run on the GPU by neox_cuda.c, gemma2 and
+ * gemma3_text by gemma_cuda.c); a family added with its CPU reference
+ * first says so here, and `train` runs it on the CPU, `plan` notes it and
+ * the CUDA backend refuses it. */
+static inline bool mt_arch_cpu_only(mt_arch a) {
+    (void)a;
+    return false;
+}
 
 /* The MLP: SwiGLU, down(silu(gate x) * up x), or a plain two-layer MLP,
  * down(gelu(up x + b) + b), with the erf GELU or its tanh form. */

@@ -46,8 +46,11 @@ static layer_costs costs(const mt_plan_request *q) {
     /* the backward's recompute of a dense block stops before the down
      * projection (its output is not needed), a parallel gpt_neox or falcon
      * block's skips the attention's output product too; an MoE block's
-     * recomputes it all (its backward reads the experts' outputs) */
-    double down = mt_config_is_moe(c) ? 0 : 2.0 * c->F * c->C * tok / G;
+     * recomputes it all (its backward reads the experts' outputs), and so
+     * does a Gemma block's (its post-norm's backward reads the down
+     * projection's output) */
+    double down = mt_config_is_moe(c) || mt_arch_is_gemma(c->arch)
+                      ? 0 : 2.0 * c->F * c->C * tok / G;
     if (mt_arch_has_neox_block(c->arch) && c->parallel_residual) down += 2.0 * Q * c->C * tok / G;
     k.b = k.f - down + k.b_kept;
     k.head = 6.0 * c->V * c->C * tok / G + tok * c->V * 8.0 / H;
@@ -355,8 +358,9 @@ static void refusal(const mt_plan_request *q, mt_plan *p, int bf16) {
 static void spend_gpu(const mt_plan_request *q, mt_plan *p) {
     const mt_param_table *t = q->t;
     int nl = t->n_layers, L = nl - 2;
+    /* MoE and Gemma blocks always recompute (backend/cuda/gemma_cuda.c) */
     int keep_ok = q->precision == MT_GPU_BF16 && q->keep_layers != 0 &&
-                  !mt_config_is_moe(q->cfg); /* MoE blocks always recompute */
+                  !mt_config_is_moe(q->cfg) && !mt_arch_is_gemma(q->cfg->arch);
     for (;;) {
         mt_step_prediction base = mt_plan_predict(q, p);
         double best_gain = 0;
@@ -435,7 +439,9 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
  * faster of the two. */
 static int try_units(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild, int disk) {
     if (!try_dtype(q, p, bf16, rebuild, disk, 0)) return 0;
-    if (q->precision != MT_GPU_BF16 || q->keep_layers == 0 || mt_config_is_moe(q->cfg)) return 1;
+    if (q->precision != MT_GPU_BF16 || q->keep_layers == 0 || mt_config_is_moe(q->cfg) ||
+        mt_arch_is_gemma(q->cfg->arch))
+        return 1;
     /* gpt_neox's and falcon's units have no lean form: what they keep
      * follows the residual form (backend/cuda/neox_cuda.c) */
     if (mt_arch_has_neox_block(q->cfg->arch)) return 1;

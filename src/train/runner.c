@@ -63,12 +63,10 @@ int mt_runner_pick_gpu(int device, mt_error *err) {
 
 int mt_runner_pick_gpu_for(int device, const mt_config *cfg, mt_error *err) {
     int gpu = mt_runner_pick_gpu(device, err);
-    /* gemma's blocks have CPU references only (backend/cpu/gemma.c); gpt_neox
-     * and falcon run on the GPU (neox_cuda.c) */
+    /* a family with CPU references only (mt_arch_cpu_only) */
     if (gpu <= 0 || !mt_arch_cpu_only(cfg->arch)) return gpu;
     if (device == 0) return 0;
-    return mt_errorf(err, "--device cuda: model_type \"%s\" has no GPU kernels yet (its "
-                     "soft-capped, sliding-window attention, GeGLU and 1 + w norms); use "
+    return mt_errorf(err, "--device cuda: model_type \"%s\" has no GPU kernels yet; use "
                      "--device cpu", cfg->model_type);
 }
 

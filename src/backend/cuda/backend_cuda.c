@@ -250,6 +250,7 @@ static void cu_forward(mt_backend *be, int layer, int mb) {
         mt_cuda_embedding_forward(cb->ctx, saved_at(cb, 1, mb), cb->tokens + (size_t)mb * cb->N,
                                   W32(cb, bound_slot(cb), 0, MT_T_EMBED), MT_DT_F32, cb->N,
                                   cb->cfg->C);
+        mt_cuda_embed_scale(cb, saved_at(cb, 1, mb));
         return;
     }
     acts *k = cb->train ? mt_cuda_kept_unit(cb, layer, mb) : NULL;
@@ -289,9 +290,10 @@ static void head_pass(cuda_backend *cb, int mb, const float *w, float *logp) {
         mt_cuda_layernorm_forward(cb->ctx, a->xf_op, op_dt(cb), a->meanf, a->rstdf, x,
                                   W32(cb, s, head, MT_T_FINAL_NORM),
                                   W32(cb, s, head, MT_T_FINAL_NORM_B), N, C, c->rms_eps);
-    else
+    else /* gemma's by 1 + w */
         mt_cuda_rmsnorm_forward(cb->ctx, a->xf_op, op_dt(cb), a->rstdf, x,
-                                W32(cb, s, head, MT_T_FINAL_NORM), N, C, c->rms_eps);
+                                mt_cuda_norm_w(cb, head, MT_T_FINAL_NORM), N, C, c->rms_eps);
+    float cap = (float)c->final_softcap; /* Gemma 2's logit soft-cap; 0: none */
     size_t R = (size_t)cb->o.head_chunk < N ? (size_t)cb->o.head_chunk : N;
     if (w) /* pageable: copied out of w before the call returns */
         CUDA_CHECK(cudaMemcpyAsync(a->row_w, w, N * sizeof(float), cudaMemcpyHostToDevice,
@@ -299,11 +301,11 @@ static void head_pass(cuda_backend *cb, int mb, const float *w, float *logp) {
     if (w || logp)
         mt_cuda_lm_head_loss_weighted(cb->ctx, cb->prec, a->row_loss, grad ? a->dxf32 : NULL,
                                       false, grad ? gl : NULL, a->head_scratch, a->xf_op, wl,
-                                      tgt, w ? a->row_w : NULL, N, C, c->V, R);
+                                      tgt, w ? a->row_w : NULL, N, C, c->V, R, cap);
     else
         mt_cuda_lm_head_loss(cb->ctx, cb->prec, cb->loss_dev, a->row_loss,
                              grad ? a->dxf32 : NULL, false, grad ? gl : NULL, a->head_scratch,
-                             a->xf_op, wl, tgt, N, C, c->V, R, cb->dscale);
+                             a->xf_op, wl, tgt, N, C, c->V, R, cb->dscale, cap);
     if (logp) {
         CUDA_CHECK(cudaMemcpyAsync(logp, a->row_loss, N * sizeof(float), cudaMemcpyDeviceToHost,
                                    cb->s_comp));
@@ -320,8 +322,8 @@ static void head_pass(cuda_backend *cb, int mb, const float *w, float *logp) {
                                    a->rstdf, N, C);
     else
         mt_cuda_rmsnorm_backward(cb->ctx, dx, G(cb, cb->g_cur, head, MT_T_FINAL_NORM),
-                                 a->colsum, a->dxf32, x, W32(cb, s, head, MT_T_FINAL_NORM),
-                                 a->rstdf, N, C);
+                                 a->colsum, a->dxf32, x,
+                                 mt_cuda_norm_w(cb, head, MT_T_FINAL_NORM), a->rstdf, N, C);
 }
 
 static void cu_head(mt_backend *be, int mb) { head_pass((cuda_backend *)be, mb, NULL, NULL); }
@@ -338,6 +340,7 @@ static void cu_backward(mt_backend *be, int layer, int mb) {
     cuda_backend *cb = (cuda_backend *)be;
     size_t N = cb->N;
     if (layer == 0) {
+        mt_cuda_embed_scale(cb, dx_at(cb, mb)); /* through Gemma's scale; dx is spent after */
         mt_cuda_embedding_backward(cb->ctx, G(cb, cb->g_cur, 0, MT_T_EMBED), dx_at(cb, mb),
                                    cb->tokens + mb * N, cb->emb_order + mb * N,
                                    cb->emb_bounds + mb * (N + 1), cb->emb_groups[mb],
@@ -493,12 +496,8 @@ static const mt_backend_ops cuda_ops = {
 mt_backend *mt_cuda_backend_create(const mt_config *c, const mt_param_table *t,
                                    mt_host_store *store, int max_M, int64_t B, int64_t T,
                                    const mt_cuda_backend_opts *o, mt_error *err) {
-    /* gemma's soft-capped sliding-window attention, GeGLU and 1 + w norms
-     * have CPU references only (backend/cpu/gemma.c) */
     if (mt_arch_cpu_only(c->arch))
-        return mt_errorf(err, "model_type \"%s\" is not supported on the GPU yet (the CUDA "
-                         "kernels for its soft-capped, sliding-window attention, GeGLU and "
-                         "1 + w norms are not written); train it on the CPU with --device cpu",
-                         c->model_type), NULL;
+        return mt_errorf(err, "model_type \"%s\" is not supported on the GPU yet; train it "
+                         "on the CPU with --device cpu", c->model_type), NULL;
     return mt_cuda_backend_make(c, t, store, max_M, B, T, o, &cuda_ops, err);
 }

@@ -2,6 +2,7 @@
  * the memory plan, pinned host buffers, streams and events), its release,
  * and the accessors of backend_cuda.h. */
 #include <cuda_runtime_api.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -307,6 +308,11 @@ mt_backend *mt_cuda_backend_make(const mt_config *c, const mt_param_table *t,
     mt_rope_tables(cs, cs + hn, c, (size_t)T);
     CUDA_CHECK(cudaMemcpy(cb->cos, cs, hn * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(cb->sin, cs + hn, hn * sizeof(float), cudaMemcpyHostToDevice));
+    if (cb->cos_l != cb->cos) { /* Gemma 3's sliding layers */
+        mt_rope_tables_local(cs, cs + hn, c, (size_t)T);
+        CUDA_CHECK(cudaMemcpy(cb->cos_l, cs, hn * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(cb->sin_l, cs + hn, hn * sizeof(float), cudaMemcpyHostToDevice));
+    }
     free(cs);
     size_t N = cb->N;
     cb->h_order = mt_malloc_or_die((size_t)max_M * N * 4);
@@ -511,6 +517,8 @@ void mt_cuda_backend_logits(mt_backend *be, int mb, int64_t row, float *logits) 
                                  cb->store->w + hl->offset +
                                      hl->tensors[hl->by_role[MT_T_FINAL_NORM_B]].offset,
                                  1, C, c->rms_eps);
+    else if (cb->t->norm_offset) /* gemma: by 1 + w */
+        mt_cpu_rmsnorm1p_forward(xn, NULL, x, wn, 1, C, c->rms_eps);
     else
         mt_cpu_rmsnorm_forward(xn, NULL, x, wn, 1, C, c->rms_eps);
     const float *wl;
@@ -521,6 +529,9 @@ void mt_cuda_backend_logits(mt_backend *be, int mb, int64_t row, float *logits) 
         wl = cb->store->w + hl->offset + hl->tensors[hl->by_role[MT_T_LM_HEAD]].offset;
     }
     mt_cpu_matmul_forward(logits, xn, wl, NULL, 1, C, V);
+    float cap = (float)c->final_softcap; /* Gemma 2, as backend_cpu.c */
+    if (cap != 0.0f)
+        for (size_t i = 0; i < V; i++) logits[i] = tanhf(logits[i] / cap) * cap;
     free(x);
     free(xn);
 }

@@ -43,7 +43,14 @@ typedef struct acts {
     void *xn2_op; float *rstd2;
     float *gate32, *up32; void *mlp_op;
     uint16_t *gate16, *up16;  /* fast path; gate16: gpt_neox's GELU input in bf16 mode */
-    float *xtmp;        /* an MoE block's output in a recompute (unused) */
+    float *xtmp;        /* an MoE or Gemma block's output in a recompute (unused) */
+    /* Gemma (gemma_cuda.c): the attention's and the MLP's outputs before
+     * their post-norms, (N, C) each, and those norms' rstd (N); the 1 + w
+     * of the bound layer's RMSNorms, (4C + 2HD): input, post-attention,
+     * pre- and post-feedforward, q and k norms (the head's final norm:
+     * the first C) */
+    float *ao32, *mo32, *rstd_pa, *rstd_pf;
+    float *norm_w;
     /* backward */
     void *dx_op;
     float *dmlp32, *dgate32, *dup32; void *dgate_op, *dup_op;
@@ -147,6 +154,9 @@ typedef struct cuda_backend {
      * kernels (neox_cuda.c). */
     int keeps;
     float *cos, *sin;
+    /* (T, HD/2) the rotary tables of Gemma 3's sliding layers (its
+     * rope_local_theta, mt_rope_tables_local); cos, sin for every other */
+    float *cos_l, *sin_l;
     int32_t *tokens, *targets, *emb_order, *emb_bounds;
     int32_t *pos;       /* (max_M, N) positions of a packed batch (mt_batch.pos) */
     int has_pos;        /* this step's batch has positions */

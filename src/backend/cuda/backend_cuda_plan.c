@@ -94,6 +94,9 @@ static void plan_grads_and_step(cuda_backend *cb, bump *b) {
     cb->dx = TAKE_F(b, (size_t)cb->max_M * N * C);
     cb->cos = TAKE_F(b, cb->T * c->HD / 2);
     cb->sin = TAKE_F(b, cb->T * c->HD / 2);
+    int local = c->arch == MT_ARCH_GEMMA3_TEXT; /* tables of its own for the sliding layers */
+    cb->cos_l = local ? TAKE_F(b, cb->T * c->HD / 2) : cb->cos;
+    cb->sin_l = local ? TAKE_F(b, cb->T * c->HD / 2) : cb->sin;
     cb->tokens = take(b, (size_t)cb->max_M * N * 4);
     cb->targets = take(b, (size_t)cb->max_M * N * 4);
     cb->pos = take(b, (size_t)cb->max_M * N * 4);
@@ -117,6 +120,7 @@ static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
     const mt_config *c = cb->cfg;
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
     int bf = cb->prec == MT_PREC_BF16, neox = mt_arch_has_neox_block(c->arch);
+    int gemma = mt_arch_is_gemma(c->arch);
     cb->attn_bf16 = bf && mt_attn_bf16_supports((size_t)c->HD);
     a->rstd1 = TAKE_F(b, N);
     a->xn1_op = take(b, N * C * op_size(cb));
@@ -126,8 +130,9 @@ static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
         a->mean2 = TAKE_F(b, N);
         a->qkv32 = !bf || blocks_have(cb, MT_T_BQKV) ? TAKE_F(b, N * (Q + 2 * KV)) : NULL;
     }
-    /* gpt_neox's and falcon's blocks take a path of their own (neox_cuda.c) */
-    cb->fast = cb->attn_bf16 && c->HD % 8 == 0 && !neox;
+    /* gpt_neox's and falcon's blocks take a path of their own (neox_cuda.c),
+     * Gemma's the general one's (gemma_cuda.c) */
+    cb->fast = cb->attn_bf16 && c->HD % 8 == 0 && !neox && !gemma;
     cb->keeps = cb->fast || (neox && cb->attn_bf16);
     /* fp32 q, k, v: the general path's; the fast path's products write the
      * bf16 operands, and gpt_neox's split writes the flash kernels' */
@@ -162,7 +167,14 @@ static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
         a->up32 = TAKE_F(b, N * F);
     }
     a->mlp_op = take(b, N * F * op_size(cb));
-    a->xtmp = mt_config_is_moe(c) ? TAKE_F(b, N * C) : NULL;
+    a->xtmp = mt_config_is_moe(c) || gemma ? TAKE_F(b, N * C) : NULL;
+    if (gemma) { /* the post-norms' inputs and rstd, the norms' 1 + w */
+        a->ao32 = TAKE_F(b, N * C);
+        a->mo32 = TAKE_F(b, N * C);
+        a->rstd_pa = TAKE_F(b, N);
+        a->rstd_pf = TAKE_F(b, N);
+        a->norm_w = TAKE_F(b, 4 * C + 2 * (size_t)c->HD);
+    }
 }
 
 /* The working buffers of a layer's backward, and of the head. */

@@ -114,6 +114,7 @@ const float *mt_cuda_recompute_input(cuda_backend *cb, int layer, int mb) {
     if (prev == 0) {
         mt_cuda_embedding_forward(cb->ctx, cb->xin, cb->tokens + (size_t)mb * cb->N,
                                   W32(cb, ps, 0, MT_T_EMBED), MT_DT_F32, cb->N, cb->cfg->C);
+        mt_cuda_embed_scale(cb, cb->xin);
         return cb->xin;
     }
     slot *bound = cb->bound;

@@ -1,6 +1,7 @@
 /* The layer templates of the CUDA backend: a Llama-family decoder block's
  * forward and backward on the weights of the bound slot, for one
- * micro-batch (gpt_neox's and falcon's blocks: neox_cuda.c). Stateless:
+ * micro-batch (gpt_neox's and falcon's blocks: neox_cuda.c; Gemma's:
+ * gemma_cuda.c). Stateless:
  * binding a layer is pointing at a slot. */
 #include "backend/cuda/backend_cuda_internal.h"
 #include "backend/cuda/layers_cuda.h"
@@ -356,6 +357,10 @@ void mt_cuda_block_forward(cuda_backend *cb, acts *a, int layer, int mb, const f
         mt_cuda_neox_forward(cb, a, layer, mb, x, out);
         return;
     }
+    if (mt_arch_is_gemma(cb->cfg->arch)) {
+        mt_cuda_gemma_forward(cb, a, layer, mb, x, out);
+        return;
+    }
     if (cb->fast) {
         block_forward_fast(cb, a, layer, mb, x, out);
         return;
@@ -368,6 +373,10 @@ void mt_cuda_block_backward(cuda_backend *cb, const acts *f, int layer, int mb, 
                             float *dx) {
     if (mt_arch_has_neox_block(cb->cfg->arch)) {
         mt_cuda_neox_backward(cb, f, layer, mb, x, dx);
+        return;
+    }
+    if (mt_arch_is_gemma(cb->cfg->arch)) {
+        mt_cuda_gemma_backward(cb, f, layer, mb, x, dx);
         return;
     }
     if (cb->fast) {

@@ -26,6 +26,25 @@ void mt_cuda_neox_forward(cuda_backend *cb, acts *a, int layer, int mb, const fl
 void mt_cuda_neox_backward(cuda_backend *cb, const acts *f, int layer, int mb, const float *x,
                            float *dx);
 
+/* The Gemma 2 and Gemma 3 blocks (gemma_cuda.c), with the same contract;
+ * they keep no units (f and a are always the scratch cb->a). */
+void mt_cuda_gemma_forward(cuda_backend *cb, acts *a, int layer, int mb, const float *x,
+                           float *out);
+void mt_cuda_gemma_backward(cuda_backend *cb, const acts *f, int layer, int mb, const float *x,
+                            float *dx);
+
+/* The weight an RMSNorm of role r of the bound layer scales by: its
+ * tensor, or for Gemma (mt_param_table.norm_offset) 1 + it, made into
+ * cb->a.norm_w on the compute stream (the slot's weights stay as the
+ * optimizer reads them). The gradient of w is that of 1 + w, so the
+ * backward kernels take it as any other norm's. NULL: no such tensor. */
+const float *mt_cuda_norm_w(cuda_backend *cb, int layer, mt_role r);
+
+/* Gemma scales its embeddings by sqrt(hidden): x (N, C) *= that on the
+ * compute stream (the lookup's output, and the gradient into it); nothing
+ * for another family. */
+void mt_cuda_embed_scale(cuda_backend *cb, float *x);
+
 /* Positions of micro-batch mb (packed documents), or NULL: one sequence
  * per row. */
 static inline const int32_t *mt_cuda_block_pos(const cuda_backend *cb, int mb) {

@@ -1,0 +1,305 @@
+/* The Gemma 2 and Gemma 3 decoder blocks on the CUDA backend, forward and
+ * backward for one micro-batch, as backend/cpu/gemma.c computes them (the
+ * math is written out in gemma.h):
+ *
+ *   every norm an RMSNorm by 1 + w (mt_cuda_norm_w)
+ *   q, k, v = norm_in(x) W^T; Gemma 3: q, k = q_norm(q), k_norm(k) per head
+ *   RoPE with the block's tables (Gemma 3's sliding layers: cos_l, sin_l)
+ *   att  = attention, scale query_pre_attn_scalar^-0.5, Gemma 2's soft-cap;
+ *          a sliding layer masks by the windowed positions (win_pos)
+ *   xmid = x + norm_post_attn(att Wo^T)
+ *   out  = xmid + norm_post_ff(Wdown (gelu(Wgate z) * Wup z)), z = norm_pre_ff(xmid)
+ *
+ * One path, the general one of layers_cuda.c: the products write fp32
+ * (q, k, v, gate, up, and the two outputs before their post-norms), the
+ * operands are cast for the next product in bf16 mode, the attention is
+ * the bf16 flash kernels' where they take HD (cb->attn_bf16), else fp32.
+ * Nothing is kept: the backward recomputes the forward, down projection
+ * and post-norm included (their backward reads the norm's input). */
+#include <math.h>
+
+#include "backend/cuda/backend_cuda_internal.h"
+#include "backend/cuda/layers_cuda.h"
+#include "kernels/attention/attention.h"
+#include "kernels/cuda_common.h"
+
+/* ---- shared with the head and the embedding (layers_cuda.h) ---- */
+
+/* Where role r's 1 + w goes in cb->a.norm_w. */
+static size_t norm_w_at(const mt_config *c, mt_role r) {
+    size_t C = (size_t)c->C, HD = (size_t)c->HD;
+    switch (r) {
+    case MT_T_ATTN_NORM: case MT_T_FINAL_NORM: return 0;
+    case MT_T_ATTN_POST_NORM: return C;
+    case MT_T_MLP_NORM: return 2 * C;
+    case MT_T_MLP_POST_NORM: return 3 * C;
+    case MT_T_QNORM: return 4 * C;
+    case MT_T_KNORM: return 4 * C + HD;
+    default: MT_DIE("role %d is not a Gemma RMSNorm", (int)r);
+    }
+}
+
+const float *mt_cuda_norm_w(cuda_backend *cb, int layer, mt_role r) {
+    const float *w = W32(cb, bound_slot(cb), layer, r);
+    if (!w || !cb->t->norm_offset) return w;
+    const mt_layer_desc *ld = &cb->t->layers[layer];
+    float *out = cb->a.norm_w + norm_w_at(cb->cfg, r);
+    mt_cuda_affine(cb->ctx, out, w, ld->tensors[ld->by_role[r]].numel, 1.0f, 1.0f);
+    return out;
+}
+
+void mt_cuda_embed_scale(cuda_backend *cb, float *x) {
+    if (!mt_arch_is_gemma(cb->cfg->arch)) return;
+    /* an fp32 number, as transformers makes it (and backend_cpu.c) */
+    float s = (float)sqrt((double)cb->cfg->C);
+    mt_cuda_affine(cb->ctx, x, x, (size_t)cb->N * cb->cfg->C, s, 0.0f);
+}
+
+/* ---- the block ---- */
+
+/* The attention scores of every Gemma block: scale and soft-cap. */
+static mt_attn_scores scores(const cuda_backend *cb) {
+    const mt_config *c = cb->cfg;
+    return (mt_attn_scores){.scale = (float)pow(c->query_pre_attn_scalar, -0.5),
+                            .softcap = (float)c->attn_softcap};
+}
+
+static int slides(const cuda_backend *cb, int layer) {
+    return mt_config_block_slides(cb->cfg, cb->t->layers[layer].block);
+}
+
+/* The positions the attention masks by: a sliding layer's windowed ones
+ * (when the window is shorter than T), a global layer's the documents'. */
+static const int32_t *attn_pos(const cuda_backend *cb, int layer, int mb) {
+    return slides(cb, layer) ? mt_cuda_attn_pos(cb, mb) : mt_cuda_block_pos(cb, mb);
+}
+
+static void tables(const cuda_backend *cb, int layer, const float **cos, const float **sin) {
+    *cos = slides(cb, layer) ? cb->cos_l : cb->cos;
+    *sin = slides(cb, layer) ? cb->sin_l : cb->sin;
+}
+
+/* q32, k32, v32 from x: the input norm, the products, Gemma 3's q/k
+ * norms (their inputs into qpre32, kpre32), RoPE. */
+static void qkv_forward(cuda_backend *cb, int layer, int mb, const float *x) {
+    const mt_config *c = cb->cfg;
+    acts *a = &cb->a;
+    slot *s = bound_slot(cb);
+    mt_cuda_ctx *ctx = cb->ctx;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD;
+    mt_precision p = cb->prec;
+    const int32_t *pos = mt_cuda_block_pos(cb, mb);
+    const float *cos, *sin;
+    tables(cb, layer, &cos, &sin);
+    mt_cuda_rmsnorm_forward(ctx, a->xn1_op, op_dt(cb), a->rstd1, x,
+                            mt_cuda_norm_w(cb, layer, MT_T_ATTN_NORM), N, C, c->rms_eps);
+    float *q = c->qk_norm ? a->qpre32 : a->q32, *k = c->qk_norm ? a->kpre32 : a->k32;
+    mt_cuda_matmul_forward(ctx, p, q, MT_DT_F32, a->xn1_op, W_op(cb, s, layer, MT_T_WQ), NULL,
+                           N, C, Q);
+    mt_cuda_matmul_forward(ctx, p, k, MT_DT_F32, a->xn1_op, W_op(cb, s, layer, MT_T_WK), NULL,
+                           N, C, KV);
+    mt_cuda_matmul_forward(ctx, p, a->v32, MT_DT_F32, a->xn1_op, W_op(cb, s, layer, MT_T_WV),
+                           NULL, N, C, KV);
+    if (c->qk_norm) {
+        mt_cuda_rmsnorm_forward(ctx, a->q32, MT_DT_F32, a->qrstd, a->qpre32,
+                                mt_cuda_norm_w(cb, layer, MT_T_QNORM), N * c->NH, c->HD,
+                                c->rms_eps);
+        mt_cuda_rmsnorm_forward(ctx, a->k32, MT_DT_F32, a->krstd, a->kpre32,
+                                mt_cuda_norm_w(cb, layer, MT_T_KNORM), N * c->NKV, c->HD,
+                                c->rms_eps);
+    }
+    mt_cuda_rope_forward(ctx, a->q32, cos, sin, pos, cb->B, cb->T, c->NH, c->HD);
+    mt_cuda_rope_forward(ctx, a->k32, cos, sin, pos, cb->B, cb->T, c->NKV, c->HD);
+}
+
+/* att_op (and att32 on the fp32 kernel) and lse from q32, k32, v32. */
+static void attention_forward(cuda_backend *cb, int layer, int mb) {
+    const mt_config *c = cb->cfg;
+    acts *a = &cb->a;
+    size_t N = cb->N, Q = c->NH * c->HD, KV = c->NKV * c->HD;
+    mt_attn_scores sc = scores(cb);
+    const int32_t *apos = attn_pos(cb, layer, mb);
+    mt_error err;
+    if (cb->attn_bf16) {
+        to_op(cb, a->q_op, a->q32, N * Q);
+        to_op(cb, a->k_op, a->k32, N * KV);
+        to_op(cb, a->v_op, a->v32, N * KV);
+        attn_check(mt_attn_forward_bf16(a->att_op, NULL, a->lse, a->q_op, a->k_op, a->v_op, apos,
+                                        &sc, cb->B, cb->T, c->NH, c->NKV, c->HD, cb->s_comp,
+                                        &err), &err);
+    } else { /* fp32 mode, or head sizes the bf16 kernels lack (Gemma's 256) */
+        attn_check(mt_attn_forward_f32(a->att32, a->lse, a->q32, a->k32, a->v32, apos, &sc,
+                                       cb->B, cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err),
+                   &err);
+        to_op(cb, a->att_op, a->att32, N * Q);
+    }
+}
+
+/* out = res + norm_r(in), keeping the norm's rstd. */
+static void post_norm(cuda_backend *cb, int layer, mt_role r, float *out, float *rstd,
+                      const float *in, const float *res) {
+    size_t n = (size_t)cb->N * cb->cfg->C;
+    mt_cuda_rmsnorm_forward(cb->ctx, out, MT_DT_F32, rstd, in, mt_cuda_norm_w(cb, layer, r),
+                            cb->N, cb->cfg->C, cb->cfg->rms_eps);
+    mt_cuda_residual_add(cb->ctx, out, out, res, n);
+}
+
+void mt_cuda_gemma_forward(cuda_backend *cb, acts *a, int layer, int mb, const float *x,
+                           float *out) {
+    const mt_config *c = cb->cfg;
+    slot *s = bound_slot(cb);
+    mt_cuda_ctx *ctx = cb->ctx;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, F = c->F;
+    mt_precision p = cb->prec;
+    MT_ASSERT(a == &cb->a); /* no kept units */
+    qkv_forward(cb, layer, mb, x);
+    attention_forward(cb, layer, mb);
+    mt_cuda_matmul_forward(ctx, p, a->ao32, MT_DT_F32, a->att_op, W_op(cb, s, layer, MT_T_WO),
+                           NULL, N, Q, C);
+    post_norm(cb, layer, MT_T_ATTN_POST_NORM, a->xmid, a->rstd_pa, a->ao32, x);
+    mt_cuda_rmsnorm_forward(ctx, a->xn2_op, op_dt(cb), a->rstd2, a->xmid,
+                            mt_cuda_norm_w(cb, layer, MT_T_MLP_NORM), N, C, c->rms_eps);
+    mt_cuda_matmul_forward(ctx, p, a->gate32, MT_DT_F32, a->xn2_op,
+                           W_op(cb, s, layer, MT_T_WGATE), NULL, N, C, F);
+    mt_cuda_matmul_forward(ctx, p, a->up32, MT_DT_F32, a->xn2_op, W_op(cb, s, layer, MT_T_WUP),
+                           NULL, N, C, F);
+    mt_cuda_geglu_forward(ctx, a->mlp_op, op_dt(cb), a->gate32, a->up32, N, F,
+                          c->act == MT_ACT_GELU_TANH);
+    /* A recompute for the backward runs the down projection and the
+     * post-norm too: their backward reads mo32 and rstd_pf. */
+    mt_cuda_matmul_forward(ctx, p, a->mo32, MT_DT_F32, a->mlp_op, W_op(cb, s, layer, MT_T_WDOWN),
+                           NULL, N, F, C);
+    post_norm(cb, layer, MT_T_MLP_POST_NORM, out ? out : a->xtmp, a->rstd_pf, a->mo32, a->xmid);
+}
+
+/* d32 (N, C) = dL/d in of the post-norm out = res + norm_r(in), from
+ * dout = dL/d out; the norm's weight gradient on the way. Returns the
+ * operand of the product before it: d32 itself in fp32 mode, its bf16
+ * cast (dx_op) in bf16 mode. */
+static void *post_norm_backward(cuda_backend *cb, int layer, mt_role r, float *d32,
+                                const float *dout, const float *in, const float *rstd) {
+    acts *a = &cb->a;
+    size_t N = cb->N, C = cb->cfg->C;
+    CUDA_CHECK(cudaMemsetAsync(d32, 0, N * C * sizeof(float), cb->s_comp));
+    mt_cuda_rmsnorm_backward(cb->ctx, d32, G(cb, cb->g_cur, layer, r), a->colsum, dout, in,
+                             mt_cuda_norm_w(cb, layer, r), rstd, N, C);
+    void *op = cb->prec == MT_PREC_BF16 ? a->dx_op : (void *)d32;
+    to_op(cb, op, d32, N * C);
+    return op;
+}
+
+/* The MLP's backward: dx holds dL/d out on entry and dL/d xmid on exit. */
+static void mlp_backward(cuda_backend *cb, int layer, float *dx) {
+    const mt_config *c = cb->cfg;
+    acts *a = &cb->a;
+    slot *s = bound_slot(cb);
+    mt_cuda_ctx *ctx = cb->ctx;
+    float *g = cb->g_cur;
+    size_t N = cb->N, C = c->C, F = c->F;
+    mt_precision p = cb->prec;
+    /* dL/d mo in dxn32, free until the gate's product below */
+    void *dmo = post_norm_backward(cb, layer, MT_T_MLP_POST_NORM, a->dxn32, dx, a->mo32,
+                                   a->rstd_pf);
+    mt_cuda_matmul_backward(ctx, p, a->dmlp32, false, G(cb, g, layer, MT_T_WDOWN), dmo,
+                            a->mlp_op, W_op(cb, s, layer, MT_T_WDOWN), N, F, C);
+    mt_cuda_geglu_backward(ctx, a->dgate32, a->dup32, a->dmlp32, a->gate32, a->up32, N, F,
+                           c->act == MT_ACT_GELU_TANH);
+    to_op(cb, a->dgate_op, a->dgate32, N * F);
+    to_op(cb, a->dup_op, a->dup32, N * F);
+    mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WGATE), a->dgate_op,
+                            a->xn2_op, W_op(cb, s, layer, MT_T_WGATE), N, C, F);
+    mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WUP), a->dup_op,
+                            a->xn2_op, W_op(cb, s, layer, MT_T_WUP), N, C, F);
+    mt_cuda_rmsnorm_backward(ctx, dx, G(cb, g, layer, MT_T_MLP_NORM), a->colsum, a->dxn32,
+                             a->xmid, mt_cuda_norm_w(cb, layer, MT_T_MLP_NORM), a->rstd2, N, C);
+}
+
+/* dq32, dk32, dv32 from datt32 through the attention. */
+static void attention_backward(cuda_backend *cb, int layer, int mb) {
+    const mt_config *c = cb->cfg;
+    acts *a = &cb->a;
+    size_t N = cb->N, Q = c->NH * c->HD;
+    mt_attn_scores sc = scores(cb);
+    const int32_t *apos = attn_pos(cb, layer, mb);
+    mt_error err;
+    if (cb->attn_bf16) {
+        to_op(cb, a->datt_op, a->datt32, N * Q);
+        attn_check(mt_attn_backward_bf16(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt_op,
+                                         a->q_op, a->k_op, a->v_op, a->att_op, a->lse, apos, &sc,
+                                         cb->B, cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err),
+                   &err);
+    } else {
+        attn_check(mt_attn_backward_f32(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt32,
+                                        a->q32, a->k32, a->v32, a->att32, a->lse, apos, &sc,
+                                        cb->B, cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err),
+                   &err);
+    }
+}
+
+/* From dq32, dk32, dv32 to the products' operands: RoPE's backward, the
+ * q/k norms' (Gemma 3); *dq_op, *dk_op, *dv_op as in layers_cuda.c. */
+static void qkv_grads_to_op(cuda_backend *cb, int layer, int mb, void **dq_op, void **dk_op,
+                            void **dv_op) {
+    const mt_config *c = cb->cfg;
+    acts *a = &cb->a;
+    mt_cuda_ctx *ctx = cb->ctx;
+    float *g = cb->g_cur;
+    size_t N = cb->N, Q = c->NH * c->HD, KV = c->NKV * c->HD;
+    const int32_t *pos = mt_cuda_block_pos(cb, mb);
+    const float *cos, *sin;
+    tables(cb, layer, &cos, &sin);
+    mt_cuda_rope_backward(ctx, a->dq32, cos, sin, pos, cb->B, cb->T, c->NH, c->HD);
+    mt_cuda_rope_backward(ctx, a->dk32, cos, sin, pos, cb->B, cb->T, c->NKV, c->HD);
+    float *dq = a->dq32, *dk = a->dk32;
+    if (c->qk_norm) {
+        CUDA_CHECK(cudaMemsetAsync(a->dqn32, 0, N * Q * sizeof(float), cb->s_comp));
+        CUDA_CHECK(cudaMemsetAsync(a->dkn32, 0, N * KV * sizeof(float), cb->s_comp));
+        mt_cuda_rmsnorm_backward(ctx, a->dqn32, G(cb, g, layer, MT_T_QNORM), a->colsum, a->dq32,
+                                 a->qpre32, mt_cuda_norm_w(cb, layer, MT_T_QNORM), a->qrstd,
+                                 N * c->NH, c->HD);
+        mt_cuda_rmsnorm_backward(ctx, a->dkn32, G(cb, g, layer, MT_T_KNORM), a->colsum, a->dk32,
+                                 a->kpre32, mt_cuda_norm_w(cb, layer, MT_T_KNORM), a->krstd,
+                                 N * c->NKV, c->HD);
+        dq = a->dqn32;
+        dk = a->dkn32;
+    }
+    int bf = cb->prec == MT_PREC_BF16;
+    *dq_op = bf ? a->dq_op : dq;
+    *dk_op = bf ? a->dk_op : dk;
+    *dv_op = a->dv_op;
+    to_op(cb, *dq_op, dq, N * Q);
+    to_op(cb, *dk_op, dk, N * KV);
+    to_op(cb, *dv_op, a->dv32, N * KV);
+}
+
+/* The forward's activations are in the scratch (a recompute); dx holds
+ * dL/d out on entry, dL/d x on exit. */
+void mt_cuda_gemma_backward(cuda_backend *cb, const acts *f, int layer, int mb, const float *x,
+                            float *dx) {
+    const mt_config *c = cb->cfg;
+    acts *a = &cb->a;
+    slot *s = bound_slot(cb);
+    mt_cuda_ctx *ctx = cb->ctx;
+    float *g = cb->g_cur;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD;
+    mt_precision p = cb->prec;
+    MT_ASSERT(f == a);
+    mlp_backward(cb, layer, dx);
+    /* xmid = x + norm_post_attn(ao): dL/d ao in dxn32, free until the
+     * q product below */
+    void *dao = post_norm_backward(cb, layer, MT_T_ATTN_POST_NORM, a->dxn32, dx, a->ao32,
+                                   a->rstd_pa);
+    mt_cuda_matmul_backward(ctx, p, a->datt32, false, G(cb, g, layer, MT_T_WO), dao, a->att_op,
+                            W_op(cb, s, layer, MT_T_WO), N, Q, C);
+    attention_backward(cb, layer, mb);
+    void *dq_op, *dk_op, *dv_op;
+    qkv_grads_to_op(cb, layer, mb, &dq_op, &dk_op, &dv_op);
+    mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WQ), dq_op, a->xn1_op,
+                            W_op(cb, s, layer, MT_T_WQ), N, C, Q);
+    mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WK), dk_op, a->xn1_op,
+                            W_op(cb, s, layer, MT_T_WK), N, C, KV);
+    mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WV), dv_op, a->xn1_op,
+                            W_op(cb, s, layer, MT_T_WV), N, C, KV);
+    mt_cuda_rmsnorm_backward(ctx, dx, G(cb, g, layer, MT_T_ATTN_NORM), a->colsum, a->dxn32, x,
+                             mt_cuda_norm_w(cb, layer, MT_T_ATTN_NORM), a->rstd1, N, C);
+}
