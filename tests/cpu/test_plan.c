@@ -76,15 +76,6 @@ Test(plan, a_70b_model_fits_a_described_machine_with_fewer_tokens) {
     cr_assert(plan_output_has(fewer, 0, "budgets: GPU 80.0 GB (given)", "PLAN model=70.55B"));
 }
 
-/* A family the GPU does not run yet (gemma2 here) is projected as the
- * Llama path's model of the same tensors, and the plan says so. */
-Test(plan, a_cpu_only_family_is_projected_as_the_llama_path_saying_so) {
-    char *gemma[] = {"plan", "--preset", "gemma2-2b", "--gpu-mem", "80", "--host-mem", "125",
-                     NULL};
-    cr_assert(plan_output_has(gemma, 0, "model_type \"gemma2\" trains on the CPU only",
-                              "PLAN model=2.61B"));
-}
-
 /* A refusal names a step that fits, predicted as its own plan predicts it:
  * the 70B's refusal above names --micro-batches 1 at that plan's step_s;
  * a GPU budget short of one micro-batch's activations names smaller
@@ -96,16 +87,30 @@ static char *plan_stdout(char **argv, int want_rc) {
     return out;
 }
 
-/* gpt_neox and falcon run on the GPU: their plans are their own, without the
- * CPU-only note of the families the GPU does not run. */
+/* gpt_neox, falcon, gemma2 and gemma3_text run on the GPU: their plans are
+ * their own, without the note of a family with CPU references only. */
 Test(plan, a_gpu_family_gets_no_cpu_only_note) {
-    const char *presets[] = {"pythia-1b", "falcon-7b"};
-    for (int i = 0; i < 2; i++) {
+    const char *presets[] = {"pythia-1b", "falcon-7b", "gemma2-2b", "gemma3-1b"};
+    for (int i = 0; i < 4; i++) {
         char *argv[] = {"plan", "--preset", (char *)presets[i], "--gpu-mem", "80", "--host-mem",
                         "125", NULL};
         char *out = plan_stdout(argv, 0);
         cr_expect(strstr(out, "PLAN model="), "%s", out);
         cr_expect_null(strstr(out, "CPU only"), "%s: %s", presets[i], out);
+        free(out);
+    }
+}
+
+/* Gemma's blocks keep no activations on the GPU (gemma_cuda.c recomputes
+ * them): its plans keep none, even with the GPU memory to spare. */
+Test(plan, gemma_keeps_no_activations) {
+    const char *presets[] = {"gemma2-2b", "gemma3-1b"};
+    for (int i = 0; i < 2; i++) {
+        char *argv[] = {"plan", "--preset", (char *)presets[i], "--gpu-mem", "141", "--host-mem",
+                        "125", "--seq-len", "1024", NULL};
+        char *out = plan_stdout(argv, 0);
+        cr_expect(strstr(out, "PLAN model="), "%s", out);
+        cr_expect_null(strstr(out, "activations kept"), "%s: %s", presets[i], out);
         free(out);
     }
 }

@@ -3,7 +3,8 @@
 # transformers with from_pretrained and gives the same logits as megatrain.
 # Run by `make test-gpu` on the GPU machine (python3 with torch and
 # transformers there). Prints "N passed, N failed". Dense, qwen3_moe, gpt_neox,
-# falcon and phi3 (fused qkv_proj and gate_up_proj; and with longrope) models, bf16 and fp32.
+# falcon, phi3 (fused qkv_proj and gate_up_proj; and with longrope), gemma2 and
+# gemma3_text models, bf16 and fp32.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bin=${BUILD:-build}/megatrain
@@ -57,7 +58,25 @@ cfg["rope_scaling"] = {"type": "longrope",
                        "long_factor": [1.0 + 0.8 * i for i in range(half)]}
 json.dump(cfg, open(sys.argv[1], "w"), indent=2)
 PY
-for kind in dense moe neox falcon falcon_nd phi3 phi3lr; do
+# gemma2 (soft-caps 50 and 30, a sliding layer then a global one) and
+# gemma3_text (q/k norms, rope bases 10000 on the sliding layers and
+# rope_theta on the global ones; its pattern made a sliding then a global
+# layer), both with a window of 16 of the runs' 64 tokens
+for kind in gemma2 gemma3_text; do
+    $bin init --tokenizer tests/fixtures/tokenizer/tiny_bytelevel.json --out "$tmp/init-$kind" \
+        --model-type $kind --hidden 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 \
+        --max-pos 128 >/dev/null
+    python3 - "$tmp/init-$kind/config.json" <<'PY'
+import json, sys
+cfg = json.load(open(sys.argv[1]))
+cfg["sliding_window"] = 16
+if cfg["model_type"] == "gemma3_text":
+    cfg["sliding_window_pattern"] = 2
+    cfg["layer_types"] = ["sliding_attention", "full_attention"]
+json.dump(cfg, open(sys.argv[1], "w"), indent=2)
+PY
+done
+for kind in dense moe neox falcon falcon_nd phi3 phi3lr gemma2 gemma3_text; do
 for prec in bf16 fp32; do
     dir=$tmp/run-$kind-$prec
     run() {

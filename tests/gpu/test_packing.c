@@ -96,6 +96,8 @@ static void check_hf_packed(const char *model) {
 
 Test(packing_gpu, llama_matches_hf_position_ids) { check_hf_packed("llama_gqa"); }
 Test(packing_gpu, qwen2_matches_hf_position_ids) { check_hf_packed("qwen2_bias_tied"); }
+/* Gemma 3's sliding layer (window 6 of 16) and global one (gemma_cuda.c) */
+Test(packing_gpu, gemma3_matches_hf_position_ids) { check_hf_packed("gemma3_text_sliding"); }
 
 /* ---- against the CPU reference, head dim 64 (the bf16 flash kernels) ---- */
 
