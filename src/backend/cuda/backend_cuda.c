@@ -10,8 +10,9 @@
  *              fp32 accumulator in gacc_all that the optimizer fetches
  *   saved      per layer: its saved input (M, N, C) fp32, which its
  *              backward recomputes it from: on the GPU, or in pinned host
- *              memory visiting visit[2], or rebuilt in the backward from
- *              the previous layer's (visiting visit[2] in the forward)
+ *              memory or on disk (saved_disk.h) visiting visit[2], or
+ *              rebuilt in the backward from the previous layer's
+ *              (visiting visit[2] in the forward)
  *   dx         (M, N, C) fp32 residual-stream gradient, per micro-batch
  *   acts/grads one layer's activations and gradients for one micro-batch,
  *              and kept forward activations of the last layers
@@ -31,6 +32,7 @@
 #include "backend/cuda/layers_cuda.h"
 #include "backend/cuda/moe_cuda.h"
 #include "backend/cuda/nccl.h"
+#include "backend/cuda/saved_disk.h"
 #include "kernels/cuda_common.h"
 #include "kernels/optim/optim_kernels.h"
 
@@ -192,6 +194,7 @@ static int cu_begin_step(mt_backend *be, const mt_batch *batch, float dscale, in
     }
     cb->embed_slot.layer = -1;
     cb->visit_holds[0] = cb->visit_holds[1] = -1;
+    if (cb->sdisk) mt_saved_disk_begin_step(cb->sdisk);
     return 0;
 }
 
@@ -199,7 +202,7 @@ static void cu_bind_layer(mt_backend *be, int layer, int backward) {
     cuda_backend *cb = (cuda_backend *)be;
     MT_ASSERT(cb->cur < cb->seq_len && cb->seq[cb->cur] == layer);
     release_bound(cb);
-    if (cb->n_host_saved || cb->n_rebuilt_saved) mt_cuda_saved_traffic(cb, layer, backward);
+    if (mt_cuda_saved_moving(cb)) mt_cuda_saved_traffic(cb, layer, backward);
     if (layer == cb->t->n_layers - 1) CUDA_CHECK(cudaEventRecord(cb->ev_fwd_end, cb->s_comp));
     /* Keep K-1 layers in flight ahead of the one in use. */
     int ahead = cb->cur + cb->o.slots - 1;
@@ -473,6 +476,12 @@ static double cu_end_step(mt_backend *be) {
     return *cb->h_loss;
 }
 
+/* A disk-saved input that could not be written or read: the step's loss
+ * and gradients are not valid (the run stops, its last checkpoint intact). */
+static int cu_step_error(mt_backend *be, mt_error *err) {
+    return mt_saved_disk_error(((cuda_backend *)be)->sdisk, err);
+}
+
 static const mt_backend_ops cuda_ops = {
     .begin_step = cu_begin_step,
     .bind_layer = cu_bind_layer,
@@ -481,6 +490,7 @@ static const mt_backend_ops cuda_ops = {
     .backward = cu_backward,
     .layer_grads_done = cu_layer_grads_done,
     .end_step = cu_end_step,
+    .step_error = cu_step_error,
     .layer_sumsq = mt_cuda_backend_layer_sumsq,
     .wait_grads = mt_cuda_backend_wait_grads,
     .grad_source = mt_cuda_backend_grad_source,

@@ -31,6 +31,10 @@ typedef struct mt_layer_home {
                          * micro-batch. Free for the head's input and the last block's,
                          * which are still on the GPU when their backward runs. Layer
                          * l-1 must keep its own saved input. */
+    uint8_t saved_disk; /* 1: saved input l lives on disk (opts.saved_disk_dirs) between
+                         * its forward and backward (saved_host is ignored; saved_recompute
+                         * wins): written once through pinned staging, read back once
+                         * ahead of its backward (backend/cuda/saved_disk.h) */
 } mt_layer_home;
 
 typedef struct mt_cuda_backend_opts {
@@ -58,6 +62,9 @@ typedef struct mt_cuda_backend_opts {
      * backward recomputes the layer from the rounded input (bf16 precision
      * only). Saved inputs on the GPU stay fp32. */
     int host_saved_bf16;
+    /* Directories (comma-separated, striped) of the saved inputs whose home
+     * is saved_disk; NULL or "" when none is. Those take the dtype above too. */
+    const char *saved_disk_dirs;
     /* Layers whose forward activations stay on the GPU until their
      * backward, which then skips the recompute (bf16 fast path only).
      * -1: as many as fit in the GPU memory left after everything else

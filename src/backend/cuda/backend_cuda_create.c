@@ -12,6 +12,7 @@
 #include "backend/cuda/backend_cuda_internal.h"
 #include "backend/cuda/moe_cuda.h"
 #include "backend/cuda/nccl.h"
+#include "backend/cuda/saved_disk.h"
 #include "kernels/cuda_common.h"
 #include "kernels/optim/optim_kernels.h"
 #include "model/rope.h"
@@ -246,6 +247,15 @@ static int create_streams(cuda_backend *cb, mt_error *err) {
                          (cb->o.host_saved_bf16 ? 2 : 4),
                      "host saved inputs", err))
         return -1;
+    if (cb->n_disk_saved && (!cb->o.saved_disk_dirs || !cb->o.saved_disk_dirs[0]))
+        return mt_errorf(err, "%d saved layer inputs are placed on disk, but no directory is "
+                         "given; add --nvme-dir DIR", cb->n_disk_saved);
+    if (cb->n_disk_saved &&
+        mt_saved_disk_open(&cb->sdisk, cb->o.saved_disk_dirs, cb->disk_block, cb->t->n_layers,
+                           cb->n_disk_saved, (size_t)max_M * cb->N * c->C *
+                                                 (cb->o.host_saved_bf16 ? 2 : 4),
+                           cb->device, err))
+        return -1;
     make_event(&cb->ev_start, 1);
     make_event(&cb->ev_fwd_end, 1);
     make_event(&cb->ev_end, 1);
@@ -339,6 +349,7 @@ void mt_cuda_backend_free(mt_backend *be) {
          * half way) reports an error we expect: clear it. */
         (void)cudaGetLastError();
     }
+    mt_saved_disk_close(cb->sdisk); /* before the homes: it reads disk_block */
     mt_cuda_moe_free(cb->moe);
     if (cb->ctx) mt_cuda_ctx_free(cb->ctx);
     if (cb->ctx_h2d) mt_cuda_ctx_free(cb->ctx_h2d);

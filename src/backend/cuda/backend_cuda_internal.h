@@ -138,6 +138,12 @@ typedef struct cuda_backend {
     int *saved_idx;     /* (n_layers) */
     int n_gpu_saved, n_host_saved, n_rebuilt_saved; /* rebuilt: saved_recompute layers */
     void *h_saved;      /* fp32, or bf16 (o.host_saved_bf16) */
+    /* Saved inputs on disk (saved_disk homes): block disk_block[l] (-1 none)
+     * of sdisk, through its pinned staging; they visit visit[2] as host ones
+     * do, in the host's dtype. */
+    int n_disk_saved;
+    int *disk_block;    /* (n_layers) */
+    struct mt_saved_disk *sdisk;
     float *visit[2];
     uint16_t *saved16[2]; /* bf16 host-saved inputs: a chunk of the save (0), of the load (1) */
     float *xin;         /* (N, C) a recomputed saved input, one micro-batch */
@@ -233,8 +239,12 @@ int mt_cuda_span_begin(cuda_backend *cb, cudaStream_t stream, int track, const c
 void mt_cuda_span_end(cuda_backend *cb, cudaStream_t stream, int i);
 
 /* Saved-input traffic at the bind of `layer` (backend_cuda_saved.c): saves
- * and loads of host-saved inputs, waits for rebuilt ones' sources. */
+ * and loads of host- and disk-saved inputs, waits for rebuilt ones' sources. */
 void mt_cuda_saved_traffic(cuda_backend *cb, int layer, int backward);
+/* Whether any saved input has traffic (moved or rebuilt ones). */
+static inline int mt_cuda_saved_moving(const cuda_backend *cb) {
+    return cb->n_host_saved || cb->n_rebuilt_saved || cb->n_disk_saved;
+}
 /* Values of a bf16 host-saved input converted at once on a copy stream: the
  * size of the saved16 chunks. */
 #define MT_SAVED_CHUNK ((size_t)4 << 20)
@@ -303,9 +313,15 @@ static inline int bound_in_place(const cuda_backend *cb, int layer) {
     return layer < cb->n_dev && cb->ranks <= 1;
 }
 
-/* Whether saved input l visits visit[l % 2] (host or recomputed ones). */
+/* Whether saved input l leaves the GPU between its forward and backward
+ * (host or disk ones), moved by backend_cuda_saved.c. */
+static inline int saved_moves(const cuda_backend *cb, int layer) {
+    return cb->home[layer].saved_host || cb->home[layer].saved_disk;
+}
+
+/* Whether saved input l visits visit[l % 2] (moved or recomputed ones). */
 static inline int saved_visits(const cuda_backend *cb, int layer) {
-    return cb->home[layer].saved_host || cb->home[layer].saved_recompute;
+    return saved_moves(cb, layer) || cb->home[layer].saved_recompute;
 }
 
 static inline float *saved_at(cuda_backend *cb, int layer, int mb) {

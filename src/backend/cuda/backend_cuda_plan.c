@@ -5,6 +5,7 @@
 
 #include "backend/cuda/backend_cuda_internal.h"
 #include "backend/cuda/moe_cuda.h"
+#include "backend/cuda/saved_disk.h"
 #include "kernels/attention/attention.h"
 #include "kernels/optim/optim_kernels.h"
 #include "util/mem.h"
@@ -83,11 +84,11 @@ static void plan_grads_and_step(cuda_backend *cb, bump *b) {
         cb->g16_stage[0] = take(b, cb->max_stage_numel * 2);
         cb->g16_stage[1] = take(b, cb->max_stage_numel * 2);
     }
-    if (cb->n_host_saved || cb->n_rebuilt_saved) {
+    if (mt_cuda_saved_moving(cb)) {
         cb->visit[0] = TAKE_F(b, (size_t)cb->max_M * N * C);
         cb->visit[1] = TAKE_F(b, (size_t)cb->max_M * N * C);
     }
-    if (cb->n_host_saved && cb->o.host_saved_bf16)
+    if ((cb->n_host_saved || cb->n_disk_saved) && cb->o.host_saved_bf16)
         for (int i = 0; i < 2; i++) cb->saved16[i] = take(b, mt_cuda_saved_chunk(cb) * 2);
     cb->xin = cb->n_rebuilt_saved ? TAKE_F(b, N * C) : NULL;
     cb->saved = TAKE_F(b, (size_t)cb->n_gpu_saved * cb->max_M * N * C);
@@ -317,6 +318,7 @@ void mt_cuda_resolve_homes(cuda_backend *cb) {
     cb->goff = mt_calloc_or_die((size_t)nl, sizeof *cb->goff);
     cb->h_goff = mt_calloc_or_die((size_t)nl, sizeof *cb->h_goff);
     cb->saved_idx = mt_calloc_or_die((size_t)nl, sizeof *cb->saved_idx);
+    cb->disk_block = mt_calloc_or_die((size_t)nl, sizeof *cb->disk_block);
     cb->n_dev = cb->o.device_optim_layers < 0 ? 0
                 : cb->o.device_optim_layers > nl ? nl : cb->o.device_optim_layers;
     cb->dev_slot = mt_calloc_or_die((size_t)(cb->n_dev ? cb->n_dev : 1), sizeof *cb->dev_slot);
@@ -332,18 +334,19 @@ void mt_cuda_resolve_homes(cuda_backend *cb) {
     }
     cb->gpu_grad_numel = cb->max_gpu_grad_numel = 0;
     cb->host_grad_numel = cb->max_host_grad_numel = cb->max_stage_numel = 0;
-    cb->n_gpu_saved = cb->n_host_saved = cb->n_rebuilt_saved = 0;
+    cb->n_gpu_saved = cb->n_host_saved = cb->n_rebuilt_saved = cb->n_disk_saved = 0;
     for (int l = 0; l < nl; l++) {
         mt_layer_home h = cb->o.homes ? cb->o.homes[l]
                                       : (mt_layer_home){.grad_host = !cb->o.gpu_grads,
                                                         .saved_host = (uint8_t)cb->o.host_saved_inputs};
-        if (l == 0) h.saved_host = h.saved_recompute = 0; /* no checkpoint */
+        if (l == 0) h.saved_host = h.saved_recompute = h.saved_disk = 0; /* no checkpoint */
+        if (h.saved_disk) h.saved_host = 0;
         /* updated where it is; on a rank of several, every other layer's
          * reduced part leaves for the host */
         if (l < cb->n_dev) h.grad_host = 0;
         else if (cb->ranks > 1) h.grad_host = 1;
         if (h.saved_recompute) {
-            h.saved_host = 0;
+            h.saved_host = h.saved_disk = 0;
             /* rebuilt from layer l-1's, unless still on the GPU (the last two) */
             MT_ASSERT(l >= nl - 2 || !cb->home[l - 1].saved_recompute);
             cb->n_rebuilt_saved++;
@@ -364,7 +367,8 @@ void mt_cuda_resolve_homes(cuda_backend *cb) {
             /* the optimizer's fetch stages it, unless it updates it here */
             if (l >= cb->n_dev && n > cb->max_gpu_grad_numel) cb->max_gpu_grad_numel = n;
         }
-        if (l >= 1 && !h.saved_recompute)
+        cb->disk_block[l] = h.saved_disk ? cb->n_disk_saved++ : -1;
+        if (l >= 1 && !h.saved_recompute && !h.saved_disk)
             cb->saved_idx[l] = h.saved_host ? cb->n_host_saved++ : cb->n_gpu_saved++;
     }
 }
@@ -374,6 +378,7 @@ void mt_cuda_homes_free(cuda_backend *cb) {
     free(cb->goff);
     free(cb->h_goff);
     free(cb->saved_idx);
+    free(cb->disk_block);
     free(cb->dev_slot);
     free(cb->dev_off);
     cb->dev_slot = NULL;
@@ -381,6 +386,7 @@ void mt_cuda_homes_free(cuda_backend *cb) {
     cb->home = NULL;
     cb->goff = cb->h_goff = NULL;
     cb->saved_idx = NULL;
+    cb->disk_block = NULL;
 }
 
 /* A backend that only counts: options resolved, nothing allocated. */
@@ -411,14 +417,17 @@ size_t mt_cuda_backend_bytes(const mt_config *cfg, const mt_param_table *t, int 
     return b.used;
 }
 
-/* Host gradients (when the backend owns them), host checkpoints and the
- * optimizer's staging: what mt_cuda_backend_create pins beside the store. */
+/* Host gradients (when the backend owns them), host checkpoints, the
+ * optimizer's staging and the disk-saved inputs' staging: what
+ * mt_cuda_backend_create pins beside the store. */
 size_t mt_cuda_backend_host_bytes(const mt_config *cfg, const mt_param_table *t, int max_M,
                                   int64_t B, int64_t T, const mt_cuda_backend_opts *in) {
     cuda_backend cb;
     counting_backend(&cb, cfg, t, max_M, B, T, in);
     size_t bytes = cb.host_grad_numel * (cb.o.host_grad_bf16 ? 2 : 4);
-    bytes += (size_t)cb.n_host_saved * max_M * cb.N * cfg->C * (cb.o.host_saved_bf16 ? 2 : 4);
+    size_t one_saved = (size_t)max_M * cb.N * cfg->C * (cb.o.host_saved_bf16 ? 2 : 4);
+    bytes += (size_t)cb.n_host_saved * one_saved;
+    bytes += mt_saved_disk_staging_bytes(cb.n_disk_saved, one_saved);
     if (cb.max_gpu_grad_numel) bytes += 2 * cb.max_gpu_grad_numel * sizeof(float);
     mt_cuda_homes_free(&cb);
     return bytes;

@@ -1,4 +1,4 @@
-/* Saved layer inputs that visit the GPU (host-saved and rebuilt ones) in
+/* Saved layer inputs that visit the GPU (host-, disk-saved and rebuilt ones) in
  * the CUDA streaming backend: saves, loads and rebuilds, ordered by events.
  * (A layer's saved input is what its backward recomputes it from; resume
  * checkpoints are io/checkpoint.h's.) */
@@ -6,6 +6,7 @@
 
 #include "backend/cuda/backend_cuda_internal.h"
 #include "backend/cuda/layers_cuda.h"
+#include "backend/cuda/saved_disk.h"
 #include "kernels/cuda_common.h"
 #include "kernels/optim/optim_kernels.h"
 
@@ -17,14 +18,14 @@ static char *host_saved_at(const cuda_backend *cb, int layer) {
 }
 
 /* Moves saved input `layer` (this step's micro-batches) between visit[layer
- * % 2] and the host on the copy stream of its direction, as a trace span:
- * fp32, or bf16 through the saved16 chunk of that direction, each chunk's
- * conversion and copy in stream order on that stream. */
-static void move_saved(cuda_backend *cb, int layer, int down) {
+ * % 2] and host (h_saved's place, or a disk stage) on the copy stream of
+ * its direction, as a trace span: fp32, or bf16 through the saved16 chunk
+ * of that direction, each chunk's conversion and copy in stream order on
+ * that stream. */
+static void move_saved(cuda_backend *cb, int layer, int down, char *host) {
     cudaStream_t st = down ? cb->s_d2h : cb->s_h2d;
     size_t n = (size_t)cb->batch->M * cb->N * cb->cfg->C;
     float *dev = cb->visit[layer % 2];
-    char *host = host_saved_at(cb, layer);
     int sp = mt_cuda_span_begin(cb, st, down ? MT_TRACK_D2H : MT_TRACK_H2D,
                                 down ? "save input %d" : "load input %d", layer);
     if (!cb->o.host_saved_bf16) {
@@ -50,55 +51,81 @@ static void move_saved(cuda_backend *cb, int layer, int down) {
     *(down ? &cb->d2h_bytes : &cb->h2d_bytes) += (double)n * host_saved_es(cb);
 }
 
-/* Host-saved inputs: saved input l lives in visit[l % 2] on the GPU while
- * layers l-1 (writing it) and l (reading it) run, and in h_saved otherwise.
- * Forward saves each one to the host as the layer that reads it starts;
- * backward loads layer l-1's input while layer l computes, unless visit
- * still holds it. Events order the buffer reuse. Recomputed saved inputs
- * visit the same way and are never saved to the host: the backward of their
- * layer rebuilds them from saved input l-1 (mt_cuda_recompute_input) unless
- * visit still holds them. */
+/* Moved saved inputs (host and disk ones): saved input l lives in visit[l
+ * % 2] on the GPU while layers l-1 (writing it) and l (reading it) run, and
+ * in h_saved or on disk otherwise. Forward saves each one as the layer
+ * that reads it starts; backward loads layer l-1's input while layer l
+ * computes, unless visit still holds it. Events order the buffer reuse.
+ * A disk one goes through a stage of sdisk: saved down into it, then
+ * written by the disk thread; read back into one ahead of the backward
+ * (saved_disk.h), then loaded from it. Recomputed saved inputs visit the
+ * same way and are never saved: the backward of their layer rebuilds them
+ * from saved input l-1 (mt_cuda_recompute_input) unless visit still holds
+ * them. */
 static void save_input(cuda_backend *cb, int layer) {
-    int b = layer % 2;
+    int b = layer % 2, disk = cb->home[layer].saved_disk;
+    if (disk && !cb->train) return; /* an evaluation has no backward to read it */
     CUDA_CHECK(cudaEventRecord(cb->visit_written[b], cb->s_comp));
     CUDA_CHECK(cudaStreamWaitEvent(cb->s_d2h, cb->visit_written[b], 0));
-    move_saved(cb, layer, 1);
+    char *host = disk ? mt_saved_disk_take_for_write(cb->sdisk, layer, cb->s_d2h)
+                      : host_saved_at(cb, layer);
+    move_saved(cb, layer, 1, host);
+    if (disk) mt_saved_disk_write(cb->sdisk, layer, cb->s_d2h);
     CUDA_CHECK(cudaEventRecord(cb->visit_saved[b], cb->s_d2h));
 }
 
+/* Starts reading the disk-saved inputs below `layer` that the backward
+ * needs next (in its order, down to layer 1) into the stages free now;
+ * not those visit still holds (the last block's and the head's input),
+ * which the backward never loads. */
+static void read_ahead(cuda_backend *cb, int layer) {
+    for (int l = layer - 1; l >= 1; l--)
+        if (cb->home[l].saved_disk && cb->visit_holds[l % 2] != l &&
+            !mt_saved_disk_read(cb->sdisk, l))
+            return;
+}
+
 static void load_input(cuda_backend *cb, int layer) {
-    int b = layer % 2;
+    int b = layer % 2, disk = cb->home[layer].saved_disk;
     CUDA_CHECK(cudaEventRecord(cb->visit_free[b], cb->s_comp));
     CUDA_CHECK(cudaStreamWaitEvent(cb->s_h2d, cb->visit_free[b], 0));
     CUDA_CHECK(cudaStreamWaitEvent(cb->s_h2d, cb->visit_saved[b], 0));
-    move_saved(cb, layer, 0);
+    /* a disk one: the host blocks here until its read is in (see saved_disk.h) */
+    char *host = disk ? (char *)mt_saved_disk_wait_read(cb->sdisk, layer)
+                      : host_saved_at(cb, layer);
+    move_saved(cb, layer, 0, host);
+    if (disk) {
+        mt_saved_disk_loaded(cb->sdisk, layer, cb->s_h2d);
+        read_ahead(cb, layer);
+    }
     CUDA_CHECK(cudaEventRecord(cb->visit_loaded[b], cb->s_h2d));
     cb->visit_holds[b] = layer;
 }
 
 void mt_cuda_saved_traffic(cuda_backend *cb, int layer, int backward) {
-    const mt_layer_home *h = cb->home;
     int head = cb->t->n_layers - 1;
     if (!backward || layer == head) {
-        if (layer >= 1 && h[layer].saved_host) save_input(cb, layer);
+        if (layer >= 1 && saved_moves(cb, layer)) save_input(cb, layer);
         /* this layer writes saved input layer+1: a visiting one overwrites
          * the other buffer, whose old content must be saved */
         if (layer < head && saved_visits(cb, layer + 1)) {
             CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->visit_saved[(layer + 1) % 2], 0));
             cb->visit_holds[(layer + 1) % 2] = layer + 1;
         }
+        /* the backward starts: its first disk reads, behind the forward's writes */
+        if (backward && cb->sdisk) read_ahead(cb, head);
         return;
     }
-    if (layer >= 1 && h[layer].saved_host) {
+    if (layer >= 1 && saved_moves(cb, layer)) {
         if (cb->visit_holds[layer % 2] != layer) load_input(cb, layer); /* not prefetched */
         CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->visit_loaded[layer % 2], 0));
     }
-    /* prefetch the next host-saved input the backward reads (layer-1's) */
-    if (layer >= 2 && h[layer - 1].saved_host && cb->visit_holds[(layer - 1) % 2] != layer - 1)
+    /* prefetch the next moved saved input the backward reads (layer-1's) */
+    if (layer >= 2 && saved_moves(cb, layer - 1) && cb->visit_holds[(layer - 1) % 2] != layer - 1)
         load_input(cb, layer - 1);
     /* a recomputed input is rebuilt from it now */
-    if (h[layer].saved_recompute && cb->visit_holds[layer % 2] != layer && layer >= 2 &&
-        h[layer - 1].saved_host)
+    if (cb->home[layer].saved_recompute && cb->visit_holds[layer % 2] != layer && layer >= 2 &&
+        saved_moves(cb, layer - 1))
         CUDA_CHECK(cudaStreamWaitEvent(cb->s_comp, cb->visit_loaded[(layer - 1) % 2], 0));
 }
 
