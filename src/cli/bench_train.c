@@ -12,7 +12,7 @@
 typedef struct bench_train_args {
     const char *preset, *trace, *calibration, *nvme_dir;
     int64_t hidden, layers, heads, kv_heads, ffn, vocab, seq_len, batch_size, micro_batches;
-    int64_t steps, slots, keep_layers, gpus, gpu_adam_layers, disk_layers;
+    int64_t steps, slots, keep_layers, gpus, gpu_adam_layers, disk_layers, disk_saved_layers;
     double gpu_mem, host_mem, disk_mem;
     int precision, host_grad_dtype, saved_input_dtype, placement, grads, objective;
     bool host_saved_inputs;
@@ -56,6 +56,8 @@ static const mt_opt options[] = {
      "with --nvme-dir: disk the optimizer state may take; 0: their free space"},
     {"disk_layers", MT_OPT_INT, OFF(disk_layers), "-1", NULL, MT_OPT_AT_LEAST(-1), NULL, "N",
      NULL, "with --nvme-dir: the last N layers' m and v on disk; -1: the planner's choice"},
+    {"disk_saved_layers", MT_OPT_INT, OFF(disk_saved_layers), "-1", NULL, MT_OPT_AT_LEAST(-1),
+     NULL, "N", NULL, MT_DISK_SAVED_LAYERS_HELP},
     {"slots", MT_OPT_INT, OFF(slots), "3", NULL, MT_OPT_AT_LEAST(2), NULL, "K", "Engine",
      "GPU weight slots"},
     {"keep_layers", MT_OPT_INT, OFF(keep_layers), "-1", NULL, MT_OPT_AT_LEAST(-1), NULL, "N",
@@ -96,7 +98,9 @@ static int run(void *args, int argc, char **argv) {
                         .host_mem = a->host_mem, .calib = a->calibration,
                         .gpu_adam = (int)a->gpu_adam_layers, .trace_path = a->trace,
                         .gpus = gpus, .nvme_dir = a->nvme_dir, .disk_mem = a->disk_mem,
-                        .disk_layers = (int)a->disk_layers, .objective = a->objective};
+                        .disk_layers = (int)a->disk_layers,
+                        .disk_saved_layers = (int)a->disk_saved_layers,
+                        .objective = a->objective};
     mt_error err;
     if (gpus > 1 && !mt_launch_is_rank()) /* this process starts the ranks */
         return mt_cli_launch(gpus, "bench", argc, argv);

@@ -22,8 +22,9 @@ typedef struct plan_args {
     double gpu_mem, host_mem, pcie_gbs, gemm_tflops, attn_tflops, adam_gparams;
     int64_t gpus, nodes;
     double nvlink_gbps, net_gbps, disk_mem, disk_gbps;
+    int64_t disk_saved_layers;
     int precision, host_grad_dtype, saved_input_dtype;
-    bool given[30];
+    bool given[32];
 } plan_args;
 
 #define OFF(field) offsetof(plan_args, field)
@@ -60,6 +61,10 @@ static const mt_opt options[] = {
      "The disk tier (each machine's, shared by its GPUs)",
      "disk for the Adam state of the layers the host budget cannot hold; 0: no disk tier"},
     RATE(disk_gbps, "the disk tier's reads and writes, GB/s each (2 when not measured)"),
+    {"disk_saved_layers", MT_OPT_INT, OFF(disk_saved_layers), "-1", NULL, MT_OPT_AT_LEAST(-1),
+     NULL, "N", NULL, "with --disk-mem: the saved inputs of the first N layers that would wait "
+     "in host RAM live on disk instead (written in the forward, read back in the backward); "
+     "-1: the planner's choice (none unless RAM is short)"},
 };
 #undef RATE
 #undef OFF
@@ -231,6 +236,7 @@ static int run(void *args, int argc, char **argv) {
     /* each machine's disk budget and rates shared by its GPUs' ranks */
     req.disk_budget = a->disk_mem * 1e9 / (double)a->gpus;
     req.disk_layers = a->disk_mem > 0 ? -1 : 0;
+    req.disk_saved_layers = a->disk_mem > 0 ? (int)a->disk_saved_layers : 0;
     req.disk_sharers = (int)a->gpus;
     if (a->disk_gbps) req.rates.disk_read_gbs = req.rates.disk_write_gbs = a->disk_gbps;
     /* a ring across machines runs at the network's pace */

@@ -80,6 +80,9 @@ static double collective_s(const mt_plan_request *q, int l) {
 }
 
 
+/* Whether saved input l leaves the GPU between its passes (host or disk). */
+static int moved(const mt_layer_home *h, int l) { return h[l].saved_host || h[l].saved_disk; }
+
 mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan) {
     const mt_layer_home *h = plan->homes;
     int bf16 = plan->host_grad_bf16, n_keep = plan->n_keep, n_dev = plan->n_dev;
@@ -104,6 +107,8 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan
     double *opt_done = mt_calloc_or_die((size_t)nl, sizeof *opt_done);
     double disk_end = 0, disk_busy = 0;
     opt = mt_plan_optimizer_times(q, plan, 0, opt_done, &disk_end, &disk_busy);
+    mt_saved_disk_sim sd;
+    mt_saved_disk_sim_init(&sd, q, plan);
     for (int l = 0; l < n_dev; l++) comp += mt_plan_part_floats(q, l) * 30.0 / (r->hbm_gbs * 1e9);
     compute = comp;
     for (int j = 0; j < n; j++) {
@@ -120,15 +125,19 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan
         double s = fmax(h2d_free, ready), e = s + wbytes / rh2d;
         h2d_busy += wbytes / rh2d;
         /* load this layer's input, or the one its recomputed input is
-         * rebuilt from (then not again for that layer) */
+         * rebuilt from (then not again for that layer); a disk one once
+         * its read is in */
         int rebuild = back && l >= 1 && l < head - 1 && h[l].saved_recompute;
         int load = back && l >= 1 && l < head - 1 &&
-                   ((h[l].saved_host && !h[l + 1].saved_recompute) ||
-                    (rebuild && l >= 2 && h[l - 1].saved_host));
+                   ((moved(h, l) && !h[l + 1].saved_recompute) ||
+                    (rebuild && l >= 2 && moved(h, l - 1)));
+        int from_disk = load && h[rebuild ? l - 1 : l].saved_disk;
+        if (from_disk) e = mt_saved_disk_sim_read_ready(&sd, e);
         if (load) {
             e += ck / rh2d;
             h2d_busy += ck / rh2d;
         }
+        if (from_disk) mt_saved_disk_sim_loaded(&sd, e);
         h2d_free = e;
         double wready = e;
         if (several && !resident) { /* the other ranks' parts */
@@ -147,12 +156,15 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan
         cstart[j] = c0;
         comp = c0 + dur;
         compute += dur;
-        if (!b && l >= 1 && l < head && h[l + 1].saved_host) { /* save the output */
+        if (!b && l >= 1 && l < head && moved(h, l + 1)) { /* save the output */
             double ds = fmax(d2h_free, comp);
+            if (h[l + 1].saved_disk) ds = mt_saved_disk_sim_stage(&sd, ds);
             d2h_free = ds + ck / rd2h;
             d2h_busy += ck / rd2h;
+            if (h[l + 1].saved_disk) mt_saved_disk_sim_write(&sd, d2h_free);
         }
         if (l == head) fwd_end = c0; /* the head belongs to neither pass in the report */
+        if (l == head && b) mt_saved_disk_sim_backward(&sd, c0);
         double done = comp; /* the gradient, summed over the ranks */
         if (b && several) {
             double cs = fmax(coll_free, comp);
@@ -171,9 +183,13 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan
     }
     mt_step_prediction p = {.fwd = fwd_end, .bwd = comp - fwd_end, .opt = opt,
                             .h2d_busy = h2d_busy, .d2h_busy = d2h_busy, .compute = compute,
-                            .coll_busy = coll_busy, .disk_busy = disk_busy};
-    /* the disk's traffic of a step cannot take longer than the step */
-    p.step = fmax(fmax(fmax(comp, d2h_free), coll_free), disk_end);
+                            .coll_busy = coll_busy, .disk_busy = disk_busy + sd.busy,
+                            .disk_saved_busy = sd.busy};
+    /* the disk's traffic of a step cannot take longer than the step: each
+     * tier's on its own channel, and both together on the same drives */
+    p.step = fmax(fmax(fmax(comp, d2h_free), coll_free), fmax(disk_end, sd.free_at));
+    p.step = fmax(p.step, p.disk_busy);
+    mt_saved_disk_sim_free(&sd);
     free(cstart);
     free(opt_done);
     return p;
@@ -186,6 +202,7 @@ void mt_plan_backend_opts(const mt_plan *plan, const mt_plan_request *q,
     *o = (mt_cuda_backend_opts){.precision = q->precision, .slots = q->slots,
                                 .homes = plan->homes, .host_grad_bf16 = plan->host_grad_bf16,
                                 .host_saved_bf16 = q->saved_bf16,
+                                .saved_disk_dirs = q->disk_dirs,
                                 .keep_layers = plan->n_keep,
                                 .gpu_budget = (size_t)q->gpu_budget,
                                 .device_optim_layers = plan->n_dev,
@@ -215,6 +232,9 @@ static void measure(const mt_plan_request *q, mt_plan *p) {
     double freed = 0;
     p->disk_bytes = 0;
     if (p->n_disk) mt_plan_disk_sizes(q, p->n_disk, &p->disk_bytes, &freed);
+    p->n_disk_saved = 0;
+    for (int l = 1; l < p->n_layers; l++) p->n_disk_saved += p->homes[l].saved_disk;
+    p->disk_saved_bytes = p->n_disk_saved * mt_plan_saved_block_bytes(q);
     p->store_bytes -= freed;
     /* tokens, targets and the embedding plan of a step, in the trainer and the backend */
     p->host_bytes = p->store_bytes + p->pinned_bytes + tok * 20.0;
@@ -251,17 +271,24 @@ static int first_host_saved(const mt_plan *p) {
 static int rebuildable_saved(const mt_plan *p, int host) {
     const mt_layer_home *h = p->homes;
     for (int l = 2; l < p->n_layers - 2; l++)
-        if (!h[l].saved_recompute && h[l].saved_host == host && !h[l - 1].saved_recompute &&
-            !h[l + 1].saved_recompute)
+        if (!h[l].saved_recompute && !h[l].saved_disk && h[l].saved_host == host &&
+            !h[l - 1].saved_recompute && !h[l + 1].saved_recompute)
             return l;
     return 0;
+}
+
+/* Moves the first host-saved input (in layer order) to disk; 0 if none. */
+static int saved_to_disk(mt_plan *p) {
+    int l = first_host_saved(p);
+    if (l > 0) p->homes[l].saved_host = 0, p->homes[l].saved_disk = 1;
+    return l;
 }
 
 /* The placement to start from: every gradient and saved input on the host
  * (all on the GPU with all_gpu), except that layer 1's input is rebuilt
  * from the tokens (an embedding lookup) and the last block's and the
  * head's never leave the GPU between their forward and backward; the
- * device layers and disk layers asked for. */
+ * device layers, disk layers and disk-saved inputs asked for. */
 static void start_homes(const mt_plan_request *q, mt_plan *p, int bf16, int lean) {
     int nl = q->t->n_layers;
     p->host_grad_bf16 = bf16;
@@ -271,13 +298,15 @@ static void start_homes(const mt_plan_request *q, mt_plan *p, int bf16, int lean
         p->homes[l] = (mt_layer_home){.grad_host = 1, .saved_host = l >= 2 && l < nl - 2,
                                       .saved_recompute = l == 1 || l >= nl - 2};
     if (q->all_gpu)
-        for (int l = 0; l < nl; l++) p->homes[l] = (mt_layer_home){0, 0, 0};
+        for (int l = 0; l < nl; l++) p->homes[l] = (mt_layer_home){0};
     /* device layers asked for (the planner's choice adds them later, from
      * none); their gradients wait on the GPU */
     p->n_disk = q->disk_layers > 0 ? (q->disk_layers < nl ? q->disk_layers : nl) : 0;
     p->n_dev = q->device_optim > 0 ? (q->device_optim < nl - 1 ? q->device_optim : nl - 1) : 0;
     if (p->n_dev > nl - p->n_disk) p->n_dev = nl - p->n_disk; /* disk layers: the CPU's */
     for (int l = 0; l < p->n_dev; l++) p->homes[l].grad_host = 0;
+    for (int k = 0; !q->all_gpu && k < q->disk_saved_layers; k++)
+        if (!saved_to_disk(p)) break;
     measure(q, p);
 }
 
@@ -285,8 +314,11 @@ static void start_homes(const mt_plan_request *q, mt_plan *p, int bf16, int lean
  * a GB of host), then (rebuild) saved inputs rebuilt in the backward from
  * the previous layer's (a layer forward each), then gradients to the GPU
  * in the order the next forward needs them, rebuilding GPU saved inputs to
- * make room for them; then (disk) the m and v of the last layers on disk,
- * the fewest that fit. */
+ * make room for them; then (disk) the saved inputs left on the host to
+ * disk, the first ones first, as few as fit (each moves its bytes twice,
+ * hidden behind the passes' compute), then the m and v of the last layers,
+ * the fewest that fit (16 bytes a parameter between the backward and the
+ * next forward). */
 static void fit_host(const mt_plan_request *q, mt_plan *p, int rebuild, int disk) {
     int nl = q->t->n_layers, gi = 0;
     while (!q->all_gpu && p->host_bytes > q->host_budget) {
@@ -320,7 +352,11 @@ static void fit_host(const mt_plan_request *q, mt_plan *p, int rebuild, int disk
         measure(q, p);
         if (gd <= 0) break;
     }
-    while (disk && p->host_bytes > q->host_budget && p->n_disk < nl - p->n_dev) {
+    while (disk && q->disk_saved_layers < 0 && p->host_bytes > q->host_budget &&
+           saved_to_disk(p))
+        measure(q, p);
+    while (disk && q->disk_layers < 0 && p->host_bytes > q->host_budget &&
+           p->n_disk < nl - p->n_dev) {
         p->n_disk++;
         measure(q, p);
     }
@@ -329,11 +365,13 @@ static void fit_host(const mt_plan_request *q, mt_plan *p, int rebuild, int disk
 /* Why a placement that does not fit does not: which budget, by how much,
  * the cheapest change. */
 static void refusal(const mt_plan_request *q, mt_plan *p, int bf16) {
-    if (p->disk_bytes > q->disk_budget && p->n_disk) {
+    if (p->disk_bytes + p->disk_saved_bytes > q->disk_budget &&
+        (p->n_disk || p->n_disk_saved)) {
         snprintf(p->why, sizeof p->why,
-                 "the disk budget is short: the Adam m and v of the last %d layers take %.1f GB "
-                 "on disk, the budget is %.1f GB; free space, add drives (--nvme-dir A,B), raise "
-                 "--disk-mem, or a larger --host-mem", p->n_disk, p->disk_bytes / 1e9,
+                 "the disk budget is short: the Adam m and v of the last %d layers and %d saved "
+                 "layer inputs take %.1f GB on disk, the budget is %.1f GB; free space, add "
+                 "drives (--nvme-dir A,B), raise --disk-mem, or a larger --host-mem", p->n_disk,
+                 p->n_disk_saved, (p->disk_bytes + p->disk_saved_bytes) / 1e9,
                  q->disk_budget / 1e9);
         return;
     }
@@ -348,7 +386,8 @@ static void refusal(const mt_plan_request *q, mt_plan *p, int bf16) {
              (double)q->M * q->B * q->T * q->cfg->C * (q->saved_bf16 ? 2 : 4) / 1e9,
              bf16 ? 2 : 4, bf16 ? "" : ", or --host-grad-dtype bf16",
              q->saved_bf16 || q->precision != MT_GPU_BF16 ? "" : ", or --saved-input-dtype bf16",
-             no_disk ? ", or the disk tier for the optimizer state (--nvme-dir)" : "");
+             no_disk ? ", or the disk tier for the optimizer state and saved inputs "
+                       "(--nvme-dir)" : "");
 }
 
 /* The rest of the GPU buys speed: saved inputs home (no PCIe traffic),
@@ -424,7 +463,7 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
     }
     fit_host(q, p, rebuild, disk);
     if (p->host_bytes > q->host_budget || p->gpu_bytes > q->gpu_budget ||
-        (p->n_disk && p->disk_bytes > q->disk_budget)) {
+        ((p->n_disk || p->n_disk_saved) && p->disk_bytes + p->disk_saved_bytes > q->disk_budget)) {
         refusal(q, p, bf16);
         return 0;
     }
@@ -480,12 +519,13 @@ void mt_plan_place(const mt_plan_request *q, mt_plan *p) {
         if (q->host_grad_dtype != 1 && try_units(q, p, 0, rebuild, 0)) return;
         if (q->host_grad_dtype != 0 && try_units(q, p, 1, rebuild, 0)) return;
     }
-    /* the optimizer state of the last layers on disk (a read and a write of
-     * 8 bytes a parameter each step) only when nothing fits without it:
+    /* saved inputs, then the optimizer state of the last layers on disk (a
+     * read and a write of 8 bytes a parameter each step) only when nothing
+     * fits without them:
      * fp32 or bf16 host gradients (bf16 needs fewer disk layers), with or
      * without rebuilt saved inputs (which need fewer too), whichever is
      * faster */
-    if (q->disk_layers < 0 && q->disk_budget > 0)
+    if ((q->disk_layers < 0 || q->disk_saved_layers < 0) && q->disk_budget > 0)
         for (int bf16 = 0; bf16 < 2; bf16++) {
             if (q->host_grad_dtype >= 0 && bf16 != q->host_grad_dtype) continue;
             mt_plan trial = *p;

@@ -51,6 +51,15 @@ typedef struct mt_plan_request {
     double disk_budget;
     int disk_layers;
     int disk_sharers;
+    /* Saved layer inputs on disk (mt_layer_home.saved_disk), in the same
+     * budget at the same rates: -1 the planner's choice (none when RAM
+     * holds them, else the fewest it needs, before any Adam layer goes
+     * there), else the first N that would wait in host RAM (from layer 2:
+     * written first in the forward and read last in the backward, the
+     * most compute to hide both behind). disk_dirs: the directories, for
+     * the backend (mt_plan_backend_opts). */
+    int disk_saved_layers;
+    const char *disk_dirs;
     mt_rates rates;
 } mt_plan_request;
 
@@ -58,7 +67,9 @@ typedef struct mt_plan_request {
 typedef struct mt_step_prediction {
     double fwd, bwd, step, opt, h2d_busy, d2h_busy, compute;
     double coll_busy;         /* several ranks: seconds of all-gathers and reduce-scatters */
-    double disk_busy;         /* the disk tier: seconds it is busy (reads beside writes) */
+    double disk_busy;         /* the disk tier: seconds it is busy (reads beside writes),
+                               * the Adam state's and the saved inputs' */
+    double disk_saved_busy;   /* of which the saved inputs' (written forward, read back) */
 } mt_step_prediction;
 
 typedef struct mt_plan {
@@ -74,6 +85,8 @@ typedef struct mt_plan {
     int n_host_grads, n_host_saved;
     int n_disk;               /* the last n_disk layers keep their m and v on disk */
     double disk_bytes;        /* what they take there */
+    int n_disk_saved;         /* saved inputs on disk (homes[l].saved_disk) */
+    double disk_saved_bytes;  /* what they take there */
     mt_step_prediction pred;
     int fits;
     char why[768];            /* fits == 0: which budget, by how much, the cheapest change */

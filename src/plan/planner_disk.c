@@ -1,11 +1,14 @@
 /* The planner's model of the optimizer thread and of the disk tier it
  * reads and writes (the m and v of the last layers, host/disk_state.h):
  * the disk's rates, a rank's share of them and of its bytes, and the
- * transfers of a step as the tier issues them. */
+ * transfers of a step as the tier issues them; and of the saved layer
+ * inputs on disk (backend/cuda/saved_disk.h). */
 #include <math.h>
+#include <stdlib.h>
 
 #include "host/disk_state.h"
 #include "plan/planner_internal.h"
+#include "util/mem.h"
 
 /* The disk tier's rates, bytes a second: reads and writes as measured (an
  * assumed 2 GB/s each way where they were not: one NVMe drive of a cloud
@@ -149,4 +152,55 @@ double mt_plan_optimizer_times(const mt_plan_request *q, const mt_plan *plan, do
     *disk_end = d.free_at;
     *disk_busy = d.busy;
     return opt;
+}
+
+/* ---- saved inputs on disk ---- */
+
+double mt_plan_saved_block_bytes(const mt_plan_request *q) {
+    double b = (double)q->M * q->B * q->T * q->cfg->C * (q->saved_bf16 ? 2.0 : 4.0);
+    return ceil(b / MT_DISK_ALIGN) * MT_DISK_ALIGN;
+}
+
+void mt_saved_disk_sim_init(mt_saved_disk_sim *s, const mt_plan_request *q, const mt_plan *p) {
+    *s = (mt_saved_disk_sim){.bytes = mt_plan_saved_block_bytes(q)};
+    double both;
+    rank_disk_rates(q, &s->rd, &s->wr, &both);
+    for (int l = 1; l < p->n_layers; l++) s->n += p->homes[l].saved_disk;
+    s->n_st = s->n < MT_SAVED_DISK_STAGES ? s->n : MT_SAVED_DISK_STAGES;
+    s->read_end = mt_calloc_or_die((size_t)(s->n ? s->n : 1), sizeof *s->read_end);
+}
+
+void mt_saved_disk_sim_free(mt_saved_disk_sim *s) { free(s->read_end); }
+
+static double saved_xfer(mt_saved_disk_sim *s, double issue, double rate) {
+    s->free_at = fmax(s->free_at, issue) + s->bytes / rate;
+    s->busy += s->bytes / rate;
+    return s->free_at;
+}
+
+double mt_saved_disk_sim_stage(mt_saved_disk_sim *s, double t) {
+    return fmax(t, s->stage[s->turn]);
+}
+
+void mt_saved_disk_sim_write(mt_saved_disk_sim *s, double d2h_end) {
+    s->stage[s->turn] = saved_xfer(s, d2h_end, s->wr);
+    s->turn = (s->turn + 1) % s->n_st;
+}
+
+static void saved_read(mt_saved_disk_sim *s, double t) {
+    if (s->next_read < s->n) s->read_end[s->next_read++] = saved_xfer(s, t, s->rd);
+}
+
+void mt_saved_disk_sim_backward(mt_saved_disk_sim *s, double t) {
+    for (int k = 0; k < s->n_st; k++) saved_read(s, t);
+}
+
+double mt_saved_disk_sim_read_ready(mt_saved_disk_sim *s, double t) {
+    MT_ASSERT(s->next_load < s->next_read);
+    return fmax(t, s->read_end[s->next_load]);
+}
+
+void mt_saved_disk_sim_loaded(mt_saved_disk_sim *s, double h2d_end) {
+    s->next_load++;
+    saved_read(s, h2d_end);
 }

@@ -4,6 +4,7 @@
 #ifndef MT_PLAN_PLANNER_INTERNAL_H
 #define MT_PLAN_PLANNER_INTERNAL_H
 
+#include "backend/cuda/saved_disk.h"
 #include "dist/shard.h"
 #include "plan/planner.h"
 
@@ -33,5 +34,38 @@ void mt_plan_disk_sizes(const mt_plan_request *q, int n, double *disk, double *f
  * disk's last write's end and its busy seconds. */
 double mt_plan_optimizer_times(const mt_plan_request *q, const mt_plan *plan, double start,
                                double *opt_done, double *disk_end, double *disk_busy);
+
+/* The saved inputs' disk traffic over a step, as backend/cuda/saved_disk.c
+ * issues it, on a channel of their own at this rank's share of the disk's
+ * rates (planner_disk.c; planner.c's replay drives it): the forward's D2H
+ * of a disk layer waits for a free stage (the write of the one before it
+ * in the ring), its write follows the D2H; the backward's reads, in its
+ * order, start with the head's bind into the stages, each later one once
+ * the H2D out of a stage has run, and each H2D waits for its read. */
+typedef struct mt_saved_disk_sim {
+    double rd, wr, bytes;    /* bytes/s; one layer's block */
+    double free_at, busy;    /* the channel free again; seconds busy */
+    double stage[MT_SAVED_DISK_STAGES]; /* when each stage is free for a D2H */
+    int n_st, turn;
+    int n, next_read, next_load; /* disk layers; reads issued; loads done */
+    double *read_end;        /* (n) in the backward's order */
+} mt_saved_disk_sim;
+
+void mt_saved_disk_sim_init(mt_saved_disk_sim *s, const mt_plan_request *q, const mt_plan *p);
+void mt_saved_disk_sim_free(mt_saved_disk_sim *s);
+/* Forward: a D2H that could start at t starts at the returned time (a
+ * stage free); then mt_saved_disk_sim_write with its end. */
+double mt_saved_disk_sim_stage(mt_saved_disk_sim *s, double t);
+void mt_saved_disk_sim_write(mt_saved_disk_sim *s, double d2h_end);
+/* Backward: its first reads at t (the head's bind); the next load's H2D
+ * that could start at t starts at the returned time; then
+ * mt_saved_disk_sim_loaded with its end. */
+void mt_saved_disk_sim_backward(mt_saved_disk_sim *s, double t);
+double mt_saved_disk_sim_read_ready(mt_saved_disk_sim *s, double t);
+void mt_saved_disk_sim_loaded(mt_saved_disk_sim *s, double h2d_end);
+
+/* Bytes of one saved input on disk (every micro-batch, the host's dtype,
+ * rounded up for O_DIRECT). */
+double mt_plan_saved_block_bytes(const mt_plan_request *q);
 
 #endif

@@ -13,35 +13,61 @@ static int layer_kind(const mt_plan *p, int l) {
     if (l == 0) return -1;
     int kept = l < head && l >= head - p->n_keep;
     return p->homes[l].grad_host | p->homes[l].saved_host << 1 | kept << 2 | (l == head) << 3 |
-           p->homes[l].saved_recompute << 4;
+           p->homes[l].saved_recompute << 4 | p->homes[l].saved_disk << 5;
 }
 
-/* The disk tier's layers, bytes and rates. */
-static void print_disk(const mt_plan *p, const mt_plan_request *q, FILE *f) {
+/* The disk tier's rates, as the plan's lines of it end. */
+static void disk_rates_text(const mt_plan_request *q, char *out, size_t n) {
     const mt_rates *r = &q->rates;
-    int nl = p->n_layers;
-    char range[32];
-    snprintf(range, sizeof range, p->n_disk > 1 ? "%d-%d" : "%d", nl - p->n_disk, nl - 1);
     double rd, wr, both;
     mt_plan_disk_rates(r, &rd, &wr, &both);
     char at_once[48] = "", shared[96] = "";
     if (both > 0) snprintf(at_once, sizeof at_once, ", both at once %.2f GB/s", both / 1e9);
     if (q->disk_sharers > 1)
         snprintf(shared, sizeof shared, "; shared by the %d ranks of a machine", q->disk_sharers);
-    fprintf(f, "disk: %sthe Adam m and v of layers %s, %.2f GB of %.2f GB budget, read and "
-            "written each step (read %.2f GB/s, write %.2f GB/s%s%s%s)\n",
-            q->ranks > 1 ? "this rank's parts of " : "", range, p->disk_bytes / 1e9,
-            q->disk_budget / 1e9, rd / 1e9, wr / 1e9, at_once, shared,
-            r->disk_read_gbs > 0 ? "" : ", assumed: measure them with megatrain calibrate "
-            "--nvme-dir");
+    snprintf(out, n, "read %.2f GB/s, write %.2f GB/s%s%s%s", rd / 1e9, wr / 1e9, at_once,
+             shared, r->disk_read_gbs > 0 ? "" : ", assumed: measure them with megatrain "
+             "calibrate --nvme-dir");
+}
+
+/* The disk tier's layers, bytes and rates: a line for the Adam state's,
+ * one for the saved inputs'. */
+static void print_disk(const mt_plan *p, const mt_plan_request *q, FILE *f) {
+    int nl = p->n_layers;
+    char rates[256], range[32];
+    disk_rates_text(q, rates, sizeof rates);
+    double all = p->disk_bytes + p->disk_saved_bytes;
+    snprintf(range, sizeof range, p->n_disk > 1 ? "%d-%d" : "%d", nl - p->n_disk, nl - 1);
+    if (p->n_disk)
+        fprintf(f, "disk: %sthe Adam m and v of layers %s, %.2f GB (of %.2f GB on disk, %.2f GB "
+                "budget), read and written each step (%s)\n",
+                q->ranks > 1 ? "this rank's parts of " : "", range, p->disk_bytes / 1e9,
+                all / 1e9, q->disk_budget / 1e9, rates);
+    if (!p->n_disk_saved) return;
+    int a = 1;
+    while (!p->homes[a].saved_disk) a++;
+    double one = mt_plan_saved_block_bytes(q);
+    fprintf(f, "disk: the saved inputs of %d layers from layer %d, %.2f GB (%.2f GB each; of "
+            "%.2f GB on disk, %.2f GB budget), written in the forward and read back in the "
+            "backward (%.3f s of the disk busy; %.2f GB of pinned staging; %s)\n",
+            p->n_disk_saved, a, p->disk_saved_bytes / 1e9, one / 1e9, all / 1e9,
+            q->disk_budget / 1e9, p->pred.disk_saved_busy,
+            mt_saved_disk_staging_bytes(p->n_disk_saved, (size_t)one) / 1e9, rates);
 }
 
 /* Seconds the disk's waits add to the step of p (against the same homes
- * with every m and v in RAM). */
+ * with every m and v and saved input in RAM). */
 static double disk_extra(const mt_plan_request *q, const mt_plan *p) {
     mt_plan ram = *p;
     ram.n_disk = 0;
-    return p->pred.step - mt_plan_predict(q, &ram).step;
+    ram.homes = mt_calloc_or_die((size_t)p->n_layers, sizeof *ram.homes);
+    for (int l = 0; l < p->n_layers; l++) {
+        ram.homes[l] = p->homes[l];
+        if (ram.homes[l].saved_disk) ram.homes[l].saved_disk = 0, ram.homes[l].saved_host = 1;
+    }
+    double extra = p->pred.step - mt_plan_predict(q, &ram).step;
+    free(ram.homes);
+    return extra;
 }
 
 /* Whether the disk bounds the step, and how many tokens would hide it: the
@@ -56,7 +82,7 @@ static void print_disk_bound(const mt_plan *p, const mt_plan_request *q, FILE *f
         return;
     }
     fprintf(f, "the disk bounds the step: it adds %.3f s (%.1f GB read and written); ", extra,
-            p->disk_bytes * 2 / 1e9);
+            (p->disk_bytes + p->disk_saved_bytes) * 2 / 1e9);
     mt_plan_request more = *q;
     for (more.M = q->M + 1; more.M <= 64 * q->M; more.M++) {
         mt_plan test;
@@ -92,6 +118,7 @@ void mt_plan_print(const mt_plan *p, const mt_plan_request *q, FILE *f) {
                 : h->saved_recompute && a == 1           ? "tokens"
                 : h->saved_recompute && a >= nl - 2      ? "GPU"
                 : h->saved_recompute                     ? "recompute"
+                : h->saved_disk                          ? "disk"
                 : h->saved_host                          ? "host"
                                                         : "GPU",
                 layer_kind(p, a) >= 0 && (layer_kind(p, a) & 4) ? "activations kept" : "");
@@ -113,7 +140,7 @@ void mt_plan_print(const mt_plan *p, const mt_plan_request *q, FILE *f) {
             "%.2f bytes/param\n", p->host_bytes / 1e9, q->host_budget / 1e9, p->store_bytes / 1e9,
             p->n_disk ? "12 B/param less the disk's m and v, with their staging" : "12 B/param",
             p->pinned_bytes / 1e9, (p->store_bytes + p->pinned_bytes) / (double)q->t->n_params);
-    if (p->n_disk) print_disk(p, q, f);
+    if (p->n_disk || p->n_disk_saved) print_disk(p, q, f);
     const mt_step_prediction *s = &p->pred;
     double tok = (double)q->M * q->B * q->T;
     double flops = mt_config_train_flops_per_token(q->cfg, q->T) * tok;
@@ -121,11 +148,11 @@ void mt_plan_print(const mt_plan *p, const mt_plan_request *q, FILE *f) {
     if (q->ranks > 1)
         snprintf(coll, sizeof coll, ", collectives %.3f at %.0f GB/s", s->coll_busy,
                  q->rates.link_gbs);
-    if (p->n_disk)
+    if (p->n_disk || p->n_disk_saved)
         snprintf(coll + strlen(coll), sizeof coll - strlen(coll), ", disk %.3f", s->disk_busy);
     fprintf(f, "predicted step %.3f s (forward %.3f, head+backward %.3f; compute %.3f, H2D busy "
             "%.3f, D2H busy %.3f%s, CPU AdamW %.3f overlapped) = %.0f model TFLOPS%s [rates: "
             "%s]\n", s->step, s->fwd, s->bwd, s->compute, s->h2d_busy, s->d2h_busy, coll, s->opt,
             flops / s->step / 1e12, q->ranks > 1 ? " per GPU" : "", q->rates.source);
-    if (p->n_disk) print_disk_bound(p, q, f);
+    if (p->n_disk || p->n_disk_saved) print_disk_bound(p, q, f);
 }

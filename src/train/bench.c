@@ -74,7 +74,8 @@ static int placement(const mt_bench_opts *o, const mt_param_table *table, mt_ran
                               .ranks = rk->env.world_size, .link_gbs = rk->link_gbs,
                               .calib = o->calib, .nvme_dir = o->nvme_dir,
                               .disk_mem_gb = o->disk_mem, .disk_layers = o->disk_layers,
-                              .disk_sharers = rk->local_world};
+                              .disk_sharers = rk->local_world,
+                              .disk_saved_layers = o->disk_saved_layers};
         /* each machine's drives measured once, by its first rank */
         if (several && o->nvme_dir && o->nvme_dir[0] && o->disk_layers && !o->calib &&
             mt_ranks_disk_rates(rk, o->nvme_dir, (size_t)4 << 30, a.disk_gbs, err))
@@ -282,6 +283,9 @@ static int bench(const mt_bench_opts *o, mt_ranks *rk, const mt_param_table *tab
     mt_shard_init_random(&store, &sl, 1, 0.02f);
     fprintf(out, "host store: %.1f GB (%.2f bytes/param), ready in %.1fs\n", store.bytes / 1e9,
             (double)store.bytes / table->n_params, mt_now_s() - t0);
+    if (plan.n_disk_saved)
+        fprintf(out, "disk tier: the saved inputs of %d layers on %s, %.2f GB\n",
+                plan.n_disk_saved, o->nvme_dir, plan.disk_saved_bytes / 1e9);
     if (store.disk)
         fprintf(out, "disk tier: the m and v of the last %d layers on %s, %.2f GB (%.2f GB of RAM "
                 "for their staging)\n", n_disk, o->nvme_dir,

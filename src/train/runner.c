@@ -79,8 +79,11 @@ struct mt_runner_plan {
  * rates (measured now, 4 GiB each way: a virtual disk's first GB can run
  * faster or slower than its sustained rate; where the rates file has none). */
 static int plan_disk(mt_plan_request *req, const mt_gpu_plan_args *a, FILE *log, mt_error *err) {
-    if (!a->nvme_dir || !a->nvme_dir[0] || a->disk_layers == 0) return 0;
+    if (!a->nvme_dir || !a->nvme_dir[0] || (a->disk_layers == 0 && a->disk_saved_layers == 0))
+        return 0;
     req->disk_layers = a->disk_layers;
+    req->disk_saved_layers = a->disk_saved_layers;
+    req->disk_dirs = a->nvme_dir;
     if (a->disk_mem_gb > 0) req->disk_budget = a->disk_mem_gb * 1e9;
     else if (mt_disk_free_bytes(a->nvme_dir, &req->disk_budget, err)) return -1;
     req->disk_sharers = a->disk_sharers;
@@ -162,7 +165,8 @@ int mt_runner_plan_make(mt_runner_plan **out, const mt_config *cfg, const mt_par
                           .link_gbs = o->link_gbs, .calib = o->calibration,
                           .nvme_dir = o->nvme_dir, .disk_mem_gb = o->disk_mem_gb,
                           .disk_layers = o->disk_layers, .disk_sharers = o->disk_sharers,
-                          .disk_gbs = {o->disk_gbs[0], o->disk_gbs[1], o->disk_gbs[2]}};
+                          .disk_gbs = {o->disk_gbs[0], o->disk_gbs[1], o->disk_gbs[2]},
+                          .disk_saved_layers = o->disk_saved_layers};
     if (mt_runner_plan_gpu(&p->req, &p->plan, cfg, t, M, B, T, &a, log, err)) {
         free(p);
         return -1;
@@ -182,6 +186,23 @@ void mt_runner_plan_free(mt_runner_plan *p) {
     if (!p) return;
     mt_plan_free(&p->plan);
     free(p);
+}
+
+/* Without a planner (host saved inputs, gradients to the store's g), the
+ * saved inputs of layers 1..N on disk instead with disk_saved_layers N
+ * (homes that differ from the plain run's in that only: what the GPU test
+ * of the disk tier compares bit for bit); NULL when there are none. */
+static mt_layer_home *disk_saved_homes(const mt_runner_opts *o, int n_layers,
+                                       mt_cuda_backend_opts *bo) {
+    if (!o->host_saved_inputs || o->disk_saved_layers <= 0 || !o->nvme_dir || !o->nvme_dir[0])
+        return NULL;
+    mt_layer_home *h = mt_calloc_or_die((size_t)n_layers, sizeof *h);
+    for (int l = 0; l < n_layers; l++)
+        h[l] = (mt_layer_home){.grad_host = 1, .saved_host = 1,
+                               .saved_disk = l >= 1 && l <= o->disk_saved_layers};
+    bo->homes = h;
+    bo->saved_disk_dirs = o->nvme_dir;
+    return h;
 }
 
 int mt_runner_init(mt_runner *r, const mt_config *cfg, const mt_param_table *t,
@@ -207,7 +228,9 @@ int mt_runner_init(mt_runner *r, const mt_config *cfg, const mt_param_table *t,
     bo.rank = o->rank;
     bo.ranks = o->ranks;
     bo.comm = (struct mt_nccl *)o->comm;
+    mt_layer_home *homes = o->plan ? NULL : disk_saved_homes(o, t->n_layers, &bo);
     r->be = mt_device_backend_create(cfg, t, store, M, B, T, &bo, err);
+    free(homes); /* the backend read them */
     return r->be ? 0 : -1;
 }
 

@@ -44,6 +44,7 @@ typedef struct mt_runner_opts {
     const char *nvme_dir;    /* the disk tier (mt_gpu_plan_args) */
     double disk_mem_gb;
     int disk_layers;
+    int disk_saved_layers;
     int disk_sharers;
     double disk_gbs[3];
 } mt_runner_opts;
@@ -120,6 +121,9 @@ typedef struct mt_gpu_plan_args {
     int disk_layers;
     int disk_sharers;
     double disk_gbs[3];
+    /* saved layer inputs on disk (the first N that would wait in host RAM;
+     * -1 the planner's choice, 0 none: mt_plan_request.disk_saved_layers) */
+    int disk_saved_layers;
 } mt_gpu_plan_args;
 
 /* The planning step itself, for the commands that drive the GPU backend

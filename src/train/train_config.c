@@ -166,6 +166,8 @@ const mt_opt mt_tc_options[] = {
      "with nvme_dir: the Adam m and v of the last N layers (the head first) live on disk, read "
      "and written around their update (8 bytes per parameter less RAM, 16 of disk traffic a "
      "step); -1: the fewest the host budget needs (none when it holds them all)"},
+    {"disk_saved_layers", MT_OPT_INT, OFF(disk_saved_layers), "-1", NULL, AT_LEAST(-1), NULL,
+     "N", NULL, MT_DISK_SAVED_LAYERS_HELP},
 
     {"eval_data", MT_OPT_STRING, OFF(eval_data), "", NULL, ANY, NULL, "PATH", "Evaluation",
      "held-out data (a file or a directory) whose loss is logged; empty: none"},

@@ -105,6 +105,7 @@ typedef struct mt_train_config {
     char nvme_dir[MT_TC_STR];       // directories of the disk tier, "DIR[,DIR...]"; "" = none
     double disk_mem;                // GB of disk the tier may take; 0 = the free space
     int64_t disk_layers;            // layers whose m and v live there (the last ones); -1 auto
+    int64_t disk_saved_layers;      // saved layer inputs there (the first ones); -1 auto
     /* evaluation and logging */
     char eval_data[MT_TC_STR];      // held-out data; "" = none
     int64_t eval_every, eval_batches;
@@ -175,6 +176,12 @@ extern const char *const mt_tc_saved_dtypes[]; // saved_input_dtype
 #define MT_SAVED_INPUT_DTYPE_HELP                                                            \
     "saved layer inputs waiting in host RAM (bf16 runs on the GPU): fp32, or bf16 (half the " \
     "RAM and PCIe traffic; the backward recomputes each layer from its rounded input)"
+#define MT_DISK_SAVED_LAYERS_HELP                                                            \
+    "with nvme_dir: the saved layer inputs (kept from the forward for the backward) of the "  \
+    "first N layers that would wait in host RAM live on disk instead: written once in the "   \
+    "forward, read back once ahead of the backward (the first layers: the most compute to "   \
+    "hide both behind), through 3 pinned staging buffers of one layer's; -1: the fewest the " \
+    "host budget needs (none when RAM holds them)"
 extern const char *const mt_tc_objectives[];
 extern const char *const mt_tc_loss_types[];
 

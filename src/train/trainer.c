@@ -417,7 +417,8 @@ static int setup(mt_run *R, mt_error *err) {
                          .rank = R->rk.env.rank, .ranks = R->rk.env.world_size,
                          .comm = R->rk.comm, .link_gbs = R->rk.link_gbs,
                          .nvme_dir = tc->nvme_dir, .disk_mem_gb = tc->disk_mem,
-                         .disk_layers = (int)tc->disk_layers, .disk_sharers = R->rk.local_world};
+                         .disk_layers = (int)tc->disk_layers, .disk_sharers = R->rk.local_world,
+                         .disk_saved_layers = (int)tc->disk_saved_layers};
     if (gpu && R->several && tc->nvme_dir[0] && tc->disk_layers && !tc->calibration[0]) {
         /* each machine's drives measured once, by its first rank */
         double t0 = mt_now_s();

@@ -4,6 +4,8 @@
  * disk, a refusal names them, and fp32 runs refuse them. */
 #include <criterion/criterion.h>
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "plan/planner.h"
@@ -88,5 +90,89 @@ Test(planner_long, fp32_runs_refuse_bf16_saved_inputs) {
     cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), -1);
     cr_assert(strstr(err.msg, "--saved-input-dtype bf16") && strstr(err.msg, "--precision bf16"),
               "%s", err.msg);
+    mt_test_planned_free(&x);
+}
+
+/* ---- saved inputs on disk (mt_layer_home.saved_disk) ---- */
+
+/* 262144 tokens need an H200's GPU (139 GB budget: one layer's activations
+ * for them take more than an H100 has). */
+static void request_8b_h200(mt_test_planned *x, double host_gb, double disk_gb) {
+    request_8b(x, 262144, host_gb, disk_gb, 0);
+    x->q.gpu_budget = 139e9;
+}
+
+/* One 262144-token sequence of the 8B in fp32 saved inputs (4.29 GB a
+ * layer) on an H200 with 118 GB of host and 2 TB of disk: the Adam state alone on disk
+ * is not enough, the saved inputs on disk too are. */
+Test(planner_long, a_long_sequence_refused_without_saved_inputs_on_disk_fits_with_them) {
+    mt_test_planned x;
+    mt_error err;
+    request_8b_h200(&x, 118, 2000);
+    x.q.disk_saved_layers = 0;
+    cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), 0, "%s", err.msg);
+    cr_assert(!x.p.fits, "fits with %d Adam layers on disk", x.p.n_disk);
+    mt_plan_free(&x.p);
+    x.q.disk_saved_layers = -1;
+    cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), 0, "%s", err.msg);
+    cr_assert(x.p.fits, "%s", x.p.why);
+    cr_assert_gt(x.p.n_disk_saved, 0);
+    cr_assert_leq(x.p.host_bytes, x.q.host_budget);
+    cr_assert_leq(x.p.disk_bytes + x.p.disk_saved_bytes, x.q.disk_budget);
+    for (int l = 0; l < x.p.n_layers; l++)
+        cr_assert(!x.p.homes[l].saved_disk || (l >= 1 && l < x.p.n_layers - 2 &&
+                                                !x.p.homes[l].saved_host &&
+                                                !x.p.homes[l].saved_recompute),
+                  "layer %d: on disk and elsewhere, or without a saved input", l);
+    mt_test_planned_free(&x);
+}
+
+/* Forced: the first N host-saved inputs (layers 2.., layer 1 is rebuilt
+ * from the tokens) on disk, each written once and read once a step at the
+ * disk's rates: N * block * (1/write + 1/read) seconds of the disk busy,
+ * block = T * C * 4 bytes (a multiple of 4096 already), and a step at
+ * least that long. Checked against the hand computation, then on a disk
+ * ten times slower, where the disk bounds the step. */
+Test(planner_long, saved_inputs_on_disk_are_the_first_ones_and_their_traffic_is_counted) {
+    mt_test_planned x;
+    request_8b_h200(&x, 400, 2000);
+    x.q.disk_layers = 0;
+    x.q.disk_saved_layers = 6;
+    x.q.rates.disk_read_gbs = 3.0, x.q.rates.disk_write_gbs = 1.5;
+    mt_test_replan(&x);
+    cr_assert(x.p.fits, "%s", x.p.why);
+    cr_assert_eq(x.p.n_disk_saved, 6);
+    for (int l = 2; l < 8; l++) cr_assert(x.p.homes[l].saved_disk, "layer %d not on disk", l);
+    double block = 262144.0 * 4096 * 4;
+    cr_assert_float_eq(x.p.disk_saved_bytes, 6 * block, 1.0);
+    double busy = 6 * block / 1.5e9 + 6 * block / 3e9; /* 6.872 s */
+    cr_assert_float_eq(x.p.pred.disk_saved_busy, busy, 1e-9 * busy);
+    cr_assert_float_eq(x.p.pred.disk_busy, busy, 1e-9 * busy, "no Adam layer on disk");
+    cr_assert_geq(x.p.pred.step, busy);
+    x.q.rates.disk_read_gbs = 0.3, x.q.rates.disk_write_gbs = 0.15;
+    mt_step_prediction slow = mt_plan_predict(&x.q, &x.p);
+    cr_assert_float_eq(slow.disk_saved_busy, 10 * busy, 1e-9 * busy);
+    cr_assert_geq(slow.step, 10 * busy, "step %.1f s, disk busy %.1f s", slow.step, 10 * busy);
+    mt_test_planned_free(&x);
+}
+
+/* The placement text names the disk-saved layers and their bytes. */
+Test(planner_long, the_plan_says_which_saved_inputs_live_on_disk) {
+    mt_test_planned x;
+    request_8b_h200(&x, 400, 2000);
+    x.q.disk_layers = 0;
+    x.q.disk_saved_layers = 6;
+    mt_test_replan(&x);
+    cr_assert(x.p.fits, "%s", x.p.why);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    mt_plan_print(&x.p, &x.q, f);
+    fclose(f);
+    cr_assert(strstr(text, "layers 2-7       gradient host  saved input disk"), "%s", text);
+    cr_assert(strstr(text, "disk: the saved inputs of 6 layers from layer 2, 25.77 GB (4.29 GB "
+                           "each;"), "%s", text);
+    cr_assert(strstr(text, "12.88 GB of pinned staging"), "%s", text);
+    free(text);
     mt_test_planned_free(&x);
 }
