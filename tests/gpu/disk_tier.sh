@@ -2,8 +2,11 @@
 # The disk tier on the GPU: a run whose last layers keep their Adam m and v
 # on disk (--nvme-dir) gives the bits of the run with everything in RAM
 # (same arithmetic, only where the state waits), checkpoints included; a
-# resume of it continues with the uninterrupted run's losses; and `bench
-# train` with disk layers ends on the loss of the same bench without them.
+# resume of it continues with the uninterrupted run's losses; a run whose
+# saved layer inputs (some of them) wait on disk gives the bits of the run
+# with them in RAM (fp32 and bf16 saved inputs); and `bench train` with
+# disk layers or disk-saved inputs ends on the loss of the same bench
+# without them.
 # Run by `make test-gpu` (the directory: MT_TEST_NVME_DIR, else a temporary
 # one under /tmp). Prints "N passed, N failed".
 set -uo pipefail
@@ -58,6 +61,21 @@ rm -rf "$tmp/disk/checkpoints/step-00000008" "$tmp/disk/model"
 check train "$tmp/disk" 8 --nvme-dir "$disk" --disk-layers 3 --resume auto
 check bitwise "$tmp/ram" "$tmp/disk"
 
+# saved layer inputs on disk: written in the forward, read back in the backward, the same
+# bits as in RAM. Without the planner (--host-saved-inputs: every saved input on the host)
+# the two runs' homes differ in the disk alone, fp32 and bf16 saved inputs alike; with it,
+# forced onto 2 layers, the planner run in RAM's bits (its saved inputs fp32 either way)
+for dt in fp32 bf16; do
+    train "$tmp/hs-$dt" 6 --host-saved-inputs --saved-input-dtype $dt &&
+        train "$tmp/hsd-$dt" 6 --host-saved-inputs --saved-input-dtype $dt --nvme-dir "$disk" \
+            --disk-saved-layers 2 ||
+        { fail=$((fail + 1)); echo "FAILED: the saved-input runs ($dt)"; }
+    check bitwise "$tmp/hs-$dt" "$tmp/hsd-$dt"
+done
+check train "$tmp/sdisk" 8 --nvme-dir "$disk" --disk-layers 0 --disk-saved-layers 2
+check grep -q "saved input disk" "$tmp/sdisk.log"
+check bitwise "$tmp/ram" "$tmp/sdisk"
+
 # bench train: the same last loss with the last 4 layers' state on disk
 # (which takes two warm-up steps to the RAM run's one: the same 4 steps)
 bench() {
@@ -70,6 +88,11 @@ echo "  bench train 1b --layers 4: loss $a in RAM, $b with 4 disk layers"
 check test -n "$a" -a "$a" = "$b"
 check grep -q "disk tier: the m and v of the last 4 layers" "$tmp/bench.log"
 check test "$(grep -c '(warm-up)' "$tmp/bench.log")" = 3
+# and with the saved inputs of 2 layers on disk (their traffic in the plan's prediction)
+c=$(bench --steps 3 --gpu-adam-layers 0 --nvme-dir "$disk" --disk-layers 0 --disk-saved-layers 2)
+echo "  bench train 1b --layers 4: loss $a in RAM, $c with 2 disk-saved inputs"
+check test -n "$a" -a "$a" = "$c"
+check grep -q "disk tier: the saved inputs of 2 layers" "$tmp/bench.log"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
