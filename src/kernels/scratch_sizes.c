@@ -21,8 +21,9 @@ size_t mt_attn_backward_scratch_bytes(size_t B, size_t T, size_t NH) {
 #ifndef MT_HAVE_CUDA
 /* Without CUDA there is no GPU to ask whether the Hopper kernels run (which
  * also take head dims 80 and 96): the plan is that of a CUDA build on a
- * machine without a GPU, the mma.sync kernels' head dims. */
-bool mt_attn_bf16_supports(size_t HD) { return HD == 64 || HD == 128; }
+ * machine without a GPU, the mma.sync kernels' head dims, 256 with the
+ * shared memory of the Hopper GPUs. */
+bool mt_attn_bf16_supports(size_t HD) { return HD == 64 || HD == 128 || HD == 256; }
 #endif
 
 /* The fused backward's partials, then those of its column sums. */

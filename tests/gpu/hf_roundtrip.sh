@@ -22,7 +22,8 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps({"text": " ".join(random.choice(words) for _ in range(40))}) + "\n")
 PY
 # ROUNDTRIP_DATA: a JSONL file to train on (default: the generated one
-# above), e.g. the brown.jsonl corpus.
+# above), e.g. the brown.jsonl corpus; ROUNDTRIP_KINDS: the kinds of model
+# to run (default: all of those below).
 data=${ROUNDTRIP_DATA:-$tmp/data.jsonl}
 $bin init --tokenizer tests/fixtures/tokenizer/tiny_bytelevel.json --out "$tmp/init-dense" \
     --hidden 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --max-pos 128 >/dev/null
@@ -76,7 +77,7 @@ if cfg["model_type"] == "gemma3_text":
 json.dump(cfg, open(sys.argv[1], "w"), indent=2)
 PY
 done
-for kind in dense moe neox falcon falcon_nd phi3 phi3lr gemma2 gemma3_text; do
+for kind in ${ROUNDTRIP_KINDS:-dense moe neox falcon falcon_nd phi3 phi3lr gemma2 gemma3_text}; do
 for prec in bf16 fp32; do
     dir=$tmp/run-$kind-$prec
     run() {
