@@ -30,6 +30,23 @@
  * thread's registers together), dQ 4 warps. */
 #include "kernels/attention/attention_internal.cuh"
 
+/* Whether the current device lets a block have the shared memory of the
+ * mma.sync kernels at HD 256 (Hopper's 227 KB does; an A100's 163 KB does
+ * not); true when no device can be asked. */
+static bool mt_attn_mma_fits_256(void) {
+    const size_t need = mt_attn_fwd_mma_smem_256() > mt_attn_bwd_mma_smem_256()
+                            ? mt_attn_fwd_mma_smem_256()
+                            : mt_attn_bwd_mma_smem_256();
+    int dev, optin;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
+            cudaSuccess) {
+        (void)cudaGetLastError();
+        return true; // no device to ask: a plan made for the Hopper GPUs we train on
+    }
+    return (size_t)optin >= need;
+}
+
 static int mt_attn_check_shape(size_t B, size_t T, size_t NH, size_t NKV, size_t HD, int is_bf16,
                                mt_error *err) {
     if (NH == 0 || NKV == 0 || NH % NKV != 0)

@@ -14,20 +14,6 @@ int mt_attn_check_launch(mt_error *err, const char *what) {
     return 0;
 }
 
-bool mt_attn_mma_fits_256(void) {
-    const size_t need = mt_attn_fwd_mma_smem_256() > mt_attn_bwd_mma_smem_256()
-                            ? mt_attn_fwd_mma_smem_256()
-                            : mt_attn_bwd_mma_smem_256();
-    int dev, optin;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
-            cudaSuccess) {
-        (void)cudaGetLastError();
-        return true; // no device to ask: a plan made for the Hopper GPUs we train on
-    }
-    return (size_t)optin >= need;
-}
-
 static int grid_cap; // mt_attn_set_grid_cap's n; 0: one block an SM
 
 extern "C" int mt_attn_set_grid_cap(int n) {

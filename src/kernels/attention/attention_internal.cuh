@@ -109,13 +109,11 @@ int mt_attn_launch_dsum(const mt_attn_args &a, int B, int is_bf16, cudaStream_t 
 int mt_attn_fwd_bf16(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
 int mt_attn_bwd_bf16(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
 int mt_attn_f32(const mt_attn_args &a, int B, int backward, cudaStream_t st, mt_error *err);
-/* The shared memory of the mma.sync kernels at HD 256 (the largest of their
- * launches, forward and backward), and whether the current device lets a
- * block have both (Hopper's 227 KB does; an A100's 163 KB does not); true
- * when no device can be asked. */
+/* The shared memory of the mma.sync kernels at HD 256 (the largest of
+ * their launches), forward and backward (attention.cu asks the device for
+ * the larger). */
 size_t mt_attn_fwd_mma_smem_256(void);
 size_t mt_attn_bwd_mma_smem_256(void);
-bool mt_attn_mma_fits_256(void);
 /* The Hopper kernels (attention_wgmma_*.cu): whether this build and the
  * current device have them, whether the bf16 launchers take them (that and
  * the choice of mt_attn_use), and their launchers. */
