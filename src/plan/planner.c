@@ -352,7 +352,7 @@ static void fit_host(const mt_plan_request *q, mt_plan *p, int rebuild, int disk
         measure(q, p);
         if (gd <= 0) break;
     }
-    while (disk && q->disk_saved_layers < 0 && p->host_bytes > q->host_budget &&
+    while (disk && q->disk_saved_layers < 0 && q->ranks <= 1 && p->host_bytes > q->host_budget &&
            saved_to_disk(p))
         measure(q, p);
     while (disk && q->disk_layers < 0 && p->host_bytes > q->host_budget &&
@@ -606,6 +606,12 @@ int mt_plan_make(const mt_plan_request *q, mt_plan *p, mt_error *err) {
     if (q->saved_bf16 && q->precision != MT_GPU_BF16)
         return mt_errorf(err, "bf16 saved inputs (--saved-input-dtype bf16) are for bf16 runs; "
                          "use --precision bf16, or fp32 saved inputs");
+    /* the ranks of several GPUs have not run with saved inputs on disk */
+    if (q->ranks > 1 && q->disk_saved_layers > 0)
+        return mt_errorf(err, "--disk-saved-layers %d: saved layer inputs on disk are not "
+                         "supported with several GPUs (--gpus %d) yet; leave it out (the Adam "
+                         "state's disk tier, --disk-layers, works there)",
+                         q->disk_saved_layers, q->ranks);
     mt_plan_place(q, p);
     if (!p->fits) suggest(q, p);
     return 0;

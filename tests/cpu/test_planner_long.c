@@ -176,3 +176,25 @@ Test(planner_long, the_plan_says_which_saved_inputs_live_on_disk) {
     free(text);
     mt_test_planned_free(&x);
 }
+
+/* The ranks of several GPUs keep their saved inputs off the disk (they have
+ * not run with them there): where one rank's host is short and the planner
+ * would move saved inputs to disk, it does not, and asking for them is
+ * refused by name. */
+Test(planner_long, several_gpus_keep_their_saved_inputs_off_the_disk) {
+    mt_test_planned x;
+    mt_error err;
+    request_8b_h200(&x, 118, 2000);
+    x.q.rank = 0;
+    x.q.ranks = 2;
+    x.q.disk_saved_layers = -1;
+    cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), 0, "%s", err.msg);
+    cr_assert_eq(x.p.n_disk_saved, 0, "%d saved inputs on disk", x.p.n_disk_saved);
+    cr_assert_gt(x.p.n_disk, 0, "the host is not short: nothing tested");
+    mt_plan_free(&x.p);
+    x.q.disk_saved_layers = 2;
+    cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), -1);
+    cr_assert(strstr(err.msg, "--disk-saved-layers 2") && strstr(err.msg, "--gpus 2"), "%s",
+              err.msg);
+    mt_test_planned_free(&x);
+}
