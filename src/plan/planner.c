@@ -375,7 +375,7 @@ static void refusal(const mt_plan_request *q, mt_plan *p, int bf16) {
                  q->disk_budget / 1e9);
         return;
     }
-    int no_disk = q->disk_budget <= 0 && q->ranks <= 1; /* GPU ranks: not yet */
+    int no_disk = q->disk_budget <= 0;
     snprintf(p->why, sizeof p->why,
              "the two budgets together are short: host needs %.1f GB of %.1f GB with %.1f "
              "GB of %.1f GB on the GPU (store %.1f GB = 12 bytes/param%s, saved inputs %.2f "
@@ -386,8 +386,10 @@ static void refusal(const mt_plan_request *q, mt_plan *p, int bf16) {
              (double)q->M * q->B * q->T * q->cfg->C * (q->saved_bf16 ? 2 : 4) / 1e9,
              bf16 ? 2 : 4, bf16 ? "" : ", or --host-grad-dtype bf16",
              q->saved_bf16 || q->precision != MT_GPU_BF16 ? "" : ", or --saved-input-dtype bf16",
-             no_disk ? ", or the disk tier for the optimizer state and saved inputs "
-                       "(--nvme-dir)" : "");
+             !no_disk ? "" : q->ranks > 1 ? ", or the disk tier for the optimizer state "
+                                           "(--nvme-dir)"
+                                         : ", or the disk tier for the optimizer state and "
+                                           "saved inputs (--nvme-dir)");
 }
 
 /* The rest of the GPU buys speed: saved inputs home (no PCIe traffic),

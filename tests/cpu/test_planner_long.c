@@ -198,3 +198,22 @@ Test(planner_long, several_gpus_keep_their_saved_inputs_off_the_disk) {
               err.msg);
     mt_test_planned_free(&x);
 }
+
+/* A refusal without a disk names the disk tier: for one GPU its two uses,
+ * for a rank of several the Adam state's only (its saved inputs stay off
+ * the disk). */
+Test(planner_long, a_refusal_names_the_disk_tier_each_can_use) {
+    mt_test_planned x;
+    mt_error err;
+    request_8b_h200(&x, 40, 0);
+    for (int ranks = 1; ranks <= 2; ranks++) {
+        x.q.ranks = ranks;
+        cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), 0, "%s", err.msg);
+        cr_assert(!x.p.fits, "40 GB of host fits the 8B");
+        const char *want = ranks > 1 ? "the disk tier for the optimizer state (--nvme-dir)"
+                                     : "the disk tier for the optimizer state and saved inputs";
+        cr_assert(strstr(x.p.why, want), "%d ranks: %s", ranks, x.p.why);
+        mt_plan_free(&x.p);
+    }
+    mt_test_planned_free(&x);
+}
