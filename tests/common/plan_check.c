@@ -2,6 +2,7 @@
 #include "plan_check.h"
 
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "model/presets.h"
@@ -21,6 +22,16 @@ void mt_test_replan(mt_test_planned *x) {
     mt_error err;
     mt_plan_free(&x->p);
     cr_assert_eq(mt_plan_make(&x->q, &x->p, &err), 0, "%s", err.msg);
+}
+
+char *mt_test_plan_text(const mt_test_planned *x) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    cr_assert_not_null(f);
+    mt_plan_print(&x->p, &x->q, f);
+    fclose(f);
+    return text;
 }
 
 void mt_test_planned_free(mt_test_planned *x) {

@@ -23,6 +23,9 @@ void mt_test_request_8b(mt_test_planned *x, int64_t T, int M, int64_t B);
 /* (Re)makes x->p from x->q (a plan that does not fit is made too). */
 void mt_test_replan(mt_test_planned *x);
 
+/* The placement text mt_plan_print writes for x (freed by the caller). */
+char *mt_test_plan_text(const mt_test_planned *x);
+
 void mt_test_planned_free(mt_test_planned *x);
 
 #endif

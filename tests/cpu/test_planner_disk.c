@@ -131,11 +131,7 @@ Test(planner_disk, more_layers_on_disk_are_never_faster) {
 Test(planner_disk, the_plan_says_where_the_state_lives_and_what_bounds_the_step) {
     mt_test_planned x;
     plan_8b(&x, 70, 1000, -1);
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    mt_plan_print(&x.p, &x.q, f);
-    fclose(f);
+    char *text = mt_test_plan_text(&x);
     cr_assert(strstr(text, "disk: the Adam m and v of layers"), "%s", text);
     cr_assert(strstr(text, "assumed: measure them with megatrain calibrate --nvme-dir"), "%s",
               text);
@@ -150,14 +146,6 @@ static double disk_adds(const mt_test_planned *x) {
     mt_plan ram = x->p;
     ram.n_disk = 0;
     return x->p.pred.step - mt_plan_predict(&x->q, &ram).step;
-}
-
-/* The plan text for x into *text (freed by the caller). */
-static void plan_text(mt_test_planned *x, char **text) {
-    size_t len = 0;
-    FILE *f = open_memstream(text, &len);
-    mt_plan_print(&x->p, &x->q, f);
-    fclose(f);
 }
 
 /* The N of "(--micro-batches N) would hide it" in text; 0 if none. */
@@ -179,8 +167,7 @@ Test(planner_disk, the_tokens_said_to_hide_the_disk_hide_it) {
         x.q.rates.disk_read_gbs = x.q.rates.disk_write_gbs = gbps[i];
         mt_test_replan(&x);
         cr_assert(x.p.fits, "%s", x.p.why);
-        char *text = NULL;
-        plan_text(&x, &text);
+        char *text = mt_test_plan_text(&x);
         cr_assert(strstr(text, "the disk bounds the step"), "%.0f GB/s: %s", gbps[i], text);
         int M = hinted_micro_batches(text);
         if (!M) {

@@ -127,6 +127,14 @@ Test(planner_long, a_long_sequence_refused_without_saved_inputs_on_disk_fits_wit
     mt_test_planned_free(&x);
 }
 
+/* The 8B at 262144 tokens on an H200 with 400 GB of host and 2 TB of disk,
+ * the saved inputs of 6 layers on disk and no Adam state there. */
+static void plan_six_saved_on_disk(mt_test_planned *x) {
+    request_8b_h200(x, 400, 2000);
+    x->q.disk_layers = 0;
+    x->q.disk_saved_layers = 6;
+}
+
 /* Forced: the first N host-saved inputs (layers 2.., layer 1 is rebuilt
  * from the tokens) on disk, each written once and read once a step at the
  * disk's rates: N * block * (1/write + 1/read) seconds of the disk busy,
@@ -135,9 +143,7 @@ Test(planner_long, a_long_sequence_refused_without_saved_inputs_on_disk_fits_wit
  * ten times slower, where the disk bounds the step. */
 Test(planner_long, saved_inputs_on_disk_are_the_first_ones_and_their_traffic_is_counted) {
     mt_test_planned x;
-    request_8b_h200(&x, 400, 2000);
-    x.q.disk_layers = 0;
-    x.q.disk_saved_layers = 6;
+    plan_six_saved_on_disk(&x);
     x.q.rates.disk_read_gbs = 3.0, x.q.rates.disk_write_gbs = 1.5;
     mt_test_replan(&x);
     cr_assert(x.p.fits, "%s", x.p.why);
@@ -159,16 +165,10 @@ Test(planner_long, saved_inputs_on_disk_are_the_first_ones_and_their_traffic_is_
 /* The placement text names the disk-saved layers and their bytes. */
 Test(planner_long, the_plan_says_which_saved_inputs_live_on_disk) {
     mt_test_planned x;
-    request_8b_h200(&x, 400, 2000);
-    x.q.disk_layers = 0;
-    x.q.disk_saved_layers = 6;
+    plan_six_saved_on_disk(&x);
     mt_test_replan(&x);
     cr_assert(x.p.fits, "%s", x.p.why);
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    mt_plan_print(&x.p, &x.q, f);
-    fclose(f);
+    char *text = mt_test_plan_text(&x);
     cr_assert(strstr(text, "layers 2-7       gradient host  saved input disk"), "%s", text);
     cr_assert(strstr(text, "disk: the saved inputs of 6 layers from layer 2, 25.77 GB (4.29 GB "
                            "each;"), "%s", text);
