@@ -182,13 +182,13 @@ static buf *holding(mt_disk_state *ds, int layer) {
     return NULL;
 }
 
-/* Whether layer's write back is still on its way (a read now could
- * overtake it); one that has landed is finished here. */
-static int writing(mt_disk_state *ds, int layer) {
+/* Lands layer's write back if it is done, or with wait when it is; 1 if
+ * it is still on its way (a read now could overtake it). */
+static int write_pending(mt_disk_state *ds, int layer, int wait) {
     for (int i = 0; i < ds->n_bufs; i++) {
         buf *b = &ds->bufs[i];
         if (b->layer != layer || b->phase != WRITING) continue;
-        if (!mt_disk_done(ds->disk, b->ticket)) return 1;
+        if (!wait && !mt_disk_done(ds->disk, b->ticket)) return 1;
         finish(ds, b);
     }
     return 0;
@@ -202,7 +202,7 @@ static void read_ahead(mt_disk_state *ds, int layer) {
     for (int k = 1; k < nl; k++) {
         int l = (layer + k) % nl;
         if (!ds->on_disk[l] || holding(ds, l)) continue;
-        if (writing(ds, l)) return;
+        if (write_pending(ds, l, 0)) return;
         buf *b = free_buffer(ds, 0);
         if (!b) return;
         start(ds, b, l, 0);
@@ -213,10 +213,7 @@ void mt_disk_state_get(mt_disk_state *ds, int layer, float **m, float **v) {
     *m = *v = NULL;
     buf *b = holding(ds, layer);
     if (!b) {
-        /* a write of this layer may still be on its way: it lands first */
-        for (int i = 0; i < ds->n_bufs; i++)
-            if (ds->bufs[i].layer == layer && ds->bufs[i].phase == WRITING)
-                finish(ds, &ds->bufs[i]);
+        write_pending(ds, layer, 1); /* a write of this layer lands first */
         b = free_buffer(ds, 1);
         if (!b) { /* every buffer holds a layer read ahead: this one comes first */
             b = &ds->bufs[0];
