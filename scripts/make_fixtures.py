@@ -128,34 +128,6 @@ CONFIGS = {
         sliding_window=None,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
     ),
-    # Mistral-7B-v0.1's sliding window, shorter than the sequence (5 of 16 positions):
-    # each query attends to itself and the 4 keys before it.
-    "mistral_window": dict(
-        seed=4678,
-        model_type="mistral",
-        num_key_value_heads=2,
-        intermediate_size=48,
-        tie_word_embeddings=False,
-        rms_norm_eps=1e-5,
-        max_position_embeddings=64,
-        sliding_window=5,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-    ),
-    # Phi-3-mini-4k's sliding window (2047 of 4096 there), shorter than the sequence here.
-    "phi3_window": dict(
-        seed=9034,
-        model_type="phi3",
-        num_key_value_heads=2,
-        intermediate_size=48,
-        tie_word_embeddings=False,
-        rms_norm_eps=1e-5,
-        max_position_embeddings=64,
-        original_max_position_embeddings=64,
-        sliding_window=7,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-    ),
     # GPT-NeoX (Pythia): LayerNorm with bias, fused per-head qkv, biases on every linear,
     # untied embed_out. Two heads of 16 dims, so that rotary_pct 0.25 rotates 4 of them.
     "neox_parallel": dict(
@@ -322,6 +294,20 @@ CONFIGS = {
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
     ),
 }
+
+
+def variant(base, drop=(), **changes):
+    """CONFIGS[base] with the fields in changes changed and those in drop left out."""
+    spec = {k: v for k, v in CONFIGS[base].items() if k not in drop}
+    spec.update(changes)
+    return spec
+
+
+# Mistral-7B-v0.1's sliding window, shorter than the sequence (5 of 16 positions):
+# each query attends to itself and the 4 keys before it.
+CONFIGS["mistral_window"] = variant("mistral", drop=("overrides",), seed=4678, sliding_window=5)
+# Phi-3-mini-4k's sliding window (2047 of 4096 there), shorter than the sequence here.
+CONFIGS["phi3_window"] = variant("phi3_gqa", seed=9034, sliding_window=7)
 
 # Pad tokens put into each row of a model with pad_token_id (make_batch).
 PADS_PER_ROW = 3
