@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,14 +34,23 @@ typedef struct op {
     int write;
 } op;
 
+/* One block's transfer: its stripes queued in turn with the other
+ * transfers' (round robin), so that a read and a write move together. */
 typedef struct ticket {
     int used;
-    int pending;      /* stripes not done */
+    int block;
+    char *buf;
+    int write;
+    size_t stripes;   /* of the block */
+    size_t next;      /* stripes not queued yet start here */
+    size_t pending;   /* stripes not done */
     int failed;       /* errno of the first failure, 0 none */
     int file;         /* where it failed */
     off_t off;
 } ticket;
 
+/* The ring belongs to the transfer thread (io_loop); callers hand it
+ * tickets under mu and wait on `done`. */
 struct mt_disk {
     struct io_uring ring;
     int ring_ok;
@@ -50,10 +60,17 @@ struct mt_disk {
     size_t *bytes;    /* (n) each block, rounded up */
     off_t *base;      /* (n) where each block starts in every file */
     size_t total;
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    pthread_t io;
+    int io_ok, quit;
     ticket *tickets;
     int n_tickets;
+    int turn;         /* the ticket whose stripe is queued next */
     int in_flight;    /* SQEs submitted, not reaped */
 };
+
+static void *io_loop(void *arg);
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
@@ -157,6 +174,14 @@ int mt_disk_open(mt_disk **out, const char *dirs, const size_t *bytes, int n, mt
         goto fail;
     }
     d->ring_ok = 1;
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->work, NULL);
+    pthread_cond_init(&d->done, NULL);
+    if (pthread_create(&d->io, NULL, io_loop, d) != 0) {
+        mt_errorf(err, "the disk tier's transfer thread: cannot start it");
+        goto fail;
+    }
+    d->io_ok = 1;
     *out = d;
     return 0;
 fail:
@@ -166,7 +191,19 @@ fail:
 
 void mt_disk_close(mt_disk *d) {
     if (!d) return;
-    if (d->ring_ok) io_uring_queue_exit(&d->ring);
+    if (d->io_ok) { /* the thread lands what is in flight, then ends */
+        pthread_mutex_lock(&d->mu);
+        d->quit = 1;
+        pthread_cond_signal(&d->work);
+        pthread_mutex_unlock(&d->mu);
+        pthread_join(d->io, NULL);
+    }
+    if (d->ring_ok) {
+        io_uring_queue_exit(&d->ring);
+        pthread_mutex_destroy(&d->mu);
+        pthread_cond_destroy(&d->work);
+        pthread_cond_destroy(&d->done);
+    }
     for (int k = 0; k < d->n_dirs; k++)
         if (d->dir[k].fd >= 0) close(d->dir[k].fd);
     free(d->bytes);
@@ -185,9 +222,11 @@ void *mt_disk_buffer(size_t bytes) {
     return p;
 }
 
+/* ---- the transfer thread: it alone touches the ring ---- */
+
 static void queue(mt_disk *d, op *o) {
     struct io_uring_sqe *s = io_uring_get_sqe(&d->ring);
-    MT_ASSERT(s); /* callers reap before the ring is full */
+    MT_ASSERT(s); /* at most QUEUE_DEPTH in flight */
     int fd = d->dir[o->file].fd;
     if (o->write) io_uring_prep_write(s, fd, o->buf, (unsigned)o->len, o->off);
     else io_uring_prep_read(s, fd, o->buf, (unsigned)o->len, o->off);
@@ -195,20 +234,39 @@ static void queue(mt_disk *d, op *o) {
     d->in_flight++;
 }
 
-/* Reaps one completion: its stripe is done, failed, or (short) queued
- * again for the rest. Blocks when asked, else returns 0 when none is
- * there. */
-static int reap(mt_disk *d, int block) {
-    io_uring_submit(&d->ring);
-    struct io_uring_cqe *c;
-    int rc;
-    if (!block) {
-        if (io_uring_peek_cqe(&d->ring, &c) != 0) return 0;
-    } else {
-        do rc = io_uring_wait_cqe(&d->ring, &c);
-        while (rc == -EINTR);
-        MT_ASSERT(rc == 0);
+/* Queues stripe t->next of ticket id. */
+static void queue_stripe(mt_disk *d, int id) {
+    ticket *t = &d->tickets[id];
+    size_t k = t->next++, at = k * MT_DISK_STRIPE, bytes = d->bytes[t->block];
+    op *o = mt_calloc_or_die(1, sizeof *o);
+    o->ticket = id;
+    o->file = (int)(k % (size_t)d->n_dirs);
+    o->buf = t->buf + at;
+    o->len = bytes - at < MT_DISK_STRIPE ? bytes - at : MT_DISK_STRIPE;
+    o->off = d->base[t->block] + (off_t)(k / (size_t)d->n_dirs * MT_DISK_STRIPE);
+    o->write = t->write;
+    queue(d, o);
+}
+
+/* Fills the ring with the tickets' stripes, one of each in turn. */
+static void fill(mt_disk *d) {
+    int idle = 0; /* tickets in a row with nothing to queue */
+    while (d->in_flight < QUEUE_DEPTH && d->n_tickets && idle < d->n_tickets) {
+        int id = d->turn;
+        d->turn = (d->turn + 1) % d->n_tickets;
+        ticket *t = &d->tickets[id];
+        if (!t->used || t->next == t->stripes) {
+            idle++;
+            continue;
+        }
+        idle = 0;
+        queue_stripe(d, id);
     }
+}
+
+/* Lands completion c: its stripe is done, failed, or (short) queued
+ * again for the rest. Under mu. */
+static void land(mt_disk *d, struct io_uring_cqe *c) {
     op *o = io_uring_cqe_get_data(c);
     int res = c->res;
     io_uring_cqe_seen(&d->ring, c);
@@ -217,29 +275,49 @@ static int reap(mt_disk *d, int block) {
     if (res > 0 && (size_t)res < o->len) { /* short: the rest again */
         o->buf += res, o->off += res, o->len -= (size_t)res;
         queue(d, o);
-        return 1;
+        return;
     }
     if ((res <= 0) && !t->failed) {
         t->failed = res < 0 ? -res : EIO; /* 0 bytes: past the end, which is a bug or a lie */
         t->file = o->file;
         t->off = o->off;
     }
-    t->pending--;
     free(o);
-    return 1;
+    if (--t->pending == 0) pthread_cond_broadcast(&d->done);
 }
 
-static void reap_one(mt_disk *d) { reap(d, 1); }
-
-int mt_disk_done(mt_disk *d, int id) {
-    MT_ASSERT(id >= 0 && id < d->n_tickets && d->tickets[id].used);
-    while (d->tickets[id].pending > 0 && reap(d, 0)) {
+/* Keeps the ring full while there is work; sleeps on `work` when there is
+ * none; ends (after what is in flight) when closed. */
+static void *io_loop(void *arg) {
+    mt_disk *d = arg;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        fill(d);
+        if (d->in_flight == 0) {
+            if (d->quit) break;
+            pthread_cond_wait(&d->work, &d->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&d->mu);
+        io_uring_submit(&d->ring);
+        struct io_uring_cqe *c;
+        int rc;
+        do rc = io_uring_wait_cqe(&d->ring, &c);
+        while (rc == -EINTR);
+        MT_ASSERT(rc == 0);
+        pthread_mutex_lock(&d->mu);
+        do land(d, c);
+        while (io_uring_peek_cqe(&d->ring, &c) == 0);
     }
-    return d->tickets[id].pending == 0;
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
 }
+
+/* ---- the callers' side ---- */
 
 int mt_disk_submit(mt_disk *d, int i, void *buf, int write, mt_error *err) {
     MT_ASSERT(i >= 0 && i < d->n && ((uintptr_t)buf % MT_DISK_ALIGN) == 0);
+    pthread_mutex_lock(&d->mu);
     int id = 0;
     while (id < d->n_tickets && d->tickets[id].used) id++;
     if (id == d->n_tickets) {
@@ -247,36 +325,34 @@ int mt_disk_submit(mt_disk *d, int i, void *buf, int write, mt_error *err) {
         d->tickets = mt_realloc_or_die(d->tickets, (size_t)d->n_tickets * sizeof *d->tickets);
         memset(d->tickets + id, 0, (size_t)(d->n_tickets - id) * sizeof *d->tickets);
     }
-    ticket *t = &d->tickets[id];
-    *t = (ticket){.used = 1};
     size_t stripes = (d->bytes[i] + MT_DISK_STRIPE - 1) / MT_DISK_STRIPE;
-    for (size_t k = 0; k < stripes; k++) {
-        while (d->in_flight >= QUEUE_DEPTH) reap_one(d);
-        op *o = mt_calloc_or_die(1, sizeof *o);
-        size_t at = k * MT_DISK_STRIPE;
-        o->ticket = id;
-        o->file = (int)(k % (size_t)d->n_dirs);
-        o->buf = (char *)buf + at;
-        o->len = d->bytes[i] - at < MT_DISK_STRIPE ? d->bytes[i] - at : MT_DISK_STRIPE;
-        o->off = d->base[i] + (off_t)(k / (size_t)d->n_dirs * MT_DISK_STRIPE);
-        o->write = write;
-        t->pending++;
-        queue(d, o);
-    }
-    io_uring_submit(&d->ring);
+    d->tickets[id] = (ticket){.used = 1, .block = i, .buf = buf, .write = write,
+                              .stripes = stripes, .pending = stripes};
+    pthread_cond_signal(&d->work);
+    pthread_mutex_unlock(&d->mu);
     (void)err;
     return id;
 }
 
-int mt_disk_wait(mt_disk *d, int id, mt_error *err) {
+int mt_disk_done(mt_disk *d, int id) {
+    pthread_mutex_lock(&d->mu);
     MT_ASSERT(id >= 0 && id < d->n_tickets && d->tickets[id].used);
-    while (d->tickets[id].pending > 0) reap_one(d);
-    ticket *t = &d->tickets[id];
-    t->used = 0;
-    if (!t->failed) return 0;
+    int done = d->tickets[id].pending == 0;
+    pthread_mutex_unlock(&d->mu);
+    return done;
+}
+
+int mt_disk_wait(mt_disk *d, int id, mt_error *err) {
+    pthread_mutex_lock(&d->mu);
+    MT_ASSERT(id >= 0 && id < d->n_tickets && d->tickets[id].used);
+    while (d->tickets[id].pending > 0) pthread_cond_wait(&d->done, &d->mu);
+    ticket t = d->tickets[id];
+    d->tickets[id].used = 0;
+    pthread_mutex_unlock(&d->mu);
+    if (!t.failed) return 0;
     return mt_errorf(err, "disk tier file in '%s', offset %lld: %s; the run stops (its last "
-                     "checkpoint is intact)", d->dir[t->file].path, (long long)t->off,
-                     strerror(t->failed));
+                     "checkpoint is intact)", d->dir[t.file].path, (long long)t.off,
+                     strerror(t.failed));
 }
 
 static double now_s(void) {

@@ -12,8 +12,12 @@
  * separate). The whole size is allocated at open, so a disk that is too
  * small is refused before any training starts.
  *
- * Transfers are asynchronous: a submit returns a ticket, a wait blocks
- * until that transfer is done. One thread at a time may use a tier. */
+ * Transfers are asynchronous: a submit returns a ticket at once, a wait
+ * blocks until that transfer is done. A thread of the tier's own keeps the
+ * drives busy, queueing the stripes of every transfer in flight in turn
+ * (a read and a write submitted together move together, as the planner's
+ * "both at once" rate assumes), while the callers compute. Any thread may
+ * submit and wait. */
 #ifndef MT_HOST_DISK_H
 #define MT_HOST_DISK_H
 

@@ -1,8 +1,10 @@
 /* Tests of src/host/disk.{h,c}: blocks written through the disk tier and
  * read back are the same bytes, striped over one and three directories,
- * with many transfers in flight; a missing directory and a disk too small
- * for the tier are refused by name before anything is written. */
+ * with many transfers in flight, from two threads at once; a missing
+ * directory and a disk too small for the tier are refused by name before
+ * anything is written. */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +85,51 @@ Test(disk, blocks_round_trip_striped_over_three) {
     /* the files were unlinked: nothing is left in the directories */
     snprintf(cmd, sizeof cmd, "test -z \"$(find %s -type f)\"", dir);
     cr_assert_eq(system(cmd), 0, "the tier left files behind");
+    mt_test_rmtree(dir);
+    free(dir);
+}
+
+/* Two threads move their own blocks through one tier at once, each
+ * rewriting and reading back its blocks many times: every read gives the
+ * bytes that thread wrote last. */
+typedef struct mover {
+    mt_disk *d;
+    int first;     /* blocks first, first + 2, ... */
+    int n, rounds;
+    int bad;       /* rounds whose bytes differed or whose transfer failed */
+} mover;
+
+static void *move_blocks(void *arg) {
+    mover *m = arg;
+    mt_error err;
+    for (int r = 0; r < m->rounds; r++)
+        for (int i = m->first; i < m->n; i += 2) {
+            size_t b = mt_disk_block_bytes(m->d, i);
+            uint8_t *src = mt_disk_buffer(b), *dst = mt_disk_buffer(b);
+            fill(src, b, (unsigned)(100 * r + i));
+            memset(dst, 0, b);
+            int w = mt_disk_submit(m->d, i, src, 1, &err);
+            if (w < 0 || mt_disk_wait(m->d, w, &err)) m->bad++;
+            int rd = mt_disk_submit(m->d, i, dst, 0, &err);
+            if (rd < 0 || mt_disk_wait(m->d, rd, &err) || memcmp(src, dst, b)) m->bad++;
+            free(src);
+            free(dst);
+        }
+    return NULL;
+}
+
+Test(disk, two_threads_share_a_tier) {
+    char *dir = mt_test_tmpdir();
+    size_t bytes[] = {3 * MT_DISK_STRIPE + 4096, MT_DISK_STRIPE, 2 * MT_DISK_STRIPE, 8192};
+    mt_disk *d;
+    mt_error err;
+    cr_assert_eq(mt_disk_open(&d, dir, bytes, 4, &err), 0, "%s", err.msg);
+    mover m[2] = {{d, 0, 4, 12, 0}, {d, 1, 4, 12, 0}};
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++) cr_assert_eq(pthread_create(&th[k], NULL, move_blocks, &m[k]), 0);
+    for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
+    cr_assert_eq(m[0].bad + m[1].bad, 0, "%d and %d rounds went wrong", m[0].bad, m[1].bad);
+    mt_disk_close(d);
     mt_test_rmtree(dir);
     free(dir);
 }
