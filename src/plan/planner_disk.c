@@ -33,7 +33,7 @@ static void rank_disk_rates(const mt_plan_request *q, double *rd, double *wr, do
  * over the parts). */
 void mt_plan_disk_sizes(const mt_plan_request *q, int n, double *disk, double *freed) {
     if (q->ranks <= 1) {
-        mt_disk_tier_sizes(q->t, n, disk, freed);
+        mt_disk_tier_sizes(q->t, n, 0, disk, freed);
         return;
     }
     double most = 0;

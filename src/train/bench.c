@@ -278,7 +278,7 @@ static int bench(const mt_bench_opts *o, mt_ranks *rk, const mt_param_table *tab
         goto out;
     double t0 = mt_now_s();
     int n_disk = !o->nvme_dir || !o->nvme_dir[0] ? 0 : manual ? o->disk_layers : plan.n_disk;
-    if (mt_disk_store_create(&store, &parts, 0, n_disk > 0 ? n_disk : 0, o->nvme_dir, err))
+    if (mt_disk_store_create(&store, &parts, 0, n_disk > 0 ? n_disk : 0, 0, o->nvme_dir, err))
         goto out;
     mt_shard_init_random(&store, &sl, 1, 0.02f);
     fprintf(out, "host store: %.1f GB (%.2f bytes/param), ready in %.1fs\n", store.bytes / 1e9,

@@ -77,7 +77,7 @@ static int disk_layers_of(const mt_train_config *tc, const mt_param_table *t) {
 /* RAM the m and v of the disk layers do not take, less their staging. */
 static size_t disk_saving(const mt_train_config *tc, const mt_param_table *t) {
     double disk, freed;
-    mt_disk_tier_sizes(t, disk_layers_of(tc, t), &disk, &freed);
+    mt_disk_tier_sizes(t, disk_layers_of(tc, t), 0, &disk, &freed);
     return freed > 0 ? (size_t)freed : 0;
 }
 

@@ -56,7 +56,7 @@ int mt_run_store_open(mt_run *R, int store_grads, mt_error *err) {
                          "blocks, the head); give at most %d", (long long)tc->disk_layers,
                          t->n_layers, (long long)R->cfg.L, t->n_layers);
     int n = R->disk_layers;
-    if (mt_disk_store_create(&R->store, t, store_grads, n, tc->nvme_dir, err)) return -1;
+    if (mt_disk_store_create(&R->store, t, store_grads, n, 0, tc->nvme_dir, err)) return -1;
     if (n)
         mt_emitf(&R->ev, MT_EVENT_INFO, "disk tier: the optimizer state of the last %d layers on "
                  "%s, %.2f GB (%.2f GB of RAM for their staging)", n, tc->nvme_dir,
@@ -84,8 +84,50 @@ static void reader_done(void *ctx, int layer) {
            mt_shard_len(&R->sl, layer) * sizeof(float));
 }
 
+/* A run of one whose weights are partly on disk: each such layer is made
+ * (random, or read from the model directory) in a buffer of one layer and
+ * written to the disk tier; the others straight into the store. */
+typedef struct disk_reader {
+    mt_host_store *s;
+    float *layer;
+    mt_error err;
+    int rc;
+} disk_reader;
+
+static float *disk_reader_dst(void *ctx, int l) {
+    disk_reader *dr = ctx;
+    return mt_disk_state_weights_on_disk(dr->s->disk, l) ? dr->layer
+                                                         : mt_store_layer(dr->s->w, dr->s->table, l);
+}
+
+static void disk_reader_done(void *ctx, int l) {
+    disk_reader *dr = ctx;
+    if (dr->rc == 0 && mt_disk_state_weights_on_disk(dr->s->disk, l))
+        dr->rc = mt_disk_layer_write(dr->s, l, dr->layer, NULL, NULL, &dr->err);
+}
+
+static int init_disk_weights(mt_run *R, mt_error *err) {
+    const mt_param_table *t = &R->table;
+    disk_reader dr = {.s = &R->store, .layer = mt_calloc_or_die(t->max_layer_numel + 1,
+                                                                sizeof(float))};
+    int rc = 0;
+    if (R->tc->model[0]) {
+        rc = mt_model_read_layers(t, R->tc->model, disk_reader_dst, disk_reader_done, &dr, err);
+    } else {
+        for (int l = 0; l < t->n_layers && dr.rc == 0; l++) {
+            mt_host_store_random_range(t, l, 0, t->layers[l].numel, (uint64_t)R->tc->seed, 0.02f,
+                                       disk_reader_dst(&dr, l));
+            disk_reader_done(&dr, l);
+        }
+    }
+    if (rc == 0 && dr.rc) *err = dr.err;
+    free(dr.layer);
+    return rc || dr.rc ? -1 : 0;
+}
+
 int mt_run_init_weights(mt_run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
+    if (mt_disk_state_weight_layers(R->store.disk)) return init_disk_weights(R, err);
     if (!tc->model[0]) {
         if (R->several)
             mt_shard_init_random(&R->store, &R->sl, (uint64_t)tc->seed, 0.02f);
@@ -102,20 +144,12 @@ int mt_run_init_weights(mt_run *R, mt_error *err) {
 }
 
 /* Layer l of the run's store (this rank's part of it, on several) from w,
- * m and v (its numel floats each): the Adam state of a layer that keeps it
- * on disk into the disk tier (its range of the store holds no memory). A
- * sink of mt_shard_ckpt_load_layers for a run of one. */
+ * m and v (its numel floats each), wherever its parts live
+ * (mt_disk_layer_write). A sink of mt_shard_ckpt_load_layers for a run of
+ * one. */
 static int put_layer(void *ctx, int l, const float *w, const float *m, const float *v,
                      mt_error *err) {
-    mt_run *R = ctx;
-    const mt_layer_desc *ld = &mt_run_store_table(R)->layers[l];
-    size_t at = ld->offset, bytes = ld->numel * sizeof(float);
-    memcpy(R->store.w + at, w, bytes);
-    if (mt_disk_state_on_disk(R->store.disk, l))
-        return mt_disk_state_write(R->store.disk, l, m, v, err);
-    memcpy(R->store.m + at, m, bytes);
-    memcpy(R->store.v + at, v, bytes);
-    return 0;
+    return mt_disk_layer_write(&((mt_run *)ctx)->store, l, w, m, v, err);
 }
 
 /* A checkpoint of one process on a rank of several: the whole store once,
