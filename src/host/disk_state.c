@@ -358,6 +358,20 @@ int mt_disk_layer_write(mt_host_store *s, int l, const float *w, const float *m,
     return 0;
 }
 
+int mt_disk_store_init_random(mt_host_store *s, uint64_t seed, float std, mt_error *err) {
+    const mt_param_table *t = s->table;
+    float *layer = mt_calloc_or_die(t->max_layer_numel + 1, sizeof(float));
+    int rc = 0;
+    for (int l = 0; l < t->n_layers && rc == 0; l++) {
+        int away = mt_disk_state_weights_on_disk(s->disk, l);
+        mt_host_store_random_range(t, l, 0, t->layers[l].numel, seed, std,
+                                   away ? layer : mt_store_layer(s->w, t, l));
+        if (away) rc = mt_disk_layer_write(s, l, layer, NULL, NULL, err);
+    }
+    free(layer);
+    return rc;
+}
+
 int mt_disk_layer_read(const mt_host_store *s, int l, float *w, float *m, float *v,
                        mt_error *err) {
     const mt_layer_desc *ld = &s->table->layers[l];

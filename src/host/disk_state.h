@@ -106,4 +106,9 @@ int mt_disk_layer_write(mt_host_store *s, int l, const float *w, const float *m,
 int mt_disk_layer_read(const mt_host_store *s, int l, float *w, float *m, float *v,
                        mt_error *err);
 
+/* mt_host_store_init_random of a store with a disk tier: the layers whose
+ * weights are on disk made a layer at a time and written there (with a
+ * fresh optimizer's m and v). */
+int mt_disk_store_init_random(mt_host_store *s, uint64_t seed, float std, mt_error *err);
+
 #endif

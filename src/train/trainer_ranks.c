@@ -55,14 +55,39 @@ int mt_run_store_open(mt_run *R, int store_grads, mt_error *err) {
         return mt_errorf(err, "disk_layers %lld: the model has %d layers (the embedding, %lld "
                          "blocks, the head); give at most %d", (long long)tc->disk_layers,
                          t->n_layers, (long long)R->cfg.L, t->n_layers);
-    int n = R->disk_layers;
-    if (mt_disk_store_create(&R->store, t, store_grads, n, 0, tc->nvme_dir, err)) return -1;
+    int n = R->disk_layers, nw = R->disk_weight_layers;
+    if (mt_disk_store_create(&R->store, t, store_grads, n, nw, tc->nvme_dir, err)) return -1;
     if (n)
         mt_emitf(&R->ev, MT_EVENT_INFO, "disk tier: the optimizer state of the last %d layers on "
                  "%s, %.2f GB (%.2f GB of RAM for their staging)", n, tc->nvme_dir,
                  mt_disk_state_disk_bytes(R->store.disk) / 1e9,
                  mt_disk_state_ram_bytes(R->store.disk) / 1e9);
+    if (nw)
+        mt_emitf(&R->ev, MT_EVENT_INFO, "disk tier: the fp32 weights of the last %d layers too "
+                 "(a bf16 copy of them in RAM)", nw);
     return 0;
+}
+
+int mt_run_check_disk_weights(const mt_run *R, int gpu, mt_error *err) {
+    const mt_train_config *tc = R->tc;
+    long long n = (long long)tc->disk_weight_layers;
+    if (n <= 0) return 0;
+    const char *why = !tc->nvme_dir[0] ? "give the directories for them with --nvme-dir DIR[,DIR...]"
+                      : !gpu ? "they are for the GPU's bf16 mode (the CPU backend computes with "
+                               "the fp32 weights in RAM); leave it out or train with --device cuda"
+                      : R->several || tc->gpus > 1
+                          ? "they are for one GPU (each rank of several holds only its part of "
+                            "every layer); leave it out (--disk-layers works there)"
+                      : tc->precision == MT_TC_PRECISION_FP32
+                          ? "the GPU computes with the bf16 copy RAM keeps of them, which an fp32 "
+                            "run cannot; use --precision bf16 or leave it out"
+                      : tc->host_saved_inputs
+                          ? "they need the planner, which --host-saved-inputs turns off"
+                      : tc->ref_model[0]
+                          ? "the reference model (ref_model) is loaded into the store whole; "
+                            "leave one of them out"
+                          : NULL;
+    return why ? mt_errorf(err, "--disk-weight-layers %lld: %s", n, why) : 0;
 }
 
 /* Reading a model directory into this rank's parts: a layer at a time
@@ -84,9 +109,9 @@ static void reader_done(void *ctx, int layer) {
            mt_shard_len(&R->sl, layer) * sizeof(float));
 }
 
-/* A run of one whose weights are partly on disk: each such layer is made
- * (random, or read from the model directory) in a buffer of one layer and
- * written to the disk tier; the others straight into the store. */
+/* A run of one whose weights are partly on disk, from a model directory:
+ * each such layer is read into a buffer of one layer and written to the
+ * disk tier; the others straight into the store. */
 typedef struct disk_reader {
     mt_host_store *s;
     float *layer;
@@ -106,20 +131,11 @@ static void disk_reader_done(void *ctx, int l) {
         dr->rc = mt_disk_layer_write(dr->s, l, dr->layer, NULL, NULL, &dr->err);
 }
 
-static int init_disk_weights(mt_run *R, mt_error *err) {
+static int load_disk_weights(mt_run *R, mt_error *err) {
     const mt_param_table *t = &R->table;
     disk_reader dr = {.s = &R->store, .layer = mt_calloc_or_die(t->max_layer_numel + 1,
                                                                 sizeof(float))};
-    int rc = 0;
-    if (R->tc->model[0]) {
-        rc = mt_model_read_layers(t, R->tc->model, disk_reader_dst, disk_reader_done, &dr, err);
-    } else {
-        for (int l = 0; l < t->n_layers && dr.rc == 0; l++) {
-            mt_host_store_random_range(t, l, 0, t->layers[l].numel, (uint64_t)R->tc->seed, 0.02f,
-                                       disk_reader_dst(&dr, l));
-            disk_reader_done(&dr, l);
-        }
-    }
+    int rc = mt_model_read_layers(t, R->tc->model, disk_reader_dst, disk_reader_done, &dr, err);
     if (rc == 0 && dr.rc) *err = dr.err;
     free(dr.layer);
     return rc || dr.rc ? -1 : 0;
@@ -127,7 +143,10 @@ static int init_disk_weights(mt_run *R, mt_error *err) {
 
 int mt_run_init_weights(mt_run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
-    if (mt_disk_state_weight_layers(R->store.disk)) return init_disk_weights(R, err);
+    int away = mt_disk_state_weight_layers(R->store.disk) > 0;
+    if (away && !tc->model[0])
+        return mt_disk_store_init_random(&R->store, (uint64_t)tc->seed, 0.02f, err);
+    if (away) return load_disk_weights(R, err);
     if (!tc->model[0]) {
         if (R->several)
             mt_shard_init_random(&R->store, &R->sl, (uint64_t)tc->seed, 0.02f);

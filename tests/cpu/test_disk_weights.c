@@ -205,3 +205,19 @@ Test(disk_weights, checkpoints_and_the_hf_save_read_the_masters_from_disk) {
     mt_test_rmtree(dir);
     free(dir);
 }
+
+/* The CPU backend computes with the fp32 weights in RAM: train refuses
+ * weights on disk there, naming the option and the fix. */
+Test(disk_weights, the_cpu_refuses_them_by_name, .timeout = 60) {
+    char *dir = mt_test_tmpdir(), out[600];
+    snprintf(out, sizeof out, "%s/out", dir);
+    char *argv[] = {"train", "--device", "cpu", "--steps", "1", "--out", out, "--nvme-dir", dir,
+                    "--disk-weight-layers", "1", NULL};
+    char *o = NULL, *e = NULL;
+    cr_assert_neq(mt_test_cli_output(argv, &o, &e), 0, "%s", o);
+    cr_assert(strstr(e, "--disk-weight-layers 1") && strstr(e, "--device cuda"), "%s", e);
+    free(o);
+    free(e);
+    mt_test_rmtree(dir);
+    free(dir);
+}
