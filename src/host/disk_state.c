@@ -364,6 +364,7 @@ int mt_disk_store_init_random(mt_host_store *s, uint64_t seed, float std, mt_err
     int rc = 0;
     for (int l = 0; l < t->n_layers && rc == 0; l++) {
         int away = mt_disk_state_weights_on_disk(s->disk, l);
+        if (away) memset(layer, 0, t->layers[l].numel * sizeof(float)); /* the padding: 0 */
         mt_host_store_random_range(t, l, 0, t->layers[l].numel, seed, std,
                                    away ? layer : mt_store_layer(s->w, t, l));
         if (away) rc = mt_disk_layer_write(s, l, layer, NULL, NULL, err);

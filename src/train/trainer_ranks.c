@@ -121,8 +121,9 @@ typedef struct disk_reader {
 
 static float *disk_reader_dst(void *ctx, int l) {
     disk_reader *dr = ctx;
-    return mt_disk_state_weights_on_disk(dr->s->disk, l) ? dr->layer
-                                                         : mt_store_layer(dr->s->w, dr->s->table, l);
+    if (!mt_disk_state_weights_on_disk(dr->s->disk, l)) return mt_store_layer(dr->s->w, dr->s->table, l);
+    memset(dr->layer, 0, dr->s->table->layers[l].numel * sizeof(float)); /* the padding: 0 */
+    return dr->layer;
 }
 
 static void disk_reader_done(void *ctx, int l) {
