@@ -65,10 +65,16 @@ static void print_disk(const mt_plan *p, const mt_plan_request *q, FILE *f) {
     disk_rates_text(q, rates, sizeof rates);
     double all = p->disk_bytes + p->disk_saved_bytes;
     snprintf(range, sizeof range, p->n_disk > 1 ? "%d-%d" : "%d", nl - p->n_disk, nl - 1);
+    char weights[64] = "";
+    if (p->n_disk_w > 1)
+        snprintf(weights, sizeof weights, " and the fp32 weights of %d-%d", nl - p->n_disk_w,
+                 nl - 1);
+    else if (p->n_disk_w)
+        snprintf(weights, sizeof weights, " and the fp32 weights of %d", nl - 1);
     if (p->n_disk)
-        fprintf(f, "disk: %sthe Adam m and v of layers %s, %.2f GB (of %.2f GB on disk, %.2f GB "
+        fprintf(f, "disk: %sthe Adam m and v of layers %s%s, %.2f GB (of %.2f GB on disk, %.2f GB "
                 "budget), read and written each step (%s)\n",
-                q->ranks > 1 ? "this rank's parts of " : "", range, p->disk_bytes / 1e9,
+                q->ranks > 1 ? "this rank's parts of " : "", range, weights, p->disk_bytes / 1e9,
                 all / 1e9, q->disk_budget / 1e9, rates);
     if (p->n_disk_w) print_disk_weights(p, q, f);
     if (!p->n_disk_saved) return;
