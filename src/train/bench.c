@@ -295,6 +295,9 @@ static int bench(const mt_bench_opts *o, mt_ranks *rk, const mt_param_table *tab
                 "for their staging)\n", n_disk, o->nvme_dir,
                 mt_disk_state_disk_bytes(store.disk) / 1e9,
                 mt_disk_state_ram_bytes(store.disk) / 1e9);
+    if (n_disk_w)
+        fprintf(out, "disk tier: the fp32 weights of the last %d layers too (a bf16 copy of them "
+                "in RAM)\n", n_disk_w);
     t0 = mt_now_s();
     be = mt_device_backend_create(&o->cfg, table, &store, o->M, o->B, o->T, &bo, err);
     if (mt_ranks_agree(rk, be ? 0 : -1, err)) goto out;
