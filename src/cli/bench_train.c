@@ -13,6 +13,7 @@ typedef struct bench_train_args {
     const char *preset, *trace, *calibration, *nvme_dir;
     int64_t hidden, layers, heads, kv_heads, ffn, vocab, seq_len, batch_size, micro_batches;
     int64_t steps, slots, keep_layers, gpus, gpu_adam_layers, disk_layers, disk_saved_layers;
+    int64_t disk_weight_layers;
     double gpu_mem, host_mem, disk_mem;
     int precision, host_grad_dtype, saved_input_dtype, placement, grads, objective;
     bool host_saved_inputs;
@@ -58,6 +59,8 @@ static const mt_opt options[] = {
      NULL, "with --nvme-dir: the last N layers' m and v on disk; -1: the planner's choice"},
     {"disk_saved_layers", MT_OPT_INT, OFF(disk_saved_layers), "-1", NULL, MT_OPT_AT_LEAST(-1),
      NULL, "N", NULL, MT_DISK_SAVED_LAYERS_HELP},
+    {"disk_weight_layers", MT_OPT_INT, OFF(disk_weight_layers), "-1", NULL, MT_OPT_AT_LEAST(-1),
+     NULL, "N", NULL, MT_DISK_WEIGHT_LAYERS_HELP},
     {"slots", MT_OPT_INT, OFF(slots), "3", NULL, MT_OPT_AT_LEAST(2), NULL, "K", "Engine",
      "GPU weight slots"},
     {"keep_layers", MT_OPT_INT, OFF(keep_layers), "-1", NULL, MT_OPT_AT_LEAST(-1), NULL, "N",
@@ -100,6 +103,7 @@ static int run(void *args, int argc, char **argv) {
                         .gpus = gpus, .nvme_dir = a->nvme_dir, .disk_mem = a->disk_mem,
                         .disk_layers = (int)a->disk_layers,
                         .disk_saved_layers = (int)a->disk_saved_layers,
+                        .disk_weight_layers = (int)a->disk_weight_layers,
                         .objective = a->objective};
     mt_error err;
     if (gpus > 1 && !mt_launch_is_rank()) /* this process starts the ranks */

@@ -22,7 +22,7 @@ typedef struct plan_args {
     double gpu_mem, host_mem, pcie_gbs, gemm_tflops, attn_tflops, adam_gparams;
     int64_t gpus, nodes;
     double nvlink_gbps, net_gbps, disk_mem, disk_gbps;
-    int64_t disk_saved_layers;
+    int64_t disk_saved_layers, disk_weight_layers;
     int precision, host_grad_dtype, saved_input_dtype;
     bool given[32];
 } plan_args;
@@ -65,6 +65,10 @@ static const mt_opt options[] = {
      NULL, "N", NULL, "with --disk-mem: the saved inputs of the first N layers that would wait "
      "in host RAM live on disk instead (written in the forward, read back in the backward); "
      "-1: the planner's choice (none unless RAM is short)"},
+    {"disk_weight_layers", MT_OPT_INT, OFF(disk_weight_layers), "-1", NULL, MT_OPT_AT_LEAST(-1),
+     NULL, "N", NULL, "with --disk-mem: of the disk layers, the last N keep their fp32 weights "
+     "there too and RAM a bf16 copy (bf16, one GPU); -1: the planner's choice (none unless RAM "
+     "is short with every layer's m and v on disk)"},
 };
 #undef RATE
 #undef OFF
@@ -237,6 +241,7 @@ static int run(void *args, int argc, char **argv) {
     req.disk_budget = a->disk_mem * 1e9 / (double)a->gpus;
     req.disk_layers = a->disk_mem > 0 ? -1 : 0;
     req.disk_saved_layers = a->disk_mem > 0 ? (int)a->disk_saved_layers : 0;
+    req.disk_weight_layers = a->disk_mem > 0 ? (int)a->disk_weight_layers : 0;
     req.disk_sharers = (int)a->gpus;
     if (a->disk_gbps) req.rates.disk_read_gbs = req.rates.disk_write_gbs = a->disk_gbps;
     /* a ring across machines runs at the network's pace */

@@ -42,7 +42,7 @@ static int write_shard(const char *tmp, const mt_shard_store *s, mt_error *err) 
     const float *arrays[3] = {s->w, s->m, s->v};
     const char *prefix[3] = {"w", "m", "v"};
     /* the m and v of the disk layers are read from the disk as they are written */
-    mt_ckpt_disk *disk = s->disk ? mt_ckpt_disk_new(s->disk, 2 * L) : NULL;
+    mt_ckpt_disk *disk = s->disk ? mt_ckpt_disk_new(s->disk, 2 * L, 0) : NULL;
     int n = 0;
     for (int a = 0; a < 3; a++)
         for (int l = 0; l < L; l++) {
@@ -52,7 +52,7 @@ static int write_shard(const char *tmp, const mt_shard_store *s, mt_error *err) 
                                         .f32 = arrays[a] + sl->local[l]};
             t[n].shape[0] = (int64_t)mt_shard_len(sl, l);
             if (a > 0 && mt_disk_state_on_disk(s->disk, l))
-                mt_ckpt_disk_source(disk, &t[n], l, a - 1, 0);
+                mt_ckpt_disk_source(disk, &t[n], l, a, 0); /* MT_CKPT_M, _V */
             n++;
         }
     char file[64], rank[16], ranks[16];
@@ -352,7 +352,7 @@ int mt_shard_ckpt_load(const char *dir, mt_shard_store *s, const mt_config *cfg,
             if (away) dst[1] = mv, dst[2] = mv + most;
             owned += mt_shard_len(sl, l);
             rc = copy_layer(&o, sl, l, dst, &copied, err);
-            if (rc == 0 && away) rc = mt_disk_state_write(s->disk, l, dst[1], dst[2], err);
+            if (rc == 0 && away) rc = mt_disk_state_write(s->disk, l, NULL, dst[1], dst[2], err);
         }
         free(mv);
         MT_ASSERT(rc != 0 || copied == owned); /* the old ranks' parts cover every layer */

@@ -26,25 +26,31 @@ void mt_optimizer_update_layer(const mt_optimizer *o, mt_host_store *s, int laye
                                mt_grad_view g, float clip_coef, double lr) {
     const mt_layer_desc *ld = &s->table->layers[layer];
     mt_adamw_hparams h = hparams(o, lr);
-    /* the layer's m and v: in the store, or brought in from the disk */
+    /* the layer's m and v (and its weights): in the store, or brought in
+     * from the disk, which then leaves the store a bf16 copy of the new
+     * weights (the AdamW's shadow) and the exact tensors the GPU reads */
     int away = mt_disk_state_on_disk(s->disk, layer);
-    float *m = s->m + ld->offset, *v = s->v + ld->offset;
+    float *w = s->w + ld->offset, *m = s->m + ld->offset, *v = s->v + ld->offset, *dw = NULL;
     if (away) {
-        mt_disk_state_get(s->disk, layer, &m, &v);
+        mt_disk_state_get(s->disk, layer, &dw, &m, &v);
         if (!m) return; /* a disk failure, reported by mt_disk_state_error: the run stops */
     }
-    float *w = s->w + ld->offset;
+    uint16_t *copy = dw ? s->w16 + ld->offset : NULL;
+    if (dw) w = dw;
     for (int k = 0; k < ld->n_tensors; k++) {
         const mt_tensor_desc *td = &ld->tensors[k];
         size_t off = td->offset;
         double wd = decay_of(o, td);
+        uint16_t *shadow = copy ? copy + off : NULL;
         if (g.bf16)
             mt_adamw_update_g16(&o->cpu, w + off, m + off, v + off,
-                                (const uint16_t *)g.p + td->offset, td->numel, &h, wd, clip_coef);
+                                (const uint16_t *)g.p + td->offset, shadow, td->numel, &h, wd,
+                                clip_coef);
         else
             mt_adamw_update(&o->cpu, w + off, m + off, v + off, (const float *)g.p + td->offset,
-                            NULL, td->numel, &h, wd, clip_coef);
+                            shadow, td->numel, &h, wd, clip_coef);
     }
+    if (dw) mt_host_store_keep_exact(s, layer, w);
     if (away) mt_disk_state_put(s->disk, layer);
 }
 

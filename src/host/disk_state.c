@@ -2,6 +2,7 @@
  * buffers over the disk tier, reads ahead of the updates, writes behind. */
 #include "host/disk_state.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,7 +13,7 @@
 enum { FREE, READING, READY, WRITING };
 
 typedef struct buf {
-    float *p;         /* [m | v] of `layer` */
+    float *p;         /* the block of `layer`: [m | v], or [w | m | v] */
     int layer;        /* -1: none */
     int phase;
     int ticket;
@@ -20,37 +21,61 @@ typedef struct buf {
 
 struct mt_disk_state {
     const mt_param_table *t;
-    uint8_t *on_disk;  /* (n_layers) */
+    uint8_t *on_disk;  /* (n_layers) MT_HOME_* */
     int *block;        /* (n_layers) the layer's block in the tier, -1 */
-    int n_disk;
+    int n_disk, n_weights;
     mt_disk *disk;
     buf *bufs;
     int n_bufs;
     size_t buf_bytes;
     int failed;
     mt_error err;
+    pthread_mutex_t whole;  /* whole-layer access (checkpoints' writers, two threads) */
 };
 
-static size_t block_bytes(const mt_param_table *t, int l) {
-    return 2 * t->layers[l].numel * sizeof(float);
+/* Floats of layer l's block: [m | v], or [w | m | v] when its weights are
+ * on disk too. */
+static size_t block_floats(const mt_param_table *t, int l, int home) {
+    return (home == MT_HOME_DISK_WEIGHTS ? 3 : 2) * t->layers[l].numel;
 }
 
-void mt_disk_tier_sizes(const mt_param_table *t, int n, double *disk_bytes, double *ram_freed) {
-    double disk = 0, most = 0;
+/* Bytes of RAM the bf16 copy and the exact tensors of layer l take. */
+static double copy_bytes(const mt_param_table *t, int l) {
+    const mt_layer_desc *ld = &t->layers[l];
+    double bytes = (double)ld->numel * sizeof(uint16_t);
+    for (int k = 0; k < ld->n_tensors; k++)
+        if (mt_tensor_read_fp32(&ld->tensors[k])) bytes += (double)ld->tensors[k].numel * 4;
+    return bytes;
+}
+
+/* The homes of the last n layers' m and v on disk and the last nw of
+ * them their weights too (home[l]: MT_HOME_*). */
+static uint8_t *last_layers_home(const mt_param_table *t, int n, int nw) {
+    uint8_t *home = mt_calloc_or_die((size_t)t->n_layers, 1);
+    for (int l = n < t->n_layers ? t->n_layers - n : 0; l < t->n_layers; l++)
+        home[l] = l >= t->n_layers - nw ? MT_HOME_DISK_WEIGHTS : MT_HOME_DISK_STATE;
+    return home;
+}
+
+void mt_disk_tier_sizes(const mt_param_table *t, int n, int nw, double *disk_bytes,
+                        double *ram_freed) {
+    double disk = 0, most = 0, copies = 0;
     for (int l = t->n_layers - n; l < t->n_layers; l++) {
-        disk += (double)block_bytes(t, l);
-        if ((double)block_bytes(t, l) > most) most = (double)block_bytes(t, l);
+        int home = l >= t->n_layers - nw ? MT_HOME_DISK_WEIGHTS : MT_HOME_DISK_STATE;
+        double b = (double)block_floats(t, l, home) * sizeof(float);
+        disk += b;
+        if (b > most) most = b;
+        if (home == MT_HOME_DISK_WEIGHTS) copies += copy_bytes(t, l);
     }
     *disk_bytes = disk;
-    *ram_freed = disk - MT_DISK_STAGING_BUFFERS * most;
+    *ram_freed = disk - copies - MT_DISK_STAGING_BUFFERS * most;
 }
 
-int mt_disk_store_create(mt_host_store *s, const mt_param_table *t, int grads, int n,
+int mt_disk_store_create(mt_host_store *s, const mt_param_table *t, int grads, int n, int nw,
                          const char *dirs, mt_error *err) {
     memset(s, 0, sizeof *s);
     if (n <= 0) return mt_host_store_create(s, t, grads, err);
-    uint8_t *on_disk = mt_calloc_or_die((size_t)t->n_layers, 1);
-    for (int l = n < t->n_layers ? t->n_layers - n : 0; l < t->n_layers; l++) on_disk[l] = 1;
+    uint8_t *on_disk = last_layers_home(t, n, nw);
     mt_disk_state *ds = NULL;
     int rc = mt_disk_state_open(&ds, t, on_disk, dirs, MT_DISK_STAGING_BUFFERS, err);
     if (rc == 0) rc = mt_host_store_create_tiered(s, t, grads, on_disk, err);
@@ -73,11 +98,14 @@ int mt_disk_state_open(mt_disk_state **out, const mt_param_table *t, const uint8
     ds->block = mt_calloc_or_die((size_t)nl, sizeof *ds->block);
     size_t *bytes = mt_calloc_or_die((size_t)nl, sizeof *bytes);
     for (int l = 0; l < nl; l++) {
-        ds->on_disk[l] = on_disk[l] != 0;
+        ds->on_disk[l] = on_disk[l];
         ds->block[l] = on_disk[l] ? ds->n_disk++ : -1;
-        if (on_disk[l]) bytes[ds->block[l]] = block_bytes(t, l);
-        if (on_disk[l] && block_bytes(t, l) > ds->buf_bytes) ds->buf_bytes = block_bytes(t, l);
+        ds->n_weights += on_disk[l] == MT_HOME_DISK_WEIGHTS;
+        if (!on_disk[l]) continue;
+        bytes[ds->block[l]] = block_floats(t, l, on_disk[l]) * sizeof(float);
+        if (bytes[ds->block[l]] > ds->buf_bytes) ds->buf_bytes = bytes[ds->block[l]];
     }
+    pthread_mutex_init(&ds->whole, NULL);
     int rc = mt_disk_open(&ds->disk, dirs, bytes, ds->n_disk, err);
     free(bytes);
     if (rc) {
@@ -107,6 +135,7 @@ void mt_disk_state_close(mt_disk_state *ds) {
     mt_disk_close(ds->disk);
     free(ds->on_disk);
     free(ds->block);
+    pthread_mutex_destroy(&ds->whole);
     free(ds);
 }
 
@@ -114,7 +143,12 @@ int mt_disk_state_on_disk(const mt_disk_state *ds, int layer) {
     return ds && ds->on_disk[layer];
 }
 
+int mt_disk_state_weights_on_disk(const mt_disk_state *ds, int layer) {
+    return ds && ds->on_disk[layer] == MT_HOME_DISK_WEIGHTS;
+}
+
 int mt_disk_state_layers(const mt_disk_state *ds) { return ds ? ds->n_disk : 0; }
+int mt_disk_state_weight_layers(const mt_disk_state *ds) { return ds ? ds->n_weights : 0; }
 double mt_disk_state_disk_bytes(const mt_disk_state *ds) {
     return ds ? (double)mt_disk_total_bytes(ds->disk) : 0;
 }
@@ -209,8 +243,17 @@ static void read_ahead(mt_disk_state *ds, int layer) {
     }
 }
 
-void mt_disk_state_get(mt_disk_state *ds, int layer, float **m, float **v) {
-    *m = *v = NULL;
+/* Layer l's w (NULL when in RAM), m and v in its block p. */
+static void parts(const mt_disk_state *ds, int l, float *p, float **w, float **m, float **v) {
+    size_t n = ds->t->layers[l].numel;
+    int with_w = ds->on_disk[l] == MT_HOME_DISK_WEIGHTS;
+    *w = with_w ? p : NULL;
+    *m = p + (with_w ? n : 0);
+    *v = *m + n;
+}
+
+void mt_disk_state_get(mt_disk_state *ds, int layer, float **w, float **m, float **v) {
+    *w = *m = *v = NULL;
     buf *b = holding(ds, layer);
     if (!b) {
         write_pending(ds, layer, 1); /* a write of this layer lands first */
@@ -226,8 +269,7 @@ void mt_disk_state_get(mt_disk_state *ds, int layer, float **m, float **v) {
     finish(ds, b);
     if (ds->failed || b->phase != READY) return;
     read_ahead(ds, layer);
-    *m = b->p;
-    *v = b->p + ds->t->layers[layer].numel;
+    parts(ds, layer, b->p, w, m, v);
 }
 
 void mt_disk_state_put(mt_disk_state *ds, int layer) {
@@ -250,34 +292,96 @@ int mt_disk_state_error(mt_disk_state *ds, mt_error *err) {
     return -1;
 }
 
-/* Buffer 0, emptied of everything: whole-layer transfers go through it. */
+/* Buffer 0, emptied of everything: whole-layer transfers go through it
+ * (under ds->whole). */
 static buf *scratch(mt_disk_state *ds) {
     mt_disk_state_drain(ds);
     for (int i = 0; i < ds->n_bufs; i++) ds->bufs[i].layer = -1, ds->bufs[i].phase = FREE;
     return &ds->bufs[0];
 }
 
-int mt_disk_state_read(mt_disk_state *ds, int layer, float *m, float *v, mt_error *err) {
+/* Copies n floats from src to dst, or zeros where src is NULL. */
+static void copy_or_zero(float *dst, const float *src, size_t n) {
+    if (src) memcpy(dst, src, n * sizeof(float));
+    else memset(dst, 0, n * sizeof(float));
+}
+
+int mt_disk_state_read(mt_disk_state *ds, int layer, float *w, float *m, float *v,
+                       mt_error *err) {
     MT_ASSERT(ds->on_disk[layer]);
+    pthread_mutex_lock(&ds->whole);
     buf *b = scratch(ds);
     start(ds, b, layer, 0);
     finish(ds, b);
-    if (mt_disk_state_error(ds, err)) return -1;
+    int rc = mt_disk_state_error(ds, err);
     size_t n = ds->t->layers[layer].numel;
-    memcpy(m, b->p, n * sizeof(float));
-    memcpy(v, b->p + n, n * sizeof(float));
+    float *bw, *bm, *bv;
+    parts(ds, layer, b->p, &bw, &bm, &bv);
+    if (rc == 0 && w && bw) memcpy(w, bw, n * sizeof(float));
+    if (rc == 0 && m) memcpy(m, bm, n * sizeof(float));
+    if (rc == 0 && v) memcpy(v, bv, n * sizeof(float));
     b->layer = -1, b->phase = FREE;
+    pthread_mutex_unlock(&ds->whole);
+    return rc;
+}
+
+int mt_disk_state_write(mt_disk_state *ds, int layer, const float *w, const float *m,
+                        const float *v, mt_error *err) {
+    MT_ASSERT(ds->on_disk[layer]);
+    pthread_mutex_lock(&ds->whole);
+    buf *b = scratch(ds);
+    size_t n = ds->t->layers[layer].numel;
+    float *bw, *bm, *bv;
+    parts(ds, layer, b->p, &bw, &bm, &bv);
+    MT_ASSERT(!bw || w);
+    if (bw) memcpy(bw, w, n * sizeof(float));
+    copy_or_zero(bm, m, n);
+    copy_or_zero(bv, v, n);
+    start(ds, b, layer, 1);
+    finish(ds, b);
+    pthread_mutex_unlock(&ds->whole);
+    return mt_disk_state_error(ds, err);
+}
+
+int mt_disk_layer_write(mt_host_store *s, int l, const float *w, const float *m,
+                        const float *v, mt_error *err) {
+    const mt_layer_desc *ld = &s->table->layers[l];
+    size_t bytes = ld->numel * sizeof(float);
+    int away_w = mt_disk_state_weights_on_disk(s->disk, l);
+    MT_ASSERT(w || !away_w);
+    if (away_w) mt_host_store_set_copy(s, l, w);
+    else if (w) memcpy(mt_store_layer(s->w, s->table, l), w, bytes);
+    if (mt_disk_state_on_disk(s->disk, l))
+        return mt_disk_state_write(s->disk, l, away_w ? w : NULL, m, v, err);
+    copy_or_zero(mt_store_layer(s->m, s->table, l), m, ld->numel);
+    copy_or_zero(mt_store_layer(s->v, s->table, l), v, ld->numel);
     return 0;
 }
 
-int mt_disk_state_write(mt_disk_state *ds, int layer, const float *m, const float *v,
-                        mt_error *err) {
-    MT_ASSERT(ds->on_disk[layer]);
-    buf *b = scratch(ds);
-    size_t n = ds->t->layers[layer].numel;
-    memcpy(b->p, m, n * sizeof(float));
-    memcpy(b->p + n, v, n * sizeof(float));
-    start(ds, b, layer, 1);
-    finish(ds, b);
-    return mt_disk_state_error(ds, err);
+int mt_disk_store_init_random(mt_host_store *s, uint64_t seed, float std, mt_error *err) {
+    const mt_param_table *t = s->table;
+    float *layer = mt_calloc_or_die(t->max_layer_numel + 1, sizeof(float));
+    int rc = 0;
+    for (int l = 0; l < t->n_layers && rc == 0; l++) {
+        int away = mt_disk_state_weights_on_disk(s->disk, l);
+        if (away) memset(layer, 0, t->layers[l].numel * sizeof(float)); /* the padding: 0 */
+        mt_host_store_random_range(t, l, 0, t->layers[l].numel, seed, std,
+                                   away ? layer : mt_store_layer(s->w, t, l));
+        if (away) rc = mt_disk_layer_write(s, l, layer, NULL, NULL, err);
+    }
+    free(layer);
+    return rc;
+}
+
+int mt_disk_layer_read(const mt_host_store *s, int l, float *w, float *m, float *v,
+                       mt_error *err) {
+    const mt_layer_desc *ld = &s->table->layers[l];
+    size_t bytes = ld->numel * sizeof(float);
+    int away_w = mt_disk_state_weights_on_disk(s->disk, l);
+    if (w && !away_w) memcpy(w, mt_store_layer(s->w, s->table, l), bytes);
+    if (mt_disk_state_on_disk(s->disk, l))
+        return mt_disk_state_read(s->disk, l, w, m, v, err);
+    if (m) memcpy(m, mt_store_layer(s->m, s->table, l), bytes);
+    if (v) memcpy(v, mt_store_layer(s->v, s->table, l), bytes);
+    return 0;
 }

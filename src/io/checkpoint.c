@@ -92,20 +92,22 @@ static void *st_job_run(void *arg) {
  * layer's block is read twice. */
 static mt_ckpt_disk *disk_sources(const mt_host_store *s, mt_st_write_tensor *mv, int n) {
     const mt_param_table *t = s->table;
-    mt_ckpt_disk *c = mt_ckpt_disk_new(s->disk, 2 * n);
+    mt_ckpt_disk *c = mt_ckpt_disk_new(s->disk, 2 * n, 0);
     int i = 0;
     for (int l = 0; l < t->n_layers; l++)
         for (int k = 0; k < t->layers[l].n_tensors; k++, i++) {
             if (!mt_disk_state_on_disk(s->disk, l)) continue;
             for (int a = 0; a < 2; a++)
-                mt_ckpt_disk_source(c, &mv[a * n + i], l, a, t->layers[l].tensors[k].offset);
+                mt_ckpt_disk_source(c, &mv[a * n + i], l, MT_CKPT_M + a,
+                                    t->layers[l].tensors[k].offset);
         }
     return c;
 }
 
 /* Writes model.safetensors (w) and optimizer.safetensors (m, v), on two
  * threads when asked: the optimizer file is twice the size, so the pair
- * overlaps the weights' write and fsync with the larger one. */
+ * overlaps the weights' write and fsync with the larger one. The state on
+ * disk is read through a cache of its own for each file. */
 static int write_tensors(const char *tmp, const mt_host_store *s, const mt_checkpoint_opts *o,
                          mt_error *err) {
     const mt_param_table *t = s->table;
@@ -115,7 +117,9 @@ static int write_tensors(const char *tmp, const mt_host_store *s, const mt_check
     /* the weights under their published names (an HF model directory);
      * the optimizer's state under the table's */
     void *fused;
-    int n_w = mt_model_write_list(t, s->w, MT_DTYPE_F32, wt, &fused);
+    mt_ckpt_disk *wsrc = mt_disk_state_weight_layers(s->disk) ? mt_ckpt_disk_new(s->disk, n, 1)
+                                                              : NULL;
+    int n_w = mt_model_write_list(t, s->w, MT_DTYPE_F32, wsrc, wt, &fused);
     tensor_list(t, s->m, "exp_avg.", names + n, wt + n);
     tensor_list(t, s->v, "exp_avg_sq.", names + 2 * n, wt + 2 * n);
     mt_ckpt_disk *src = s->disk ? disk_sources(s, wt + n, n) : NULL;
@@ -137,6 +141,7 @@ static int write_tensors(const char *tmp, const mt_host_store *s, const mt_check
     free(wt);
     free(fused);
     mt_ckpt_disk_free(src);
+    mt_ckpt_disk_free(wsrc);
     return rc;
 }
 

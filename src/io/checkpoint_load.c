@@ -281,49 +281,38 @@ static int read_layer(const mt_st_file *f, const mt_param_table *t, int l, const
     return 0;
 }
 
-/* Reads one store array (w, m or v) from file f, tensors named prefix + HF
- * name; the layers whose m and v are on disk (disk, m or v: every array but
- * w) go there, a layer at a time. */
-static int read_array(const mt_st_file *f, const mt_param_table *t, const char *prefix,
-                      float *array, mt_disk_state *disk, mt_error *err) {
-    for (int l = 0; l < t->n_layers; l++)
-        if (!mt_disk_state_on_disk(disk, l) &&
-            read_layer(f, t, l, prefix, array + t->layers[l].offset, err))
-            return -1;
-    return 0;
-}
-
-static int read_disk_layers(const mt_st_file *f, const mt_param_table *t, mt_disk_state *disk,
+/* Opens dir/file expecting exactly n_expect tensors. */
+static int open_tensor_file(mt_st_file *f, const char *dir, const char *file, int n_expect,
                             mt_error *err) {
-    int rc = 0;
-    for (int l = 0; l < t->n_layers && rc == 0; l++) {
-        if (!mt_disk_state_on_disk(disk, l)) continue;
-        size_t n = t->layers[l].numel;
-        float *m = mt_calloc_or_die(n ? n : 1, sizeof *m), *v = mt_calloc_or_die(n ? n : 1, sizeof *v);
-        rc = read_layer(f, t, l, "exp_avg.", m, err) || read_layer(f, t, l, "exp_avg_sq.", v, err) ||
-             mt_disk_state_write(disk, l, m, v, err);
-        free(m);
-        free(v);
-    }
-    return rc ? -1 : 0;
-}
-
-/* Opens dir/file expecting exactly n_expect tensors, then reads arrays. */
-static int load_tensor_file(const char *dir, const char *file, const mt_param_table *t,
-                            int n_expect, const char *const *prefixes, float *const *arrays,
-                            int n_arrays, mt_disk_state *disk, mt_error *err) {
     char *path = mt_path_join(dir, file);
-    mt_st_file f;
-    int rc = mt_st_open(&f, path, err);
-    if (rc == 0 && f.n_tensors != n_expect)
+    int rc = mt_st_open(f, path, err);
+    if (rc == 0 && f->n_tensors != n_expect) {
         rc = mt_errorf(err, "%s: %d tensors, expected %d: it does not belong to this model",
-                       path, f.n_tensors, n_expect);
-    for (int i = 0; i < n_arrays && rc == 0; i++)
-        rc = read_array(&f, t, prefixes[i], arrays[i], disk, err);
-    if (rc == 0 && disk) rc = read_disk_layers(&f, t, disk, err);
-    mt_st_close(&f);
+                       path, f->n_tensors, n_expect);
+        mt_st_close(f);
+    }
     free(path);
     return rc;
+}
+
+/* A layer of the disk tier from the files: its weights (when they live on
+ * disk too) from model file wf, m and v from optimizer file of, into the
+ * store's tier. */
+static int load_disk_layer(const mt_st_file *wf, const mt_st_file *of, mt_host_store *s, int l,
+                           mt_error *err) {
+    const mt_param_table *t = s->table;
+    size_t n = t->layers[l].numel ? t->layers[l].numel : 1;
+    int with_w = mt_disk_state_weights_on_disk(s->disk, l);
+    float *w = with_w ? mt_calloc_or_die(n, sizeof *w) : NULL;
+    float *m = mt_calloc_or_die(n, sizeof *m), *v = mt_calloc_or_die(n, sizeof *v);
+    int rc = (with_w && read_layer(wf, t, l, "", w, err)) ||
+             read_layer(of, t, l, "exp_avg.", m, err) ||
+             read_layer(of, t, l, "exp_avg_sq.", v, err) ||
+             mt_disk_layer_write(s, l, w, m, v, err);
+    free(w);
+    free(m);
+    free(v);
+    return rc ? -1 : 0;
 }
 
 int mt_checkpoint_verify(const char *dir, mt_error *err) {
@@ -344,6 +333,32 @@ static int published_count(const mt_param_table *t) {
     return n;
 }
 
+/* The store from a checkpoint's model.safetensors (w) and
+ * optimizer.safetensors (m, v): the layers in RAM straight into their
+ * ranges, those of the disk tier a layer at a time. */
+static int load_tensors(const char *dir, mt_host_store *s, mt_error *err) {
+    const mt_param_table *t = s->table;
+    mt_st_file wf, of;
+    if (open_tensor_file(&wf, dir, "model.safetensors", published_count(t), err)) return -1;
+    if (open_tensor_file(&of, dir, "optimizer.safetensors", 2 * mt_ckpt_count_tensors(t), err)) {
+        mt_st_close(&wf);
+        return -1;
+    }
+    int rc = 0;
+    for (int l = 0; l < t->n_layers && rc == 0; l++) {
+        if (!mt_disk_state_weights_on_disk(s->disk, l))
+            rc = read_layer(&wf, t, l, "", mt_store_layer(s->w, t, l), err);
+        if (rc == 0 && mt_disk_state_on_disk(s->disk, l))
+            rc = load_disk_layer(&wf, &of, s, l, err);
+        else if (rc == 0)
+            rc = read_layer(&of, t, l, "exp_avg.", mt_store_layer(s->m, t, l), err) ||
+                 read_layer(&of, t, l, "exp_avg_sq.", mt_store_layer(s->v, t, l), err) ? -1 : 0;
+    }
+    mt_st_close(&wf);
+    mt_st_close(&of);
+    return rc;
+}
+
 static int load(const char *dir, mt_host_store *s, const mt_config *cfg, char **state_json,
                 int sums_checked, mt_error *err) {
     *state_json = NULL;
@@ -355,15 +370,7 @@ static int load(const char *dir, mt_host_store *s, const mt_config *cfg, char **
     int rc = mt_config_load(&saved, cpath, err);
     if (rc == 0) rc = mt_ckpt_compare_configs(&saved, cfg, cpath, err);
     free(cpath);
-    int n = mt_ckpt_count_tensors(s->table);
-    const char *wp[] = {""}, *op[] = {"exp_avg.", "exp_avg_sq."};
-    float *wa[] = {s->w}, *oa[] = {s->m, s->v};
-    if (rc == 0)
-        rc = load_tensor_file(dir, "model.safetensors", s->table, published_count(s->table), wp,
-                              wa, 1, NULL, err);
-    if (rc == 0)
-        rc = load_tensor_file(dir, "optimizer.safetensors", s->table, 2 * n, op, oa, 2, s->disk,
-                              err);
+    if (rc == 0) rc = load_tensors(dir, s, err);
     if (rc == 0) rc = mt_ckpt_load_state(dir, step, state_json, err);
     if (rc) mt_error_prefix(err, "loading checkpoint: ");
     return rc;

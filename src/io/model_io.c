@@ -10,7 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "host/disk_state.h"
 #include "io/checkpoint.h"
+#include "io/ckpt_disk.h"
 #include "io/file.h"
 #include "io/model_io_moe.h"
 #include "io/safetensors.h"
@@ -158,25 +160,33 @@ static int write_json(const char *dir, const char *name, const char *text, mt_er
     return bad ? mt_errorf(err, "%s: write failed (disk full?)", path) : 0;
 }
 
-/* A fused published tensor (mt_params_fused): its parts, in row order. */
+/* A fused published tensor (mt_params_fused): its parts, in row order,
+ * from w or, when its layer's weights are on disk, from `away` (at
+ * off[j] into the layer). */
 typedef struct fused_src {
     char name[96];
     int n;
     const float *part[3];
     size_t numel[3];
+    mt_ckpt_disk *away;
+    int layer;
+    size_t off[3];
 } fused_src;
 
 /* Elements [first, first + count) of a fused tensor, gathered from its parts. */
 static int fill_fused(void *ctx, const mt_st_write_tensor *t, size_t first, size_t count,
                       float *dst, mt_error *err) {
-    (void)t, (void)err;
+    (void)t;
     const fused_src *f = ctx;
     size_t start = 0;
     for (int j = 0; j < f->n && count > 0; j++) {
         size_t end = start + f->numel[j];
         if (first < end) {
             size_t k = end - first < count ? end - first : count;
-            memcpy(dst, f->part[j] + (first - start), k * sizeof(float));
+            if (f->away && mt_ckpt_disk_copy(f->away, f->layer, MT_CKPT_W,
+                                             f->off[j] + (first - start), k, dst, err))
+                return -1;
+            if (!f->away) memcpy(dst, f->part[j] + (first - start), k * sizeof(float));
             dst += k, first += k, count -= k;
         }
         start = end;
@@ -185,7 +195,7 @@ static int fill_fused(void *ctx, const mt_st_write_tensor *t, size_t first, size
 }
 
 int mt_model_write_list(const mt_param_table *t, const float *w, mt_dtype dtype,
-                        mt_st_write_tensor *out, void **ctx) {
+                        mt_ckpt_disk *away, mt_st_write_tensor *out, void **ctx) {
     int n = 0;
     for (int l = 0; l < t->n_layers; l++) n += t->layers[l].n_tensors;
     fused_src *fs = mt_calloc_or_die((size_t)n + 1, sizeof *fs);
@@ -196,6 +206,7 @@ int mt_model_write_list(const mt_param_table *t, const float *w, mt_dtype dtype,
         for (int k = 0; k < ld->n_tensors; k++) {
             const mt_tensor_desc *td = &ld->tensors[k];
             const float *src = w + ld->offset + td->offset;
+            mt_ckpt_disk *from = away && mt_ckpt_disk_has_weights(away, l) ? away : NULL;
             char name[96];
             int64_t rows, row0;
             if (mt_params_fused(t, l, td, name, &rows, &row0)) {
@@ -206,20 +217,26 @@ int mt_model_write_list(const mt_param_table *t, const float *w, mt_dtype dtype,
                     f = &fs[n - 1];
                     MT_ASSERT(n > 0 && !strcmp(f->name, name) && f->n < 3);
                     f->part[f->n] = src;
+                    f->off[f->n] = td->offset;
                     f->numel[f->n++] = td->numel;
                     continue;
                 }
                 snprintf(f->name, sizeof f->name, "%s", name);
                 f->part[0] = src;
+                f->off[0] = td->offset;
                 f->numel[0] = td->numel;
                 f->n = 1;
+                f->away = from;
+                f->layer = l;
                 out[n++] = (mt_st_write_tensor){.name = f->name, .dtype = dtype, .ndim = 2,
                                                 .shape = {rows, td->shape[1]},
                                                 .fill = fill_fused, .fill_ctx = f};
                 continue;
             }
-            out[n++] = (mt_st_write_tensor){.name = td->name, .dtype = dtype, .ndim = td->ndim,
-                                            .shape = {td->shape[0], td->shape[1]}, .f32 = src};
+            out[n] = (mt_st_write_tensor){.name = td->name, .dtype = dtype, .ndim = td->ndim,
+                                          .shape = {td->shape[0], td->shape[1]}, .f32 = src};
+            if (from) mt_ckpt_disk_source(from, &out[n], l, MT_CKPT_W, td->offset);
+            n++;
         }
     }
     return n;
@@ -233,11 +250,15 @@ int mt_model_save(const mt_host_store *s, const mt_config *cfg, const char *dir,
     for (int l = 0; l < t->n_layers; l++) n += t->layers[l].n_tensors;
     mt_st_write_tensor *wt = mt_calloc_or_die((size_t)n, sizeof *wt);
     void *fs;
-    n = mt_model_write_list(t, s->w, dtype, wt, &fs);
+    /* the layers whose fp32 weights are on disk: read from there */
+    mt_ckpt_disk *away = mt_disk_state_weight_layers(s->disk) ? mt_ckpt_disk_new(s->disk, n, 1)
+                                                              : NULL;
+    n = mt_model_write_list(t, s->w, dtype, away, wt, &fs);
     mt_st_kv meta[] = {{"format", "pt"}};
     int rc = mt_st_write_sharded(dir, wt, n, meta, 1, max_shard_bytes, err);
     free(wt);
     free(fs);
+    mt_ckpt_disk_free(away);
     if (rc) return -1;
     char *json = mt_config_to_json_dtype(cfg, dtype == MT_DTYPE_BF16 ? "bfloat16" : "float32");
     rc = write_json(dir, "config.json", json, err);

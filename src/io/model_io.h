@@ -38,11 +38,13 @@ int mt_model_read_layers(const mt_param_table *t, const char *dir, mt_layer_dst 
  * their published names, for a writer of mt_st_write: one per tensor of
  * the table, but one for all the parts of a fused published tensor
  * (mt_params_fused: phi3's qkv_proj and gate_up_proj), gathered as it is
- * written. out has room for every tensor of the table; returns how many
- * it holds. *ctx holds what the gathering reads: free() it after the
- * write. */
+ * written. The layers whose weights are on disk are read from away
+ * (io/ckpt_disk.h, made with weights; NULL: none are). out has room for
+ * every tensor of the table; returns how many it holds. *ctx holds what
+ * the gathering reads: free() it after the write. */
+struct mt_ckpt_disk;
 int mt_model_write_list(const mt_param_table *t, const float *w, mt_dtype dtype,
-                        mt_st_write_tensor *out, void **ctx);
+                        struct mt_ckpt_disk *away, mt_st_write_tensor *out, void **ctx);
 
 /* Writes config.json, generation_config.json (BOS and EOS, as
  * transformers derives it from config.json) and the weights as

@@ -134,6 +134,14 @@ static inline bool mt_role_is_bias(mt_role r) {
            r == MT_T_BDOWN || r == MT_T_FINAL_NORM_B;
 }
 
+/* Whether the GPU reads this tensor's fp32 values even when it computes in
+ * bf16 (norm weights, biases, the MoE router and shared-expert gate): a
+ * layer whose fp32 weights live on disk keeps these exact in RAM beside
+ * the bf16 copy of the rest. */
+static inline bool mt_tensor_read_fp32(const mt_tensor_desc *td) {
+    return td->ndim == 1 || td->role == MT_T_ROUTER || td->role == MT_T_SHARED_GATE;
+}
+
 /* Builds the table for cfg. Returns -1 with a message if a size overflows. */
 int mt_params_init(mt_param_table *t, const mt_config *cfg, mt_error *err);
 void mt_params_free(mt_param_table *t);

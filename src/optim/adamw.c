@@ -87,7 +87,8 @@ static void update_block(const update_job *j, size_t i, size_t n) {
     for (size_t k = i; k < i + n; k += G16_PIECE) {
         size_t len = i + n - k < G16_PIECE ? i + n - k : G16_PIECE;
         widen_bf16(g, j->g16 + k, len);
-        j->kernel(j->p + k, j->m + k, j->v + k, g, NULL, len, &j->c, false);
+        j->kernel(j->p + k, j->m + k, j->v + k, g, j->bf16_shadow ? j->bf16_shadow + k : NULL,
+                  len, &j->c, false);
     }
 }
 
@@ -116,9 +117,10 @@ void mt_adamw_update(const mt_optim_cpu *cpu, float *p, float *m, float *v, cons
 }
 
 void mt_adamw_update_g16(const mt_optim_cpu *cpu, float *p, float *m, float *v,
-                         const uint16_t *g16, size_t n, const mt_adamw_hparams *h,
-                         double weight_decay, float gscale) {
+                         const uint16_t *g16, uint16_t *bf16_shadow, size_t n,
+                         const mt_adamw_hparams *h, double weight_decay, float gscale) {
     update_job j = {.kernel = adamw_kernel(cpu->isa), .p = p, .m = m, .v = v, .g16 = g16,
+                    .bf16_shadow = bf16_shadow,
                     .c = mt_adamw_coefs_make(h, weight_decay, gscale)};
     update(cpu, &j, n);
 }

@@ -96,13 +96,14 @@ void mt_adamw_update(const mt_optim_cpu *cpu, float *p, float *m, float *v, cons
                      uint16_t *bf16_shadow, size_t n, const mt_adamw_hparams *h,
                      double weight_decay, float gscale);
 
-/* mt_adamw_update with a bf16 gradient (no shadow): each block of g16 is
- * widened to fp32 (exact) in a small per-thread buffer and handed to the
- * same kernel, so the result is bitwise that of mt_adamw_update on the
- * widened gradient; g is read at 2 bytes per parameter. */
+/* mt_adamw_update with a bf16 gradient: each block of g16 is widened to
+ * fp32 (exact) in a small per-thread buffer and handed to the same kernel,
+ * so the result (and the shadow's, when bf16_shadow is set) is bitwise
+ * that of mt_adamw_update on the widened gradient; g is read at 2 bytes
+ * per parameter. */
 void mt_adamw_update_g16(const mt_optim_cpu *cpu, float *p, float *m, float *v,
-                         const uint16_t *g16, size_t n, const mt_adamw_hparams *h,
-                         double weight_decay, float gscale);
+                         const uint16_t *g16, uint16_t *bf16_shadow, size_t n,
+                         const mt_adamw_hparams *h, double weight_decay, float gscale);
 
 /* Gparam/s of the update (no shadow) with cpu on n_params random
  * parameters, best of a few runs; < 0 when memory cannot be had. */

@@ -119,7 +119,9 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan
          * device layers are bound in place on one GPU, all-gathered from
          * the GPU on several */
         int resident = (j > 0 && seq[j - 1] == l) || (back && l == head - 1);
-        double wbytes = resident || l < n_dev ? 0 : mt_plan_part_floats(q, l) * 4;
+        /* 4 bytes a parameter, 2 where the weights are on disk (their bf16 copy) */
+        double wbytes = resident || l < n_dev ? 0
+                        : mt_plan_part_floats(q, l) * (l >= nl - plan->n_disk_w ? 2 : 4);
         double ready = j >= K - 1 ? cstart[j - (K - 1)] : 0;
         if (!b) ready = fmax(ready, opt_done[l]);
         double s = fmax(h2d_free, ready), e = s + wbytes / rh2d;
@@ -231,7 +233,7 @@ static void measure(const mt_plan_request *q, mt_plan *p) {
     p->store_bytes = store_floats(q) * 12.0;
     double freed = 0;
     p->disk_bytes = 0;
-    if (p->n_disk) mt_plan_disk_sizes(q, p->n_disk, &p->disk_bytes, &freed);
+    if (p->n_disk) mt_plan_disk_sizes(q, p->n_disk, p->n_disk_w, &p->disk_bytes, &freed);
     p->n_disk_saved = 0;
     for (int l = 1; l < p->n_layers; l++) p->n_disk_saved += p->homes[l].saved_disk;
     p->disk_saved_bytes = p->n_disk_saved * mt_plan_saved_block_bytes(q);
@@ -302,6 +304,8 @@ static void start_homes(const mt_plan_request *q, mt_plan *p, int bf16, int lean
     /* device layers asked for (the planner's choice adds them later, from
      * none); their gradients wait on the GPU */
     p->n_disk = q->disk_layers > 0 ? (q->disk_layers < nl ? q->disk_layers : nl) : 0;
+    p->n_disk_w = q->disk_weight_layers > 0 ? q->disk_weight_layers : 0; /* < nl: checked */
+    if (p->n_disk < p->n_disk_w) p->n_disk = p->n_disk_w;
     p->n_dev = q->device_optim > 0 ? (q->device_optim < nl - 1 ? q->device_optim : nl - 1) : 0;
     if (p->n_dev > nl - p->n_disk) p->n_dev = nl - p->n_disk; /* disk layers: the CPU's */
     for (int l = 0; l < p->n_dev; l++) p->homes[l].grad_host = 0;
@@ -360,6 +364,15 @@ static void fit_host(const mt_plan_request *q, mt_plan *p, int rebuild, int disk
         p->n_disk++;
         measure(q, p);
     }
+    /* every allowed layer's m and v on disk and RAM still short: the
+     * weights of the last ones too (12 bytes a parameter moved each step
+     * instead of 8, half the H2D) */
+    while (disk && q->disk_weight_layers < 0 && mt_plan_disk_weights_allowed(q) &&
+           p->n_disk == nl - p->n_dev && p->host_bytes > q->host_budget &&
+           p->n_disk_w < mt_plan_disk_weights_most(p)) {
+        p->n_disk_w++;
+        measure(q, p);
+    }
 }
 
 /* Why a placement that does not fit does not: which budget, by how much,
@@ -376,13 +389,19 @@ static void refusal(const mt_plan_request *q, mt_plan *p, int bf16) {
         return;
     }
     int no_disk = q->disk_budget <= 0;
+    char less[96] = "";
+    if (p->n_disk_w)
+        snprintf(less, sizeof less, " less the disk's (m and v of %d layers, the fp32 weights of "
+                 "%d, a bf16 copy in RAM)", p->n_disk, p->n_disk_w);
+    else if (p->n_disk)
+        snprintf(less, sizeof less, " less the disk's");
     snprintf(p->why, sizeof p->why,
              "the two budgets together are short: host needs %.1f GB of %.1f GB with %.1f "
              "GB of %.1f GB on the GPU (store %.1f GB = 12 bytes/param%s, saved inputs %.2f "
              "GB per layer, gradients %d bytes/param on the host); use fewer tokens per "
              "step (saved inputs scale with them), or a larger --gpu-mem or --host-mem%s%s%s",
              p->host_bytes / 1e9, q->host_budget / 1e9, p->gpu_bytes / 1e9,
-             q->gpu_budget / 1e9, p->store_bytes / 1e9, p->n_disk ? " less the disk's" : "",
+             q->gpu_budget / 1e9, p->store_bytes / 1e9, less,
              (double)q->M * q->B * q->T * q->cfg->C * (q->saved_bf16 ? 2 : 4) / 1e9,
              bf16 ? 2 : 4, bf16 ? "" : ", or --host-grad-dtype bf16",
              q->saved_bf16 || q->precision != MT_GPU_BF16 ? "" : ", or --saved-input-dtype bf16",
@@ -527,7 +546,8 @@ void mt_plan_place(const mt_plan_request *q, mt_plan *p) {
      * fp32 or bf16 host gradients (bf16 needs fewer disk layers), with or
      * without rebuilt saved inputs (which need fewer too), whichever is
      * faster */
-    if ((q->disk_layers < 0 || q->disk_saved_layers < 0) && q->disk_budget > 0)
+    if ((q->disk_layers < 0 || q->disk_saved_layers < 0 || q->disk_weight_layers < 0) &&
+        q->disk_budget > 0)
         for (int bf16 = 0; bf16 < 2; bf16++) {
             if (q->host_grad_dtype >= 0 && bf16 != q->host_grad_dtype) continue;
             mt_plan trial = *p;
@@ -601,6 +621,26 @@ static void suggest(const mt_plan_request *q, mt_plan *p) {
              "--micro-batches %d) fits these budgets", ranks);
 }
 
+/* Refusals of --disk-weight-layers N > 0, naming why. */
+static int check_disk_weights(const mt_plan_request *q, mt_error *err) {
+    int n = q->disk_weight_layers, nl = q->t->n_layers;
+    if (q->ranks > 1)
+        return mt_errorf(err, "--disk-weight-layers %d: weights on disk are for one GPU; with "
+                         "several (--gpus %d) each rank holds only its part of every layer: "
+                         "leave it out (the Adam state's disk tier, --disk-layers, works there)",
+                         n, q->ranks);
+    if (q->precision != MT_GPU_BF16)
+        return mt_errorf(err, "--disk-weight-layers %d: weights on disk keep a bf16 copy in RAM "
+                         "for the GPU, which an fp32 run (--precision fp32) cannot compute "
+                         "with; use --precision bf16 or leave it out", n);
+    if (n > nl - 1 || (q->device_optim > 0 && n > nl - q->device_optim))
+        return mt_errorf(err, "--disk-weight-layers %d: at most %d of this model's %d layers "
+                         "(the embedding's lookup reads fp32 weights, and the layers whose "
+                         "AdamW runs on the GPU keep theirs there)", n,
+                         nl - (q->device_optim > 1 ? q->device_optim : 1), nl);
+    return 0;
+}
+
 int mt_plan_make(const mt_plan_request *q, mt_plan *p, mt_error *err) {
     if (q->t->n_layers > 4096)
         return mt_errorf(err, "the planner handles at most 4096 layers (%d)", q->t->n_layers);
@@ -614,6 +654,7 @@ int mt_plan_make(const mt_plan_request *q, mt_plan *p, mt_error *err) {
                          "supported with several GPUs (--gpus %d) yet; leave it out (the Adam "
                          "state's disk tier, --disk-layers, works there)",
                          q->disk_saved_layers, q->ranks);
+    if (q->disk_weight_layers > 0 && check_disk_weights(q, err)) return -1;
     mt_plan_place(q, p);
     if (!p->fits) suggest(q, p);
     return 0;

@@ -60,6 +60,13 @@ typedef struct mt_plan_request {
      * the backend (mt_plan_backend_opts). */
     int disk_saved_layers;
     const char *disk_dirs;
+    /* Of the disk layers, the last ones whose fp32 weights live there too
+     * (a bf16 copy in RAM, 2 bytes a parameter, and the tensors the GPU
+     * reads in fp32; a bf16 run of one GPU only, never the embedding nor
+     * a layer whose AdamW runs on the GPU): -1 the planner's choice (none
+     * unless the host budget is short with every allowed layer's m and v
+     * on disk), else that many (and at least that many disk layers). */
+    int disk_weight_layers;
     mt_rates rates;
 } mt_plan_request;
 
@@ -84,6 +91,7 @@ typedef struct mt_plan {
     double store_bytes;
     int n_host_grads, n_host_saved;
     int n_disk;               /* the last n_disk layers keep their m and v on disk */
+    int n_disk_w;             /* the last n_disk_w of them their fp32 weights too */
     double disk_bytes;        /* what they take there */
     int n_disk_saved;         /* saved inputs on disk (homes[l].saved_disk) */
     double disk_saved_bytes;  /* what they take there */

@@ -31,9 +31,9 @@ static void rank_disk_rates(const mt_plan_request *q, double *rd, double *wr, do
 /* The disk bytes of this rank's parts of the last n layers' m and v, and
  * the RAM they free less the staging buffers (host/disk_state.h's sizes,
  * over the parts). */
-void mt_plan_disk_sizes(const mt_plan_request *q, int n, double *disk, double *freed) {
+void mt_plan_disk_sizes(const mt_plan_request *q, int n, int nw, double *disk, double *freed) {
     if (q->ranks <= 1) {
-        mt_disk_tier_sizes(q->t, n, disk, freed);
+        mt_disk_tier_sizes(q->t, n, nw, disk, freed);
         return;
     }
     double most = 0;
@@ -46,6 +46,15 @@ void mt_plan_disk_sizes(const mt_plan_request *q, int n, double *disk, double *f
     *freed = *disk - MT_DISK_STAGING_BUFFERS * most;
 }
 
+int mt_plan_disk_weights_allowed(const mt_plan_request *q) {
+    return q->precision == MT_GPU_BF16 && q->ranks <= 1;
+}
+
+int mt_plan_disk_weights_most(const mt_plan *p) {
+    int most = p->n_layers - (p->n_dev > 1 ? p->n_dev : 1);
+    return p->n_disk < most ? p->n_disk : most;
+}
+
 /* The disk tier's transfers over a step as host/disk_state.c issues them,
  * on one channel (the drives: reads and writes share them at the rate
  * measured with both at once, or each at its own where that is unknown),
@@ -56,6 +65,7 @@ void mt_plan_disk_sizes(const mt_plan_request *q, int n, double *disk, double *f
  * write when its update ends. */
 typedef struct disk_sim {
     double rd, wr, both;      /* bytes/s */
+    int first_w;              /* layers from this one move their weights too */
     double free_at, busy;     /* the channel free again; seconds busy */
     int layer[MT_DISK_STAGING_BUFFERS], writing[MT_DISK_STAGING_BUFFERS];
     double done[MT_DISK_STAGING_BUFFERS]; /* its read's or write's end */
@@ -81,10 +91,15 @@ static int disk_buffer(disk_sim *d, double *t, int wait) {
     return best;
 }
 
-static void disk_read(disk_sim *d, int b, int l, double t, double bytes) {
+/* Bytes of layer l's block: [m | v], 8 a parameter, or 12 with [w | m | v]. */
+static double block_bytes(const disk_sim *d, const mt_plan_request *q, int l) {
+    return mt_plan_part_floats(q, l) * (l >= d->first_w ? 12.0 : 8.0);
+}
+
+static void disk_read(disk_sim *d, const mt_plan_request *q, int b, int l, double t) {
     d->layer[b] = l;
     d->writing[b] = 0;
-    d->done[b] = disk_xfer(d, t, bytes, 0);
+    d->done[b] = disk_xfer(d, t, block_bytes(d, q, l), 0);
 }
 
 /* The optimizer asks for disk layer l at time t: when its m and v are in
@@ -96,7 +111,7 @@ static double disk_get(disk_sim *d, const mt_plan_request *q, int l, double t, i
     if (b < 0) {
         b = disk_buffer(d, &t, 1);
         if (b < 0) b = 0; /* every buffer holds a later layer: as the tier, the first */
-        disk_read(d, b, l, t, mt_plan_part_floats(q, l) * 8.0);
+        disk_read(d, q, b, l, t);
     }
     double ready = fmax(t, d->done[b]);
     *buf = b;
@@ -108,7 +123,7 @@ static double disk_get(disk_sim *d, const mt_plan_request *q, int l, double t, i
         double at = ready;
         int f = disk_buffer(d, &at, 0);
         if (f < 0) break;
-        disk_read(d, f, n, ready, mt_plan_part_floats(q, n) * 8.0);
+        disk_read(d, q, f, n, ready);
     }
     return ready;
 }
@@ -124,12 +139,12 @@ double mt_plan_optimizer_times(const mt_plan_request *q, const mt_plan *plan, do
     const mt_rates *r = &q->rates;
     int nl = q->t->n_layers, first_disk = nl - plan->n_disk;
     double d2h = r->d2h_gbs * 1e9, adam = r->adam_gparams * 1e9;
-    disk_sim d = {0};
+    disk_sim d = {.first_w = nl - plan->n_disk_w};
     rank_disk_rates(q, &d.rd, &d.wr, &d.both);
     for (int b = 0; b < MT_DISK_STAGING_BUFFERS; b++)
         d.layer[b] = -1;
     for (int b = 0; b < MT_DISK_STAGING_BUFFERS && first_disk + b < nl; b++)
-        disk_read(&d, b, first_disk + b, start, mt_plan_part_floats(q, first_disk + b) * 8.0);
+        disk_read(&d, q, b, first_disk + b, start);
     double opt = 0, prev_start = 0, comp = start;
     for (int l = 0; l < nl; l++) {
         double numel = mt_plan_part_floats(q, l);
@@ -146,7 +161,7 @@ double mt_plan_optimizer_times(const mt_plan_request *q, const mt_plan *plan, do
         opt_done[l] = opt;
         if (buf >= 0) { /* written back */
             d.writing[buf] = 1;
-            d.done[buf] = disk_xfer(&d, opt, numel * 8.0, 1);
+            d.done[buf] = disk_xfer(&d, opt, block_bytes(&d, q, l), 1);
         }
     }
     *disk_end = d.free_at;

@@ -25,9 +25,16 @@ void mt_plan_place(const mt_plan_request *q, mt_plan *p);
  * write, and both at once (0: no bound on their sum). */
 void mt_plan_disk_rates(const mt_rates *r, double *rd, double *wr, double *both);
 
-/* The disk bytes of this rank's parts of the last n layers' m and v, and
- * the RAM they free less the staging buffers. */
-void mt_plan_disk_sizes(const mt_plan_request *q, int n, double *disk, double *freed);
+/* The disk bytes of this rank's parts of the last n layers' m and v (and
+ * the last nw layers' weights), and the RAM they free less the bf16
+ * copies and the staging buffers. */
+void mt_plan_disk_sizes(const mt_plan_request *q, int n, int nw, double *disk, double *freed);
+
+/* Whether q may put layers' weights on disk (a bf16 run of one GPU), and
+ * the most layers that may: not the embedding (its lookup reads fp32),
+ * nor those whose AdamW runs on the GPU. */
+int mt_plan_disk_weights_allowed(const mt_plan_request *q);
+int mt_plan_disk_weights_most(const mt_plan *p);
 
 /* The optimizer thread over a step from `start`: opt_done[l] when layer
  * l's weights are ready; returns when the last update ends, with the

@@ -1,9 +1,11 @@
 /* The plan as `megatrain plan` and the runs print it: each layer's homes,
  * the budgets' use, the disk tier, the predicted step and what bounds it. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "host/disk_state.h"
 #include "plan/planner_internal.h"
 #include "util/mem.h"
 
@@ -30,19 +32,51 @@ static void disk_rates_text(const mt_plan_request *q, char *out, size_t n) {
              "calibrate --nvme-dir");
 }
 
+/* The weights on disk: which layers, what RAM keeps of them, and the
+ * staging, which the largest [w | m | v] block sizes and which can take
+ * more RAM than the weights leave. */
+static void print_disk_weights(const mt_plan *p, const mt_plan_request *q, FILE *f) {
+    int nl = p->n_layers;
+    double params = 0, most = 0;
+    for (int l = nl - p->n_disk_w; l < nl; l++) {
+        params += mt_plan_part_floats(q, l);
+        most = fmax(most, mt_plan_part_floats(q, l) * 12.0);
+    }
+    double mv_most = 0;
+    for (int l = nl - p->n_disk; l < nl - p->n_disk_w; l++)
+        mv_most = fmax(mv_most, mt_plan_part_floats(q, l) * 8.0);
+    char range[32];
+    snprintf(range, sizeof range, p->n_disk_w > 1 ? "%d-%d" : "%d", nl - p->n_disk_w, nl - 1);
+    /* the staging grows from the largest [m | v] block to the largest [w | m | v] */
+    double grown = MT_DISK_STAGING_BUFFERS * fmax(0, most - fmax(mv_most, most * 8 / 12));
+    fprintf(f, "disk: the fp32 weights of layers %s too ([w | m | v], 12 bytes a parameter "
+            "read and written each step); RAM keeps a bf16 copy (2 bytes a parameter, %.2f GB, "
+            "uploaded at half the bytes) and their norms, biases and routers in fp32; staging "
+            "%d x %.2f GB (the largest block, %.2f GB more than m and v alone%s)\n", range,
+            params * 2.0 / 1e9, MT_DISK_STAGING_BUFFERS, fmax(most, mv_most) / 1e9, grown / 1e9,
+            grown > params * 2.0 ? ": more than the weights on disk free" : "");
+}
+
 /* The disk tier's layers, bytes and rates: a line for the Adam state's,
- * one for the saved inputs'. */
+ * one for the weights', one for the saved inputs'. */
 static void print_disk(const mt_plan *p, const mt_plan_request *q, FILE *f) {
     int nl = p->n_layers;
     char rates[256], range[32];
     disk_rates_text(q, rates, sizeof rates);
     double all = p->disk_bytes + p->disk_saved_bytes;
     snprintf(range, sizeof range, p->n_disk > 1 ? "%d-%d" : "%d", nl - p->n_disk, nl - 1);
+    char weights[64] = "";
+    if (p->n_disk_w > 1)
+        snprintf(weights, sizeof weights, " and the fp32 weights of %d-%d", nl - p->n_disk_w,
+                 nl - 1);
+    else if (p->n_disk_w)
+        snprintf(weights, sizeof weights, " and the fp32 weights of %d", nl - 1);
     if (p->n_disk)
-        fprintf(f, "disk: %sthe Adam m and v of layers %s, %.2f GB (of %.2f GB on disk, %.2f GB "
+        fprintf(f, "disk: %sthe Adam m and v of layers %s%s, %.2f GB (of %.2f GB on disk, %.2f GB "
                 "budget), read and written each step (%s)\n",
-                q->ranks > 1 ? "this rank's parts of " : "", range, p->disk_bytes / 1e9,
+                q->ranks > 1 ? "this rank's parts of " : "", range, weights, p->disk_bytes / 1e9,
                 all / 1e9, q->disk_budget / 1e9, rates);
+    if (p->n_disk_w) print_disk_weights(p, q, f);
     if (!p->n_disk_saved) return;
     int a = 1;
     while (!p->homes[a].saved_disk) a++;
@@ -59,7 +93,7 @@ static void print_disk(const mt_plan *p, const mt_plan_request *q, FILE *f) {
  * with every m and v and saved input in RAM). */
 static double disk_extra(const mt_plan_request *q, const mt_plan *p) {
     mt_plan ram = *p;
-    ram.n_disk = 0;
+    ram.n_disk = ram.n_disk_w = 0;
     ram.homes = mt_calloc_or_die((size_t)p->n_layers, sizeof *ram.homes);
     for (int l = 0; l < p->n_layers; l++) {
         ram.homes[l] = p->homes[l];
@@ -138,7 +172,10 @@ void mt_plan_print(const mt_plan *p, const mt_plan_request *q, FILE *f) {
                 q->ranks, q->ranks);
     fprintf(f, "host: %7.2f GB of %.2f GB budget: store %.2f GB (%s), pinned %.2f GB; "
             "%.2f bytes/param\n", p->host_bytes / 1e9, q->host_budget / 1e9, p->store_bytes / 1e9,
-            p->n_disk ? "12 B/param less the disk's m and v, with their staging" : "12 B/param",
+            p->n_disk_w ? "12 B/param less the disk's m, v and fp32 weights, with their bf16 "
+                          "copy and staging"
+            : p->n_disk ? "12 B/param less the disk's m and v, with their staging"
+                        : "12 B/param",
             p->pinned_bytes / 1e9, (p->store_bytes + p->pinned_bytes) / (double)q->t->n_params);
     if (p->n_disk || p->n_disk_saved) print_disk(p, q, f);
     const mt_step_prediction *s = &p->pred;

@@ -75,7 +75,8 @@ static int placement(const mt_bench_opts *o, const mt_param_table *table, mt_ran
                               .calib = o->calib, .nvme_dir = o->nvme_dir,
                               .disk_mem_gb = o->disk_mem, .disk_layers = o->disk_layers,
                               .disk_sharers = rk->local_world,
-                              .disk_saved_layers = o->disk_saved_layers};
+                              .disk_saved_layers = o->disk_saved_layers,
+                              .disk_weight_layers = o->disk_weight_layers};
         /* each machine's drives measured once, by its first rank */
         if (several && o->nvme_dir && o->nvme_dir[0] && o->disk_layers && !o->calib &&
             mt_ranks_disk_rates(rk, o->nvme_dir, (size_t)4 << 30, a.disk_gbs, err))
@@ -278,9 +279,12 @@ static int bench(const mt_bench_opts *o, mt_ranks *rk, const mt_param_table *tab
         goto out;
     double t0 = mt_now_s();
     int n_disk = !o->nvme_dir || !o->nvme_dir[0] ? 0 : manual ? o->disk_layers : plan.n_disk;
-    if (mt_disk_store_create(&store, &parts, 0, n_disk > 0 ? n_disk : 0, o->nvme_dir, err))
+    int n_disk_w = n_disk > 0 && !manual ? plan.n_disk_w : 0;
+    if (mt_disk_store_create(&store, &parts, 0, n_disk > 0 ? n_disk : 0, n_disk_w, o->nvme_dir,
+                             err))
         goto out;
-    mt_shard_init_random(&store, &sl, 1, 0.02f);
+    if (n_disk_w && mt_disk_store_init_random(&store, 1, 0.02f, err)) goto out;
+    if (!n_disk_w) mt_shard_init_random(&store, &sl, 1, 0.02f);
     fprintf(out, "host store: %.1f GB (%.2f bytes/param), ready in %.1fs\n", store.bytes / 1e9,
             (double)store.bytes / table->n_params, mt_now_s() - t0);
     if (plan.n_disk_saved)
@@ -291,6 +295,9 @@ static int bench(const mt_bench_opts *o, mt_ranks *rk, const mt_param_table *tab
                 "for their staging)\n", n_disk, o->nvme_dir,
                 mt_disk_state_disk_bytes(store.disk) / 1e9,
                 mt_disk_state_ram_bytes(store.disk) / 1e9);
+    if (n_disk_w)
+        fprintf(out, "disk tier: the fp32 weights of the last %d layers too (a bf16 copy of them "
+                "in RAM)\n", n_disk_w);
     t0 = mt_now_s();
     be = mt_device_backend_create(&o->cfg, table, &store, o->M, o->B, o->T, &bo, err);
     if (mt_ranks_agree(rk, be ? 0 : -1, err)) goto out;

@@ -37,6 +37,8 @@ typedef struct mt_bench_opts {
     double disk_mem;        /* GB of disk it may take, 0: their free space */
     int disk_layers;        /* last layers with m and v on disk: -1 the planner's choice */
     int disk_saved_layers;  /* saved inputs on disk (the first): -1 the planner's choice */
+    int disk_weight_layers; /* of the disk layers, the last with fp32 weights there: -1 the
+                             * planner's choice */
     int objective;          /* 0: cross-entropy; else a preference objective's step at the
                              * same tokens (train_config.h's mt_tc_objective): each row one
                              * pair, its halves the chosen and the rejected answer */

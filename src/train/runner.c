@@ -79,10 +79,12 @@ struct mt_runner_plan {
  * rates (measured now, 4 GiB each way: a virtual disk's first GB can run
  * faster or slower than its sustained rate; where the rates file has none). */
 static int plan_disk(mt_plan_request *req, const mt_gpu_plan_args *a, FILE *log, mt_error *err) {
-    if (!a->nvme_dir || !a->nvme_dir[0] || (a->disk_layers == 0 && a->disk_saved_layers == 0))
+    if (!a->nvme_dir || !a->nvme_dir[0] ||
+        (a->disk_layers == 0 && a->disk_saved_layers == 0 && a->disk_weight_layers <= 0))
         return 0;
     req->disk_layers = a->disk_layers;
     req->disk_saved_layers = a->disk_saved_layers;
+    req->disk_weight_layers = a->disk_weight_layers;
     req->disk_dirs = a->nvme_dir;
     if (a->disk_mem_gb > 0) req->disk_budget = a->disk_mem_gb * 1e9;
     else if (mt_disk_free_bytes(a->nvme_dir, &req->disk_budget, err)) return -1;
@@ -166,7 +168,8 @@ int mt_runner_plan_make(mt_runner_plan **out, const mt_config *cfg, const mt_par
                           .nvme_dir = o->nvme_dir, .disk_mem_gb = o->disk_mem_gb,
                           .disk_layers = o->disk_layers, .disk_sharers = o->disk_sharers,
                           .disk_gbs = {o->disk_gbs[0], o->disk_gbs[1], o->disk_gbs[2]},
-                          .disk_saved_layers = o->disk_saved_layers};
+                          .disk_saved_layers = o->disk_saved_layers,
+                          .disk_weight_layers = o->disk_weight_layers};
     if (mt_runner_plan_gpu(&p->req, &p->plan, cfg, t, M, B, T, &a, log, err)) {
         free(p);
         return -1;
@@ -181,6 +184,9 @@ int mt_runner_plan_make(mt_runner_plan **out, const mt_config *cfg, const mt_par
 }
 
 int mt_runner_plan_disk_layers(const mt_runner_plan *p) { return p ? p->plan.n_disk : 0; }
+int mt_runner_plan_disk_weight_layers(const mt_runner_plan *p) {
+    return p ? p->plan.n_disk_w : 0;
+}
 
 void mt_runner_plan_free(mt_runner_plan *p) {
     if (!p) return;

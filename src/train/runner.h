@@ -45,6 +45,7 @@ typedef struct mt_runner_opts {
     double disk_mem_gb;
     int disk_layers;
     int disk_saved_layers;
+    int disk_weight_layers;
     int disk_sharers;
     double disk_gbs[3];
 } mt_runner_opts;
@@ -92,6 +93,8 @@ void mt_runner_plan_free(mt_runner_plan *p);
 
 /* The layers whose m and v the plan keeps on disk (the last ones). */
 int mt_runner_plan_disk_layers(const mt_runner_plan *p);
+/* Of them, the last whose fp32 weights are on disk too (0 without a plan). */
+int mt_runner_plan_disk_weight_layers(const mt_runner_plan *p);
 
 struct mt_plan;
 struct mt_plan_request;
@@ -124,6 +127,9 @@ typedef struct mt_gpu_plan_args {
     /* saved layer inputs on disk (the first N that would wait in host RAM;
      * -1 the planner's choice, 0 none: mt_plan_request.disk_saved_layers) */
     int disk_saved_layers;
+    /* of the disk layers, the last whose fp32 weights live there too (-1
+     * the planner's choice, 0 none: mt_plan_request.disk_weight_layers) */
+    int disk_weight_layers;
 } mt_gpu_plan_args;
 
 /* The planning step itself, for the commands that drive the GPU backend

@@ -168,6 +168,8 @@ const mt_opt mt_tc_options[] = {
      "step); -1: the fewest the host budget needs (none when it holds them all)"},
     {"disk_saved_layers", MT_OPT_INT, OFF(disk_saved_layers), "-1", NULL, AT_LEAST(-1), NULL,
      "N", NULL, MT_DISK_SAVED_LAYERS_HELP},
+    {"disk_weight_layers", MT_OPT_INT, OFF(disk_weight_layers), "-1", NULL, AT_LEAST(-1), NULL,
+     "N", NULL, MT_DISK_WEIGHT_LAYERS_HELP},
 
     {"eval_data", MT_OPT_STRING, OFF(eval_data), "", NULL, ANY, NULL, "PATH", "Evaluation",
      "held-out data (a file or a directory) whose loss is logged; empty: none"},

@@ -106,6 +106,7 @@ typedef struct mt_train_config {
     double disk_mem;                // GB of disk the tier may take; 0 = the free space
     int64_t disk_layers;            // layers whose m and v live there (the last ones); -1 auto
     int64_t disk_saved_layers;      // saved layer inputs there (the first ones); -1 auto
+    int64_t disk_weight_layers;     // of the disk layers, the last with fp32 weights there; -1 auto
     /* evaluation and logging */
     char eval_data[MT_TC_STR];      // held-out data; "" = none
     int64_t eval_every, eval_batches;
@@ -182,6 +183,12 @@ extern const char *const mt_tc_saved_dtypes[]; // saved_input_dtype
     "forward, read back once ahead of the backward (the first layers: the most compute to "   \
     "hide both behind), through 3 pinned staging buffers of one layer's; -1: the fewest the " \
     "host budget needs (none when RAM holds them)"
+#define MT_DISK_WEIGHT_LAYERS_HELP                                                           \
+    "with nvme_dir: of the disk layers, the last N keep their fp32 weights there too "        \
+    "([w | m | v], 12 bytes a parameter read and written each step) and RAM only a bf16 copy " \
+    "(2 bytes a parameter, uploaded at half the bytes) and their norms and biases; bf16 on "  \
+    "one GPU, never the embedding; -1: the planner's choice (none unless the host budget is " \
+    "short with every layer's m and v on disk)"
 extern const char *const mt_tc_objectives[];
 extern const char *const mt_tc_loss_types[];
 

@@ -74,10 +74,12 @@ static int disk_layers_of(const mt_train_config *tc, const mt_param_table *t) {
            : tc->disk_layers < t->n_layers ? (int)tc->disk_layers : t->n_layers;
 }
 
-/* RAM the m and v of the disk layers do not take, less their staging. */
+/* RAM the m and v (and weights) of the disk layers do not take, less
+ * their bf16 copies and staging. */
 static size_t disk_saving(const mt_train_config *tc, const mt_param_table *t) {
     double disk, freed;
-    mt_disk_tier_sizes(t, disk_layers_of(tc, t), &disk, &freed);
+    int n = disk_layers_of(tc, t), w = (int)tc->disk_weight_layers;
+    mt_disk_tier_sizes(t, n, w < 0 ? 0 : w < n ? w : n, &disk, &freed);
     return freed > 0 ? (size_t)freed : 0;
 }
 

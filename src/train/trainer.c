@@ -247,6 +247,7 @@ static int find_checkpoint(mt_run *R, mt_error *err) {
  * host memory check with the disk layers it chose, and the host store. */
 static int place(mt_run *R, int gpu, mt_runner_opts *ro, mt_error *err) {
     const mt_train_config *tc = R->tc;
+    if (mt_run_check_disk_weights(R, gpu, err)) return -1;
     /* the CPU backends and the planner-less GPU path read the store's g */
     int store_grads = !gpu || tc->host_saved_inputs;
     char *plan_text = NULL;
@@ -272,6 +273,8 @@ static int place(mt_run *R, int gpu, mt_runner_opts *ro, mt_error *err) {
                            : mt_train_disk_layers_needed(tc, &R->cfg, mt_run_store_table(R),
                                                          store_grads, !gpu, binding);
     R->disk_layers = (int)resolved.disk_layers;
+    R->disk_weight_layers = mt_runner_plan_disk_weight_layers(R->plan);
+    resolved.disk_weight_layers = R->disk_weight_layers;
     return mt_train_check_host_memory(&resolved, &R->cfg, mt_run_store_table(R), store_grads,
                                        !gpu, avail, host_mem, err) ||
                    mt_run_store_open(R, store_grads, err)
@@ -418,7 +421,8 @@ static int setup(mt_run *R, mt_error *err) {
                          .comm = R->rk.comm, .link_gbs = R->rk.link_gbs,
                          .nvme_dir = tc->nvme_dir, .disk_mem_gb = tc->disk_mem,
                          .disk_layers = (int)tc->disk_layers, .disk_sharers = R->rk.local_world,
-                         .disk_saved_layers = (int)tc->disk_saved_layers};
+                         .disk_saved_layers = (int)tc->disk_saved_layers,
+                         .disk_weight_layers = (int)tc->disk_weight_layers};
     if (gpu && R->several && tc->nvme_dir[0] && tc->disk_layers && !tc->calibration[0]) {
         /* each machine's drives measured once, by its first rank */
         double t0 = mt_now_s();
@@ -473,6 +477,11 @@ static void sample(mt_run *R) {
     if (R->several) { /* generation needs the whole model on one GPU */
         mt_emitf(&R->ev, MT_EVENT_INFO, "sample: not on several ranks; run megatrain generate "
                  "on %s/model", tc->out);
+        return;
+    }
+    if (mt_disk_state_weight_layers(R->store.disk)) { /* it reads the head's fp32 weights */
+        mt_emitf(&R->ev, MT_EVENT_INFO, "sample: not with weights on disk; run megatrain "
+                 "generate on %s/model", tc->out);
         return;
     }
     if (R->pipe_on) mt_optim_pipeline_wait_all(&R->pipe);

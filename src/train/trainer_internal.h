@@ -52,6 +52,7 @@ struct mt_run {
     mt_runner r;
     mt_runner_plan *plan;    /* CUDA training: the placement */
     int disk_layers;         /* the last layers whose m and v live on disk (resolved) */
+    int disk_weight_layers;  /* the last of them whose fp32 weights live there too */
     mt_optimizer opt;
     mt_optim_pipeline pipe;
     int pipe_on;
@@ -164,6 +165,10 @@ const mt_param_table *mt_run_store_table(const mt_run *R);
 /* The host store (over mt_run_store_table), with the disk tier when the
  * options put layers' optimizer state there (R->store.disk). */
 int mt_run_store_open(mt_run *R, int store_grads, mt_error *err);
+/* Refuses weights on disk (tc->disk_weight_layers > 0) where they cannot
+ * run, naming why: without --nvme-dir, on the CPU, with several ranks,
+ * in fp32, without the planner, with a reference model pass. */
+int mt_run_check_disk_weights(const mt_run *R, int gpu, mt_error *err);
 /* A fresh start's weights: the model directory's, or random. */
 int mt_run_init_weights(mt_run *R, mt_error *err);
 /* Loads the checkpoint R->ckpt_dir (one process's or several ranks',

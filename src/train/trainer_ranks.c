@@ -55,14 +55,39 @@ int mt_run_store_open(mt_run *R, int store_grads, mt_error *err) {
         return mt_errorf(err, "disk_layers %lld: the model has %d layers (the embedding, %lld "
                          "blocks, the head); give at most %d", (long long)tc->disk_layers,
                          t->n_layers, (long long)R->cfg.L, t->n_layers);
-    int n = R->disk_layers;
-    if (mt_disk_store_create(&R->store, t, store_grads, n, tc->nvme_dir, err)) return -1;
+    int n = R->disk_layers, nw = R->disk_weight_layers;
+    if (mt_disk_store_create(&R->store, t, store_grads, n, nw, tc->nvme_dir, err)) return -1;
     if (n)
         mt_emitf(&R->ev, MT_EVENT_INFO, "disk tier: the optimizer state of the last %d layers on "
                  "%s, %.2f GB (%.2f GB of RAM for their staging)", n, tc->nvme_dir,
                  mt_disk_state_disk_bytes(R->store.disk) / 1e9,
                  mt_disk_state_ram_bytes(R->store.disk) / 1e9);
+    if (nw)
+        mt_emitf(&R->ev, MT_EVENT_INFO, "disk tier: the fp32 weights of the last %d layers too "
+                 "(a bf16 copy of them in RAM)", nw);
     return 0;
+}
+
+int mt_run_check_disk_weights(const mt_run *R, int gpu, mt_error *err) {
+    const mt_train_config *tc = R->tc;
+    long long n = (long long)tc->disk_weight_layers;
+    if (n <= 0) return 0;
+    const char *why = !tc->nvme_dir[0] ? "give the directories for them with --nvme-dir DIR[,DIR...]"
+                      : !gpu ? "they are for the GPU's bf16 mode (the CPU backend computes with "
+                               "the fp32 weights in RAM); leave it out or train with --device cuda"
+                      : R->several || tc->gpus > 1
+                          ? "they are for one GPU (each rank of several holds only its part of "
+                            "every layer); leave it out (--disk-layers works there)"
+                      : tc->precision == MT_TC_PRECISION_FP32
+                          ? "the GPU computes with the bf16 copy RAM keeps of them, which an fp32 "
+                            "run cannot; use --precision bf16 or leave it out"
+                      : tc->host_saved_inputs
+                          ? "they need the planner, which --host-saved-inputs turns off"
+                      : tc->ref_model[0]
+                          ? "the reference model (ref_model) is loaded into the store whole; "
+                            "leave one of them out"
+                          : NULL;
+    return why ? mt_errorf(err, "--disk-weight-layers %lld: %s", n, why) : 0;
 }
 
 /* Reading a model directory into this rank's parts: a layer at a time
@@ -84,8 +109,45 @@ static void reader_done(void *ctx, int layer) {
            mt_shard_len(&R->sl, layer) * sizeof(float));
 }
 
+/* A run of one whose weights are partly on disk, from a model directory:
+ * each such layer is read into a buffer of one layer and written to the
+ * disk tier; the others straight into the store. */
+typedef struct disk_reader {
+    mt_host_store *s;
+    float *layer;
+    mt_error err;
+    int rc;
+} disk_reader;
+
+static float *disk_reader_dst(void *ctx, int l) {
+    disk_reader *dr = ctx;
+    if (!mt_disk_state_weights_on_disk(dr->s->disk, l)) return mt_store_layer(dr->s->w, dr->s->table, l);
+    memset(dr->layer, 0, dr->s->table->layers[l].numel * sizeof(float)); /* the padding: 0 */
+    return dr->layer;
+}
+
+static void disk_reader_done(void *ctx, int l) {
+    disk_reader *dr = ctx;
+    if (dr->rc == 0 && mt_disk_state_weights_on_disk(dr->s->disk, l))
+        dr->rc = mt_disk_layer_write(dr->s, l, dr->layer, NULL, NULL, &dr->err);
+}
+
+static int load_disk_weights(mt_run *R, mt_error *err) {
+    const mt_param_table *t = &R->table;
+    disk_reader dr = {.s = &R->store, .layer = mt_calloc_or_die(t->max_layer_numel + 1,
+                                                                sizeof(float))};
+    int rc = mt_model_read_layers(t, R->tc->model, disk_reader_dst, disk_reader_done, &dr, err);
+    if (rc == 0 && dr.rc) *err = dr.err;
+    free(dr.layer);
+    return rc || dr.rc ? -1 : 0;
+}
+
 int mt_run_init_weights(mt_run *R, mt_error *err) {
     const mt_train_config *tc = R->tc;
+    int away = mt_disk_state_weight_layers(R->store.disk) > 0;
+    if (away && !tc->model[0])
+        return mt_disk_store_init_random(&R->store, (uint64_t)tc->seed, 0.02f, err);
+    if (away) return load_disk_weights(R, err);
     if (!tc->model[0]) {
         if (R->several)
             mt_shard_init_random(&R->store, &R->sl, (uint64_t)tc->seed, 0.02f);
@@ -102,20 +164,12 @@ int mt_run_init_weights(mt_run *R, mt_error *err) {
 }
 
 /* Layer l of the run's store (this rank's part of it, on several) from w,
- * m and v (its numel floats each): the Adam state of a layer that keeps it
- * on disk into the disk tier (its range of the store holds no memory). A
- * sink of mt_shard_ckpt_load_layers for a run of one. */
+ * m and v (its numel floats each), wherever its parts live
+ * (mt_disk_layer_write). A sink of mt_shard_ckpt_load_layers for a run of
+ * one. */
 static int put_layer(void *ctx, int l, const float *w, const float *m, const float *v,
                      mt_error *err) {
-    mt_run *R = ctx;
-    const mt_layer_desc *ld = &mt_run_store_table(R)->layers[l];
-    size_t at = ld->offset, bytes = ld->numel * sizeof(float);
-    memcpy(R->store.w + at, w, bytes);
-    if (mt_disk_state_on_disk(R->store.disk, l))
-        return mt_disk_state_write(R->store.disk, l, m, v, err);
-    memcpy(R->store.m + at, m, bytes);
-    memcpy(R->store.v + at, v, bytes);
-    return 0;
+    return mt_disk_layer_write(&((mt_run *)ctx)->store, l, w, m, v, err);
 }
 
 /* A checkpoint of one process on a rank of several: the whole store once,

@@ -2,7 +2,9 @@
 # The disk tier on the GPU: a run whose last layers keep their Adam m and v
 # on disk (--nvme-dir) gives the bits of the run with everything in RAM
 # (same arithmetic, only where the state waits), checkpoints included; a
-# resume of it continues with the uninterrupted run's losses; a run whose
+# resume of it continues with the uninterrupted run's losses; so do runs
+# whose last layers keep their fp32 weights on disk too (a bf16 copy in
+# RAM, --disk-weight-layers); a run whose
 # saved layer inputs (some of them) wait on disk gives the bits of the run
 # with them in RAM (fp32 and bf16 saved inputs); and `bench train` with
 # disk layers or disk-saved inputs ends on the loss of the same bench
@@ -61,6 +63,28 @@ rm -rf "$tmp/disk/checkpoints/step-00000008" "$tmp/disk/model"
 check train "$tmp/disk" 8 --nvme-dir "$disk" --disk-layers 3 --resume auto
 check bitwise "$tmp/ram" "$tmp/disk"
 
+# the fp32 weights of the last layers on disk too, RAM keeping a bf16 copy of them for the
+# GPU: the same bits as the run in RAM (the copy is the round to nearest even the GPU's own
+# cast gives, and the norms stay fp32), the saved model (its fp32 masters read from the
+# disk) included; the weights of the last 2 layers (the head and the last block) and of the
+# last 1; then a resume of the first from its step-4 checkpoint (the weights come back to
+# the disk from it); an fp32 run is refused by name
+for nw in 2 1; do
+    train "$tmp/wdisk-$nw" 8 --nvme-dir "$disk" --disk-layers 3 --disk-weight-layers $nw &&
+        grep -q "disk tier: the fp32 weights of the last $nw layers too" "$tmp/wdisk-$nw.log" ||
+        { fail=$((fail + 1)); echo "FAILED: the run with the weights of $nw layers on disk"; }
+    check bitwise "$tmp/ram" "$tmp/wdisk-$nw"
+    check cmp "$tmp/ram/model/model.safetensors" "$tmp/wdisk-$nw/model/model.safetensors"
+done
+rm -rf "$tmp/wdisk-2/checkpoints/step-00000008" "$tmp/wdisk-2/model"
+check train "$tmp/wdisk-2" 8 --nvme-dir "$disk" --disk-layers 3 --disk-weight-layers 2 \
+    --resume auto
+check bitwise "$tmp/ram" "$tmp/wdisk-2"
+check cmp "$tmp/ram/model/model.safetensors" "$tmp/wdisk-2/model/model.safetensors"
+! train "$tmp/wdisk-fp32" 2 --precision fp32 --nvme-dir "$disk" --disk-weight-layers 1 \
+    >/dev/null 2>&1
+check grep -q -- "--disk-weight-layers 1: .*an fp32 run cannot" "$tmp/wdisk-fp32.log"
+
 # saved layer inputs on disk: written in the forward, read back in the backward, the same
 # bits as in RAM. Without the planner (--host-saved-inputs: every saved input on the host)
 # the two runs' homes differ in the disk alone, fp32 and bf16 saved inputs alike; with it,
@@ -88,6 +112,11 @@ echo "  bench train 1b --layers 4: loss $a in RAM, $b with 4 disk layers"
 check test -n "$a" -a "$a" = "$b"
 check grep -q "disk tier: the m and v of the last 4 layers" "$tmp/bench.log"
 check test "$(grep -c '(warm-up)' "$tmp/bench.log")" = 3
+# and with the weights of the last 2 of them on disk too (the planner's bench: the same
+# random model, made a layer at a time for them)
+w=$(bench --steps 2 --gpu-adam-layers 0 --nvme-dir "$disk" --disk-layers 4 --disk-weight-layers 2)
+echo "  bench train 1b --layers 4: loss $a in RAM, $w with the weights of 2 layers on disk"
+check test -n "$a" -a "$a" = "$w"
 # and with the saved inputs of 2 layers on disk (their traffic in the plan's prediction)
 c=$(bench --steps 3 --gpu-adam-layers 0 --nvme-dir "$disk" --disk-layers 0 --disk-saved-layers 2)
 echo "  bench train 1b --layers 4: loss $a in RAM, $c with 2 disk-saved inputs"

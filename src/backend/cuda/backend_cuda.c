@@ -33,6 +33,7 @@
 #include "backend/cuda/moe_cuda.h"
 #include "backend/cuda/nccl.h"
 #include "backend/cuda/saved_disk.h"
+#include "host/disk_state.h"
 #include "kernels/cuda_common.h"
 #include "kernels/optim/optim_kernels.h"
 
@@ -42,6 +43,27 @@
  * contract: with wait, after blocking until it has). */
 static int written(cuda_backend *cb, int layer, int wait) {
     return !cb->gate || cb->gate(cb->gate_ctx, layer, wait);
+}
+
+/* A layer whose fp32 weights are on disk (host/disk_state.h; bf16 on one
+ * GPU): its bf16 copy straight into the slot's w16 (half the bytes),
+ * widened into w32, whose tensors the GPU reads in fp32 then get their
+ * exact values from the store. The same bits as the cast of the fp32
+ * weights: the copy is their round to nearest even. */
+static void upload_bf16_copy(cuda_backend *cb, slot *s, int layer) {
+    const mt_layer_desc *ld = &cb->t->layers[layer];
+    CUDA_CHECK(cudaMemcpyAsync(s->w16, cb->store->w16 + ld->offset, ld->numel * sizeof(uint16_t),
+                               cudaMemcpyHostToDevice, cb->s_h2d));
+    mt_cuda_cast_bf16_to_f32(cb->ctx_h2d, s->w32, s->w16, ld->numel);
+    double bytes = (double)ld->numel * sizeof(uint16_t);
+    for (int k = 0; k < ld->n_tensors; k++) {
+        const mt_tensor_desc *td = &ld->tensors[k];
+        if (!mt_tensor_read_fp32(td)) continue;
+        CUDA_CHECK(cudaMemcpyAsync(s->w32 + td->offset, cb->store->w + ld->offset + td->offset,
+                                   td->numel * sizeof(float), cudaMemcpyHostToDevice, cb->s_h2d));
+        bytes += (double)td->numel * sizeof(float);
+    }
+    cb->h2d_bytes += bytes;
 }
 
 /* Copies layer `layer` into slot s on the h2d stream (after the slot's
@@ -57,6 +79,12 @@ static void upload(cuda_backend *cb, slot *s, int layer) {
     if (!dev) {
         CUDA_CHECK(cudaStreamWaitEvent(cb->s_h2d, s->free, 0));
         int sp = mt_cuda_span_begin(cb, cb->s_h2d, MT_TRACK_H2D, "weights L%d", layer);
+        if (mt_disk_state_weights_on_disk(cb->store->disk, layer)) {
+            upload_bf16_copy(cb, s, layer);
+            mt_cuda_span_end(cb, cb->s_h2d, sp);
+            CUDA_CHECK(cudaEventRecord(s->ready, cb->s_h2d));
+            return;
+        }
         if (p.len)
             CUDA_CHECK(cudaMemcpyAsync(s->w32 + p.begin, store_at(cb, cb->store->w, layer),
                                        p.len * sizeof(float), cudaMemcpyHostToDevice, cb->s_h2d));

@@ -13,6 +13,7 @@
 #include "backend/cuda/moe_cuda.h"
 #include "backend/cuda/nccl.h"
 #include "backend/cuda/saved_disk.h"
+#include "host/disk_state.h"
 #include "kernels/cuda_common.h"
 #include "kernels/optim/optim_kernels.h"
 #include "model/rope.h"
@@ -27,15 +28,52 @@ static int pin(void *p, size_t bytes, mt_error *err) {
     return 0;
 }
 
+/* Registers [p, p + bytes) (on), or unregisters it. */
+static int pin_range(void *p, size_t bytes, int on, mt_error *err) {
+    if (on) return pin(p, bytes, err);
+    cudaHostUnregister(p);
+    return 0;
+}
+
+/* A layer whose fp32 weights are on disk: its bf16 copy, and the pages of
+ * its range of w that hold the tensors the GPU reads in fp32 (the rest of
+ * the range takes no RAM), a registration for each run of adjacent pages
+ * (layers start on a page: no run crosses into another layer's). */
+static int pin_copy(cuda_backend *cb, int l, int on, mt_error *err) {
+    const size_t page = 4096;
+    const mt_layer_desc *ld = &cb->store->table->layers[l];
+    if (pin_range(cb->store->w16 + ld->offset, ld->numel * sizeof(uint16_t), on, err)) return -1;
+    char *base = (char *)(cb->store->w + ld->offset);
+    size_t a = 0, b = 0; /* the run of pages open, [a, b) bytes into the layer; a == b: none */
+    for (int k = 0; k <= ld->n_tensors; k++) {
+        const mt_tensor_desc *td = k < ld->n_tensors ? &ld->tensors[k] : NULL;
+        int exact = td && mt_tensor_read_fp32(td);
+        size_t s = exact ? td->offset * sizeof(float) / page * page : 0;
+        size_t e = exact ? mt_round_up((td->offset + td->numel) * sizeof(float), page) : 0;
+        if (exact && a < b && s <= b) { /* joins the open run */
+            b = e > b ? e : b;
+            continue;
+        }
+        if ((exact || !td) && a < b && pin_range(base + a, b - a, on, err)) return -1;
+        if (exact) a = s, b = e;
+    }
+    return 0;
+}
+
 /* Pins the weight and gradient arrays (and the device layers' moments)
  * layer by layer: every copy stays inside one registration, and each
- * registration is one layer's range. */
+ * registration is one layer's range (of a layer whose weights are on
+ * disk, its bf16 copy's and its exact tensors': pin_copy). */
 static int pin_store(cuda_backend *cb, int on, mt_error *err) {
     const mt_param_table *t = cb->store->table; /* a rank of several: its parts */
     for (int l = 0; l < t->n_layers; l++) {
         const mt_layer_desc *ld = &t->layers[l];
         int dev = l < cb->n_dev; /* the flush copies their moments too */
-        float *arrays[] = {cb->store->w + ld->offset, cb->store->g ? cb->store->g + ld->offset : NULL,
+        int away = mt_disk_state_weights_on_disk(cb->store->disk, l);
+        MT_ASSERT(!away || (!dev && cb->ranks <= 1 && cb->prec == MT_PREC_BF16));
+        if (away && pin_copy(cb, l, on, err)) return -1;
+        float *arrays[] = {away ? NULL : cb->store->w + ld->offset,
+                           cb->store->g ? cb->store->g + ld->offset : NULL,
                            dev ? cb->store->m + ld->offset : NULL,
                            dev ? cb->store->v + ld->offset : NULL};
         for (int i = 0; i < 4; i++) {
@@ -510,6 +548,7 @@ int mt_cuda_backend_kept_layers(mt_backend *be) { return ((cuda_backend *)be)->n
 void mt_cuda_backend_logits(mt_backend *be, int mb, int64_t row, float *logits) {
     cuda_backend *cb = (cuda_backend *)be;
     MT_ASSERT(cb->ranks <= 1); /* reads the whole head from the store */
+    MT_ASSERT(!mt_disk_state_weight_layers(cb->store->disk)); /* its fp32 weights, in RAM */
     mt_cuda_backend_flush_store(be); /* the head's weights are read from the store */
     const mt_config *c = cb->cfg;
     int head = cb->t->n_layers - 1;
