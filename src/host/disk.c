@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/fault.h"
 #include "util/mem.h"
 
 #define MAX_DIRS 16
@@ -268,7 +269,7 @@ static void fill(mt_disk *d) {
  * again for the rest. Under mu. */
 static void land(mt_disk *d, struct io_uring_cqe *c) {
     op *o = io_uring_cqe_get_data(c);
-    int res = c->res;
+    int res = mt_fault_hit(MT_FAULT_DISK) ? -EIO : c->res;
     io_uring_cqe_seen(&d->ring, c);
     d->in_flight--;
     ticket *t = &d->tickets[o->ticket];

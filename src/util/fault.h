@@ -1,9 +1,9 @@
 /* Fault injection, for tests only: makes the n-th write, fsync, rename,
- * allocation or removal from now fail as the system call would (ENOSPC,
- * EIO, EIO, NULL, EIO), so that tests can prove every failure path of a
- * save leaves the previous checkpoint usable and reports an error, and that
- * a removal cut short (a process killed in it) leaves no incomplete
- * checkpoint.
+ * allocation, removal or disk tier stripe from now fail as the system call
+ * would (ENOSPC, EIO, EIO, NULL, EIO, EIO), so that tests can prove every
+ * failure path of a save leaves the previous checkpoint usable and reports
+ * an error, that a removal cut short (a process killed in it) leaves no
+ * incomplete checkpoint, and that a disk failure mid-run stops the run.
  *
  * Like util/signals.h this is process-global state, and has to be: the
  * call sites (mt_write_all, mt_atomic_commit, the allocators) take no
@@ -18,6 +18,7 @@ typedef enum mt_fault_kind {
     MT_FAULT_RENAME,  /* rename of a file or a checkpoint directory */
     MT_FAULT_ALLOC,   /* mt_malloc_try, mt_aligned_alloc_try */
     MT_FAULT_REMOVE,  /* one file or directory of mt_remove_tree (a checkpoint's removal) */
+    MT_FAULT_DISK,    /* one stripe of a disk tier transfer (host/disk.c): EIO */
     MT_FAULT_KINDS
 } mt_fault_kind;
 
