@@ -127,6 +127,35 @@ Test(planner_long, a_long_sequence_refused_without_saved_inputs_on_disk_fits_wit
     mt_test_planned_free(&x);
 }
 
+/* The planner's own count of saved inputs on disk is the fastest that fits:
+ * no count forced with --disk-saved-layers gives a shorter predicted step
+ * (at 262144 tokens in 118 GB of host, more of them on disk than the
+ * fewest that fit means fewer rebuilt ones and less Adam state on disk). */
+Test(planner_long, the_planner_takes_the_fastest_count_of_saved_inputs_on_disk) {
+    mt_test_planned x;
+    mt_error err;
+    request_8b_h200(&x, 118, 2000);
+    x.q.disk_saved_layers = -1; /* the planner's choice */
+    cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), 0, "%s", err.msg);
+    cr_assert(x.p.fits, "%s", x.p.why);
+    double best = x.p.pred.step;
+    int chosen = x.p.n_disk_saved, fitting = 0;
+    mt_plan_free(&x.p);
+    for (int k = 1; k < 34; k++) {
+        x.q.disk_saved_layers = k;
+        cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), 0, "%s", err.msg);
+        if (x.p.fits) {
+            fitting++;
+            cr_assert_geq(x.p.pred.step, best * (1 - 1e-12),
+                          "%d saved inputs on disk: %.3f s, the planner's %d: %.3f s", k,
+                          x.p.pred.step, chosen, best);
+        }
+        mt_plan_free(&x.p);
+    }
+    cr_assert_gt(fitting, 5, "only %d forced counts fit", fitting);
+    mt_test_planned_free(&x);
+}
+
 /* The 8B at 262144 tokens on an H200 with 400 GB of host and 2 TB of disk,
  * the saved inputs of 6 layers on disk and no Adam state there. */
 static void plan_six_saved_on_disk(mt_test_planned *x) {
