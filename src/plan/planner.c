@@ -106,9 +106,10 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan
     int gturn = 0;
     double *opt_done = mt_calloc_or_die((size_t)nl, sizeof *opt_done);
     double disk_end = 0, disk_busy = 0;
-    opt = mt_plan_optimizer_times(q, plan, 0, opt_done, &disk_end, &disk_busy);
+    mt_disk_spans adam_spans = {0};
+    opt = mt_plan_optimizer_times(q, plan, 0, opt_done, &disk_end, &disk_busy, &adam_spans);
     mt_saved_disk_sim sd;
-    mt_saved_disk_sim_init(&sd, q, plan);
+    mt_saved_disk_sim_init(&sd, q, plan, &adam_spans);
     for (int l = 0; l < n_dev; l++) comp += mt_plan_part_floats(q, l) * 30.0 / (r->hbm_gbs * 1e9);
     compute = comp;
     for (int j = 0; j < n; j++) {
@@ -192,6 +193,7 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan
     p.step = fmax(fmax(fmax(comp, d2h_free), coll_free), fmax(disk_end, sd.free_at));
     p.step = fmax(p.step, p.disk_busy);
     mt_saved_disk_sim_free(&sd);
+    free(adam_spans.at);
     free(cstart);
     free(opt_done);
     return p;

@@ -67,14 +67,31 @@ typedef struct disk_sim {
     double rd, wr, both;      /* bytes/s */
     int first_w;              /* layers from this one move their weights too */
     double free_at, busy;     /* the channel free again; seconds busy */
+    mt_disk_spans *spans;     /* when it is busy, or NULL */
     int layer[MT_DISK_STAGING_BUFFERS], writing[MT_DISK_STAGING_BUFFERS];
     double done[MT_DISK_STAGING_BUFFERS]; /* its read's or write's end */
 } disk_sim;
 
+static void add_span(mt_disk_spans *s, double from, double to) {
+    if (s->n > 0 && s->at[2 * s->n - 1] >= from) { /* back to back: one span */
+        s->at[2 * s->n - 1] = to;
+        return;
+    }
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 32;
+        s->at = mt_realloc_or_die(s->at, (size_t)s->cap * 2 * sizeof *s->at);
+    }
+    s->at[2 * s->n] = from;
+    s->at[2 * s->n + 1] = to;
+    s->n++;
+}
+
 static double disk_xfer(disk_sim *d, double issue, double bytes, int write) {
     double dur = bytes / (d->both > 0 ? d->both : write ? d->wr : d->rd);
-    d->free_at = fmax(d->free_at, issue) + dur;
+    double from = fmax(d->free_at, issue);
+    d->free_at = from + dur;
     d->busy += dur;
+    if (d->spans) add_span(d->spans, from, d->free_at);
     return d->free_at;
 }
 
@@ -135,11 +152,12 @@ static double disk_get(disk_sim *d, const mt_plan_request *q, int l, double t, i
  * Fills opt_done (when each layer's weights are ready) and returns when
  * the last update ends; *disk_end when the disk's last write ends. */
 double mt_plan_optimizer_times(const mt_plan_request *q, const mt_plan *plan, double start,
-                               double *opt_done, double *disk_end, double *disk_busy) {
+                               double *opt_done, double *disk_end, double *disk_busy,
+                               mt_disk_spans *spans) {
     const mt_rates *r = &q->rates;
     int nl = q->t->n_layers, first_disk = nl - plan->n_disk;
     double d2h = r->d2h_gbs * 1e9, adam = r->adam_gparams * 1e9;
-    disk_sim d = {.first_w = nl - plan->n_disk_w};
+    disk_sim d = {.first_w = nl - plan->n_disk_w, .spans = spans};
     rank_disk_rates(q, &d.rd, &d.wr, &d.both);
     for (int b = 0; b < MT_DISK_STAGING_BUFFERS; b++)
         d.layer[b] = -1;
@@ -176,8 +194,9 @@ double mt_plan_saved_block_bytes(const mt_plan_request *q) {
     return ceil(b / MT_DISK_ALIGN) * MT_DISK_ALIGN;
 }
 
-void mt_saved_disk_sim_init(mt_saved_disk_sim *s, const mt_plan_request *q, const mt_plan *p) {
-    *s = (mt_saved_disk_sim){.bytes = mt_plan_saved_block_bytes(q)};
+void mt_saved_disk_sim_init(mt_saved_disk_sim *s, const mt_plan_request *q, const mt_plan *p,
+                            const mt_disk_spans *adam) {
+    *s = (mt_saved_disk_sim){.bytes = mt_plan_saved_block_bytes(q), .adam = adam};
     double both;
     rank_disk_rates(q, &s->rd, &s->wr, &both);
     for (int l = 1; l < p->n_layers; l++) s->n += p->homes[l].saved_disk;
@@ -187,9 +206,24 @@ void mt_saved_disk_sim_init(mt_saved_disk_sim *s, const mt_plan_request *q, cons
 
 void mt_saved_disk_sim_free(mt_saved_disk_sim *s) { free(s->read_end); }
 
+/* A transfer of one block issued at `issue`: it starts when the channel is
+ * free and moves in the gaps the Adam state's spans leave, which come
+ * first (issued earlier, as the optimizer's reads and writes mostly are). */
 static double saved_xfer(mt_saved_disk_sim *s, double issue, double rate) {
-    s->free_at = fmax(s->free_at, issue) + s->bytes / rate;
-    s->busy += s->bytes / rate;
+    double left = s->bytes / rate, t = fmax(s->free_at, issue);
+    s->busy += left;
+    const mt_disk_spans *a = s->adam;
+    while (a && s->span < a->n && a->at[2 * s->span + 1] <= t) s->span++;
+    for (int k = s->span; a && k < a->n && left > 0; k++) {
+        double from = a->at[2 * k], to = a->at[2 * k + 1];
+        if (from > t) { /* a gap before span k */
+            double gap = from - t;
+            if (gap >= left) break;
+            left -= gap;
+        }
+        t = fmax(t, to);
+    }
+    s->free_at = t + left;
     return s->free_at;
 }
 

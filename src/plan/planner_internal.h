@@ -36,15 +36,25 @@ void mt_plan_disk_sizes(const mt_plan_request *q, int n, int nw, double *disk, d
 int mt_plan_disk_weights_allowed(const mt_plan_request *q);
 int mt_plan_disk_weights_most(const mt_plan *p);
 
+/* The spans in which the disk moves the Adam state (in time order,
+ * disjoint): span k is [at[2k], at[2k+1]]. */
+typedef struct mt_disk_spans {
+    double *at;
+    int n, cap;
+} mt_disk_spans;
+
 /* The optimizer thread over a step from `start`: opt_done[l] when layer
  * l's weights are ready; returns when the last update ends, with the
- * disk's last write's end and its busy seconds. */
+ * disk's last write's end and its busy seconds; spans (NULL: not wanted)
+ * receives when the disk was busy (freed by the caller). */
 double mt_plan_optimizer_times(const mt_plan_request *q, const mt_plan *plan, double start,
-                               double *opt_done, double *disk_end, double *disk_busy);
+                               double *opt_done, double *disk_end, double *disk_busy,
+                               mt_disk_spans *spans);
 
 /* The saved inputs' disk traffic over a step, as backend/cuda/saved_disk.c
- * issues it, on a channel of their own at this rank's share of the disk's
- * rates (planner_disk.c; planner.c's replay drives it): the forward's D2H
+ * issues it, at this rank's share of the disk's rates, in the time the
+ * Adam state's transfers leave the disk free (they share the drives;
+ * planner_disk.c; planner.c's replay drives it): the forward's D2H
  * of a disk layer waits for a free stage (the write of the one before it
  * in the ring), its write follows the D2H; the backward's reads, in its
  * order, start with the head's bind into the stages, each later one once
@@ -56,9 +66,12 @@ typedef struct mt_saved_disk_sim {
     int n_st, turn;
     int n, next_read, next_load; /* disk layers; reads issued; loads done */
     double *read_end;        /* (n) in the backward's order */
+    const mt_disk_spans *adam; /* the disk's time the Adam state takes, or NULL */
+    int span;                /* the first of them not yet behind free_at */
 } mt_saved_disk_sim;
 
-void mt_saved_disk_sim_init(mt_saved_disk_sim *s, const mt_plan_request *q, const mt_plan *p);
+void mt_saved_disk_sim_init(mt_saved_disk_sim *s, const mt_plan_request *q, const mt_plan *p,
+                            const mt_disk_spans *adam);
 void mt_saved_disk_sim_free(mt_saved_disk_sim *s);
 /* Forward: a D2H that could start at t starts at the returned time (a
  * stage free); then mt_saved_disk_sim_write with its end. */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "plan/planner.h"
+#include "plan/planner_internal.h"
 #include "plan_check.h"
 #include "model/presets.h"
 
@@ -125,6 +126,25 @@ Test(planner_long, a_long_sequence_refused_without_saved_inputs_on_disk_fits_wit
                                                 !x.p.homes[l].saved_recompute),
                   "layer %d: on disk and elsewhere, or without a saved input", l);
     mt_test_planned_free(&x);
+}
+
+/* The saved inputs share the drives with the Adam state: a block moves in
+ * the gaps the Adam state's transfers leave (5 s of transfer issued at 0
+ * beside Adam spans [0, 10] and [12, 20]: 2 s in the gap, 3 s after, done
+ * at 23), starts at once on an idle disk, and queues behind the one before
+ * it. */
+Test(planner_long, saved_inputs_move_in_the_gaps_of_the_adam_state) {
+    double at[] = {0, 10, 12, 20};
+    mt_disk_spans adam = {.at = at, .n = 2, .cap = 2};
+    mt_saved_disk_sim s = {.rd = 1e9, .wr = 1e9, .bytes = 5e9, .n_st = 3, .adam = &adam};
+    mt_saved_disk_sim_write(&s, 0.0);
+    cr_assert_float_eq(s.free_at, 23.0, 1e-9, "ends at %.3f", s.free_at);
+    mt_saved_disk_sim_write(&s, 0.0); /* behind it, past the spans */
+    cr_assert_float_eq(s.free_at, 28.0, 1e-9, "ends at %.3f", s.free_at);
+    mt_saved_disk_sim idle = {.rd = 1e9, .wr = 1e9, .bytes = 5e9, .n_st = 3};
+    mt_saved_disk_sim_write(&idle, 1.0);
+    cr_assert_float_eq(idle.free_at, 6.0, 1e-9);
+    cr_assert_float_eq(s.busy, 10.0, 1e-9, "busy counts its own transfers only");
 }
 
 /* The planner's own count of saved inputs on disk is the fastest that fits:
