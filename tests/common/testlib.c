@@ -3,6 +3,7 @@
 #include "testlib.h"
 
 #include <fcntl.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "train/train_config.h"
 
 const char *mt_test_fixtures_dir(void) {
     const char *env = getenv("MT_FIXTURES");
@@ -128,4 +131,17 @@ int mt_test_cli_output(char *const argv[], char **out, char **err) {
     mt_test_rmtree(dir);
     free(dir);
     return rc;
+}
+
+int mt_test_train_args(struct mt_train_config *tc, struct mt_error *err, const char *fmt, ...) {
+    char buf[4096], *argv[64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    int argc = 0;
+    for (char *tok = strtok(buf, " "); tok && argc < 63; tok = strtok(NULL, " "))
+        argv[argc++] = tok;
+    argv[argc] = NULL;
+    return mt_train_config_parse_args(tc, argc, argv, err);
 }

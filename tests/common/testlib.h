@@ -40,4 +40,12 @@ pid_t mt_test_cli_start(char *const argv[]);
  * *err (NUL-terminated; the caller frees both). */
 int mt_test_cli_output(char *const argv[], char **out, char **err);
 
+/* A `train` command line (printf format, words split at spaces, at most
+ * 63) parsed into *tc, as the command does (mt_train_config_parse_args):
+ * 0, or -1 with the reason in *err. The config keeps copies of the words. */
+struct mt_train_config;
+struct mt_error;
+int mt_test_train_args(struct mt_train_config *tc, struct mt_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 #endif

@@ -491,15 +491,12 @@ Test(chat, a_template_without_turns_is_an_error_naming_the_fix) {
 /* ---- the template of a trained model ---- */
 
 static void train(const char *model, const char *data, const char *out, const char *more) {
-    char buf[2048];
-    snprintf(buf, sizeof buf, "train --out %s --sample-tokens 0 --log-every 1000 --model %s --data %s "
-             "--seq-len 32 --batch-size 2 --micro-batches 1 --steps 2 --device cpu %s", out, model, data, more);
-    char *argv[64];
-    int argc = 0;
-    for (char *tok = strtok(buf, " "); tok && argc < 63; tok = strtok(NULL, " ")) argv[argc++] = tok;
     mt_train_config tc;
     mt_error err;
-    cr_assert_eq(mt_train_config_parse_args(&tc, argc, argv, &err), 0, "%s", err.msg);
+    cr_assert_eq(mt_test_train_args(&tc, &err, "train --out %s --sample-tokens 0 --log-every 1000 "
+                                    "--model %s --data %s --seq-len 32 --batch-size 2 "
+                                    "--micro-batches 1 --steps 2 --device cpu %s", out, model,
+                                    data, more), 0, "%s", err.msg);
     cr_assert_eq(mt_train(&tc, &err), 0, "%s", err.msg);
 }
 

@@ -44,19 +44,16 @@ static int exists(const char *path) {
  * the tier's error, `during` in it ("" for the optimizer's own message),
  * its last checkpoint the RAM run's step 4. */
 static void fail_at(const char *dir, const char *ram, long n, const char *during) {
-    char out[600], nv[600], argline[2048];
+    char out[600], nv[600];
     snprintf(out, sizeof out, "%s/disk-%ld", dir, n);
     snprintf(nv, sizeof nv, "%s/nvme-%ld", dir, n);
     cr_assert_eq(mkdir(nv, 0700), 0);
-    snprintf(argline, sizeof argline,
-             "train --device cpu --precision fp32 --steps " STEPS " --save-every 4 --keep-last 25 "
-             "--save-dtype fp32 --sample-tokens 0 --out %s --nvme-dir %s --disk-layers 3", out, nv);
-    char *argv[64];
-    int argc = 0;
-    for (char *t = strtok(argline, " "); t && argc < 63; t = strtok(NULL, " ")) argv[argc++] = t;
     mt_train_config tc;
     mt_error err;
-    cr_assert_eq(mt_train_config_parse_args(&tc, argc, argv, &err), 0, "%s", err.msg);
+    cr_assert_eq(mt_test_train_args(&tc, &err, "train --device cpu --precision fp32 --steps " STEPS
+                                    " --save-every 4 --keep-last 25 --save-dtype fp32 "
+                                    "--sample-tokens 0 --out %s --nvme-dir %s --disk-layers 3",
+                                    out, nv), 0, "%s", err.msg);
     mt_fault_arm(MT_FAULT_DISK, n);
     int rc = mt_train(&tc, &err);
     long left = mt_fault_pending(MT_FAULT_DISK);

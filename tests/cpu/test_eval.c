@@ -32,14 +32,10 @@ static char *held_out(const char *dir, const char *name, int n) {
 }
 
 static int run_train(const char *extra, mt_error *err) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "train --device cpu --sample-tokens 0 --log-every 1000 "
-             "--no-tensorboard %s", extra);
-    char *argv[64];
-    int argc = 0;
-    for (char *tok = strtok(buf, " "); tok && argc < 63; tok = strtok(NULL, " ")) argv[argc++] = tok;
     mt_train_config tc;
-    if (mt_train_config_parse_args(&tc, argc, argv, err)) return -2;
+    if (mt_test_train_args(&tc, err, "train --device cpu --sample-tokens 0 --log-every 1000 "
+                           "--no-tensorboard %s", extra))
+        return -2;
     return mt_train(&tc, err);
 }
 

@@ -91,14 +91,10 @@ Test(faults, every_failing_write_fsync_and_rename_of_a_save_keeps_the_previous_o
 Test(faults, a_failed_save_stops_train_with_an_error, .timeout = 60) {
     char *dir = mt_test_tmpdir(), out[512];
     snprintf(out, sizeof out, "%s/run", dir);
-    char buf[700];
-    snprintf(buf, sizeof buf, "train --out %s --sample-tokens 0 --steps 4 --save-every 2", out);
-    char *argv[16];
-    int argc = 0;
-    for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) argv[argc++] = tok;
     mt_train_config tc;
     mt_error err;
-    cr_assert_eq(mt_train_config_parse_args(&tc, argc, argv, &err), 0, "%s", err.msg);
+    cr_assert_eq(mt_test_train_args(&tc, &err, "train --out %s --sample-tokens 0 --steps 4 "
+                                    "--save-every 2", out), 0, "%s", err.msg);
     mt_fault_arm(MT_FAULT_FSYNC, 3);
     cr_assert_eq(mt_train(&tc, &err), -1);
     mt_fault_arm(MT_FAULT_FSYNC, 0);

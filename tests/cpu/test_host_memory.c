@@ -12,13 +12,9 @@
 #include "testlib.h"
 
 static void config(mt_train_config *tc, const char *out, const char *extra) {
-    char buf[2048];
-    snprintf(buf, sizeof buf, "train --out %s --sample-tokens 0 --device cpu %s", out, extra);
-    char *argv[64];
-    int argc = 0;
-    for (char *tok = strtok(buf, " "); tok && argc < 63; tok = strtok(NULL, " ")) argv[argc++] = tok;
     mt_error err;
-    cr_assert_eq(mt_train_config_parse_args(tc, argc, argv, &err), 0, "%s", err.msg);
+    cr_assert_eq(mt_test_train_args(tc, &err, "train --out %s --sample-tokens 0 --device cpu %s",
+                                    out, extra), 0, "%s", err.msg);
 }
 
 /* Runs train with extra options; it must fail with a message holding each of want[]. */

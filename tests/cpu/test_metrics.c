@@ -92,13 +92,9 @@ Test(metrics, torn_last_line_is_dropped) {
 }
 
 static void train_config(mt_train_config *tc, const char *out, const char *extra) {
-    char buf[2048];
-    snprintf(buf, sizeof buf, "train --out %s --sample-tokens 0 --log-every 1000 %s", out, extra);
-    char *argv[64];
-    int argc = 0;
-    for (char *tok = strtok(buf, " "); tok && argc < 63; tok = strtok(NULL, " ")) argv[argc++] = tok;
     mt_error err;
-    cr_assert_eq(mt_train_config_parse_args(tc, argc, argv, &err), 0, "%s", err.msg);
+    cr_assert_eq(mt_test_train_args(tc, &err, "train --out %s --sample-tokens 0 "
+                                    "--log-every 1000 %s", out, extra), 0, "%s", err.msg);
 }
 
 /* What the child of the test below saw. */

@@ -40,14 +40,10 @@ static char *write_pairs(const char *dir, const char *name, int n, const char *e
 }
 
 static void config(mt_train_config *tc, const char *out, const char *data, const char *extra) {
-    char buf[2048];
-    snprintf(buf, sizeof buf, "train --out %s --data %s --sample-tokens 0 --log-every 1000 "
-             "--seq-len 48 --batch-size 2 --micro-batches 2 %s", out, data, extra);
-    char *argv[64];
-    int argc = 0;
-    for (char *tok = strtok(buf, " "); tok && argc < 63; tok = strtok(NULL, " ")) argv[argc++] = tok;
     mt_error err;
-    cr_assert_eq(mt_train_config_parse_args(tc, argc, argv, &err), 0, "%s", err.msg);
+    cr_assert_eq(mt_test_train_args(tc, &err, "train --out %s --data %s --sample-tokens 0 "
+                                    "--log-every 1000 --seq-len 48 --batch-size 2 "
+                                    "--micro-batches 2 %s", out, data, extra), 0, "%s", err.msg);
 }
 
 static char *slurp(const char *path, size_t *n) {
