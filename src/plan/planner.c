@@ -496,6 +496,27 @@ static int try_dtype(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
     return 1;
 }
 
+/* A plan to try beside p: its settings, homes of its own, not fitting
+ * until a try_* says so. */
+static mt_plan trial_of(const mt_plan *p) {
+    mt_plan t = *p;
+    t.homes = mt_calloc_or_die((size_t)p->n_layers, sizeof *t.homes);
+    t.fits = 0;
+    return t;
+}
+
+/* p becomes trial when trial fits and p does not or trial is faster; the
+ * other's homes are freed. 1 if trial was kept. */
+static int keep_faster(mt_plan *p, mt_plan *trial) {
+    if (trial->fits && (!p->fits || trial->pred.step < p->pred.step)) {
+        free(p->homes);
+        *p = *trial;
+        return 1;
+    }
+    free(trial->homes);
+    return 0;
+}
+
 /* try_dtype with full kept units, and, when layers can be kept, with lean
  * ones (more of them fit, each rebuilding its mid-block residual): the
  * faster of the two. */
@@ -507,29 +528,18 @@ static int try_units(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild
     /* gpt_neox's and falcon's units have no lean form: what they keep
      * follows the residual form (backend/cuda/neox_cuda.c) */
     if (mt_arch_has_neox_block(q->cfg->arch)) return 1;
-    mt_plan lean = *p;
-    lean.homes = mt_calloc_or_die((size_t)p->n_layers, sizeof *lean.homes);
-    if (try_dtype(q, &lean, bf16, rebuild, disk, 1) && lean.pred.step < p->pred.step) {
-        free(p->homes);
-        *p = lean;
-        return 1;
-    }
-    free(lean.homes);
+    mt_plan lean = trial_of(p);
+    try_dtype(q, &lean, bf16, rebuild, disk, 1);
+    keep_faster(p, &lean);
     return 1;
 }
 
 /* With p a fitting plan with rebuilt saved inputs allowed: the plan
  * without them instead when it fits too and is faster. */
 static void faster_without_rebuild(const mt_plan_request *q, mt_plan *p, int bf16) {
-    mt_plan other = *p;
-    other.homes = mt_calloc_or_die((size_t)p->n_layers, sizeof *other.homes);
-    other.fits = 0;
-    if (try_units(q, &other, bf16, 0, 1) && other.pred.step < p->pred.step) {
-        free(p->homes);
-        *p = other;
-        return;
-    }
-    free(other.homes);
+    mt_plan other = trial_of(p);
+    try_units(q, &other, bf16, 0, 1);
+    keep_faster(p, &other);
 }
 
 /* With p a fitting plan whose saved inputs on disk the planner chose (the
@@ -541,21 +551,14 @@ static void faster_with_more_saved_on_disk(const mt_plan_request *q, mt_plan *p,
     mt_plan_request r = *q;
     for (int k = p->n_disk_saved + 1; k < p->n_layers; k++) {
         r.disk_saved_layers = k;
-        mt_plan trial = *p;
-        trial.homes = mt_calloc_or_die((size_t)p->n_layers, sizeof *trial.homes);
-        trial.fits = 0;
+        mt_plan trial = trial_of(p);
         int ok = try_units(&r, &trial, bf16, 1, 1);
         if (ok) faster_without_rebuild(&r, &trial, bf16);
         if (!ok || trial.n_disk_saved < k) { /* no room, or no saved input left to move */
             free(trial.homes);
             return;
         }
-        if (trial.pred.step < p->pred.step) {
-            free(p->homes);
-            *p = trial;
-        } else {
-            free(trial.homes);
-        }
+        keep_faster(p, &trial);
     }
 }
 
@@ -579,20 +582,12 @@ void mt_plan_place(const mt_plan_request *q, mt_plan *p) {
         q->disk_budget > 0)
         for (int bf16 = 0; bf16 < 2; bf16++) {
             if (q->host_grad_dtype >= 0 && bf16 != q->host_grad_dtype) continue;
-            mt_plan trial = *p;
-            trial.homes = mt_calloc_or_die((size_t)p->n_layers, sizeof *trial.homes);
-            trial.fits = 0;
+            mt_plan trial = trial_of(p);
             if (try_units(q, &trial, bf16, 1, 1)) {
                 faster_without_rebuild(q, &trial, bf16);
                 faster_with_more_saved_on_disk(q, &trial, bf16);
             }
-            if (trial.fits && (!p->fits || trial.pred.step < p->pred.step)) {
-                free(p->homes);
-                *p = trial;
-            } else {
-                if (!p->fits) memcpy(p->why, trial.why, sizeof p->why);
-                free(trial.homes);
-            }
+            if (!keep_faster(p, &trial) && !p->fits) memcpy(p->why, trial.why, sizeof p->why);
         }
 }
 
