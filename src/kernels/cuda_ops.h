@@ -229,13 +229,14 @@ void mt_cuda_swiglu_backward(mt_cuda_ctx *ctx, float *dgate, float *dup, const f
 void mt_cuda_affine(mt_cuda_ctx *ctx, float *out, const float *inp, size_t n, float mul,
                     float add);
 
-/* out (N,F) = gelu(gate) * up, of type out_dt; gelu the tanh form with
- * tanh_form, else erf's. */
-void mt_cuda_geglu_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt, const float *gate,
-                           const float *up, size_t N, size_t F, int tanh_form);
-/* dgate, dup (N,F) OVERWRITTEN. */
-void mt_cuda_geglu_backward(mt_cuda_ctx *ctx, float *dgate, float *dup, const float *dout,
-                            const float *gate, const float *up, size_t N, size_t F,
+/* out (N,F) = gelu(gate) * up, of type out_dt, from gate and up of type
+ * in_dt (bf16 ones give a bf16 out); gelu the tanh form with tanh_form,
+ * else erf's; fp32 arithmetic. */
+void mt_cuda_geglu_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt, const void *gate,
+                           const void *up, mt_dt in_dt, size_t N, size_t F, int tanh_form);
+/* dgate, dup (N,F) OVERWRITTEN, of type dt as gate and up are; dout fp32. */
+void mt_cuda_geglu_backward(mt_cuda_ctx *ctx, void *dgate, void *dup, const float *dout,
+                            const void *gate, const void *up, mt_dt dt, size_t N, size_t F,
                             int tanh_form);
 
 /* ---- residual ---- */

@@ -420,9 +420,8 @@ static void refusal(const mt_plan_request *q, mt_plan *p, int bf16) {
 static void spend_gpu(const mt_plan_request *q, mt_plan *p) {
     const mt_param_table *t = q->t;
     int nl = t->n_layers, L = nl - 2;
-    /* MoE and Gemma blocks always recompute (backend/cuda/gemma_cuda.c) */
-    int keep_ok = q->precision == MT_GPU_BF16 && q->keep_layers != 0 &&
-                  !mt_config_is_moe(q->cfg) && !mt_arch_is_gemma(q->cfg->arch);
+    /* MoE blocks always recompute (backend/cuda/moe_cuda.c) */
+    int keep_ok = q->precision == MT_GPU_BF16 && q->keep_layers != 0 && !mt_config_is_moe(q->cfg);
     for (;;) {
         mt_step_prediction base = mt_plan_predict(q, p);
         double best_gain = 0;
@@ -522,12 +521,11 @@ static int keep_faster(mt_plan *p, mt_plan *trial) {
  * faster of the two. */
 static int try_units(const mt_plan_request *q, mt_plan *p, int bf16, int rebuild, int disk) {
     if (!try_dtype(q, p, bf16, rebuild, disk, 0)) return 0;
-    if (q->precision != MT_GPU_BF16 || q->keep_layers == 0 || mt_config_is_moe(q->cfg) ||
-        mt_arch_is_gemma(q->cfg->arch))
+    if (q->precision != MT_GPU_BF16 || q->keep_layers == 0 || mt_config_is_moe(q->cfg))
         return 1;
-    /* gpt_neox's and falcon's units have no lean form: what they keep
-     * follows the residual form (backend/cuda/neox_cuda.c) */
-    if (mt_arch_has_neox_block(q->cfg->arch)) return 1;
+    /* gpt_neox's, falcon's and Gemma's units have no lean form: what they
+     * keep follows their residuals (backend/cuda/neox_cuda.c, gemma_cuda.c) */
+    if (mt_arch_has_neox_block(q->cfg->arch) || mt_arch_is_gemma(q->cfg->arch)) return 1;
     mt_plan lean = trial_of(p);
     try_dtype(q, &lean, bf16, rebuild, disk, 1);
     keep_faster(p, &lean);

@@ -101,18 +101,22 @@ Test(plan, a_gpu_family_gets_no_cpu_only_note) {
     }
 }
 
-/* Gemma's blocks keep no activations on the GPU (gemma_cuda.c recomputes
- * them): its plans keep none, even with the GPU memory to spare. */
-Test(plan, gemma_keeps_no_activations) {
+/* Gemma's blocks keep their activations on the GPU in bf16 (gemma_cuda.c's
+ * bf16 path) where there is memory to spare, and none in fp32 (that path
+ * recomputes them). */
+Test(plan, gemma_keeps_activations_in_bf16_only) {
     const char *presets[] = {"gemma2-2b", "gemma3-1b"};
-    for (int i = 0; i < 2; i++) {
-        char *argv[] = {"plan", "--preset", (char *)presets[i], "--gpu-mem", "141", "--host-mem",
-                        "125", "--seq-len", "1024", NULL};
-        char *out = plan_stdout(argv, 0);
-        cr_expect(strstr(out, "PLAN model="), "%s", out);
-        cr_expect_null(strstr(out, "activations kept"), "%s: %s", presets[i], out);
-        free(out);
-    }
+    for (int i = 0; i < 2; i++)
+        for (int fp32 = 0; fp32 < 2; fp32++) {
+            char *argv[] = {"plan", "--preset", (char *)presets[i], "--gpu-mem", "141",
+                            "--host-mem", "125", "--seq-len", "1024", "--precision",
+                            fp32 ? "fp32" : "bf16", NULL};
+            char *out = plan_stdout(argv, 0);
+            cr_expect(strstr(out, "PLAN model="), "%s", out);
+            if (fp32) cr_expect_null(strstr(out, "activations kept"), "%s: %s", presets[i], out);
+            else cr_expect(strstr(out, "activations kept"), "%s: %s", presets[i], out);
+            free(out);
+        }
 }
 
 Test(plan, a_refusal_names_a_step_that_fits) {

@@ -34,18 +34,18 @@ static void check_geglu(int tanh_form) {
     float *d_d = dupload(&pool, d, n * 4), *d_out = dalloc(&pool, n * 4);
     float *d_dg = dalloc(&pool, n * 4), *d_du = dalloc(&pool, n * 4);
     float *out = malloc(n * 4), *dg = malloc(n * 4), *du = malloc(n * 4);
-    mt_cuda_geglu_forward(ctx, d_out, MT_DT_F32, d_g, d_u, N, F, tanh_form);
+    mt_cuda_geglu_forward(ctx, d_out, MT_DT_F32, d_g, d_u, MT_DT_F32, N, F, tanh_form);
     download(out, d_out, n * 4);
     expect_close(out, ro, n, TOL_F32, "geglu out");
     dpoison(d_out, n * 4);
-    mt_cuda_geglu_forward(ctx, d_out, MT_DT_BF16, d_g, d_u, N, F, tanh_form);
+    mt_cuda_geglu_forward(ctx, d_out, MT_DT_BF16, d_g, d_u, MT_DT_F32, N, F, tanh_form);
     uint16_t *o16 = malloc(n * 2);
     download(o16, d_out, n * 2);
     float *of = bf16_to_f32_host(o16, n);
     expect_close(of, ro, n, TOL_BF16_OUT, "geglu bf16 out");
     dpoison(d_dg, n * 4);
     dpoison(d_du, n * 4);
-    mt_cuda_geglu_backward(ctx, d_dg, d_du, d_d, d_g, d_u, N, F, tanh_form);
+    mt_cuda_geglu_backward(ctx, d_dg, d_du, d_d, d_g, d_u, MT_DT_F32, N, F, tanh_form);
     download(dg, d_dg, n * 4);
     download(du, d_du, n * 4);
     expect_close(dg, rdg, n, TOL_F32, "geglu dgate");
@@ -58,6 +58,49 @@ static void check_geglu(int tanh_form) {
 
 Test(cuda_ops_gemma, geglu_tanh) { check_geglu(1); }
 Test(cuda_ops_gemma, geglu_erf) { check_geglu(0); }
+
+/* The bf16 fast path's GeGLU: bf16 gate and up in, bf16 out and bf16
+ * gradients, fp32 arithmetic; the reference in double from the same
+ * bf16-rounded inputs, so only the outputs' rounding separates them
+ * (TOL_BF16_OUT: one bf16 rounding of the result). */
+static void check_geglu_bf16(int tanh_form) {
+    mt_cuda_ctx *ctx = gpu_ctx();
+    dev_pool pool = {0};
+    const size_t N = 29, F = 131, n = N * F;
+    float *g0 = hrand(n, 51, -5, 5), *u0 = hrand(n, 52, -2, 2), *d = hrand(n, 53, -1, 1);
+    float *g = rounded(g0, n), *u = rounded(u0, n);
+    uint16_t *g16 = to_bf16(g0, n), *u16 = to_bf16(u0, n), *o16 = malloc(n * 2);
+    uint16_t *dg16 = malloc(n * 2), *du16 = malloc(n * 2);
+    double *ro = malloc(n * 8), *rdg = malloc(n * 8), *rdu = malloc(n * 8);
+    for (size_t i = 0; i < n; i++) {
+        ro[i] = gelu_ref(g[i], tanh_form) * u[i];
+        rdu[i] = (double)d[i] * gelu_ref(g[i], tanh_form);
+        rdg[i] = (double)d[i] * u[i] * gelu_grad_ref(g[i], tanh_form);
+    }
+    void *d_g = dupload(&pool, g16, n * 2), *d_u = dupload(&pool, u16, n * 2);
+    float *d_d = dupload(&pool, d, n * 4);
+    void *d_out = dalloc(&pool, n * 2), *d_dg = dalloc(&pool, n * 2), *d_du = dalloc(&pool, n * 2);
+    dpoison(d_out, n * 2);
+    mt_cuda_geglu_forward(ctx, d_out, MT_DT_BF16, d_g, d_u, MT_DT_BF16, N, F, tanh_form);
+    download(o16, d_out, n * 2);
+    dpoison(d_dg, n * 2);
+    dpoison(d_du, n * 2);
+    mt_cuda_geglu_backward(ctx, d_dg, d_du, d_d, d_g, d_u, MT_DT_BF16, N, F, tanh_form);
+    download(dg16, d_dg, n * 2);
+    download(du16, d_du, n * 2);
+    float *of = bf16_to_f32_host(o16, n), *dgf = bf16_to_f32_host(dg16, n);
+    float *duf = bf16_to_f32_host(du16, n);
+    expect_close(of, ro, n, TOL_BF16_OUT, "geglu bf16 in, out");
+    expect_close(dgf, rdg, n, TOL_BF16_OUT, "geglu bf16 dgate");
+    expect_close(duf, rdu, n, TOL_BF16_OUT, "geglu bf16 dup");
+    free(g0), free(u0), free(d), free(g), free(u), free(g16), free(u16), free(o16);
+    free(dg16), free(du16), free(ro), free(rdg), free(rdu), free(of), free(dgf), free(duf);
+    pool_free(&pool);
+    mt_cuda_ctx_free(ctx);
+}
+
+Test(cuda_ops_gemma, geglu_bf16_tanh) { check_geglu_bf16(1); }
+Test(cuda_ops_gemma, geglu_bf16_erf) { check_geglu_bf16(0); }
 
 /* 1 + w and x * sqrt(C) are exact in one rounding, as on the CPU: the same
  * bits (in place for the scale). */

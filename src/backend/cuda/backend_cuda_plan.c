@@ -131,13 +131,15 @@ static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
         a->mean2 = TAKE_F(b, N);
         a->qkv32 = !bf || blocks_have(cb, MT_T_BQKV) ? TAKE_F(b, N * (Q + 2 * KV)) : NULL;
     }
-    /* gpt_neox's and falcon's blocks take a path of their own (neox_cuda.c),
-     * Gemma's the general one's (gemma_cuda.c) */
+    /* gpt_neox's and falcon's blocks take paths of their own (neox_cuda.c),
+     * Gemma's too (gemma_cuda.c): on the bf16 flash kernels, a bf16 one
+     * like the fast path's, which keeps activations */
     cb->fast = cb->attn_bf16 && c->HD % 8 == 0 && !neox && !gemma;
-    cb->keeps = cb->fast || (neox && cb->attn_bf16);
-    /* fp32 q, k, v: the general path's; the fast path's products write the
+    int gemma_bf16 = gemma && cb->attn_bf16;
+    cb->keeps = cb->fast || (neox && cb->attn_bf16) || gemma_bf16;
+    /* fp32 q, k, v: the general path's; the fast paths' products write the
      * bf16 operands, and gpt_neox's split writes the flash kernels' */
-    if (!cb->fast && !(neox && cb->attn_bf16))
+    if (!cb->fast && !(neox && cb->attn_bf16) && !gemma_bf16)
         take_qkv32(b, N * Q, N * KV, &a->q32, &a->k32, &a->v32);
     if (c->qk_norm) {
         take_qkv32(b, N * Q, N * KV, &a->qpre32, &a->kpre32, NULL);
@@ -147,7 +149,7 @@ static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
     a->q_op = take_op(b, cb, N * Q, a->q32);
     a->k_op = take_op(b, cb, N * KV, a->k32);
     a->v_op = take_op(b, cb, N * KV, a->v32);
-    if (cb->fast && c->qk_norm) {
+    if ((cb->fast || gemma_bf16) && c->qk_norm) {
         a->qpre_op = take(b, N * Q * 2);
         a->kpre_op = take(b, N * KV * 2);
     }
@@ -157,7 +159,7 @@ static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
     a->xmid = TAKE_F(b, N * C);
     a->xn2_op = take(b, N * C * op_size(cb));
     a->rstd2 = TAKE_F(b, N);
-    if (cb->fast) {
+    if (cb->fast || gemma_bf16) {
         a->gate16 = take(b, N * F * 2);
         a->up16 = take(b, N * F * 2);
     } else if (neox) { /* the GELU's input: bf16 in bf16 mode; no up */
@@ -183,9 +185,10 @@ static void plan_backward_acts(cuda_backend *cb, acts *a, bump *b) {
     const mt_config *c = cb->cfg;
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
     int bf = cb->prec == MT_PREC_BF16, neox = mt_arch_has_neox_block(c->arch);
+    int gemma_bf16 = mt_arch_is_gemma(c->arch) && cb->attn_bf16; /* GeGLU's gradients bf16 */
     a->dx_op = bf ? take(b, N * C * 2) : NULL; /* fp32: the dx of the micro-batch */
     a->dmlp32 = TAKE_F(b, N * F);
-    if (!cb->fast) { /* gpt_neox, falcon: dgate32 holds the GELU's input gradient (in
+    if (!cb->fast && !gemma_bf16) { /* gpt_neox, falcon: dgate32 holds the GELU's input gradient (in
                       * bf16 mode for its bias's gradient only), no up */
         a->dgate32 = !neox || !bf || blocks_have(cb, MT_T_BUP) ? TAKE_F(b, N * F) : NULL;
         a->dup32 = neox ? NULL : TAKE_F(b, N * F);
@@ -263,12 +266,40 @@ static void plan_kept_unit_neox(const cuda_backend *cb, acts *k, bump *b) {
     k->gate16 = take(b, N * F * 2);
 }
 
+/* One kept unit of a Gemma block (bf16): the normed inputs, the mid-block
+ * residual and the GeGLU's output are rebuilt (gemma_cuda.c); the
+ * post-norms' inputs are kept in fp32, as their backward reads them. */
+static void plan_kept_unit_gemma(const cuda_backend *cb, acts *k, bump *b) {
+    const mt_config *c = cb->cfg;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
+    k->rstd1 = TAKE_F(b, N);
+    k->q_op = take(b, N * Q * 2);
+    k->k_op = take(b, N * KV * 2);
+    k->v_op = take(b, N * KV * 2);
+    k->att_op = take(b, N * Q * 2);
+    k->lse = TAKE_F(b, N * c->NH);
+    k->ao32 = TAKE_F(b, N * C);
+    k->rstd_pa = TAKE_F(b, N);
+    k->rstd2 = TAKE_F(b, N);
+    k->gate16 = take(b, N * F * 2);
+    k->up16 = take(b, N * F * 2);
+    k->mo32 = TAKE_F(b, N * C);
+    k->rstd_pf = TAKE_F(b, N);
+    if (c->qk_norm) {
+        k->qpre_op = take(b, N * Q * 2);
+        k->kpre_op = take(b, N * KV * 2);
+        k->qrstd = TAKE_F(b, N * c->NH);
+        k->krstd = TAKE_F(b, N * c->NKV);
+    }
+}
+
 /* The forward activations kept on the GPU for the backward: one set per
  * kept (layer, micro-batch) unit. */
 static void plan_kept(cuda_backend *cb, bump *b) {
     size_t before = b->used;
     for (int u = 0; u < cb->n_keep * cb->max_M; u++) {
         if (mt_arch_has_neox_block(cb->cfg->arch)) plan_kept_unit_neox(cb, &cb->kept[u], b);
+        else if (mt_arch_is_gemma(cb->cfg->arch)) plan_kept_unit_gemma(cb, &cb->kept[u], b);
         else plan_kept_unit(cb, &cb->kept[u], b);
     }
     if (cb->n_keep) {
@@ -295,6 +326,9 @@ size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb) {
         return N * (16 + (Q * 2 + KV * 2) * 2 + c->NH * 4 + c->F * 2 +
                     (c->parallel_residual ? 0 : c->C * 4)) + 11 * 256;
     size_t qk = c->qk_norm ? (Q + KV) * 2 + (c->NH + c->NKV) * 4 : 0; /* pre-norm q, k; rstds */
+    if (mt_arch_is_gemma(c->arch)) /* plan_kept_unit_gemma's 13 (17) buffers */
+        return N * (16 + (Q * 2 + KV * 2) * 2 + c->NH * 4 + 2 * c->C * 4 + 2 * c->F * 2 + qk) +
+               (c->qk_norm ? 17 : 13) * 256;
     size_t xmid = cb->o.lean_keep ? 0 : c->C * 4;
     return N * (xmid + (Q * 2 + KV * 2) * 2 + 2 * c->F * 2 + 8 + c->NH * 4 + qk) +
            (c->qk_norm ? 14 : 10) * 256;

@@ -10,18 +10,22 @@
  *   xmid = x + norm_post_attn(att Wo^T)
  *   out  = xmid + norm_post_ff(Wdown (gelu(Wgate z) * Wup z)), z = norm_pre_ff(xmid)
  *
- * One path, the general one of layers_cuda.c: the products write fp32
- * (q, k, v, gate, up, and the two outputs before their post-norms), the
- * operands are cast for the next product in bf16 mode, the attention is
- * the bf16 flash kernels' where they take HD (cb->attn_bf16), else fp32.
- * Nothing is kept: the backward recomputes the forward, down projection
- * and post-norm included (their backward reads the norm's input). */
+ * Two paths. On the bf16 flash kernels (cb->attn_bf16) the products write
+ * bf16 operands (q, k, v, gate, up), the q/k norms, RoPE and the GeGLU
+ * work on bf16, as the Llama family's fast path and PyTorch's autocast do,
+ * and a block can keep its activations for the backward (cb->keeps); the
+ * products before the post-norms (ao, mo) write fp32, which their
+ * backward reads. Otherwise (fp32 mode, or head sizes without the bf16
+ * kernels) every product writes fp32 and the operands are cast for the
+ * next one; nothing is kept. A block that does not keep recomputes its
+ * forward for the backward, down projection and post-norm included. */
 #include <math.h>
 
 #include "backend/cuda/backend_cuda_internal.h"
 #include "backend/cuda/layers_cuda.h"
 #include "kernels/attention/attention.h"
 #include "kernels/cuda_common.h"
+#include "kernels/ops/ops_fused.h"
 
 /* ---- shared with the head and the embedding (layers_cuda.h) ---- */
 
@@ -79,55 +83,69 @@ static void tables(const cuda_backend *cb, int layer, const float **cos, const f
     *sin = slides(cb, layer) ? cb->sin_l : cb->sin;
 }
 
-/* q32, k32, v32 from x: the input norm, the products, Gemma 3's q/k
- * norms (their inputs into qpre32, kpre32), RoPE. */
-static void qkv_forward(cuda_backend *cb, int layer, int mb, const float *x) {
+/* The normed inputs and the products' operands go to the scratch cb->a
+ * always (xn1, xn2, the GeGLU's output): a kept unit has no room for them
+ * and its backward rebuilds them. */
+
+/* a's q, k, v from x: the input norm, the products, Gemma 3's q/k norms
+ * (their inputs, rstd kept), RoPE. bf16 path: into a->q_op, k_op, v_op;
+ * else q32, k32, v32. */
+static void qkv_forward(cuda_backend *cb, acts *a, int layer, int mb, const float *x) {
     const mt_config *c = cb->cfg;
-    acts *a = &cb->a;
+    acts *sc = &cb->a;
     slot *s = bound_slot(cb);
     mt_cuda_ctx *ctx = cb->ctx;
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD;
     mt_precision p = cb->prec;
+    int bf = cb->attn_bf16;
+    mt_dt dt = bf ? MT_DT_BF16 : MT_DT_F32; /* what the products write */
     const int32_t *pos = mt_cuda_block_pos(cb, mb);
     const float *cos, *sin;
     tables(cb, layer, &cos, &sin);
-    mt_cuda_rmsnorm_forward(ctx, a->xn1_op, op_dt(cb), a->rstd1, x,
+    mt_cuda_rmsnorm_forward(ctx, sc->xn1_op, op_dt(cb), a->rstd1, x,
                             mt_cuda_norm_w(cb, layer, MT_T_ATTN_NORM), N, C, c->rms_eps);
-    float *q = c->qk_norm ? a->qpre32 : a->q32, *k = c->qk_norm ? a->kpre32 : a->k32;
-    mt_cuda_matmul_forward(ctx, p, q, MT_DT_F32, a->xn1_op, W_op(cb, s, layer, MT_T_WQ), NULL,
-                           N, C, Q);
-    mt_cuda_matmul_forward(ctx, p, k, MT_DT_F32, a->xn1_op, W_op(cb, s, layer, MT_T_WK), NULL,
-                           N, C, KV);
-    mt_cuda_matmul_forward(ctx, p, a->v32, MT_DT_F32, a->xn1_op, W_op(cb, s, layer, MT_T_WV),
-                           NULL, N, C, KV);
+    void *q = bf ? a->q_op : (void *)a->q32, *k = bf ? a->k_op : (void *)a->k32;
+    void *qpre = bf ? a->qpre_op : (void *)a->qpre32, *kpre = bf ? a->kpre_op : (void *)a->kpre32;
+    mt_cuda_matmul_forward(ctx, p, c->qk_norm ? qpre : q, dt, sc->xn1_op,
+                           W_op(cb, s, layer, MT_T_WQ), NULL, N, C, Q);
+    mt_cuda_matmul_forward(ctx, p, c->qk_norm ? kpre : k, dt, sc->xn1_op,
+                           W_op(cb, s, layer, MT_T_WK), NULL, N, C, KV);
+    mt_cuda_matmul_forward(ctx, p, bf ? a->v_op : (void *)a->v32, dt, sc->xn1_op,
+                           W_op(cb, s, layer, MT_T_WV), NULL, N, C, KV);
+    const float *qw = c->qk_norm ? mt_cuda_norm_w(cb, layer, MT_T_QNORM) : NULL;
+    const float *kw = c->qk_norm ? mt_cuda_norm_w(cb, layer, MT_T_KNORM) : NULL;
+    if (bf) {
+        if (c->qk_norm) {
+            mt_cuda_rmsnorm_forward_bf16(ctx, q, a->qrstd, qpre, qw, N * c->NH, c->HD, c->rms_eps);
+            mt_cuda_rmsnorm_forward_bf16(ctx, k, a->krstd, kpre, kw, N * c->NKV, c->HD,
+                                         c->rms_eps);
+        }
+        mt_cuda_rope_forward_bf16(cb->s_comp, q, cos, sin, pos, cb->B, cb->T, c->NH, c->HD);
+        mt_cuda_rope_forward_bf16(cb->s_comp, k, cos, sin, pos, cb->B, cb->T, c->NKV, c->HD);
+        return;
+    }
     if (c->qk_norm) {
-        mt_cuda_rmsnorm_forward(ctx, a->q32, MT_DT_F32, a->qrstd, a->qpre32,
-                                mt_cuda_norm_w(cb, layer, MT_T_QNORM), N * c->NH, c->HD,
+        mt_cuda_rmsnorm_forward(ctx, q, MT_DT_F32, a->qrstd, qpre, qw, N * c->NH, c->HD,
                                 c->rms_eps);
-        mt_cuda_rmsnorm_forward(ctx, a->k32, MT_DT_F32, a->krstd, a->kpre32,
-                                mt_cuda_norm_w(cb, layer, MT_T_KNORM), N * c->NKV, c->HD,
+        mt_cuda_rmsnorm_forward(ctx, k, MT_DT_F32, a->krstd, kpre, kw, N * c->NKV, c->HD,
                                 c->rms_eps);
     }
-    mt_cuda_rope_forward(ctx, a->q32, cos, sin, pos, cb->B, cb->T, c->NH, c->HD);
-    mt_cuda_rope_forward(ctx, a->k32, cos, sin, pos, cb->B, cb->T, c->NKV, c->HD);
+    mt_cuda_rope_forward(ctx, q, cos, sin, pos, cb->B, cb->T, c->NH, c->HD);
+    mt_cuda_rope_forward(ctx, k, cos, sin, pos, cb->B, cb->T, c->NKV, c->HD);
 }
 
-/* att_op (and att32 on the fp32 kernel) and lse from q32, k32, v32. */
-static void attention_forward(cuda_backend *cb, int layer, int mb) {
+/* a's att_op (and att32 on the fp32 kernel) and lse from its q, k, v. */
+static void attention_forward(cuda_backend *cb, acts *a, int layer, int mb) {
     const mt_config *c = cb->cfg;
-    acts *a = &cb->a;
-    size_t N = cb->N, Q = c->NH * c->HD, KV = c->NKV * c->HD;
+    size_t N = cb->N, Q = c->NH * c->HD;
     mt_attn_scores sc = scores(cb);
     const int32_t *apos = attn_pos(cb, layer, mb);
     mt_error err;
     if (cb->attn_bf16) {
-        to_op(cb, a->q_op, a->q32, N * Q);
-        to_op(cb, a->k_op, a->k32, N * KV);
-        to_op(cb, a->v_op, a->v32, N * KV);
         attn_check(mt_attn_forward_bf16(a->att_op, NULL, a->lse, a->q_op, a->k_op, a->v_op, apos,
                                         &sc, cb->B, cb->T, c->NH, c->NKV, c->HD, cb->s_comp,
                                         &err), &err);
-    } else { /* fp32 mode, or head sizes the bf16 kernels lack (Gemma's 256) */
+    } else { /* fp32 mode, or head sizes the bf16 kernels lack */
         attn_check(mt_attn_forward_f32(a->att32, a->lse, a->q32, a->k32, a->v32, apos, &sc,
                                        cb->B, cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err),
                    &err);
@@ -135,7 +153,7 @@ static void attention_forward(cuda_backend *cb, int layer, int mb) {
     }
 }
 
-/* out = res + norm_r(in), keeping the norm's rstd. */
+/* out = res + norm_r(in), keeping the norm's rstd (NULL: not kept). */
 static void post_norm(cuda_backend *cb, int layer, mt_role r, float *out, float *rstd,
                       const float *in, const float *res) {
     size_t n = (size_t)cb->N * cb->cfg->C;
@@ -144,32 +162,50 @@ static void post_norm(cuda_backend *cb, int layer, mt_role r, float *out, float 
     mt_cuda_residual_add(cb->ctx, out, out, res, n);
 }
 
+/* The MLP's normed input xn2 (scratch) from xmid; rstd NULL: a rebuild. */
+static void mlp_norm(cuda_backend *cb, int layer, float *rstd, const float *xmid) {
+    mt_cuda_rmsnorm_forward(cb->ctx, cb->a.xn2_op, op_dt(cb), rstd, xmid,
+                            mt_cuda_norm_w(cb, layer, MT_T_MLP_NORM), cb->N, cb->cfg->C,
+                            cb->cfg->rms_eps);
+}
+
+/* The GeGLU's inputs (a's gate and up, bf16 on the bf16 path) and its
+ * output into the scratch's mlp_op. */
+static void geglu(cuda_backend *cb, const acts *a) {
+    int bf = cb->attn_bf16;
+    mt_cuda_geglu_forward(cb->ctx, cb->a.mlp_op, op_dt(cb), bf ? (void *)a->gate16 : a->gate32,
+                          bf ? (void *)a->up16 : a->up32, bf ? MT_DT_BF16 : MT_DT_F32, cb->N,
+                          cb->cfg->F, cb->cfg->act == MT_ACT_GELU_TANH);
+}
+
 void mt_cuda_gemma_forward(cuda_backend *cb, acts *a, int layer, int mb, const float *x,
                            float *out) {
     const mt_config *c = cb->cfg;
+    acts *sc = &cb->a;
     slot *s = bound_slot(cb);
     mt_cuda_ctx *ctx = cb->ctx;
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, F = c->F;
     mt_precision p = cb->prec;
-    MT_ASSERT(a == &cb->a); /* no kept units */
-    qkv_forward(cb, layer, mb, x);
-    attention_forward(cb, layer, mb);
+    int bf = cb->attn_bf16;
+    MT_ASSERT(a == sc || bf); /* units are kept on the bf16 path only */
+    float *xmid = a->xmid ? a->xmid : sc->xmid; /* a kept unit has none: it is rebuilt */
+    qkv_forward(cb, a, layer, mb, x);
+    attention_forward(cb, a, layer, mb);
     mt_cuda_matmul_forward(ctx, p, a->ao32, MT_DT_F32, a->att_op, W_op(cb, s, layer, MT_T_WO),
                            NULL, N, Q, C);
-    post_norm(cb, layer, MT_T_ATTN_POST_NORM, a->xmid, a->rstd_pa, a->ao32, x);
-    mt_cuda_rmsnorm_forward(ctx, a->xn2_op, op_dt(cb), a->rstd2, a->xmid,
-                            mt_cuda_norm_w(cb, layer, MT_T_MLP_NORM), N, C, c->rms_eps);
-    mt_cuda_matmul_forward(ctx, p, a->gate32, MT_DT_F32, a->xn2_op,
+    post_norm(cb, layer, MT_T_ATTN_POST_NORM, xmid, a->rstd_pa, a->ao32, x);
+    mlp_norm(cb, layer, a->rstd2, xmid);
+    mt_dt dt = bf ? MT_DT_BF16 : MT_DT_F32;
+    mt_cuda_matmul_forward(ctx, p, bf ? (void *)a->gate16 : a->gate32, dt, sc->xn2_op,
                            W_op(cb, s, layer, MT_T_WGATE), NULL, N, C, F);
-    mt_cuda_matmul_forward(ctx, p, a->up32, MT_DT_F32, a->xn2_op, W_op(cb, s, layer, MT_T_WUP),
-                           NULL, N, C, F);
-    mt_cuda_geglu_forward(ctx, a->mlp_op, op_dt(cb), a->gate32, a->up32, N, F,
-                          c->act == MT_ACT_GELU_TANH);
+    mt_cuda_matmul_forward(ctx, p, bf ? (void *)a->up16 : a->up32, dt, sc->xn2_op,
+                           W_op(cb, s, layer, MT_T_WUP), NULL, N, C, F);
+    geglu(cb, a);
     /* A recompute for the backward runs the down projection and the
      * post-norm too: their backward reads mo32 and rstd_pf. */
-    mt_cuda_matmul_forward(ctx, p, a->mo32, MT_DT_F32, a->mlp_op, W_op(cb, s, layer, MT_T_WDOWN),
-                           NULL, N, F, C);
-    post_norm(cb, layer, MT_T_MLP_POST_NORM, out ? out : a->xtmp, a->rstd_pf, a->mo32, a->xmid);
+    mt_cuda_matmul_forward(ctx, p, a->mo32, MT_DT_F32, sc->mlp_op,
+                           W_op(cb, s, layer, MT_T_WDOWN), NULL, N, F, C);
+    post_norm(cb, layer, MT_T_MLP_POST_NORM, out ? out : sc->xtmp, a->rstd_pf, a->mo32, xmid);
 }
 
 /* d32 (N, C) = dL/d in of the post-norm out = res + norm_r(in), from
@@ -188,8 +224,9 @@ static void *post_norm_backward(cuda_backend *cb, int layer, mt_role r, float *d
     return op;
 }
 
-/* The MLP's backward: dx holds dL/d out on entry and dL/d xmid on exit. */
-static void mlp_backward(cuda_backend *cb, int layer, float *dx) {
+/* The MLP's backward from f's activations and the scratch's xmid, xn2 and
+ * mlp_op: dx holds dL/d out on entry and dL/d xmid on exit. */
+static void mlp_backward(cuda_backend *cb, const acts *f, int layer, float *dx) {
     const mt_config *c = cb->cfg;
     acts *a = &cb->a;
     slot *s = bound_slot(cb);
@@ -197,25 +234,31 @@ static void mlp_backward(cuda_backend *cb, int layer, float *dx) {
     float *g = cb->g_cur;
     size_t N = cb->N, C = c->C, F = c->F;
     mt_precision p = cb->prec;
+    int bf = cb->attn_bf16, tanh_form = c->act == MT_ACT_GELU_TANH;
     /* dL/d mo in dxn32, free until the gate's product below */
-    void *dmo = post_norm_backward(cb, layer, MT_T_MLP_POST_NORM, a->dxn32, dx, a->mo32,
-                                   a->rstd_pf);
+    void *dmo = post_norm_backward(cb, layer, MT_T_MLP_POST_NORM, a->dxn32, dx, f->mo32,
+                                   f->rstd_pf);
     mt_cuda_matmul_backward(ctx, p, a->dmlp32, false, G(cb, g, layer, MT_T_WDOWN), dmo,
                             a->mlp_op, W_op(cb, s, layer, MT_T_WDOWN), N, F, C);
-    mt_cuda_geglu_backward(ctx, a->dgate32, a->dup32, a->dmlp32, a->gate32, a->up32, N, F,
-                           c->act == MT_ACT_GELU_TANH);
-    to_op(cb, a->dgate_op, a->dgate32, N * F);
-    to_op(cb, a->dup_op, a->dup32, N * F);
+    if (bf) { /* the gradients straight into the products' bf16 operands */
+        mt_cuda_geglu_backward(ctx, a->dgate_op, a->dup_op, a->dmlp32, f->gate16, f->up16,
+                               MT_DT_BF16, N, F, tanh_form);
+    } else {
+        mt_cuda_geglu_backward(ctx, a->dgate32, a->dup32, a->dmlp32, f->gate32, f->up32,
+                               MT_DT_F32, N, F, tanh_form);
+        to_op(cb, a->dgate_op, a->dgate32, N * F);
+        to_op(cb, a->dup_op, a->dup32, N * F);
+    }
     mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WGATE), a->dgate_op,
                             a->xn2_op, W_op(cb, s, layer, MT_T_WGATE), N, C, F);
     mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WUP), a->dup_op,
                             a->xn2_op, W_op(cb, s, layer, MT_T_WUP), N, C, F);
     mt_cuda_rmsnorm_backward(ctx, dx, G(cb, g, layer, MT_T_MLP_NORM), a->colsum, a->dxn32,
-                             a->xmid, mt_cuda_norm_w(cb, layer, MT_T_MLP_NORM), a->rstd2, N, C);
+                             a->xmid, mt_cuda_norm_w(cb, layer, MT_T_MLP_NORM), f->rstd2, N, C);
 }
 
-/* dq32, dk32, dv32 from datt32 through the attention. */
-static void attention_backward(cuda_backend *cb, int layer, int mb) {
+/* dq32, dk32, dv32 from datt32 through the attention of f's q, k, v. */
+static void attention_backward(cuda_backend *cb, const acts *f, int layer, int mb) {
     const mt_config *c = cb->cfg;
     acts *a = &cb->a;
     size_t N = cb->N, Q = c->NH * c->HD;
@@ -225,21 +268,22 @@ static void attention_backward(cuda_backend *cb, int layer, int mb) {
     if (cb->attn_bf16) {
         to_op(cb, a->datt_op, a->datt32, N * Q);
         attn_check(mt_attn_backward_bf16(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt_op,
-                                         a->q_op, a->k_op, a->v_op, a->att_op, a->lse, apos, &sc,
+                                         f->q_op, f->k_op, f->v_op, f->att_op, f->lse, apos, &sc,
                                          cb->B, cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err),
                    &err);
     } else {
         attn_check(mt_attn_backward_f32(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt32,
-                                        a->q32, a->k32, a->v32, a->att32, a->lse, apos, &sc,
+                                        f->q32, f->k32, f->v32, f->att32, f->lse, apos, &sc,
                                         cb->B, cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err),
                    &err);
     }
 }
 
 /* From dq32, dk32, dv32 to the products' operands: RoPE's backward, the
- * q/k norms' (Gemma 3); *dq_op, *dk_op, *dv_op as in layers_cuda.c. */
-static void qkv_grads_to_op(cuda_backend *cb, int layer, int mb, void **dq_op, void **dk_op,
-                            void **dv_op) {
+ * q/k norms' (Gemma 3: their fp32 inputs, from f's bf16 ones on the bf16
+ * path); *dq_op, *dk_op, *dv_op as in layers_cuda.c. */
+static void qkv_grads_to_op(cuda_backend *cb, const acts *f, int layer, int mb, void **dq_op,
+                            void **dk_op, void **dv_op) {
     const mt_config *c = cb->cfg;
     acts *a = &cb->a;
     mt_cuda_ctx *ctx = cb->ctx;
@@ -252,13 +296,17 @@ static void qkv_grads_to_op(cuda_backend *cb, int layer, int mb, void **dq_op, v
     mt_cuda_rope_backward(ctx, a->dk32, cos, sin, pos, cb->B, cb->T, c->NKV, c->HD);
     float *dq = a->dq32, *dk = a->dk32;
     if (c->qk_norm) {
+        if (cb->attn_bf16) { /* the norms' backward reads the pre-norm q, k in fp32 */
+            mt_cuda_cast_bf16_to_f32(ctx, a->qpre32, f->qpre_op, N * Q);
+            mt_cuda_cast_bf16_to_f32(ctx, a->kpre32, f->kpre_op, N * KV);
+        }
         CUDA_CHECK(cudaMemsetAsync(a->dqn32, 0, N * Q * sizeof(float), cb->s_comp));
         CUDA_CHECK(cudaMemsetAsync(a->dkn32, 0, N * KV * sizeof(float), cb->s_comp));
         mt_cuda_rmsnorm_backward(ctx, a->dqn32, G(cb, g, layer, MT_T_QNORM), a->colsum, a->dq32,
-                                 a->qpre32, mt_cuda_norm_w(cb, layer, MT_T_QNORM), a->qrstd,
+                                 a->qpre32, mt_cuda_norm_w(cb, layer, MT_T_QNORM), f->qrstd,
                                  N * c->NH, c->HD);
         mt_cuda_rmsnorm_backward(ctx, a->dkn32, G(cb, g, layer, MT_T_KNORM), a->colsum, a->dk32,
-                                 a->kpre32, mt_cuda_norm_w(cb, layer, MT_T_KNORM), a->krstd,
+                                 a->kpre32, mt_cuda_norm_w(cb, layer, MT_T_KNORM), f->krstd,
                                  N * c->NKV, c->HD);
         dq = a->dqn32;
         dk = a->dkn32;
@@ -272,8 +320,22 @@ static void qkv_grads_to_op(cuda_backend *cb, int layer, int mb, void **dq_op, v
     to_op(cb, *dv_op, a->dv32, N * KV);
 }
 
-/* The forward's activations are in the scratch (a recompute); dx holds
- * dL/d out on entry, dL/d x on exit. */
+/* What a kept unit f leaves out, rebuilt into the scratch from x and f
+ * (the same kernels on the same inputs: the forward's bits): xn1, xmid,
+ * xn2 and the GeGLU's output. */
+static void rebuild(cuda_backend *cb, const acts *f, int layer, const float *x) {
+    const mt_config *c = cb->cfg;
+    acts *a = &cb->a;
+    mt_cuda_rmsnorm_forward(cb->ctx, a->xn1_op, MT_DT_BF16, NULL, x,
+                            mt_cuda_norm_w(cb, layer, MT_T_ATTN_NORM), cb->N, c->C, c->rms_eps);
+    post_norm(cb, layer, MT_T_ATTN_POST_NORM, a->xmid, NULL, f->ao32, x);
+    mlp_norm(cb, layer, NULL, a->xmid);
+    geglu(cb, f);
+}
+
+/* The forward's activations are in f: the scratch after a recompute, or a
+ * kept unit (the bf16 path), whose missing parts are rebuilt first; dx
+ * holds dL/d out on entry, dL/d x on exit. */
 void mt_cuda_gemma_backward(cuda_backend *cb, const acts *f, int layer, int mb, const float *x,
                             float *dx) {
     const mt_config *c = cb->cfg;
@@ -283,17 +345,18 @@ void mt_cuda_gemma_backward(cuda_backend *cb, const acts *f, int layer, int mb, 
     float *g = cb->g_cur;
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD;
     mt_precision p = cb->prec;
-    MT_ASSERT(f == a);
-    mlp_backward(cb, layer, dx);
+    MT_ASSERT(f == a || cb->attn_bf16);
+    if (f != a) rebuild(cb, f, layer, x);
+    mlp_backward(cb, f, layer, dx);
     /* xmid = x + norm_post_attn(ao): dL/d ao in dxn32, free until the
      * q product below */
-    void *dao = post_norm_backward(cb, layer, MT_T_ATTN_POST_NORM, a->dxn32, dx, a->ao32,
-                                   a->rstd_pa);
-    mt_cuda_matmul_backward(ctx, p, a->datt32, false, G(cb, g, layer, MT_T_WO), dao, a->att_op,
+    void *dao = post_norm_backward(cb, layer, MT_T_ATTN_POST_NORM, a->dxn32, dx, f->ao32,
+                                   f->rstd_pa);
+    mt_cuda_matmul_backward(ctx, p, a->datt32, false, G(cb, g, layer, MT_T_WO), dao, f->att_op,
                             W_op(cb, s, layer, MT_T_WO), N, Q, C);
-    attention_backward(cb, layer, mb);
+    attention_backward(cb, f, layer, mb);
     void *dq_op, *dk_op, *dv_op;
-    qkv_grads_to_op(cb, layer, mb, &dq_op, &dk_op, &dv_op);
+    qkv_grads_to_op(cb, f, layer, mb, &dq_op, &dk_op, &dv_op);
     mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WQ), dq_op, a->xn1_op,
                             W_op(cb, s, layer, MT_T_WQ), N, C, Q);
     mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WK), dk_op, a->xn1_op,
@@ -301,5 +364,5 @@ void mt_cuda_gemma_backward(cuda_backend *cb, const acts *f, int layer, int mb, 
     mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WV), dv_op, a->xn1_op,
                             W_op(cb, s, layer, MT_T_WV), N, C, KV);
     mt_cuda_rmsnorm_backward(ctx, dx, G(cb, g, layer, MT_T_ATTN_NORM), a->colsum, a->dxn32, x,
-                             mt_cuda_norm_w(cb, layer, MT_T_ATTN_NORM), a->rstd1, N, C);
+                             mt_cuda_norm_w(cb, layer, MT_T_ATTN_NORM), f->rstd1, N, C);
 }

@@ -35,57 +35,79 @@ extern "C" void mt_cuda_affine(mt_cuda_ctx *ctx, float *out, const float *inp, s
     CUDA_LAUNCH_CHECK();
 }
 
-template <typename OUT, bool TANH>
-__global__ void geglu_fwd_kernel(OUT *out, const float *gate, const float *up, size_t n) {
+__device__ __forceinline__ float load(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float load(const __nv_bfloat16 *p, size_t i) {
+    return __bfloat162float(p[i]);
+}
+
+template <typename OUT, typename IN, bool TANH>
+__global__ void geglu_fwd_kernel(OUT *out, const IN *gate, const IN *up, size_t n) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        store(out, i, gelu_f<TANH>(gate[i]) * up[i]);
+        store(out, i, gelu_f<TANH>(load(gate, i)) * load(up, i));
 }
 
-template <typename OUT>
-static void geglu_fwd(cudaStream_t st, OUT *out, const float *gate, const float *up, size_t n,
+template <typename OUT, typename IN>
+static void geglu_fwd(cudaStream_t st, OUT *out, const void *gate, const void *up, size_t n,
                       int tanh_form) {
+    const IN *g = (const IN *)gate, *u = (const IN *)up;
     if (tanh_form)
-        geglu_fwd_kernel<OUT, true><<<gemma_blocks(n), GEMMA_THREADS, 0, st>>>(out, gate, up, n);
+        geglu_fwd_kernel<OUT, IN, true><<<gemma_blocks(n), GEMMA_THREADS, 0, st>>>(out, g, u, n);
     else
-        geglu_fwd_kernel<OUT, false><<<gemma_blocks(n), GEMMA_THREADS, 0, st>>>(out, gate, up, n);
+        geglu_fwd_kernel<OUT, IN, false><<<gemma_blocks(n), GEMMA_THREADS, 0, st>>>(out, g, u, n);
 }
 
-extern "C" void mt_cuda_geglu_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt,
-                                      const float *gate, const float *up, size_t N, size_t F,
+extern "C" void mt_cuda_geglu_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt, const void *gate,
+                                      const void *up, mt_dt in_dt, size_t N, size_t F,
                                       int tanh_form) {
     size_t n = N * F;
     if (n == 0) return;
-    if (out_dt == MT_DT_BF16)
-        geglu_fwd(ctx->stream, (__nv_bfloat16 *)out, gate, up, n, tanh_form);
+    MT_ASSERT(in_dt == MT_DT_F32 || out_dt == MT_DT_BF16); /* bf16 in: bf16 out */
+    if (in_dt == MT_DT_BF16)
+        geglu_fwd<__nv_bfloat16, __nv_bfloat16>(ctx->stream, (__nv_bfloat16 *)out, gate, up, n,
+                                                tanh_form);
+    else if (out_dt == MT_DT_BF16)
+        geglu_fwd<__nv_bfloat16, float>(ctx->stream, (__nv_bfloat16 *)out, gate, up, n,
+                                        tanh_form);
     else
-        geglu_fwd(ctx->stream, (float *)out, gate, up, n, tanh_form);
+        geglu_fwd<float, float>(ctx->stream, (float *)out, gate, up, n, tanh_form);
     CUDA_LAUNCH_CHECK();
 }
 
 /* h = gelu(g) u: dg = dh u gelu'(g), du = dh gelu(g), as backend/cpu/gemma.c
- * (which multiplies dh by u first, then by gelu'). */
-template <bool TANH>
-__global__ void geglu_bwd_kernel(float *dgate, float *dup, const float *dout, const float *gate,
-                                 const float *up, size_t n) {
+ * (which multiplies dh by u first, then by gelu'); the gradients in the
+ * inputs' type. */
+template <typename T, bool TANH>
+__global__ void geglu_bwd_kernel(T *dgate, T *dup, const float *dout, const T *gate, const T *up,
+                                 size_t n) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        float d = dout[i], g = gate[i], u = up[i];
-        dup[i] = d * gelu_f<TANH>(g);
-        dgate[i] = (d * u) * gelu_grad_f<TANH>(g);
+        float d = dout[i], g = load(gate, i), u = load(up, i);
+        store(dup, i, d * gelu_f<TANH>(g));
+        store(dgate, i, (d * u) * gelu_grad_f<TANH>(g));
     }
 }
 
-extern "C" void mt_cuda_geglu_backward(mt_cuda_ctx *ctx, float *dgate, float *dup,
-                                       const float *dout, const float *gate, const float *up,
-                                       size_t N, size_t F, int tanh_form) {
+template <typename T>
+static void geglu_bwd(cudaStream_t st, void *dgate, void *dup, const float *dout,
+                      const void *gate, const void *up, size_t n, int tanh_form) {
+    T *dg = (T *)dgate, *du = (T *)dup;
+    const T *g = (const T *)gate, *u = (const T *)up;
+    if (tanh_form)
+        geglu_bwd_kernel<T, true><<<gemma_blocks(n), GEMMA_THREADS, 0, st>>>(dg, du, dout, g, u, n);
+    else
+        geglu_bwd_kernel<T, false><<<gemma_blocks(n), GEMMA_THREADS, 0, st>>>(dg, du, dout, g, u,
+                                                                             n);
+}
+
+extern "C" void mt_cuda_geglu_backward(mt_cuda_ctx *ctx, void *dgate, void *dup, const float *dout,
+                                       const void *gate, const void *up, mt_dt dt, size_t N,
+                                       size_t F, int tanh_form) {
     size_t n = N * F;
     if (n == 0) return;
-    unsigned g = gemma_blocks(n);
-    if (tanh_form)
-        geglu_bwd_kernel<true><<<g, GEMMA_THREADS, 0, ctx->stream>>>(dgate, dup, dout, gate, up, n);
+    if (dt == MT_DT_BF16)
+        geglu_bwd<__nv_bfloat16>(ctx->stream, dgate, dup, dout, gate, up, n, tanh_form);
     else
-        geglu_bwd_kernel<false><<<g, GEMMA_THREADS, 0, ctx->stream>>>(dgate, dup, dout, gate, up,
-                                                                      n);
+        geglu_bwd<float>(ctx->stream, dgate, dup, dout, gate, up, n, tanh_form);
     CUDA_LAUNCH_CHECK();
 }
