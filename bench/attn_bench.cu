@@ -1,8 +1,9 @@
 /* Benchmark of the fused attention kernels (kernels/attention/attention.h).
  *
  * Build and run (from the repository root):
- *   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DMT_CUDA_SM90A -Isrc \
- *        -o build/attn_bench bench/attn_bench.cu src/kernels/attention/attention*.cu \
+ *   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DMT_CUDA_SM90A \
+ *        -DMT_HAVE_CUDA -Isrc -o build/attn_bench bench/attn_bench.cu \
+ *        src/kernels/attention/attention*.cu src/kernels/scratch_sizes.c \
  *        src/util/error.c && build/attn_bench
  * (other GPUs: -arch=sm_80 and no MT_CUDA_SM90A; the mma.sync kernels only).
  *
@@ -14,9 +15,7 @@
  * Shapes with doc > 0 pack every row with documents of doc tokens (the
  * last one cut at T) and count each document's own triangle.
  * --softcap C runs every shape with Gemma 2's logit soft-capping at C (the
- * kernels compiled with SOFTCAP; the FLOPs counted are the same). Head dim
- * 256 (Gemma 2/3) runs the mma.sync kernels on Hopper too, so its two
- * columns time the same kernels. */
+ * kernels compiled with SOFTCAP; the FLOPs counted are the same). */
 #include <algorithm>
 #include <stdint.h>
 #include <stdio.h>

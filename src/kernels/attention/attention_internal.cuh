@@ -2,8 +2,10 @@
  *   attention.cu           the API of attention.h: checks, arguments, D = rowsum(dout*out)
  *   attention_mma_fwd.cu   bf16 tensor-core forward (mma.sync), and the choice of kernel
  *   attention_wgmma_fwd.cu bf16 forward on Hopper (wgmma)
+ *   attention_wgmma_fwd256.cu  the same at head dim 256
  *   attention_mma_bwd.cu   bf16 tensor-core backward (dK/dV, then dQ)
  *   attention_wgmma_bwd.cu the same on Hopper (wgmma)
+ *   attention_wgmma_bwd256.cu  the same at head dim 256
  *   attention_f32.cu       fp32 forward and backward
  * and the bf16 tensor-core building blocks (cp.async, ldmatrix, mma.sync)
  * that the bf16 kernels are made of. Not a public interface: use
@@ -122,6 +124,13 @@ bool mt_attn_takes_wgmma(void);
 int mt_attn_fwd_wgmma(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
 int mt_attn_bwd_wgmma(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
 size_t mt_attn_bwd_wgmma_smem(void); /* the backward's largest block, HD 128 */
+/* Head dim 256 on Hopper (attention_wgmma_fwd256.cu, _bwd256.cu): whether
+ * the bf16 forward and backward take them (mt_attn_takes_wgmma, and blocks
+ * with their shared memory), and their launchers. */
+bool mt_attn_fwd_takes_wgmma256(void);
+bool mt_attn_bwd_takes_wgmma256(void);
+int mt_attn_fwd_wgmma256(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
+int mt_attn_bwd_wgmma256(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
 
 /* Packed documents (a.pos, see attention.h). The first key that query t of
  * batch row b may see: its document's start, non-decreasing in t. */

@@ -95,7 +95,8 @@ __device__ __forceinline__ void mt_attn_wg_pb(float acc[HD / 2], const unsigned 
 #pragma unroll
     for (int kk = 0; kk < K / 16; kk++) {
         const uint64_t db = mt_wg_desc_add(db0, kk * 2048);
-        if constexpr (HD == 128) mt_wg_mma_64x128_rs<1>(acc, p + 4 * kk, db);
+        if constexpr (HD == 256) mt_wg_mma_64x256_rs<1>(acc, p + 4 * kk, db);
+        else if constexpr (HD == 128) mt_wg_mma_64x128_rs<1>(acc, p + 4 * kk, db);
         else mt_wg_mma_64x64_rs<1>(acc, p + 4 * kk, db);
     }
 }
@@ -225,6 +226,71 @@ template <int ROWS, int HD, int S> struct mt_attn_kv_ring {
     /* Consumers: wait until tile i's K (V) has landed. */
     __device__ void wait_k(int i) const { mt_mb_wait(full_k(i % S), (i / S) & 1); }
     __device__ void wait_v(int i) const { mt_mb_wait(full_v(i % S), (i / S) & 1); }
+};
+
+/* The online softmax of a forward consumer thread's two rows in the log2
+ * domain: m the running maximum of the scaled scores, l the running sum of
+ * the thread's quarter of each row. step turns key tile j's scores s into
+ * probabilities, masking keys after the query, past T or before its
+ * document when masked (std::true_type); the other tiles, most of them,
+ * take code with no mask at all: its compares and selects were two fifths
+ * of the loop's instructions, which the products could not hide. alpha:
+ * the rescale of the rows' earlier sums (and outputs). SOFTCAP: the scores
+ * become t = tanh(q.k scale / c) first (kcap = scale / c; rw.sl2 is then
+ * c log2e, mt_attn_sl2), before the masks' -inf. BC: keys a tile; rw (ROWS):
+ * the rows' sl2, row_lo (this thread's rows row_lo and row_lo + 8), T and,
+ * with documents, dstart[2] (each row's first key). */
+template <int BC, bool DOCS, bool SOFTCAP> struct mt_attn_wg_softmax {
+    float l[2] = {0.f, 0.f}, m[2] = {-INFINITY, -INFINITY};
+    float kcap;
+    template <class ROWS, class MASKED>
+    __device__ __forceinline__ void step(float s[BC / 2], int j, float alpha[2], const ROWS &rw,
+                                         int t4, MASKED) {
+        const float sl2 = rw.sl2;
+        if constexpr (SOFTCAP) {
+#pragma unroll
+            for (int i = 0; i < BC / 2; i++) s[i] = mt_attn_tanh(s[i] * kcap);
+        }
+        // Score 4c + e is key j BC + 2 t4 + x, x = 8c + (e & 1) (a constant),
+        // of row row_lo + 8 (e >> 1): masked where x > hi or x < lo of its row.
+        [[maybe_unused]] int hi[2], lo[2];
+        if constexpr (MASKED::value) {
+            const int kb = j * BC + 2 * t4;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                hi[r] = min(rw.row_lo + r * 8, rw.T - 1) - kb;
+                lo[r] = DOCS ? rw.dstart[r] - kb : 0;
+            }
+        }
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int c = 0; c < BC / 8; c++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                if constexpr (MASKED::value) {
+                    const int x = c * 8 + (e & 1);
+                    if (x > hi[e >> 1] || (DOCS && x < lo[e >> 1])) s[4 * c + e] = -INFINITY;
+                }
+                mx[e >> 1] = fmaxf(mx[e >> 1], s[4 * c + e]);
+            }
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
+            mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
+            const float mn = fmaxf(m[e], mx[e] * sl2);
+            const float mu = mn == -INFINITY ? 0.f : mn; // a row with every key masked so far
+            alpha[e] = mt_attn_exp2(m[e] - mu);
+            m[e] = mn;
+            float ps = 0.f;
+#pragma unroll
+            for (int c = 0; c < BC / 8; c++) {
+                s[4 * c + 2 * e] = mt_attn_exp2(fmaf(s[4 * c + 2 * e], sl2, -mu));
+                s[4 * c + 2 * e + 1] = mt_attn_exp2(fmaf(s[4 * c + 2 * e + 1], sl2, -mu));
+                ps += s[4 * c + 2 * e] + s[4 * c + 2 * e + 1];
+            }
+            l[e] = l[e] * alpha[e] + ps;
+        }
+    }
 };
 
 #endif // __CUDA_ARCH_FEAT_SM90_ALL

@@ -190,68 +190,8 @@ template <bool DOCS> struct fwd_rows {
     }
 };
 
-/* The online softmax of a consumer thread's two rows (fwd_rows) in the log2
- * domain: m the running maximum of the scaled scores, l the running sum of
- * the thread's quarter of each row. step turns key tile j's scores s into
- * probabilities, masking keys after the query, past T or before its
- * document when masked (std::true_type); the other tiles, most of them,
- * take code with no mask at all: its compares and selects were two fifths
- * of the loop's instructions, which the products could not hide. alpha:
- * the rescale of the rows' earlier sums (and outputs). SOFTCAP: the scores
- * become t = tanh(q.k scale / c) first (kcap = scale / c; rw.sl2 is then
- * c log2e, mt_attn_sl2), before the masks' -inf. */
-template <bool DOCS, bool SOFTCAP> struct fwd_softmax {
-    float l[2] = {0.f, 0.f}, m[2] = {-INFINITY, -INFINITY};
-    float kcap;
-    template <class MASKED>
-    __device__ __forceinline__ void step(float s[BC / 2], int j, float alpha[2],
-                                         const fwd_rows<DOCS> &rw, int t4, MASKED) {
-        const float sl2 = rw.sl2;
-        if constexpr (SOFTCAP) {
-#pragma unroll
-            for (int i = 0; i < BC / 2; i++) s[i] = mt_attn_tanh(s[i] * kcap);
-        }
-        // Score 4c + e is key j BC + 2 t4 + x, x = 8c + (e & 1) (a constant),
-        // of row row_lo + 8 (e >> 1): masked where x > hi or x < lo of its row.
-        [[maybe_unused]] int hi[2], lo[2];
-        if constexpr (MASKED::value) {
-            const int kb = j * BC + 2 * t4;
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                hi[r] = min(rw.row_lo + r * 8, rw.T - 1) - kb;
-                lo[r] = DOCS ? rw.dstart[r] - kb : 0;
-            }
-        }
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int c = 0; c < BC / 8; c++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                if constexpr (MASKED::value) {
-                    const int x = c * 8 + (e & 1);
-                    if (x > hi[e >> 1] || (DOCS && x < lo[e >> 1])) s[4 * c + e] = -INFINITY;
-                }
-                mx[e >> 1] = fmaxf(mx[e >> 1], s[4 * c + e]);
-            }
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
-            mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
-            const float mn = fmaxf(m[e], mx[e] * sl2);
-            const float mu = mn == -INFINITY ? 0.f : mn; // a row with every key masked so far
-            alpha[e] = mt_attn_exp2(m[e] - mu);
-            m[e] = mn;
-            float ps = 0.f;
-#pragma unroll
-            for (int c = 0; c < BC / 8; c++) {
-                s[4 * c + 2 * e] = mt_attn_exp2(fmaf(s[4 * c + 2 * e], sl2, -mu));
-                s[4 * c + 2 * e + 1] = mt_attn_exp2(fmaf(s[4 * c + 2 * e + 1], sl2, -mu));
-                ps += s[4 * c + 2 * e] + s[4 * c + 2 * e + 1];
-            }
-            l[e] = l[e] * alpha[e] + ps;
-        }
-    }
-};
+/* The online softmax of a consumer thread's two rows (mt_attn_wg_softmax). */
+template <bool DOCS, bool SOFTCAP> using fwd_softmax = mt_attn_wg_softmax<BC, DOCS, SOFTCAP>;
 
 /* The mainloop of a consumer (rw.cw) over the block's n-th query tile t,
  * whose key tiles are the ring's tiles i0 .. : S = Q K_j^T and, in the
