@@ -293,6 +293,170 @@ template <int BC, bool DOCS, bool SOFTCAP> struct mt_attn_wg_softmax {
     }
 };
 
+/* A query tile of the forward or the dQ pass: tile L of tl (BR rows), rows
+ * q0 .. q0 + BR - 1 of head h, batch row b, and its key tiles of BC keys
+ * j0 .. nkb - 1 (with documents, none before its first row's document). */
+struct mt_attn_qtile {
+    int q0, h, b, nkb, j0;
+};
+template <int BR, int BC, bool DOCS>
+__device__ __forceinline__ mt_attn_qtile mt_attn_qtile_of(const mt_attn_args &a,
+                                                          const mt_attn_qtiles &tl, int L) {
+    mt_attn_qtile t;
+    int qb;
+    tl.decode(L, &qb, &t.h, &t.b);
+    t.q0 = qb * BR;
+    t.nkb = (min(t.q0 + BR, a.T) + BC - 1) / BC;
+    t.j0 = DOCS ? mt_attn_doc_start(a, t.b, min(t.q0, a.T - 1)) / BC : 0;
+    return t;
+}
+
+/* The producer thread of a dQ pass: block x's query tiles x, x + grid, ...
+ * of tl (BR rows, key tiles of BC), each one's Q and dO once the last
+ * tile's products are done (barriers q_empty, q_full of SM, tiles at q_s
+ * and do_s), and its key tiles into the ring SM::kv, which runs on across
+ * tiles. */
+template <int BR, int BC, int HD, bool DOCS, class SM>
+__device__ __forceinline__ void mt_attn_dq_load(const SM &sm, const CUtensorMap *tq,
+                                                const CUtensorMap *tdo, const CUtensorMap *tk,
+                                                const CUtensorMap *tv, const mt_attn_args &a,
+                                                const mt_attn_qtiles &tl) {
+    for (int n = 0, w = blockIdx.x, i0 = 0; w < tl.n; n++, w += gridDim.x) {
+        const mt_attn_qtile it = mt_attn_qtile_of<BR, BC, DOCS>(a, tl, w);
+        if (n > 0) mt_mb_wait(sm.q_empty(), (n - 1) & 1);
+        mt_mb_expect_tx(sm.q_full(), 2 * BR * HD * 2);
+        for (int c = 0; c < HD / 64; c++) {
+            mt_tma_load4(sm.q_s + c * BR * 128, tq, c * 64, it.h, it.q0, it.b, sm.q_full());
+            mt_tma_load4(sm.do_s + c * BR * 128, tdo, c * 64, it.h, it.q0, it.b, sm.q_full());
+        }
+        sm.kv.produce(tk, tv, it.h / (a.NH / a.NKV), it.b, it.j0, it.nkb, i0);
+        i0 += it.nkb - it.j0;
+    }
+}
+
+/* The forward's producer thread: claims the block's tiles (mt_attn_claim,
+ * posted in sm.claims for the consumers) and loads each one's Q into buffer
+ * n % SM::QBUFS (q(n), q_full(n), q_empty(n); q_parity(n): the parity of
+ * that buffer's n-th fill) and its key tiles into the ring, which runs on
+ * across tiles. The next tile is claimed as soon as this one's loads are
+ * issued, so that the consumers know it before they end this one; the
+ * producer runs at most SM::QBUFS tiles (its Q buffers) ahead of the
+ * consumers' reading of a slot (at the end of the tile before). (The loop's
+ * variables are declared L first: their order steers ptxas's register
+ * assignment, and this one gives the code that was measured.) */
+template <int BR, int BC, int HD, bool DOCS, class SM>
+__device__ __forceinline__ void mt_attn_fwd_load(const SM &sm, const CUtensorMap *tq,
+                                                 const CUtensorMap *tk, const CUtensorMap *tv,
+                                                 const mt_attn_args &a, const mt_attn_qtiles &tl,
+                                                 unsigned *ctr) {
+    auto claim = [&](int n) {
+        const int L = mt_attn_claim(ctr, tl.n);
+        sm.claims.post(n, L);
+        return L;
+    };
+    for (int L = claim(0), i0 = 0, n = 0; L >= 0; n++) {
+        const mt_attn_qtile t = mt_attn_qtile_of<BR, BC, DOCS>(a, tl, L);
+        // Q's buffer is free once tile n - QBUFS has done its last S.
+        if (n >= SM::QBUFS) mt_mb_wait(sm.q_empty(n), sm.q_parity(n) ^ 1);
+        mt_mb_expect_tx(sm.q_full(n), BR * HD * 2);
+        for (int c = 0; c < HD / 64; c++)
+            mt_tma_load4(sm.q(n) + c * BR * 128, tq, c * 64, t.h, t.q0, t.b, sm.q_full(n));
+        const int next = claim(n + 1);
+        sm.kv.produce(tk, tv, t.h / (a.NH / a.NKV), t.b, t.j0, t.nkb, i0);
+        i0 += t.nkb - t.j0;
+        L = next;
+    }
+}
+
+/* Work item w of a dK/dV pass (the order of mt_attn_chunked over ngroups
+ * groups, nkb key tiles of BC each; query tiles of BR): kv head, batch row,
+ * first key, first query tile and query tiles a head (from the key tile
+ * on, up to the end of its last key's document). */
+struct mt_attn_dkv_item {
+    int kvh, b, k0, qb0, nqb;
+};
+template <int BC, int BR, bool DOCS>
+__device__ __forceinline__ mt_attn_dkv_item mt_attn_dkv_item_of(const mt_attn_args &a, int ngroups,
+                                                                int nkb, int chunk, int w) {
+    mt_attn_dkv_item it;
+    int grp, kb;
+    mt_attn_chunked(w, ngroups, nkb, chunk, &grp, &kb);
+    it.kvh = grp % a.NKV;
+    it.b = grp / a.NKV;
+    it.k0 = kb * BC;
+    const int q_end = DOCS ? mt_attn_doc_end(a, it.b, min(it.k0 + BC, a.T) - 1) : a.T;
+    it.qb0 = it.k0 / BR;
+    it.nqb = (q_end + BR - 1) / BR - it.qb0;
+    return it;
+}
+
+/* A dK/dV pass's producer warpgroup: thread 0 claims the block's items
+ * (mt_attn_claim over the ngroups * nkb items, posted in sm.claims; the
+ * other threads read them) and loads each item's K and V once the last
+ * item's products are done, then, item after item, the query tiles of
+ * every head of the group into the S buffers (an item's iteration it
+ * covers query head kvh G + it / nqb and query tile qb0 + it % nqb; gi
+ * counts the block's, the buffers' tiles): thread 0 Q and dO by TMA, the
+ * first BR threads the rows' lse, D and positions, every thread then
+ * arriving on the buffer's full barrier. The producer's threads run at most
+ * S query tiles, so S items, ahead of the consumers (S <= 3: the four claim
+ * slots). SM: the pass's shared memory (claims; k_s, v_s and the barriers
+ * kv_full(), kv_empty(); buffer st's q(st), dout(st), full(st), empty(st)
+ * and stats_of(st), whose lse(), dsum() and pos() take the rows'
+ * statistics). */
+template <int BC, int BR, int HD, int S, bool DOCS, class SM>
+__device__ __forceinline__ void mt_attn_dkv_load(const SM &sm, const CUtensorMap *tq,
+                                                 const CUtensorMap *tdo, const CUtensorMap *tk,
+                                                 const CUtensorMap *tv, const mt_attn_args &a,
+                                                 int ngroups, int nkb, int chunk, int G,
+                                                 int nitems, unsigned *ctr) {
+    static_assert(S <= 3, "the claiming thread runs at most three items ahead");
+    const int T = a.T;
+    for (int n = 0, gi = 0;; n++) {
+        // Thread 0 claims the item and posts it, the others read it.
+        int w;
+        if (threadIdx.x == 0) {
+            w = mt_attn_claim(ctr, nitems);
+            sm.claims.post(n, w);
+        } else {
+            w = sm.claims.get(n);
+        }
+        if (w < 0) break;
+        const mt_attn_dkv_item m = mt_attn_dkv_item_of<BC, BR, DOCS>(a, ngroups, nkb, chunk, w);
+        if (threadIdx.x == 0) {
+            if (n > 0) mt_mb_wait(sm.kv_empty(), (n - 1) & 1);
+            mt_mb_expect_tx(sm.kv_full(), 2 * BC * HD * 2);
+            for (int c = 0; c < HD / 64; c++) {
+                mt_tma_load4(sm.k_s + c * BC * 128, tk, c * 64, m.kvh, m.k0, m.b, sm.kv_full());
+                mt_tma_load4(sm.v_s + c * BC * 128, tv, c * 64, m.kvh, m.k0, m.b, sm.kv_full());
+            }
+        }
+        for (int it = 0; it < G * m.nqb; it++, gi++) {
+            const int st = gi % S, h = m.kvh * G + it / m.nqb;
+            const int q0 = (m.qb0 + it % m.nqb) * BR;
+            if (gi >= S) mt_mb_wait(sm.empty(st), ((gi / S) & 1) ^ 1);
+            if (threadIdx.x < BR) { // lse, D, positions; rows past T read 0
+                const int r = threadIdx.x, q = q0 + r;
+                const int64_t i = ((int64_t)m.b * a.NH + h) * T + q;
+                const auto l = sm.stats_of(st);
+                l.lse()[r] = q < T ? a.lse[i] : 0.f;
+                l.dsum()[r] = q < T ? a.dsum[i] : 0.f;
+                if (DOCS) l.pos()[r] = q < T ? a.pos[(int64_t)m.b * T + q] : 0;
+            }
+            if (threadIdx.x == 0) {
+                mt_mb_expect_tx(sm.full(st), 2 * BR * HD * 2);
+                for (int c = 0; c < HD / 64; c++) {
+                    mt_tma_load4(sm.q(st) + c * BR * 128, tq, c * 64, h, q0, m.b, sm.full(st));
+                    mt_tma_load4(sm.dout(st) + c * BR * 128, tdo, c * 64, h, q0, m.b,
+                                 sm.full(st));
+                }
+            } else {
+                mt_mb_arrive(sm.full(st));
+            }
+        }
+    }
+}
+
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 
 #endif

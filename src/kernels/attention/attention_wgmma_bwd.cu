@@ -181,91 +181,7 @@ template <int HD> struct dkv_smem {
     }
 };
 
-/* Work item w of the dK/dV pass (the order of mt_attn_chunked over ngroups
- * groups, nkb key tiles each): kv head, batch row, first key, first query
- * tile and query tiles a head (from the key tile on, up to the end of its
- * last key's document). */
-struct dkv_item {
-    int kvh, b, k0, qb0, nqb;
-};
-template <bool DOCS>
-__device__ __forceinline__ dkv_item dkv_item_of(const mt_attn_args &a, int ngroups, int nkb,
-                                                int chunk, int w) {
-    dkv_item it;
-    int grp, kb;
-    mt_attn_chunked(w, ngroups, nkb, chunk, &grp, &kb);
-    it.kvh = grp % a.NKV;
-    it.b = grp / a.NKV;
-    it.k0 = kb * DKV_BC;
-    const int q_end = DOCS ? mt_attn_doc_end(a, it.b, min(it.k0 + DKV_BC, a.T) - 1) : a.T;
-    it.qb0 = it.k0 / DKV_BR;
-    it.nqb = (q_end + DKV_BR - 1) / DKV_BR - it.qb0;
-    return it;
-}
-
-/* The dK/dV pass's producer warpgroup: thread 0 claims the block's items
- * (mt_attn_claim over the ngroups * nkb items, posted in sm.claims; the
- * other threads read them) and loads each item's K and V once the last
- * item's products are done, then, item after item, the query tiles of
- * every head of the group into the three buffers (an item's iteration it
- * covers query head kvh G + it / nqb and query tile qb0 + it % nqb; gi
- * counts the block's, the buffers' tiles): thread 0 Q and dO by TMA, the
- * first 64 threads the rows' lse, D and positions, every thread then
- * arriving on the buffer's full barrier. The producer's threads run at most
- * S = 3 query tiles, so 3 items, ahead of the consumers. */
-template <int HD, bool DOCS>
-__device__ __forceinline__ void dkv_load(const dkv_smem<HD> &sm, const CUtensorMap *tq,
-                                         const CUtensorMap *tdo, const CUtensorMap *tk,
-                                         const CUtensorMap *tv, const mt_attn_args &a,
-                                         int ngroups, int nkb, int chunk, int G, int nitems,
-                                         unsigned *ctr) {
-    using C = DkvCfg<HD>;
-    constexpr int S = DKV_STAGES;
-    const int T = a.T;
-    for (int n = 0, gi = 0;; n++) {
-        // Thread 0 claims the item and posts it, the others read it.
-        int w;
-        if (threadIdx.x == 0) {
-            w = mt_attn_claim(ctr, nitems);
-            sm.claims.post(n, w);
-        } else {
-            w = sm.claims.get(n);
-        }
-        if (w < 0) break;
-        const dkv_item m = dkv_item_of<DOCS>(a, ngroups, nkb, chunk, w);
-        if (threadIdx.x == 0) {
-            if (n > 0) mt_mb_wait(sm.kv_empty(), (n - 1) & 1);
-            mt_mb_expect_tx(sm.kv_full(), 2 * C::K_BYTES);
-            for (int c = 0; c < HD / 64; c++) {
-                mt_tma_load4(sm.k_s + c * C::BC * 128, tk, c * 64, m.kvh, m.k0, m.b, sm.kv_full());
-                mt_tma_load4(sm.v_s + c * C::BC * 128, tv, c * 64, m.kvh, m.k0, m.b, sm.kv_full());
-            }
-        }
-        for (int it = 0; it < G * m.nqb; it++, gi++) {
-            const int st = gi % S, h = m.kvh * G + it / m.nqb;
-            const int q0 = (m.qb0 + it % m.nqb) * C::BR;
-            if (gi >= S) mt_mb_wait(sm.empty(st), ((gi / S) & 1) ^ 1);
-            if (threadIdx.x < C::BR) { // lse, D, positions; rows past T read 0
-                const int r = threadIdx.x, q = q0 + r;
-                const int64_t i = ((int64_t)m.b * a.NH + h) * T + q;
-                const dkv_stats_ref l = sm.stats_of(st);
-                l.lse()[r] = q < T ? a.lse[i] : 0.f;
-                l.dsum()[r] = q < T ? a.dsum[i] : 0.f;
-                if (DOCS) l.pos()[r] = q < T ? a.pos[(int64_t)m.b * T + q] : 0;
-            }
-            if (threadIdx.x == 0) {
-                mt_mb_expect_tx(sm.full(st), 2 * C::Q_BYTES);
-                for (int c = 0; c < HD / 64; c++) {
-                    mt_tma_load4(sm.q(st) + c * C::BR * 128, tq, c * 64, h, q0, m.b, sm.full(st));
-                    mt_tma_load4(sm.dout(st) + c * C::BR * 128, tdo, c * 64, h, q0, m.b,
-                                 sm.full(st));
-                }
-            } else {
-                mt_mb_arrive(sm.full(st));
-            }
-        }
-    }
-}
+using dkv_item = mt_attn_dkv_item; // (attention_wgmma.cuh)
 
 /* What dkv_probs needs of a dK/dV consumer thread: its first key key_lo
  * (its keys: key_lo, key_lo + 8), T, and sl2, the softmax scale in the
@@ -384,7 +300,7 @@ __device__ __forceinline__ void dkv_consume(const dkv_smem<HD> &sm, const mt_att
     int w = sm.claims.get(0);
     if (w >= 0) mt_attn_turns_begin(cw);
     for (int n = 0, gi = 0; w >= 0; n++) {
-        const dkv_item m = dkv_item_of<DOCS>(a, ngroups, nkb, chunk, w);
+        const dkv_item m = mt_attn_dkv_item_of<DKV_BC, DKV_BR, DOCS>(a, ngroups, nkb, chunk, w);
         const int nit = G * m.nqb, k0 = m.k0;
         int next = -1; // the next item, known by the item's last turn
         const int kw = k0 + cw * 64 + warp * 16;
@@ -456,46 +372,6 @@ template <int HD> struct dq_smem {
         mt_mb_fence_init();
     }
 };
-
-/* The dQ pass's block's n-th query tile w (mt_attn_qtiles): rows q0 ..
- * q0 + 127 of head h, batch row b, and its key tiles j0 .. nkb - 1 (with
- * documents, none before its first row's document). */
-struct dq_item {
-    int q0, h, b, nkb, j0;
-};
-template <bool DOCS>
-__device__ __forceinline__ dq_item dq_item_of(const mt_attn_args &a, const mt_attn_qtiles &tl,
-                                              int w) {
-    dq_item it;
-    int qb;
-    tl.decode(w, &qb, &it.h, &it.b);
-    it.q0 = qb * DQ_BR;
-    it.nkb = (min(it.q0 + DQ_BR, a.T) + DQ_BC - 1) / DQ_BC;
-    it.j0 = DOCS ? mt_attn_doc_start(a, it.b, min(it.q0, a.T - 1)) / DQ_BC : 0;
-    return it;
-}
-
-/* The dQ pass's producer thread: block x's query tiles x, x + grid, ... of
- * tl, each one's Q and dO once the last tile's products are done, and its
- * key tiles into the ring, which runs on across tiles. */
-template <int HD, bool DOCS>
-__device__ __forceinline__ void dq_load(const dq_smem<HD> &sm, const CUtensorMap *tq,
-                                        const CUtensorMap *tdo, const CUtensorMap *tk,
-                                        const CUtensorMap *tv, const mt_attn_args &a,
-                                        const mt_attn_qtiles &tl) {
-    using C = DqCfg<HD>;
-    for (int n = 0, w = blockIdx.x, i0 = 0; w < tl.n; n++, w += gridDim.x) {
-        const dq_item it = dq_item_of<DOCS>(a, tl, w);
-        if (n > 0) mt_mb_wait(sm.q_empty(), (n - 1) & 1);
-        mt_mb_expect_tx(sm.q_full(), 2 * C::Q_BYTES);
-        for (int c = 0; c < HD / 64; c++) {
-            mt_tma_load4(sm.q_s + c * C::BR * 128, tq, c * 64, it.h, it.q0, it.b, sm.q_full());
-            mt_tma_load4(sm.do_s + c * C::BR * 128, tdo, c * 64, it.h, it.q0, it.b, sm.q_full());
-        }
-        sm.kv.produce(tk, tv, it.h / (a.NH / a.NKV), it.b, it.j0, it.nkb, i0);
-        i0 += it.nkb - it.j0;
-    }
-}
 
 /* The lse (log2 domain), D and, with documents, first key of a dQ consumer
  * thread's rows row_lo and row_lo + 8 of head h, batch row b. Rows past T
@@ -571,7 +447,7 @@ __device__ __forceinline__ void dq_update(float dq[HD / 2], const float ds64[64]
  * and row_lo + 8, columns 2 t4, 2 t4 + 1 of each 8, straight to global
  * memory (fp32); rows past T and padded head-dim columns left out. */
 template <int HD>
-__device__ __forceinline__ void dq_store(const mt_attn_args &a, const dq_item &it, int row_lo,
+__device__ __forceinline__ void dq_store(const mt_attn_args &a, const mt_attn_qtile &it, int row_lo,
                                          int t4, const float dq[HD / 2]) {
     const int T = a.T;
     const int64_t ldq = (int64_t)a.NH * a.HD;
@@ -611,7 +487,7 @@ __device__ __forceinline__ void dq_consume(const dq_smem<HD> &sm, const mt_attn_
     if (blockIdx.x < tl.n) mt_attn_turns_begin(cw);
     // n, i0: the query tiles and the key tiles this block has done; w: tile n
     for (int n = 0, w = blockIdx.x, i0 = 0; w < tl.n; n++, w += gridDim.x) {
-        const dq_item it = dq_item_of<DOCS>(a, tl, w);
+        const mt_attn_qtile it = mt_attn_qtile_of<DQ_BR, DQ_BC, DOCS>(a, tl, w);
         const int q0 = it.q0, h = it.h, b = it.b, nkb = it.nkb, j0 = it.j0;
         const bool last_item = w + (int)gridDim.x >= tl.n;
         const int rw = q0 + cw * 64 + warp * 16, row_lo = rw + g; // rows row_lo, row_lo + 8
@@ -686,7 +562,8 @@ __global__ void __launch_bounds__(DkvCfg<HD>::NT, 1)
     __syncthreads();
     if (wg == 0) { // the producer: thread 0 the tiles, every thread the rows' statistics
         mt_wg_regs_dec<40>();
-        dkv_load<HD, DOCS>(sm, &tq, &tdo, &tk, &tv, a, ngroups, nkb, chunk, G, nitems, ctr);
+        mt_attn_dkv_load<DKV_BC, DKV_BR, HD, DKV_STAGES, DOCS>(sm, &tq, &tdo, &tk, &tv, a, ngroups,
+                                                              nkb, chunk, G, nitems, ctr);
         return;
     }
     mt_wg_regs_inc<232>();
@@ -717,7 +594,7 @@ __global__ void __launch_bounds__(DqCfg<HD>::NT, 1)
     if (wg == 0) { // the producer
         mt_wg_regs_dec<24>();
         if (threadIdx.x != 0) return;
-        dq_load<HD, DOCS>(sm, &tq, &tdo, &tk, &tv, a, tl);
+        mt_attn_dq_load<DQ_BR, DQ_BC, HD, DOCS>(sm, &tq, &tdo, &tk, &tv, a, tl);
         return;
     }
     mt_wg_regs_inc<240>();

@@ -33,7 +33,8 @@ constexpr int HD = 256, BR = 64, BC = 64, NT = 384, STAGES = 2, HANDS = 2;
 constexpr int TILE_BYTES = 64 * HD * 2;
 
 /* A query tile's rows as the dK/dV pass stages them: lse, D and, with
- * documents, their positions; 0 past T. */
+ * documents, their positions; 0 past T. The producer stores them through
+ * a dkv_stats_view (mt_attn_dkv_load). */
 struct dkv_stats {
     float lse[BR], dsum[BR];
     int32_t pos[BR];
@@ -42,7 +43,7 @@ struct dkv_stats {
 /* The dK/dV pass's mbarriers and claim slots. */
 struct alignas(256) dkv_sync {
     uint64_t kv_full, kv_empty; // K and V landed; the item's last products read them (256)
-    uint64_t full[STAGES];      // Q, dO landed and the rows' statistics stored (128 producer threads)
+    uint64_t full[STAGES];      // Q, dO landed, the rows' statistics stored (128 producer threads)
     uint64_t empty[STAGES];     // both consumers have read the buffer (256)
     uint64_t hand[2 * HANDS];   // hand_ring's
     uint64_t claim[4];          // mt_attn_claims'
@@ -149,6 +150,14 @@ __device__ __forceinline__ void store_rows(float *g0, int64_t ld, int row_lo, in
     }
 }
 
+/* A buffer's dkv_stats as mt_attn_dkv_load stores them. */
+struct dkv_stats_view {
+    dkv_stats *s;
+    __device__ float *lse() const { return s->lse; }
+    __device__ float *dsum() const { return s->dsum; }
+    __device__ int32_t *pos() const { return s->pos; }
+};
+
 /* ------------------------------------------------------------------------ */
 /* dK, dV                                                                   */
 
@@ -171,6 +180,7 @@ struct dkv_smem {
     }
     __device__ unsigned kv_full() const { return bar + (unsigned)offsetof(dkv_sync, kv_full); }
     __device__ unsigned kv_empty() const { return bar + (unsigned)offsetof(dkv_sync, kv_empty); }
+    __device__ dkv_stats_view stats_of(int st) const { return {stats + st}; }
     __device__ unsigned q(int st) const { return q_s + st * TILE_BYTES; }
     __device__ unsigned dout(int st) const { return do_s + st * TILE_BYTES; }
     __device__ unsigned full(int st) const {
@@ -192,82 +202,6 @@ struct dkv_smem {
         mt_mb_fence_init();
     }
 };
-
-/* Work item w (mt_attn_chunked over ngroups groups of nkb key tiles): kv
- * head, batch row, first key, first query tile and query tiles a head
- * (from the key tile on, to the end of its last key's document). */
-struct dkv_item {
-    int kvh, b, k0, qb0, nqb;
-};
-template <bool DOCS>
-__device__ __forceinline__ dkv_item dkv_item_of(const mt_attn_args &a, int ngroups, int nkb,
-                                                int chunk, int w) {
-    dkv_item it;
-    int grp, kb;
-    mt_attn_chunked(w, ngroups, nkb, chunk, &grp, &kb);
-    it.kvh = grp % a.NKV;
-    it.b = grp / a.NKV;
-    it.k0 = kb * BC;
-    const int q_end = DOCS ? mt_attn_doc_end(a, it.b, min(it.k0 + BC, a.T) - 1) : a.T;
-    it.qb0 = it.k0 / BR;
-    it.nqb = (q_end + BR - 1) / BR - it.qb0;
-    return it;
-}
-
-/* The producer warpgroup: thread 0 claims the items (posted in
- * sm.claims), loads each one's K and V once the last item's are read, then
- * every query tile of every head of the group into the two buffers (Q and
- * dO by TMA; the first 64 threads store the rows' lse, D and positions;
- * every thread arrives on the buffer's full barrier). */
-template <bool DOCS>
-__device__ __forceinline__ void dkv_load(const dkv_smem &sm, const CUtensorMap *tq,
-                                         const CUtensorMap *tdo, const CUtensorMap *tk,
-                                         const CUtensorMap *tv, const mt_attn_args &a,
-                                         int ngroups, int nkb, int chunk, int G, unsigned *ctr) {
-    const int T = a.T;
-    for (int n = 0, gi = 0;; n++) {
-        int w;
-        if (threadIdx.x == 0) {
-            w = mt_attn_claim(ctr, ngroups * nkb);
-            sm.claims.post(n, w);
-        } else {
-            w = sm.claims.get(n);
-        }
-        if (w < 0) break;
-        const dkv_item m = dkv_item_of<DOCS>(a, ngroups, nkb, chunk, w);
-        if (threadIdx.x == 0) {
-            if (n > 0) mt_mb_wait(sm.kv_empty(), (n - 1) & 1);
-            mt_mb_expect_tx(sm.kv_full(), 2 * TILE_BYTES);
-            for (int c = 0; c < HD / 64; c++) {
-                mt_tma_load4(sm.k_s + c * BC * 128, tk, c * 64, m.kvh, m.k0, m.b, sm.kv_full());
-                mt_tma_load4(sm.v_s + c * BC * 128, tv, c * 64, m.kvh, m.k0, m.b, sm.kv_full());
-            }
-        }
-        for (int it = 0; it < G * m.nqb; it++, gi++) {
-            const int st = gi % STAGES, h = m.kvh * G + it / m.nqb;
-            const int q0 = (m.qb0 + it % m.nqb) * BR;
-            if (gi >= STAGES) mt_mb_wait(sm.empty(st), ((gi / STAGES) & 1) ^ 1);
-            if (threadIdx.x < BR) { // rows past T read 0
-                const int r = threadIdx.x, q = q0 + r;
-                const int64_t i = ((int64_t)m.b * a.NH + h) * T + q;
-                dkv_stats &l = sm.stats[st];
-                l.lse[r] = q < T ? a.lse[i] : 0.f;
-                l.dsum[r] = q < T ? a.dsum[i] : 0.f;
-                if (DOCS) l.pos[r] = q < T ? a.pos[(int64_t)m.b * T + q] : 0;
-            }
-            if (threadIdx.x == 0) {
-                mt_mb_expect_tx(sm.full(st), 2 * TILE_BYTES);
-                for (int c = 0; c < HD / 64; c++) {
-                    mt_tma_load4(sm.q(st) + c * BR * 128, tq, c * 64, h, q0, m.b, sm.full(st));
-                    mt_tma_load4(sm.dout(st) + c * BR * 128, tdo, c * 64, h, q0, m.b,
-                                 sm.full(st));
-                }
-            } else {
-                mt_mb_arrive(sm.full(st));
-            }
-        }
-    }
-}
 
 /* P^T of a query tile (rows q0 .., their lse and positions in l) from the
  * scores S^T in s, in place (value i: key key_lo + 8 ((i >> 1) & 1), query
@@ -308,7 +242,7 @@ __device__ __forceinline__ void dkv_consume_v(const dkv_smem &sm, const mt_attn_
     for (int n = 0, gi = 0, hn = 0;; n++) {
         const int w = sm.claims.get(n);
         if (w < 0) break;
-        const dkv_item m = dkv_item_of<DOCS>(a, ngroups, nkb, chunk, w);
+        const mt_attn_dkv_item m = mt_attn_dkv_item_of<BC, BR, DOCS>(a, ngroups, nkb, chunk, w);
         const int nit = G * m.nqb, kw = m.k0 + warp * 16, key_lo = kw + g;
         float dv[128];
 #pragma unroll
@@ -328,8 +262,11 @@ __device__ __forceinline__ void dkv_consume_v(const dkv_smem &sm, const mt_attn_
             if (it + 1 == nit) mt_mb_arrive(sm.kv_empty()); // its last read of K
             const int dstart_last = DOCS ? mt_attn_tile_last_start<BR>(l.pos, q0, T) : 0;
             if (q0 < kw + 15 || q0 + BR > T || (DOCS && dstart_last > kw))
-                dkv_probs<DOCS, SOFTCAP>(s, gh, l, q0, key_lo, T, t4, sl2, kcap, std::true_type());
-            else dkv_probs<DOCS, SOFTCAP>(s, gh, l, q0, key_lo, T, t4, sl2, kcap, std::false_type());
+                dkv_probs<DOCS, SOFTCAP>(s, gh, l, q0, key_lo, T, t4, sl2, kcap,
+                                         std::true_type());
+            else
+                dkv_probs<DOCS, SOFTCAP>(s, gh, l, q0, key_lo, T, t4, sl2, kcap,
+                                         std::false_type());
             unsigned pt[16];
             mt_attn_wg_pack<64>(pt, s);
             mt_attn_wg_fence<128>(dv);
@@ -357,7 +294,7 @@ __device__ __forceinline__ void dkv_consume_k(const dkv_smem &sm, const mt_attn_
     for (int n = 0, gi = 0, hn = 0;; n++) {
         const int w = sm.claims.get(n);
         if (w < 0) break;
-        const dkv_item m = dkv_item_of<DOCS>(a, ngroups, nkb, chunk, w);
+        const mt_attn_dkv_item m = mt_attn_dkv_item_of<BC, BR, DOCS>(a, ngroups, nkb, chunk, w);
         const int nit = G * m.nqb, key_lo = m.k0 + warp * 16 + g;
         float dk[128];
 #pragma unroll
@@ -422,45 +359,6 @@ struct dq_smem {
     }
 };
 
-/* The block's query tile w (mt_attn_qtiles): rows q0 .. q0 + 63 of head h,
- * batch row b, and its key tiles j0 .. nkb - 1 (with documents, none before
- * its first row's document). */
-struct dq_item {
-    int q0, h, b, nkb, j0;
-};
-template <bool DOCS>
-__device__ __forceinline__ dq_item dq_item_of(const mt_attn_args &a, const mt_attn_qtiles &tl,
-                                              int w) {
-    dq_item it;
-    int qb;
-    tl.decode(w, &qb, &it.h, &it.b);
-    it.q0 = qb * BR;
-    it.nkb = (min(it.q0 + BR, a.T) + BC - 1) / BC;
-    it.j0 = DOCS ? mt_attn_doc_start(a, it.b, min(it.q0, a.T - 1)) / BC : 0;
-    return it;
-}
-
-/* The producer thread: block x's query tiles x, x + grid, ..., each one's
- * Q and dO once the last tile's are read, and its key tiles into the ring,
- * which runs on across tiles. */
-template <bool DOCS>
-__device__ __forceinline__ void dq_load(const dq_smem &sm, const CUtensorMap *tq,
-                                        const CUtensorMap *tdo, const CUtensorMap *tk,
-                                        const CUtensorMap *tv, const mt_attn_args &a,
-                                        const mt_attn_qtiles &tl) {
-    for (int n = 0, w = blockIdx.x, i0 = 0; w < tl.n; n++, w += gridDim.x) {
-        const dq_item it = dq_item_of<DOCS>(a, tl, w);
-        if (n > 0) mt_mb_wait(sm.q_empty(), (n - 1) & 1);
-        mt_mb_expect_tx(sm.q_full(), 2 * TILE_BYTES);
-        for (int c = 0; c < HD / 64; c++) {
-            mt_tma_load4(sm.q_s + c * BR * 128, tq, c * 64, it.h, it.q0, it.b, sm.q_full());
-            mt_tma_load4(sm.do_s + c * BR * 128, tdo, c * 64, it.h, it.q0, it.b, sm.q_full());
-        }
-        sm.kv.produce(tk, tv, it.h / (a.NH / a.NKV), it.b, it.j0, it.nkb, i0);
-        i0 += it.nkb - it.j0;
-    }
-}
-
 /* What a dQ consumer thread needs of its rows row_lo and row_lo + 8: lse
  * (log2 domain), D and, with documents, the first key each may see. Rows
  * past T are never stored; any finite values keep them harmless. */
@@ -513,7 +411,7 @@ __device__ __forceinline__ void dq_consume_p(const dq_smem &sm, const mt_attn_ar
     const float sl2 = mt_attn_sl2<SOFTCAP>(a), kcap = SOFTCAP ? a.scale / a.softcap : 0.f;
     const int g = (t & 31) >> 2, t4 = t & 3, T = a.T;
     for (int n = 0, w = blockIdx.x, i0 = 0; w < tl.n; n++, w += gridDim.x) {
-        const dq_item it = dq_item_of<DOCS>(a, tl, w);
+        const mt_attn_qtile it = mt_attn_qtile_of<BR, BC, DOCS>(a, tl, w);
         const int rw = it.q0 + warp * 16, row_lo = rw + g;
         const dq_rows rs = dq_rows_of<DOCS>(a, it.b, it.h, row_lo);
         const int dstart_warp = DOCS ? mt_attn_doc_start(a, it.b, min(rw + 15, T - 1)) : 0;
@@ -548,7 +446,7 @@ __device__ __forceinline__ void dq_consume_ds(const dq_smem &sm, const mt_attn_a
                                               const mt_attn_qtiles &tl, int warp, int t) {
     const int g = (t & 31) >> 2, t4 = t & 3, T = a.T;
     for (int n = 0, w = blockIdx.x, i0 = 0; w < tl.n; n++, w += gridDim.x) {
-        const dq_item it = dq_item_of<DOCS>(a, tl, w);
+        const mt_attn_qtile it = mt_attn_qtile_of<BR, BC, DOCS>(a, tl, w);
         const int row_lo = it.q0 + warp * 16 + g;
         const dq_rows rs = dq_rows_of<false>(a, it.b, it.h, row_lo);
         float dq[128];
@@ -609,7 +507,8 @@ __global__ void __launch_bounds__(NT, 1)
     __syncthreads();
     if (wg == 0) {
         mt_wg_regs_dec<40>();
-        dkv_load<DOCS>(sm, &tq, &tdo, &tk, &tv, a, ngroups, nkb, chunk, G, ctr);
+        mt_attn_dkv_load<BC, BR, HD, STAGES, DOCS>(sm, &tq, &tdo, &tk, &tv, a, ngroups, nkb,
+                                                     chunk, G, ngroups * nkb, ctr);
         return;
     }
     mt_wg_regs_inc<232>();
@@ -636,7 +535,7 @@ __global__ void __launch_bounds__(NT, 1)
     __syncthreads();
     if (wg == 0) {
         mt_wg_regs_dec<24>();
-        if (threadIdx.x == 0) dq_load<DOCS>(sm, &tq, &tdo, &tk, &tv, a, tl);
+        if (threadIdx.x == 0) mt_attn_dq_load<BR, BC, HD, DOCS>(sm, &tq, &tdo, &tk, &tv, a, tl);
         return;
     }
     mt_wg_regs_inc<240>();

@@ -94,6 +94,9 @@ template <int HD> struct fwd_smem {
     __device__ unsigned q_empty(int n) const {
         return bar + (unsigned)offsetof(fwd_sync, q_empty) + 8 * (n & 1);
     }
+    /* The parity of the n-th tile's fill of its buffer. */
+    static constexpr int QBUFS = 2;
+    __device__ unsigned q_parity(int n) const { return (n >> 1) & 1; }
     /* Consumer cw's staging tile. */
     __device__ unsigned o(int cw) const { return o_s + cw * (int)sizeof(S::o[0]); }
     /* Initialises every mbarrier: by one thread, before a block barrier. */
@@ -108,56 +111,7 @@ template <int HD> struct fwd_smem {
     }
 };
 
-/* Query tile L (mt_attn_qtiles): rows q0 .. q0 + BR - 1 of head h, batch
- * row b, and its key tiles j0 .. nkb - 1 (with documents, none before its
- * first row's document). */
-struct fwd_tile {
-    int q0, h, b, nkb, j0;
-};
-template <bool DOCS>
-__device__ __forceinline__ fwd_tile fwd_tile_of(const mt_attn_args &a, const mt_attn_qtiles &tl,
-                                                int L) {
-    fwd_tile t;
-    int qb;
-    tl.decode(L, &qb, &t.h, &t.b);
-    t.q0 = qb * BR;
-    t.nkb = (min(t.q0 + BR, a.T) + BC - 1) / BC;
-    t.j0 = DOCS ? mt_attn_doc_start(a, t.b, min(t.q0, a.T - 1)) / BC : 0;
-    return t;
-}
-
-/* The producer's one thread: claims the block's tiles (mt_attn_claim, posted
- * in sm.claims for the consumers) and loads each one's Q into buffer n % 2
- * and its key tiles into the ring, which runs on across tiles. The next
- * tile is claimed as soon as this one's loads are issued, so that the
- * consumers know it before they end this one; the producer runs at most
- * two tiles (its Q buffers) ahead of the consumers' reading of a slot (at
- * the end of the tile before). (The loop's variables are declared L first:
- * their order steers ptxas's register assignment, and this one gives the
- * code that was measured.) */
-template <int HD, bool DOCS>
-__device__ __forceinline__ void fwd_load(const fwd_smem<HD> &sm, const CUtensorMap *tq,
-                                         const CUtensorMap *tk, const CUtensorMap *tv,
-                                         const mt_attn_args &a, const mt_attn_qtiles &tl,
-                                         unsigned *ctr) {
-    auto claim = [&](int n) {
-        const int L = mt_attn_claim(ctr, tl.n);
-        sm.claims.post(n, L);
-        return L;
-    };
-    for (int L = claim(0), i0 = 0, n = 0; L >= 0; n++) {
-        const fwd_tile t = fwd_tile_of<DOCS>(a, tl, L);
-        // Q buffer n % 2 is free once tile n - 2 has done its last S.
-        if (n >= 2) mt_mb_wait(sm.q_empty(n), ((n >> 1) & 1) ^ 1);
-        mt_mb_expect_tx(sm.q_full(n), Cfg<HD>::Q_BYTES);
-        for (int c = 0; c < HD / 64; c++)
-            mt_tma_load4(sm.q(n) + c * BR * 128, tq, c * 64, t.h, t.q0, t.b, sm.q_full(n));
-        const int next = claim(n + 1);
-        sm.kv.produce(tk, tv, t.h / (a.NH / a.NKV), t.b, t.j0, t.nkb, i0);
-        i0 += t.nkb - t.j0;
-        L = next;
-    }
-}
+using fwd_tile = mt_attn_qtile; // (attention_wgmma.cuh)
 
 /* A consumer thread's part of the block's n-th query tile t: its consumer
  * cw's first row r0 (q0 + 64 cw) and 64 rows of Q (sq), this thread's rows
@@ -339,7 +293,7 @@ __device__ __forceinline__ void fwd_consume(const fwd_smem<HD> &sm, const CUtens
     if (first >= 0) mt_attn_turns_begin(cw);
     // n, i0: the query tiles and the key tiles this block has done; L: tile n
     for (int n = 0, i0 = 0, L = first; L >= 0; n++) {
-        const fwd_tile t = fwd_tile_of<DOCS>(a, tl, L);
+        const fwd_tile t = mt_attn_qtile_of<BR, BC, DOCS>(a, tl, L);
         const fwd_rows<DOCS> rw(a, sm, t, n, cw, warp, g, sl2);
         const int dstart_wg =
             DOCS ? mt_attn_doc_start(a, t.b, min(t.q0 + cw * 64 + 63, a.T - 1)) : 0;
@@ -395,7 +349,7 @@ __global__ void __launch_bounds__(NT, 1)
     if (wg == 0) { // the producer
         mt_wg_regs_dec<24>();
         if (threadIdx.x != 0) return;
-        fwd_load<HD, DOCS>(sm, &tq, &tk, &tv, a, tl, ctr);
+        mt_attn_fwd_load<BR, BC, HD, DOCS>(sm, &tq, &tk, &tv, a, tl, ctr);
         return;
     }
     mt_wg_regs_inc<240>();

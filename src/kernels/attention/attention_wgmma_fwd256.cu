@@ -49,8 +49,17 @@ struct fwd_smem {
               bar + (unsigned)offsetof(fwd_sync, kv)};
         claims = {bar + (unsigned)offsetof(fwd_sync, claim), (volatile int *)s->sync.slot};
     }
-    __device__ unsigned q_full() const { return bar + (unsigned)offsetof(fwd_sync, q_full); }
-    __device__ unsigned q_empty() const { return bar + (unsigned)offsetof(fwd_sync, q_empty); }
+    /* The n-th tile's Q (one buffer), its barriers and the parity of its
+     * fill (mt_attn_fwd_load's). */
+    static constexpr int QBUFS = 1;
+    __device__ unsigned q(int) const { return q_s; }
+    __device__ unsigned q_full(int = 0) const {
+        return bar + (unsigned)offsetof(fwd_sync, q_full);
+    }
+    __device__ unsigned q_empty(int = 0) const {
+        return bar + (unsigned)offsetof(fwd_sync, q_empty);
+    }
+    __device__ unsigned q_parity(int n) const { return n & 1; }
     /* By one thread, before a block barrier. */
     __device__ void init() const {
         mt_mb_init(q_full(), 1);
@@ -61,49 +70,7 @@ struct fwd_smem {
     }
 };
 
-/* Query tile L (mt_attn_qtiles): rows q0 .. q0 + BR - 1 of head h, batch
- * row b, and its key tiles j0 .. nkb - 1 (with documents, none before its
- * first row's document). */
-struct fwd_tile {
-    int q0, h, b, nkb, j0;
-};
-template <bool DOCS>
-__device__ __forceinline__ fwd_tile fwd_tile_of(const mt_attn_args &a, const mt_attn_qtiles &tl,
-                                                int L) {
-    fwd_tile t;
-    int qb;
-    tl.decode(L, &qb, &t.h, &t.b);
-    t.q0 = qb * BR;
-    t.nkb = (min(t.q0 + BR, a.T) + BC - 1) / BC;
-    t.j0 = DOCS ? mt_attn_doc_start(a, t.b, min(t.q0, a.T - 1)) / BC : 0;
-    return t;
-}
-
-/* The producer's one thread: claims the block's tiles (posted in
- * sm.claims), loads each one's Q once the last tile's was read and its key
- * tiles into the ring, which runs on across tiles. */
-template <bool DOCS>
-__device__ __forceinline__ void fwd_load(const fwd_smem &sm, const CUtensorMap *tq,
-                                         const CUtensorMap *tk, const CUtensorMap *tv,
-                                         const mt_attn_args &a, const mt_attn_qtiles &tl,
-                                         unsigned *ctr) {
-    auto claim = [&](int n) {
-        const int L = mt_attn_claim(ctr, tl.n);
-        sm.claims.post(n, L);
-        return L;
-    };
-    for (int L = claim(0), i0 = 0, n = 0; L >= 0; n++) {
-        const fwd_tile t = fwd_tile_of<DOCS>(a, tl, L);
-        if (n > 0) mt_mb_wait(sm.q_empty(), (n - 1) & 1);
-        mt_mb_expect_tx(sm.q_full(), Q_BYTES);
-        for (int c = 0; c < HD / 64; c++)
-            mt_tma_load4(sm.q_s + c * BR * 128, tq, c * 64, t.h, t.q0, t.b, sm.q_full());
-        const int next = claim(n + 1);
-        sm.kv.produce(tk, tv, t.h / (a.NH / a.NKV), t.b, t.j0, t.nkb, i0);
-        i0 += t.nkb - t.j0;
-        L = next;
-    }
-}
+using fwd_tile = mt_attn_qtile; // (attention_wgmma.cuh)
 
 /* A consumer thread's rows of its tile (mt_attn_wg_softmax's ROWS): row_lo
  * and row_lo + 8, the softmax scale sl2, with documents each row's first
@@ -228,7 +195,7 @@ __device__ __forceinline__ void fwd_consume(const fwd_smem &sm, const mt_attn_ar
     const int first = sm.claims.get(0);
     if (first >= 0) mt_attn_turns_begin(cw);
     for (int n = 0, i0 = 0, L = first; L >= 0; n++) {
-        const fwd_tile t = fwd_tile_of<DOCS>(a, tl, L);
+        const fwd_tile t = mt_attn_qtile_of<BR, BC, DOCS>(a, tl, L);
         fwd_rows<DOCS> rw;
         rw.row_lo = t.q0 + cw * 64 + warp * 16 + g;
         rw.T = a.T;
@@ -269,7 +236,7 @@ __global__ void __launch_bounds__(NT, 1)
     __syncthreads();
     if (wg == 0) {
         mt_wg_regs_dec<24>();
-        if (threadIdx.x == 0) fwd_load<DOCS>(sm, &tq, &tk, &tv, a, tl, ctr);
+        if (threadIdx.x == 0) mt_attn_fwd_load<BR, BC, HD, DOCS>(sm, &tq, &tk, &tv, a, tl, ctr);
         return;
     }
     mt_wg_regs_inc<240>();
