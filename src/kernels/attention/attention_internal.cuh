@@ -125,10 +125,11 @@ int mt_attn_fwd_wgmma(const mt_attn_args &a, int B, cudaStream_t st, mt_error *e
 int mt_attn_bwd_wgmma(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
 size_t mt_attn_bwd_wgmma_smem(void); /* the backward's largest block, HD 128 */
 /* Head dim 256 on Hopper (attention_wgmma_fwd256.cu, _bwd256.cu): whether
- * the bf16 forward and backward take them (mt_attn_takes_wgmma, and blocks
- * with their shared memory), and their launchers. */
-bool mt_attn_fwd_takes_wgmma256(void);
-bool mt_attn_bwd_takes_wgmma256(void);
+ * the current device runs them (this build's sm_90a code, and blocks with
+ * their shared memory; the bf16 launchers take them where they take the
+ * wgmma kernels, mt_attn_takes_wgmma), and their launchers. */
+bool mt_attn_fwd_wgmma256_fits(void);
+bool mt_attn_bwd_wgmma256_fits(void);
 int mt_attn_fwd_wgmma256(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
 int mt_attn_bwd_wgmma256(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err);
 

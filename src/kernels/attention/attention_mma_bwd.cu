@@ -350,8 +350,9 @@ static int mt_attn_bwd_mma_hd(const mt_attn_args &a, int B, cudaStream_t st, mt_
 /* HD 256 has Hopper kernels of its own (attention_wgmma_bwd256.cu). */
 int mt_attn_bwd_bf16(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
     if (a.HD == 256)
-        return mt_attn_bwd_takes_wgmma256() ? mt_attn_bwd_wgmma256(a, B, st, err)
-                                            : mt_attn_bwd_mma_hd<256>(a, B, st, err);
+        return mt_attn_takes_wgmma() && mt_attn_bwd_wgmma256_fits()
+                   ? mt_attn_bwd_wgmma256(a, B, st, err)
+                   : mt_attn_bwd_mma_hd<256>(a, B, st, err);
     if (mt_attn_takes_wgmma()) return mt_attn_bwd_wgmma(a, B, st, err);
     return a.HD == 64 ? mt_attn_bwd_mma_hd<64>(a, B, st, err)
                       : mt_attn_bwd_mma_hd<128>(a, B, st, err);

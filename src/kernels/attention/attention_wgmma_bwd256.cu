@@ -575,8 +575,8 @@ int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
 
 } // namespace
 
-bool mt_attn_bwd_takes_wgmma256(void) {
-    return mt_attn_takes_wgmma() && mt_wg_device_fits(DKV_SMEM > DQ_SMEM ? DKV_SMEM : DQ_SMEM);
+bool mt_attn_bwd_wgmma256_fits(void) {
+    return mt_wg_device_fits(DKV_SMEM > DQ_SMEM ? DKV_SMEM : DQ_SMEM);
 }
 
 int mt_attn_bwd_wgmma256(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {

@@ -264,7 +264,7 @@ int launch(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
 
 } // namespace
 
-bool mt_attn_fwd_takes_wgmma256(void) { return mt_attn_takes_wgmma() && mt_wg_device_fits(SMEM); }
+bool mt_attn_fwd_wgmma256_fits(void) { return mt_wg_device_fits(SMEM); }
 
 int mt_attn_fwd_wgmma256(const mt_attn_args &a, int B, cudaStream_t st, mt_error *err) {
     if (a.softcap > 0)
