@@ -178,7 +178,6 @@ typedef struct cuda_backend {
     void *moe_dev;      /* its device range */
     acts *kept;         /* (n_keep * max_M) forward activations kept for backward */
     int n_keep;         /* layers kept: the last n_keep decoder blocks */
-    size_t keep_unit_bytes;
     /* step state */
     int train;
     float dscale;

@@ -225,20 +225,32 @@ static void plan_backward_acts(cuda_backend *cb, acts *a, bump *b) {
 }
 
 /* One kept unit of a Llama-family block: xn1, xn2 and the SwiGLU output
- * are rebuilt (layers_cuda.c). */
+ * are rebuilt (layers_cuda.c). Gemma's (bf16) is the same but for its
+ * mid-block residual, rebuilt from the post-norms' inputs and rstds, which
+ * it keeps in fp32 as their backward reads them (gemma_cuda.c). */
 static void plan_kept_unit(const cuda_backend *cb, acts *k, bump *b) {
     const mt_config *c = cb->cfg;
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
+    int gemma = mt_arch_is_gemma(c->arch);
     k->rstd1 = TAKE_F(b, N);
     k->q_op = take(b, N * Q * 2);
     k->k_op = take(b, N * KV * 2);
     k->v_op = take(b, N * KV * 2);
     k->att_op = take(b, N * Q * 2);
     k->lse = TAKE_F(b, N * c->NH);
-    k->xmid = cb->o.lean_keep ? NULL : TAKE_F(b, N * C);
+    if (gemma) {
+        k->ao32 = TAKE_F(b, N * C);
+        k->rstd_pa = TAKE_F(b, N);
+    } else {
+        k->xmid = cb->o.lean_keep ? NULL : TAKE_F(b, N * C);
+    }
     k->rstd2 = TAKE_F(b, N);
     k->gate16 = take(b, N * F * 2);
     k->up16 = take(b, N * F * 2);
+    if (gemma) {
+        k->mo32 = TAKE_F(b, N * C);
+        k->rstd_pf = TAKE_F(b, N);
+    }
     if (c->qk_norm) {
         k->qpre_op = take(b, N * Q * 2);
         k->kpre_op = take(b, N * KV * 2);
@@ -266,46 +278,17 @@ static void plan_kept_unit_neox(const cuda_backend *cb, acts *k, bump *b) {
     k->gate16 = take(b, N * F * 2);
 }
 
-/* One kept unit of a Gemma block (bf16): the normed inputs, the mid-block
- * residual and the GeGLU's output are rebuilt (gemma_cuda.c); the
- * post-norms' inputs are kept in fp32, as their backward reads them. */
-static void plan_kept_unit_gemma(const cuda_backend *cb, acts *k, bump *b) {
-    const mt_config *c = cb->cfg;
-    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
-    k->rstd1 = TAKE_F(b, N);
-    k->q_op = take(b, N * Q * 2);
-    k->k_op = take(b, N * KV * 2);
-    k->v_op = take(b, N * KV * 2);
-    k->att_op = take(b, N * Q * 2);
-    k->lse = TAKE_F(b, N * c->NH);
-    k->ao32 = TAKE_F(b, N * C);
-    k->rstd_pa = TAKE_F(b, N);
-    k->rstd2 = TAKE_F(b, N);
-    k->gate16 = take(b, N * F * 2);
-    k->up16 = take(b, N * F * 2);
-    k->mo32 = TAKE_F(b, N * C);
-    k->rstd_pf = TAKE_F(b, N);
-    if (c->qk_norm) {
-        k->qpre_op = take(b, N * Q * 2);
-        k->kpre_op = take(b, N * KV * 2);
-        k->qrstd = TAKE_F(b, N * c->NH);
-        k->krstd = TAKE_F(b, N * c->NKV);
-    }
+/* One kept unit of the model's kind of block. */
+static void plan_kept_unit_of(const cuda_backend *cb, acts *k, bump *b) {
+    if (mt_arch_has_neox_block(cb->cfg->arch)) plan_kept_unit_neox(cb, k, b);
+    else plan_kept_unit(cb, k, b);
 }
 
 /* The forward activations kept on the GPU for the backward: one set per
- * kept (layer, micro-batch) unit. */
+ * kept (layer, micro-batch) unit, each mt_cuda_keep_unit_bytes after the
+ * last. */
 static void plan_kept(cuda_backend *cb, bump *b) {
-    size_t before = b->used;
-    for (int u = 0; u < cb->n_keep * cb->max_M; u++) {
-        if (mt_arch_has_neox_block(cb->cfg->arch)) plan_kept_unit_neox(cb, &cb->kept[u], b);
-        else if (mt_arch_is_gemma(cb->cfg->arch)) plan_kept_unit_gemma(cb, &cb->kept[u], b);
-        else plan_kept_unit(cb, &cb->kept[u], b);
-    }
-    if (cb->n_keep) {
-        cb->keep_unit_bytes = (b->used - before) / ((size_t)cb->n_keep * cb->max_M);
-        MT_ASSERT(cb->keep_unit_bytes <= mt_cuda_keep_unit_bytes(cb)); /* what create.c fits by */
-    }
+    for (int u = 0; u < cb->n_keep * cb->max_M; u++) plan_kept_unit_of(cb, &cb->kept[u], b);
 }
 
 void mt_cuda_plan(cuda_backend *cb, bump *b) {
@@ -318,20 +301,16 @@ void mt_cuda_plan(cuda_backend *cb, bump *b) {
     plan_kept(cb, b);
 }
 
-/* Bytes of one kept (layer, micro-batch) unit of forward activations. */
+/* Bytes of one kept (layer, micro-batch) unit of forward activations, as
+ * the backend's creation fits them: its buffers as plan_kept lays them out,
+ * counted (a bump without a base), up to the next unit's start, and 256
+ * more, as the first unit may start up to 255 bytes after the plan before
+ * it (take's alignment). */
 size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb) {
-    const mt_config *c = cb->cfg;
-    size_t N = cb->N, Q = c->NH * c->HD, KV = c->NKV * c->HD;
-    if (mt_arch_has_neox_block(c->arch)) /* plan_kept_unit_neox's 11 buffers, each rounded up to 256 */
-        return N * (16 + (Q * 2 + KV * 2) * 2 + c->NH * 4 + c->F * 2 +
-                    (c->parallel_residual ? 0 : c->C * 4)) + 11 * 256;
-    size_t qk = c->qk_norm ? (Q + KV) * 2 + (c->NH + c->NKV) * 4 : 0; /* pre-norm q, k; rstds */
-    if (mt_arch_is_gemma(c->arch)) /* plan_kept_unit_gemma's 13 (17) buffers */
-        return N * (16 + (Q * 2 + KV * 2) * 2 + c->NH * 4 + 2 * c->C * 4 + 2 * c->F * 2 + qk) +
-               (c->qk_norm ? 17 : 13) * 256;
-    size_t xmid = cb->o.lean_keep ? 0 : c->C * 4;
-    return N * (xmid + (Q * 2 + KV * 2) * 2 + 2 * c->F * 2 + 8 + c->NH * 4 + qk) +
-           (c->qk_norm ? 14 : 10) * 256;
+    bump b = {0};
+    acts k;
+    plan_kept_unit_of(cb, &k, &b);
+    return mt_round_up(b.used, 256) + 256;
 }
 
 void mt_cuda_default_opts(mt_cuda_backend_opts *o, const mt_cuda_backend_opts *in) {
