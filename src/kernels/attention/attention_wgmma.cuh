@@ -334,6 +334,24 @@ __device__ __forceinline__ void mt_attn_dq_load(const SM &sm, const CUtensorMap 
     }
 }
 
+/* The lse (log2 domain), D and, with documents, first key of a dQ consumer
+ * thread's rows row_lo and row_lo + 8 of head h, batch row b. Rows past T
+ * are never stored; any finite values keep them harmless. */
+template <bool DOCS>
+__device__ __forceinline__ void mt_attn_dq_row_stats(const mt_attn_args &a, int b, int h,
+                                                     int row_lo, float lse2[2], float D[2],
+                                                     int dstart[2]) {
+    const int T = a.T;
+    const int64_t lrow = ((int64_t)b * a.NH + h) * T;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row_lo + r * 8;
+        lse2[r] = row < T ? a.lse[lrow + row] * MT_ATTN_LOG2E : 0.f;
+        D[r] = row < T ? a.dsum[lrow + row] : 0.f;
+        if (DOCS) dstart[r] = mt_attn_doc_start(a, b, min(row, T - 1));
+    }
+}
+
 /* The forward's producer thread: claims the block's tiles (mt_attn_claim,
  * posted in sm.claims for the consumers) and loads each one's Q into buffer
  * n % SM::QBUFS (q(n), q_full(n), q_empty(n); q_parity(n): the parity of

@@ -373,23 +373,6 @@ template <int HD> struct dq_smem {
     }
 };
 
-/* The lse (log2 domain), D and, with documents, first key of a dQ consumer
- * thread's rows row_lo and row_lo + 8 of head h, batch row b. Rows past T
- * are never stored; any finite values keep them harmless. */
-template <bool DOCS>
-__device__ __forceinline__ void dq_row_stats(const mt_attn_args &a, int b, int h, int row_lo,
-                                             float lse2[2], float D[2], int dstart[2]) {
-    const int T = a.T;
-    const int64_t lrow = ((int64_t)b * a.NH + h) * T;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = row_lo + r * 8;
-        lse2[r] = row < T ? a.lse[lrow + row] * MT_ATTN_LOG2E : 0.f;
-        D[r] = row < T ? a.dsum[lrow + row] : 0.f;
-        if (DOCS) dstart[r] = mt_attn_doc_start(a, b, min(row, T - 1));
-    }
-}
-
 /* P of key tile j (its first key k0) from the scores S in s, in place
  * (this thread's 64: key k0 + 2 t4 + y, y = 8 (i >> 2) + (i & 1) a
  * constant, of row row_lo + 8 r, r = (i >> 1) & 1): exp(S - lse) (lse2:
@@ -493,7 +476,7 @@ __device__ __forceinline__ void dq_consume(const dq_smem<HD> &sm, const mt_attn_
         const int rw = q0 + cw * 64 + warp * 16, row_lo = rw + g; // rows row_lo, row_lo + 8
         float lse2[2], D[2];
         int dstart[2] = {0, 0};
-        dq_row_stats<DOCS>(a, b, h, row_lo, lse2, D, dstart);
+        mt_attn_dq_row_stats<DOCS>(a, b, h, row_lo, lse2, D, dstart);
         const int dstart_warp = DOCS ? mt_attn_doc_start(a, b, min(rw + 15, T - 1)) : 0;
         float dq[HD / 2];
 #pragma unroll

@@ -359,9 +359,9 @@ struct dq_smem {
     }
 };
 
-/* What a dQ consumer thread needs of its rows row_lo and row_lo + 8: lse
- * (log2 domain), D and, with documents, the first key each may see. Rows
- * past T are never stored; any finite values keep them harmless. */
+/* What a dQ consumer thread needs of its rows row_lo and row_lo + 8
+ * (mt_attn_dq_row_stats): lse (log2 domain), D and, with documents, the
+ * first key each may see. */
 struct dq_rows {
     float lse2[2], D[2];
     int dstart[2];
@@ -369,14 +369,7 @@ struct dq_rows {
 template <bool DOCS>
 __device__ __forceinline__ dq_rows dq_rows_of(const mt_attn_args &a, int b, int h, int row_lo) {
     dq_rows r = {};
-    const int64_t lrow = ((int64_t)b * a.NH + h) * a.T;
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int row = row_lo + i * 8;
-        r.lse2[i] = row < a.T ? a.lse[lrow + row] * MT_ATTN_LOG2E : 0.f;
-        r.D[i] = row < a.T ? a.dsum[lrow + row] : 0.f;
-        if (DOCS) r.dstart[i] = mt_attn_doc_start(a, b, min(row, a.T - 1));
-    }
+    mt_attn_dq_row_stats<DOCS>(a, b, h, row_lo, r.lse2, r.D, r.dstart);
     return r;
 }
 
