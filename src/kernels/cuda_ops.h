@@ -134,9 +134,20 @@ void mt_cuda_embedding_backward(mt_cuda_ctx *ctx, float *dwte, const float *dout
 
 /* ---- RMSNorm (C % 4 == 0, 16-byte aligned rows) ---- */
 
-/* out (N,C) = inp / rms(inp) * w, of type out_dt; rstd (N) may be NULL. */
+/* out (N,C) = inp / rms(inp) * w, of type out_dt; rstd (N) may be NULL, or
+ * out (rstd only). */
 void mt_cuda_rmsnorm_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt, float *rstd,
                              const float *inp, const float *w, size_t N, size_t C, float eps);
+
+/* A post-norm with its residual, out (N,C) = res + inp / rms(inp) * w, and
+ * with next the norm of that sum beside it, next (N,C) of type next_dt =
+ * out / rms(out) * next_w, rstd and next_rstd NULL or kept: each row read
+ * once for C % 512 == 0, the values of the plain kernels one after another.
+ * out NULL (and next NULL): rstd only. */
+void mt_cuda_rmsnorm_residual_forward(mt_cuda_ctx *ctx, float *out, float *rstd,
+                                      const float *inp, const float *w, const float *res,
+                                      void *next, mt_dt next_dt, float *next_rstd,
+                                      const float *next_w, size_t N, size_t C, float eps);
 
 /* The same of bf16 rows into bf16 (q/k norms of the bf16 fast path). */
 void mt_cuda_rmsnorm_forward_bf16(mt_cuda_ctx *ctx, uint16_t *out, float *rstd,
@@ -153,6 +164,12 @@ void mt_cuda_rmsnorm_backward(mt_cuda_ctx *ctx, float *dinp, float *dw, float *s
 void mt_cuda_rmsnorm_backward_op(mt_cuda_ctx *ctx, float *dinp, void *dinp_op, float *dw,
                                  float *scratch, const float *dout, const float *inp,
                                  const float *w, const float *rstd, size_t N, size_t C);
+/* dinp_op (N,C) bf16 = the input gradient rounded, added to nothing (a
+ * post-norm's, feeding a product), no fp32 copy; dw (C) +=. The values are
+ * mt_cuda_rmsnorm_backward_op's into zeros. */
+void mt_cuda_rmsnorm_backward_to_bf16(mt_cuda_ctx *ctx, uint16_t *dinp_op, float *dw,
+                                      float *scratch, const float *dout, const float *inp,
+                                      const float *w, const float *rstd, size_t N, size_t C);
 
 /* ---- LayerNorm with bias (gpt_neox, falcon; C % 4 == 0, 16-byte aligned
  * rows) ---- */

@@ -1,7 +1,8 @@
 /* Tests of the CUDA operators Gemma adds (see test_cuda_ops.c for the method
  * and the tolerances): the GeGLU (tanh and erf GELU), the affine map of the
- * 1 + w norms and the embedding's scale, and the LM head's loss under
- * Gemma 2's final logit soft-cap. */
+ * 1 + w norms and the embedding's scale, the post-norms with their residual
+ * (forward and backward), and the LM head's loss under Gemma 2's final
+ * logit soft-cap. */
 #include "cuda_ops_util.h"
 
 /* ---- GeGLU ---- */
@@ -120,6 +121,103 @@ Test(cuda_ops_gemma, affine_is_the_cpus_one_plus_w_and_scale) {
     free(w), free(got);
     pool_free(&pool);
     mt_cuda_ctx_free(ctx);
+}
+
+/* ---- the post-norms ---- */
+
+static int same_bits(const void *d_a, const void *d_b, size_t bytes) {
+    void *a = malloc(bytes), *b = malloc(bytes);
+    download(a, d_a, bytes);
+    download(b, d_b, bytes);
+    int same = memcmp(a, b, bytes) == 0;
+    free(a), free(b);
+    return same;
+}
+
+/* out = res + norm(inp) w with the next norm of out beside it (bf16), in
+ * one pass, against a double reference and bit for bit against the plain
+ * kernels one after another; out NULL: the rstd alone, the same bits.
+ * C = 3584 takes the one-pass kernel (N not a multiple of its 16 rows),
+ * C = 96 the plain kernels. */
+static void check_residual_norm(size_t N, size_t C) {
+    mt_cuda_ctx *ctx = gpu_ctx();
+    dev_pool pool = {0};
+    const float eps = 1e-6f;
+    float *inp = hrand(N * C, 47, -3, 3), *res = hrand(N * C, 48, -2, 2);
+    float *w = hrand(C, 49, 0.5f, 1.5f), *w2 = hrand(C, 50, 0.5f, 1.5f);
+    double *ref = malloc(N * C * 8);
+    for (size_t n = 0; n < N; n++) {
+        double ss = 0;
+        for (size_t c = 0; c < C; c++) ss += (double)inp[n * C + c] * inp[n * C + c];
+        double r = 1.0 / sqrt(ss / C + eps);
+        for (size_t c = 0; c < C; c++) ref[n * C + c] = res[n * C + c] + inp[n * C + c] * r * w[c];
+    }
+    float *d_inp = dupload(&pool, inp, N * C * 4), *d_res = dupload(&pool, res, N * C * 4);
+    float *d_w = dupload(&pool, w, C * 4), *d_w2 = dupload(&pool, w2, C * 4);
+    float *out[2], *rstd[2], *rstd2[2];
+    uint16_t *next[2];
+    for (int k = 0; k < 2; k++) {
+        out[k] = dalloc(&pool, N * C * 4), next[k] = dalloc(&pool, N * C * 2);
+        rstd[k] = dalloc(&pool, N * 4), rstd2[k] = dalloc(&pool, N * 4);
+        dpoison(out[k], N * C * 4), dpoison(next[k], N * C * 2);
+        dpoison(rstd[k], N * 4), dpoison(rstd2[k], N * 4);
+    }
+    mt_cuda_rmsnorm_forward(ctx, out[0], MT_DT_F32, rstd[0], d_inp, d_w, N, C, eps);
+    mt_cuda_residual_add(ctx, out[0], out[0], d_res, N * C);
+    mt_cuda_rmsnorm_forward(ctx, next[0], MT_DT_BF16, rstd2[0], out[0], d_w2, N, C, eps);
+    mt_cuda_rmsnorm_residual_forward(ctx, out[1], rstd[1], d_inp, d_w, d_res, next[1],
+                                     MT_DT_BF16, rstd2[1], d_w2, N, C, eps);
+    float *got = malloc(N * C * 4);
+    download(got, out[1], N * C * 4);
+    expect_close(got, ref, N * C, TOL_F32, "res + norm(inp)");
+    cr_assert(same_bits(out[0], out[1], N * C * 4), "the sum differs from the plain kernels'");
+    cr_assert(same_bits(rstd[0], rstd[1], N * 4), "rstd differs from the plain kernel's");
+    cr_assert(same_bits(next[0], next[1], N * C * 2), "the next norm differs (C %zu)", C);
+    cr_assert(same_bits(rstd2[0], rstd2[1], N * 4), "the next rstd differs");
+    dpoison(rstd[1], N * 4);
+    mt_cuda_rmsnorm_residual_forward(ctx, NULL, rstd[1], d_inp, d_w, NULL, NULL, MT_DT_F32, NULL,
+                                     NULL, N, C, eps);
+    cr_assert(same_bits(rstd[0], rstd[1], N * 4), "rstd alone differs");
+    free(inp), free(res), free(w), free(w2), free(ref), free(got);
+    pool_free(&pool);
+    mt_cuda_ctx_free(ctx);
+}
+Test(cuda_ops_gemma, post_norm_with_residual_and_next_norm) {
+    check_residual_norm(37, 3584);
+    check_residual_norm(29, 96);
+}
+
+/* A post-norm's backward straight to bf16 (added to nothing): the plain
+ * backward into zeros, rounded, bit for bit, and the same weight gradient;
+ * the plain backward is checked against double in test_cuda_ops.c. */
+static void check_post_norm_backward(size_t N, size_t C) {
+    mt_cuda_ctx *ctx = gpu_ctx();
+    dev_pool pool = {0};
+    const float eps = 1e-6f;
+    float *inp = hrand(N * C, 51, -2, 2), *w = hrand(C, 52, 0.5f, 1.5f);
+    float *dout = hrand(N * C, 53, -1, 1), *dw0 = hrand(C, 54, -1, 1);
+    float *d_inp = dupload(&pool, inp, N * C * 4), *d_w = dupload(&pool, w, C * 4);
+    float *d_dout = dupload(&pool, dout, N * C * 4), *d_rstd = dalloc(&pool, N * 4);
+    float *d_d32 = dalloc(&pool, N * C * 4);
+    float *dw[2] = {dupload(&pool, dw0, C * 4), dupload(&pool, dw0, C * 4)};
+    uint16_t *op[2] = {dalloc(&pool, N * C * 2), dalloc(&pool, N * C * 2)};
+    float *scratch = dalloc(&pool, mt_cuda_colsum_scratch_floats(N, C) * 4);
+    mt_cuda_rmsnorm_forward(ctx, NULL, MT_DT_F32, d_rstd, d_inp, d_w, N, C, eps);
+    CUDA_CHECK(cudaMemset(d_d32, 0, N * C * 4));
+    dpoison(op[0], N * C * 2), dpoison(op[1], N * C * 2);
+    mt_cuda_rmsnorm_backward_op(ctx, d_d32, op[0], dw[0], scratch, d_dout, d_inp, d_w, d_rstd, N,
+                                C);
+    mt_cuda_rmsnorm_backward_to_bf16(ctx, op[1], dw[1], scratch, d_dout, d_inp, d_w, d_rstd, N,
+                                     C);
+    cr_assert(same_bits(op[0], op[1], N * C * 2), "bf16 dinp differs (C %zu)", C);
+    cr_assert(same_bits(dw[0], dw[1], C * 4), "dw differs (C %zu)", C);
+    free(inp), free(w), free(dout), free(dw0);
+    pool_free(&pool);
+    mt_cuda_ctx_free(ctx);
+}
+Test(cuda_ops_gemma, post_norm_backward_straight_to_bf16) {
+    check_post_norm_backward(601, 3584);
+    check_post_norm_backward(601, 96);
 }
 
 /* ---- the soft-capped LM head ---- */

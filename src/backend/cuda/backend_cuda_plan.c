@@ -170,7 +170,7 @@ static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
         a->up32 = TAKE_F(b, N * F);
     }
     a->mlp_op = take(b, N * F * op_size(cb));
-    a->xtmp = mt_config_is_moe(c) || gemma ? TAKE_F(b, N * C) : NULL;
+    a->xtmp = mt_config_is_moe(c) ? TAKE_F(b, N * C) : NULL;
     if (gemma) { /* the post-norms' inputs and rstd, the norms' 1 + w */
         a->ao32 = TAKE_F(b, N * C);
         a->mo32 = TAKE_F(b, N * C);

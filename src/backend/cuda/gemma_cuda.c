@@ -153,20 +153,25 @@ static void attention_forward(cuda_backend *cb, acts *a, int layer, int mb) {
     }
 }
 
-/* out = res + norm_r(in), keeping the norm's rstd (NULL: not kept). */
+/* out = res + norm_r(in), keeping the norm's rstd (NULL: not kept); out
+ * NULL: the rstd only (a recompute's last post-norm, whose sum nothing
+ * reads). */
 static void post_norm(cuda_backend *cb, int layer, mt_role r, float *out, float *rstd,
                       const float *in, const float *res) {
-    size_t n = (size_t)cb->N * cb->cfg->C;
-    mt_cuda_rmsnorm_forward(cb->ctx, out, MT_DT_F32, rstd, in, mt_cuda_norm_w(cb, layer, r),
-                            cb->N, cb->cfg->C, cb->cfg->rms_eps);
-    mt_cuda_residual_add(cb->ctx, out, out, res, n);
+    mt_cuda_rmsnorm_residual_forward(cb->ctx, out, rstd, in, mt_cuda_norm_w(cb, layer, r), res,
+                                     NULL, MT_DT_F32, NULL, NULL, cb->N, cb->cfg->C,
+                                     cb->cfg->rms_eps);
 }
 
-/* The MLP's normed input xn2 (scratch) from xmid; rstd NULL: a rebuild. */
-static void mlp_norm(cuda_backend *cb, int layer, float *rstd, const float *xmid) {
-    mt_cuda_rmsnorm_forward(cb->ctx, cb->a.xn2_op, op_dt(cb), rstd, xmid,
-                            mt_cuda_norm_w(cb, layer, MT_T_MLP_NORM), cb->N, cb->cfg->C,
-                            cb->cfg->rms_eps);
+/* xmid = x + norm_post_attn(ao) and the MLP's normed input xn2 (scratch)
+ * from it, one pass; rstd_pa, rstd2 NULL: a rebuild. */
+static void mid_norms(cuda_backend *cb, int layer, float *xmid, float *rstd_pa, float *rstd2,
+                      const float *ao, const float *x) {
+    mt_cuda_rmsnorm_residual_forward(cb->ctx, xmid, rstd_pa, ao,
+                                     mt_cuda_norm_w(cb, layer, MT_T_ATTN_POST_NORM), x,
+                                     cb->a.xn2_op, op_dt(cb), rstd2,
+                                     mt_cuda_norm_w(cb, layer, MT_T_MLP_NORM), cb->N,
+                                     cb->cfg->C, cb->cfg->rms_eps);
 }
 
 /* The GeGLU's inputs (a's gate and up, bf16 on the bf16 path) and its
@@ -193,8 +198,7 @@ void mt_cuda_gemma_forward(cuda_backend *cb, acts *a, int layer, int mb, const f
     attention_forward(cb, a, layer, mb);
     mt_cuda_matmul_forward(ctx, p, a->ao32, MT_DT_F32, a->att_op, W_op(cb, s, layer, MT_T_WO),
                            NULL, N, Q, C);
-    post_norm(cb, layer, MT_T_ATTN_POST_NORM, xmid, a->rstd_pa, a->ao32, x);
-    mlp_norm(cb, layer, a->rstd2, xmid);
+    mid_norms(cb, layer, xmid, a->rstd_pa, a->rstd2, a->ao32, x);
     mt_dt dt = bf ? MT_DT_BF16 : MT_DT_F32;
     mt_cuda_matmul_forward(ctx, p, bf ? (void *)a->gate16 : a->gate32, dt, sc->xn2_op,
                            W_op(cb, s, layer, MT_T_WGATE), NULL, N, C, F);
@@ -205,23 +209,27 @@ void mt_cuda_gemma_forward(cuda_backend *cb, acts *a, int layer, int mb, const f
      * post-norm too: their backward reads mo32 and rstd_pf. */
     mt_cuda_matmul_forward(ctx, p, a->mo32, MT_DT_F32, sc->mlp_op,
                            W_op(cb, s, layer, MT_T_WDOWN), NULL, N, F, C);
-    post_norm(cb, layer, MT_T_MLP_POST_NORM, out ? out : sc->xtmp, a->rstd_pf, a->mo32, xmid);
+    post_norm(cb, layer, MT_T_MLP_POST_NORM, out, a->rstd_pf, a->mo32, xmid);
 }
 
-/* d32 (N, C) = dL/d in of the post-norm out = res + norm_r(in), from
- * dout = dL/d out; the norm's weight gradient on the way. Returns the
- * operand of the product before it: d32 itself in fp32 mode, its bf16
- * cast (dx_op) in bf16 mode. */
+/* dL/d in of the post-norm out = res + norm_r(in), from dout = dL/d out,
+ * the norm's weight gradient on the way, as the operand of the product
+ * before it: in bf16 mode straight into dx_op, in fp32 mode into d32
+ * (N, C). Returns the operand. */
 static void *post_norm_backward(cuda_backend *cb, int layer, mt_role r, float *d32,
                                 const float *dout, const float *in, const float *rstd) {
     acts *a = &cb->a;
     size_t N = cb->N, C = cb->cfg->C;
+    float *dw = G(cb, cb->g_cur, layer, r);
+    const float *w = mt_cuda_norm_w(cb, layer, r);
+    if (cb->prec == MT_PREC_BF16) {
+        mt_cuda_rmsnorm_backward_to_bf16(cb->ctx, a->dx_op, dw, a->colsum, dout, in, w, rstd, N,
+                                         C);
+        return a->dx_op;
+    }
     CUDA_CHECK(cudaMemsetAsync(d32, 0, N * C * sizeof(float), cb->s_comp));
-    mt_cuda_rmsnorm_backward(cb->ctx, d32, G(cb, cb->g_cur, layer, r), a->colsum, dout, in,
-                             mt_cuda_norm_w(cb, layer, r), rstd, N, C);
-    void *op = cb->prec == MT_PREC_BF16 ? a->dx_op : (void *)d32;
-    to_op(cb, op, d32, N * C);
-    return op;
+    mt_cuda_rmsnorm_backward(cb->ctx, d32, dw, a->colsum, dout, in, w, rstd, N, C);
+    return d32;
 }
 
 /* The MLP's backward from f's activations and the scratch's xmid, xn2 and
@@ -292,6 +300,18 @@ static void qkv_grads_to_op(cuda_backend *cb, const acts *f, int layer, int mb, 
     const int32_t *pos = mt_cuda_block_pos(cb, mb);
     const float *cos, *sin;
     tables(cb, layer, &cos, &sin);
+    int bf = cb->prec == MT_PREC_BF16;
+    *dv_op = a->dv_op;
+    to_op(cb, *dv_op, a->dv32, N * KV);
+    if (bf && !c->qk_norm) { /* RoPE's backward writes the products' operands */
+        *dq_op = a->dq_op;
+        *dk_op = a->dk_op;
+        mt_cuda_rope_backward_to_bf16(cb->s_comp, a->dq_op, a->dq32, cos, sin, pos, cb->B, cb->T,
+                                      c->NH, c->HD);
+        mt_cuda_rope_backward_to_bf16(cb->s_comp, a->dk_op, a->dk32, cos, sin, pos, cb->B, cb->T,
+                                      c->NKV, c->HD);
+        return;
+    }
     mt_cuda_rope_backward(ctx, a->dq32, cos, sin, pos, cb->B, cb->T, c->NH, c->HD);
     mt_cuda_rope_backward(ctx, a->dk32, cos, sin, pos, cb->B, cb->T, c->NKV, c->HD);
     float *dq = a->dq32, *dk = a->dk32;
@@ -311,13 +331,10 @@ static void qkv_grads_to_op(cuda_backend *cb, const acts *f, int layer, int mb, 
         dq = a->dqn32;
         dk = a->dkn32;
     }
-    int bf = cb->prec == MT_PREC_BF16;
     *dq_op = bf ? a->dq_op : dq;
     *dk_op = bf ? a->dk_op : dk;
-    *dv_op = a->dv_op;
     to_op(cb, *dq_op, dq, N * Q);
     to_op(cb, *dk_op, dk, N * KV);
-    to_op(cb, *dv_op, a->dv32, N * KV);
 }
 
 /* What a kept unit f leaves out, rebuilt into the scratch from x and f
@@ -328,8 +345,7 @@ static void rebuild(cuda_backend *cb, const acts *f, int layer, const float *x) 
     acts *a = &cb->a;
     mt_cuda_rmsnorm_forward(cb->ctx, a->xn1_op, MT_DT_BF16, NULL, x,
                             mt_cuda_norm_w(cb, layer, MT_T_ATTN_NORM), cb->N, c->C, c->rms_eps);
-    post_norm(cb, layer, MT_T_ATTN_POST_NORM, a->xmid, NULL, f->ao32, x);
-    mlp_norm(cb, layer, NULL, a->xmid);
+    mid_norms(cb, layer, a->xmid, NULL, NULL, f->ao32, x);
     geglu(cb, f);
 }
 

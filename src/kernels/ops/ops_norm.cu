@@ -58,6 +58,11 @@ __device__ __forceinline__ float4 load4(const __nv_bfloat16 *p) {
     return make_float4(a.x, a.y, b.x, b.y);
 }
 
+/* v * r * w, one element of a normed row (the product before any add). */
+__device__ __forceinline__ float4 normed4(float4 v, float r, float4 w) {
+    return make_float4(v.x * r * w.x, v.y * r * w.y, v.z * r * w.z, v.w * r * w.w);
+}
+
 template <typename IN, typename OUT>
 __global__ void rmsnorm_fwd_kernel(OUT *out, float *rstd, const IN *inp, const float *w,
                                    size_t N, size_t C, float eps) {
@@ -71,46 +76,97 @@ __global__ void rmsnorm_fwd_kernel(OUT *out, float *rstd, const IN *inp, const f
         ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
     }
     float r = rsqrtf(warp_sum(ss) / (float)C + eps);
-    for (size_t i = (size_t)lane * 4; i < C; i += 128) {
-        float4 v = load4(x + i), g = *(const float4 *)(w + i);
-        store4(out + row * C + i,
-               make_float4(v.x * r * g.x, v.y * r * g.y, v.z * r * g.z, v.w * r * g.w));
-    }
+    for (size_t i = (size_t)lane * 4; out && i < C; i += 128)
+        store4(out + row * C + i, normed4(load4(x + i), r, *(const float4 *)(w + i)));
     if (rstd && lane == 0) rstd[row] = r;
 }
 
 /* The same for fp32 input and C % 512 == 0, C <= 8192, in one pass: a
- * block of C/16 threads holds a row's x in registers (4 float4 each) and
- * walks FWD_ROWS rows; the sum of squares is reduced in a fixed order
- * (xor shuffles, then the warps in order). */
+ * block of C/16 threads holds a row's x in registers (4 float4 each, thread
+ * t's at t + k * nt) and walks FWD_ROWS rows; the sum of squares is reduced
+ * in a fixed order (xor shuffles, then the warps in order). */
 #define FWD_ROWS 16
+
+__device__ __forceinline__ void load_row(float4 (&v)[FUSED_V], const float *row) {
+#pragma unroll
+    for (int k = 0; k < FUSED_V; k++)
+        v[k] = *(const float4 *)(row + (size_t)(threadIdx.x + k * blockDim.x) * 4);
+}
+
+template <typename OUT>
+__device__ __forceinline__ void store_row(OUT *row, const float4 (&v)[FUSED_V]) {
+#pragma unroll
+    for (int k = 0; k < FUSED_V; k++) store4(row + (size_t)(threadIdx.x + k * blockDim.x) * 4, v[k]);
+}
+
+/* 1 / rms of the block's row xv, the same in every thread. */
+__device__ __forceinline__ float row_rstd(const float4 (&xv)[FUSED_V], float *red, size_t C,
+                                          float eps) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < FUSED_V; k++)
+        ss += xv[k].x * xv[k].x + xv[k].y * xv[k].y + xv[k].z * xv[k].z + xv[k].w * xv[k].w;
+    return rsqrtf(block_sum(ss, red) / (float)C + eps);
+}
+
+/* out NULL: rstd only. */
 template <typename OUT>
 __global__ void __launch_bounds__(512)
     rmsnorm_fwd_rows_kernel(OUT *out, float *rstd, const float *inp, const float *w, size_t N,
                             size_t C, float eps) {
     __shared__ float red[32];
-    const int t = threadIdx.x, nt = blockDim.x;
     float4 wv[FUSED_V];
-#pragma unroll
-    for (int k = 0; k < FUSED_V; k++) wv[k] = *(const float4 *)(w + (size_t)(t + k * nt) * 4);
+    load_row(wv, w);
     const size_t r0 = (size_t)blockIdx.x * FWD_ROWS;
     const size_t r1 = r0 + FWD_ROWS < N ? r0 + FWD_ROWS : N;
     for (size_t row = r0; row < r1; row++) {
         float4 xv[FUSED_V];
-        float ss = 0.0f;
+        load_row(xv, inp + row * C);
+        const float r = row_rstd(xv, red, C, eps);
+        if (out) {
+#pragma unroll
+            for (int k = 0; k < FUSED_V; k++) xv[k] = normed4(xv[k], r, wv[k]);
+            store_row(out + row * C, xv);
+        }
+        if (rstd && threadIdx.x == 0) rstd[row] = r;
+    }
+}
+
+/* A post-norm and its residual, out = res + inp * rstd * w (fp32), and with
+ * next the norm of that sum, next = out * rstd' * next_w: one read of each
+ * row. The values are the plain kernels' (the same sums in the same order,
+ * the add kept apart from the product). out NULL: rstd only. */
+template <typename NEXT>
+__global__ void __launch_bounds__(512)
+    rmsnorm_residual_rows_kernel(float *out, float *rstd, const float *inp, const float *w,
+                                 const float *res, NEXT *next, float *next_rstd,
+                                 const float *next_w, size_t N, size_t C, float eps) {
+    __shared__ float red[32];
+    float4 wv[FUSED_V], nw[FUSED_V];
+    load_row(wv, w);
+    if (next) load_row(nw, next_w);
+    const size_t r0 = (size_t)blockIdx.x * FWD_ROWS;
+    const size_t r1 = r0 + FWD_ROWS < N ? r0 + FWD_ROWS : N;
+    for (size_t row = r0; row < r1; row++) {
+        float4 xv[FUSED_V], rv[FUSED_V];
+        load_row(xv, inp + row * C);
+        const float r = row_rstd(xv, red, C, eps);
+        if (rstd && threadIdx.x == 0) rstd[row] = r;
+        if (!out) continue;
+        load_row(rv, res + row * C);
 #pragma unroll
         for (int k = 0; k < FUSED_V; k++) {
-            xv[k] = *(const float4 *)(inp + row * C + (size_t)(t + k * nt) * 4);
-            ss += xv[k].x * xv[k].x + xv[k].y * xv[k].y + xv[k].z * xv[k].z + xv[k].w * xv[k].w;
+            const float4 y = normed4(xv[k], r, wv[k]);
+            xv[k] = make_float4(__fadd_rn(y.x, rv[k].x), __fadd_rn(y.y, rv[k].y),
+                                __fadd_rn(y.z, rv[k].z), __fadd_rn(y.w, rv[k].w));
         }
-        const float r = rsqrtf(block_sum(ss, red) / (float)C + eps);
+        store_row(out + row * C, xv);
+        if (!next) continue;
+        const float r2 = row_rstd(xv, red, C, eps);
 #pragma unroll
-        for (int k = 0; k < FUSED_V; k++) {
-            const float4 v = xv[k], g = wv[k];
-            store4(out + row * C + (size_t)(t + k * nt) * 4,
-                   make_float4(v.x * r * g.x, v.y * r * g.y, v.z * r * g.z, v.w * r * g.w));
-        }
-        if (rstd && t == 0) rstd[row] = r;
+        for (int k = 0; k < FUSED_V; k++) xv[k] = normed4(xv[k], r2, nw[k]);
+        store_row(next + row * C, xv);
+        if (next_rstd && threadIdx.x == 0) next_rstd[row] = r2;
     }
 }
 
@@ -162,9 +218,55 @@ extern "C" void mt_cuda_rmsnorm_forward_bf16(mt_cuda_ctx *ctx, uint16_t *out, fl
     CUDA_LAUNCH_CHECK();
 }
 
-/* dinp_i += r w_i g_i - x_i r^3 / C * sum_j g_j w_j x_j */
-__global__ void rmsnorm_bwd_kernel(float *dinp, const float *dout, const float *inp,
-                                   const float *w, const float *rstd, size_t N, size_t C) {
+extern "C" void mt_cuda_rmsnorm_residual_forward(mt_cuda_ctx *ctx, float *out, float *rstd,
+                                                 const float *inp, const float *w,
+                                                 const float *res, void *next, mt_dt next_dt,
+                                                 float *next_rstd, const float *next_w,
+                                                 size_t N, size_t C, float eps) {
+    MT_ASSERT(out || !next);
+    if (N == 0) return;
+    if (!one_pass_rows(C)) { /* the plain kernels, one pass each */
+        mt_cuda_rmsnorm_forward(ctx, out, MT_DT_F32, rstd, inp, w, N, C, eps);
+        if (out) mt_cuda_residual_add(ctx, out, out, res, N * C);
+        if (next) mt_cuda_rmsnorm_forward(ctx, next, next_dt, next_rstd, out, next_w, N, C, eps);
+        return;
+    }
+    check_rows(inp, C);
+    check_rows(w, C);
+    check_rows(out, C);
+    if (out) check_rows(res, C);
+    if (next) check_rows(next, C), check_rows(next_w, C);
+    const unsigned g = (unsigned)MT_CEIL_DIV(N, (size_t)FWD_ROWS), nt = (unsigned)(C / 16);
+    if (next_dt == MT_DT_BF16 && next)
+        rmsnorm_residual_rows_kernel<__nv_bfloat16><<<g, nt, 0, ctx->stream>>>(
+            out, rstd, inp, w, res, (__nv_bfloat16 *)next, next_rstd, next_w, N, C, eps);
+    else
+        rmsnorm_residual_rows_kernel<float><<<g, nt, 0, ctx->stream>>>(
+            out, rstd, inp, w, res, (float *)next, next_rstd, next_w, N, C, eps);
+    CUDA_LAUNCH_CHECK();
+}
+
+/* One float4 of a row's input gradient, r w_i g_i - x_i kk with
+ * kk = r^3 / C * sum_j g_j w_j x_j. */
+__device__ __forceinline__ float4 rms_dx4(float r, float4 w, float4 g, float4 x, float kk) {
+    return make_float4(r * w.x * g.x - x.x * kk, r * w.y * g.y - x.y * kk,
+                       r * w.z * g.z - x.z * kk, r * w.w * g.w - x.w * kk);
+}
+
+/* d[at..] + t (ACC: the gradient adds to dinp's) or t. */
+template <bool ACC>
+__device__ __forceinline__ float4 add_or_set(const float *d, size_t at, float4 t) {
+    if (!ACC) return t;
+    float4 dv = *(const float4 *)(d + at);
+    return make_float4(dv.x + t.x, dv.y + t.y, dv.z + t.z, dv.w + t.w);
+}
+
+/* dinp_i (+)= r w_i g_i - x_i r^3 / C * sum_j g_j w_j x_j; ACC false: set,
+ * dinp (NULL: not written) and its bf16 copy dinp_op (NULL: not written). */
+template <bool ACC>
+__global__ void rmsnorm_bwd_kernel(float *dinp, __nv_bfloat16 *dinp_op, const float *dout,
+                                   const float *inp, const float *w, const float *rstd, size_t N,
+                                   size_t C) {
     size_t row = (size_t)blockIdx.x * NORM_WARPS + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (row >= N) return;
@@ -178,15 +280,13 @@ __global__ void rmsnorm_bwd_kernel(float *dinp, const float *dout, const float *
     }
     float r = rstd[row];
     float k = warp_sum(dot) * r * r * r / (float)C;
-    float *d = dinp + row * C;
     for (size_t i = (size_t)lane * 4; i < C; i += 128) {
-        float4 xv = *(const float4 *)(x + i), gv = *(const float4 *)(g + i),
-               wv = *(const float4 *)(w + i), dv = *(float4 *)(d + i);
-        dv.x += r * wv.x * gv.x - xv.x * k;
-        dv.y += r * wv.y * gv.y - xv.y * k;
-        dv.z += r * wv.z * gv.z - xv.z * k;
-        dv.w += r * wv.w * gv.w - xv.w * k;
-        *(float4 *)(d + i) = dv;
+        const size_t at = row * C + i;
+        float4 dv = add_or_set<ACC>(dinp, at, rms_dx4(r, *(const float4 *)(w + i),
+                                                       *(const float4 *)(g + i),
+                                                       *(const float4 *)(x + i), k));
+        if (dinp) *(float4 *)(dinp + at) = dv;
+        if (dinp_op) store4(dinp_op + at, dv);
     }
 }
 
@@ -196,9 +296,11 @@ __global__ void rmsnorm_bwd_kernel(float *dinp, const float *dout, const float *
  * gradient's column sums of dout * x * rstd over the block's rows go to
  * partial (gridDim.x, C), to be summed in block order. The dot product is
  * reduced in a fixed order (xor shuffles, then the warps in order). */
-__global__ void __launch_bounds__(512) rmsnorm_bwd_fused_kernel(float *dinp, __nv_bfloat16 *dinp_op, float *partial,
-                                         const float *dout, const float *inp, const float *w,
-                                         const float *rstd, size_t N, size_t C) {
+template <bool ACC>
+__global__ void __launch_bounds__(512)
+    rmsnorm_bwd_fused_kernel(float *dinp, __nv_bfloat16 *dinp_op, float *partial,
+                             const float *dout, const float *inp, const float *w,
+                             const float *rstd, size_t N, size_t C) {
     __shared__ float red[32];
     const int t = threadIdx.x, nt = blockDim.x;
     float4 wv[FUSED_V], acc[FUSED_V];
@@ -224,12 +326,8 @@ __global__ void __launch_bounds__(512) rmsnorm_bwd_fused_kernel(float *dinp, __n
 #pragma unroll
         for (int k = 0; k < FUSED_V; k++) {
             const size_t i = row * C + (size_t)(t + k * nt) * 4;
-            float4 dv = *(float4 *)(dinp + i);
-            dv.x += r * wv[k].x * gv[k].x - xv[k].x * kk;
-            dv.y += r * wv[k].y * gv[k].y - xv[k].y * kk;
-            dv.z += r * wv[k].z * gv[k].z - xv[k].z * kk;
-            dv.w += r * wv[k].w * gv[k].w - xv[k].w * kk;
-            *(float4 *)(dinp + i) = dv;
+            const float4 dv = add_or_set<ACC>(dinp, i, rms_dx4(r, wv[k], gv[k], xv[k], kk));
+            if (dinp) *(float4 *)(dinp + i) = dv;
             if (dinp_op) store4(dinp_op + i, dv);
             acc[k].x += gv[k].x * (xv[k].x * r);
             acc[k].y += gv[k].y * (xv[k].y * r);
@@ -293,29 +391,46 @@ static void colsum(mt_cuda_ctx *ctx, float *out, float *scratch, const float *a,
     CUDA_LAUNCH_CHECK();
 }
 
-extern "C" void mt_cuda_rmsnorm_backward_op(mt_cuda_ctx *ctx, float *dinp, void *dinp_op,
-                                            float *dw, float *scratch, const float *dout,
-                                            const float *inp, const float *w, const float *rstd,
-                                            size_t N, size_t C) {
+/* The backward of either kind (ACC: dinp +=, else dinp, dinp_op set). */
+template <bool ACC>
+static void rmsnorm_backward(mt_cuda_ctx *ctx, float *dinp, void *dinp_op, float *dw,
+                             float *scratch, const float *dout, const float *inp, const float *w,
+                             const float *rstd, size_t N, size_t C) {
     if (N == 0) return;
-    check_rows(dinp, C);
+    if (dinp) check_rows(dinp, C);
     check_rows(dout, C);
     check_rows(inp, C);
     check_rows(w, C);
     if (dinp_op) check_rows(dinp_op, C);
     if (one_pass_rows(C)) {
         const size_t G = MT_CEIL_DIV(N, (size_t)FUSED_ROWS);
-        rmsnorm_bwd_fused_kernel<<<(unsigned)G, (unsigned)(C / 16), 0, ctx->stream>>>(
+        rmsnorm_bwd_fused_kernel<ACC><<<(unsigned)G, (unsigned)(C / 16), 0, ctx->stream>>>(
             dinp, (__nv_bfloat16 *)dinp_op, scratch, dout, inp, w, rstd, N, C);
         CUDA_LAUNCH_CHECK();
         colsum(ctx, dw, scratch + G * C, scratch, NULL, NULL, NULL, G, C);
         return;
     }
     unsigned g = (unsigned)MT_CEIL_DIV(N, (size_t)NORM_WARPS);
-    rmsnorm_bwd_kernel<<<g, NORM_WARPS * 32, 0, ctx->stream>>>(dinp, dout, inp, w, rstd, N, C);
+    rmsnorm_bwd_kernel<ACC><<<g, NORM_WARPS * 32, 0, ctx->stream>>>(
+        dinp, (__nv_bfloat16 *)dinp_op, dout, inp, w, rstd, N, C);
     CUDA_LAUNCH_CHECK();
     colsum(ctx, dw, scratch, dout, inp, NULL, rstd, N, C);
-    if (dinp_op) mt_cuda_cast_f32_to_bf16(ctx, (uint16_t *)dinp_op, dinp, N * C);
+}
+
+extern "C" void mt_cuda_rmsnorm_backward_op(mt_cuda_ctx *ctx, float *dinp, void *dinp_op,
+                                            float *dw, float *scratch, const float *dout,
+                                            const float *inp, const float *w, const float *rstd,
+                                            size_t N, size_t C) {
+    MT_ASSERT(dinp);
+    rmsnorm_backward<true>(ctx, dinp, dinp_op, dw, scratch, dout, inp, w, rstd, N, C);
+}
+
+extern "C" void mt_cuda_rmsnorm_backward_to_bf16(mt_cuda_ctx *ctx, uint16_t *dinp_op, float *dw,
+                                                 float *scratch, const float *dout,
+                                                 const float *inp, const float *w,
+                                                 const float *rstd, size_t N, size_t C) {
+    MT_ASSERT(dinp_op);
+    rmsnorm_backward<false>(ctx, NULL, dinp_op, dw, scratch, dout, inp, w, rstd, N, C);
 }
 
 extern "C" void mt_cuda_rmsnorm_backward(mt_cuda_ctx *ctx, float *dinp, float *dw,
