@@ -325,7 +325,7 @@ static void head_pass(cuda_backend *cb, int mb, const float *w, float *logp) {
         mt_cuda_rmsnorm_forward(cb->ctx, a->xf_op, op_dt(cb), a->rstdf, x,
                                 mt_cuda_norm_w(cb, head, MT_T_FINAL_NORM), N, C, c->rms_eps);
     float cap = (float)c->final_softcap; /* Gemma 2's logit soft-cap; 0: none */
-    size_t R = (size_t)cb->o.head_chunk < N ? (size_t)cb->o.head_chunk : N;
+    size_t R = mt_cuda_head_rows(cb);
     if (w) /* pageable: copied out of w before the call returns */
         CUDA_CHECK(cudaMemcpyAsync(a->row_w, w, N * sizeof(float), cudaMemcpyHostToDevice,
                                    cb->s_comp));

@@ -40,7 +40,7 @@ typedef struct mt_layer_home {
 typedef struct mt_cuda_backend_opts {
     mt_gpu_precision precision;
     int slots;            /* weight slots in the ring, >= 2 (default 3) */
-    int head_chunk;       /* rows of logits held at once (default 4096) */
+    int head_chunk;       /* rows of logits held at once; 0: mt_cuda_head_rows' choice */
     /* Per-layer homes (n_layers entries, read at creation). NULL: every
      * layer as the two flags below say. */
     const mt_layer_home *homes;

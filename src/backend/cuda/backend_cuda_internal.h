@@ -224,6 +224,8 @@ void mt_cuda_resolve_homes(cuda_backend *cb);
 void mt_cuda_homes_free(cuda_backend *cb);
 void mt_cuda_plan(cuda_backend *cb, bump *b);
 size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb);
+/* The rows of logits the head holds at once (the option, or by the vocabulary). */
+size_t mt_cuda_head_rows(const cuda_backend *cb);
 
 /* Creation (backend_cuda_create.c): everything mt_cuda_backend_create
  * does, with the operations table it is given (backend_cuda.c holds it). */

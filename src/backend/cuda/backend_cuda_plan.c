@@ -220,8 +220,20 @@ static void plan_backward_acts(cuda_backend *cb, acts *a, bump *b) {
     a->dxf32 = TAKE_F(b, N * C);
     a->row_loss = TAKE_F(b, N);
     a->row_w = TAKE_F(b, N);
-    size_t R = (size_t)cb->o.head_chunk < N ? (size_t)cb->o.head_chunk : N;
-    a->head_scratch = take(b, mt_cuda_lm_head_scratch_bytes(cb->prec, R, c->V));
+    a->head_scratch =
+        take(b, mt_cuda_lm_head_scratch_bytes(cb->prec, mt_cuda_head_rows(cb), c->V));
+}
+
+/* The rows of logits the head holds at once: the option's, else 4096,
+ * halved while they pass HEAD_LOGITS elements (a vocabulary of 256k: 2048
+ * rows, 3 GB of scratch less for saved inputs; the products stay large),
+ * at most the micro-batch's. */
+#define HEAD_LOGITS ((size_t)640 << 20)
+size_t mt_cuda_head_rows(const cuda_backend *cb) {
+    size_t R = (size_t)cb->o.head_chunk;
+    if (cb->o.head_chunk <= 0)
+        for (R = 4096; R > 256 && R * (size_t)cb->cfg->V > HEAD_LOGITS; R /= 2) {}
+    return R < (size_t)cb->N ? R : (size_t)cb->N;
 }
 
 /* One kept unit of a Llama-family block: xn1, xn2 and the SwiGLU output
@@ -318,7 +330,6 @@ void mt_cuda_default_opts(mt_cuda_backend_opts *o, const mt_cuda_backend_opts *i
     if (o->ranks < 1) o->ranks = 1;
     if (o->slots < 2) o->slots = 3;
     if (o->slots > MAX_SLOTS) o->slots = MAX_SLOTS;
-    if (o->head_chunk <= 0) o->head_chunk = 4096;
 }
 
 /* Layers 1..n_layers-1 have checkpoints (their inputs); layer 0 reads
