@@ -159,3 +159,35 @@ Test(placement, bf16_saved_inputs_round_only_what_waits_on_the_host, .timeout = 
     mt_host_store_free(&s);
     mt_params_free(&t);
 }
+
+/* The homes are read at creation only: the caller frees them after it
+ * (the trainer does), and the backend's statistics, which count its pinned
+ * host bytes, must not read them again. Poisoned after creation (every
+ * flag set: every saved input rebuilt, an impossible placement the backend
+ * would refuse), the statistics still give the creation's count. */
+Test(placement, homes_are_read_at_creation_only, .timeout = 60) {
+    mt_test_need_gpu();
+    mt_error err;
+    mt_config cfg = deep_config(0);
+    mt_param_table t;
+    mt_host_store s;
+    cr_assert_eq(mt_params_init(&t, &cfg, &err), 0, "%s", err.msg);
+    cr_assert_eq(mt_host_store_create(&s, &t, 0, &err), 0, "%s", err.msg);
+    mt_layer_home *h = malloc((size_t)t.n_layers * sizeof *h);
+    for (int l = 0; l < t.n_layers; l++)
+        h[l] = (mt_layer_home){.grad_host = 1, .saved_host = 1, .saved_disk = 0};
+    mt_cuda_backend_opts o = {.precision = MT_GPU_BF16, .homes = h, .keep_layers = 0};
+    size_t want = mt_cuda_backend_host_bytes(&cfg, &t, 2, 1, 64, &o);
+    cr_assert_gt(want, 0, "host-saved inputs and host gradients take pinned memory");
+    mt_backend *be = mt_cuda_backend_create(&cfg, &t, &s, 2, 1, 64, &o, &err);
+    cr_assert_not_null(be, "%s", err.msg);
+    memset(h, 0xFF, (size_t)t.n_layers * sizeof *h);
+    mt_backend_stats st;
+    mt_cuda_backend_stats(be, &st);
+    cr_assert_eq(st.host_bytes, (double)want, "stats: %.0f host bytes, %zu at creation",
+                 st.host_bytes, want);
+    mt_cuda_backend_free(be);
+    free(h);
+    mt_host_store_free(&s);
+    mt_params_free(&t);
+}

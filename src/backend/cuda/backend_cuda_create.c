@@ -337,6 +337,7 @@ mt_backend *mt_cuda_backend_make(const mt_config *c, const mt_param_table *t,
         return NULL;
     }
     mt_cuda_resolve_homes(cb);
+    cb->o.homes = NULL; /* read at creation only: the caller may free them now */
     bump b = {0};
     if (place_on_device(cb, &b, err)) {
         mt_cuda_homes_free(cb);
@@ -538,8 +539,7 @@ void mt_cuda_backend_stats(mt_backend *be, mt_backend_stats *st) {
                              .h2d_bytes = cb->times.h2d_bytes, .d2h_bytes = cb->times.d2h_bytes,
                              .coll_bytes = cb->times.coll_bytes,
                              .device_bytes = (double)cb->dev_bytes,
-                             .host_bytes = (double)mt_cuda_backend_host_bytes(
-                                 cb->cfg, cb->t, cb->max_M, cb->B, cb->T, &cb->o),
+                             .host_bytes = (double)mt_cuda_host_bytes_of(cb),
                              .kept_layers = cb->n_keep};
 }
 

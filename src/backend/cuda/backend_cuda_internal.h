@@ -224,6 +224,10 @@ void mt_cuda_resolve_homes(cuda_backend *cb);
 void mt_cuda_homes_free(cuda_backend *cb);
 void mt_cuda_plan(cuda_backend *cb, bump *b);
 size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb);
+/* The pinned host bytes of a backend whose homes are resolved (what
+ * mt_cuda_backend_host_bytes counts), from its own counts: opts.homes is
+ * read at creation only. */
+size_t mt_cuda_host_bytes_of(const cuda_backend *cb);
 /* The rows of logits the head holds at once (the option, or by the vocabulary). */
 size_t mt_cuda_head_rows(const cuda_backend *cb);
 

@@ -444,15 +444,20 @@ size_t mt_cuda_backend_bytes(const mt_config *cfg, const mt_param_table *t, int 
 /* Host gradients (when the backend owns them), host checkpoints, the
  * optimizer's staging and the disk-saved inputs' staging: what
  * mt_cuda_backend_create pins beside the store. */
+size_t mt_cuda_host_bytes_of(const cuda_backend *cb) {
+    size_t bytes = cb->host_grad_numel * (cb->o.host_grad_bf16 ? 2 : 4);
+    size_t one_saved = (size_t)cb->max_M * cb->N * cb->cfg->C * (cb->o.host_saved_bf16 ? 2 : 4);
+    bytes += (size_t)cb->n_host_saved * one_saved;
+    bytes += mt_saved_disk_staging_bytes(cb->n_disk_saved, one_saved);
+    if (cb->max_gpu_grad_numel) bytes += 2 * cb->max_gpu_grad_numel * sizeof(float);
+    return bytes;
+}
+
 size_t mt_cuda_backend_host_bytes(const mt_config *cfg, const mt_param_table *t, int max_M,
                                   int64_t B, int64_t T, const mt_cuda_backend_opts *in) {
     cuda_backend cb;
     counting_backend(&cb, cfg, t, max_M, B, T, in);
-    size_t bytes = cb.host_grad_numel * (cb.o.host_grad_bf16 ? 2 : 4);
-    size_t one_saved = (size_t)max_M * cb.N * cfg->C * (cb.o.host_saved_bf16 ? 2 : 4);
-    bytes += (size_t)cb.n_host_saved * one_saved;
-    bytes += mt_saved_disk_staging_bytes(cb.n_disk_saved, one_saved);
-    if (cb.max_gpu_grad_numel) bytes += 2 * cb.max_gpu_grad_numel * sizeof(float);
+    size_t bytes = mt_cuda_host_bytes_of(&cb);
     mt_cuda_homes_free(&cb);
     return bytes;
 }
