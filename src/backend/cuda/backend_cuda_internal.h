@@ -43,7 +43,7 @@ typedef struct acts {
     void *xn2_op; float *rstd2;
     float *gate32, *up32; void *mlp_op;
     uint16_t *gate16, *up16;  /* fast path; gate16: gpt_neox's GELU input in bf16 mode */
-    float *xtmp;        /* an MoE or Gemma block's output in a recompute (unused) */
+    float *xtmp;        /* an MoE block's output in a recompute (unused) */
     /* Gemma (gemma_cuda.c): the attention's and the MLP's outputs before
      * their post-norms, (N, C) each, and those norms' rstd (N); the 1 + w
      * of the bound layer's RMSNorms, (4C + 2HD): input, post-attention,
