@@ -12,6 +12,7 @@
 #include <math.h>
 
 #include "kernels/cuda_common.h"
+#include "kernels/ops/elem.cuh"
 #include "kernels/moe/moe_route.h"
 #include "kernels/scratch_sizes.h"
 
@@ -52,11 +53,6 @@ __device__ float block_sum(float v, float *red) {
 }
 
 __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-__device__ __forceinline__ void store(float *p, size_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void store(__nv_bfloat16 *p, size_t i, float v) {
-    p[i] = __float2bfloat16_rn(v);
-}
 
 /* ---- routing ---- */
 
@@ -280,7 +276,7 @@ __global__ void combine_bwd_kernel(T *dy, float *dwk, T *dsy, float *dsz, const 
         float w = wk[n * K + j], dot = 0.0f;
         for (size_t i = threadIdx.x; i < C; i += CB_THREADS) {
             dot += d[i] * yr[i];
-            store(dy, r * C + i, w * d[i]);
+            mt_put(dy, r * C + i, w * d[i]);
         }
         dot = block_sum(dot, red);
         if (threadIdx.x == 0) dwk[n * K + j] = dot;
@@ -289,7 +285,7 @@ __global__ void combine_bwd_kernel(T *dy, float *dwk, T *dsy, float *dsz, const 
     float sg = sigmoid_f(sz[n]), dot = 0.0f;
     for (size_t i = threadIdx.x; i < C; i += CB_THREADS) {
         dot += d[i] * sy[n * C + i];
-        store(dsy, n * C + i, sg * d[i]);
+        mt_put(dsy, n * C + i, sg * d[i]);
     }
     dot = block_sum(dot, red);
     if (threadIdx.x == 0) dsz[n] = dot * sg * (1.0f - sg);

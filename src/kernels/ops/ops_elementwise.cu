@@ -6,6 +6,7 @@
 
 #include "kernels/cuda_common.h"
 #include "kernels/cuda_ops.h"
+#include "kernels/ops/elem.cuh"
 
 #define EW_THREADS 256
 
@@ -130,23 +131,18 @@ extern "C" void mt_cuda_residual_add(mt_cuda_ctx *ctx, float *out, const float *
 
 __device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(-g)); }
 
-__device__ __forceinline__ void store_out(float *out, size_t i, float v) { out[i] = v; }
-__device__ __forceinline__ void store_out(__nv_bfloat16 *out, size_t i, float v) {
-    out[i] = __float2bfloat16_rn(v);
-}
-
 template <typename OUT, bool VEC>
 __global__ void swiglu_fwd_kernel(OUT *out, const float *gate, const float *up, size_t n) {
     size_t stride = (size_t)gridDim.x * blockDim.x * 4;
     for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4; i < n; i += stride) {
         if (VEC && i + 4 <= n) {
             float4 g = *(const float4 *)(gate + i), u = *(const float4 *)(up + i);
-            store_out(out, i, silu_f(g.x) * u.x);
-            store_out(out, i + 1, silu_f(g.y) * u.y);
-            store_out(out, i + 2, silu_f(g.z) * u.z);
-            store_out(out, i + 3, silu_f(g.w) * u.w);
+            mt_put(out, i, silu_f(g.x) * u.x);
+            mt_put(out, i + 1, silu_f(g.y) * u.y);
+            mt_put(out, i + 2, silu_f(g.z) * u.z);
+            mt_put(out, i + 3, silu_f(g.w) * u.w);
         } else {
-            for (size_t j = i; j < i + 4 && j < n; j++) store_out(out, j, silu_f(gate[j]) * up[j]);
+            for (size_t j = i; j < i + 4 && j < n; j++) mt_put(out, j, silu_f(gate[j]) * up[j]);
         }
     }
 }

@@ -7,6 +7,7 @@
 
 #include "kernels/cuda_common.h"
 #include "kernels/cuda_ops.h"
+#include "kernels/ops/elem.cuh"
 #include "kernels/ops/gelu.cuh"
 
 #define GEMMA_THREADS 256
@@ -15,11 +16,6 @@ static unsigned gemma_blocks(size_t n) {
     size_t b = MT_CEIL_DIV(n, (size_t)GEMMA_THREADS);
     if (b > 65536) b = 65536;
     return (unsigned)(b ? b : 1);
-}
-
-__device__ __forceinline__ void store(float *out, size_t i, float v) { out[i] = v; }
-__device__ __forceinline__ void store(__nv_bfloat16 *out, size_t i, float v) {
-    out[i] = __float2bfloat16_rn(v);
 }
 
 __global__ void affine_kernel(float *out, const float *inp, size_t n, float mul, float add) {
@@ -35,16 +31,11 @@ extern "C" void mt_cuda_affine(mt_cuda_ctx *ctx, float *out, const float *inp, s
     CUDA_LAUNCH_CHECK();
 }
 
-__device__ __forceinline__ float load(const float *p, size_t i) { return p[i]; }
-__device__ __forceinline__ float load(const __nv_bfloat16 *p, size_t i) {
-    return __bfloat162float(p[i]);
-}
-
 template <typename OUT, typename IN, bool TANH>
 __global__ void geglu_fwd_kernel(OUT *out, const IN *gate, const IN *up, size_t n) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        store(out, i, gelu_f<TANH>(load(gate, i)) * load(up, i));
+        mt_put(out, i, gelu_f<TANH>(mt_get(gate, i)) * mt_get(up, i));
 }
 
 template <typename OUT, typename IN>
@@ -82,9 +73,9 @@ __global__ void geglu_bwd_kernel(T *dgate, T *dup, const float *dout, const T *g
                                  size_t n) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        float d = dout[i], g = load(gate, i), u = load(up, i);
-        store(dup, i, d * gelu_f<TANH>(g));
-        store(dgate, i, (d * u) * gelu_grad_f<TANH>(g));
+        float d = dout[i], g = mt_get(gate, i), u = mt_get(up, i);
+        mt_put(dup, i, d * gelu_f<TANH>(g));
+        mt_put(dgate, i, (d * u) * gelu_grad_f<TANH>(g));
     }
 }
 

@@ -9,6 +9,7 @@
 
 #include "kernels/cuda_common.h"
 #include "kernels/cuda_ops.h"
+#include "kernels/ops/elem.cuh"
 #include "kernels/ops/gelu.cuh"
 
 #define NEOX_THREADS 256
@@ -22,28 +23,6 @@ static unsigned neox_blocks(size_t n, size_t per) {
 
 /* ---- GELU ---- */
 
-__device__ __forceinline__ void put(float *out, size_t i, float v) { out[i] = v; }
-__device__ __forceinline__ void put(__nv_bfloat16 *out, size_t i, float v) {
-    out[i] = __float2bfloat16_rn(v);
-}
-
-/* 4 consecutive values at out + i (i a multiple of 4: 16-byte, or for bf16
- * 8-byte, aligned) */
-__device__ __forceinline__ void put4(float *out, size_t i, float4 v) { *(float4 *)(out + i) = v; }
-__device__ __forceinline__ void put4(__nv_bfloat16 *out, size_t i, float4 v) {
-    *(__nv_bfloat162 *)(out + i) = __floats2bfloat162_rn(v.x, v.y);
-    *(__nv_bfloat162 *)(out + i + 2) = __floats2bfloat162_rn(v.z, v.w);
-}
-
-__device__ __forceinline__ float4 get4(const float *p) { return *(const float4 *)p; }
-__device__ __forceinline__ float4 get4(const __nv_bfloat16 *p) {
-    const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)p);
-    const float2 b = __bfloat1622float2(*(const __nv_bfloat162 *)(p + 2));
-    return make_float4(a.x, a.y, b.x, b.y);
-}
-__device__ __forceinline__ float get1(const float *p) { return *p; }
-__device__ __forceinline__ float get1(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
-
 /* 4 consecutive elements a thread; vector loads and stores when the whole
  * group is in range (the callers' buffers are aligned, checked below). */
 template <typename IN, typename OUT, bool TANH>
@@ -51,11 +30,11 @@ __global__ void gelu_fwd_kernel(OUT *out, const IN *inp, size_t n) {
     size_t stride = (size_t)gridDim.x * blockDim.x * 4;
     for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4; i < n; i += stride) {
         if (i + 4 <= n) {
-            float4 v = get4(inp + i);
-            put4(out, i, make_float4(gelu_f<TANH>(v.x), gelu_f<TANH>(v.y), gelu_f<TANH>(v.z),
+            float4 v = mt_get4(inp + i);
+            mt_put4(out + i, make_float4(gelu_f<TANH>(v.x), gelu_f<TANH>(v.y), gelu_f<TANH>(v.z),
                                      gelu_f<TANH>(v.w)));
         } else {
-            for (size_t j = i; j < n; j++) put(out, j, gelu_f<TANH>(get1(inp + j)));
+            for (size_t j = i; j < n; j++) mt_put(out, j, gelu_f<TANH>(mt_get(inp + j, 0)));
         }
     }
 }
@@ -67,16 +46,16 @@ __global__ void gelu_bwd_kernel(float *dinp, __nv_bfloat16 *dinp_op, const float
     size_t stride = (size_t)gridDim.x * blockDim.x * 4;
     for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4; i < n; i += stride) {
         if (i + 4 <= n) {
-            float4 x = get4(inp + i), g = *(const float4 *)(dout + i);
+            float4 x = mt_get4(inp + i), g = *(const float4 *)(dout + i);
             float4 d = make_float4(g.x * gelu_grad_f<TANH>(x.x), g.y * gelu_grad_f<TANH>(x.y),
                                    g.z * gelu_grad_f<TANH>(x.z), g.w * gelu_grad_f<TANH>(x.w));
             if (dinp) *(float4 *)(dinp + i) = d;
-            if (dinp_op) put4(dinp_op, i, d);
+            if (dinp_op) mt_put4(dinp_op + i, d);
         } else {
             for (size_t j = i; j < n; j++) {
-                float d = dout[j] * gelu_grad_f<TANH>(get1(inp + j));
+                float d = dout[j] * gelu_grad_f<TANH>(mt_get(inp + j, 0));
                 if (dinp) dinp[j] = d;
-                if (dinp_op) put(dinp_op, j, d);
+                if (dinp_op) mt_put(dinp_op, j, d);
             }
         }
     }
@@ -105,7 +84,7 @@ extern "C" void mt_cuda_gelu_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt, 
                                      mt_dt inp_dt, size_t n, int tanh_form) {
     if (n == 0) return;
     check16(inp);
-    check16(out); /* put4: 16 bytes (fp32) or 8 (bf16) at every 4th element */
+    check16(out); /* mt_put4: 16 bytes (fp32) or 8 (bf16) at every 4th element */
     if (inp_dt == MT_DT_BF16)
         gelu_fwd_launch(ctx->stream, out, out_dt, (const __nv_bfloat16 *)inp, n, tanh_form);
     else
@@ -181,13 +160,13 @@ __global__ void qkv_split_kernel(OUT *q, OUT *k, OUT *v, const IN *qkv, const fl
         for (int o = threadIdx.x; o < W; o += blockDim.x) {
             const int slot = o / s.HD, d = o - slot * s.HD;
             const int g = slot / (G + 2), j = slot - g * (G + 2);
-            float val = get1(row + o);
+            float val = mt_get(row, o);
             if (j <= G && d < s.R) { /* a query or key head's rotated dims */
                 const int i = d < half ? d : d - half;
-                val = rotate<false>(val, get1(row + (d < half ? o + half : o - half)), d, half,
+                val = rotate<false>(val, mt_get(row, d < half ? o + half : o - half), d, half,
                                     cos[p * half + i], sin[p * half + i]);
             }
-            put(qkv_home(q, k, v, s, n, g, j, d), 0, val);
+            mt_put(qkv_home(q, k, v, s, n, g, j, d), 0, val);
         }
     }
 }

@@ -17,6 +17,7 @@
 
 #include "kernels/cuda_common.h"
 #include "kernels/cuda_ops.h"
+#include "kernels/ops/elem.cuh"
 #include "kernels/scratch_sizes.h"
 
 #define NORM_WARPS 8    /* rows per block of the norm kernels */
@@ -45,19 +46,6 @@ __device__ __forceinline__ float block_sum(float v, float *red) {
     return tot;
 }
 
-__device__ __forceinline__ void store4(float *out, float4 v) { *(float4 *)out = v; }
-__device__ __forceinline__ void store4(__nv_bfloat16 *out, float4 v) {
-    *(__nv_bfloat162 *)out = __floats2bfloat162_rn(v.x, v.y);
-    *(__nv_bfloat162 *)(out + 2) = __floats2bfloat162_rn(v.z, v.w);
-}
-
-__device__ __forceinline__ float4 load4(const float *p) { return *(const float4 *)p; }
-__device__ __forceinline__ float4 load4(const __nv_bfloat16 *p) {
-    const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)p);
-    const float2 b = __bfloat1622float2(*(const __nv_bfloat162 *)(p + 2));
-    return make_float4(a.x, a.y, b.x, b.y);
-}
-
 /* v * r * w, one element of a normed row (the product before any add). */
 __device__ __forceinline__ float4 normed4(float4 v, float r, float4 w) {
     return make_float4(v.x * r * w.x, v.y * r * w.y, v.z * r * w.z, v.w * r * w.w);
@@ -72,12 +60,12 @@ __global__ void rmsnorm_fwd_kernel(OUT *out, float *rstd, const IN *inp, const f
     const IN *x = inp + row * C;
     float ss = 0.0f;
     for (size_t i = (size_t)lane * 4; i < C; i += 128) {
-        float4 v = load4(x + i);
+        float4 v = mt_get4(x + i);
         ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
     }
     float r = rsqrtf(warp_sum(ss) / (float)C + eps);
     for (size_t i = (size_t)lane * 4; out && i < C; i += 128)
-        store4(out + row * C + i, normed4(load4(x + i), r, *(const float4 *)(w + i)));
+        mt_put4(out + row * C + i, normed4(mt_get4(x + i), r, *(const float4 *)(w + i)));
     if (rstd && lane == 0) rstd[row] = r;
 }
 
@@ -96,7 +84,7 @@ __device__ __forceinline__ void load_row(float4 (&v)[FUSED_V], const float *row)
 template <typename OUT>
 __device__ __forceinline__ void store_row(OUT *row, const float4 (&v)[FUSED_V]) {
 #pragma unroll
-    for (int k = 0; k < FUSED_V; k++) store4(row + (size_t)(threadIdx.x + k * blockDim.x) * 4, v[k]);
+    for (int k = 0; k < FUSED_V; k++) mt_put4(row + (size_t)(threadIdx.x + k * blockDim.x) * 4, v[k]);
 }
 
 /* 1 / rms of the block's row xv, the same in every thread. */
@@ -286,7 +274,7 @@ __global__ void rmsnorm_bwd_kernel(float *dinp, __nv_bfloat16 *dinp_op, const fl
                                                        *(const float4 *)(g + i),
                                                        *(const float4 *)(x + i), k));
         if (dinp) *(float4 *)(dinp + at) = dv;
-        if (dinp_op) store4(dinp_op + at, dv);
+        if (dinp_op) mt_put4(dinp_op + at, dv);
     }
 }
 
@@ -328,7 +316,7 @@ __global__ void __launch_bounds__(512)
             const size_t i = row * C + (size_t)(t + k * nt) * 4;
             const float4 dv = add_or_set<ACC>(dinp, i, rms_dx4(r, wv[k], gv[k], xv[k], kk));
             if (dinp) *(float4 *)(dinp + i) = dv;
-            if (dinp_op) store4(dinp_op + i, dv);
+            if (dinp_op) mt_put4(dinp_op + i, dv);
             acc[k].x += gv[k].x * (xv[k].x * r);
             acc[k].y += gv[k].y * (xv[k].y * r);
             acc[k].z += gv[k].z * (xv[k].z * r);
@@ -460,21 +448,21 @@ __global__ void layernorm_fwd_kernel(OUT *out, float *mean, float *rstd, const f
     const float *x = inp + row * C;
     float s = 0.0f;
     for (size_t i = (size_t)lane * 4; i < C; i += 128) {
-        float4 v = load4(x + i);
+        float4 v = mt_get4(x + i);
         s += v.x + v.y + v.z + v.w;
     }
     const float m = warp_sum(s) / (float)C;
     float ss = 0.0f;
     for (size_t i = (size_t)lane * 4; i < C; i += 128) {
-        float4 v = load4(x + i);
+        float4 v = mt_get4(x + i);
         float a0 = v.x - m, a1 = v.y - m, a2 = v.z - m, a3 = v.w - m;
         ss += a0 * a0 + a1 * a1 + a2 * a2 + a3 * a3;
     }
     const float r = rsqrtf(warp_sum(ss) / (float)C + eps);
     for (size_t i = (size_t)lane * 4; i < C; i += 128) {
-        float4 v = load4(x + i), g = *(const float4 *)(w + i);
+        float4 v = mt_get4(x + i), g = *(const float4 *)(w + i);
         float4 bb = b ? *(const float4 *)(b + i) : make_float4(0.f, 0.f, 0.f, 0.f);
-        store4(out + row * C + i,
+        mt_put4(out + row * C + i,
                make_float4((v.x - m) * r * g.x + bb.x, (v.y - m) * r * g.y + bb.y,
                            (v.z - m) * r * g.z + bb.z, (v.w - m) * r * g.w + bb.w));
     }
