@@ -103,6 +103,54 @@ static void check_geglu_bf16(int tanh_form) {
 Test(cuda_ops_gemma, geglu_bf16_tanh) { check_geglu_bf16(1); }
 Test(cuda_ops_gemma, geglu_bf16_erf) { check_geglu_bf16(0); }
 
+/* The bf16 GeGLU on 16-byte aligned arrays (8 elements a thread) and on
+ * arrays one element off (one a thread) gives the same bits, the tail of
+ * the vector path included (n not a multiple of 8). */
+static void check_geglu_bf16_paths(int tanh_form) {
+    mt_cuda_ctx *ctx = gpu_ctx();
+    dev_pool pool = {0};
+    const size_t n = 8 * 517 + 5;
+    float *g = hrand(n, 61, -6, 6), *u = hrand(n, 62, -2, 2), *d = hrand(n, 63, -1, 1);
+    uint16_t *g16 = to_bf16(g, n), *u16 = to_bf16(u, n);
+    uint16_t *dg = dalloc(&pool, (n + 8) * 2), *du = dalloc(&pool, (n + 8) * 2);
+    uint16_t *dout = dalloc(&pool, (n + 8) * 2), *dgg = dalloc(&pool, (n + 8) * 2);
+    uint16_t *dgu = dalloc(&pool, (n + 8) * 2);
+    float *dd = dalloc(&pool, (n + 8) * 4);
+    uint16_t *got[2][3];
+    for (int off = 0; off < 2; off++) { /* off 0: the vector kernels; 1: the element ones */
+        CUDA_CHECK(cudaMemcpy(dg + off, g16, n * 2, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(du + off, u16, n * 2, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(dd + off, d, n * 4, cudaMemcpyHostToDevice));
+        dpoison(dout, (n + 8) * 2), dpoison(dgg, (n + 8) * 2), dpoison(dgu, (n + 8) * 2);
+        mt_cuda_geglu_forward(ctx, dout + off, MT_DT_BF16, dg + off, du + off, MT_DT_BF16, n, 1,
+                              tanh_form);
+        mt_cuda_geglu_backward(ctx, dgg + off, dgu + off, dd + off, dg + off, du + off,
+                               MT_DT_BF16, n, 1, tanh_form);
+        uint16_t *bufs[3] = {dout, dgg, dgu};
+        for (int b = 0; b < 3; b++) {
+            got[off][b] = malloc(n * 2);
+            download(got[off][b], bufs[b] + off, n * 2);
+        }
+    }
+    const char *what[3] = {"out", "dgate", "dup"};
+    for (int b = 0; b < 3; b++) {
+        for (size_t i = 0; i < n; i++)
+            cr_assert_eq(got[0][b][i], got[1][b][i], "geglu %s at %zu: vector %04x, element %04x",
+                         what[b], i, got[0][b][i], got[1][b][i]);
+        free(got[0][b]), free(got[1][b]);
+    }
+    free(g), free(u), free(d), free(g16), free(u16);
+    pool_free(&pool);
+    mt_cuda_ctx_free(ctx);
+}
+
+Test(cuda_ops_gemma, geglu_bf16_vector_path_is_the_element_one_tanh) {
+    check_geglu_bf16_paths(1);
+}
+Test(cuda_ops_gemma, geglu_bf16_vector_path_is_the_element_one_erf) {
+    check_geglu_bf16_paths(0);
+}
+
 /* 1 + w and x * sqrt(C) are exact in one rounding, as on the CPU: the same
  * bits (in place for the scale). */
 Test(cuda_ops_gemma, affine_is_the_cpus_one_plus_w_and_scale) {

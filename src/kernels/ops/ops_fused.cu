@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/cuda_common.h"
+#include "kernels/ops/gelu.cuh"
 #include "kernels/ops/ops_fused.h"
 
 #define THREADS 256
@@ -89,9 +90,31 @@ extern "C" void mt_cuda_rope_backward_to_bf16(cudaStream_t s, uint16_t *out, con
 
 __device__ __forceinline__ float sigmoid_f(float g) { return 1.0f / (1.0f + __expf(-g)); }
 
+// The gated units act(gate) * up: each activation's forward and its
+// gradients (dg, du) from the unit's output gradient d, in its own order of
+// operations (the CPU reference's).
+struct silu_unit {
+    static __device__ __forceinline__ float fwd(float g, float u) { return g * sigmoid_f(g) * u; }
+    static __device__ __forceinline__ void grad(float d, float g, float u, float *dg, float *du) {
+        float s = sigmoid_f(g);
+        *dg = d * u * s * (1.0f + g * (1.0f - s));
+        *du = d * g * s;
+    }
+};
+
+template <bool TANH>
+struct gelu_unit {
+    static __device__ __forceinline__ float fwd(float g, float u) { return gelu_f<TANH>(g) * u; }
+    static __device__ __forceinline__ void grad(float d, float g, float u, float *dg, float *du) {
+        *du = d * gelu_f<TANH>(g);
+        *dg = (d * u) * gelu_grad_f<TANH>(g);
+    }
+};
+
 // 8 elements per thread: one 16-byte load of gate and of up.
-__global__ void swiglu_fwd_bf16_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *gate,
-                                       const __nv_bfloat16 *up, size_t n) {
+template <class UNIT>
+__global__ void glu_fwd_bf16_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *gate,
+                                    const __nv_bfloat16 *up, size_t n) {
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
     size_t stride = (size_t)gridDim.x * blockDim.x * 8;
     for (; i < n; i += stride) {
@@ -103,36 +126,21 @@ __global__ void swiglu_fwd_bf16_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 float2 g = __bfloat1622float2(g2[k]), u = __bfloat1622float2(u2[k]);
-                o2[k] = __floats2bfloat162_rn(g.x * sigmoid_f(g.x) * u.x, g.y * sigmoid_f(g.y) * u.y);
+                o2[k] = __floats2bfloat162_rn(UNIT::fwd(g.x, u.x), UNIT::fwd(g.y, u.y));
             }
             *(uint4 *)(out + i) = ov;
         } else {
-            for (size_t j = i; j < n; j++) {
-                float g = __bfloat162float(gate[j]), u = __bfloat162float(up[j]);
-                out[j] = __float2bfloat16_rn(g * sigmoid_f(g) * u);
-            }
+            for (size_t j = i; j < n; j++)
+                out[j] = __float2bfloat16_rn(
+                    UNIT::fwd(__bfloat162float(gate[j]), __bfloat162float(up[j])));
         }
     }
 }
 
-extern "C" void mt_cuda_swiglu_forward_bf16(cudaStream_t s, uint16_t *out, const uint16_t *gate,
-                                            const uint16_t *up, size_t n) {
-    if (!n) return;
-    MT_ASSERT(((uintptr_t)out | (uintptr_t)gate | (uintptr_t)up) % 16 == 0);
-    swiglu_fwd_bf16_kernel<<<blocks_for(MT_CEIL_DIV(n, (size_t)8)), THREADS, 0, s>>>(
-        (__nv_bfloat16 *)out, (const __nv_bfloat16 *)gate, (const __nv_bfloat16 *)up, n);
-    CUDA_LAUNCH_CHECK();
-}
-
-__device__ __forceinline__ void swiglu_grad_f(float d, float g, float u, float *dg, float *du) {
-    float s = sigmoid_f(g);
-    *dg = d * u * s * (1.0f + g * (1.0f - s));
-    *du = d * g * s;
-}
-
-__global__ void swiglu_bwd_bf16_kernel(__nv_bfloat16 *dgate, __nv_bfloat16 *dup, const float *dout,
-                                       const __nv_bfloat16 *gate, const __nv_bfloat16 *up,
-                                       size_t n) {
+template <class UNIT>
+__global__ void glu_bwd_bf16_kernel(__nv_bfloat16 *dgate, __nv_bfloat16 *dup, const float *dout,
+                                    const __nv_bfloat16 *gate, const __nv_bfloat16 *up,
+                                    size_t n) {
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
     size_t stride = (size_t)gridDim.x * blockDim.x * 8;
     for (; i < n; i += stride) {
@@ -147,8 +155,8 @@ __global__ void swiglu_bwd_bf16_kernel(__nv_bfloat16 *dgate, __nv_bfloat16 *dup,
             for (int k = 0; k < 4; k++) {
                 float2 g = __bfloat1622float2(g2[k]), u = __bfloat1622float2(u2[k]);
                 float a, b, c, e;
-                swiglu_grad_f(d[2 * k], g.x, u.x, &a, &b);
-                swiglu_grad_f(d[2 * k + 1], g.y, u.y, &c, &e);
+                UNIT::grad(d[2 * k], g.x, u.x, &a, &b);
+                UNIT::grad(d[2 * k + 1], g.y, u.y, &c, &e);
                 dg2[k] = __floats2bfloat162_rn(a, c);
                 du2[k] = __floats2bfloat162_rn(b, e);
             }
@@ -157,7 +165,7 @@ __global__ void swiglu_bwd_bf16_kernel(__nv_bfloat16 *dgate, __nv_bfloat16 *dup,
         } else {
             for (size_t j = i; j < n; j++) {
                 float a, b;
-                swiglu_grad_f(dout[j], __bfloat162float(gate[j]), __bfloat162float(up[j]), &a, &b);
+                UNIT::grad(dout[j], __bfloat162float(gate[j]), __bfloat162float(up[j]), &a, &b);
                 dgate[j] = __float2bfloat16_rn(a);
                 dup[j] = __float2bfloat16_rn(b);
             }
@@ -165,14 +173,48 @@ __global__ void swiglu_bwd_bf16_kernel(__nv_bfloat16 *dgate, __nv_bfloat16 *dup,
     }
 }
 
-extern "C" void mt_cuda_swiglu_backward_bf16(cudaStream_t s, uint16_t *dgate, uint16_t *dup,
-                                             const float *dout, const uint16_t *gate,
-                                             const uint16_t *up, size_t n) {
+template <class UNIT>
+static void glu_forward_bf16(cudaStream_t s, uint16_t *out, const uint16_t *gate,
+                             const uint16_t *up, size_t n) {
+    if (!n) return;
+    MT_ASSERT(((uintptr_t)out | (uintptr_t)gate | (uintptr_t)up) % 16 == 0);
+    glu_fwd_bf16_kernel<UNIT><<<blocks_for(MT_CEIL_DIV(n, (size_t)8)), THREADS, 0, s>>>(
+        (__nv_bfloat16 *)out, (const __nv_bfloat16 *)gate, (const __nv_bfloat16 *)up, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+template <class UNIT>
+static void glu_backward_bf16(cudaStream_t s, uint16_t *dgate, uint16_t *dup, const float *dout,
+                              const uint16_t *gate, const uint16_t *up, size_t n) {
     if (!n) return;
     MT_ASSERT(((uintptr_t)dgate | (uintptr_t)dup | (uintptr_t)dout | (uintptr_t)gate |
                (uintptr_t)up) % 16 == 0);
-    swiglu_bwd_bf16_kernel<<<blocks_for(MT_CEIL_DIV(n, (size_t)8)), THREADS, 0, s>>>(
+    glu_bwd_bf16_kernel<UNIT><<<blocks_for(MT_CEIL_DIV(n, (size_t)8)), THREADS, 0, s>>>(
         (__nv_bfloat16 *)dgate, (__nv_bfloat16 *)dup, dout, (const __nv_bfloat16 *)gate,
         (const __nv_bfloat16 *)up, n);
     CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void mt_cuda_swiglu_forward_bf16(cudaStream_t s, uint16_t *out, const uint16_t *gate,
+                                            const uint16_t *up, size_t n) {
+    glu_forward_bf16<silu_unit>(s, out, gate, up, n);
+}
+
+extern "C" void mt_cuda_swiglu_backward_bf16(cudaStream_t s, uint16_t *dgate, uint16_t *dup,
+                                             const float *dout, const uint16_t *gate,
+                                             const uint16_t *up, size_t n) {
+    glu_backward_bf16<silu_unit>(s, dgate, dup, dout, gate, up, n);
+}
+
+extern "C" void mt_cuda_geglu_forward_bf16(cudaStream_t s, uint16_t *out, const uint16_t *gate,
+                                           const uint16_t *up, size_t n, int tanh_form) {
+    if (tanh_form) glu_forward_bf16<gelu_unit<true>>(s, out, gate, up, n);
+    else glu_forward_bf16<gelu_unit<false>>(s, out, gate, up, n);
+}
+
+extern "C" void mt_cuda_geglu_backward_bf16(cudaStream_t s, uint16_t *dgate, uint16_t *dup,
+                                            const float *dout, const uint16_t *gate,
+                                            const uint16_t *up, size_t n, int tanh_form) {
+    if (tanh_form) glu_backward_bf16<gelu_unit<true>>(s, dgate, dup, dout, gate, up, n);
+    else glu_backward_bf16<gelu_unit<false>>(s, dgate, dup, dout, gate, up, n);
 }

@@ -2,15 +2,20 @@
  * gemma_cuda.c): the GeGLU of their MLP, gelu(gate) * up, forward and
  * backward, and an affine map out = inp * mul + add, which makes the
  * 1 + w of their RMSNorms and scales the embedding by sqrt(hidden). fp32
- * arithmetic, as backend/cpu/gemma.c; memory bound, one pass each. */
+ * arithmetic, as backend/cpu/gemma.c; memory bound, one pass each. The
+ * GeGLU on aligned bf16 arrays takes ops_fused.cu's 16-byte kernels (the
+ * same arithmetic, so the same bits as these). */
 #include <cuda_bf16.h>
 
 #include "kernels/cuda_common.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/ops/elem.cuh"
 #include "kernels/ops/gelu.cuh"
+#include "kernels/ops/ops_fused.h"
 
 #define GEMMA_THREADS 256
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 static unsigned gemma_blocks(size_t n) {
     size_t b = MT_CEIL_DIV(n, (size_t)GEMMA_THREADS);
@@ -54,7 +59,10 @@ extern "C" void mt_cuda_geglu_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt,
     size_t n = N * F;
     if (n == 0) return;
     MT_ASSERT(in_dt == MT_DT_F32 || out_dt == MT_DT_BF16); /* bf16 in: bf16 out */
-    if (in_dt == MT_DT_BF16)
+    if (in_dt == MT_DT_BF16 && aligned16(out) && aligned16(gate) && aligned16(up))
+        mt_cuda_geglu_forward_bf16(ctx->stream, (uint16_t *)out, (const uint16_t *)gate,
+                                   (const uint16_t *)up, n, tanh_form);
+    else if (in_dt == MT_DT_BF16)
         geglu_fwd<__nv_bfloat16, __nv_bfloat16>(ctx->stream, (__nv_bfloat16 *)out, gate, up, n,
                                                 tanh_form);
     else if (out_dt == MT_DT_BF16)
@@ -96,7 +104,11 @@ extern "C" void mt_cuda_geglu_backward(mt_cuda_ctx *ctx, void *dgate, void *dup,
                                        size_t F, int tanh_form) {
     size_t n = N * F;
     if (n == 0) return;
-    if (dt == MT_DT_BF16)
+    if (dt == MT_DT_BF16 && aligned16(dgate) && aligned16(dup) && aligned16(dout) &&
+        aligned16(gate) && aligned16(up))
+        mt_cuda_geglu_backward_bf16(ctx->stream, (uint16_t *)dgate, (uint16_t *)dup, dout,
+                                    (const uint16_t *)gate, (const uint16_t *)up, n, tanh_form);
+    else if (dt == MT_DT_BF16)
         geglu_bwd<__nv_bfloat16>(ctx->stream, dgate, dup, dout, gate, up, n, tanh_form);
     else
         geglu_bwd<float>(ctx->stream, dgate, dup, dout, gate, up, n, tanh_form);
