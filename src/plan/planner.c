@@ -19,7 +19,22 @@ static int probed_for(const mt_rates *r, const mt_config *c, int64_t tokens, int
            r->probe_tokens == tokens && r->probe_T == T;
 }
 
-typedef struct layer_costs { double f, b, b_kept, head, embed; } layer_costs;
+/* Seconds of one decoder layer's forward, backward (with its recompute),
+ * backward of a kept layer and of a down-kept one (Gemma), the head and
+ * the embedding. */
+typedef struct layer_costs { double f, b, b_kept, b_down, head, embed; } layer_costs;
+
+/* The seconds of a Gemma layer's down projection (0 for other blocks,
+ * whose recompute skips it anyway) at the FLOP rate, and with probed
+ * layer times its share of the forward's products. */
+static double down_s(const mt_plan_request *q, double fwd_s, int probed) {
+    const mt_config *c = q->cfg;
+    if (!mt_arch_is_gemma(c->arch)) return 0;
+    double Q = (double)c->NH * c->HD, KV = (double)c->NKV * c->HD, F = (double)c->F;
+    double tok = (double)q->M * q->B * q->T;
+    if (probed) return fwd_s * F / (2 * Q + 2 * KV + 3 * F);
+    return 2.0 * F * c->C * tok / (q->rates.gemm_tflops * 1e12);
+}
 
 /* FLOP-rate estimate of one decoder layer, the head and the embedding. The
  * element-wise byte counts per token are those of the bf16 fast path
@@ -28,9 +43,12 @@ static layer_costs costs(const mt_plan_request *q) {
     const mt_config *c = q->cfg;
     const mt_rates *r = &q->rates;
     double tok = (double)q->M * q->B * q->T;
-    if (probed_for(r, c, (int64_t)tok, q->T))
-        return (layer_costs){r->layer_fwd_s, r->layer_bwd_s, r->layer_bwd_kept_s,
+    if (probed_for(r, c, (int64_t)tok, q->T)) {
+        double b_down = r->layer_bwd_down_s > 0 ? r->layer_bwd_down_s
+                                                : r->layer_bwd_s - down_s(q, r->layer_fwd_s, 1);
+        return (layer_costs){r->layer_fwd_s, r->layer_bwd_s, r->layer_bwd_kept_s, b_down,
                              r->head_s * (double)c->V / (double)r->probe_V, r->embed_s};
+    }
     double Q = (double)c->NH * c->HD;
     /* parameters one token works with in an average block: the dense
      * block's, or for MoE the attention, router and its top-k experts */
@@ -53,6 +71,7 @@ static layer_costs costs(const mt_plan_request *q) {
                       ? 0 : 2.0 * c->F * c->C * tok / G;
     if (mt_arch_has_neox_block(c->arch) && c->parallel_residual) down += 2.0 * Q * c->C * tok / G;
     k.b = k.f - down + k.b_kept;
+    k.b_down = k.b - down_s(q, k.f, 0);
     k.head = 6.0 * c->V * c->C * tok / G + tok * c->V * 8.0 / H;
     k.embed = tok * c->C * 16.0 / H;
     return k;
@@ -115,6 +134,7 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan
     for (int j = 0; j < n; j++) {
         int l = seq[j], b = bwd[j], back = b && l != head;
         int first_kept = head - n_keep; /* decoder layers >= this keep activations */
+        int first_down = first_kept - plan->n_keep_down; /* >= this: their down output */
         double rh2d = back ? h2d * r->duplex : h2d, rd2h = back ? d2h * r->duplex : d2h;
         /* weights: once per pass; the last block stays resident at the turn;
          * device layers are bound in place on one GPU, all-gathered from
@@ -155,7 +175,8 @@ mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan
         double dur = l == head ? k.head
                      : l == 0  ? k.embed
                      : !b      ? k.f
-                     : (l >= first_kept ? k.b_kept : k.b) + (rebuild ? (l == 1 ? k.embed : k.f) : 0);
+                     : (l >= first_kept ? k.b_kept : l >= first_down ? k.b_down : k.b) +
+                           (rebuild ? (l == 1 ? k.embed : k.f) : 0);
         cstart[j] = c0;
         comp = c0 + dur;
         compute += dur;
@@ -210,7 +231,8 @@ void mt_plan_backend_opts(const mt_plan *plan, const mt_plan_request *q,
                                 .keep_layers = plan->n_keep,
                                 .gpu_budget = (size_t)q->gpu_budget,
                                 .device_optim_layers = plan->n_dev,
-                                .lean_keep = plan->lean_keep, .rank = q->rank,
+                                .lean_keep = plan->lean_keep,
+                                .keep_down_layers = plan->n_keep_down, .rank = q->rank,
                                 .ranks = q->ranks};
 }
 
@@ -226,6 +248,8 @@ static double store_floats(const mt_plan_request *q) {
 }
 
 static void measure(const mt_plan_request *q, mt_plan *p) {
+    /* a kept layer needs no down-kept unit: those are the layers before */
+    if (p->n_keep + p->n_keep_down > (int)q->cfg->L) p->n_keep_down = (int)q->cfg->L - p->n_keep;
     mt_cuda_backend_opts o;
     mt_plan_backend_opts(p, q, &o);
     double tok = (double)q->M * q->B * q->T;
@@ -296,7 +320,7 @@ static int saved_to_disk(mt_plan *p) {
 static void start_homes(const mt_plan_request *q, mt_plan *p, int bf16, int lean) {
     int nl = q->t->n_layers;
     p->host_grad_bf16 = bf16;
-    p->n_keep = 0;
+    p->n_keep = p->n_keep_down = 0;
     p->lean_keep = lean;
     for (int l = 0; l < nl; l++)
         p->homes[l] = (mt_layer_home){.grad_host = 1, .saved_host = l >= 2 && l < nl - 2,
@@ -415,8 +439,10 @@ static void refusal(const mt_plan_request *q, mt_plan *p, int bf16) {
 
 /* The rest of the GPU buys speed: saved inputs home (no PCIe traffic),
  * kept layers (no recompute), gradients home, the next leading layer's
- * optimizer on the GPU (its copies leave the step's start), by the model's
- * gain per byte. */
+ * optimizer on the GPU (its copies leave the step's start), and for Gemma
+ * one more layer's down projection output (a quarter of a recompute's
+ * products for a ninth of a kept layer's bytes), by the model's gain per
+ * byte. */
 static void spend_gpu(const mt_plan_request *q, mt_plan *p) {
     const mt_param_table *t = q->t;
     int nl = t->n_layers, L = nl - 2;
@@ -425,21 +451,24 @@ static void spend_gpu(const mt_plan_request *q, mt_plan *p) {
     for (;;) {
         mt_step_prediction base = mt_plan_predict(q, p);
         double best_gain = 0;
-        int best = -1; /* 0 saved input, 1 keep, 2 gradient, 3 rebuilt one, 4 device layer */
+        /* 0 saved input, 1 keep, 2 gradient, 3 rebuilt one, 4 device layer, 5 down kept */
+        int best = -1;
         int ck = 1;
         while (ck < nl && !p->homes[ck].saved_host) ck++;
         int gk = 0;
         while (gk < nl && !p->homes[grad_order(t, gk)].grad_host) gk++;
         int rk = 2; /* a rebuilt saved input kept on the GPU instead (not layer 1's) */
         while (rk < nl - 2 && !p->homes[rk].saved_recompute) rk++;
-        for (int m = 0; m < 5; m++) {
+        for (int m = 0; m < 6; m++) {
             int ok = m == 0   ? ck < nl
                      : m == 1 ? keep_ok && p->n_keep < L &&
                                     (q->keep_layers < 0 || p->n_keep < q->keep_layers)
                      : m == 2 ? gk < nl
                      : m == 3 ? rk < nl - 2
-                              : q->device_optim < 0 && p->n_dev < nl - 1 &&
-                                    p->n_dev < nl - p->n_disk; /* disk layers: the CPU's */
+                     : m == 4 ? q->device_optim < 0 && p->n_dev < nl - 1 &&
+                                    p->n_dev < nl - p->n_disk /* disk layers: the CPU's */
+                              : keep_ok && mt_arch_is_gemma(q->cfg->arch) &&
+                                    p->n_keep + p->n_keep_down < L;
             if (!ok) continue;
             mt_plan trial = *p;
             trial.homes = mt_calloc_or_die((size_t)nl, sizeof *trial.homes);
@@ -449,6 +478,7 @@ static void spend_gpu(const mt_plan_request *q, mt_plan *p) {
             if (m == 2) trial.homes[grad_order(t, gk)].grad_host = 0;
             if (m == 3) trial.homes[rk].saved_recompute = 0;
             if (m == 4) trial.homes[trial.n_dev++].grad_host = 0;
+            if (m == 5) trial.n_keep_down++;
             measure(q, &trial);
             /* a GPU-waiting gradient pins the optimizer's staging on the host */
             if (trial.gpu_bytes <= q->gpu_budget && trial.host_bytes <= q->host_budget) {
@@ -466,6 +496,7 @@ static void spend_gpu(const mt_plan_request *q, mt_plan *p) {
         if (best == 2) p->homes[grad_order(t, gk)].grad_host = 0;
         if (best == 3) p->homes[rk].saved_recompute = 0;
         if (best == 4) p->homes[p->n_dev++].grad_host = 0;
+        if (best == 5) p->n_keep_down++;
         measure(q, p);
     }
 }

@@ -85,6 +85,8 @@ typedef struct mt_plan {
     int host_grad_bf16, n_keep;
     int n_dev;                /* layers 0..n_dev-1: AdamW on the GPU */
     int lean_keep;            /* kept layers rebuild their mid-block residual */
+    int n_keep_down;          /* Gemma: layers before the kept ones keeping their down
+                               * projection's output (mt_cuda_backend_opts) */
     double gpu_bytes;         /* the backend's allocation + the context reserve */
     double host_bytes;        /* store + pinned buffers + batch */
     double pinned_bytes;

@@ -9,13 +9,15 @@
 #include "plan/planner_internal.h"
 #include "util/mem.h"
 
-/* What the print groups layers by: homes and whether activations are kept. */
+/* What the print groups layers by: homes and whether activations are kept
+ * (4), or the down projection's output (64). */
 static int layer_kind(const mt_plan *p, int l) {
     int head = p->n_layers - 1;
     if (l == 0) return -1;
     int kept = l < head && l >= head - p->n_keep;
+    int down = !kept && l < head && l >= head - p->n_keep - p->n_keep_down;
     return p->homes[l].grad_host | p->homes[l].saved_host << 1 | kept << 2 | (l == head) << 3 |
-           p->homes[l].saved_recompute << 4 | p->homes[l].saved_disk << 5;
+           p->homes[l].saved_recompute << 4 | p->homes[l].saved_disk << 5 | down << 6;
 }
 
 /* The disk tier's rates, as the plan's lines of it end. */
@@ -155,14 +157,21 @@ void mt_plan_print(const mt_plan *p, const mt_plan_request *q, FILE *f) {
                 : h->saved_disk                          ? "disk"
                 : h->saved_host                          ? "host"
                                                         : "GPU",
-                layer_kind(p, a) >= 0 && (layer_kind(p, a) & 4) ? "activations kept" : "");
+                layer_kind(p, a) < 0        ? ""
+                : layer_kind(p, a) & 4      ? "activations kept"
+                : layer_kind(p, a) & 64     ? "down output kept"
+                                            : "");
         a = b + 1;
     }
-    fprintf(f, "host gradients: %s; %skept layers: %d of %lld%s; AdamW on the GPU: ",
+    char down[96] = "";
+    if (p->n_keep_down)
+        snprintf(down, sizeof down, "; down projection output kept: %d more (their recompute "
+                 "stops after the GeGLU)", p->n_keep_down);
+    fprintf(f, "host gradients: %s; %skept layers: %d of %lld%s%s; AdamW on the GPU: ",
             p->host_grad_bf16 ? "bf16 (rounded once from the fp32 GPU sum)" : "fp32",
             q->saved_bf16 ? "host saved inputs: bf16 (rounded from the fp32 stream); " : "",
             p->n_keep, (long long)q->cfg->L,
-            p->n_keep && p->lean_keep ? " (lean: the mid-block residual rebuilt)" : "");
+            p->n_keep && p->lean_keep ? " (lean: the mid-block residual rebuilt)" : "", down);
     if (p->n_dev > 1) fprintf(f, "layers 0-%d\n", p->n_dev - 1);
     else fprintf(f, p->n_dev ? "layer 0\n" : "none\n");
     fprintf(f, "GPU:  %7.2f GB of %.2f GB budget (context reserve %.1f GB included)\n",

@@ -80,7 +80,8 @@ void mt_rates_for_gpu(mt_rates *r, const mt_gpu_spec *g) {
 #define RATE_FIELDS(X)                                                                  \
     GPU_RATE_FIELDS(X)                                                                  \
     X(duplex) X(adam_gparams) X(layer_fwd_s) X(layer_bwd_s) X(layer_bwd_kept_s) X(head_s) \
-    X(embed_s) X(link_gbs) X(disk_write_gbs) X(disk_read_gbs) X(disk_both_gbs)
+    X(embed_s) X(layer_bwd_down_s) X(link_gbs) X(disk_write_gbs) X(disk_read_gbs)            \
+    X(disk_both_gbs)
 #define SHAPE_FIELDS(X) X(probe_C) X(probe_F) X(probe_V) X(probe_tokens) X(probe_T)
 
 int mt_rates_save(const mt_rates *r, const char *path, mt_error *err) {

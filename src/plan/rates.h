@@ -28,6 +28,9 @@ typedef struct mt_rates {
     double disk_write_gbs, disk_read_gbs, disk_both_gbs;
     /* probed times of one decoder layer and the head at the plan's shape */
     double layer_fwd_s, layer_bwd_s, layer_bwd_kept_s, head_s, embed_s;
+    /* a Gemma layer's backward whose down projection's output was kept
+     * (mt_cuda_backend_opts.keep_down_layers); 0: not probed */
+    double layer_bwd_down_s;
     int64_t probe_C, probe_F, probe_V, probe_tokens, probe_T;
 } mt_rates;
 

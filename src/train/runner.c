@@ -140,12 +140,16 @@ int mt_runner_plan_gpu(mt_plan_request *req, mt_plan *plan, const mt_config *cfg
     if (log && a->ranks > 1)
         fprintf(log, "collectives: %d ranks, all-gather %.0f GB/s (bus bandwidth%s)\n", a->ranks,
                 req->rates.link_gbs, a->link_gbs > 0 ? ", measured" : "");
+    char down[48] = "";
+    if (req->rates.layer_bwd_down_s > 0)
+        snprintf(down, sizeof down, ", %.1f with the down output kept",
+                 req->rates.layer_bwd_down_s * 1e3);
     if (log && !a->calib)
         fprintf(log, "probe: H2D %.1f GB/s, D2H %.1f GB/s (%.0f%% each with both busy), CPU "
-                "AdamW %.2f Gparam/s, layer fwd %.1f ms, bwd %.1f ms (%.1f kept), head %.1f ms "
-                "(%.1fs)\n", req->rates.h2d_gbs, req->rates.d2h_gbs, 100 * req->rates.duplex,
+                "AdamW %.2f Gparam/s, layer fwd %.1f ms, bwd %.1f ms (%.1f kept%s), head %.1f "
+                "ms (%.1fs)\n", req->rates.h2d_gbs, req->rates.d2h_gbs, 100 * req->rates.duplex,
                 req->rates.adam_gparams, req->rates.layer_fwd_s * 1e3,
-                req->rates.layer_bwd_s * 1e3, req->rates.layer_bwd_kept_s * 1e3,
+                req->rates.layer_bwd_s * 1e3, req->rates.layer_bwd_kept_s * 1e3, down,
                 req->rates.head_s * (double)cfg->V / req->rates.probe_V * 1e3, mt_now_s() - t0);
     if (mt_plan_make(req, plan, err)) return -1;
     if (log && plan->fits) mt_plan_print(plan, req, log);

@@ -3,8 +3,9 @@
  * to the GPU, rebuilds every other one in the backward, moves gradients
  * to the GPU and rounds host gradients to bf16 only
  * when fp32 cannot fit, a GPU too small for the smallest placement is
- * refused naming that budget, the step model rewards kept layers, and
- * gpt_neox's and falcon's blocks keep theirs. */
+ * refused naming that budget, the step model rewards kept layers,
+ * gpt_neox's and falcon's blocks keep theirs, and Gemma's its down
+ * projection's output where the GPU has room. */
 #include <criterion/criterion.h>
 
 #include <stdio.h>
@@ -407,4 +408,50 @@ Test(planner, pythia_and_falcon_blocks_keep_their_activations) {
                       names[i], b2 - b0, unit);
         mt_test_planned_free(&x);
     }
+}
+
+/* Gemma's recompute runs the down projection (its post-norm's backward
+ * reads the output): with room on the GPU the plan keeps that output for
+ * layers before the kept ones (a quarter of the recompute's products for
+ * N * C + N floats a micro-batch), the model rewards it, and the backend
+ * counts those bytes. Other blocks' recompute stops before the product:
+ * they keep none. */
+Test(planner, gemma_keeps_its_down_outputs_where_the_gpu_has_room) {
+    mt_error err;
+    mt_test_planned x;
+    mt_preset_config(mt_preset_find("gemma2-9b"), 2048, &x.cfg);
+    cr_assert_eq(mt_params_init(&x.t, &x.cfg, &err), 0, "%s", err.msg);
+    x.q = (mt_plan_request){.cfg = &x.cfg, .t = &x.t, .M = 4, .B = 8, .T = 2048,
+                            .precision = MT_GPU_BF16, .gpu_budget = 139e9, .host_budget = 124e9,
+                            .host_grad_dtype = -1, .keep_layers = -1, .device_optim = -1};
+    mt_rates_default(&x.q.rates);
+    cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), 0, "%s", err.msg);
+    cr_assert(x.p.fits, "%s", x.p.why);
+    cr_assert_gt(x.p.n_keep_down, 0, "no down output kept (%d kept layers)", x.p.n_keep);
+    cr_assert_leq(x.p.n_keep + x.p.n_keep_down, (int)x.cfg.L);
+    cr_assert_leq(x.p.gpu_bytes, x.q.gpu_budget);
+    mt_plan v = x.p;
+    mt_step_prediction with = mt_plan_predict(&x.q, &v);
+    v.n_keep_down = 0;
+    mt_step_prediction without = mt_plan_predict(&x.q, &v);
+    cr_assert_lt(with.step, without.step, "%.3f s with vs %.3f s without", with.step,
+                 without.step);
+    mt_cuda_backend_opts none = {.precision = MT_GPU_BF16},
+                         three = {.precision = MT_GPU_BF16, .keep_down_layers = 3};
+    size_t b0 = mt_cuda_backend_bytes(&x.cfg, &x.t, 4, 8, 2048, &none);
+    size_t b3 = mt_cuda_backend_bytes(&x.cfg, &x.t, 4, 8, 2048, &three);
+    size_t N = 8 * 2048, unit = (N * (size_t)x.cfg.C + N) * 4;
+    cr_assert_geq(b3 - b0, 3 * 4 * unit, "%zu bytes for 12 units of %zu", b3 - b0, unit);
+    cr_assert_leq(b3 - b0, 3 * 4 * (unit + 256) + 256, "%zu bytes for 12 units of %zu",
+                  b3 - b0, unit);
+    mt_test_planned_free(&x);
+    mt_preset_config(mt_preset_find("8b"), 2048, &x.cfg);
+    cr_assert_eq(mt_params_init(&x.t, &x.cfg, &err), 0, "%s", err.msg);
+    x.q.cfg = &x.cfg, x.q.t = &x.t;
+    cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), 0, "%s", err.msg);
+    cr_assert(x.p.fits, "%s", x.p.why);
+    cr_assert_eq(x.p.n_keep_down, 0, "Llama keeps %d down outputs", x.p.n_keep_down);
+    cr_assert_eq(mt_cuda_backend_bytes(&x.cfg, &x.t, 4, 8, 2048, &three),
+                 mt_cuda_backend_bytes(&x.cfg, &x.t, 4, 8, 2048, &none));
+    mt_test_planned_free(&x);
 }

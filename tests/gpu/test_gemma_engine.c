@@ -153,18 +153,23 @@ static double worst_grad_err(const mt_param_table *t, const float *g, const floa
     return worst;
 }
 
-/* keep: the kept layers asked for; the bf16 path (the flash kernels: head
- * dim 64 here) keeps them, fp32 keeps none, which the test checks. */
+/* keep: the kept layers asked for, down: the down-kept ones before them;
+ * the bf16 path (the flash kernels: head dim 64 here) keeps them (down: as
+ * many as the kept ones leave), fp32 none, which the test checks. */
 static step_out gpu_step(const mt_config *c, const mt_param_table *t, mt_host_store *s,
-                         mt_gpu_precision prec, int keep, const int32_t *tok, const int32_t *tgt,
-                         const int32_t *pos) {
+                         mt_gpu_precision prec, int keep, int down, const int32_t *tok,
+                         const int32_t *tgt, const int32_t *pos) {
     mt_error err;
-    mt_cuda_backend_opts o = {.precision = prec, .keep_layers = keep};
+    mt_cuda_backend_opts o = {.precision = prec, .keep_layers = keep, .keep_down_layers = down};
     mt_backend *be = mt_cuda_backend_create(c, t, s, M, B, T, &o, &err);
     cr_assert_not_null(be, "%s", err.msg);
     int want = prec == MT_GPU_BF16 ? keep : 0;
+    int want_down = prec != MT_GPU_BF16 ? 0 : down < (int)c->L - keep ? down : (int)c->L - keep;
     cr_assert_eq(mt_cuda_backend_kept_layers(be), want, "%s keeps %d layers, not %d",
                  c->model_type, mt_cuda_backend_kept_layers(be), want);
+    cr_assert_eq(mt_cuda_backend_down_kept_layers(be), want_down,
+                 "%s keeps the down output of %d layers, not %d", c->model_type,
+                 mt_cuda_backend_down_kept_layers(be), want_down);
     step_out r = run_step(be, 1, c, t, s, tok, tgt, pos);
     mt_cuda_backend_free(be);
     return r;
@@ -185,7 +190,7 @@ static void check_against_cpu(const mt_config *c, const char *name, const int32_
     step_out ref = run_step(cpu, 0, c, &t, &s, tok, tgt, pos);
     mt_cpu_backend_free(cpu);
 
-    step_out g32 = gpu_step(c, &t, &s, MT_GPU_FP32, 0, tok, tgt, pos);
+    step_out g32 = gpu_step(c, &t, &s, MT_GPU_FP32, 0, 0, tok, tgt, pos);
     double e32 = worst_grad_err(&t, g32.grads, ref.grads);
     double l32 = mt_test_rel_err(g32.logits, ref.logits, (size_t)N_TOK * c->V);
     cr_log_info("%s fp32: loss %.7f vs cpu %.7f, worst grad err %.3g, logits err %.3g", name,
@@ -194,7 +199,7 @@ static void check_against_cpu(const mt_config *c, const char *name, const int32_
     cr_assert_lt(e32, TOL32_GRAD, "%s fp32 worst grad err %.3g", name, e32);
     cr_assert_lt(l32, TOL32_LOGITS, "%s fp32 logits rel err %.3g", name, l32);
 
-    step_out g16 = gpu_step(c, &t, &s, MT_GPU_BF16, 0, tok, tgt, pos);
+    step_out g16 = gpu_step(c, &t, &s, MT_GPU_BF16, 0, 0, tok, tgt, pos);
     double e16 = worst_grad_err(&t, g16.grads, ref.grads);
     cr_log_info("%s bf16: loss %.7f vs cpu %.7f, worst grad err %.3g", name, g16.loss, ref.loss,
                 e16);
@@ -202,11 +207,22 @@ static void check_against_cpu(const mt_config *c, const char *name, const int32_
     cr_assert_lt(e16, TOL16_GRAD, "%s bf16 worst grad err %.3g", name, e16);
     /* every layer's activations kept instead of recomputed: the same
      * kernels on the same inputs, the same bits */
-    step_out again = gpu_step(c, &t, &s, MT_GPU_BF16, (int)c->L, tok, tgt, pos);
+    step_out again = gpu_step(c, &t, &s, MT_GPU_BF16, (int)c->L, 0, tok, tgt, pos);
     cr_assert_eq(again.loss, g16.loss, "%s: kept activations change the loss", name);
     cr_assert(!memcmp(again.grads, g16.grads, t.total * sizeof(float)),
               "%s: kept activations change the gradients", name);
-    step_out *all[] = {&ref, &g32, &g16, &again};
+    /* the down projection's output kept (every layer's; the first's before
+     * a kept last one): the forward's product, the same bits */
+    step_out down = gpu_step(c, &t, &s, MT_GPU_BF16, 0, (int)c->L, tok, tgt, pos);
+    step_out mixed = gpu_step(c, &t, &s, MT_GPU_BF16, 1, (int)c->L, tok, tgt, pos);
+    step_out *same[] = {&down, &mixed};
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(same[i]->loss, g16.loss, "%s: kept down outputs change the loss (%d)", name,
+                     i);
+        cr_assert(!memcmp(same[i]->grads, g16.grads, t.total * sizeof(float)),
+                  "%s: kept down outputs change the gradients (%d)", name, i);
+    }
+    step_out *all[] = {&ref, &g32, &g16, &again, &down, &mixed};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) step_out_free(all[i]);
     mt_host_store_free(&s);
     mt_params_free(&t);

@@ -75,6 +75,13 @@ typedef struct mt_cuda_backend_opts {
      * rebuilds it with the output projection, one more product per kept
      * layer and micro-batch, so that more layers fit. */
     int lean_keep;
+    /* Gemma blocks on the bf16 kernels: of the layers before the kept
+     * ones, the last keep_down_layers keep their down projection's output
+     * (fp32, the post-norm's input) and that norm's rstd until their
+     * backward, whose recompute then stops after the GeGLU: 4 bytes per
+     * hidden unit and token, a ninth of a Gemma unit, for a quarter of the
+     * recompute's products. 0: none; ignored for other blocks. */
+    int keep_down_layers;
     /* Device bytes the backend may take in all (0: what is free), counting
      * a reserve for the CUDA context and libraries (MT_CUDA_CONTEXT_RESERVE). */
     size_t gpu_budget;
@@ -177,6 +184,8 @@ void mt_cuda_backend_times(mt_backend *be, mt_cuda_step_times *t);
 
 /* Decoder layers whose activations are kept instead of recomputed. */
 int mt_cuda_backend_kept_layers(mt_backend *be);
+/* The layers before those whose down projection's output is kept. */
+int mt_cuda_backend_down_kept_layers(mt_backend *be);
 
 /* The last step's times and traffic, the device bytes, pinned host bytes
  * and kept layers (the backend's stats call). */

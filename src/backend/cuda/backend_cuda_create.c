@@ -544,6 +544,9 @@ void mt_cuda_backend_stats(mt_backend *be, mt_backend_stats *st) {
 }
 
 int mt_cuda_backend_kept_layers(mt_backend *be) { return ((cuda_backend *)be)->n_keep; }
+int mt_cuda_backend_down_kept_layers(mt_backend *be) {
+    return ((cuda_backend *)be)->n_keep_down;
+}
 
 void mt_cuda_backend_logits(mt_backend *be, int mb, int64_t row, float *logits) {
     cuda_backend *cb = (cuda_backend *)be;

@@ -178,6 +178,11 @@ typedef struct cuda_backend {
     void *moe_dev;      /* its device range */
     acts *kept;         /* (n_keep * max_M) forward activations kept for backward */
     int n_keep;         /* layers kept: the last n_keep decoder blocks */
+    /* (n_keep_down * max_M) units of N * C + N floats: the down
+     * projection's output and its post-norm's rstd of the n_keep_down
+     * blocks before the kept ones (Gemma, bf16 kernels) */
+    float *down_kept;
+    int n_keep_down;
     /* step state */
     int train;
     float dscale;
@@ -224,6 +229,7 @@ void mt_cuda_resolve_homes(cuda_backend *cb);
 void mt_cuda_homes_free(cuda_backend *cb);
 void mt_cuda_plan(cuda_backend *cb, bump *b);
 size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb);
+size_t mt_cuda_down_unit_floats(const cuda_backend *cb);
 /* The pinned host bytes of a backend whose homes are resolved (what
  * mt_cuda_backend_host_bytes counts), from its own counts: opts.homes is
  * read at creation only. */

@@ -296,11 +296,22 @@ static void plan_kept_unit_of(const cuda_backend *cb, acts *k, bump *b) {
     else plan_kept_unit(cb, k, b);
 }
 
+/* The layers before the kept ones that keep their down projection's
+ * output: Gemma's on the bf16 kernels, as many as asked and left. */
+static int down_kept_layers(const cuda_backend *cb) {
+    if (!cb->keeps || !mt_arch_is_gemma(cb->cfg->arch) || cb->o.keep_down_layers <= 0) return 0;
+    int left = (int)cb->cfg->L - cb->n_keep;
+    return cb->o.keep_down_layers < left ? cb->o.keep_down_layers : left;
+}
+
 /* The forward activations kept on the GPU for the backward: one set per
  * kept (layer, micro-batch) unit, each mt_cuda_keep_unit_bytes after the
- * last. */
+ * last; then the down-kept units (mt_cuda_down_unit_floats each). */
 static void plan_kept(cuda_backend *cb, bump *b) {
     for (int u = 0; u < cb->n_keep * cb->max_M; u++) plan_kept_unit_of(cb, &cb->kept[u], b);
+    cb->n_keep_down = down_kept_layers(cb);
+    size_t units = (size_t)cb->n_keep_down * cb->max_M;
+    cb->down_kept = units ? TAKE_F(b, units * mt_cuda_down_unit_floats(cb)) : NULL;
 }
 
 void mt_cuda_plan(cuda_backend *cb, bump *b) {
@@ -323,6 +334,13 @@ size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb) {
     acts k;
     plan_kept_unit_of(cb, &k, &b);
     return mt_round_up(b.used, 256) + 256;
+}
+
+/* One down-kept unit: the down projection's output (N, C) and its
+ * post-norm's rstd (N), rounded up to 64 floats so that the next starts
+ * aligned. */
+size_t mt_cuda_down_unit_floats(const cuda_backend *cb) {
+    return mt_round_up(cb->N * (size_t)cb->cfg->C + cb->N, 64);
 }
 
 void mt_cuda_default_opts(mt_cuda_backend_opts *o, const mt_cuda_backend_opts *in) {

@@ -18,7 +18,9 @@
  * backward reads. Otherwise (fp32 mode, or head sizes without the bf16
  * kernels) every product writes fp32 and the operands are cast for the
  * next one; nothing is kept. A block that does not keep recomputes its
- * forward for the backward, down projection and post-norm included. */
+ * forward for the backward, down projection and post-norm included, unless
+ * it keeps those two's outputs (a down-kept unit, mt_cuda_down_unit): then
+ * the recompute stops after the GeGLU. */
 #include <math.h>
 
 #include "backend/cuda/backend_cuda_internal.h"
@@ -205,11 +207,16 @@ void mt_cuda_gemma_forward(cuda_backend *cb, acts *a, int layer, int mb, const f
     mt_cuda_matmul_forward(ctx, p, bf ? (void *)a->up16 : a->up32, dt, sc->xn2_op,
                            W_op(cb, s, layer, MT_T_WUP), NULL, N, C, F);
     geglu(cb, a);
-    /* A recompute for the backward runs the down projection and the
-     * post-norm too: their backward reads mo32 and rstd_pf. */
-    mt_cuda_matmul_forward(ctx, p, a->mo32, MT_DT_F32, sc->mlp_op,
-                           W_op(cb, s, layer, MT_T_WDOWN), NULL, N, F, C);
-    post_norm(cb, layer, MT_T_MLP_POST_NORM, out, a->rstd_pf, a->mo32, xmid);
+    /* The post-norm's backward reads mo and rstd_pf: a recompute runs the
+     * down projection and the post-norm too, unless the forward kept them
+     * in a down-kept unit (training only, not in a kept unit). */
+    float *mo, *rstd_pf;
+    int down = a == sc && cb->train && mt_cuda_down_unit(cb, layer, mb, &mo, &rstd_pf);
+    if (!out && down) return;
+    if (!down) mo = a->mo32, rstd_pf = a->rstd_pf;
+    mt_cuda_matmul_forward(ctx, p, mo, MT_DT_F32, sc->mlp_op, W_op(cb, s, layer, MT_T_WDOWN),
+                           NULL, N, F, C);
+    post_norm(cb, layer, MT_T_MLP_POST_NORM, out, rstd_pf, mo, xmid);
 }
 
 /* dL/d in of the post-norm out = res + norm_r(in), from dout = dL/d out,
@@ -232,9 +239,11 @@ static void *post_norm_backward(cuda_backend *cb, int layer, mt_role r, float *d
     return d32;
 }
 
-/* The MLP's backward from f's activations and the scratch's xmid, xn2 and
+/* The MLP's backward from f's activations (the post-norm's input mo and
+ * rstd_pf: f's, or a down-kept unit's) and the scratch's xmid, xn2 and
  * mlp_op: dx holds dL/d out on entry and dL/d xmid on exit. */
-static void mlp_backward(cuda_backend *cb, const acts *f, int layer, float *dx) {
+static void mlp_backward(cuda_backend *cb, const acts *f, int layer, const float *mo,
+                         const float *rstd_pf, float *dx) {
     const mt_config *c = cb->cfg;
     acts *a = &cb->a;
     slot *s = bound_slot(cb);
@@ -244,8 +253,7 @@ static void mlp_backward(cuda_backend *cb, const acts *f, int layer, float *dx) 
     mt_precision p = cb->prec;
     int bf = cb->attn_bf16, tanh_form = c->act == MT_ACT_GELU_TANH;
     /* dL/d mo in dxn32, free until the gate's product below */
-    void *dmo = post_norm_backward(cb, layer, MT_T_MLP_POST_NORM, a->dxn32, dx, f->mo32,
-                                   f->rstd_pf);
+    void *dmo = post_norm_backward(cb, layer, MT_T_MLP_POST_NORM, a->dxn32, dx, mo, rstd_pf);
     mt_cuda_matmul_backward(ctx, p, a->dmlp32, false, G(cb, g, layer, MT_T_WDOWN), dmo,
                             a->mlp_op, W_op(cb, s, layer, MT_T_WDOWN), N, F, C);
     if (bf) { /* the gradients straight into the products' bf16 operands */
@@ -363,7 +371,10 @@ void mt_cuda_gemma_backward(cuda_backend *cb, const acts *f, int layer, int mb, 
     mt_precision p = cb->prec;
     MT_ASSERT(f == a || cb->attn_bf16);
     if (f != a) rebuild(cb, f, layer, x);
-    mlp_backward(cb, f, layer, dx);
+    float *mo, *rstd_pf; /* the post-norm's input and rstd: f's, or a down-kept unit's */
+    if (f != a || !mt_cuda_down_unit(cb, layer, mb, &mo, &rstd_pf))
+        mo = f->mo32, rstd_pf = f->rstd_pf;
+    mlp_backward(cb, f, layer, mo, rstd_pf, dx);
     /* xmid = x + norm_post_attn(ao): dL/d ao in dxn32, free until the
      * q product below */
     void *dao = post_norm_backward(cb, layer, MT_T_ATTN_POST_NORM, a->dxn32, dx, f->ao32,

@@ -90,7 +90,7 @@ static double span_us(const mt_trace *tr, const char *name) {
 
 /* Two steps of a 1-layer model of cfg's shape; the second is traced. */
 static int probe_steps(const mt_config *pc, int M, int64_t B, int64_t T, mt_gpu_precision prec,
-                       int keep, mt_trace *tr, mt_error *err) {
+                       int keep, int keep_down, mt_trace *tr, mt_error *err) {
     mt_param_table t;
     mt_host_store s;
     if (mt_params_init(&t, pc, err)) return -1;
@@ -99,7 +99,8 @@ static int probe_steps(const mt_config *pc, int M, int64_t B, int64_t T, mt_gpu_
         return -1;
     }
     mt_host_store_init_random(&s, 1, 0.02f);
-    mt_cuda_backend_opts o = {.precision = prec, .gpu_grads = 1, .keep_layers = keep};
+    mt_cuda_backend_opts o = {.precision = prec, .gpu_grads = 1, .keep_layers = keep,
+                              .keep_down_layers = keep_down};
     mt_backend *be = mt_cuda_backend_create(pc, &t, &s, M, B, T, &o, err);
     int rc = be ? 0 : -1;
     size_t n = (size_t)M * B * T;
@@ -127,22 +128,26 @@ int mt_rates_probe(mt_rates *r, const mt_config *cfg, int M, int64_t B, int64_t 
     mt_config pc = *cfg;
     pc.L = 1;
     pc.V = cfg->V < 16384 ? cfg->V : 16384;
-    mt_trace re = {0}, kept = {0};
-    int fast = prec == MT_GPU_BF16;
-    if (probe_steps(&pc, M, B, T, prec, 0, &re, err) ||
-        (fast && probe_steps(&pc, M, B, T, prec, 1, &kept, err))) {
+    mt_trace re = {0}, kept = {0}, down = {0};
+    int fast = prec == MT_GPU_BF16, gemma = fast && mt_arch_is_gemma(cfg->arch);
+    if (probe_steps(&pc, M, B, T, prec, 0, 0, &re, err) ||
+        (fast && probe_steps(&pc, M, B, T, prec, 1, 0, &kept, err)) ||
+        (gemma && probe_steps(&pc, M, B, T, prec, 0, 1, &down, err))) {
         mt_trace_free(&re);
         mt_trace_free(&kept);
+        mt_trace_free(&down);
         return mt_error_prefix(err, "calibration probe: ");
     }
     r->layer_fwd_s = span_us(&re, "fwd L1") / 1e6;
     r->layer_bwd_s = span_us(&re, "bwd L1") / 1e6;
     r->layer_bwd_kept_s = fast ? span_us(&kept, "bwd L1") / 1e6 : r->layer_bwd_s;
     if (r->layer_bwd_kept_s <= 0) r->layer_bwd_kept_s = r->layer_bwd_s;
+    r->layer_bwd_down_s = gemma ? span_us(&down, "bwd L1") / 1e6 : 0;
     r->head_s = span_us(&re, "head (L2)") / 1e6;
     r->embed_s = (span_us(&re, "fwd L0") + span_us(&re, "bwd L0")) / 1e6;
     mt_trace_free(&re);
     mt_trace_free(&kept);
+    mt_trace_free(&down);
     r->probe_C = cfg->C;
     r->probe_F = cfg->F;
     r->probe_V = pc.V;
