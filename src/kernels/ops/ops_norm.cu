@@ -81,6 +81,13 @@ __device__ __forceinline__ void load_row(float4 (&v)[FUSED_V], const float *row)
         v[k] = *(const float4 *)(row + (size_t)(threadIdx.x + k * blockDim.x) * 4);
 }
 
+/* The next row's values, loaded while the block reduces the current one,
+ * become the current (the row kernels below keep two rows in flight). */
+__device__ __forceinline__ void take_row(float4 (&v)[FUSED_V], const float4 (&next)[FUSED_V]) {
+#pragma unroll
+    for (int k = 0; k < FUSED_V; k++) v[k] = next[k];
+}
+
 template <typename OUT>
 __device__ __forceinline__ void store_row(OUT *row, const float4 (&v)[FUSED_V]) {
 #pragma unroll
@@ -107,9 +114,10 @@ __global__ void __launch_bounds__(512)
     load_row(wv, w);
     const size_t r0 = (size_t)blockIdx.x * FWD_ROWS;
     const size_t r1 = r0 + FWD_ROWS < N ? r0 + FWD_ROWS : N;
+    float4 xv[FUSED_V], xn[FUSED_V];
+    if (r0 < r1) load_row(xv, inp + r0 * C);
     for (size_t row = r0; row < r1; row++) {
-        float4 xv[FUSED_V];
-        load_row(xv, inp + row * C);
+        if (row + 1 < r1) load_row(xn, inp + (row + 1) * C);
         const float r = row_rstd(xv, red, C, eps);
         if (out) {
 #pragma unroll
@@ -117,7 +125,32 @@ __global__ void __launch_bounds__(512)
             store_row(out + row * C, xv);
         }
         if (rstd && threadIdx.x == 0) rstd[row] = r;
+        take_row(xv, xn);
     }
+}
+
+/* out's row = res + x * r * w, and with next that sum's norm by next_w. */
+template <typename NEXT>
+__device__ __forceinline__ void residual_row(float *out, NEXT *next, float *next_rstd,
+                                             const float4 (&xv)[FUSED_V],
+                                             const float4 (&rv)[FUSED_V],
+                                             const float4 (&wv)[FUSED_V],
+                                             const float4 (&nw)[FUSED_V], float r, float *red,
+                                             size_t row, size_t C, float eps) {
+    float4 sv[FUSED_V];
+#pragma unroll
+    for (int k = 0; k < FUSED_V; k++) {
+        const float4 y = normed4(xv[k], r, wv[k]);
+        sv[k] = make_float4(__fadd_rn(y.x, rv[k].x), __fadd_rn(y.y, rv[k].y),
+                            __fadd_rn(y.z, rv[k].z), __fadd_rn(y.w, rv[k].w));
+    }
+    store_row(out + row * C, sv);
+    if (!next) return;
+    const float r2 = row_rstd(sv, red, C, eps);
+#pragma unroll
+    for (int k = 0; k < FUSED_V; k++) sv[k] = normed4(sv[k], r2, nw[k]);
+    store_row(next + row * C, sv);
+    if (next_rstd && threadIdx.x == 0) next_rstd[row] = r2;
 }
 
 /* A post-norm and its residual, out = res + inp * rstd * w (fp32), and with
@@ -135,26 +168,21 @@ __global__ void __launch_bounds__(512)
     if (next) load_row(nw, next_w);
     const size_t r0 = (size_t)blockIdx.x * FWD_ROWS;
     const size_t r1 = r0 + FWD_ROWS < N ? r0 + FWD_ROWS : N;
+    float4 xv[FUSED_V], rv[FUSED_V], xn[FUSED_V], rn[FUSED_V];
+    if (r0 < r1) {
+        load_row(xv, inp + r0 * C);
+        if (out) load_row(rv, res + r0 * C);
+    }
     for (size_t row = r0; row < r1; row++) {
-        float4 xv[FUSED_V], rv[FUSED_V];
-        load_row(xv, inp + row * C);
+        if (row + 1 < r1) {
+            load_row(xn, inp + (row + 1) * C);
+            if (out) load_row(rn, res + (row + 1) * C);
+        }
         const float r = row_rstd(xv, red, C, eps);
         if (rstd && threadIdx.x == 0) rstd[row] = r;
-        if (!out) continue;
-        load_row(rv, res + row * C);
-#pragma unroll
-        for (int k = 0; k < FUSED_V; k++) {
-            const float4 y = normed4(xv[k], r, wv[k]);
-            xv[k] = make_float4(__fadd_rn(y.x, rv[k].x), __fadd_rn(y.y, rv[k].y),
-                                __fadd_rn(y.z, rv[k].z), __fadd_rn(y.w, rv[k].w));
-        }
-        store_row(out + row * C, xv);
-        if (!next) continue;
-        const float r2 = row_rstd(xv, red, C, eps);
-#pragma unroll
-        for (int k = 0; k < FUSED_V; k++) xv[k] = normed4(xv[k], r2, nw[k]);
-        store_row(next + row * C, xv);
-        if (next_rstd && threadIdx.x == 0) next_rstd[row] = r2;
+        if (out) residual_row(out, next, next_rstd, xv, rv, wv, nw, r, red, row, C, eps);
+        take_row(xv, xn);
+        take_row(rv, rn);
     }
 }
 
@@ -299,22 +327,33 @@ __global__ void __launch_bounds__(512)
     }
     const size_t r0 = (size_t)blockIdx.x * FUSED_ROWS;
     const size_t r1 = r0 + FUSED_ROWS < N ? r0 + FUSED_ROWS : N;
+    /* the next row's x, dout (and with ACC the dinp it adds to) load while
+     * this one is reduced */
+    float4 xv[FUSED_V], gv[FUSED_V], av[FUSED_V], xn[FUSED_V], gn[FUSED_V], an[FUSED_V];
+    if (r0 < r1) {
+        load_row(xv, inp + r0 * C);
+        load_row(gv, dout + r0 * C);
+        if (ACC) load_row(av, dinp + r0 * C);
+    }
     for (size_t row = r0; row < r1; row++) {
-        float4 xv[FUSED_V], gv[FUSED_V];
+        if (row + 1 < r1) {
+            load_row(xn, inp + (row + 1) * C);
+            load_row(gn, dout + (row + 1) * C);
+            if (ACC) load_row(an, dinp + (row + 1) * C);
+        }
         float dot = 0.0f;
 #pragma unroll
-        for (int k = 0; k < FUSED_V; k++) {
-            const size_t i = row * C + (size_t)(t + k * nt) * 4;
-            xv[k] = *(const float4 *)(inp + i);
-            gv[k] = *(const float4 *)(dout + i);
+        for (int k = 0; k < FUSED_V; k++)
             dot += gv[k].x * wv[k].x * xv[k].x + gv[k].y * wv[k].y * xv[k].y +
                    gv[k].z * wv[k].z * xv[k].z + gv[k].w * wv[k].w * xv[k].w;
-        }
         const float r = rstd[row], kk = block_sum(dot, red) * r * r * r / (float)C;
 #pragma unroll
         for (int k = 0; k < FUSED_V; k++) {
             const size_t i = row * C + (size_t)(t + k * nt) * 4;
-            const float4 dv = add_or_set<ACC>(dinp, i, rms_dx4(r, wv[k], gv[k], xv[k], kk));
+            const float4 d = rms_dx4(r, wv[k], gv[k], xv[k], kk);
+            const float4 dv = ACC ? make_float4(av[k].x + d.x, av[k].y + d.y, av[k].z + d.z,
+                                                av[k].w + d.w)
+                                  : d;
             if (dinp) *(float4 *)(dinp + i) = dv;
             if (dinp_op) mt_put4(dinp_op + i, dv);
             acc[k].x += gv[k].x * (xv[k].x * r);
@@ -322,6 +361,9 @@ __global__ void __launch_bounds__(512)
             acc[k].z += gv[k].z * (xv[k].z * r);
             acc[k].w += gv[k].w * (xv[k].w * r);
         }
+        take_row(xv, xn);
+        take_row(gv, gn);
+        if (ACC) take_row(av, an);
     }
 #pragma unroll
     for (int k = 0; k < FUSED_V; k++)
