@@ -230,6 +230,10 @@ void mt_cuda_homes_free(cuda_backend *cb);
 void mt_cuda_plan(cuda_backend *cb, bump *b);
 size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb);
 size_t mt_cuda_down_unit_floats(const cuda_backend *cb);
+/* The down-kept unit of (layer, mb) (cb->down_kept): its down projection's
+ * output (N, C) into *mo and that post-norm's rstd (N) into *rstd; 0 with
+ * both NULL when the layer keeps none. */
+int mt_cuda_down_unit(const cuda_backend *cb, int layer, int mb, float **mo, float **rstd);
 /* The pinned host bytes of a backend whose homes are resolved (what
  * mt_cuda_backend_host_bytes counts), from its own counts: opts.homes is
  * read at creation only. */

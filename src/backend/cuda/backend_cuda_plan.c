@@ -343,6 +343,16 @@ size_t mt_cuda_down_unit_floats(const cuda_backend *cb) {
     return mt_round_up(cb->N * (size_t)cb->cfg->C + cb->N, 64);
 }
 
+int mt_cuda_down_unit(const cuda_backend *cb, int layer, int mb, float **mo, float **rstd) {
+    int first_kept = (int)cb->cfg->L - cb->n_keep + 1, first = first_kept - cb->n_keep_down;
+    *mo = *rstd = NULL;
+    if (!cb->n_keep_down || layer < first || layer >= first_kept) return 0;
+    size_t N = cb->N, C = cb->cfg->C;
+    *mo = cb->down_kept + ((size_t)(layer - first) * cb->max_M + mb) * mt_cuda_down_unit_floats(cb);
+    *rstd = *mo + N * C;
+    return 1;
+}
+
 void mt_cuda_default_opts(mt_cuda_backend_opts *o, const mt_cuda_backend_opts *in) {
     *o = in ? *in : (mt_cuda_backend_opts){.precision = MT_GPU_BF16};
     if (o->ranks < 1) o->ranks = 1;

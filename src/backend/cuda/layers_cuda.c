@@ -233,16 +233,6 @@ acts *mt_cuda_kept_unit(cuda_backend *cb, int layer, int mb) {
     return &cb->kept[(layer - first) * cb->max_M + mb];
 }
 
-int mt_cuda_down_unit(const cuda_backend *cb, int layer, int mb, float **mo, float **rstd) {
-    int first_kept = (int)cb->cfg->L - cb->n_keep + 1, first = first_kept - cb->n_keep_down;
-    *mo = *rstd = NULL;
-    if (!cb->n_keep_down || layer < first || layer >= first_kept) return 0;
-    size_t N = cb->N, C = cb->cfg->C;
-    *mo = cb->down_kept + ((size_t)(layer - first) * cb->max_M + mb) * mt_cuda_down_unit_floats(cb);
-    *rstd = *mo + N * C;
-    return 1;
-}
-
 /* The general path: fp32 intermediates (fp32 mode, q/k norm, biases, or
  * head sizes without the bf16 flash kernel); activations in cb->a. */
 static void block_forward_general(cuda_backend *cb, int layer, int mb, const float *x, float *out) {

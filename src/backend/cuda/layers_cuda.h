@@ -14,10 +14,6 @@
  * its gradient buffers from the scratch. mb selects the micro-batch's
  * positions (packed documents). */
 acts *mt_cuda_kept_unit(cuda_backend *cb, int layer, int mb);
-/* The down-kept unit of (layer, mb) (cb->down_kept): its down projection's
- * output (N, C) into *mo and that post-norm's rstd (N) into *rstd; 0 with
- * both NULL when the layer keeps none. */
-int mt_cuda_down_unit(const cuda_backend *cb, int layer, int mb, float **mo, float **rstd);
 void mt_cuda_block_forward(cuda_backend *cb, acts *a, int layer, int mb, const float *x,
                            float *out);
 void mt_cuda_block_backward(cuda_backend *cb, const acts *f, int layer, int mb, const float *x,
