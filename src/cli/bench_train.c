@@ -64,7 +64,8 @@ static const mt_opt options[] = {
     {"slots", MT_OPT_INT, OFF(slots), "3", NULL, MT_OPT_AT_LEAST(2), NULL, "K", "Engine",
      "GPU weight slots"},
     {"keep_layers", MT_OPT_INT, OFF(keep_layers), "-1", NULL, MT_OPT_AT_LEAST(-1), NULL, "N",
-     NULL, "layers whose activations skip the recompute; -1: as many as fit, 0: recompute all"},
+     NULL, "layers whose activations skip the recompute; -1: as many as fit, 0: recompute all "
+     "(and keep no Gemma down projection output)"},
     {"grads", MT_OPT_ENUM, OFF(grads), "auto", NULL, MT_OPT_ANY, grad_homes, NULL, NULL,
      "where every gradient waits, without the planner; auto: the planner's"},
     {"host_saved_inputs", MT_OPT_BOOL, OFF(host_saved_inputs), "false", NULL, MT_OPT_ANY, NULL,
