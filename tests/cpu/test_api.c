@@ -45,7 +45,8 @@ static int step_all(mt_run *r, mt_step_metrics *m, int from, int cap) {
     return n;
 }
 
-Test(api, step_save_close_resume_gives_the_same_losses_and_weights_bitwise, .timeout = 120) {
+Test(api, step_save_close_resume_gives_the_same_losses_and_weights_bitwise,
+     .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), a[256], b[256];
     snprintf(a, sizeof a, "%s/a", dir);
     snprintf(b, sizeof b, "%s/b", dir);
@@ -119,7 +120,7 @@ static void count_event(const mt_event *ev, void *user) {
     }
 }
 
-Test(api, a_run_reports_through_its_callback, .timeout = 60) {
+Test(api, a_run_reports_through_its_callback, .timeout = MT_TEST_LIMIT(60)) {
     char *dir = mt_test_tmpdir(), out[256];
     snprintf(out, sizeof out, "%s/run", dir);
     mt_options *o = tiny_options(out, "8");
@@ -271,7 +272,7 @@ static void collect_text(const mt_event *ev, void *user) {
     t->len += n;
 }
 
-Test(api, a_model_is_evaluated_and_generates, .timeout = 60) {
+Test(api, a_model_is_evaluated_and_generates, .timeout = MT_TEST_LIMIT(60)) {
     char *dir = mt_test_tmpdir(), model[512], data[512];
     tiny_model(dir, model, data, sizeof model);
     mt_model *m = mt_model_open(model, NULL);
@@ -326,7 +327,7 @@ Test(api, a_model_is_evaluated_and_generates, .timeout = 60) {
 /* eval without seq_len takes the model's length (at most 1024), and reads
  * the data to its last row, the last batch partial: the rows of batches of
  * one, with their tokens and loss. */
-Test(api, eval_takes_the_model_length_and_a_partial_batch, .timeout = 120) {
+Test(api, eval_takes_the_model_length_and_a_partial_batch, .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), model[512], data[512];
     tiny_model(dir, model, data, sizeof model);
     mt_model *m = mt_model_open(model, NULL);
@@ -395,7 +396,7 @@ Test(api, eval_takes_the_model_length_and_a_partial_batch, .timeout = 120) {
 /* A chat reply: the messages rendered with the model's template and
  * add_generation_prompt, then continued; only the reply is returned, and
  * it is the continuation of the rendered text given as a prompt. */
-Test(api, generate_replies_through_the_chat_template, .timeout = 60) {
+Test(api, generate_replies_through_the_chat_template, .timeout = MT_TEST_LIMIT(60)) {
     char *dir = mt_test_tmpdir(), model[512], data[512], path[600];
     tiny_model(dir, model, data, sizeof model);
     snprintf(path, sizeof path, "%s/tokenizer_config.json", model);

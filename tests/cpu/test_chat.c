@@ -539,7 +539,7 @@ static void same_corpus(mt_dataset *a, mt_dataset *b) {
  * so the saved model renders (and tokenizes) its data as it was trained;
  * a built-in chosen instead is written into the saved tokenizer_config.json
  * in place of the model's, the other keys kept. */
-Test(chat, a_trained_model_keeps_the_template_it_was_trained_with, .timeout = 120) {
+Test(chat, a_trained_model_keeps_the_template_it_was_trained_with, .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), *zephyr = read_template("zephyr");
     char tokdir[512], model[512], data[512], out[512], out2[512];
     snprintf(tokdir, sizeof tokdir, "%s/tok", dir);

@@ -645,7 +645,7 @@ static long long partial_file_size(const char *dir) {
  * in the middle of writing tensor data. The child allocates its store
  * itself with calloc (no OpenMP after fork). */
 Test(checkpoint, sigkill_in_the_middle_of_a_large_write_leaves_previous_loadable,
-     .timeout = 120) {
+     .timeout = MT_TEST_LIMIT(120)) {
     model md;
     model_tiny(&md, 1);
     char *out = out_dir();

@@ -41,7 +41,7 @@ static void copy_tree(const char *from, const char *to) {
     cr_assert_eq(system(cmd), 0);
 }
 
-Test(ckpt_verify, a_flipped_byte_in_any_file_is_named_on_load, .timeout = 60) {
+Test(ckpt_verify, a_flipped_byte_in_any_file_is_named_on_load, .timeout = MT_TEST_LIMIT(60)) {
     char *dir = mt_test_tmpdir(), out[512], ck[700], copy[700];
     snprintf(out, sizeof out, "%s/run", dir);
     mt_train_config tc;
@@ -68,7 +68,8 @@ Test(ckpt_verify, a_flipped_byte_in_any_file_is_named_on_load, .timeout = 60) {
 /* b is a's run, then it loses its end and its step-4 checkpoint to a
  * flipped byte: resume auto goes back to step 2 and ends bitwise where the
  * uninterrupted run a ended. */
-Test(ckpt_verify, resume_auto_falls_back_to_the_previous_intact_checkpoint, .timeout = 120) {
+Test(ckpt_verify, resume_auto_falls_back_to_the_previous_intact_checkpoint,
+     .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), a[512], b[512], path[1200], pa[1200];
     snprintf(a, sizeof a, "%s/a", dir);
     snprintf(b, sizeof b, "%s/b", dir);
@@ -154,7 +155,7 @@ static int cli_generate(const char *model) {
  * its checksums: one flipped exponent bit gave loss 4.2e35 and exit 0. Now
  * each file a model load reads is checked against COMPLETE, and a COMPLETE
  * without checksums (an older megatrain's) is loaded with a warning. */
-Test(ckpt_verify, eval_and_generate_verify_a_checkpoint_they_load, .timeout = 120) {
+Test(ckpt_verify, eval_and_generate_verify_a_checkpoint_they_load, .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), out[512], ck[700], copy[700], path[1200];
     snprintf(out, sizeof out, "%s/run", dir);
     mt_train_config tc;

@@ -157,11 +157,13 @@ static void one_huge_line(int zstd) {
     free(dir);
 }
 
-Test(data_bombs, a_gzip_line_that_expands_past_the_bound_is_refused_naming_it, .timeout = 120) {
+Test(data_bombs, a_gzip_line_that_expands_past_the_bound_is_refused_naming_it,
+     .timeout = MT_TEST_LIMIT(120)) {
     one_huge_line(0);
 }
 
-Test(data_bombs, a_zstd_line_that_expands_past_the_bound_is_refused_naming_it, .timeout = 120) {
+Test(data_bombs, a_zstd_line_that_expands_past_the_bound_is_refused_naming_it,
+     .timeout = MT_TEST_LIMIT(120)) {
     one_huge_line(1);
 }
 
@@ -180,12 +182,12 @@ static void many_short_lines(int zstd) {
 }
 
 Test(data_bombs, gzip_data_that_expands_past_the_memory_is_refused_before_reading,
-     .timeout = 120) {
+     .timeout = MT_TEST_LIMIT(120)) {
     many_short_lines(0);
 }
 
 Test(data_bombs, zstd_data_that_expands_past_the_memory_is_refused_before_reading,
-     .timeout = 120) {
+     .timeout = MT_TEST_LIMIT(120)) {
     many_short_lines(1);
 }
 

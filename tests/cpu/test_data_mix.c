@@ -343,7 +343,7 @@ static void losses(const char *out, char *buf, size_t n) {
     free(m);
 }
 
-Test(data_mix, a_resumed_mixed_run_repeats_the_uninterrupted_one, .timeout = 120) {
+Test(data_mix, a_resumed_mixed_run_repeats_the_uninterrupted_one, .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), *a = letter_file(dir, "a.jsonl", 'a', 60),
          *b = letter_file(dir, "b.jsonl", 'b', 25);
     char spec[1024], ra[1024], rb[1024], cmd[2200];

@@ -124,7 +124,7 @@ static char *big_jsonl(size_t *n) {
     return all;
 }
 
-Test(data_sources, gzip_and_zstd_give_the_plain_tokens, .timeout = 120) {
+Test(data_sources, gzip_and_zstd_give_the_plain_tokens, .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir();
     mt_tokenizer *tok = tiny_tokenizer();
     size_t n;
@@ -242,7 +242,8 @@ static char *lines_of(const char *text, int a, int b) {
     return out;
 }
 
-Test(data_sources, a_directory_of_shards_is_their_concatenation_in_name_order, .timeout = 120) {
+Test(data_sources, a_directory_of_shards_is_their_concatenation_in_name_order,
+     .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), *shards = mt_path_join(dir, "shards");
     cr_assert_eq(mkdir(shards, 0755), 0);
     mt_tokenizer *tok = tiny_tokenizer();

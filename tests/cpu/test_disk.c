@@ -170,7 +170,7 @@ Test(disk, a_disk_too_small_is_refused_at_open) {
  * buffers), 2 and 1 (a read ahead of the next step's first disk layer must
  * not overtake its write back); a run resumed with the state on disk
  * continues bit for bit too. */
-Test(disk, optimizer_state_on_disk_trains_the_same_bits, .timeout = 120) {
+Test(disk, optimizer_state_on_disk_trains_the_same_bits, .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), a[600], b[600], c[600], dirs[1300], cmd[2600];
     snprintf(a, sizeof a, "%s/ram", dir);
     snprintf(b, sizeof b, "%s/disk", dir);
@@ -220,7 +220,7 @@ Test(disk, optimizer_state_on_disk_trains_the_same_bits, .timeout = 120) {
 
 /* megatrain calibrate --nvme-dir measures the disk (here without a GPU in a
  * CPU build, or beside it) and records the rates the planner reads. */
-Test(disk, calibrate_measures_the_disk_tier, .timeout = 120) {
+Test(disk, calibrate_measures_the_disk_tier, .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), out[600];
     snprintf(out, sizeof out, "%s/rates.json", dir);
     char *argv[] = {"calibrate", "--nvme-dir", dir, "--disk-gb", "0.3", "--out", out, NULL};

@@ -81,10 +81,9 @@ static void fail_at(const char *dir, const char *ram, long n, const char *during
 
 /* Each of the 3 disk layers moves one read and one write a step, a save
  * reads them: the 40th stripe falls in the optimizer between the saves of
- * steps 4 and 8, the 58th in the save of step 8 (counted on this model).
- * Under ASan on two cores it takes 35 s alone and passed 120 s beside the
- * test below: the same limit as that one. */
-Test(disk_faults, a_disk_error_stops_the_run_and_keeps_the_last_checkpoint, .timeout = 300) {
+ * steps 4 and 8, the 58th in the save of step 8 (counted on this model). */
+Test(disk_faults, a_disk_error_stops_the_run_and_keeps_the_last_checkpoint,
+     .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), ram[600];
     snprintf(ram, sizeof ram, "%s/ram", dir);
     ram_run(ram);
@@ -94,7 +93,7 @@ Test(disk_faults, a_disk_error_stops_the_run_and_keeps_the_last_checkpoint, .tim
     free(dir);
 }
 
-Test(disk_faults, a_killed_run_resumes_to_the_same_bits, .timeout = 300) {
+Test(disk_faults, a_killed_run_resumes_to_the_same_bits, .timeout = MT_TEST_LIMIT(300)) {
     char *dir = mt_test_tmpdir(), ram[600], nv[600];
     snprintf(ram, sizeof ram, "%s/ram", dir);
     snprintf(nv, sizeof nv, "%s/nvme", dir);

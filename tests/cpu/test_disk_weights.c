@@ -208,7 +208,7 @@ Test(disk_weights, checkpoints_and_the_hf_save_read_the_masters_from_disk) {
 
 /* The CPU backend computes with the fp32 weights in RAM: train refuses
  * weights on disk there, naming the option and the fix. */
-Test(disk_weights, the_cpu_refuses_them_by_name, .timeout = 60) {
+Test(disk_weights, the_cpu_refuses_them_by_name, .timeout = MT_TEST_LIMIT(60)) {
     char *dir = mt_test_tmpdir(), out[600];
     snprintf(out, sizeof out, "%s/out", dir);
     char *argv[] = {"train", "--device", "cpu", "--steps", "1", "--out", out, "--nvme-dir", dir,

@@ -69,7 +69,7 @@ static void assert_close(const double *want, const double *got, int from, int to
     }
 }
 
-Test(dist_train, ranks_train_as_one_process, .timeout = 300) {
+Test(dist_train, ranks_train_as_one_process, .timeout = MT_TEST_LIMIT(300)) {
     char *dir = mt_test_tmpdir(), a[512], b[512], c[512];
     snprintf(a, sizeof a, "%s/one", dir);
     snprintf(b, sizeof b, "%s/two", dir);
@@ -95,7 +95,7 @@ Test(dist_train, ranks_train_as_one_process, .timeout = 300) {
 
 /* A checkpoint of 4 ranks resumed on 2 and on 1, and one of 1 resumed on
  * 4, continue as the uninterrupted run. */
-Test(dist_train, checkpoints_resume_on_any_number_of_ranks, .timeout = 300) {
+Test(dist_train, checkpoints_resume_on_any_number_of_ranks, .timeout = MT_TEST_LIMIT(300)) {
     char *dir = mt_test_tmpdir(), full[512], path[2000];
     snprintf(full, sizeof full, "%s/four", dir);
     cr_assert_eq(train(full, 4, NULL, NULL), 0);
@@ -130,7 +130,7 @@ Test(dist_train, checkpoints_resume_on_any_number_of_ranks, .timeout = 300) {
 /* A checkpoint of 2 ranks resumed by one process whose last layers keep
  * their Adam state on disk: the state of those layers goes to the disk, and
  * the run continues as the uninterrupted one. */
-Test(dist_train, a_ranks_checkpoint_resumes_with_a_disk_tier, .timeout = 300) {
+Test(dist_train, a_ranks_checkpoint_resumes_with_a_disk_tier, .timeout = MT_TEST_LIMIT(300)) {
     char *dir = mt_test_tmpdir(), full[512], out[512], disk[512], cmd[4096];
     snprintf(full, sizeof full, "%s/two", dir);
     snprintf(out, sizeof out, "%s/resumed", dir);
@@ -183,7 +183,7 @@ static int train_disk(const char *out, int ranks, const char *extra1, const char
  * their checkpoint resumed on 2 ranks with the disk tier and on one process,
  * and one process's checkpoint resumed on 2 ranks with it, continue as the
  * uninterrupted run. */
-Test(dist_train, ranks_keep_their_adam_state_on_disk, .timeout = 300) {
+Test(dist_train, ranks_keep_their_adam_state_on_disk, .timeout = MT_TEST_LIMIT(300)) {
     char *dir = mt_test_tmpdir(), ram[512], disk[512], path[2000];
     snprintf(ram, sizeof ram, "%s/ram", dir);
     snprintf(disk, sizeof disk, "%s/disk", dir);
@@ -220,7 +220,7 @@ Test(dist_train, ranks_keep_their_adam_state_on_disk, .timeout = 300) {
     free(dir);
 }
 
-Test(dist_train, a_batch_the_ranks_cannot_share_is_refused, .timeout = 60) {
+Test(dist_train, a_batch_the_ranks_cannot_share_is_refused, .timeout = MT_TEST_LIMIT(60)) {
     char *dir = mt_test_tmpdir(), out[512];
     snprintf(out, sizeof out, "%s/run", dir);
     /* 4 micro-batches on 3 ranks */
@@ -273,7 +273,7 @@ static int no_temporary_saves(const char *out) {
     return clean;
 }
 
-Test(dist_train, a_rank_that_dies_stops_the_others, .timeout = 120) {
+Test(dist_train, a_rank_that_dies_stops_the_others, .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), out[512];
     snprintf(out, sizeof out, "%s/run", dir);
     pid_t launcher = start_long_run(out);
@@ -290,7 +290,7 @@ Test(dist_train, a_rank_that_dies_stops_the_others, .timeout = 120) {
     free(dir);
 }
 
-Test(dist_train, a_signal_stops_every_rank_with_a_checkpoint, .timeout = 120) {
+Test(dist_train, a_signal_stops_every_rank_with_a_checkpoint, .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), out[512], path[1200];
     snprintf(out, sizeof out, "%s/run", dir);
     pid_t launcher = start_long_run(out);
@@ -319,7 +319,8 @@ Test(dist_train, a_signal_stops_every_rank_with_a_checkpoint, .timeout = 120) {
 
 /* A rank that stops answering (SIGSTOP: alive, but stuck) fails the others
  * within the rendezvous' timeout, and the launcher ends the run. */
-Test(dist_train, a_rank_that_hangs_stops_the_run_within_the_timeout, .timeout = 120) {
+Test(dist_train, a_rank_that_hangs_stops_the_run_within_the_timeout,
+     .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), out[512];
     snprintf(out, sizeof out, "%s/run", dir);
     setenv("MT_DIST_TIMEOUT", "4", 1);

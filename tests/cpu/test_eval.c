@@ -66,7 +66,7 @@ static double eval_checkpoint(const char *out, int64_t step, const char *data, i
     return res.loss_sum / (double)res.tokens;
 }
 
-Test(eval, eval_rows_equal_the_evaluation_of_each_checkpoint, .timeout = 120) {
+Test(eval, eval_rows_equal_the_evaluation_of_each_checkpoint, .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), *valid = held_out(dir, "valid.jsonl", 40), extra[2048], out[1024];
     snprintf(out, sizeof out, "%s/run", dir);
     /* the tiny model's rows: 2 micro-batches of 8 rows of 64 tokens */

@@ -57,7 +57,7 @@ MT_HF_FAMILY_TESTS(falcon, models, model_index, tols)
 
 /* `init --model-type falcon` makes Falcon-7B's layout with one kv head and
  * the new decoder's with more; the run trains the latter on the CPU. */
-Test(falcon, a_falcon_made_by_init_trains_on_the_cpu, .timeout = 120) {
+Test(falcon, a_falcon_made_by_init_trains_on_the_cpu, .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), model[512];
     mt_model_shape s;
     mt_hf_tiny_shape(&s, "falcon");

@@ -28,7 +28,7 @@ static int count_tmp(const char *ck) {
 }
 
 Test(faults, every_failing_write_fsync_and_rename_of_a_save_keeps_the_previous_one,
-     .timeout = 120) {
+     .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), ck[600], found[1024];
     snprintf(ck, sizeof ck, "%s/checkpoints", dir);
     mt_config cfg;
@@ -88,7 +88,7 @@ Test(faults, every_failing_write_fsync_and_rename_of_a_save_keeps_the_previous_o
 }
 
 /* The trainer passes a failed save on: non-zero, with the message. */
-Test(faults, a_failed_save_stops_train_with_an_error, .timeout = 60) {
+Test(faults, a_failed_save_stops_train_with_an_error, .timeout = MT_TEST_LIMIT(60)) {
     char *dir = mt_test_tmpdir(), out[512];
     snprintf(out, sizeof out, "%s/run", dir);
     mt_train_config tc;

@@ -62,7 +62,7 @@ MT_HF_FAMILY_TESTS(gemma, models, model_index, tols)
 /* `init --model-type gemma2|gemma3_text` makes the published configs'
  * layout with its norms at 0 (1 + w = 1); the run trains the Gemma 3 one
  * on the CPU. */
-Test(gemma, a_gemma_made_by_init_trains_on_the_cpu, .timeout = 120) {
+Test(gemma, a_gemma_made_by_init_trains_on_the_cpu, .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), model[512];
     const char *types[] = {"gemma2", "gemma3_text"};
     mt_model_shape s;

@@ -110,7 +110,7 @@ typedef struct full_disk_result {
  * the step whose row fails stops the run with an error naming the file,
  * and the file holds whole rows only. The run is in a child process (the
  * limit is per process; forked before any OpenMP work). */
-Test(metrics, a_row_that_cannot_be_written_stops_the_run, .timeout = 60) {
+Test(metrics, a_row_that_cannot_be_written_stops_the_run, .timeout = MT_TEST_LIMIT(60)) {
     char *dir = mt_test_tmpdir(), out[512], path[700];
     snprintf(out, sizeof out, "%s/run", dir);
     snprintf(path, sizeof path, "%s/metrics.jsonl", out);
@@ -160,7 +160,7 @@ static void keep_warnings(const mt_event *ev, void *user) {
 
 /* Issue 29: a resume that met a torn last row (a write cut short) dropped
  * it without a word. Now it says so, and the file goes on whole. */
-Test(metrics, a_resume_says_it_removed_a_torn_row, .timeout = 60) {
+Test(metrics, a_resume_says_it_removed_a_torn_row, .timeout = MT_TEST_LIMIT(60)) {
     char *dir = mt_test_tmpdir(), out[512], path[700];
     snprintf(out, sizeof out, "%s/run", dir);
     snprintf(path, sizeof path, "%s/metrics.jsonl", out);

@@ -345,7 +345,7 @@ Test(moe_init, init_makes_each_type) {
 
 /* A qwen3_moe made by init learns a repetitive text on the CPU with the aux
  * loss on: the loss of the last steps is well below that of the first. */
-Test(moe_init, a_qwen3_moe_made_by_init_trains_on_the_cpu, .timeout = 120) {
+Test(moe_init, a_qwen3_moe_made_by_init_trains_on_the_cpu, .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), tok[512], model[512], data[512], out[512];
     snprintf(tok, sizeof tok, "%s/tokenizer/tiny_bytelevel.json", mt_test_fixtures_dir());
     snprintf(model, sizeof model, "%s/model", dir);

@@ -64,7 +64,7 @@ MT_HF_FAMILY_TESTS(neox, models, model_index, tols)
 
 /* `init --model-type gpt_neox` makes Pythia's layout (untied, NKV = NH,
  * rotary_pct 0.25), and the run trains it on the CPU and saves it. */
-Test(neox, a_gpt_neox_made_by_init_trains_on_the_cpu, .timeout = 120) {
+Test(neox, a_gpt_neox_made_by_init_trains_on_the_cpu, .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), model[512];
     snprintf(model, sizeof model, "%s/model", dir);
     mt_model_shape s;

@@ -52,7 +52,8 @@ Test(nonfinite, the_first_non_finite_layer_and_tensor_are_found) {
 }
 
 /* lr 1e30 blows the weights up after the first update. */
-Test(nonfinite, a_diverging_run_stops_naming_the_tensor_or_skips_and_counts, .timeout = 60) {
+Test(nonfinite, a_diverging_run_stops_naming_the_tensor_or_skips_and_counts,
+     .timeout = MT_TEST_LIMIT(60)) {
     char *dir = mt_test_tmpdir(), out[512], path[700];
     snprintf(out, sizeof out, "%s/run", dir);
     mt_train_config tc;

@@ -260,7 +260,7 @@ Test(phi3_config, presets_validate) {
 
 /* `init --model-type phi3` writes the fused tensors, and the model trains
  * on the CPU. */
-Test(phi3, a_phi3_made_by_init_trains_on_the_cpu, .timeout = 120) {
+Test(phi3, a_phi3_made_by_init_trains_on_the_cpu, .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), model[512];
     snprintf(model, sizeof model, "%s/model", dir);
     mt_model_shape s;

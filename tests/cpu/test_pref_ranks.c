@@ -125,11 +125,11 @@ static void same_as_one_rank(const char *obj) {
     free(dir);
 }
 
-Test(pref_ranks, dpo_on_1_2_and_4_ranks_trains_as_one_process, .timeout = 300) {
+Test(pref_ranks, dpo_on_1_2_and_4_ranks_trains_as_one_process, .timeout = MT_TEST_LIMIT(300)) {
     same_as_one_rank("dpo");
 }
 
-Test(pref_ranks, orpo_on_1_2_and_4_ranks_trains_as_one_process, .timeout = 300) {
+Test(pref_ranks, orpo_on_1_2_and_4_ranks_trains_as_one_process, .timeout = MT_TEST_LIMIT(300)) {
     same_as_one_rank("orpo");
 }
 
@@ -151,7 +151,8 @@ static char *ref_values(const char *out, const char *name, size_t *n) {
 /* Each rank computes the pairs of its micro-batches and the values are
  * added over the ranks (each comes from one rank): the same bits as one
  * process, in both sets' files, which rank 0 writes. */
-Test(pref_ranks, the_reference_pass_of_two_ranks_is_the_one_process_pass, .timeout = 120) {
+Test(pref_ranks, the_reference_pass_of_two_ranks_is_the_one_process_pass,
+     .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), p[600], one[600], two[600];
     snprintf(p, sizeof p, "%s/pairs.jsonl", dir);
     write_pairs(p, 24);
@@ -174,7 +175,7 @@ Test(pref_ranks, the_reference_pass_of_two_ranks_is_the_one_process_pass, .timeo
 
 /* A run of two ranks stopped after its checkpoint at step 3 and resumed
  * gives the uninterrupted run's model and metrics, bitwise. */
-Test(pref_ranks, a_resumed_two_rank_dpo_run_continues_bitwise, .timeout = 120) {
+Test(pref_ranks, a_resumed_two_rank_dpo_run_continues_bitwise, .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), p[600], a[600], b[600], cmd[2000];
     snprintf(p, sizeof p, "%s/pairs.jsonl", dir);
     write_pairs(p, 24);
@@ -204,7 +205,7 @@ Test(pref_ranks, a_resumed_two_rank_dpo_run_continues_bitwise, .timeout = 120) {
 /* The data's last step fills fewer micro-batches than there are ranks:
  * a rank with no pair still runs its part of the step (its weights all
  * zero), and the losses are still the one-process ones. */
-Test(pref_ranks, a_rank_without_pairs_in_the_last_step_takes_part, .timeout = 120) {
+Test(pref_ranks, a_rank_without_pairs_in_the_last_step_takes_part, .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), p[600], one[600], four[600];
     snprintf(p, sizeof p, "%s/pairs.jsonl", dir);
     write_pairs(p, 5); /* 3 epochs of 5: the last step's pairs fill one micro-batch */

@@ -111,7 +111,7 @@ Test(pref_data, pairs_pack_into_one_micro_batch_with_answer_targets_only) {
     free(dir);
 }
 
-Test(pref_train, a_resumed_dpo_run_continues_bitwise, .timeout = 120) {
+Test(pref_train, a_resumed_dpo_run_continues_bitwise, .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), *p = write_pairs(dir, "pairs.jsonl", 24, NULL), a[256],
          b[256], path[1024];
     snprintf(a, sizeof a, "%s/a", dir);
@@ -217,7 +217,7 @@ Test(pref_train, the_reference_pass_continues_after_a_cut) {
 
 /* Each kind of bad pair is an error naming its line and field; with
  * --skip-bad-pairs the run trains on the rest and counts them. */
-Test(pref_train, bad_pairs_are_named_or_skipped_and_counted, .timeout = 60) {
+Test(pref_train, bad_pairs_are_named_or_skipped_and_counted, .timeout = MT_TEST_LIMIT(60)) {
     static const struct {
         const char *line, *want;
     } bad[] = {
@@ -267,7 +267,8 @@ static double last_value(const char *text, const char *key) {
 
 /* `megatrain eval --objective simpo` of the saved model gives the run's
  * last evaluation of the same held-out pairs. */
-Test(pref_train, eval_of_the_saved_model_repeats_the_runs_last_evaluation, .timeout = 60) {
+Test(pref_train, eval_of_the_saved_model_repeats_the_runs_last_evaluation,
+     .timeout = MT_TEST_LIMIT(60)) {
     char *dir = mt_test_tmpdir(), *p = write_pairs(dir, "pairs.jsonl", 16, NULL), out[600];
     char *held = write_pairs(dir, "held.jsonl", 9, NULL);
     snprintf(out, sizeof out, "%s/run", dir);

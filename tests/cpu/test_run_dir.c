@@ -48,7 +48,8 @@ static void three_checkpoints(const char *dir, char *out, size_t outcap, char *c
     cr_assert_eq(count_entries(ck, "step-"), 3);
 }
 
-Test(run_dir, a_second_run_on_a_locked_out_is_refused_naming_the_pid, .timeout = 60) {
+Test(run_dir, a_second_run_on_a_locked_out_is_refused_naming_the_pid,
+     .timeout = MT_TEST_LIMIT(60)) {
     char *dir = mt_test_tmpdir(), out[512];
     snprintf(out, sizeof out, "%s/run", dir);
     int go[2], done[2];
@@ -100,7 +101,7 @@ Test(run_dir, a_second_run_on_a_locked_out_is_refused_naming_the_pid, .timeout =
 /* A save killed between publishing step-N and pruning leaves keep_last + 1
  * checkpoints; one killed while writing leaves .tmp-step-*; a pid that was
  * reused keeps such a directory looking alive. The next run removes all. */
-Test(run_dir, a_run_starts_by_removing_what_a_killed_run_left, .timeout = 60) {
+Test(run_dir, a_run_starts_by_removing_what_a_killed_run_left, .timeout = MT_TEST_LIMIT(60)) {
     char *dir = mt_test_tmpdir(), out[512], ck[600], tmp[700];
     three_checkpoints(dir, out, sizeof out, ck, sizeof ck);
     mt_train_config tc;
@@ -149,7 +150,7 @@ static int count_broken(const char *ck) {
  * fault stands for the kill): every step directory left must still be a
  * whole checkpoint, and the next run's start removes what is left. An
  * empty step directory, as older versions left, goes too. */
-Test(run_dir, a_removal_cut_short_leaves_no_incomplete_checkpoint, .timeout = 60) {
+Test(run_dir, a_removal_cut_short_leaves_no_incomplete_checkpoint, .timeout = MT_TEST_LIMIT(60)) {
     char *dir = mt_test_tmpdir(), out[512], ck[600], legacy[700];
     three_checkpoints(dir, out, sizeof out, ck, sizeof ck);
     mt_train_config tc;
@@ -205,7 +206,8 @@ static int exists_in(const char *dir, const char *name) {
  * --resume auto continued the old run (metrics steps 1,2,3,4,21,22...).
  * Refused now unless resumed or overwritten; overwritten, nothing of the
  * old run is left to prune against, resume or plot. */
-Test(run_dir, a_new_run_in_an_out_that_holds_a_run_needs_resume_or_overwrite, .timeout = 120) {
+Test(run_dir, a_new_run_in_an_out_that_holds_a_run_needs_resume_or_overwrite,
+     .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), out[512], ck[600], tb[600], steps[256];
     snprintf(out, sizeof out, "%s/run", dir);
     snprintf(ck, sizeof ck, "%s/checkpoints", out);
@@ -253,7 +255,7 @@ Test(run_dir, a_new_run_in_an_out_that_holds_a_run_needs_resume_or_overwrite, .t
 
 /* --overwrite deletes model/ and checkpoints/: a model read from them would
  * be gone when the run saves its own (the tokenizer is copied at the end). */
-Test(run_dir, overwrite_refuses_inputs_inside_what_it_deletes, .timeout = 60) {
+Test(run_dir, overwrite_refuses_inputs_inside_what_it_deletes, .timeout = MT_TEST_LIMIT(60)) {
     char *dir = mt_test_tmpdir(), out[512], model[600];
     snprintf(out, sizeof out, "%s/run", dir);
     snprintf(model, sizeof model, "%s/model", out);
@@ -280,7 +282,7 @@ static void keep_warnings(const mt_event *ev, void *user) {
 /* --resume auto in an out whose run saved no checkpoint starts again from
  * step 0 (a run killed before its first save is resumed so): said, since
  * the metrics there start again too. */
-Test(run_dir, resume_auto_without_a_checkpoint_says_it_starts_again, .timeout = 60) {
+Test(run_dir, resume_auto_without_a_checkpoint_says_it_starts_again, .timeout = MT_TEST_LIMIT(60)) {
     char *dir = mt_test_tmpdir(), out[512];
     snprintf(out, sizeof out, "%s/run", dir);
     mt_train_config tc;

@@ -49,7 +49,8 @@ static mt_tokenizer *with_regex(const char *dir, const char *regex) {
 
 /* A line of 200 KB of letters in a JSONL file: the data is refused in well
  * under a second with the line named. */
-Test(tokenizer_regex, a_quadratic_regex_on_a_long_line_is_refused_quickly, .timeout = 60) {
+Test(tokenizer_regex, a_quadratic_regex_on_a_long_line_is_refused_quickly,
+     .timeout = MT_TEST_LIMIT(60)) {
     char *dir = mt_test_tmpdir(), data[600];
     mt_tokenizer *tok = with_regex(dir, "[a-z]*[0-9]|.");
     snprintf(data, sizeof data, "%s/line.jsonl", dir);
@@ -113,7 +114,7 @@ static void encode_with_window(mt_tokenizer *tok, size_t window, const char *tex
     mt_tok_encoder_free(enc);
 }
 
-Test(tokenizer_regex, windows_change_no_id, .timeout = 120) {
+Test(tokenizer_regex, windows_change_no_id, .timeout = MT_TEST_LIMIT(120)) {
     static const char *const regexes[] = {
         NULL, /* the fixture's own, Llama-3-style */
         "\\s+(?!\\S)|\\s+|\\S+",

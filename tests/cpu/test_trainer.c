@@ -51,7 +51,7 @@ static void assert_same_file(const char *a, const char *b) {
     free(y);
 }
 
-Test(trainer, resume_gives_the_same_losses_and_weights_bitwise, .timeout = 120) {
+Test(trainer, resume_gives_the_same_losses_and_weights_bitwise, .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), a[256], b[256], path[1024];
     snprintf(a, sizeof a, "%s/a", dir);
     snprintf(b, sizeof b, "%s/b", dir);
@@ -121,7 +121,7 @@ static void metrics_losses(const char *out, char *buf, size_t cap) {
  * no target tokens"; a resume met it again). Such a batch is skipped and
  * counted (a warning, "empty_batches" in the step's row); the run goes on,
  * and a resume from a checkpoint taken after skips continues bitwise. */
-Test(trainer, a_batch_without_loss_tokens_is_skipped_and_counted, .timeout = 120) {
+Test(trainer, a_batch_without_loss_tokens_is_skipped_and_counted, .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), a[512], b[512], data[512], extra[1024], path[1200];
     snprintf(a, sizeof a, "%s/a", dir);
     snprintf(b, sizeof b, "%s/b", dir);
@@ -166,7 +166,7 @@ Test(trainer, a_batch_without_loss_tokens_is_skipped_and_counted, .timeout = 120
     free(dir);
 }
 
-Test(trainer, fine_tunes_an_hf_directory_on_completion_data, .timeout = 120) {
+Test(trainer, fine_tunes_an_hf_directory_on_completion_data, .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), model[256], data[256], out[256], tok[256];
     snprintf(model, sizeof model, "%s/model", dir);
     snprintf(data, sizeof data, "%s/sft.jsonl", dir);
@@ -218,7 +218,7 @@ Test(trainer, fine_tunes_an_hf_directory_on_completion_data, .timeout = 120) {
     free(dir);
 }
 
-Test(trainer, sigterm_saves_a_checkpoint_and_resume_continues, .timeout = 120) {
+Test(trainer, sigterm_saves_a_checkpoint_and_resume_continues, .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), out[512], metrics[600];
     snprintf(out, sizeof out, "%s/run", dir);
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
@@ -284,7 +284,7 @@ static char *trainer_state(const char *ckpt) {
  * stop must come within half a step, where finishing the step took a whole
  * one (the tiny model's step binds 7 layers, each for 4 micro-batches: a
  * check every 1/28 of it). */
-Test(trainer, sigterm_during_a_long_step_stops_at_the_next_layer, .timeout = 300) {
+Test(trainer, sigterm_during_a_long_step_stops_at_the_next_layer, .timeout = MT_TEST_LIMIT(300)) {
     char *dir = mt_test_tmpdir(), a[256], b[256], data[300], metrics[600], ca[600], cb[600];
     snprintf(a, sizeof a, "%s/a", dir);
     snprintf(b, sizeof b, "%s/b", dir);
@@ -382,7 +382,7 @@ static char *generate_text(const char *dir, const char *tokenizer) {
  * tokenizer.json of its own, which generates the text the byte tokenizer
  * does. */
 Test(trainer, the_builtin_model_is_saved_with_its_tokenizers_vocabulary_and_files,
-     .timeout = 120) {
+     .timeout = MT_TEST_LIMIT(120)) {
     char *dir = mt_test_tmpdir(), a[256], b[256], c[256], data[300], path[700], extra[1024];
     snprintf(a, sizeof a, "%s/a", dir);
     snprintf(b, sizeof b, "%s/b", dir);
