@@ -24,16 +24,13 @@ static int probed_for(const mt_rates *r, const mt_config *c, int64_t tokens, int
  * the embedding. */
 typedef struct layer_costs { double f, b, b_kept, b_down, head, embed; } layer_costs;
 
-/* The seconds of a Gemma layer's down projection (0 for other blocks,
- * whose recompute skips it anyway) at the FLOP rate, and with probed
- * layer times its share of the forward's products. */
-static double down_s(const mt_plan_request *q, double fwd_s, int probed) {
-    const mt_config *c = q->cfg;
+/* A Gemma layer's down projection in a probed forward of fwd_s seconds:
+ * its share of the products (0 for other blocks, whose recompute skips it
+ * anyway). */
+static double probed_down_s(const mt_config *c, double fwd_s) {
     if (!mt_arch_is_gemma(c->arch)) return 0;
     double Q = (double)c->NH * c->HD, KV = (double)c->NKV * c->HD, F = (double)c->F;
-    double tok = (double)q->M * q->B * q->T;
-    if (probed) return fwd_s * F / (2 * Q + 2 * KV + 3 * F);
-    return 2.0 * F * c->C * tok / (q->rates.gemm_tflops * 1e12);
+    return fwd_s * F / (2 * Q + 2 * KV + 3 * F);
 }
 
 /* FLOP-rate estimate of one decoder layer, the head and the embedding. The
@@ -45,7 +42,7 @@ static layer_costs costs(const mt_plan_request *q) {
     double tok = (double)q->M * q->B * q->T;
     if (probed_for(r, c, (int64_t)tok, q->T)) {
         double b_down = r->layer_bwd_down_s > 0 ? r->layer_bwd_down_s
-                                                : r->layer_bwd_s - down_s(q, r->layer_fwd_s, 1);
+                                                : r->layer_bwd_s - probed_down_s(c, r->layer_fwd_s);
         return (layer_costs){r->layer_fwd_s, r->layer_bwd_s, r->layer_bwd_kept_s, b_down,
                              r->head_s * (double)c->V / (double)r->probe_V, r->embed_s};
     }
@@ -67,11 +64,11 @@ static layer_costs costs(const mt_plan_request *q) {
      * recomputes it all (its backward reads the experts' outputs), and so
      * does a Gemma block's (its post-norm's backward reads the down
      * projection's output) */
-    double down = mt_config_is_moe(c) || mt_arch_is_gemma(c->arch)
-                      ? 0 : 2.0 * c->F * c->C * tok / G;
+    double dp = 2.0 * c->F * c->C * tok / G, gemma = mt_arch_is_gemma(c->arch);
+    double down = mt_config_is_moe(c) || gemma ? 0 : dp;
     if (mt_arch_has_neox_block(c->arch) && c->parallel_residual) down += 2.0 * Q * c->C * tok / G;
     k.b = k.f - down + k.b_kept;
-    k.b_down = k.b - down_s(q, k.f, 0);
+    k.b_down = gemma ? k.b - dp : k.b; /* a down-kept Gemma layer skips the product */
     k.head = 6.0 * c->V * c->C * tok / G + tok * c->V * 8.0 / H;
     k.embed = tok * c->C * 16.0 / H;
     return k;

@@ -342,18 +342,24 @@ static void check_real(const char *tok_name, const char *corpus, bool round_trip
     mt_tokenizer_free(tok);
 }
 
-Test(tokenizer, real_llama3_brown,
-     .timeout = MT_TEST_LIMIT(120)) { check_real("llama3", "brown", true); }
-Test(tokenizer, real_llama3_sentences,
-     .timeout = MT_TEST_LIMIT(120)) { check_real("llama3", "sentences", true); }
-Test(tokenizer, real_qwen3_brown,
-     .timeout = MT_TEST_LIMIT(120)) { check_real("qwen3", "brown", false); }
-Test(tokenizer, real_qwen3_sentences,
-     .timeout = MT_TEST_LIMIT(120)) { check_real("qwen3", "sentences", false); }
-Test(tokenizer, real_llama2_brown,
-     .timeout = MT_TEST_LIMIT(120)) { check_real("llama2", "brown", false); }
-Test(tokenizer, real_llama2_sentences,
-     .timeout = MT_TEST_LIMIT(120)) { check_real("llama2", "sentences", false); }
+Test(tokenizer, real_llama3_brown, .timeout = MT_TEST_LIMIT(120)) {
+    check_real("llama3", "brown", true);
+}
+Test(tokenizer, real_llama3_sentences, .timeout = MT_TEST_LIMIT(120)) {
+    check_real("llama3", "sentences", true);
+}
+Test(tokenizer, real_qwen3_brown, .timeout = MT_TEST_LIMIT(120)) {
+    check_real("qwen3", "brown", false);
+}
+Test(tokenizer, real_qwen3_sentences, .timeout = MT_TEST_LIMIT(120)) {
+    check_real("qwen3", "sentences", false);
+}
+Test(tokenizer, real_llama2_brown, .timeout = MT_TEST_LIMIT(120)) {
+    check_real("llama2", "brown", false);
+}
+Test(tokenizer, real_llama2_sentences, .timeout = MT_TEST_LIMIT(120)) {
+    check_real("llama2", "sentences", false);
+}
 
 Test(tokenizer, real_config_special_ids) {
     const char *shared = mt_test_shared_dir();
