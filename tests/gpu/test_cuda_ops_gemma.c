@@ -306,11 +306,13 @@ static double ref_capped_head(double *loss, double *dh, double *dw, const float 
     return total;
 }
 
-/* fp32, chunks of 16 rows, a cap the logits (|x| up to ~6) bend under. */
+/* fp32, chunks of 16 rows, a cap the logits (|x| up to ~6) bend under; a
+ * vocabulary past one round of the loss kernel's grouped loads (4 x 512),
+ * so that the groups and the tail both run. */
 Test(cuda_ops_gemma, lm_head_loss_under_the_final_softcap) {
     mt_cuda_ctx *ctx = gpu_ctx();
     dev_pool pool = {0};
-    const size_t N = 37, C = 96, V = 500, R = 16;
+    const size_t N = 37, C = 96, V = 2600, R = 16;
     const float dscale = 0.5f, cap = 3.0f;
     float *hid = hrand(N * C, 45, -0.5f, 0.5f), *w = hrand(V * C, 46, -0.5f, 0.5f);
     int32_t tgt[37];

@@ -24,6 +24,7 @@
 #include "kernels/scratch_sizes.h"
 
 #define CE_THREADS 512
+#define CE_LOADS 4 /* loads in flight per thread in a row's passes */
 #define SUM_THREADS 1024
 
 /* Merges running softmax statistics (m, s): s = sum of exp(x - m). */
@@ -38,6 +39,25 @@ __device__ __forceinline__ void lse_merge(float *m, float *s, float m2, float s2
  * soft-cap (as backend_cpu.c computes it), else x itself. */
 __device__ __forceinline__ float capped(float x, float softcap) {
     return softcap > 0.0f ? tanhf(x / softcap) * softcap : x;
+}
+
+/* f(i, x[i]) for the row's elements i = t, t + nt, t + 2 nt, ... of
+ * thread t, in that order, with CE_LOADS loads issued before the first of
+ * them is used: the memory system sees several rows' worth of requests per
+ * thread, and each thread's arithmetic is the one-at-a-time loop's. f may
+ * write x[i] (or a buffer it overlaps) for the i it is given. */
+template <typename F>
+__device__ __forceinline__ void for_each_in_row(const float *x, size_t V, F f) {
+    const size_t nt = blockDim.x;
+    size_t i = threadIdx.x;
+    for (; i + (CE_LOADS - 1) * nt < V; i += CE_LOADS * nt) {
+        float v[CE_LOADS];
+#pragma unroll
+        for (int u = 0; u < CE_LOADS; u++) v[u] = x[i + u * nt];
+#pragma unroll
+        for (int u = 0; u < CE_LOADS; u++) f(i + u * nt, v[u]);
+    }
+    for (; i < V; i += nt) f(i, x[i]);
 }
 
 /* Under a soft-cap the first pass stores tanh(x / softcap) in place of x
@@ -66,8 +86,7 @@ __global__ void cross_entropy_kernel(float *dlogits, __nv_bfloat16 *dlogits_bf16
     float x_tgt = capped(x[tgt], softcap); /* read before any in-place write below */
     if (softcap > 0.0f) __syncthreads();
     float m = -INFINITY, s = 0.0f;
-    for (size_t i = threadIdx.x; i < V; i += blockDim.x) {
-        float v = x[i];
+    for_each_in_row(x, V, [&](size_t i, float v) {
         if (softcap > 0.0f) {
             float t = tanhf(v / softcap);
             x[i] = t;
@@ -79,7 +98,7 @@ __global__ void cross_entropy_kernel(float *dlogits, __nv_bfloat16 *dlogits_bf16
         } else {
             s += expf(v - m);
         }
-    }
+    });
     for (int o = 16; o > 0; o >>= 1) {
         float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
         lse_merge(&m, &s, m2, s2);
@@ -99,14 +118,14 @@ __global__ void cross_entropy_kernel(float *dlogits, __nv_bfloat16 *dlogits_bf16
     float lse = sh_lse;
     if (!dlogits && !dlogits_bf16) return;
     if (row_scale) dscale = row_scale[row];
-    for (size_t i = threadIdx.x; i < V; i += blockDim.x) {
+    for_each_in_row(x, V, [&](size_t i, float t) {
         /* through the cap: d capped / d x = 1 - tanh^2, tanh as stored above */
-        float t = x[i], v = softcap > 0.0f ? __fmul_rn(t, softcap) : t; /* never fused with - lse */
+        float v = softcap > 0.0f ? __fmul_rn(t, softcap) : t; /* never fused with - lse */
         float d = (expf(v - lse) - (i == (size_t)tgt ? 1.0f : 0.0f)) * dscale;
         if (softcap > 0.0f) d *= 1.0f - t * t;
         if (dlogits) dlogits[row * V + i] = d;
         if (dlogits_bf16) dlogits_bf16[row * V + i] = __float2bfloat16_rn(d);
-    }
+    });
 }
 
 static void cross_entropy(mt_cuda_ctx *ctx, float *dlogits, uint16_t *dlogits_bf16,
