@@ -100,6 +100,13 @@ void mt_cuda_matmul_backward(mt_cuda_ctx *ctx, mt_precision prec, float *dinp,
                              bool dinp_accumulate, float *dw, const void *dout,
                              const void *inp, const void *w, size_t N, size_t IC, size_t OC);
 
+/* The same with dinp (not NULL) set in dinp_dt: MT_DT_BF16 (bf16
+ * precision only) rounds the product's fp32 sums once, in its epilogue, for
+ * a consumer that reads bf16 (no fp32 copy and cast). */
+void mt_cuda_matmul_backward_dt(mt_cuda_ctx *ctx, mt_precision prec, void *dinp, mt_dt dinp_dt,
+                                float *dw, const void *dout, const void *inp, const void *w,
+                                size_t N, size_t IC, size_t OC);
+
 /* Floats of scratch for the deterministic column sums below. */
 size_t mt_cuda_colsum_scratch_floats(size_t N, size_t C);
 

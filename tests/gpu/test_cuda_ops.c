@@ -19,6 +19,7 @@
  *    makes): each operand carries up to 2^-9 relative error, about 2^-9 *
  *    sqrt(2) / sqrt(3) ~ 2e-3 in the product norm for uniform inputs: 1e-2. */
 #include "cuda_ops_util.h"
+#include "kernels/ops/ops_fused.h"
 
 /* ---- casts ---- */
 
@@ -47,6 +48,80 @@ Test(cuda_ops, casts_round_to_nearest_even) {
     cr_assert_eq(b[0], 0x3f80);
     cr_assert_eq(b[1], 0x3f82);
     free(x), free(b), free(y);
+    pool_free(&pool);
+    mt_cuda_ctx_free(ctx);
+}
+
+/* Rows of a dense fp32 (rows, cols) cast into columns [off, off + cols) of
+ * a wider bf16 operand: the same bits as the dense cast, and the other
+ * columns (poisoned) untouched. */
+Test(cuda_ops, cast_rows_to_bf16_writes_the_columns_it_is_given) {
+    mt_cuda_ctx *ctx = gpu_ctx();
+    dev_pool pool = {0};
+    const size_t rows = 7, cols = 24, ld = 48, off = 16;
+    float *x = hrand(rows * cols, 3, -3.0f, 3.0f);
+    float *dx = dupload(&pool, x, rows * cols * 4);
+    uint16_t *dd = dalloc(&pool, rows * cols * 2), *dw = dalloc(&pool, rows * ld * 2);
+    dpoison(dw, rows * ld * 2);
+    mt_cuda_cast_f32_to_bf16(ctx, dd, dx, rows * cols);
+    mt_cuda_cast_rows_to_bf16(mt_cuda_ctx_stream(ctx), dw + off, ld, dx, rows, cols);
+    uint16_t *d = malloc(rows * cols * 2), *w = malloc(rows * ld * 2);
+    download(d, dd, rows * cols * 2);
+    download(w, dw, rows * ld * 2);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < ld; j++) {
+            bool mine = j >= off && j < off + cols;
+            uint16_t want = mine ? d[r * cols + j - off] : 0xffff;
+            cr_assert_eq(w[r * ld + j], want, "row %zu column %zu: %04x, not %04x", r, j,
+                         w[r * ld + j], want);
+        }
+    free(x), free(d), free(w);
+    pool_free(&pool);
+    mt_cuda_ctx_free(ctx);
+}
+
+/* RoPE's backward into bf16 (the inverse rotation of each pair (i, i +
+ * HD/2) by the position's angle) against a double reference, written
+ * dense and into the columns [off, off + H*HD) of a wider operand: the
+ * same bits both ways, the other columns untouched. */
+Test(cuda_ops, rope_backward_to_bf16_dense_and_into_columns) {
+    mt_cuda_ctx *ctx = gpu_ctx();
+    dev_pool pool = {0};
+    const size_t B = 2, T = 5, H = 3, HD = 16, half = HD / 2, n = B * T * H * HD;
+    const size_t ld = H * HD + 40, off = 24, rows = B * T;
+    float *x = hrand(n, 4, -2.0f, 2.0f), *cs = hrand(T * half, 5, -1.0f, 1.0f),
+          *sn = hrand(T * half, 6, -1.0f, 1.0f);
+    double *ref = malloc(n * 8);
+    for (size_t row = 0; row < rows * H; row++) { /* row = (b, t, h) */
+        size_t t = row / H % T;
+        for (size_t i = 0; i < half; i++) {
+            double x1 = x[row * HD + i], x2 = x[row * HD + i + half];
+            double c = cs[t * half + i], s = sn[t * half + i];
+            ref[row * HD + i] = x1 * c + x2 * s;
+            ref[row * HD + i + half] = x2 * c - x1 * s;
+        }
+    }
+    float *dx = dupload(&pool, x, n * 4), *dc = dupload(&pool, cs, T * half * 4),
+          *ds = dupload(&pool, sn, T * half * 4);
+    uint16_t *dd = dalloc(&pool, n * 2), *dw = dalloc(&pool, rows * ld * 2);
+    dpoison(dd, n * 2);
+    dpoison(dw, rows * ld * 2);
+    cudaStream_t st = mt_cuda_ctx_stream(ctx);
+    mt_cuda_rope_backward_to_bf16(st, dd, H * HD, dx, dc, ds, NULL, B, T, H, HD);
+    mt_cuda_rope_backward_to_bf16(st, dw + off, ld, dx, dc, ds, NULL, B, T, H, HD);
+    uint16_t *d = malloc(n * 2), *w = malloc(rows * ld * 2);
+    download(d, dd, n * 2);
+    download(w, dw, rows * ld * 2);
+    float *df = bf16_to_f32_host(d, n);
+    expect_close(df, ref, n, TOL_BF16_OUT, "rope backward to bf16");
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < ld; j++) {
+            bool mine = j >= off && j < off + H * HD;
+            uint16_t want = mine ? d[r * H * HD + j - off] : 0xffff;
+            cr_assert_eq(w[r * ld + j], want, "row %zu column %zu: %04x, not %04x", r, j,
+                         w[r * ld + j], want);
+        }
+    free(x), free(cs), free(sn), free(ref), free(d), free(w), free(df);
     pool_free(&pool);
     mt_cuda_ctx_free(ctx);
 }

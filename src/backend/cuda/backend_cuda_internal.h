@@ -34,7 +34,8 @@ typedef struct acts {
     float *qkv32;             /* (N, Q + 2KV) the fused qkv product (gpt_neox, falcon) in
                                * fp32 mode; its gradient in the backward */
     void *dqkv_op;            /* that gradient as the product's operand; in bf16 mode the
-                               * forward's bf16 qkv product before */
+                               * forward's bf16 qkv product before. Other bf16 blocks:
+                               * dq_op, dk_op, dv_op's memory, as one (N, Q + 2KV) */
     float *q32, *k32, *v32, *qpre32, *kpre32, *qrstd, *krstd;
     void *q_op, *k_op, *v_op;
     void *qpre_op, *kpre_op;  /* fast path with q/k norms: bf16 q, k before the norm */

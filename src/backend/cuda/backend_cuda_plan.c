@@ -201,9 +201,17 @@ static void plan_backward_acts(cuda_backend *cb, acts *a, bump *b) {
     a->datt_op = take_op(b, cb, N * Q, a->datt32);
     take_qkv32(b, N * Q, N * KV, &a->dq32, &a->dk32, &a->dv32);
     if (c->qk_norm) take_qkv32(b, N * Q, N * KV, &a->dqn32, &a->dkn32, NULL);
-    a->dq_op = bf ? take(b, N * Q * 2) : NULL;
-    a->dk_op = bf ? take(b, N * KV * 2) : NULL;
-    a->dv_op = take_op(b, cb, N * KV, a->dv32);
+    if (bf && !neox) { /* dense dq, dk, dv, or as one interleaved (N, Q + 2KV) operand
+                        * (mt_cuda_qkv_backward_fused) */
+        a->dqkv_op = take(b, N * (Q + 2 * KV) * 2);
+        a->dq_op = a->dqkv_op;
+        a->dk_op = (char *)a->dq_op + N * Q * 2;
+        a->dv_op = (char *)a->dk_op + N * KV * 2;
+    } else {
+        a->dq_op = bf ? take(b, N * Q * 2) : NULL;
+        a->dk_op = bf ? take(b, N * KV * 2) : NULL;
+        a->dv_op = take_op(b, cb, N * KV, a->dv32);
+    }
     size_t cs = mt_cuda_colsum_scratch_floats(N, C);
     /* the biases of gpt_neox's fused qkv and MLP too */
     size_t shapes[][2] = {{N, Q}, {N, KV}, {N * c->NH, c->HD}, {N * c->NKV, c->HD},

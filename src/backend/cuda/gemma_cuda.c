@@ -273,16 +273,15 @@ static void mlp_backward(cuda_backend *cb, const acts *f, int layer, const float
                              a->xmid, mt_cuda_norm_w(cb, layer, MT_T_MLP_NORM), f->rstd2, N, C);
 }
 
-/* dq32, dk32, dv32 from datt32 through the attention of f's q, k, v. */
+/* dq32, dk32, dv32 from dL/d att (datt_op on the bf16 kernels, else
+ * datt32) through the attention of f's q, k, v. */
 static void attention_backward(cuda_backend *cb, const acts *f, int layer, int mb) {
     const mt_config *c = cb->cfg;
     acts *a = &cb->a;
-    size_t N = cb->N, Q = c->NH * c->HD;
     mt_attn_scores sc = scores(cb);
     const int32_t *apos = attn_pos(cb, layer, mb);
     mt_error err;
     if (cb->attn_bf16) {
-        to_op(cb, a->datt_op, a->datt32, N * Q);
         attn_check(mt_attn_backward_bf16(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt_op,
                                          f->q_op, f->k_op, f->v_op, f->att_op, f->lse, apos, &sc,
                                          cb->B, cb->T, c->NH, c->NKV, c->HD, cb->s_comp, &err),
@@ -314,10 +313,10 @@ static void qkv_grads_to_op(cuda_backend *cb, const acts *f, int layer, int mb, 
     if (bf && !c->qk_norm) { /* RoPE's backward writes the products' operands */
         *dq_op = a->dq_op;
         *dk_op = a->dk_op;
-        mt_cuda_rope_backward_to_bf16(cb->s_comp, a->dq_op, a->dq32, cos, sin, pos, cb->B, cb->T,
-                                      c->NH, c->HD);
-        mt_cuda_rope_backward_to_bf16(cb->s_comp, a->dk_op, a->dk32, cos, sin, pos, cb->B, cb->T,
-                                      c->NKV, c->HD);
+        mt_cuda_rope_backward_to_bf16(cb->s_comp, a->dq_op, Q, a->dq32, cos, sin, pos, cb->B,
+                                      cb->T, c->NH, c->HD);
+        mt_cuda_rope_backward_to_bf16(cb->s_comp, a->dk_op, KV, a->dk32, cos, sin, pos, cb->B,
+                                      cb->T, c->NKV, c->HD);
         return;
     }
     mt_cuda_rope_backward(ctx, a->dq32, cos, sin, pos, cb->B, cb->T, c->NH, c->HD);
@@ -379,17 +378,27 @@ void mt_cuda_gemma_backward(cuda_backend *cb, const acts *f, int layer, int mb, 
      * q product below */
     void *dao = post_norm_backward(cb, layer, MT_T_ATTN_POST_NORM, a->dxn32, dx, f->ao32,
                                    f->rstd_pa);
-    mt_cuda_matmul_backward(ctx, p, a->datt32, false, G(cb, g, layer, MT_T_WO), dao, f->att_op,
-                            W_op(cb, s, layer, MT_T_WO), N, Q, C);
+    if (cb->attn_bf16) /* the bf16 kernels read the product's sums rounded once */
+        mt_cuda_matmul_backward_dt(ctx, p, a->datt_op, MT_DT_BF16, G(cb, g, layer, MT_T_WO), dao,
+                                   f->att_op, W_op(cb, s, layer, MT_T_WO), N, Q, C);
+    else
+        mt_cuda_matmul_backward(ctx, p, a->datt32, false, G(cb, g, layer, MT_T_WO), dao,
+                                f->att_op, W_op(cb, s, layer, MT_T_WO), N, Q, C);
     attention_backward(cb, f, layer, mb);
-    void *dq_op, *dk_op, *dv_op;
-    qkv_grads_to_op(cb, f, layer, mb, &dq_op, &dk_op, &dv_op);
-    mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WQ), dq_op, a->xn1_op,
-                            W_op(cb, s, layer, MT_T_WQ), N, C, Q);
-    mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WK), dk_op, a->xn1_op,
-                            W_op(cb, s, layer, MT_T_WK), N, C, KV);
-    mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WV), dv_op, a->xn1_op,
-                            W_op(cb, s, layer, MT_T_WV), N, C, KV);
+    if (!c->qk_norm && mt_cuda_qkv_adjacent(cb, layer)) {
+        const float *cos, *sin;
+        tables(cb, layer, &cos, &sin);
+        mt_cuda_qkv_backward_fused(cb, layer, mb, cos, sin, a->xn1_op);
+    } else {
+        void *dq_op, *dk_op, *dv_op;
+        qkv_grads_to_op(cb, f, layer, mb, &dq_op, &dk_op, &dv_op);
+        mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WQ), dq_op,
+                                a->xn1_op, W_op(cb, s, layer, MT_T_WQ), N, C, Q);
+        mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WK), dk_op,
+                                a->xn1_op, W_op(cb, s, layer, MT_T_WK), N, C, KV);
+        mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WV), dv_op,
+                                a->xn1_op, W_op(cb, s, layer, MT_T_WV), N, C, KV);
+    }
     mt_cuda_rmsnorm_backward(ctx, dx, G(cb, g, layer, MT_T_ATTN_NORM), a->colsum, a->dxn32, x,
                              mt_cuda_norm_w(cb, layer, MT_T_ATTN_NORM), f->rstd1, N, C);
 }

@@ -46,6 +46,34 @@ static void moe_backward(cuda_backend *cb, int layer, const void *xn2, const flo
                          cb->g_cur, xn2, dout, dxn2);
 }
 
+bool mt_cuda_qkv_adjacent(const cuda_backend *cb, int layer) {
+    const mt_layer_desc *ld = &cb->t->layers[layer];
+    int q = ld->by_role[MT_T_WQ], k = ld->by_role[MT_T_WK], v = ld->by_role[MT_T_WV];
+    if (cb->prec != MT_PREC_BF16 || !cb->a.dqkv_op || cb->cfg->HD % 8 || q < 0 || k < 0 ||
+        v < 0)
+        return false;
+    return ld->tensors[k].offset == ld->tensors[q].offset + ld->tensors[q].numel &&
+           ld->tensors[v].offset == ld->tensors[k].offset + ld->tensors[k].numel;
+}
+
+void mt_cuda_qkv_backward_fused(cuda_backend *cb, int layer, int mb, const float *cos,
+                                const float *sin, const void *xn1) {
+    const mt_config *c = cb->cfg;
+    acts *a = &cb->a;
+    size_t N = cb->N, Q = c->NH * c->HD, KV = c->NKV * c->HD, O = Q + 2 * KV;
+    const int32_t *pos = mt_cuda_block_pos(cb, mb);
+    uint16_t *d = a->dqkv_op; /* columns: q, k, v */
+    MT_ASSERT(mt_cuda_qkv_adjacent(cb, layer));
+    mt_cuda_rope_backward_to_bf16(cb->s_comp, d, O, a->dq32, cos, sin, pos, cb->B, cb->T, c->NH,
+                                  c->HD);
+    mt_cuda_rope_backward_to_bf16(cb->s_comp, d + Q, O, a->dk32, cos, sin, pos, cb->B, cb->T,
+                                  c->NKV, c->HD);
+    mt_cuda_cast_rows_to_bf16(cb->s_comp, d + Q + KV, O, a->dv32, N, KV);
+    mt_cuda_matmul_backward(cb->ctx, MT_PREC_BF16, a->dxn32, false,
+                            G(cb, cb->g_cur, layer, MT_T_WQ), d, xn1,
+                            W_op(cb, bound_slot(cb), layer, MT_T_WQ), N, c->C, O);
+}
+
 /* From the attention's fp32 dq32, dk32, dv32 (cb->a) to the operands of
  * the q and k products' backward, *dq_op and *dk_op (a->dq_op and dk_op
  * in bf16, fp32 buffers of cb->a in fp32), and a->dv_op: RoPE's backward,
@@ -190,12 +218,12 @@ static void block_backward_fast(cuda_backend *cb, const acts *f, int layer, int 
     mt_cuda_rmsnorm_backward_op(ctx, dx, a->dx_op, G(cb, g, layer, MT_T_MLP_NORM), a->colsum,
                                 a->dxn32, xmid, W32(cb, s, layer, MT_T_MLP_NORM), f->rstd2, N,
                                 C);
-    mt_cuda_matmul_backward(ctx, p, a->datt32, false, G(cb, g, layer, MT_T_WO), a->dx_op,
-                            f->att_op, W_op(cb, s, layer, MT_T_WO), N, Q, C);
-    to_op(cb, a->datt_op, a->datt32, N * Q);
+    mt_cuda_matmul_backward_dt(ctx, p, a->datt_op, MT_DT_BF16, G(cb, g, layer, MT_T_WO),
+                               a->dx_op, f->att_op, W_op(cb, s, layer, MT_T_WO), N, Q, C);
     attn_check(mt_attn_backward_bf16(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt_op,
                                      f->q_op, f->k_op, f->v_op, f->att_op, f->lse, apos, NULL,
                                      cb->B, cb->T, c->NH, c->NKV, c->HD, st, &err), &err);
+    bool fused = !c->qk_norm && !c->qkv_bias && mt_cuda_qkv_adjacent(cb, layer);
     if (c->qk_norm || c->qkv_bias) {
         if (c->qk_norm) { /* the norms' backward reads the pre-norm q, k in fp32 */
             mt_cuda_cast_bf16_to_f32(ctx, a->qpre32, f->qpre_op, N * Q);
@@ -204,11 +232,11 @@ static void block_backward_fast(cuda_backend *cb, const acts *f, int layer, int 
         void *dq_op, *dk_op; /* a->dq_op, a->dk_op in bf16 */
         qkv_grads_to_op(cb, layer, mb, a->qpre32, a->kpre32, f->qrstd, f->krstd, &dq_op,
                         &dk_op);
-    } else {
-        mt_cuda_rope_backward_to_bf16(st, a->dq_op, a->dq32, cb->cos, cb->sin, pos, cb->B, cb->T,
-                                      c->NH, c->HD);
-        mt_cuda_rope_backward_to_bf16(st, a->dk_op, a->dk32, cb->cos, cb->sin, pos, cb->B, cb->T,
-                                      c->NKV, c->HD);
+    } else if (!fused) {
+        mt_cuda_rope_backward_to_bf16(st, a->dq_op, Q, a->dq32, cb->cos, cb->sin, pos, cb->B,
+                                      cb->T, c->NH, c->HD);
+        mt_cuda_rope_backward_to_bf16(st, a->dk_op, KV, a->dk32, cb->cos, cb->sin, pos, cb->B,
+                                      cb->T, c->NKV, c->HD);
         to_op(cb, a->dv_op, a->dv32, N * KV);
     }
     if (!xn1) {
@@ -216,12 +244,16 @@ static void block_backward_fast(cuda_backend *cb, const acts *f, int layer, int 
                                 W32(cb, s, layer, MT_T_ATTN_NORM), N, C, c->rms_eps);
         xn1 = a->xn1_op;
     }
-    mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WQ), a->dq_op, xn1,
-                            W_op(cb, s, layer, MT_T_WQ), N, C, Q);
-    mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WK), a->dk_op,
-                            xn1, W_op(cb, s, layer, MT_T_WK), N, C, KV);
-    mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WV), a->dv_op,
-                            xn1, W_op(cb, s, layer, MT_T_WV), N, C, KV);
+    if (fused) {
+        mt_cuda_qkv_backward_fused(cb, layer, mb, cb->cos, cb->sin, xn1);
+    } else {
+        mt_cuda_matmul_backward(ctx, p, a->dxn32, false, G(cb, g, layer, MT_T_WQ), a->dq_op,
+                                xn1, W_op(cb, s, layer, MT_T_WQ), N, C, Q);
+        mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WK), a->dk_op,
+                                xn1, W_op(cb, s, layer, MT_T_WK), N, C, KV);
+        mt_cuda_matmul_backward(ctx, p, a->dxn32, true, G(cb, g, layer, MT_T_WV), a->dv_op,
+                                xn1, W_op(cb, s, layer, MT_T_WV), N, C, KV);
+    }
     mt_cuda_rmsnorm_backward(ctx, dx, G(cb, g, layer, MT_T_ATTN_NORM), a->colsum, a->dxn32, x,
                              W32(cb, s, layer, MT_T_ATTN_NORM), f->rstd1, N, C);
 }

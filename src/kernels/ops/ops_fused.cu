@@ -17,10 +17,12 @@ static unsigned blocks_for(size_t work) {
 // One thread rotates 4 consecutive pairs (i..i+3, i+half..i+half+3) of one
 // (b, t, h) row: two 8-byte loads and stores per half. half % 4 == 0. POS:
 // positions of packed documents; false compiles the kernel without them.
+// out_ld: elements from one token's heads to the next's in out (H * HD:
+// dense, as in).
 template <bool TO_BF16_FROM_F32, bool POS>
 __global__ void rope_bf16_kernel(__nv_bfloat16 *out, const void *in, const float *cos,
                                  const float *sin, const int32_t *pos, size_t T, size_t H,
-                                 size_t half, size_t n_quads, float sign) {
+                                 size_t half, size_t n_quads, float sign, size_t out_ld) {
     size_t qph = half / 4;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < n_quads; q += stride) {
@@ -53,7 +55,7 @@ __global__ void rope_bf16_kernel(__nv_bfloat16 *out, const void *in, const float
             y1[k] = x1[k] * cc[k] - x2[k] * ss[k];
             y2[k] = x2[k] * cc[k] + x1[k] * ss[k];
         }
-        __nv_bfloat16 *o = out + row * 2 * half;
+        __nv_bfloat16 *o = out + row / H * out_ld + row % H * 2 * half;
         *(__nv_bfloat162 *)(o + i) = __floats2bfloat162_rn(y1[0], y1[1]);
         *(__nv_bfloat162 *)(o + i + 2) = __floats2bfloat162_rn(y1[2], y1[3]);
         *(__nv_bfloat162 *)(o + i + half) = __floats2bfloat162_rn(y2[0], y2[1]);
@@ -70,21 +72,50 @@ extern "C" void mt_cuda_rope_forward_bf16(cudaStream_t s, uint16_t *x, const flo
     if (!n) return;
     auto kern = pos ? rope_bf16_kernel<false, true> : rope_bf16_kernel<false, false>;
     kern<<<blocks_for(n), THREADS, 0, s>>>((__nv_bfloat16 *)x, x, cos, sin, pos, T, H, half, n,
-                                           1.0f);
+                                           1.0f, H * HD);
     CUDA_LAUNCH_CHECK();
 }
 
-extern "C" void mt_cuda_rope_backward_to_bf16(cudaStream_t s, uint16_t *out, const float *dx,
-                                              const float *cos, const float *sin,
-                                              const int32_t *pos, size_t B, size_t T, size_t H,
-                                              size_t HD) {
+extern "C" void mt_cuda_rope_backward_to_bf16(cudaStream_t s, uint16_t *out, size_t out_ld,
+                                              const float *dx, const float *cos,
+                                              const float *sin, const int32_t *pos, size_t B,
+                                              size_t T, size_t H, size_t HD) {
     size_t half = HD / 2;
-    MT_ASSERT(HD % 8 == 0);
+    MT_ASSERT(HD % 8 == 0 && out_ld >= H * HD && out_ld % 2 == 0);
     size_t n = B * T * H * half / 4;
     if (!n) return;
     auto kern = pos ? rope_bf16_kernel<true, true> : rope_bf16_kernel<true, false>;
     kern<<<blocks_for(n), THREADS, 0, s>>>((__nv_bfloat16 *)out, dx, cos, sin, pos, T, H, half,
-                                           n, -1.0f);
+                                           n, -1.0f, out_ld);
+    CUDA_LAUNCH_CHECK();
+}
+
+// One thread casts 8 consecutive floats of a row (cols % 8 == 0): two
+// 16-byte loads, one 16-byte store (out_ld % 8 == 0, out 16-byte aligned).
+__global__ void cast_rows_bf16_kernel(__nv_bfloat16 *out, size_t out_ld, const float *in,
+                                      size_t cols, size_t n_oct) {
+    size_t stride = (size_t)gridDim.x * blockDim.x, per_row = cols / 8;
+    for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < n_oct; q += stride) {
+        size_t row = q / per_row, j = q % per_row * 8;
+        const float4 a = *(const float4 *)(in + q * 8), b = *(const float4 *)(in + q * 8 + 4);
+        uint4 o;
+        __nv_bfloat162 *o2 = (__nv_bfloat162 *)&o;
+        o2[0] = __floats2bfloat162_rn(a.x, a.y);
+        o2[1] = __floats2bfloat162_rn(a.z, a.w);
+        o2[2] = __floats2bfloat162_rn(b.x, b.y);
+        o2[3] = __floats2bfloat162_rn(b.z, b.w);
+        *(uint4 *)(out + row * out_ld + j) = o;
+    }
+}
+
+extern "C" void mt_cuda_cast_rows_to_bf16(cudaStream_t s, uint16_t *out, size_t out_ld,
+                                          const float *in, size_t rows, size_t cols) {
+    MT_ASSERT(cols % 8 == 0 && out_ld >= cols && out_ld % 8 == 0 && (uintptr_t)out % 16 == 0 &&
+              (uintptr_t)in % 16 == 0);
+    size_t n = rows * cols / 8;
+    if (!n) return;
+    cast_rows_bf16_kernel<<<blocks_for(n), THREADS, 0, s>>>((__nv_bfloat16 *)out, out_ld, in,
+                                                            cols, n);
     CUDA_LAUNCH_CHECK();
 }
 

@@ -19,10 +19,17 @@ void mt_cuda_rope_forward_bf16(cudaStream_t s, uint16_t *x, const float *cos, co
                                const int32_t *pos, size_t B, size_t T, size_t H, size_t HD);
 
 /* out (B,T,H,HD) bf16 = inverse RoPE of dx (fp32): the backward of RoPE
- * fused with the cast that feeds the next bf16 product. */
-void mt_cuda_rope_backward_to_bf16(cudaStream_t s, uint16_t *out, const float *dx,
-                                   const float *cos, const float *sin, const int32_t *pos,
-                                   size_t B, size_t T, size_t H, size_t HD);
+ * fused with the cast that feeds the next bf16 product. out_ld: elements
+ * from one token's row of out to the next (H * HD: dense; more: the
+ * columns of an interleaved operand). */
+void mt_cuda_rope_backward_to_bf16(cudaStream_t s, uint16_t *out, size_t out_ld,
+                                   const float *dx, const float *cos, const float *sin,
+                                   const int32_t *pos, size_t B, size_t T, size_t H, size_t HD);
+
+/* out (rows, cols) bf16, rows out_ld elements apart, = in (rows, cols)
+ * fp32 dense, rounded to nearest even. cols, out_ld multiples of 8. */
+void mt_cuda_cast_rows_to_bf16(cudaStream_t s, uint16_t *out, size_t out_ld, const float *in,
+                               size_t rows, size_t cols);
 
 /* out (n) bf16 = silu(gate) * up, gate and up bf16. */
 void mt_cuda_swiglu_forward_bf16(cudaStream_t s, uint16_t *out, const uint16_t *gate,
