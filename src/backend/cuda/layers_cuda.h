@@ -41,7 +41,7 @@ void mt_cuda_gemma_backward(cuda_backend *cb, const acts *f, int layer, int mb, 
  * the slot (and their gradients in g_cur), one product of Q + 2KV rows
  * takes it into dxn32 = dL/d xn1 (set) and into the three gradients:
  * dxn32 written once instead of three times, and larger products. cos,
- * sin: the layer's RoPE tables. */
+ * sin: the layer's RoPE tables. (qkv_cuda.c) */
 bool mt_cuda_qkv_adjacent(const cuda_backend *cb, int layer);
 void mt_cuda_qkv_backward_fused(cuda_backend *cb, int layer, int mb, const float *cos,
                                 const float *sin, const void *xn1);
