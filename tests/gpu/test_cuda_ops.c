@@ -52,6 +52,19 @@ Test(cuda_ops, casts_round_to_nearest_even) {
     mt_cuda_ctx_free(ctx);
 }
 
+/* w (rows, ld) holds dense d (rows, cols) in its columns [off, off + cols)
+ * and the poison (all-ones bytes) in the others. */
+static void expect_in_columns(const uint16_t *w, size_t ld, const uint16_t *d, size_t rows,
+                              size_t cols, size_t off) {
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < ld; j++) {
+            bool mine = j >= off && j < off + cols;
+            uint16_t want = mine ? d[r * cols + j - off] : 0xffff;
+            cr_assert_eq(w[r * ld + j], want, "row %zu column %zu: %04x, not %04x", r, j,
+                         w[r * ld + j], want);
+        }
+}
+
 /* Rows of a dense fp32 (rows, cols) cast into columns [off, off + cols) of
  * a wider bf16 operand: the same bits as the dense cast, and the other
  * columns (poisoned) untouched. */
@@ -68,13 +81,7 @@ Test(cuda_ops, cast_rows_to_bf16_writes_the_columns_it_is_given) {
     uint16_t *d = malloc(rows * cols * 2), *w = malloc(rows * ld * 2);
     download(d, dd, rows * cols * 2);
     download(w, dw, rows * ld * 2);
-    for (size_t r = 0; r < rows; r++)
-        for (size_t j = 0; j < ld; j++) {
-            bool mine = j >= off && j < off + cols;
-            uint16_t want = mine ? d[r * cols + j - off] : 0xffff;
-            cr_assert_eq(w[r * ld + j], want, "row %zu column %zu: %04x, not %04x", r, j,
-                         w[r * ld + j], want);
-        }
+    expect_in_columns(w, ld, d, rows, cols, off);
     free(x), free(d), free(w);
     pool_free(&pool);
     mt_cuda_ctx_free(ctx);
@@ -114,13 +121,7 @@ Test(cuda_ops, rope_backward_to_bf16_dense_and_into_columns) {
     download(w, dw, rows * ld * 2);
     float *df = bf16_to_f32_host(d, n);
     expect_close(df, ref, n, TOL_BF16_OUT, "rope backward to bf16");
-    for (size_t r = 0; r < rows; r++)
-        for (size_t j = 0; j < ld; j++) {
-            bool mine = j >= off && j < off + H * HD;
-            uint16_t want = mine ? d[r * H * HD + j - off] : 0xffff;
-            cr_assert_eq(w[r * ld + j], want, "row %zu column %zu: %04x, not %04x", r, j,
-                         w[r * ld + j], want);
-        }
+    expect_in_columns(w, ld, d, rows, H * HD, off);
     free(x), free(cs), free(sn), free(ref), free(d), free(w), free(df);
     pool_free(&pool);
     mt_cuda_ctx_free(ctx);
