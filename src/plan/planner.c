@@ -99,121 +99,162 @@ static double collective_s(const mt_plan_request *q, int l) {
 /* Whether saved input l leaves the GPU between its passes (host or disk). */
 static int moved(const mt_layer_home *h, int l) { return h[l].saved_host || h[l].saved_disk; }
 
-mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan) {
+/* The replay's state: when each resource is next free, how long each was
+ * busy, and what every bind reads of the request and the plan. */
+typedef struct replay {
+    const mt_plan_request *q;
+    const mt_plan *plan;
+    layer_costs k;
+    int K, head;
+    double h2d, d2h, ck;         /* bytes/s each way; a host-saved input's bytes */
+    double h2d_free, comp, d2h_free, coll_free;
+    double h2d_busy, d2h_busy, coll_busy, compute;
+    double drained[2];           /* the two host-gradient accumulators' last drains */
+    int gturn;                   /* the accumulator the next host gradient takes */
+    double *cstart, *opt_done;   /* each bind's compute start; each layer's update */
+    mt_saved_disk_sim sd;
+} replay;
+
+/* Whether backward layer l rebuilds its input from saved input l-1. */
+static int rebuilds(const replay *s, int l, int back) {
+    return back && l >= 1 && l < s->head - 1 && s->plan->homes[l].saved_recompute;
+}
+
+/* Bind j (layer l after layer prev, b: of the backward) on the H2D engine
+ * (and the collectives' stream): its weights once per pass, the last block
+ * resident at the turn, device layers bound in place on one GPU and
+ * all-gathered from the GPU on several; then the input it loads, or the one
+ * its rebuilt input comes from (then not again for that layer), a disk one
+ * once its read is in. Returns when the layer is ready to compute. */
+static double upload(replay *s, int j, int l, int prev, int b) {
+    const mt_plan_request *q = s->q;
+    const mt_plan *plan = s->plan;
     const mt_layer_home *h = plan->homes;
-    int bf16 = plan->host_grad_bf16, n_keep = plan->n_keep, n_dev = plan->n_dev;
-    int several = q->ranks > 1;
-    const mt_param_table *t = q->t;
+    int nl = q->t->n_layers, head = s->head, back = b && l != head;
+    double rh2d = back ? s->h2d * q->rates.duplex : s->h2d;
+    int resident = prev == l || (back && l == head - 1);
+    /* 4 bytes a parameter, 2 where the weights are on disk (their bf16 copy) */
+    double wbytes = resident || l < plan->n_dev
+                        ? 0
+                        : mt_plan_part_floats(q, l) * (l >= nl - plan->n_disk_w ? 2 : 4);
+    double ready = j >= s->K - 1 ? s->cstart[j - (s->K - 1)] : 0;
+    if (!b) ready = fmax(ready, s->opt_done[l]);
+    double st = fmax(s->h2d_free, ready), e = st + wbytes / rh2d;
+    s->h2d_busy += wbytes / rh2d;
+    int rebuild = rebuilds(s, l, back);
+    int load = back && l >= 1 && l < head - 1 &&
+               ((moved(h, l) && !h[l + 1].saved_recompute) ||
+                (rebuild && l >= 2 && moved(h, l - 1)));
+    int from_disk = load && h[rebuild ? l - 1 : l].saved_disk;
+    if (from_disk) e = mt_saved_disk_sim_read_ready(&s->sd, e);
+    if (load) {
+        e += s->ck / rh2d;
+        s->h2d_busy += s->ck / rh2d;
+    }
+    if (from_disk) mt_saved_disk_sim_loaded(&s->sd, e);
+    s->h2d_free = e;
+    double wready = e;
+    if (q->ranks > 1 && !resident) { /* the other ranks' parts */
+        double cs = fmax(s->coll_free, st + wbytes / rh2d);
+        s->coll_free = cs + collective_s(q, l);
+        s->coll_busy += collective_s(q, l);
+        wready = fmax(wready, s->coll_free);
+    }
+    return wready;
+}
+
+/* Seconds of layer l's pass (b: its backward, with a rebuilt input's
+ * forward). */
+static double pass_s(const replay *s, int l, int b) {
+    const layer_costs *k = &s->k;
+    int first_kept = s->head - s->plan->n_keep; /* decoder layers >= this keep activations */
+    int first_down = first_kept - s->plan->n_keep_down; /* >= this: their down output */
+    if (l == s->head) return k->head;
+    if (l == 0) return k->embed;
+    if (!b) return k->f;
+    return (l >= first_kept ? k->b_kept : l >= first_down ? k->b_down : k->b) +
+           (rebuilds(s, l, 1) ? (l == 1 ? k->embed : k->f) : 0);
+}
+
+/* Forward layer l's output leaves for the host (or the disk). */
+static void save_output(replay *s, int l) {
+    const mt_layer_home *h = s->plan->homes;
+    double ds = fmax(s->d2h_free, s->comp);
+    if (h[l + 1].saved_disk) ds = mt_saved_disk_sim_stage(&s->sd, ds);
+    s->d2h_free = ds + s->ck / s->d2h;
+    s->d2h_busy += s->ck / s->d2h;
+    if (h[l + 1].saved_disk) mt_saved_disk_sim_write(&s->sd, s->d2h_free);
+}
+
+/* Backward layer l's gradient, summed over the ranks, drains to its host
+ * accumulator unless it waits on the GPU. */
+static void gradient_out(replay *s, int l) {
+    const mt_plan_request *q = s->q;
+    double rd2h = l != s->head ? s->d2h * q->rates.duplex : s->d2h;
+    double done = s->comp;
+    if (q->ranks > 1) {
+        double cs = fmax(s->coll_free, s->comp);
+        s->coll_free = cs + collective_s(q, l);
+        s->coll_busy += collective_s(q, l);
+        done = s->coll_free;
+    }
+    if (!s->plan->homes[l].grad_host) return;
+    double bytes = mt_plan_part_floats(q, l) * (s->plan->host_grad_bf16 ? 2 : 4);
+    double ds = fmax(s->d2h_free, done);
+    s->d2h_free = ds + bytes / rd2h;
+    s->d2h_busy += bytes / rd2h;
+    s->drained[s->gturn] = s->d2h_free;
+    s->gturn ^= 1;
+}
+
+mt_step_prediction mt_plan_predict(const mt_plan_request *q, const mt_plan *plan) {
     const mt_rates *r = &q->rates;
-    int nl = t->n_layers, head = nl - 1, K = q->slots > 1 ? q->slots : 3;
+    int nl = q->t->n_layers, head = nl - 1;
     double tok = (double)q->M * q->B * q->T;
-    layer_costs k = costs(q);
+    replay s = {.q = q, .plan = plan, .k = costs(q), .K = q->slots > 1 ? q->slots : 3,
+                .head = head, .h2d = r->h2d_gbs * 1e9, .d2h = r->d2h_gbs * 1e9,
+                .ck = tok * q->cfg->C * (q->saved_bf16 ? 2.0 : 4.0)};
     if (plan->lean_keep) /* the kept layers' backward rebuilds x + o_proj(att) */
-        k.b_kept += 2.0 * q->cfg->NH * q->cfg->HD * q->cfg->C * tok / (r->gemm_tflops * 1e12);
-    double ck = tok * q->cfg->C * (q->saved_bf16 ? 2.0 : 4.0); /* a host-saved input */
-    double h2d = r->h2d_gbs * 1e9, d2h = r->d2h_gbs * 1e9;
+        s.k.b_kept += 2.0 * q->cfg->NH * q->cfg->HD * q->cfg->C * tok / (r->gemm_tflops * 1e12);
     int seq[2 * 4096 + 2], bwd[2 * 4096 + 2], n = 0;
     for (int l = 0; l < nl; l++) seq[n] = l, bwd[n++] = l == head;
     for (int l = head - 1; l >= 0; l--) seq[n] = l, bwd[n++] = 1;
-    double *cstart = mt_calloc_or_die((size_t)n, sizeof *cstart);
-    double h2d_free = 0, comp = 0, d2h_free = 0, opt = 0, d2h_busy = 0, h2d_busy = 0;
-    double coll_free = 0, coll_busy = 0; /* the collectives' stream (several ranks) */
-    double drained[2] = {0, 0}, compute = 0, fwd_end = 0;
-    int gturn = 0;
-    double *opt_done = mt_calloc_or_die((size_t)nl, sizeof *opt_done);
-    double disk_end = 0, disk_busy = 0;
+    s.cstart = mt_calloc_or_die((size_t)n, sizeof *s.cstart);
+    s.opt_done = mt_calloc_or_die((size_t)nl, sizeof *s.opt_done);
+    double disk_end = 0, disk_busy = 0, fwd_end = 0;
     mt_disk_spans adam_spans = {0};
-    opt = mt_plan_optimizer_times(q, plan, 0, opt_done, &disk_end, &disk_busy, &adam_spans);
-    mt_saved_disk_sim sd;
-    mt_saved_disk_sim_init(&sd, q, plan, &adam_spans);
-    for (int l = 0; l < n_dev; l++) comp += mt_plan_part_floats(q, l) * 30.0 / (r->hbm_gbs * 1e9);
-    compute = comp;
+    double opt = mt_plan_optimizer_times(q, plan, 0, s.opt_done, &disk_end, &disk_busy,
+                                         &adam_spans);
+    mt_saved_disk_sim_init(&s.sd, q, plan, &adam_spans);
+    /* the device layers' AdamW on the compute stream first */
+    for (int l = 0; l < plan->n_dev; l++)
+        s.comp += mt_plan_part_floats(q, l) * 30.0 / (r->hbm_gbs * 1e9);
+    s.compute = s.comp;
     for (int j = 0; j < n; j++) {
-        int l = seq[j], b = bwd[j], back = b && l != head;
-        int first_kept = head - n_keep; /* decoder layers >= this keep activations */
-        int first_down = first_kept - plan->n_keep_down; /* >= this: their down output */
-        double rh2d = back ? h2d * r->duplex : h2d, rd2h = back ? d2h * r->duplex : d2h;
-        /* weights: once per pass; the last block stays resident at the turn;
-         * device layers are bound in place on one GPU, all-gathered from
-         * the GPU on several */
-        int resident = (j > 0 && seq[j - 1] == l) || (back && l == head - 1);
-        /* 4 bytes a parameter, 2 where the weights are on disk (their bf16 copy) */
-        double wbytes = resident || l < n_dev ? 0
-                        : mt_plan_part_floats(q, l) * (l >= nl - plan->n_disk_w ? 2 : 4);
-        double ready = j >= K - 1 ? cstart[j - (K - 1)] : 0;
-        if (!b) ready = fmax(ready, opt_done[l]);
-        double s = fmax(h2d_free, ready), e = s + wbytes / rh2d;
-        h2d_busy += wbytes / rh2d;
-        /* load this layer's input, or the one its recomputed input is
-         * rebuilt from (then not again for that layer); a disk one once
-         * its read is in */
-        int rebuild = back && l >= 1 && l < head - 1 && h[l].saved_recompute;
-        int load = back && l >= 1 && l < head - 1 &&
-                   ((moved(h, l) && !h[l + 1].saved_recompute) ||
-                    (rebuild && l >= 2 && moved(h, l - 1)));
-        int from_disk = load && h[rebuild ? l - 1 : l].saved_disk;
-        if (from_disk) e = mt_saved_disk_sim_read_ready(&sd, e);
-        if (load) {
-            e += ck / rh2d;
-            h2d_busy += ck / rh2d;
-        }
-        if (from_disk) mt_saved_disk_sim_loaded(&sd, e);
-        h2d_free = e;
-        double wready = e;
-        if (several && !resident) { /* the other ranks' parts */
-            double cs = fmax(coll_free, s + wbytes / rh2d);
-            coll_free = cs + collective_s(q, l);
-            coll_busy += collective_s(q, l);
-            wready = fmax(wready, coll_free);
-        }
-        double c0 = fmax(comp, wready);
-        int gpu_home = !h[l].grad_host;
-        if (b && !gpu_home) c0 = fmax(c0, drained[gturn]); /* accumulator reuse */
-        double dur = l == head ? k.head
-                     : l == 0  ? k.embed
-                     : !b      ? k.f
-                     : (l >= first_kept ? k.b_kept : l >= first_down ? k.b_down : k.b) +
-                           (rebuild ? (l == 1 ? k.embed : k.f) : 0);
-        cstart[j] = c0;
-        comp = c0 + dur;
-        compute += dur;
-        if (!b && l >= 1 && l < head && moved(h, l + 1)) { /* save the output */
-            double ds = fmax(d2h_free, comp);
-            if (h[l + 1].saved_disk) ds = mt_saved_disk_sim_stage(&sd, ds);
-            d2h_free = ds + ck / rd2h;
-            d2h_busy += ck / rd2h;
-            if (h[l + 1].saved_disk) mt_saved_disk_sim_write(&sd, d2h_free);
-        }
+        int l = seq[j], b = bwd[j];
+        double c0 = fmax(s.comp, upload(&s, j, l, j > 0 ? seq[j - 1] : -1, b));
+        if (b && plan->homes[l].grad_host) c0 = fmax(c0, s.drained[s.gturn]); /* reuse */
+        double dur = pass_s(&s, l, b);
+        s.cstart[j] = c0;
+        s.comp = c0 + dur;
+        s.compute += dur;
+        if (!b && l >= 1 && l < head && moved(plan->homes, l + 1)) save_output(&s, l);
         if (l == head) fwd_end = c0; /* the head belongs to neither pass in the report */
-        if (l == head && b) mt_saved_disk_sim_backward(&sd, c0);
-        double done = comp; /* the gradient, summed over the ranks */
-        if (b && several) {
-            double cs = fmax(coll_free, comp);
-            coll_free = cs + collective_s(q, l);
-            coll_busy += collective_s(q, l);
-            done = coll_free;
-        }
-        if (b && !gpu_home) {
-            double bytes = mt_plan_part_floats(q, l) * (bf16 ? 2 : 4);
-            double ds = fmax(d2h_free, done);
-            d2h_free = ds + bytes / rd2h;
-            d2h_busy += bytes / rd2h;
-            drained[gturn] = d2h_free;
-            gturn ^= 1;
-        }
+        if (l == head && b) mt_saved_disk_sim_backward(&s.sd, c0);
+        if (b) gradient_out(&s, l);
     }
-    mt_step_prediction p = {.fwd = fwd_end, .bwd = comp - fwd_end, .opt = opt,
-                            .h2d_busy = h2d_busy, .d2h_busy = d2h_busy, .compute = compute,
-                            .coll_busy = coll_busy, .disk_busy = disk_busy + sd.busy,
-                            .disk_saved_busy = sd.busy};
+    mt_step_prediction p = {.fwd = fwd_end, .bwd = s.comp - fwd_end, .opt = opt,
+                            .h2d_busy = s.h2d_busy, .d2h_busy = s.d2h_busy,
+                            .compute = s.compute, .coll_busy = s.coll_busy,
+                            .disk_busy = disk_busy + s.sd.busy, .disk_saved_busy = s.sd.busy};
     /* the disk's traffic of a step cannot take longer than the step: each
      * tier's on its own channel, and both together on the same drives */
-    p.step = fmax(fmax(fmax(comp, d2h_free), coll_free), fmax(disk_end, sd.free_at));
+    p.step = fmax(fmax(fmax(s.comp, s.d2h_free), s.coll_free), fmax(disk_end, s.sd.free_at));
     p.step = fmax(p.step, p.disk_busy);
-    mt_saved_disk_sim_free(&sd);
+    mt_saved_disk_sim_free(&s.sd);
     free(adam_spans.at);
-    free(cstart);
-    free(opt_done);
+    free(s.cstart);
+    free(s.opt_done);
     return p;
 }
 
