@@ -7,15 +7,21 @@
 
 #include "model/presets.h"
 
-void mt_test_request_8b(mt_test_planned *x, int64_t T, int M, int64_t B) {
+void mt_test_request(mt_test_planned *x, const char *preset, int64_t T, int M, int64_t B,
+                     double gpu_budget, double host_budget) {
     mt_error err;
     memset(x, 0, sizeof *x);
-    mt_preset_config(mt_preset_find("8b"), T, &x->cfg);
+    mt_preset_config(mt_preset_find(preset), T, &x->cfg);
     cr_assert_eq(mt_params_init(&x->t, &x->cfg, &err), 0, "%s", err.msg);
     x->q = (mt_plan_request){.cfg = &x->cfg, .t = &x->t, .M = M, .B = B, .T = T,
-                             .precision = MT_GPU_BF16, .gpu_budget = 79e9,
-                             .host_grad_dtype = -1, .keep_layers = -1, .device_optim = -1};
+                             .precision = MT_GPU_BF16, .gpu_budget = gpu_budget,
+                             .host_budget = host_budget, .host_grad_dtype = -1,
+                             .keep_layers = -1, .device_optim = -1};
     mt_rates_default(&x->q.rates);
+}
+
+void mt_test_request_8b(mt_test_planned *x, int64_t T, int M, int64_t B) {
+    mt_test_request(x, "8b", T, M, B, 79e9, 0);
 }
 
 void mt_test_replan(mt_test_planned *x) {

@@ -14,10 +14,15 @@ typedef struct mt_test_planned {
     mt_plan p;
 } mt_test_planned;
 
-/* The 8B preset at T tokens a row, M micro-batches of B rows, bf16, on an
- * 80 GB GPU (79 GB budget) with the H200's assumed rates; every choice the
- * planner's (host budget, disk and the rest for the caller to set). No plan
- * yet: x->p is empty until mt_test_replan. */
+/* A preset at T tokens a row, M micro-batches of B rows, bf16, within
+ * gpu_budget and host_budget bytes (0: the planner's default) with the
+ * H200's assumed rates; every choice the planner's (disk and the rest for
+ * the caller to set). No plan yet: x->p is empty until mt_test_replan. */
+void mt_test_request(mt_test_planned *x, const char *preset, int64_t T, int M, int64_t B,
+                     double gpu_budget, double host_budget);
+
+/* The 8B preset so, on an 80 GB GPU (79 GB budget), the host budget the
+ * planner's. */
 void mt_test_request_8b(mt_test_planned *x, int64_t T, int M, int64_t B);
 
 /* (Re)makes x->p from x->q (a plan that does not fit is made too). */

@@ -193,14 +193,9 @@ Test(planner, a_roomy_gpu_updates_the_first_layers_there) {
      * mid-block residual rebuilt) let more of them skip the recompute */
     cr_assert(x.p.lean_keep, "kept units are full with %d of 32 kept", x.p.n_keep);
     mt_test_planned_free(&x);
-    mt_error err;
-    mt_preset_config(mt_preset_find("8b"), 2048, &x.cfg);
-    cr_assert_eq(mt_params_init(&x.t, &x.cfg, &err), 0, "%s", err.msg);
-    x.q = (mt_plan_request){.cfg = &x.cfg, .t = &x.t, .M = 4, .B = 8, .T = 2048,
-                            .precision = MT_GPU_BF16, .gpu_budget = 139e9, .host_budget = 129.7e9,
-                            .host_grad_dtype = -1, .keep_layers = -1, .device_optim = 0};
-    mt_rates_default(&x.q.rates);
-    cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), 0, "%s", err.msg);
+    mt_test_request(&x, "8b", 2048, 4, 8, 139e9, 129.7e9);
+    x.q.device_optim = 0;
+    mt_test_replan(&x);
     cr_assert_eq(x.p.n_dev, 0);
     mt_test_planned_free(&x);
 }
@@ -209,16 +204,9 @@ Test(planner, a_roomy_gpu_updates_the_first_layers_there) {
  * file names the field. */
 /* Where every layer fits whole, lean units would only add the rebuild. */
 Test(planner, lean_kept_units_only_when_memory_binds) {
-    mt_error err;
     mt_test_planned x;
-    mt_preset_config(mt_preset_find("1b"), 2048, &x.cfg);
-    cr_assert_eq(mt_params_init(&x.t, &x.cfg, &err), 0, "%s", err.msg);
-    x.q = (mt_plan_request){.cfg = &x.cfg, .t = &x.t, .M = 4, .B = 8, .T = 2048,
-                            .precision = MT_GPU_BF16, .gpu_budget = 139e9, .host_budget = 129.7e9,
-                            .host_grad_dtype = -1, .keep_layers = -1,
-                             .device_optim = -1};
-    mt_rates_default(&x.q.rates);
-    cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), 0, "%s", err.msg);
+    mt_test_request(&x, "1b", 2048, 4, 8, 139e9, 129.7e9);
+    mt_test_replan(&x);
     cr_assert(x.p.fits, "%s", x.p.why);
     cr_assert_eq(x.p.n_keep, (int)x.cfg.L);
     cr_assert_not(x.p.lean_keep);
@@ -380,16 +368,9 @@ Test(planner, a_rank_of_four_plans_its_quarter_and_the_collectives) {
 Test(planner, pythia_and_falcon_blocks_keep_their_activations) {
     const char *names[] = {"pythia-6.9b", "falcon-7b"};
     for (int i = 0; i < 2; i++) {
-        mt_error err;
         mt_test_planned x;
-        mt_preset_config(mt_preset_find(names[i]), 2048, &x.cfg);
-        cr_assert_eq(mt_params_init(&x.t, &x.cfg, &err), 0, "%s", err.msg);
-        x.q = (mt_plan_request){.cfg = &x.cfg, .t = &x.t, .M = 4, .B = 8, .T = 2048,
-                                .precision = MT_GPU_BF16, .gpu_budget = 79e9,
-                                .host_budget = 500e9, .host_grad_dtype = -1,
-                                .keep_layers = -1, .device_optim = -1};
-        mt_rates_default(&x.q.rates);
-        cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), 0, "%s", err.msg);
+        mt_test_request(&x, names[i], 2048, 4, 8, 79e9, 500e9);
+        mt_test_replan(&x);
         cr_assert(x.p.fits, "%s: %s", names[i], x.p.why);
         cr_assert_gt(x.p.n_keep, 0, "%s keeps no layer", names[i]);
         cr_assert_not(x.p.lean_keep, "%s: lean units", names[i]);
@@ -417,15 +398,9 @@ Test(planner, pythia_and_falcon_blocks_keep_their_activations) {
  * counts those bytes. Other blocks' recompute stops before the product:
  * they keep none. */
 Test(planner, gemma_keeps_its_down_outputs_where_the_gpu_has_room) {
-    mt_error err;
     mt_test_planned x;
-    mt_preset_config(mt_preset_find("gemma2-9b"), 2048, &x.cfg);
-    cr_assert_eq(mt_params_init(&x.t, &x.cfg, &err), 0, "%s", err.msg);
-    x.q = (mt_plan_request){.cfg = &x.cfg, .t = &x.t, .M = 4, .B = 8, .T = 2048,
-                            .precision = MT_GPU_BF16, .gpu_budget = 139e9, .host_budget = 124e9,
-                            .host_grad_dtype = -1, .keep_layers = -1, .device_optim = -1};
-    mt_rates_default(&x.q.rates);
-    cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), 0, "%s", err.msg);
+    mt_test_request(&x, "gemma2-9b", 2048, 4, 8, 139e9, 124e9);
+    mt_test_replan(&x);
     cr_assert(x.p.fits, "%s", x.p.why);
     cr_assert_gt(x.p.n_keep_down, 0, "no down output kept (%d kept layers)", x.p.n_keep);
     cr_assert_leq(x.p.n_keep + x.p.n_keep_down, (int)x.cfg.L);
@@ -445,10 +420,8 @@ Test(planner, gemma_keeps_its_down_outputs_where_the_gpu_has_room) {
     cr_assert_leq(b3 - b0, 3 * 4 * (unit + 256) + 256, "%zu bytes for 12 units of %zu",
                   b3 - b0, unit);
     mt_test_planned_free(&x);
-    mt_preset_config(mt_preset_find("8b"), 2048, &x.cfg);
-    cr_assert_eq(mt_params_init(&x.t, &x.cfg, &err), 0, "%s", err.msg);
-    x.q.cfg = &x.cfg, x.q.t = &x.t;
-    cr_assert_eq(mt_plan_make(&x.q, &x.p, &err), 0, "%s", err.msg);
+    mt_test_request(&x, "8b", 2048, 4, 8, 139e9, 124e9); /* the same request, Llama's block */
+    mt_test_replan(&x);
     cr_assert(x.p.fits, "%s", x.p.why);
     cr_assert_eq(x.p.n_keep_down, 0, "Llama keeps %d down outputs", x.p.n_keep_down);
     cr_assert_eq(mt_cuda_backend_bytes(&x.cfg, &x.t, 4, 8, 2048, &three),
