@@ -146,13 +146,15 @@ void mt_cuda_embedding_backward(mt_cuda_ctx *ctx, float *dwte, const float *dout
 void mt_cuda_rmsnorm_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt, float *rstd,
                              const float *inp, const float *w, size_t N, size_t C, float eps);
 
-/* A post-norm with its residual, out (N,C) = res + inp / rms(inp) * w, and
- * with next the norm of that sum beside it, next (N,C) of type next_dt =
- * out / rms(out) * next_w, rstd and next_rstd NULL or kept: each row read
- * once for C % 512 == 0, the values of the plain kernels one after another.
- * out NULL (and next NULL): rstd only. */
+/* A post-norm with its residual, out (N,C) = res + inp / rms(inp) * w, inp
+ * of type in_dt (fp32 arithmetic), and with next the norm of that sum
+ * beside it, next (N,C) of type next_dt = out / rms(out) * next_w, rstd and
+ * next_rstd NULL or kept: each row read once for C % 512 == 0, the values
+ * of the plain kernels one after another. out NULL (and next NULL): rstd
+ * only. */
 void mt_cuda_rmsnorm_residual_forward(mt_cuda_ctx *ctx, float *out, float *rstd,
-                                      const float *inp, const float *w, const float *res,
+                                      const void *inp, mt_dt in_dt, const float *w,
+                                      const float *res,
                                       void *next, mt_dt next_dt, float *next_rstd,
                                       const float *next_w, size_t N, size_t C, float eps);
 
@@ -172,11 +174,13 @@ void mt_cuda_rmsnorm_backward_op(mt_cuda_ctx *ctx, float *dinp, void *dinp_op, f
                                  float *scratch, const float *dout, const float *inp,
                                  const float *w, const float *rstd, size_t N, size_t C);
 /* dinp_op (N,C) bf16 = the input gradient rounded, added to nothing (a
- * post-norm's, feeding a product), no fp32 copy; dw (C) +=. The values are
- * mt_cuda_rmsnorm_backward_op's into zeros. */
+ * post-norm's, feeding a product), no fp32 copy; dw (C) +=; inp of type
+ * in_dt. The values are mt_cuda_rmsnorm_backward_op's into zeros (of inp
+ * widened to fp32). */
 void mt_cuda_rmsnorm_backward_to_bf16(mt_cuda_ctx *ctx, uint16_t *dinp_op, float *dw,
-                                      float *scratch, const float *dout, const float *inp,
-                                      const float *w, const float *rstd, size_t N, size_t C);
+                                      float *scratch, const float *dout, const void *inp,
+                                      mt_dt in_dt, const float *w, const float *rstd, size_t N,
+                                      size_t C);
 
 /* ---- LayerNorm with bias (gpt_neox, falcon; C % 4 == 0, 16-byte aligned
  * rows) ---- */
@@ -258,10 +262,11 @@ void mt_cuda_affine(mt_cuda_ctx *ctx, float *out, const float *inp, size_t n, fl
  * else erf's; fp32 arithmetic. */
 void mt_cuda_geglu_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt, const void *gate,
                            const void *up, mt_dt in_dt, size_t N, size_t F, int tanh_form);
-/* dgate, dup (N,F) OVERWRITTEN, of type dt as gate and up are; dout fp32. */
-void mt_cuda_geglu_backward(mt_cuda_ctx *ctx, void *dgate, void *dup, const float *dout,
-                            const void *gate, const void *up, mt_dt dt, size_t N, size_t F,
-                            int tanh_form);
+/* dgate, dup (N,F) OVERWRITTEN, of type dt as gate and up are; dout of
+ * type dout_dt (bf16 only with bf16 gate and up). */
+void mt_cuda_geglu_backward(mt_cuda_ctx *ctx, void *dgate, void *dup, const void *dout,
+                            mt_dt dout_dt, const void *gate, const void *up, mt_dt dt, size_t N,
+                            size_t F, int tanh_form);
 
 /* ---- residual ---- */
 

@@ -394,7 +394,7 @@ Test(planner, pythia_and_falcon_blocks_keep_their_activations) {
 /* Gemma's recompute runs the down projection (its post-norm's backward
  * reads the output): with room on the GPU the plan keeps that output for
  * layers before the kept ones (a quarter of the recompute's products for
- * N * C + N floats a micro-batch), the model rewards it, and the backend
+ * N * C bf16 values and N floats a micro-batch), the model rewards it, and the backend
  * counts those bytes. Other blocks' recompute stops before the product:
  * they keep none. */
 Test(planner, gemma_keeps_its_down_outputs_where_the_gpu_has_room) {
@@ -415,7 +415,7 @@ Test(planner, gemma_keeps_its_down_outputs_where_the_gpu_has_room) {
                          three = {.precision = MT_GPU_BF16, .keep_down_layers = 3};
     size_t b0 = mt_cuda_backend_bytes(&x.cfg, &x.t, 4, 8, 2048, &none);
     size_t b3 = mt_cuda_backend_bytes(&x.cfg, &x.t, 4, 8, 2048, &three);
-    size_t N = 8 * 2048, unit = (N * (size_t)x.cfg.C + N) * 4;
+    size_t N = 8 * 2048, unit = N * (size_t)x.cfg.C * 2 + N * 4;
     cr_assert_geq(b3 - b0, 3 * 4 * unit, "%zu bytes for 12 units of %zu", b3 - b0, unit);
     cr_assert_leq(b3 - b0, 3 * 4 * (unit + 256) + 256, "%zu bytes for 12 units of %zu",
                   b3 - b0, unit);

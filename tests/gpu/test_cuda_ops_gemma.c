@@ -5,6 +5,15 @@
  * logit soft-cap. */
 #include "cuda_ops_util.h"
 
+static int same_bits(const void *d_a, const void *d_b, size_t bytes) {
+    void *a = malloc(bytes), *b = malloc(bytes);
+    download(a, d_a, bytes);
+    download(b, d_b, bytes);
+    int same = memcmp(a, b, bytes) == 0;
+    free(a), free(b);
+    return same;
+}
+
 /* ---- GeGLU ---- */
 
 static double gelu_ref(double x, int tanh_form) {
@@ -46,7 +55,8 @@ static void check_geglu(int tanh_form) {
     expect_close(of, ro, n, TOL_BF16_OUT, "geglu bf16 out");
     dpoison(d_dg, n * 4);
     dpoison(d_du, n * 4);
-    mt_cuda_geglu_backward(ctx, d_dg, d_du, d_d, d_g, d_u, MT_DT_F32, N, F, tanh_form);
+    mt_cuda_geglu_backward(ctx, d_dg, d_du, d_d, MT_DT_F32, d_g, d_u, MT_DT_F32, N, F,
+                           tanh_form);
     download(dg, d_dg, n * 4);
     download(du, d_du, n * 4);
     expect_close(dg, rdg, n, TOL_F32, "geglu dgate");
@@ -86,7 +96,8 @@ static void check_geglu_bf16(int tanh_form) {
     download(o16, d_out, n * 2);
     dpoison(d_dg, n * 2);
     dpoison(d_du, n * 2);
-    mt_cuda_geglu_backward(ctx, d_dg, d_du, d_d, d_g, d_u, MT_DT_BF16, N, F, tanh_form);
+    mt_cuda_geglu_backward(ctx, d_dg, d_du, d_d, MT_DT_F32, d_g, d_u, MT_DT_BF16, N, F,
+                           tanh_form);
     download(dg16, d_dg, n * 2);
     download(du16, d_du, n * 2);
     float *of = bf16_to_f32_host(o16, n), *dgf = bf16_to_f32_host(dg16, n);
@@ -124,8 +135,8 @@ static void check_geglu_bf16_paths(int tanh_form) {
         dpoison(dout, (n + 8) * 2), dpoison(dgg, (n + 8) * 2), dpoison(dgu, (n + 8) * 2);
         mt_cuda_geglu_forward(ctx, dout + off, MT_DT_BF16, dg + off, du + off, MT_DT_BF16, n, 1,
                               tanh_form);
-        mt_cuda_geglu_backward(ctx, dgg + off, dgu + off, dd + off, dg + off, du + off,
-                               MT_DT_BF16, n, 1, tanh_form);
+        mt_cuda_geglu_backward(ctx, dgg + off, dgu + off, dd + off, MT_DT_F32, dg + off,
+                               du + off, MT_DT_BF16, n, 1, tanh_form);
         uint16_t *bufs[3] = {dout, dgg, dgu};
         for (int b = 0; b < 3; b++) {
             got[off][b] = malloc(n * 2);
@@ -151,6 +162,48 @@ Test(cuda_ops_gemma, geglu_bf16_vector_path_is_the_element_one_erf) {
     check_geglu_bf16_paths(0);
 }
 
+/* The backward from a bf16 output gradient is the one from that gradient
+ * widened to fp32, bit for bit, on both paths (the vector kernels on
+ * 16-byte aligned arrays, the element ones one element off); the fp32
+ * one is checked against double above. */
+static void check_geglu_bf16_dout(int tanh_form) {
+    mt_cuda_ctx *ctx = gpu_ctx();
+    dev_pool pool = {0};
+    const size_t n = 8 * 389 + 3, bytes = (n + 8) * 2;
+    float *g = hrand(n, 64, -6, 6), *u = hrand(n, 65, -2, 2), *d0 = hrand(n, 66, -1, 1);
+    float *d = rounded(d0, n);
+    uint16_t *g16 = to_bf16(g, n), *u16 = to_bf16(u, n), *d16 = to_bf16(d0, n);
+    uint16_t *dg = dalloc(&pool, bytes), *du = dalloc(&pool, bytes), *dd16 = dalloc(&pool, bytes);
+    float *dd = dalloc(&pool, (n + 8) * 4);
+    uint16_t *out[2][2] = {{dalloc(&pool, bytes), dalloc(&pool, bytes)},
+                           {dalloc(&pool, bytes), dalloc(&pool, bytes)}};
+    for (int off = 0; off < 2; off++) {
+        CUDA_CHECK(cudaMemcpy(dg + off, g16, n * 2, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(du + off, u16, n * 2, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(dd16 + off, d16, n * 2, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(dd + off, d, n * 4, cudaMemcpyHostToDevice));
+        for (int k = 0; k < 2; k++) dpoison(out[k][0], bytes), dpoison(out[k][1], bytes);
+        mt_cuda_geglu_backward(ctx, out[0][0] + off, out[0][1] + off, dd + off, MT_DT_F32,
+                               dg + off, du + off, MT_DT_BF16, n, 1, tanh_form);
+        mt_cuda_geglu_backward(ctx, out[1][0] + off, out[1][1] + off, dd16 + off, MT_DT_BF16,
+                               dg + off, du + off, MT_DT_BF16, n, 1, tanh_form);
+        cr_assert(same_bits(out[0][0] + off, out[1][0] + off, n * 2),
+                  "dgate from a bf16 dout differs (%s path)", off ? "element" : "vector");
+        cr_assert(same_bits(out[0][1] + off, out[1][1] + off, n * 2),
+                  "dup from a bf16 dout differs (%s path)", off ? "element" : "vector");
+    }
+    free(g), free(u), free(d0), free(d), free(g16), free(u16), free(d16);
+    pool_free(&pool);
+    mt_cuda_ctx_free(ctx);
+}
+
+Test(cuda_ops_gemma, geglu_backward_of_a_bf16_gradient_is_the_widened_ones_tanh) {
+    check_geglu_bf16_dout(1);
+}
+Test(cuda_ops_gemma, geglu_backward_of_a_bf16_gradient_is_the_widened_ones_erf) {
+    check_geglu_bf16_dout(0);
+}
+
 /* 1 + w and x * sqrt(C) are exact in one rounding, as on the CPU: the same
  * bits (in place for the scale). */
 Test(cuda_ops_gemma, affine_is_the_cpus_one_plus_w_and_scale) {
@@ -172,15 +225,6 @@ Test(cuda_ops_gemma, affine_is_the_cpus_one_plus_w_and_scale) {
 }
 
 /* ---- the post-norms ---- */
-
-static int same_bits(const void *d_a, const void *d_b, size_t bytes) {
-    void *a = malloc(bytes), *b = malloc(bytes);
-    download(a, d_a, bytes);
-    download(b, d_b, bytes);
-    int same = memcmp(a, b, bytes) == 0;
-    free(a), free(b);
-    return same;
-}
 
 /* out = res + norm(inp) w with the next norm of out beside it (bf16), in
  * one pass, against a double reference and bit for bit against the plain
@@ -213,7 +257,7 @@ static void check_residual_norm(size_t N, size_t C) {
     mt_cuda_rmsnorm_forward(ctx, out[0], MT_DT_F32, rstd[0], d_inp, d_w, N, C, eps);
     mt_cuda_residual_add(ctx, out[0], out[0], d_res, N * C);
     mt_cuda_rmsnorm_forward(ctx, next[0], MT_DT_BF16, rstd2[0], out[0], d_w2, N, C, eps);
-    mt_cuda_rmsnorm_residual_forward(ctx, out[1], rstd[1], d_inp, d_w, d_res, next[1],
+    mt_cuda_rmsnorm_residual_forward(ctx, out[1], rstd[1], d_inp, MT_DT_F32, d_w, d_res, next[1],
                                      MT_DT_BF16, rstd2[1], d_w2, N, C, eps);
     float *got = malloc(N * C * 4);
     download(got, out[1], N * C * 4);
@@ -223,9 +267,27 @@ static void check_residual_norm(size_t N, size_t C) {
     cr_assert(same_bits(next[0], next[1], N * C * 2), "the next norm differs (C %zu)", C);
     cr_assert(same_bits(rstd2[0], rstd2[1], N * 4), "the next rstd differs");
     dpoison(rstd[1], N * 4);
-    mt_cuda_rmsnorm_residual_forward(ctx, NULL, rstd[1], d_inp, d_w, NULL, NULL, MT_DT_F32, NULL,
-                                     NULL, N, C, eps);
+    mt_cuda_rmsnorm_residual_forward(ctx, NULL, rstd[1], d_inp, MT_DT_F32, d_w, NULL, NULL,
+                                     MT_DT_F32, NULL, NULL, N, C, eps);
     cr_assert(same_bits(rstd[0], rstd[1], N * 4), "rstd alone differs");
+    /* bf16 input (Gemma's bf16 products): the fp32 input's bits when that
+     * holds the same values */
+    uint16_t *in16 = to_bf16(inp, N * C);
+    float *inr = rounded(inp, N * C);
+    void *d_in16 = dupload(&pool, in16, N * C * 2);
+    CUDA_CHECK(cudaMemcpy(d_inp, inr, N * C * 4, cudaMemcpyHostToDevice));
+    for (int k = 0; k < 2; k++) {
+        dpoison(out[k], N * C * 4), dpoison(next[k], N * C * 2);
+        dpoison(rstd[k], N * 4), dpoison(rstd2[k], N * 4);
+        mt_cuda_rmsnorm_residual_forward(ctx, out[k], rstd[k], k ? d_in16 : (void *)d_inp,
+                                         k ? MT_DT_BF16 : MT_DT_F32, d_w, d_res, next[k],
+                                         MT_DT_BF16, rstd2[k], d_w2, N, C, eps);
+    }
+    cr_assert(same_bits(out[0], out[1], N * C * 4), "bf16 input: the sum differs (C %zu)", C);
+    cr_assert(same_bits(rstd[0], rstd[1], N * 4), "bf16 input: rstd differs");
+    cr_assert(same_bits(next[0], next[1], N * C * 2), "bf16 input: the next norm differs");
+    cr_assert(same_bits(rstd2[0], rstd2[1], N * 4), "bf16 input: the next rstd differs");
+    free(in16), free(inr);
     free(inp), free(res), free(w), free(w2), free(ref), free(got);
     pool_free(&pool);
     mt_cuda_ctx_free(ctx);
@@ -255,10 +317,25 @@ static void check_post_norm_backward(size_t N, size_t C) {
     dpoison(op[0], N * C * 2), dpoison(op[1], N * C * 2);
     mt_cuda_rmsnorm_backward_op(ctx, d_d32, op[0], dw[0], scratch, d_dout, d_inp, d_w, d_rstd, N,
                                 C);
-    mt_cuda_rmsnorm_backward_to_bf16(ctx, op[1], dw[1], scratch, d_dout, d_inp, d_w, d_rstd, N,
-                                     C);
+    mt_cuda_rmsnorm_backward_to_bf16(ctx, op[1], dw[1], scratch, d_dout, d_inp, MT_DT_F32, d_w,
+                                     d_rstd, N, C);
     cr_assert(same_bits(op[0], op[1], N * C * 2), "bf16 dinp differs (C %zu)", C);
     cr_assert(same_bits(dw[0], dw[1], C * 4), "dw differs (C %zu)", C);
+    /* bf16 input: the fp32 input's bits when that holds the same values */
+    uint16_t *in16 = to_bf16(inp, N * C);
+    float *inr = rounded(inp, N * C);
+    void *d_in16 = dupload(&pool, in16, N * C * 2);
+    CUDA_CHECK(cudaMemcpy(d_inp, inr, N * C * 4, cudaMemcpyHostToDevice));
+    for (int k = 0; k < 2; k++) {
+        CUDA_CHECK(cudaMemcpy(dw[k], dw0, C * 4, cudaMemcpyHostToDevice));
+        dpoison(op[k], N * C * 2);
+        mt_cuda_rmsnorm_backward_to_bf16(ctx, op[k], dw[k], scratch, d_dout,
+                                         k ? d_in16 : (void *)d_inp, k ? MT_DT_BF16 : MT_DT_F32,
+                                         d_w, d_rstd, N, C);
+    }
+    cr_assert(same_bits(op[0], op[1], N * C * 2), "bf16 input: dinp differs (C %zu)", C);
+    cr_assert(same_bits(dw[0], dw[1], C * 4), "bf16 input: dw differs (C %zu)", C);
+    free(in16), free(inr);
     free(inp), free(w), free(dout), free(dw0);
     pool_free(&pool);
     mt_cuda_ctx_free(ctx);

@@ -46,15 +46,17 @@ typedef struct acts {
     uint16_t *gate16, *up16;  /* fast path; gate16: gpt_neox's GELU input in bf16 mode */
     float *xtmp;        /* an MoE block's output in a recompute (unused) */
     /* Gemma (gemma_cuda.c): the attention's and the MLP's outputs before
-     * their post-norms, (N, C) each, and those norms' rstd (N); the 1 + w
+     * their post-norms, (N, C) each of the operand type (bf16 in bf16 mode,
+     * as the products write them), and those norms' rstd (N); the 1 + w
      * of the bound layer's RMSNorms, (4C + 2HD): input, post-attention,
      * pre- and post-feedforward, q and k norms (the head's final norm:
      * the first C) */
-    float *ao32, *mo32, *rstd_pa, *rstd_pf;
+    void *ao_op, *mo_op; float *rstd_pa, *rstd_pf;
     float *norm_w;
     /* backward */
     void *dx_op;
     float *dmlp32, *dgate32, *dup32; void *dgate_op, *dup_op;
+    void *dmlp_op;      /* Gemma on the bf16 kernels: the GeGLU's output gradient, bf16 */
     float *dxn32;
     float *datt32; void *datt_op;
     float *dq32, *dk32, *dv32, *dqn32, *dkn32; void *dq_op, *dk_op, *dv_op;
@@ -179,10 +181,10 @@ typedef struct cuda_backend {
     void *moe_dev;      /* its device range */
     acts *kept;         /* (n_keep * max_M) forward activations kept for backward */
     int n_keep;         /* layers kept: the last n_keep decoder blocks */
-    /* (n_keep_down * max_M) units of N * C + N floats: the down
+    /* (n_keep_down * max_M) units of mt_cuda_down_unit_bytes: the down
      * projection's output and its post-norm's rstd of the n_keep_down
      * blocks before the kept ones (Gemma, bf16 kernels) */
-    float *down_kept;
+    char *down_kept;
     int n_keep_down;
     /* step state */
     int train;
@@ -230,11 +232,11 @@ void mt_cuda_resolve_homes(cuda_backend *cb);
 void mt_cuda_homes_free(cuda_backend *cb);
 void mt_cuda_plan(cuda_backend *cb, bump *b);
 size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb);
-size_t mt_cuda_down_unit_floats(const cuda_backend *cb);
+size_t mt_cuda_down_unit_bytes(const cuda_backend *cb);
 /* The down-kept unit of (layer, mb) (cb->down_kept): its down projection's
- * output (N, C) into *mo and that post-norm's rstd (N) into *rstd; 0 with
- * both NULL when the layer keeps none. */
-int mt_cuda_down_unit(const cuda_backend *cb, int layer, int mb, float **mo, float **rstd);
+ * output (N, C, the operand type) into *mo and that post-norm's rstd (N)
+ * into *rstd; 0 with both NULL when the layer keeps none. */
+int mt_cuda_down_unit(const cuda_backend *cb, int layer, int mb, void **mo, float **rstd);
 /* The pinned host bytes of a backend whose homes are resolved (what
  * mt_cuda_backend_host_bytes counts), from its own counts: opts.homes is
  * read at creation only. */

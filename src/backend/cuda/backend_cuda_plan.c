@@ -172,8 +172,8 @@ static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
     a->mlp_op = take(b, N * F * op_size(cb));
     a->xtmp = mt_config_is_moe(c) ? TAKE_F(b, N * C) : NULL;
     if (gemma) { /* the post-norms' inputs and rstd, the norms' 1 + w */
-        a->ao32 = TAKE_F(b, N * C);
-        a->mo32 = TAKE_F(b, N * C);
+        a->ao_op = take(b, N * C * op_size(cb));
+        a->mo_op = take(b, N * C * op_size(cb));
         a->rstd_pa = TAKE_F(b, N);
         a->rstd_pf = TAKE_F(b, N);
         a->norm_w = TAKE_F(b, 4 * C + 2 * (size_t)c->HD);
@@ -187,7 +187,8 @@ static void plan_backward_acts(cuda_backend *cb, acts *a, bump *b) {
     int bf = cb->prec == MT_PREC_BF16, neox = mt_arch_has_neox_block(c->arch);
     int gemma_bf16 = mt_arch_is_gemma(c->arch) && cb->attn_bf16; /* GeGLU's gradients bf16 */
     a->dx_op = bf ? take(b, N * C * 2) : NULL; /* fp32: the dx of the micro-batch */
-    a->dmlp32 = TAKE_F(b, N * F);
+    a->dmlp32 = gemma_bf16 ? NULL : TAKE_F(b, N * F);
+    a->dmlp_op = gemma_bf16 ? take(b, N * F * 2) : NULL;
     if (!cb->fast && !gemma_bf16) { /* gpt_neox, falcon: dgate32 holds the GELU's input gradient (in
                       * bf16 mode for its bias's gradient only), no up */
         a->dgate32 = !neox || !bf || blocks_have(cb, MT_T_BUP) ? TAKE_F(b, N * F) : NULL;
@@ -246,8 +247,8 @@ size_t mt_cuda_head_rows(const cuda_backend *cb) {
 
 /* One kept unit of a Llama-family block: xn1, xn2 and the SwiGLU output
  * are rebuilt (layers_cuda.c). Gemma's (bf16) is the same but for its
- * mid-block residual, rebuilt from the post-norms' inputs and rstds, which
- * it keeps in fp32 as their backward reads them (gemma_cuda.c). */
+ * mid-block residual, rebuilt from the post-norms' inputs (bf16) and rstds,
+ * which it keeps as their backward reads them (gemma_cuda.c). */
 static void plan_kept_unit(const cuda_backend *cb, acts *k, bump *b) {
     const mt_config *c = cb->cfg;
     size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
@@ -259,7 +260,7 @@ static void plan_kept_unit(const cuda_backend *cb, acts *k, bump *b) {
     k->att_op = take(b, N * Q * 2);
     k->lse = TAKE_F(b, N * c->NH);
     if (gemma) {
-        k->ao32 = TAKE_F(b, N * C);
+        k->ao_op = take(b, N * C * 2);
         k->rstd_pa = TAKE_F(b, N);
     } else {
         k->xmid = cb->o.lean_keep ? NULL : TAKE_F(b, N * C);
@@ -268,7 +269,7 @@ static void plan_kept_unit(const cuda_backend *cb, acts *k, bump *b) {
     k->gate16 = take(b, N * F * 2);
     k->up16 = take(b, N * F * 2);
     if (gemma) {
-        k->mo32 = TAKE_F(b, N * C);
+        k->mo_op = take(b, N * C * 2);
         k->rstd_pf = TAKE_F(b, N);
     }
     if (c->qk_norm) {
@@ -314,12 +315,12 @@ static int down_kept_layers(const cuda_backend *cb) {
 
 /* The forward activations kept on the GPU for the backward: one set per
  * kept (layer, micro-batch) unit, each mt_cuda_keep_unit_bytes after the
- * last; then the down-kept units (mt_cuda_down_unit_floats each). */
+ * last; then the down-kept units (mt_cuda_down_unit_bytes each). */
 static void plan_kept(cuda_backend *cb, bump *b) {
     for (int u = 0; u < cb->n_keep * cb->max_M; u++) plan_kept_unit_of(cb, &cb->kept[u], b);
     cb->n_keep_down = down_kept_layers(cb);
     size_t units = (size_t)cb->n_keep_down * cb->max_M;
-    cb->down_kept = units ? TAKE_F(b, units * mt_cuda_down_unit_floats(cb)) : NULL;
+    cb->down_kept = units ? take(b, units * mt_cuda_down_unit_bytes(cb)) : NULL;
 }
 
 void mt_cuda_plan(cuda_backend *cb, bump *b) {
@@ -344,20 +345,28 @@ size_t mt_cuda_keep_unit_bytes(const cuda_backend *cb) {
     return mt_round_up(b.used, 256) + 256;
 }
 
-/* One down-kept unit: the down projection's output (N, C) and its
- * post-norm's rstd (N), rounded up to 64 floats so that the next starts
- * aligned. */
-size_t mt_cuda_down_unit_floats(const cuda_backend *cb) {
-    return mt_round_up(cb->N * (size_t)cb->cfg->C + cb->N, 64);
+/* The bytes of the down projection's output in a down-kept unit, up to
+ * its rstd. */
+static size_t down_output_bytes(const cuda_backend *cb) {
+    return mt_round_up(cb->N * (size_t)cb->cfg->C * op_size(cb), 256);
 }
 
-int mt_cuda_down_unit(const cuda_backend *cb, int layer, int mb, float **mo, float **rstd) {
+/* One down-kept unit: the down projection's output (N, C, the operand
+ * type) and its post-norm's rstd (N), rounded up to 256 bytes so that the
+ * next starts aligned. */
+size_t mt_cuda_down_unit_bytes(const cuda_backend *cb) {
+    return mt_round_up(down_output_bytes(cb) + cb->N * sizeof(float), 256);
+}
+
+int mt_cuda_down_unit(const cuda_backend *cb, int layer, int mb, void **mo, float **rstd) {
     int first_kept = (int)cb->cfg->L - cb->n_keep + 1, first = first_kept - cb->n_keep_down;
-    *mo = *rstd = NULL;
+    *mo = NULL;
+    *rstd = NULL;
     if (!cb->n_keep_down || layer < first || layer >= first_kept) return 0;
-    size_t N = cb->N, C = cb->cfg->C;
-    *mo = cb->down_kept + ((size_t)(layer - first) * cb->max_M + mb) * mt_cuda_down_unit_floats(cb);
-    *rstd = *mo + N * C;
+    char *unit = cb->down_kept +
+                 ((size_t)(layer - first) * cb->max_M + mb) * mt_cuda_down_unit_bytes(cb);
+    *mo = unit;
+    *rstd = (float *)(unit + down_output_bytes(cb));
     return 1;
 }
 

@@ -13,11 +13,12 @@
  * Two paths. On the bf16 flash kernels (cb->attn_bf16) the products write
  * bf16 operands (q, k, v, gate, up), the q/k norms, RoPE and the GeGLU
  * work on bf16, as the Llama family's fast path and PyTorch's autocast do,
- * and a block can keep its activations for the backward (cb->keeps); the
- * products before the post-norms (ao, mo) write fp32, which their
- * backward reads. Otherwise (fp32 mode, or head sizes without the bf16
- * kernels) every product writes fp32 and the operands are cast for the
- * next one; nothing is kept. A block that does not keep recomputes its
+ * and a block can keep its activations for the backward (cb->keeps). In
+ * bf16 mode the products before the post-norms (ao, mo) write bf16 too,
+ * as autocast's linear layers do, and the post-norms read them in fp32
+ * arithmetic. Otherwise (fp32 mode, or head sizes without the bf16
+ * kernels) every other product writes fp32 and the operands are cast for
+ * the next one; nothing is kept. A block that does not keep recomputes its
  * forward for the backward, down projection and post-norm included, unless
  * it keeps those two's outputs (a down-kept unit, mt_cuda_down_unit): then
  * the recompute stops after the GeGLU. */
@@ -155,21 +156,21 @@ static void attention_forward(cuda_backend *cb, acts *a, int layer, int mb) {
     }
 }
 
-/* out = res + norm_r(in), keeping the norm's rstd (NULL: not kept); out
- * NULL: the rstd only (a recompute's last post-norm, whose sum nothing
- * reads). */
+/* out = res + norm_r(in) (in of the operand type), keeping the norm's
+ * rstd (NULL: not kept); out NULL: the rstd only (a recompute's last
+ * post-norm, whose sum nothing reads). */
 static void post_norm(cuda_backend *cb, int layer, mt_role r, float *out, float *rstd,
-                      const float *in, const float *res) {
-    mt_cuda_rmsnorm_residual_forward(cb->ctx, out, rstd, in, mt_cuda_norm_w(cb, layer, r), res,
-                                     NULL, MT_DT_F32, NULL, NULL, cb->N, cb->cfg->C,
-                                     cb->cfg->rms_eps);
+                      const void *in, const float *res) {
+    mt_cuda_rmsnorm_residual_forward(cb->ctx, out, rstd, in, op_dt(cb),
+                                     mt_cuda_norm_w(cb, layer, r), res, NULL, MT_DT_F32, NULL,
+                                     NULL, cb->N, cb->cfg->C, cb->cfg->rms_eps);
 }
 
 /* xmid = x + norm_post_attn(ao) and the MLP's normed input xn2 (scratch)
  * from it, one pass; rstd_pa, rstd2 NULL: a rebuild. */
 static void mid_norms(cuda_backend *cb, int layer, float *xmid, float *rstd_pa, float *rstd2,
-                      const float *ao, const float *x) {
-    mt_cuda_rmsnorm_residual_forward(cb->ctx, xmid, rstd_pa, ao,
+                      const void *ao, const float *x) {
+    mt_cuda_rmsnorm_residual_forward(cb->ctx, xmid, rstd_pa, ao, op_dt(cb),
                                      mt_cuda_norm_w(cb, layer, MT_T_ATTN_POST_NORM), x,
                                      cb->a.xn2_op, op_dt(cb), rstd2,
                                      mt_cuda_norm_w(cb, layer, MT_T_MLP_NORM), cb->N,
@@ -198,9 +199,9 @@ void mt_cuda_gemma_forward(cuda_backend *cb, acts *a, int layer, int mb, const f
     float *xmid = a->xmid ? a->xmid : sc->xmid; /* a kept unit has none: it is rebuilt */
     qkv_forward(cb, a, layer, mb, x);
     attention_forward(cb, a, layer, mb);
-    mt_cuda_matmul_forward(ctx, p, a->ao32, MT_DT_F32, a->att_op, W_op(cb, s, layer, MT_T_WO),
+    mt_cuda_matmul_forward(ctx, p, a->ao_op, op_dt(cb), a->att_op, W_op(cb, s, layer, MT_T_WO),
                            NULL, N, Q, C);
-    mid_norms(cb, layer, xmid, a->rstd_pa, a->rstd2, a->ao32, x);
+    mid_norms(cb, layer, xmid, a->rstd_pa, a->rstd2, a->ao_op, x);
     mt_dt dt = bf ? MT_DT_BF16 : MT_DT_F32;
     mt_cuda_matmul_forward(ctx, p, bf ? (void *)a->gate16 : a->gate32, dt, sc->xn2_op,
                            W_op(cb, s, layer, MT_T_WGATE), NULL, N, C, F);
@@ -210,39 +211,40 @@ void mt_cuda_gemma_forward(cuda_backend *cb, acts *a, int layer, int mb, const f
     /* The post-norm's backward reads mo and rstd_pf: a recompute runs the
      * down projection and the post-norm too, unless the forward kept them
      * in a down-kept unit (training only, not in a kept unit). */
-    float *mo, *rstd_pf;
+    void *mo;
+    float *rstd_pf;
     int down = a == sc && cb->train && mt_cuda_down_unit(cb, layer, mb, &mo, &rstd_pf);
     if (!out && down) return;
-    if (!down) mo = a->mo32, rstd_pf = a->rstd_pf;
-    mt_cuda_matmul_forward(ctx, p, mo, MT_DT_F32, sc->mlp_op, W_op(cb, s, layer, MT_T_WDOWN),
+    if (!down) mo = a->mo_op, rstd_pf = a->rstd_pf;
+    mt_cuda_matmul_forward(ctx, p, mo, op_dt(cb), sc->mlp_op, W_op(cb, s, layer, MT_T_WDOWN),
                            NULL, N, F, C);
     post_norm(cb, layer, MT_T_MLP_POST_NORM, out, rstd_pf, mo, xmid);
 }
 
-/* dL/d in of the post-norm out = res + norm_r(in), from dout = dL/d out,
- * the norm's weight gradient on the way, as the operand of the product
- * before it: in bf16 mode straight into dx_op, in fp32 mode into d32
- * (N, C). Returns the operand. */
+/* dL/d in of the post-norm out = res + norm_r(in) (in of the operand
+ * type), from dout = dL/d out, the norm's weight gradient on the way, as
+ * the operand of the product before it: in bf16 mode straight into dx_op,
+ * in fp32 mode into d32 (N, C). Returns the operand. */
 static void *post_norm_backward(cuda_backend *cb, int layer, mt_role r, float *d32,
-                                const float *dout, const float *in, const float *rstd) {
+                                const float *dout, const void *in, const float *rstd) {
     acts *a = &cb->a;
     size_t N = cb->N, C = cb->cfg->C;
     float *dw = G(cb, cb->g_cur, layer, r);
     const float *w = mt_cuda_norm_w(cb, layer, r);
     if (cb->prec == MT_PREC_BF16) {
-        mt_cuda_rmsnorm_backward_to_bf16(cb->ctx, a->dx_op, dw, a->colsum, dout, in, w, rstd, N,
-                                         C);
+        mt_cuda_rmsnorm_backward_to_bf16(cb->ctx, a->dx_op, dw, a->colsum, dout, in, MT_DT_BF16,
+                                         w, rstd, N, C);
         return a->dx_op;
     }
     CUDA_CHECK(cudaMemsetAsync(d32, 0, N * C * sizeof(float), cb->s_comp));
-    mt_cuda_rmsnorm_backward(cb->ctx, d32, dw, a->colsum, dout, in, w, rstd, N, C);
+    mt_cuda_rmsnorm_backward(cb->ctx, d32, dw, a->colsum, dout, (const float *)in, w, rstd, N, C);
     return d32;
 }
 
 /* The MLP's backward from f's activations (the post-norm's input mo and
  * rstd_pf: f's, or a down-kept unit's) and the scratch's xmid, xn2 and
  * mlp_op: dx holds dL/d out on entry and dL/d xmid on exit. */
-static void mlp_backward(cuda_backend *cb, const acts *f, int layer, const float *mo,
+static void mlp_backward(cuda_backend *cb, const acts *f, int layer, const void *mo,
                          const float *rstd_pf, float *dx) {
     const mt_config *c = cb->cfg;
     acts *a = &cb->a;
@@ -254,14 +256,18 @@ static void mlp_backward(cuda_backend *cb, const acts *f, int layer, const float
     int bf = cb->attn_bf16, tanh_form = c->act == MT_ACT_GELU_TANH;
     /* dL/d mo in dxn32, free until the gate's product below */
     void *dmo = post_norm_backward(cb, layer, MT_T_MLP_POST_NORM, a->dxn32, dx, mo, rstd_pf);
-    mt_cuda_matmul_backward(ctx, p, a->dmlp32, false, G(cb, g, layer, MT_T_WDOWN), dmo,
-                            a->mlp_op, W_op(cb, s, layer, MT_T_WDOWN), N, F, C);
-    if (bf) { /* the gradients straight into the products' bf16 operands */
-        mt_cuda_geglu_backward(ctx, a->dgate_op, a->dup_op, a->dmlp32, f->gate16, f->up16,
-                               MT_DT_BF16, N, F, tanh_form);
+    if (bf) { /* dL/d GeGLU out rounded once to bf16, as autocast's product
+               * gives it; the gradients straight into the products' bf16
+               * operands */
+        mt_cuda_matmul_backward_dt(ctx, p, a->dmlp_op, MT_DT_BF16, G(cb, g, layer, MT_T_WDOWN),
+                                   dmo, a->mlp_op, W_op(cb, s, layer, MT_T_WDOWN), N, F, C);
+        mt_cuda_geglu_backward(ctx, a->dgate_op, a->dup_op, a->dmlp_op, MT_DT_BF16, f->gate16,
+                               f->up16, MT_DT_BF16, N, F, tanh_form);
     } else {
-        mt_cuda_geglu_backward(ctx, a->dgate32, a->dup32, a->dmlp32, f->gate32, f->up32,
-                               MT_DT_F32, N, F, tanh_form);
+        mt_cuda_matmul_backward(ctx, p, a->dmlp32, false, G(cb, g, layer, MT_T_WDOWN), dmo,
+                                a->mlp_op, W_op(cb, s, layer, MT_T_WDOWN), N, F, C);
+        mt_cuda_geglu_backward(ctx, a->dgate32, a->dup32, a->dmlp32, MT_DT_F32, f->gate32,
+                               f->up32, MT_DT_F32, N, F, tanh_form);
         to_op(cb, a->dgate_op, a->dgate32, N * F);
         to_op(cb, a->dup_op, a->dup32, N * F);
     }
@@ -352,7 +358,7 @@ static void rebuild(cuda_backend *cb, const acts *f, int layer, const float *x) 
     acts *a = &cb->a;
     mt_cuda_rmsnorm_forward(cb->ctx, a->xn1_op, MT_DT_BF16, NULL, x,
                             mt_cuda_norm_w(cb, layer, MT_T_ATTN_NORM), cb->N, c->C, c->rms_eps);
-    mid_norms(cb, layer, a->xmid, NULL, NULL, f->ao32, x);
+    mid_norms(cb, layer, a->xmid, NULL, NULL, f->ao_op, x);
     geglu(cb, f);
 }
 
@@ -370,13 +376,14 @@ void mt_cuda_gemma_backward(cuda_backend *cb, const acts *f, int layer, int mb, 
     mt_precision p = cb->prec;
     MT_ASSERT(f == a || cb->attn_bf16);
     if (f != a) rebuild(cb, f, layer, x);
-    float *mo, *rstd_pf; /* the post-norm's input and rstd: f's, or a down-kept unit's */
+    void *mo; /* the post-norm's input and rstd: f's, or a down-kept unit's */
+    float *rstd_pf;
     if (f != a || !mt_cuda_down_unit(cb, layer, mb, &mo, &rstd_pf))
-        mo = f->mo32, rstd_pf = f->rstd_pf;
+        mo = f->mo_op, rstd_pf = f->rstd_pf;
     mlp_backward(cb, f, layer, mo, rstd_pf, dx);
     /* xmid = x + norm_post_attn(ao): dL/d ao in dxn32, free until the
      * q product below */
-    void *dao = post_norm_backward(cb, layer, MT_T_ATTN_POST_NORM, a->dxn32, dx, f->ao32,
+    void *dao = post_norm_backward(cb, layer, MT_T_ATTN_POST_NORM, a->dxn32, dx, f->ao_op,
                                    f->rstd_pa);
     if (cb->attn_bf16) /* the bf16 kernels read the product's sums rounded once */
         mt_cuda_matmul_backward_dt(ctx, p, a->datt_op, MT_DT_BF16, G(cb, g, layer, MT_T_WO), dao,

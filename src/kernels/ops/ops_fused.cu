@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/cuda_common.h"
+#include "kernels/ops/elem.cuh"
 #include "kernels/ops/gelu.cuh"
 #include "kernels/ops/ops_fused.h"
 
@@ -168,8 +169,25 @@ __global__ void glu_fwd_bf16_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *gat
     }
 }
 
-template <class UNIT>
-__global__ void glu_bwd_bf16_kernel(__nv_bfloat16 *dgate, __nv_bfloat16 *dup, const float *dout,
+/* 8 consecutive elements of an fp32 or bf16 array, 16-byte aligned at
+ * d + i for bf16 (32 bytes apart for fp32). */
+__device__ __forceinline__ void load8(float (&v)[8], const float *d) {
+    const float4 a = *(const float4 *)d, b = *(const float4 *)(d + 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void load8(float (&v)[8], const __nv_bfloat16 *d) {
+    const uint4 q = *(const uint4 *)d;
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&q;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const float2 f = __bfloat1622float2(h[k]);
+        v[2 * k] = f.x, v[2 * k + 1] = f.y;
+    }
+}
+
+/* dout D: fp32 or bf16. */
+template <class UNIT, typename D>
+__global__ void glu_bwd_bf16_kernel(__nv_bfloat16 *dgate, __nv_bfloat16 *dup, const D *dout,
                                     const __nv_bfloat16 *gate, const __nv_bfloat16 *up,
                                     size_t n) {
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
@@ -177,8 +195,8 @@ __global__ void glu_bwd_bf16_kernel(__nv_bfloat16 *dgate, __nv_bfloat16 *dup, co
     for (; i < n; i += stride) {
         if (i + 8 <= n) {
             uint4 gv = *(const uint4 *)(gate + i), uv = *(const uint4 *)(up + i);
-            float4 d0 = *(const float4 *)(dout + i), d1 = *(const float4 *)(dout + i + 4);
-            float d[8] = {d0.x, d0.y, d0.z, d0.w, d1.x, d1.y, d1.z, d1.w};
+            float d[8];
+            load8(d, dout + i);
             const __nv_bfloat162 *g2 = (const __nv_bfloat162 *)&gv, *u2 = (const __nv_bfloat162 *)&uv;
             uint4 dgv, duv;
             __nv_bfloat162 *dg2 = (__nv_bfloat162 *)&dgv, *du2 = (__nv_bfloat162 *)&duv;
@@ -196,7 +214,8 @@ __global__ void glu_bwd_bf16_kernel(__nv_bfloat16 *dgate, __nv_bfloat16 *dup, co
         } else {
             for (size_t j = i; j < n; j++) {
                 float a, b;
-                UNIT::grad(dout[j], __bfloat162float(gate[j]), __bfloat162float(up[j]), &a, &b);
+                UNIT::grad(mt_get(dout, j), __bfloat162float(gate[j]), __bfloat162float(up[j]),
+                           &a, &b);
                 dgate[j] = __float2bfloat16_rn(a);
                 dup[j] = __float2bfloat16_rn(b);
             }
@@ -214,15 +233,23 @@ static void glu_forward_bf16(cudaStream_t s, uint16_t *out, const uint16_t *gate
     CUDA_LAUNCH_CHECK();
 }
 
+/* dout fp32, or bf16 dout16 when dout is NULL. */
 template <class UNIT>
 static void glu_backward_bf16(cudaStream_t s, uint16_t *dgate, uint16_t *dup, const float *dout,
-                              const uint16_t *gate, const uint16_t *up, size_t n) {
+                              const uint16_t *dout16, const uint16_t *gate, const uint16_t *up,
+                              size_t n) {
     if (!n) return;
-    MT_ASSERT(((uintptr_t)dgate | (uintptr_t)dup | (uintptr_t)dout | (uintptr_t)gate |
-               (uintptr_t)up) % 16 == 0);
-    glu_bwd_bf16_kernel<UNIT><<<blocks_for(MT_CEIL_DIV(n, (size_t)8)), THREADS, 0, s>>>(
-        (__nv_bfloat16 *)dgate, (__nv_bfloat16 *)dup, dout, (const __nv_bfloat16 *)gate,
-        (const __nv_bfloat16 *)up, n);
+    MT_ASSERT(((uintptr_t)dgate | (uintptr_t)dup | (uintptr_t)dout | (uintptr_t)dout16 |
+               (uintptr_t)gate | (uintptr_t)up) % 16 == 0);
+    MT_ASSERT(!dout != !dout16);
+    __nv_bfloat16 *dg = (__nv_bfloat16 *)dgate, *du = (__nv_bfloat16 *)dup;
+    const __nv_bfloat16 *g = (const __nv_bfloat16 *)gate, *u = (const __nv_bfloat16 *)up;
+    const unsigned grid = blocks_for(MT_CEIL_DIV(n, (size_t)8));
+    if (dout)
+        glu_bwd_bf16_kernel<UNIT, float><<<grid, THREADS, 0, s>>>(dg, du, dout, g, u, n);
+    else
+        glu_bwd_bf16_kernel<UNIT, __nv_bfloat16><<<grid, THREADS, 0, s>>>(
+            dg, du, (const __nv_bfloat16 *)dout16, g, u, n);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -234,7 +261,7 @@ extern "C" void mt_cuda_swiglu_forward_bf16(cudaStream_t s, uint16_t *out, const
 extern "C" void mt_cuda_swiglu_backward_bf16(cudaStream_t s, uint16_t *dgate, uint16_t *dup,
                                              const float *dout, const uint16_t *gate,
                                              const uint16_t *up, size_t n) {
-    glu_backward_bf16<silu_unit>(s, dgate, dup, dout, gate, up, n);
+    glu_backward_bf16<silu_unit>(s, dgate, dup, dout, NULL, gate, up, n);
 }
 
 extern "C" void mt_cuda_geglu_forward_bf16(cudaStream_t s, uint16_t *out, const uint16_t *gate,
@@ -244,8 +271,9 @@ extern "C" void mt_cuda_geglu_forward_bf16(cudaStream_t s, uint16_t *out, const 
 }
 
 extern "C" void mt_cuda_geglu_backward_bf16(cudaStream_t s, uint16_t *dgate, uint16_t *dup,
-                                            const float *dout, const uint16_t *gate,
-                                            const uint16_t *up, size_t n, int tanh_form) {
-    if (tanh_form) glu_backward_bf16<gelu_unit<true>>(s, dgate, dup, dout, gate, up, n);
-    else glu_backward_bf16<gelu_unit<false>>(s, dgate, dup, dout, gate, up, n);
+                                            const float *dout, const uint16_t *dout16,
+                                            const uint16_t *gate, const uint16_t *up, size_t n,
+                                            int tanh_form) {
+    if (tanh_form) glu_backward_bf16<gelu_unit<true>>(s, dgate, dup, dout, dout16, gate, up, n);
+    else glu_backward_bf16<gelu_unit<false>>(s, dgate, dup, dout, dout16, gate, up, n);
 }

@@ -41,12 +41,13 @@ void mt_cuda_swiglu_backward_bf16(cudaStream_t s, uint16_t *dgate, uint16_t *dup
                                   size_t n);
 
 /* The same for Gemma's GeGLU, gelu(gate) * up: the tanh form of GELU when
- * tanh_form, else the erf form (kernels/ops/gelu.cuh). */
+ * tanh_form, else the erf form (kernels/ops/gelu.cuh); the backward's dout
+ * fp32, or bf16 dout16 when dout is NULL. */
 void mt_cuda_geglu_forward_bf16(cudaStream_t s, uint16_t *out, const uint16_t *gate,
                                 const uint16_t *up, size_t n, int tanh_form);
 void mt_cuda_geglu_backward_bf16(cudaStream_t s, uint16_t *dgate, uint16_t *dup,
-                                 const float *dout, const uint16_t *gate, const uint16_t *up,
-                                 size_t n, int tanh_form);
+                                 const float *dout, const uint16_t *dout16, const uint16_t *gate,
+                                 const uint16_t *up, size_t n, int tanh_form);
 
 #ifdef __cplusplus
 }

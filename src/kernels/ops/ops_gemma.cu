@@ -76,41 +76,49 @@ extern "C" void mt_cuda_geglu_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt,
 /* h = gelu(g) u: dg = dh u gelu'(g), du = dh gelu(g), as backend/cpu/gemma.c
  * (which multiplies dh by u first, then by gelu'); the gradients in the
  * inputs' type. */
-template <typename T, bool TANH>
-__global__ void geglu_bwd_kernel(T *dgate, T *dup, const float *dout, const T *gate, const T *up,
+template <typename T, typename D, bool TANH>
+__global__ void geglu_bwd_kernel(T *dgate, T *dup, const D *dout, const T *gate, const T *up,
                                  size_t n) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        float d = dout[i], g = mt_get(gate, i), u = mt_get(up, i);
+        float d = mt_get(dout, i), g = mt_get(gate, i), u = mt_get(up, i);
         mt_put(dup, i, d * gelu_f<TANH>(g));
         mt_put(dgate, i, (d * u) * gelu_grad_f<TANH>(g));
     }
 }
 
-template <typename T>
-static void geglu_bwd(cudaStream_t st, void *dgate, void *dup, const float *dout,
+template <typename T, typename D>
+static void geglu_bwd(cudaStream_t st, void *dgate, void *dup, const void *dout,
                       const void *gate, const void *up, size_t n, int tanh_form) {
     T *dg = (T *)dgate, *du = (T *)dup;
     const T *g = (const T *)gate, *u = (const T *)up;
+    const D *d = (const D *)dout;
     if (tanh_form)
-        geglu_bwd_kernel<T, true><<<gemma_blocks(n), GEMMA_THREADS, 0, st>>>(dg, du, dout, g, u, n);
+        geglu_bwd_kernel<T, D, true><<<gemma_blocks(n), GEMMA_THREADS, 0, st>>>(dg, du, d, g, u, n);
     else
-        geglu_bwd_kernel<T, false><<<gemma_blocks(n), GEMMA_THREADS, 0, st>>>(dg, du, dout, g, u,
-                                                                             n);
+        geglu_bwd_kernel<T, D, false><<<gemma_blocks(n), GEMMA_THREADS, 0, st>>>(dg, du, d, g, u,
+                                                                                n);
 }
 
-extern "C" void mt_cuda_geglu_backward(mt_cuda_ctx *ctx, void *dgate, void *dup, const float *dout,
-                                       const void *gate, const void *up, mt_dt dt, size_t N,
-                                       size_t F, int tanh_form) {
+extern "C" void mt_cuda_geglu_backward(mt_cuda_ctx *ctx, void *dgate, void *dup, const void *dout,
+                                       mt_dt dout_dt, const void *gate, const void *up, mt_dt dt,
+                                       size_t N, size_t F, int tanh_form) {
     size_t n = N * F;
     if (n == 0) return;
+    MT_ASSERT(dout_dt == MT_DT_F32 || dt == MT_DT_BF16);
+    bool d16 = dout_dt == MT_DT_BF16;
     if (dt == MT_DT_BF16 && aligned16(dgate) && aligned16(dup) && aligned16(dout) &&
         aligned16(gate) && aligned16(up))
-        mt_cuda_geglu_backward_bf16(ctx->stream, (uint16_t *)dgate, (uint16_t *)dup, dout,
-                                    (const uint16_t *)gate, (const uint16_t *)up, n, tanh_form);
+        mt_cuda_geglu_backward_bf16(ctx->stream, (uint16_t *)dgate, (uint16_t *)dup,
+                                    d16 ? NULL : (const float *)dout,
+                                    d16 ? (const uint16_t *)dout : NULL, (const uint16_t *)gate,
+                                    (const uint16_t *)up, n, tanh_form);
+    else if (dt == MT_DT_BF16 && d16)
+        geglu_bwd<__nv_bfloat16, __nv_bfloat16>(ctx->stream, dgate, dup, dout, gate, up, n,
+                                                tanh_form);
     else if (dt == MT_DT_BF16)
-        geglu_bwd<__nv_bfloat16>(ctx->stream, dgate, dup, dout, gate, up, n, tanh_form);
+        geglu_bwd<__nv_bfloat16, float>(ctx->stream, dgate, dup, dout, gate, up, n, tanh_form);
     else
-        geglu_bwd<float>(ctx->stream, dgate, dup, dout, gate, up, n, tanh_form);
+        geglu_bwd<float, float>(ctx->stream, dgate, dup, dout, gate, up, n, tanh_form);
     CUDA_LAUNCH_CHECK();
 }

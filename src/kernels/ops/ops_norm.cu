@@ -1,8 +1,9 @@
 /* RMSNorm and LayerNorm on the GPU, and the deterministic column sums that
  * their weight gradients and the bias gradient of a matrix product need.
  *
- * Norms: one warp per row, 16-byte loads (C % 4 == 0), fp32 throughout,
- * the sum of squares reduced with xor shuffles (same order every run). For
+ * Norms: one warp per row, 16-byte loads (C % 4 == 0), fp32 arithmetic
+ * throughout (a post-norm's input may be bf16, widened exactly), the sum
+ * of squares reduced with xor shuffles (same order every run). For
  * fp32 rows with C % 512 == 0 (hidden sizes 2048..8192, 3584 too) a block
  * of C/16 threads keeps each row in registers, so the forward reads x once
  * and the backward does the update, its bf16 copy and the weight
@@ -75,10 +76,11 @@ __global__ void rmsnorm_fwd_kernel(OUT *out, float *rstd, const IN *inp, const f
  * in a fixed order (xor shuffles, then the warps in order). */
 #define FWD_ROWS 16
 
-__device__ __forceinline__ void load_row(float4 (&v)[FUSED_V], const float *row) {
+template <typename T>
+__device__ __forceinline__ void load_row(float4 (&v)[FUSED_V], const T *row) {
 #pragma unroll
     for (int k = 0; k < FUSED_V; k++)
-        v[k] = *(const float4 *)(row + (size_t)(threadIdx.x + k * blockDim.x) * 4);
+        v[k] = mt_get4(row + (size_t)(threadIdx.x + k * blockDim.x) * 4);
 }
 
 /* The next row's values, loaded while the block reduces the current one,
@@ -153,13 +155,14 @@ __device__ __forceinline__ void residual_row(float *out, NEXT *next, float *next
     if (next_rstd && threadIdx.x == 0) next_rstd[row] = r2;
 }
 
-/* A post-norm and its residual, out = res + inp * rstd * w (fp32), and with
- * next the norm of that sum, next = out * rstd' * next_w: one read of each
- * row. The values are the plain kernels' (the same sums in the same order,
- * the add kept apart from the product). out NULL: rstd only. */
-template <typename NEXT>
+/* A post-norm and its residual, out = res + inp * rstd * w (fp32; inp fp32
+ * or bf16), and with next the norm of that sum, next = out * rstd' *
+ * next_w: one read of each row. The values are the plain kernels' (the
+ * same sums in the same order, the add kept apart from the product). out
+ * NULL: rstd only. */
+template <typename NEXT, typename IN>
 __global__ void __launch_bounds__(512)
-    rmsnorm_residual_rows_kernel(float *out, float *rstd, const float *inp, const float *w,
+    rmsnorm_residual_rows_kernel(float *out, float *rstd, const IN *inp, const float *w,
                                  const float *res, NEXT *next, float *next_rstd,
                                  const float *next_w, size_t N, size_t C, float eps) {
     __shared__ float red[32];
@@ -193,6 +196,31 @@ static void check_rows(const void *p, size_t C) {
     MT_ASSERT(((uintptr_t)p & 15) == 0);
 }
 
+/* The warp-a-row kernel of IN rows into OUT rows. */
+template <typename IN, typename OUT>
+static void rmsnorm_warps(mt_cuda_ctx *ctx, void *out, float *rstd, const void *inp,
+                          const float *w, size_t N, size_t C, float eps) {
+    unsigned g = (unsigned)MT_CEIL_DIV(N, (size_t)NORM_WARPS);
+    rmsnorm_fwd_kernel<IN, OUT><<<g, NORM_WARPS * 32, 0, ctx->stream>>>(
+        (OUT *)out, rstd, (const IN *)inp, w, N, C, eps);
+    CUDA_LAUNCH_CHECK();
+}
+
+/* Any C, inp of type in_dt, out of type out_dt. */
+static void rmsnorm_plain(mt_cuda_ctx *ctx, void *out, mt_dt out_dt, float *rstd,
+                          const void *inp, mt_dt in_dt, const float *w, size_t N, size_t C,
+                          float eps) {
+    bool out16 = out_dt == MT_DT_BF16;
+    if (in_dt == MT_DT_BF16 && out16)
+        rmsnorm_warps<__nv_bfloat16, __nv_bfloat16>(ctx, out, rstd, inp, w, N, C, eps);
+    else if (in_dt == MT_DT_BF16)
+        rmsnorm_warps<__nv_bfloat16, float>(ctx, out, rstd, inp, w, N, C, eps);
+    else if (out16)
+        rmsnorm_warps<float, __nv_bfloat16>(ctx, out, rstd, inp, w, N, C, eps);
+    else
+        rmsnorm_warps<float, float>(ctx, out, rstd, inp, w, N, C, eps);
+}
+
 extern "C" void mt_cuda_rmsnorm_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_dt,
                                         float *rstd, const float *inp, const float *w,
                                         size_t N, size_t C, float eps) {
@@ -211,14 +239,7 @@ extern "C" void mt_cuda_rmsnorm_forward(mt_cuda_ctx *ctx, void *out, mt_dt out_d
         CUDA_LAUNCH_CHECK();
         return;
     }
-    unsigned g = (unsigned)MT_CEIL_DIV(N, (size_t)NORM_WARPS);
-    if (out_dt == MT_DT_BF16)
-        rmsnorm_fwd_kernel<float, __nv_bfloat16><<<g, NORM_WARPS * 32, 0, ctx->stream>>>(
-            (__nv_bfloat16 *)out, rstd, inp, w, N, C, eps);
-    else
-        rmsnorm_fwd_kernel<float, float><<<g, NORM_WARPS * 32, 0, ctx->stream>>>(
-            (float *)out, rstd, inp, w, N, C, eps);
-    CUDA_LAUNCH_CHECK();
+    rmsnorm_plain(ctx, out, out_dt, rstd, inp, MT_DT_F32, w, N, C, eps);
 }
 
 extern "C" void mt_cuda_rmsnorm_forward_bf16(mt_cuda_ctx *ctx, uint16_t *out, float *rstd,
@@ -228,38 +249,49 @@ extern "C" void mt_cuda_rmsnorm_forward_bf16(mt_cuda_ctx *ctx, uint16_t *out, fl
     check_rows(inp, C);
     check_rows(w, C);
     check_rows(out, C);
-    unsigned g = (unsigned)MT_CEIL_DIV(N, (size_t)NORM_WARPS);
-    rmsnorm_fwd_kernel<__nv_bfloat16, __nv_bfloat16><<<g, NORM_WARPS * 32, 0, ctx->stream>>>(
-        (__nv_bfloat16 *)out, rstd, (const __nv_bfloat16 *)inp, w, N, C, eps);
+    rmsnorm_plain(ctx, out, MT_DT_BF16, rstd, inp, MT_DT_BF16, w, N, C, eps);
+}
+
+/* The one-pass kernel of IN rows. */
+template <typename IN>
+static void residual_rows(mt_cuda_ctx *ctx, float *out, float *rstd, const void *inp,
+                          const float *w, const float *res, void *next, mt_dt next_dt,
+                          float *next_rstd, const float *next_w, size_t N, size_t C, float eps) {
+    const unsigned g = (unsigned)MT_CEIL_DIV(N, (size_t)FWD_ROWS), nt = (unsigned)(C / 16);
+    if (next_dt == MT_DT_BF16 && next)
+        rmsnorm_residual_rows_kernel<__nv_bfloat16, IN><<<g, nt, 0, ctx->stream>>>(
+            out, rstd, (const IN *)inp, w, res, (__nv_bfloat16 *)next, next_rstd, next_w, N, C,
+            eps);
+    else
+        rmsnorm_residual_rows_kernel<float, IN><<<g, nt, 0, ctx->stream>>>(
+            out, rstd, (const IN *)inp, w, res, (float *)next, next_rstd, next_w, N, C, eps);
     CUDA_LAUNCH_CHECK();
 }
 
 extern "C" void mt_cuda_rmsnorm_residual_forward(mt_cuda_ctx *ctx, float *out, float *rstd,
-                                                 const float *inp, const float *w,
+                                                 const void *inp, mt_dt in_dt, const float *w,
                                                  const float *res, void *next, mt_dt next_dt,
                                                  float *next_rstd, const float *next_w,
                                                  size_t N, size_t C, float eps) {
     MT_ASSERT(out || !next);
     if (N == 0) return;
+    check_rows(inp, C);
+    check_rows(w, C);
+    check_rows(out, C);
     if (!one_pass_rows(C)) { /* the plain kernels, one pass each */
-        mt_cuda_rmsnorm_forward(ctx, out, MT_DT_F32, rstd, inp, w, N, C, eps);
+        rmsnorm_plain(ctx, out, MT_DT_F32, rstd, inp, in_dt, w, N, C, eps);
         if (out) mt_cuda_residual_add(ctx, out, out, res, N * C);
         if (next) mt_cuda_rmsnorm_forward(ctx, next, next_dt, next_rstd, out, next_w, N, C, eps);
         return;
     }
-    check_rows(inp, C);
-    check_rows(w, C);
-    check_rows(out, C);
     if (out) check_rows(res, C);
     if (next) check_rows(next, C), check_rows(next_w, C);
-    const unsigned g = (unsigned)MT_CEIL_DIV(N, (size_t)FWD_ROWS), nt = (unsigned)(C / 16);
-    if (next_dt == MT_DT_BF16 && next)
-        rmsnorm_residual_rows_kernel<__nv_bfloat16><<<g, nt, 0, ctx->stream>>>(
-            out, rstd, inp, w, res, (__nv_bfloat16 *)next, next_rstd, next_w, N, C, eps);
+    if (in_dt == MT_DT_BF16)
+        residual_rows<__nv_bfloat16>(ctx, out, rstd, inp, w, res, next, next_dt, next_rstd,
+                                     next_w, N, C, eps);
     else
-        rmsnorm_residual_rows_kernel<float><<<g, nt, 0, ctx->stream>>>(
-            out, rstd, inp, w, res, (float *)next, next_rstd, next_w, N, C, eps);
-    CUDA_LAUNCH_CHECK();
+        residual_rows<float>(ctx, out, rstd, inp, w, res, next, next_dt, next_rstd, next_w, N, C,
+                             eps);
 }
 
 /* One float4 of a row's input gradient, r w_i g_i - x_i kk with
@@ -279,17 +311,18 @@ __device__ __forceinline__ float4 add_or_set(const float *d, size_t at, float4 t
 
 /* dinp_i (+)= r w_i g_i - x_i r^3 / C * sum_j g_j w_j x_j; ACC false: set,
  * dinp (NULL: not written) and its bf16 copy dinp_op (NULL: not written). */
-template <bool ACC>
+template <bool ACC, typename IN>
 __global__ void rmsnorm_bwd_kernel(float *dinp, __nv_bfloat16 *dinp_op, const float *dout,
-                                   const float *inp, const float *w, const float *rstd, size_t N,
+                                   const IN *inp, const float *w, const float *rstd, size_t N,
                                    size_t C) {
     size_t row = (size_t)blockIdx.x * NORM_WARPS + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (row >= N) return;
-    const float *x = inp + row * C, *g = dout + row * C;
+    const IN *x = inp + row * C;
+    const float *g = dout + row * C;
     float dot = 0.0f;
     for (size_t i = (size_t)lane * 4; i < C; i += 128) {
-        float4 xv = *(const float4 *)(x + i), gv = *(const float4 *)(g + i),
+        float4 xv = mt_get4(x + i), gv = *(const float4 *)(g + i),
                wv = *(const float4 *)(w + i);
         dot += gv.x * wv.x * xv.x + gv.y * wv.y * xv.y + gv.z * wv.z * xv.z +
                gv.w * wv.w * xv.w;
@@ -300,7 +333,7 @@ __global__ void rmsnorm_bwd_kernel(float *dinp, __nv_bfloat16 *dinp_op, const fl
         const size_t at = row * C + i;
         float4 dv = add_or_set<ACC>(dinp, at, rms_dx4(r, *(const float4 *)(w + i),
                                                        *(const float4 *)(g + i),
-                                                       *(const float4 *)(x + i), k));
+                                                       mt_get4(x + i), k));
         if (dinp) *(float4 *)(dinp + at) = dv;
         if (dinp_op) mt_put4(dinp_op + at, dv);
     }
@@ -312,10 +345,10 @@ __global__ void rmsnorm_bwd_kernel(float *dinp, __nv_bfloat16 *dinp_op, const fl
  * gradient's column sums of dout * x * rstd over the block's rows go to
  * partial (gridDim.x, C), to be summed in block order. The dot product is
  * reduced in a fixed order (xor shuffles, then the warps in order). */
-template <bool ACC>
+template <bool ACC, typename IN>
 __global__ void __launch_bounds__(512)
     rmsnorm_bwd_fused_kernel(float *dinp, __nv_bfloat16 *dinp_op, float *partial,
-                             const float *dout, const float *inp, const float *w,
+                             const float *dout, const IN *inp, const float *w,
                              const float *rstd, size_t N, size_t C) {
     __shared__ float red[32];
     const int t = threadIdx.x, nt = blockDim.x;
@@ -375,7 +408,8 @@ __global__ void __launch_bounds__(512)
  * leaves b's value unchanged). Block (32, COLSUM_TY):
  * 32 consecutive columns (coalesced), COLSUM_TY interleaved row lanes
  * combined in a fixed order through shared memory. */
-__global__ void colsum_partial_kernel(float *partial, const float *a, const float *b,
+template <typename B>
+__global__ void colsum_partial_kernel(float *partial, const float *a, const B *b,
                                       const float *m, const float *s, size_t N, size_t C) {
     __shared__ float acc[COLSUM_TY][33];
     size_t c = (size_t)blockIdx.x * 32 + threadIdx.x;
@@ -385,7 +419,7 @@ __global__ void colsum_partial_kernel(float *partial, const float *a, const floa
     if (c < C) {
         for (size_t r = r0 + threadIdx.y; r < r1; r += COLSUM_TY) {
             float v = a[r * C + c];
-            if (b) v *= (b[r * C + c] - (m ? m[r] : 0.0f)) * s[r];
+            if (b) v *= (mt_get(b, r * C + c) - (m ? m[r] : 0.0f)) * s[r];
             sum += v;
         }
     }
@@ -408,23 +442,25 @@ __global__ void colsum_final_kernel(float *out, const float *partial, size_t G, 
 
 /* out (C) += column sums of a (N,C), or of a * (b - m[row]) * s[row] when
  * b != NULL (m NULL: a * b * s[row]). */
+template <typename B>
 static void colsum(mt_cuda_ctx *ctx, float *out, float *scratch, const float *a,
-                   const float *b, const float *m, const float *s, size_t N, size_t C) {
+                   const B *b, const float *m, const float *s, size_t N, size_t C) {
     if (N == 0 || C == 0) return;
     size_t G = MT_CEIL_DIV(N, (size_t)COLSUM_ROWS);
     MT_ASSERT(G <= 65535);
     dim3 grid((unsigned)MT_CEIL_DIV(C, (size_t)32), (unsigned)G), block(32, COLSUM_TY);
-    colsum_partial_kernel<<<grid, block, 0, ctx->stream>>>(scratch, a, b, m, s, N, C);
+    colsum_partial_kernel<B><<<grid, block, 0, ctx->stream>>>(scratch, a, b, m, s, N, C);
     CUDA_LAUNCH_CHECK();
     colsum_final_kernel<<<(unsigned)MT_CEIL_DIV(C, (size_t)256), 256, 0, ctx->stream>>>(
         out, scratch, G, C);
     CUDA_LAUNCH_CHECK();
 }
 
-/* The backward of either kind (ACC: dinp +=, else dinp, dinp_op set). */
-template <bool ACC>
+/* The backward of either kind (ACC: dinp +=, else dinp, dinp_op set), of
+ * IN rows. */
+template <bool ACC, typename IN>
 static void rmsnorm_backward(mt_cuda_ctx *ctx, float *dinp, void *dinp_op, float *dw,
-                             float *scratch, const float *dout, const float *inp, const float *w,
+                             float *scratch, const float *dout, const IN *inp, const float *w,
                              const float *rstd, size_t N, size_t C) {
     if (N == 0) return;
     if (dinp) check_rows(dinp, C);
@@ -434,14 +470,14 @@ static void rmsnorm_backward(mt_cuda_ctx *ctx, float *dinp, void *dinp_op, float
     if (dinp_op) check_rows(dinp_op, C);
     if (one_pass_rows(C)) {
         const size_t G = MT_CEIL_DIV(N, (size_t)FUSED_ROWS);
-        rmsnorm_bwd_fused_kernel<ACC><<<(unsigned)G, (unsigned)(C / 16), 0, ctx->stream>>>(
+        rmsnorm_bwd_fused_kernel<ACC, IN><<<(unsigned)G, (unsigned)(C / 16), 0, ctx->stream>>>(
             dinp, (__nv_bfloat16 *)dinp_op, scratch, dout, inp, w, rstd, N, C);
         CUDA_LAUNCH_CHECK();
-        colsum(ctx, dw, scratch + G * C, scratch, NULL, NULL, NULL, G, C);
+        colsum<float>(ctx, dw, scratch + G * C, scratch, NULL, NULL, NULL, G, C);
         return;
     }
     unsigned g = (unsigned)MT_CEIL_DIV(N, (size_t)NORM_WARPS);
-    rmsnorm_bwd_kernel<ACC><<<g, NORM_WARPS * 32, 0, ctx->stream>>>(
+    rmsnorm_bwd_kernel<ACC, IN><<<g, NORM_WARPS * 32, 0, ctx->stream>>>(
         dinp, (__nv_bfloat16 *)dinp_op, dout, inp, w, rstd, N, C);
     CUDA_LAUNCH_CHECK();
     colsum(ctx, dw, scratch, dout, inp, NULL, rstd, N, C);
@@ -452,15 +488,20 @@ extern "C" void mt_cuda_rmsnorm_backward_op(mt_cuda_ctx *ctx, float *dinp, void 
                                             const float *inp, const float *w, const float *rstd,
                                             size_t N, size_t C) {
     MT_ASSERT(dinp);
-    rmsnorm_backward<true>(ctx, dinp, dinp_op, dw, scratch, dout, inp, w, rstd, N, C);
+    rmsnorm_backward<true, float>(ctx, dinp, dinp_op, dw, scratch, dout, inp, w, rstd, N, C);
 }
 
 extern "C" void mt_cuda_rmsnorm_backward_to_bf16(mt_cuda_ctx *ctx, uint16_t *dinp_op, float *dw,
                                                  float *scratch, const float *dout,
-                                                 const float *inp, const float *w,
+                                                 const void *inp, mt_dt in_dt, const float *w,
                                                  const float *rstd, size_t N, size_t C) {
     MT_ASSERT(dinp_op);
-    rmsnorm_backward<false>(ctx, NULL, dinp_op, dw, scratch, dout, inp, w, rstd, N, C);
+    if (in_dt == MT_DT_BF16)
+        rmsnorm_backward<false, __nv_bfloat16>(ctx, NULL, dinp_op, dw, scratch, dout,
+                                               (const __nv_bfloat16 *)inp, w, rstd, N, C);
+    else
+        rmsnorm_backward<false, float>(ctx, NULL, dinp_op, dw, scratch, dout,
+                                       (const float *)inp, w, rstd, N, C);
 }
 
 extern "C" void mt_cuda_rmsnorm_backward(mt_cuda_ctx *ctx, float *dinp, float *dw,
@@ -472,7 +513,7 @@ extern "C" void mt_cuda_rmsnorm_backward(mt_cuda_ctx *ctx, float *dinp, float *d
 
 extern "C" void mt_cuda_bias_backward(mt_cuda_ctx *ctx, float *dbias, float *scratch,
                                       const float *dout, size_t N, size_t OC) {
-    colsum(ctx, dbias, scratch, dout, NULL, NULL, NULL, N, OC);
+    colsum<float>(ctx, dbias, scratch, dout, NULL, NULL, NULL, N, OC);
 }
 
 /* ---- LayerNorm (gpt_neox, falcon) ----
@@ -582,5 +623,5 @@ extern "C" void mt_cuda_layernorm_backward(mt_cuda_ctx *ctx, float *dinp, float 
     /* dw += sum over rows of dout * xh, db += sum of dout (the scratch is
      * free again once the first sum's final kernel has run: same stream) */
     colsum(ctx, dw, scratch, dout, inp, mean, rstd, N, C);
-    if (db) colsum(ctx, db, scratch, dout, NULL, NULL, NULL, N, C);
+    if (db) colsum<float>(ctx, db, scratch, dout, NULL, NULL, NULL, N, C);
 }
