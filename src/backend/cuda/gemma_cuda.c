@@ -186,6 +186,17 @@ static void geglu(cuda_backend *cb, const acts *a) {
                           cb->cfg->F, cb->cfg->act == MT_ACT_GELU_TANH);
 }
 
+/* Where the MLP's post-norm input mo and its rstd are for activations a:
+ * in a down-kept unit (the scratch's in training, for a layer that keeps
+ * one: 1), else in a (0). */
+static int post_ff_input(const cuda_backend *cb, const acts *a, int layer, int mb, void **mo,
+                         float **rstd) {
+    if (a == &cb->a && cb->train && mt_cuda_down_unit(cb, layer, mb, mo, rstd)) return 1;
+    *mo = a->mo_op;
+    *rstd = a->rstd_pf;
+    return 0;
+}
+
 void mt_cuda_gemma_forward(cuda_backend *cb, acts *a, int layer, int mb, const float *x,
                            float *out) {
     const mt_config *c = cb->cfg;
@@ -213,9 +224,7 @@ void mt_cuda_gemma_forward(cuda_backend *cb, acts *a, int layer, int mb, const f
      * in a down-kept unit (training only, not in a kept unit). */
     void *mo;
     float *rstd_pf;
-    int down = a == sc && cb->train && mt_cuda_down_unit(cb, layer, mb, &mo, &rstd_pf);
-    if (!out && down) return;
-    if (!down) mo = a->mo_op, rstd_pf = a->rstd_pf;
+    if (post_ff_input(cb, a, layer, mb, &mo, &rstd_pf) && !out) return;
     mt_cuda_matmul_forward(ctx, p, mo, op_dt(cb), sc->mlp_op, W_op(cb, s, layer, MT_T_WDOWN),
                            NULL, N, F, C);
     post_norm(cb, layer, MT_T_MLP_POST_NORM, out, rstd_pf, mo, xmid);
@@ -376,10 +385,9 @@ void mt_cuda_gemma_backward(cuda_backend *cb, const acts *f, int layer, int mb, 
     mt_precision p = cb->prec;
     MT_ASSERT(f == a || cb->attn_bf16);
     if (f != a) rebuild(cb, f, layer, x);
-    void *mo; /* the post-norm's input and rstd: f's, or a down-kept unit's */
+    void *mo;
     float *rstd_pf;
-    if (f != a || !mt_cuda_down_unit(cb, layer, mb, &mo, &rstd_pf))
-        mo = f->mo_op, rstd_pf = f->rstd_pf;
+    post_ff_input(cb, f, layer, mb, &mo, &rstd_pf);
     mlp_backward(cb, f, layer, mo, rstd_pf, dx);
     /* xmid = x + norm_post_attn(ao): dL/d ao in dxn32, free until the
      * q product below */
@@ -392,7 +400,7 @@ void mt_cuda_gemma_backward(cuda_backend *cb, const acts *f, int layer, int mb, 
         mt_cuda_matmul_backward(ctx, p, a->datt32, false, G(cb, g, layer, MT_T_WO), dao,
                                 f->att_op, W_op(cb, s, layer, MT_T_WO), N, Q, C);
     attention_backward(cb, f, layer, mb);
-    if (!c->qk_norm && mt_cuda_qkv_adjacent(cb, layer)) {
+    if (mt_cuda_qkv_fusable(cb, layer)) {
         const float *cos, *sin;
         tables(cb, layer, &cos, &sin);
         mt_cuda_qkv_backward_fused(cb, layer, mb, cos, sin, a->xn1_op);

@@ -195,7 +195,7 @@ static void block_backward_fast(cuda_backend *cb, const acts *f, int layer, int 
     attn_check(mt_attn_backward_bf16(a->dq32, a->dk32, a->dv32, a->attn_scratch, a->datt_op,
                                      f->q_op, f->k_op, f->v_op, f->att_op, f->lse, apos, NULL,
                                      cb->B, cb->T, c->NH, c->NKV, c->HD, st, &err), &err);
-    bool fused = !c->qk_norm && !c->qkv_bias && mt_cuda_qkv_adjacent(cb, layer);
+    bool fused = mt_cuda_qkv_fusable(cb, layer);
     if (c->qk_norm || c->qkv_bias) {
         if (c->qk_norm) { /* the norms' backward reads the pre-norm q, k in fp32 */
             mt_cuda_cast_bf16_to_f32(ctx, a->qpre32, f->qpre_op, N * Q);

@@ -34,15 +34,16 @@ void mt_cuda_gemma_forward(cuda_backend *cb, acts *a, int layer, int mb, const f
 void mt_cuda_gemma_backward(cuda_backend *cb, const acts *f, int layer, int mb, const float *x,
                             float *dx);
 
-/* The backward of the q, k and v products of a bf16 block with RoPE and no
- * q/k norms or biases, when mt_cuda_qkv_adjacent: RoPE's backward of the
- * attention's dq32 and dk32 and the cast of dv32 write one interleaved
- * operand a->dqkv_op (N, Q + 2KV), and as WQ, WK, WV lie back to back in
- * the slot (and their gradients in g_cur), one product of Q + 2KV rows
+/* The backward of the q, k and v products of a bf16 block with RoPE, when
+ * mt_cuda_qkv_fusable (no q/k norms or biases, WQ, WK, WV adjacent, the
+ * head dim a multiple of 8): RoPE's backward of the attention's dq32 and
+ * dk32 and the cast of dv32 write one interleaved operand a->dqkv_op
+ * (N, Q + 2KV), and as WQ, WK, WV lie back to back in the slot (and their
+ * gradients in g_cur), one product of Q + 2KV rows
  * takes it into dxn32 = dL/d xn1 (set) and into the three gradients:
  * dxn32 written once instead of three times, and larger products. cos,
  * sin: the layer's RoPE tables. (qkv_cuda.c) */
-bool mt_cuda_qkv_adjacent(const cuda_backend *cb, int layer);
+bool mt_cuda_qkv_fusable(const cuda_backend *cb, int layer);
 void mt_cuda_qkv_backward_fused(cuda_backend *cb, int layer, int mb, const float *cos,
                                 const float *sin, const void *xn1);
 /* The weight an RMSNorm of role r of the bound layer scales by: its

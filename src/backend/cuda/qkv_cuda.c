@@ -5,11 +5,11 @@
 #include "backend/cuda/layers_cuda.h"
 #include "kernels/ops/ops_fused.h"
 
-bool mt_cuda_qkv_adjacent(const cuda_backend *cb, int layer) {
+bool mt_cuda_qkv_fusable(const cuda_backend *cb, int layer) {
     const mt_layer_desc *ld = &cb->t->layers[layer];
     int q = ld->by_role[MT_T_WQ], k = ld->by_role[MT_T_WK], v = ld->by_role[MT_T_WV];
-    if (cb->prec != MT_PREC_BF16 || !cb->a.dqkv_op || cb->cfg->HD % 8 || q < 0 || k < 0 ||
-        v < 0)
+    if (cb->prec != MT_PREC_BF16 || cb->cfg->qk_norm || cb->cfg->qkv_bias || !cb->a.dqkv_op ||
+        cb->cfg->HD % 8 || q < 0 || k < 0 || v < 0)
         return false;
     return ld->tensors[k].offset == ld->tensors[q].offset + ld->tensors[q].numel &&
            ld->tensors[v].offset == ld->tensors[k].offset + ld->tensors[k].numel;
@@ -22,7 +22,7 @@ void mt_cuda_qkv_backward_fused(cuda_backend *cb, int layer, int mb, const float
     size_t N = cb->N, Q = c->NH * c->HD, KV = c->NKV * c->HD, O = Q + 2 * KV;
     const int32_t *pos = mt_cuda_block_pos(cb, mb);
     uint16_t *d = a->dqkv_op; /* columns: q, k, v */
-    MT_ASSERT(mt_cuda_qkv_adjacent(cb, layer));
+    MT_ASSERT(mt_cuda_qkv_fusable(cb, layer));
     mt_cuda_rope_backward_to_bf16(cb->s_comp, d, O, a->dq32, cos, sin, pos, cb->B, cb->T, c->NH,
                                   c->HD);
     mt_cuda_rope_backward_to_bf16(cb->s_comp, d + Q, O, a->dk32, cos, sin, pos, cb->B, cb->T,

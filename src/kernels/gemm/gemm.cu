@@ -273,29 +273,32 @@ extern "C" void mt_cuda_matmul_forward(mt_cuda_ctx *ctx, mt_precision prec, void
                     dt, (int64_t)IC, out, out_dt, (int64_t)OC, bias, 0);
 }
 
+/* Both backward products: dinp (NULL: none) of type dinp_dt, = or += as
+ * dinp_accumulate says; dw (NULL: none) +=. */
+static void matmul_backward(mt_cuda_ctx *ctx, mt_precision prec, void *dinp, mt_dt dinp_dt,
+                            bool dinp_accumulate, float *dw, const void *dout, const void *inp,
+                            const void *w, size_t N, size_t IC, size_t OC) {
+    int dt = mt_prec_operand_dtype(prec);
+    if (dinp)
+        mt_cuda_gemm_cm(ctx, 0, 0, (int64_t)IC, (int64_t)N, (int64_t)OC, w, dt, (int64_t)IC,
+                        dout, dt, (int64_t)OC, dinp, dinp_dt, (int64_t)IC, NULL,
+                        dinp_accumulate);
+    if (dw)
+        mt_cuda_gemm_cm(ctx, 0, 1, (int64_t)IC, (int64_t)OC, (int64_t)N, inp, dt, (int64_t)IC,
+                        dout, dt, (int64_t)OC, dw, MT_DT_F32, (int64_t)IC, NULL, 1);
+}
+
 extern "C" void mt_cuda_matmul_backward_dt(mt_cuda_ctx *ctx, mt_precision prec, void *dinp,
                                            mt_dt dinp_dt, float *dw, const void *dout,
                                            const void *inp, const void *w, size_t N, size_t IC,
                                            size_t OC) {
-    int dt = mt_prec_operand_dtype(prec);
-    MT_ASSERT(prec == MT_PREC_BF16 || dinp_dt == MT_DT_F32);
-    mt_cuda_gemm_cm(ctx, 0, 0, (int64_t)IC, (int64_t)N, (int64_t)OC, w, dt, (int64_t)IC, dout, dt,
-                    (int64_t)OC, dinp, dinp_dt, (int64_t)IC, NULL, 0);
-    if (dw)
-        mt_cuda_gemm_cm(ctx, 0, 1, (int64_t)IC, (int64_t)OC, (int64_t)N, inp, dt, (int64_t)IC,
-                        dout, dt, (int64_t)OC, dw, MT_DT_F32, (int64_t)IC, NULL, 1);
+    MT_ASSERT(dinp && (prec == MT_PREC_BF16 || dinp_dt == MT_DT_F32));
+    matmul_backward(ctx, prec, dinp, dinp_dt, false, dw, dout, inp, w, N, IC, OC);
 }
 
 extern "C" void mt_cuda_matmul_backward(mt_cuda_ctx *ctx, mt_precision prec, float *dinp,
                                         bool dinp_accumulate, float *dw, const void *dout,
                                         const void *inp, const void *w, size_t N, size_t IC,
                                         size_t OC) {
-    int dt = mt_prec_operand_dtype(prec);
-    if (dinp)
-        mt_cuda_gemm_cm(ctx, 0, 0, (int64_t)IC, (int64_t)N, (int64_t)OC, w, dt, (int64_t)IC,
-                        dout, dt, (int64_t)OC, dinp, MT_DT_F32, (int64_t)IC, NULL,
-                        dinp_accumulate);
-    if (dw)
-        mt_cuda_gemm_cm(ctx, 0, 1, (int64_t)IC, (int64_t)OC, (int64_t)N, inp, dt, (int64_t)IC,
-                        dout, dt, (int64_t)OC, dw, MT_DT_F32, (int64_t)IC, NULL, 1);
+    matmul_backward(ctx, prec, dinp, MT_DT_F32, dinp_accumulate, dw, dout, inp, w, N, IC, OC);
 }
