@@ -120,6 +120,15 @@ static int rebuilds(const replay *s, int l, int back) {
     return back && l >= 1 && l < s->head - 1 && s->plan->homes[l].saved_recompute;
 }
 
+/* Layer l's collective on the collectives' stream, not before t: when it
+ * ends. */
+static double collective(replay *s, int l, double t) {
+    double c = collective_s(s->q, l);
+    s->coll_free = fmax(s->coll_free, t) + c;
+    s->coll_busy += c;
+    return s->coll_free;
+}
+
 /* Bind j (layer l after layer prev, b: of the backward) on the H2D engine
  * (and the collectives' stream): its weights once per pass, the last block
  * resident at the turn, device layers bound in place on one GPU and
@@ -153,14 +162,9 @@ static double upload(replay *s, int j, int l, int prev, int b) {
     }
     if (from_disk) mt_saved_disk_sim_loaded(&s->sd, e);
     s->h2d_free = e;
-    double wready = e;
-    if (q->ranks > 1 && !resident) { /* the other ranks' parts */
-        double cs = fmax(s->coll_free, st + wbytes / rh2d);
-        s->coll_free = cs + collective_s(q, l);
-        s->coll_busy += collective_s(q, l);
-        wready = fmax(wready, s->coll_free);
-    }
-    return wready;
+    if (q->ranks > 1 && !resident) /* the other ranks' parts */
+        return fmax(e, collective(s, l, st + wbytes / rh2d));
+    return e;
 }
 
 /* Seconds of layer l's pass (b: its backward, with a rebuilt input's
@@ -191,13 +195,7 @@ static void save_output(replay *s, int l) {
 static void gradient_out(replay *s, int l) {
     const mt_plan_request *q = s->q;
     double rd2h = l != s->head ? s->d2h * q->rates.duplex : s->d2h;
-    double done = s->comp;
-    if (q->ranks > 1) {
-        double cs = fmax(s->coll_free, s->comp);
-        s->coll_free = cs + collective_s(q, l);
-        s->coll_busy += collective_s(q, l);
-        done = s->coll_free;
-    }
+    double done = q->ranks > 1 ? collective(s, l, s->comp) : s->comp;
     if (!s->plan->homes[l].grad_host) return;
     double bytes = mt_plan_part_floats(q, l) * (s->plan->host_grad_bf16 ? 2 : 4);
     double ds = fmax(s->d2h_free, done);
