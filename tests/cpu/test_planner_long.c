@@ -233,7 +233,7 @@ Test(planner_long, the_plan_says_which_saved_inputs_live_on_disk) {
 Test(planner_long, several_gpus_keep_their_saved_inputs_off_the_disk) {
     mt_test_planned x;
     mt_error err;
-    request_8b_h200(&x, 118, 2000);
+    request_8b_h200(&x, 110, 2000);
     x.q.rank = 0;
     x.q.ranks = 2;
     x.q.disk_saved_layers = -1;

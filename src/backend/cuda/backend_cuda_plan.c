@@ -171,12 +171,11 @@ static void plan_forward_acts(cuda_backend *cb, acts *a, bump *b) {
     }
     a->mlp_op = take(b, N * F * op_size(cb));
     a->xtmp = mt_config_is_moe(c) ? TAKE_F(b, N * C) : NULL;
-    if (gemma) { /* the post-norms' inputs and rstd, the norms' 1 + w */
+    if (gemma) { /* the post-norms' inputs and rstd */
         a->ao_op = take(b, N * C * op_size(cb));
         a->mo_op = take(b, N * C * op_size(cb));
         a->rstd_pa = TAKE_F(b, N);
         a->rstd_pf = TAKE_F(b, N);
-        a->norm_w = TAKE_F(b, 4 * C + 2 * (size_t)c->HD);
     }
 }
 
@@ -213,6 +212,21 @@ static void plan_backward_acts(cuda_backend *cb, acts *a, bump *b) {
         a->dk_op = bf ? take(b, N * KV * 2) : NULL;
         a->dv_op = take_op(b, cb, N * KV, a->dv32);
     }
+    a->attn_scratch = take(b, mt_attn_backward_scratch_bytes(cb->B, cb->T, c->NH));
+}
+
+/* What the head reads and writes besides its logits, and what it shares
+ * with the layers: the column sums of a norm's weight gradient, Gemma's
+ * norms' 1 + w. */
+static void plan_head_acts(cuda_backend *cb, acts *a, bump *b) {
+    const mt_config *c = cb->cfg;
+    size_t N = cb->N, C = c->C, Q = c->NH * c->HD, KV = c->NKV * c->HD, F = c->F;
+    a->xf_op = take(b, N * C * op_size(cb));
+    a->rstdf = TAKE_F(b, N);
+    a->meanf = c->layernorm ? TAKE_F(b, N) : NULL;
+    a->dxf32 = TAKE_F(b, N * C);
+    a->row_loss = TAKE_F(b, N);
+    a->row_w = TAKE_F(b, N);
     size_t cs = mt_cuda_colsum_scratch_floats(N, C);
     /* the biases of gpt_neox's fused qkv and MLP too */
     size_t shapes[][2] = {{N, Q}, {N, KV}, {N * c->NH, c->HD}, {N * c->NKV, c->HD},
@@ -222,15 +236,7 @@ static void plan_backward_acts(cuda_backend *cb, acts *a, bump *b) {
         if (s > cs) cs = s;
     }
     a->colsum = TAKE_F(b, cs);
-    a->attn_scratch = take(b, mt_attn_backward_scratch_bytes(cb->B, cb->T, c->NH));
-    a->xf_op = take(b, N * C * op_size(cb));
-    a->rstdf = TAKE_F(b, N);
-    a->meanf = c->layernorm ? TAKE_F(b, N) : NULL;
-    a->dxf32 = TAKE_F(b, N * C);
-    a->row_loss = TAKE_F(b, N);
-    a->row_w = TAKE_F(b, N);
-    a->head_scratch =
-        take(b, mt_cuda_lm_head_scratch_bytes(cb->prec, mt_cuda_head_rows(cb), c->V));
+    a->norm_w = mt_arch_is_gemma(c->arch) ? TAKE_F(b, 4 * C + 2 * (size_t)c->HD) : NULL;
 }
 
 /* The rows of logits the head holds at once: the option's, else 4096,
@@ -323,11 +329,25 @@ static void plan_kept(cuda_backend *cb, bump *b) {
     cb->down_kept = units ? take(b, units * mt_cuda_down_unit_bytes(cb)) : NULL;
 }
 
+/* The head's logits (R x V: 3 GB for a vocabulary of 256k) lie over the
+ * layers' working buffers, which hold nothing while the head runs: a kept
+ * layer's activations are in its unit, a recomputed layer rebuilds them,
+ * and the head's own buffers are apart (plan_head_acts). */
+static void plan_scratch(cuda_backend *cb, bump *b) {
+    acts *a = &cb->a;
+    plan_head_acts(cb, a, b);
+    size_t at = b->used = mt_round_up(b->used, 256);
+    plan_forward_acts(cb, a, b);
+    plan_backward_acts(cb, a, b);
+    size_t logits = mt_cuda_lm_head_scratch_bytes(cb->prec, mt_cuda_head_rows(cb), cb->cfg->V);
+    a->head_scratch = b->base ? b->base + at : NULL;
+    if (at + logits > b->used) b->used = at + logits;
+}
+
 void mt_cuda_plan(cuda_backend *cb, bump *b) {
     plan_weights(cb, b);
     plan_grads_and_step(cb, b);
-    plan_forward_acts(cb, &cb->a, b);
-    plan_backward_acts(cb, &cb->a, b);
+    plan_scratch(cb, b);
     size_t moe = mt_cuda_moe_bytes(cb->cfg, cb->N, cb->prec);
     cb->moe_dev = moe ? take(b, moe) : NULL;
     plan_kept(cb, b);
