@@ -241,8 +241,9 @@ static void plan_head_acts(cuda_backend *cb, acts *a, bump *b) {
 
 /* The rows of logits the head holds at once: the option's, else 4096,
  * halved while they pass HEAD_LOGITS elements (a vocabulary of 256k: 2048
- * rows, 3 GB of scratch less for saved inputs; the products stay large),
- * at most the micro-batch's. */
+ * rows, 3.1 GB, which the layers' buffers under them cover (plan_scratch)
+ * where 4096 rows would pass them; the products stay large), at most the
+ * micro-batch's. */
 #define HEAD_LOGITS ((size_t)640 << 20)
 size_t mt_cuda_head_rows(const cuda_backend *cb) {
     size_t R = (size_t)cb->o.head_chunk;
